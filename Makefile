@@ -1,0 +1,27 @@
+# Two commands on a fresh clone: `make run` (the app on the embedded engine by default)
+# and `make test`. Both create .venv/ when missing and install llmtop with its `embedded`
+# extra (llama-cpp-python compiles llama.cpp once, ~5 min on 2 cores; pip caches the wheel).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.llmtop-installed
+
+.PHONY: run test setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "llmtop needs Python 3.11+; run: make PYTHON=python3.11 ...")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[embedded,dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/llmtop $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info
