@@ -1,0 +1,87 @@
+"""`llmtop` entry point: the TUI (default), `run` (one headless request) and `engine`.
+
+Exit codes are `llmtop.exitcodes.ExitCode` (documented in README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from llmtop import __version__
+from llmtop.exitcodes import ExitCode
+
+
+def _engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("engine")
+    g.add_argument(
+        "--engine",
+        choices=("auto", "ollama", "embedded"),
+        default="auto",
+        help="auto (default): Ollama if it answers within 0.5 s, else the embedded engine",
+    )
+    g.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    g.add_argument("--model", help="model tag (default: gemma3:270m when present, else the first installed)")
+    g.add_argument("--model-path", help="GGUF file for the embedded engine (default: the bundled Gemma 3 270M)")
+    o = parser.add_argument_group("generation options (sent to the engine with every request)")
+    o.add_argument("--temperature", type=float, default=0.0, help="default 0 (repeatable runs)")
+    o.add_argument("--seed", type=int, default=42, help="default 42")
+    o.add_argument("--num-predict", type=int, default=200, help="max output tokens (default 200)")
+    o.add_argument("--num-ctx", type=int, default=8192, help="context tokens (default 8192)")
+    parser.add_argument("--log", help="session log file (JSONL; default: a new file in the user data dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="llmtop",
+        description="Honest latency numbers for LLMs on your own machine. With no command: the TUI.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
+    _engine_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="stream one prompt headless and print the text and metrics")
+    _engine_options(run)
+    run.add_argument("--prompt", required=True, help="the prompt text")
+    run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    eng = sub.add_parser("engine", help="serve the embedded engine (llama.cpp) on Ollama's API")
+    eng.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    eng.add_argument("--port", type=int, default=11435, help="port (default 11435)")
+    eng.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
+    eng.add_argument("--model-name", help="tag to serve it under (default: gemma3:270m for the bundled model)")
+    eng.add_argument("--num-ctx", type=int, default=4096, help="context when a request sets none (default 4096)")
+    eng.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    return parser
+
+
+def generation_options(args: argparse.Namespace) -> dict[str, object]:
+    """The Ollama `options` a command sends, from its flags."""
+    return {
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "num_predict": args.num_predict,
+        "num_ctx": args.num_ctx,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run llmtop; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "engine":
+            from llmtop.engines.serve import serve
+
+            return serve(args)
+        if args.command == "run":
+            from llmtop.sessions.headless import run_headless
+
+            return run_headless(args)
+        from llmtop.tui.app import run_tui
+
+        return run_tui(args)
+    except KeyboardInterrupt:
+        print("llmtop: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED

@@ -1,0 +1,374 @@
+"""The embedded engine: llama.cpp behind Ollama's native HTTP API (Starlette + uvicorn).
+
+`llmtop engine` serves this app; `llmtop` starts it as a child process when no Ollama answers.
+Shapes follow Ollama (protocols.md §1): NDJSON streams, `{"error": ...}` bodies, omitted zero
+statistics, headers sent with the first chunk (so an error before any text is a real HTTP
+status), a final `{"error": ...}` line for a failure after streaming began.
+
+Timing semantics (all ns, measured with perf_counter_ns on the server):
+* total_duration: handler entry → the done line.
+* load_duration: request parsing + loading the model when it was not loaded. Waiting for the
+  single generation slot is not in it (as with Ollama's parallel-slot wait): it shows only in
+  total_duration.
+* prompt_eval_* / eval_*: llama.cpp's perf counters (see llama_backend.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from time import perf_counter_ns
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from llmtop import __version__
+from llmtop.engines.llama_backend import GenerationError, GenerationResult, LlamaBackend, LoadSettings
+from llmtop.engines.model_files import ModelDescription
+from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
+
+NDJSON = "application/x-ndjson"
+_END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What the engine did for one request (kept for tests and diagnostics)."""
+
+    endpoint: str
+    done_reason: str
+    eval_count: int
+    cancelled: bool
+    error: str | None
+
+
+def _now_label() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+class EmbeddedEngine:
+    """One model served on Ollama's API, one generation at a time.
+
+    description: the model's metadata (model_files.describe). default_num_ctx: tokens, used
+    when a request gives no num_ctx. Requests queue on an asyncio lock and never interleave
+    on the shared llama.cpp context.
+    """
+
+    def __init__(self, description: ModelDescription, *, chat_format: str = "gemma", default_num_ctx: int = 4096) -> None:
+        self.description = description
+        self.default_num_ctx = default_num_ctx
+        self.backend = LlamaBackend(description.path, chat_format=chat_format)
+        self.history: list[JobRecord] = []
+        self._lock = asyncio.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._expires_at: datetime | None = None
+        self._unload_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def name(self) -> str:
+        """The model tag served (e.g. "gemma3:270m")."""
+        return self.description.name
+
+    # ------------------------------------------------------------------ model lifetime
+
+    def _settings(self, job: ParsedRequest) -> LoadSettings:
+        num_ctx = job.num_ctx or self.default_num_ctx
+        if self.description.context_length:
+            num_ctx = min(num_ctx, self.description.context_length)
+        return LoadSettings(self.description.path, num_ctx=num_ctx, num_thread=job.num_thread)
+
+    async def _load(self, job: ParsedRequest) -> int:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.backend.ensure_loaded, self._settings(job))
+
+    def _schedule_unload(self, keep_alive_s: float) -> None:
+        if self._unload_timer is not None:
+            self._unload_timer.cancel()
+            self._unload_timer = None
+        if keep_alive_s < 0:
+            self._expires_at = datetime.now(UTC) + timedelta(days=365 * 100)
+            return
+        self._expires_at = datetime.now(UTC) + timedelta(seconds=keep_alive_s)
+        loop = asyncio.get_running_loop()
+        self._unload_timer = loop.call_later(keep_alive_s, lambda: asyncio.ensure_future(self._expire()))
+
+    async def _expire(self) -> None:
+        async with self._lock:
+            if self._expires_at is not None and datetime.now(UTC) >= self._expires_at:
+                await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
+                self._expires_at = None
+
+    def close(self) -> None:
+        """Free the model and the worker thread (server shutdown)."""
+        self.backend.unload()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ one request
+
+    async def run(self, job: ParsedRequest, endpoint: str, t_start: int) -> AsyncIterator[dict[str, Any]]:
+        """Yield Ollama chunk objects for one request; the last one has `done: true` or `error`.
+
+        Acquires the generation lock and releases it only when the worker thread is finished,
+        even if the consumer goes away (a disconnect sets the cancel flag, checked per token).
+        """
+        t_parsed = perf_counter_ns()
+        await self._lock.acquire()
+        released = False
+        try:
+            try:
+                load_ns = await self._load(job)
+            except GenerationError as exc:
+                yield {"error": str(exc), "_status": 500}
+                return
+            load_duration = (t_parsed - t_start) + load_ns
+            if job.load_only:
+                done_reason = "unload" if job.keep_alive_s == 0 else "load"
+                if job.keep_alive_s == 0:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
+                else:
+                    self._schedule_unload(job.keep_alive_s)
+                self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
+                yield self._chunk(job, "", done=True) | {"done_reason": done_reason}
+                return
+
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+            cancel = threading.Event()
+
+            def emit(text: str) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, text)
+
+            def work() -> GenerationResult:
+                try:
+                    return self._generate(job, emit, cancel)
+                finally:
+                    loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+            future = loop.run_in_executor(self._executor, work)
+            # From here the lock belongs to the worker: release it when the thread is done.
+            future.add_done_callback(lambda _f: self._lock.release())
+            released = True
+            try:
+                while (item := await queue.get()) is not _END:
+                    yield self._chunk(job, item)
+                try:
+                    result = await future
+                except GenerationError as exc:
+                    self.history.append(JobRecord(endpoint, "error", 0, False, str(exc)))
+                    yield {"error": str(exc), "_status": 500}
+                    return
+                except Exception as exc:  # noqa: BLE001 - a crash in llama.cpp mid-stream
+                    self.history.append(JobRecord(endpoint, "error", 0, False, str(exc)))
+                    yield {"error": f"an error was encountered while running the model: {exc}", "_status": 500}
+                    return
+                self.history.append(JobRecord(endpoint, result.done_reason, result.eval_count, result.cancelled, None))
+                if job.keep_alive_s == 0:
+                    loop.run_in_executor(self._executor, self.backend.unload)
+                else:
+                    self._schedule_unload(job.keep_alive_s)
+                yield self._final(job, result, t_start, load_duration)
+            finally:
+                cancel.set()  # the consumer left (disconnect) or finished: stop within one token
+        finally:
+            if not released:
+                self._lock.release()
+
+    def _generate(self, job: ParsedRequest, emit: Any, cancel: threading.Event) -> GenerationResult:
+        if job.messages is not None:
+            prompt, stops = self.backend.chat_prompt(job.messages)
+        elif job.raw:
+            prompt, stops = job.prompt, ()
+        else:
+            turns = ([{"role": "system", "content": job.system}] if job.system else []) + [
+                {"role": "user", "content": job.prompt}
+            ]
+            prompt, stops = self.backend.chat_prompt(turns)
+        sampling = replace(job.sampling, stop=tuple(job.sampling.stop) + stops)
+        return self.backend.generate(self.backend.tokenize(prompt), sampling, emit, cancel)
+
+    def _chunk(self, job: ParsedRequest, text: str, *, done: bool = False) -> dict[str, Any]:
+        base: dict[str, Any] = {"model": self.name, "created_at": _now_label()}
+        if job.messages is not None:
+            base["message"] = {"role": "assistant", "content": text}
+        else:
+            base["response"] = text
+        base["done"] = done
+        return base
+
+    def _final(self, job: ParsedRequest, result: GenerationResult, t_start: int, load_ns: int) -> dict[str, Any]:
+        final = self._chunk(job, "", done=True)
+        final["done_reason"] = result.done_reason
+        if job.messages is None and not job.raw:
+            final["context"] = result.tokens
+        stats = {
+            "load_duration": load_ns,
+            "prompt_eval_count": result.prompt_eval_count,
+            "prompt_eval_duration": result.prompt_eval_duration,
+            "eval_count": result.eval_count,
+            "eval_duration": result.eval_duration,
+        }
+        # Ollama's Metrics fields are omitempty: a zero is absent, never sent as 0.
+        final.update({k: v for k, v in stats.items() if v})
+        final["total_duration"] = perf_counter_ns() - t_start
+        return final
+
+    # ------------------------------------------------------------------ listings
+
+    def tag(self) -> dict[str, Any]:
+        """This model as an `/api/tags` entry."""
+        d = self.description
+        return {
+            "name": d.name,
+            "model": d.name,
+            "modified_at": d.modified_at,
+            "size": d.size,
+            "digest": d.digest,
+            "details": d.details(),
+        }
+
+    def running(self) -> list[dict[str, Any]]:
+        """`/api/ps` entries: the model when it is loaded (CPU only, so size_vram is 0)."""
+        settings = self.backend.loaded
+        if settings is None:
+            return []
+        expires = self._expires_at or datetime.now(UTC)
+        return [
+            self.tag()
+            | {
+                "size_vram": 0,
+                "expires_at": expires.isoformat().replace("+00:00", "Z"),
+                "context_length": settings.num_ctx,
+            }
+        ]
+
+
+# ---------------------------------------------------------------------- HTTP layer
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(engine: EmbeddedEngine) -> Starlette:
+    """The Starlette app serving `engine` on Ollama's routes."""
+
+    async def root(_: Request) -> Response:
+        return PlainTextResponse("Ollama is running", headers={"X-Llmtop-Engine": "embedded"})
+
+    async def version(_: Request) -> Response:
+        import llama_cpp
+
+        return JSONResponse(
+            {"version": __version__, "engine": "llmtop-embedded", "llama_cpp_python": llama_cpp.__version__}
+        )
+
+    async def tags(_: Request) -> Response:
+        return JSONResponse({"models": [engine.tag()]})
+
+    async def ps(_: Request) -> Response:
+        return JSONResponse({"models": engine.running()})
+
+    async def show(request: Request) -> Response:
+        try:
+            body = parse_body(await request.body())
+        except BadRequest as exc:
+            return _error(str(exc), exc.status)
+        model = body.get("model") or body.get("name")
+        if not isinstance(model, str) or not model:
+            return _error("model is required", 400)
+        if model not in (engine.name, engine.name.removesuffix(":latest")):
+            return _error(f"model '{model}' not found", 404)
+        d = engine.description
+        return JSONResponse(
+            {
+                "license": str(d.model_info.get("general.license", "")),
+                "modelfile": f"# served by llmtop's embedded engine\nFROM {d.path}\n",
+                "parameters": "",
+                "template": "{{ .Prompt }}",
+                "details": d.details(),
+                "model_info": d.model_info,
+                "capabilities": ["completion"],
+                "modified_at": d.modified_at,
+            }
+        )
+
+    async def generate_or_chat(request: Request, chat: bool) -> Response:
+        t_start = perf_counter_ns()
+        endpoint = "/api/chat" if chat else "/api/generate"
+        try:
+            job = parse_request(parse_body(await request.body()), chat=chat, model_name=engine.name)
+        except BadRequest as exc:
+            return _error(str(exc), exc.status)
+        chunks = engine.run(job, endpoint, t_start)
+        # Like Ollama, send headers with the first chunk: an error before any text is a status.
+        first = await anext(chunks)
+        if "error" in first:
+            return _error(first["error"], first.get("_status", 500))
+        if not job.stream:
+            reply = await _collect(first, chunks, chat)
+            return JSONResponse(reply, status_code=500 if "error" in reply else 200)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                item: dict[str, Any] | None = first
+                while item is not None:
+                    item.pop("_status", None)
+                    yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
+                    item = await anext(chunks, None)
+            finally:
+                await chunks.aclose()
+
+        return StreamingResponse(body(), media_type=NDJSON)
+
+    async def chat_route(request: Request) -> Response:
+        return await generate_or_chat(request, chat=True)
+
+    async def generate_route(request: Request) -> Response:
+        return await generate_or_chat(request, chat=False)
+
+    routes = [
+        Route("/", root, methods=["GET", "HEAD"]),
+        Route("/api/version", version, methods=["GET", "HEAD"]),
+        Route("/api/tags", tags, methods=["GET"]),
+        Route("/api/ps", ps, methods=["GET"]),
+        Route("/api/show", show, methods=["POST"]),
+        Route("/api/chat", chat_route, methods=["POST"]),
+        Route("/api/generate", generate_route, methods=["POST"]),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            engine.close()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def _collect(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
+    """Fold a stream into Ollama's non-streaming reply (full text on the done object)."""
+    texts: list[str] = []
+    item: dict[str, Any] | None = first
+    final: dict[str, Any] = {}
+    while item is not None:
+        if "error" in item:
+            return {"error": item["error"]}
+        if item.get("done"):
+            final = item
+        else:
+            texts.append(item["message"]["content"] if chat else item["response"])
+        item = await anext(chunks, None)
+    if chat:
+        final["message"] = {"role": "assistant", "content": "".join(texts)}
+    else:
+        final["response"] = "".join(texts)
+    return final

@@ -1,0 +1,124 @@
+"""The small frozen records every engine yields, stamped at the source.
+
+An engine stamps each chunk with `time.perf_counter_ns()` the moment the chunk is available
+(its line complete and parsed), before any UI work, and yields a `StreamEvent`. The UI only
+displays events; it never measures (architecture.md, "Stamp at the source").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+# Ollama's final-chunk statistics (api/types.go `Metrics`). Durations are nanoseconds,
+# counts are tokens. Every field is `omitempty` in Ollama: absent means "zero or unknown",
+# which llmtop keeps as None and never turns into a made-up 0.
+STAT_FIELDS = (
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    """What the server says about one request, in Ollama's own field names and units.
+
+    Durations in ns, counts in tokens; None where the server omitted the field.
+    `done_reason` is "stop", "length", "load", "unload" or None.
+    """
+
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+    done_reason: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> ServerStats:
+        """Build from a done chunk (a dict or an `ollama` response object).
+
+        Non-integer or negative values are treated as absent, so a malformed server reply
+        can never produce a fake measurement.
+        """
+        values: dict[str, Any] = {}
+        for name in STAT_FIELDS:
+            raw = _get(data, name)
+            values[name] = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
+        reason = _get(data, "done_reason")
+        values["done_reason"] = reason if isinstance(reason, str) and reason else None
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (None kept, so "absent" survives a round-trip)."""
+        return asdict(self)
+
+
+def _get(data: Any, name: str) -> Any:
+    if isinstance(data, dict):
+        return data.get(name)
+    return getattr(data, name, None)
+
+
+class Status(StrEnum):
+    """How a request ended. Only OK requests are samples for statistics."""
+
+    OK = "ok"
+    ERROR = "error"  # the engine reported an error (before or during the stream)
+    TRUNCATED = "truncated"  # the stream ended without a `done` chunk
+    NO_GENERATION = "no-generation"  # done_reason "load"/"unload": nothing was generated
+    CANCELLED = "cancelled"  # the user cancelled (a new prompt, quit)
+
+
+class FailureKind(StrEnum):
+    """Why a request failed, so a caller can pick an exit code or a remedy."""
+
+    UNREACHABLE = "unreachable"  # connection refused / DNS / connect timeout
+    TIMEOUT = "timeout"  # connected, then no data within the read timeout
+    MODEL_NOT_FOUND = "model-not-found"
+    BAD_REQUEST = "bad-request"  # the server rejected the request (4xx)
+    SERVER_ERROR = "server-error"  # 5xx or an `{"error": ...}` line mid-stream
+    TRUNCATED = "truncated"
+    PROTOCOL = "protocol"  # the server sent something that is not Ollama's protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A specific, actionable failure: what went wrong and what to do about it."""
+
+    kind: FailureKind
+    message: str
+    remedy: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.message} — {self.remedy}" if self.remedy else self.message
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One chunk of a streamed response, or the end of the stream.
+
+    t_ns: `time.perf_counter_ns()` when the chunk became available to the client.
+    content / thinking: text carried by this chunk (either may be empty).
+    done: True on the final event (the server's done chunk, or a failure/truncation).
+    stats: the server's statistics, on the done chunk only.
+    failure: set when the request ended badly; text already yielded is kept by the caller.
+    """
+
+    t_ns: int
+    content: str = ""
+    thinking: str = ""
+    done: bool = False
+    stats: ServerStats | None = None
+    failure: Failure | None = None
+
+    @property
+    def has_text(self) -> bool:
+        """True when the chunk carries non-empty content or thinking text (TTFT counts these)."""
+        return bool(self.content or self.thinking)

@@ -1,0 +1,207 @@
+"""Which engine: a running Ollama, or llmtop's embedded engine started as a child process.
+
+`connect()` implements the rule of `llmtop` with no flags: use Ollama at `--host`/`OLLAMA_HOST`/
+127.0.0.1:11434 when it answers quickly, otherwise start the embedded engine on a free
+loopback port, wait until it answers, and stop it on `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter_ns
+
+import httpx
+import platformdirs
+
+from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.ollama import EngineError, ModelInfo, OllamaEngine, resolve_host
+
+OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms
+ENGINE_START_TIMEOUT_S = 120.0  # assembling + hashing the bundled model takes a few seconds
+PREFERRED_MODEL = "gemma3:270m"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -> str | None:
+    """The version an Ollama-API server at `host` reports, or None when nothing answers in time."""
+    try:
+        async with httpx.AsyncClient(base_url=host, timeout=timeout_s) as client:
+            resp = await client.get("/api/version")
+            if resp.status_code == 200:
+                return str(resp.json().get("version", "unknown"))
+    except (httpx.HTTPError, ValueError):
+        return None
+    return None
+
+
+class EmbeddedProcess:
+    """`llmtop engine` running as a child process on a loopback port.
+
+    Its output goes to `log_path` (never to the terminal the TUI draws on). It watches our
+    pid and exits if we die without stopping it.
+    """
+
+    def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.host = f"http://127.0.0.1:{self.port}"
+        self.model_path = model_path
+        log_dir = Path(platformdirs.user_log_dir("llmtop"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"engine-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_ms: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it runs."""
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    async def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> None:
+        """Start the child and wait until it answers `GET /`. Raises EngineError with the tail
+        of its log when it exits early or does not answer within `timeout_s`."""
+        cmd = [sys.executable, "-m", "llmtop", "engine", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--parent-pid", str(os.getpid())]
+        if self.model_path:
+            cmd += ["--model-path", self.model_path]
+        t0 = perf_counter_ns()
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = t0 + int(timeout_s * 1e9)
+        async with httpx.AsyncClient(base_url=self.host, timeout=1.0) as client:
+            while perf_counter_ns() < deadline:
+                if self.proc.poll() is not None:
+                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
+                try:
+                    if (await client.get("/")).status_code == 200:
+                        self.startup_ms = (perf_counter_ns() - t0) / 1e6
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+        self.stop()
+        raise EngineError(self._failed(f"did not answer within {timeout_s:.0f} s"))
+
+    def _failed(self, what: str) -> Failure:
+        try:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        except OSError:
+            tail = []
+        detail = (": " + " | ".join(tail)) if tail else ""
+        return Failure(
+            FailureKind.UNREACHABLE,
+            f"the embedded engine {what}{detail}",
+            f"see {self.log_path}; check that llmtop was installed with the `embedded` extra",
+        )
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Connection:
+    """An engine ready to stream: the client, the model to use and its details.
+
+    process: the embedded child when llmtop started one (stop it with `close()`).
+    """
+
+    engine: OllamaEngine
+    model: str
+    info: ModelInfo | None
+    version: str | None
+    process: EmbeddedProcess | None = None
+
+    @property
+    def engine_pids(self) -> set[int]:
+        """Pids of the measured engine that llmtop knows (the embedded child), for probes."""
+        pid = self.process.pid if self.process else None
+        return {pid} if pid else set()
+
+    async def close(self) -> None:
+        """Close the client and stop the embedded child if llmtop started it."""
+        await self.engine.aclose()
+        if self.process is not None:
+            await asyncio.to_thread(self.process.stop)
+
+
+async def connect(
+    engine: str = "auto",
+    host: str | None = None,
+    model: str | None = None,
+    model_path: str | None = None,
+) -> Connection:
+    """Reach an engine per the `--engine` rule and pick the model.
+
+    engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
+    host: Ollama's address (ignored for embedded unless it names a running embedded engine).
+    Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND) with a remedy.
+    """
+    if engine not in ("auto", "ollama", "embedded"):
+        raise EngineError(Failure(FailureKind.BAD_REQUEST, f"unknown engine {engine!r}", "use ollama or embedded"))
+    target = resolve_host(host)
+    version = None
+    if engine in ("auto", "ollama"):
+        version = await ollama_version(target)
+        if version is None and engine == "ollama":
+            raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
+    process = None
+    if version is not None:
+        client = OllamaEngine(target, name="ollama")
+    else:
+        process = EmbeddedProcess(model_path=model_path)
+        await process.start()
+        client = OllamaEngine(process.host, name="embedded")
+        version = await ollama_version(process.host, timeout_s=5.0)
+    try:
+        chosen = await _choose_model(client, model)
+        info = await client.model_info(chosen)
+    except BaseException:
+        await client.aclose()
+        if process is not None:
+            process.stop()
+        raise
+    return Connection(engine=client, model=chosen, info=info, version=version, process=process)
+
+
+async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:
+    installed = await client.list_models()
+    if wanted:
+        if wanted in installed or f"{wanted}:latest" in installed:
+            return wanted if wanted in installed else f"{wanted}:latest"
+        listing = ", ".join(installed) or "none"
+        raise EngineError(
+            Failure(
+                FailureKind.MODEL_NOT_FOUND,
+                f"model '{wanted}' not found at {client.host} (installed: {listing})",
+                f"pull it with `ollama pull {wanted}` or pick an installed one with --model",
+            )
+        )
+    if not installed:
+        raise EngineError(
+            Failure(
+                FailureKind.MODEL_NOT_FOUND,
+                f"no models installed at {client.host}",
+                f"pull one with `ollama pull {PREFERRED_MODEL}`, or use --engine embedded",
+            )
+        )
+    return PREFERRED_MODEL if PREFERRED_MODEL in installed else installed[0]

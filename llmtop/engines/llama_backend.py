@@ -1,0 +1,307 @@
+"""llama.cpp (through llama-cpp-python) as a blocking token generator with honest timings.
+
+This is the part of the embedded engine that touches the model; `embedded.py` puts Ollama's
+HTTP API in front of it. Everything here is blocking and must run off the event loop.
+
+Timings come from llama.cpp's own perf counters (`llama_perf_context`, reset before each
+request), mapped to Ollama's fields (protocols.md §5.2):
+
+* `prompt_eval_duration` = `t_p_eval_ms` (multi-token decodes: the prompt batch).
+* `eval_duration` = `t_eval_ms` (single-token decodes: one per generated token after the
+  first, which comes from the prompt batch's logits — so N tokens take N − 1 decodes, the same
+  interval Ollama reports).
+* `prompt_eval_count` = the whole prompt, cached prefix included (current Ollama semantics);
+  `eval_count` = tokens sampled, the end-of-generation token included (as llama-server's
+  `n_decoded`).
+
+Two details keep that mapping exact: the batch size equals the context size, so the prompt is
+one decode and never leaves a 1-token tail batch (which llama.cpp would book as *eval*); and a
+prefix-cache hit always leaves at least 2 prompt tokens to evaluate for the same reason.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
+# Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
+# repeat_penalty 1.0; seed −1 means random.
+DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.0}
+
+
+class GenerationError(Exception):
+    """The model could not run the request (load failure, context overflow...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """Settings that fix a loaded model: changing one forces a reload (like Ollama's runner
+    options). num_ctx in tokens; num_thread None = the machine's physical cores."""
+
+    model_path: str
+    num_ctx: int = DEFAULT_NUM_CTX
+    num_thread: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Per-request sampling options (Ollama `options` names)."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.9
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    seed: int | None = None  # None or negative: a random seed per request
+    num_predict: int = -1  # -1: until a stop (bounded by the context)
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    """Counts and durations of one generation, in Ollama's units (tokens, ns).
+
+    done_reason: "stop" (end-of-generation token or stop string) or "length"
+    (num_predict reached or context full). `tokens` holds prompt + output token ids.
+    """
+
+    prompt_eval_count: int = 0
+    prompt_eval_duration: int = 0
+    eval_count: int = 0
+    eval_duration: int = 0
+    done_reason: str = "stop"
+    cancelled: bool = False
+    tokens: list[int] = field(default_factory=list)
+
+
+class StopScanner:
+    """Holds back text that could be the start of a stop string; cuts at the first stop.
+
+    `feed(text)` returns (text safe to emit, stopped). Text after a stop string is dropped.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Add text; return what can be emitted now and whether a stop string was hit."""
+        if not self.stops:
+            return text, False
+        self.pending += text
+        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.pending = self.pending[:cut], ""
+            return out, True
+        hold = 0
+        for stop in self.stops:  # longest suffix of pending that starts some stop string
+            for k in range(min(len(stop) - 1, len(self.pending)), hold, -1):
+                if stop.startswith(self.pending[-k:]):
+                    hold = k
+                    break
+        out = self.pending[: len(self.pending) - hold]
+        self.pending = self.pending[len(out) :]
+        return out, False
+
+    def flush(self) -> str:
+        """The held-back text, at the end of a generation that stopped for another reason."""
+        out, self.pending = self.pending, ""
+        return out
+
+
+class LlamaBackend:
+    """One llama.cpp model, loaded lazily, used by one generation at a time.
+
+    Not thread-safe by itself: the caller serialises `ensure_loaded`, `generate` and `unload`
+    (the embedded server holds one lock around each request).
+    """
+
+    def __init__(self, model_path: str, *, chat_format: str = "gemma") -> None:
+        self.model_path = model_path
+        self.chat_format = chat_format
+        self._llm: Any = None
+        self._settings: LoadSettings | None = None
+        self._formatter: Any = None
+
+    @property
+    def loaded(self) -> LoadSettings | None:
+        """The settings of the loaded model, or None when nothing is loaded."""
+        return self._settings
+
+    def ensure_loaded(self, settings: LoadSettings) -> int:
+        """Load (or reload with new settings) the model; return the ns spent loading (0 if it
+        was already loaded as asked). Raises GenerationError when llama.cpp cannot load it."""
+        if self._llm is not None and self._settings == settings:
+            return 0
+        t0 = perf_counter_ns()
+        self.unload()
+        try:
+            import llama_cpp
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise GenerationError(
+                "llama-cpp-python is not installed; install llmtop with the `embedded` extra"
+            ) from exc
+        threads = settings.num_thread or _physical_cores()
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=settings.model_path,
+                n_ctx=settings.num_ctx,
+                n_batch=settings.num_ctx,  # one decode per prompt: see the module docstring
+                n_threads=threads,
+                n_threads_batch=threads,
+                verbose=False,
+            )
+        except Exception as exc:  # noqa: BLE001 - llama.cpp reports failures as ValueError/RuntimeError
+            self._llm = None
+            raise GenerationError(f"cannot load {settings.model_path}: {exc}") from exc
+        self._settings = settings
+        self._formatter = self._make_formatter()
+        return perf_counter_ns() - t0
+
+    def unload(self) -> None:
+        """Free the model (a no-op when none is loaded)."""
+        if self._llm is not None:
+            self._llm.close()
+        self._llm = None
+        self._settings = None
+
+    def _make_formatter(self) -> Callable[..., Any]:
+        from llama_cpp import llama_chat_format
+
+        if self.chat_format == "gemma":
+            return llama_chat_format.format_gemma
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise GenerationError(
+                f"{self.model_path} has no chat template; use /api/generate or --chat-format gemma"
+            )
+        vocab = self._llm._model
+
+        def piece(token_id: int) -> str:
+            return vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore")
+
+        return llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=piece(self._llm.token_eos()),
+            bos_token=piece(self._llm.token_bos()),
+        )
+
+    # ------------------------------------------------------------------ prompts
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[str, ...]]:
+        """Render chat messages with the model's chat format; return (prompt, stop strings)."""
+        formatted = self._formatter(messages=list(messages))
+        stop = formatted.stop
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        return formatted.prompt, stops
+
+    def tokenize(self, text: str) -> list[int]:
+        """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`)."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(
+        self,
+        prompt_tokens: list[int],
+        sampling: Sampling,
+        emit: Callable[[str], None],
+        cancel: threading.Event,
+    ) -> GenerationResult:
+        """Run one generation, calling `emit(text)` with each complete piece of UTF-8 text.
+
+        Stops at an end-of-generation token or a stop string ("stop"), at num_predict or a
+        full context ("length"), or when `cancel` is set (checked after every token).
+        Raises GenerationError for prompts that do not fit the context.
+        """
+        import llama_cpp
+
+        llm = self._llm
+        n_ctx = llm.n_ctx()
+        prompt_tokens = self._fit_prompt(prompt_tokens, n_ctx)
+        result = GenerationResult(prompt_eval_count=len(prompt_tokens))
+        budget = n_ctx - len(prompt_tokens)
+        if sampling.num_predict >= 0:
+            budget = min(budget, sampling.num_predict)
+        if budget <= 0:
+            result.done_reason = "length"
+            return result
+
+        # Keep a prefix-cache hit from leaving fewer than 2 prompt tokens to evaluate: a
+        # 1-token decode would be booked by llama.cpp as generation, not prompt eval.
+        llm.n_tokens = min(llm.n_tokens, max(0, len(prompt_tokens) - 2))
+        seed = sampling.seed if sampling.seed is not None and sampling.seed >= 0 else random.getrandbits(31)
+        llm.set_seed(seed)
+        vocab = llm._model.vocab
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stops = StopScanner(sampling.stop)
+        output: list[int] = []
+
+        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+        tokens = llm.generate(
+            prompt_tokens,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            temp=sampling.temperature,
+            repeat_penalty=sampling.repeat_penalty,
+            reset=True,
+        )
+        try:
+            for token in tokens:
+                output.append(token)
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    result.done_reason = "stop"
+                    break
+                text, stopped = stops.feed(decoder.decode(llm.detokenize([token])))
+                if text:
+                    emit(text)
+                if stopped:
+                    result.done_reason = "stop"
+                    break
+                if cancel.is_set():
+                    result.cancelled = True
+                    break
+                if len(output) >= budget:
+                    result.done_reason = "length"
+                    break
+        finally:
+            tokens.close()
+        if not result.cancelled:  # text held back as a possible stop-string start, or a
+            tail = stops.feed(decoder.decode(b"", final=True))[0] + stops.flush()  # torn byte
+            if tail:
+                emit(tail)
+
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        # llama_perf_context clamps counts to >= 1, so trust the times, not the counts.
+        result.prompt_eval_duration = round(perf.t_p_eval_ms * 1_000_000)
+        result.eval_duration = round(perf.t_eval_ms * 1_000_000)
+        result.eval_count = len(output)
+        result.tokens = list(prompt_tokens) + output
+        return result
+
+    @staticmethod
+    def _fit_prompt(tokens: list[int], n_ctx: int) -> list[int]:
+        """Keep a prompt inside the context like Ollama's default `truncate`: drop the oldest
+        tokens (after BOS) so that at least a quarter of the context is left for the answer.
+        `prompt_eval_count` then reports the smaller size, which is how a caller can tell."""
+        limit = n_ctx - max(1, n_ctx // 4)
+        if len(tokens) <= limit:
+            return tokens
+        return tokens[:1] + tokens[len(tokens) - (limit - 1) :]
+
+
+def _physical_cores() -> int:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except Exception:  # noqa: BLE001
+        return os.cpu_count() or 1

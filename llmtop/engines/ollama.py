@@ -1,0 +1,324 @@
+"""Ollama's native API through the official `ollama` client (`AsyncClient`).
+
+Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
+Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
+chunk (after its JSON line is parsed, before any UI work: ~4 µs of parsing, protocols.md §2.5).
+
+Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
+message and remedy — connection refused, unknown model (with the installed ones listed), an
+`{"error": …}` line mid-stream (text already yielded is kept by the caller), a stream that
+ends without `done`, a read timeout. Nothing here raises for a server's misbehaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import ollama
+import pydantic
+
+from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
+
+DEFAULT_HOST = "http://127.0.0.1:11434"
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# A generous read timeout: a cold 7B model can take tens of seconds to load before the
+# first byte, but a hung server must not block forever (the client's default is no timeout).
+DEFAULT_READ_TIMEOUT_S = 300.0
+
+
+def resolve_host(host: str | None = None) -> str:
+    """The base URL to talk to: `host`, else `$OLLAMA_HOST`, else http://127.0.0.1:11434.
+
+    Follows Ollama's rules (protocols.md §1.1): scheme optional (http by default), a bare host
+    gets port 11434, an explicit `http://host` without port means port 80, `https://` 443.
+    Returns e.g. "http://127.0.0.1:11434" (no trailing slash).
+    """
+    raw = (host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST).strip().rstrip("/")
+    had_scheme = "://" in raw
+    parts = urlsplit(raw if had_scheme else f"http://{raw}")
+    scheme = parts.scheme or "http"
+    hostname = parts.hostname or "127.0.0.1"
+    if hostname == "0.0.0.0":  # a bind-all address is reached through loopback
+        hostname = "127.0.0.1"
+    port = parts.port
+    if port is None:
+        port = 11434 if not had_scheme else (443 if scheme == "https" else 80)
+    shown = f"[{hostname}]" if ":" in hostname else hostname
+    return f"{scheme}://{shown}:{port}{parts.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the engine says about a model (`/api/show` + `/api/ps`), for headers and logs.
+
+    parameter_size e.g. "268.10M"; quantization e.g. "Q4_K_M"; sizes in bytes (None when the
+    model is not loaded); context_length in tokens as allocated by the runner.
+    """
+
+    name: str
+    family: str | None = None
+    parameter_size: str | None = None
+    quantization: str | None = None
+    format: str | None = None
+    size: int | None = None
+    size_vram: int | None = None
+    context_length: int | None = None
+    model_info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return {
+            "name": self.name,
+            "family": self.family,
+            "parameter_size": self.parameter_size,
+            "quantization": self.quantization,
+            "format": self.format,
+            "size": self.size,
+            "size_vram": self.size_vram,
+            "context_length": self.context_length,
+        }
+
+
+class EngineError(Exception):
+    """A non-streaming call failed; `failure` says what happened and what to do."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+class OllamaEngine:
+    """A client for one Ollama-API server (real Ollama or llmtop's embedded engine).
+
+    host: base URL or anything `OLLAMA_HOST` accepts (see `resolve_host`).
+    connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
+    none at all, so a hung server would block forever).
+    name: the engine's label for headers and logs ("ollama" or "embedded").
+    """
+
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        name: str = "ollama",
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    ) -> None:
+        self.host = resolve_host(host)
+        self.name = name
+        self.read_timeout_s = read_timeout_s
+        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self._client = ollama.AsyncClient(host=self.host, timeout=timeout)
+
+    async def aclose(self) -> None:
+        """Close the underlying HTTP connection pool."""
+        await self._client._client.aclose()
+
+    # ------------------------------------------------------------------ streaming
+
+    def stream_chat(
+        self,
+        model: str,
+        messages: list[Mapping[str, Any]],
+        *,
+        options: Mapping[str, Any] | None = None,
+        think: bool | str | None = None,
+        keep_alive: float | str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Stream `/api/chat`. The request is sent on the first iteration (take the send stamp
+        just before it). Yields text events, then exactly one final event with `done=True`
+        (server stats, or a `failure`)."""
+
+        async def start() -> AsyncIterator[Any]:
+            return await self._client.chat(
+                model=model,
+                messages=list(messages),
+                stream=True,
+                options=dict(options) if options else None,
+                think=think,
+                keep_alive=keep_alive,
+            )
+
+        return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
+
+    def stream_generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+        think: bool | str | None = None,
+        keep_alive: float | str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Stream `/api/generate`; same contract as `stream_chat`."""
+
+        async def start() -> AsyncIterator[Any]:
+            return await self._client.generate(
+                model=model,
+                prompt=prompt,
+                stream=True,
+                options=dict(options) if options else None,
+                think=think,
+                keep_alive=keep_alive,
+            )
+
+        return self._stream(model, start, lambda p: (p.response, p.thinking))
+
+    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
+        try:
+            parts = await start()
+            async for part in parts:
+                t_ns = perf_counter_ns()
+                content, thinking = texts(part)
+                if part.done:
+                    yield StreamEvent(
+                        t_ns,
+                        content or "",
+                        thinking or "",
+                        done=True,
+                        stats=ServerStats.from_mapping(part),
+                    )
+                    return
+                yield StreamEvent(t_ns, content or "", thinking or "")
+            failure = Failure(
+                FailureKind.TRUNCATED,
+                f"the stream from {self.host} ended without a done chunk (response truncated)",
+                "the server may have crashed or dropped the connection; check its log and retry",
+            )
+        except ollama.ResponseError as exc:
+            failure = await self._response_failure(model, exc)
+        except Exception as exc:  # noqa: BLE001 - every transport failure becomes a Failure
+            failure = self._transport_failure(exc)
+        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+
+    # ------------------------------------------------------------------ failures
+
+    async def _response_failure(self, model: str, exc: ollama.ResponseError) -> Failure:
+        status, message = exc.status_code, exc.error
+        if status == 404 or (status == -1 and "not found" in message and model in message):
+            installed = await self._installed_names()
+            listing = ", ".join(installed) if installed else "none"
+            return Failure(
+                FailureKind.MODEL_NOT_FOUND,
+                f"model '{model}' not found at {self.host} (installed: {listing})",
+                f"pull it with `ollama pull {model}` or pick an installed one with --model",
+            )
+        if status == -1:  # an {"error": ...} line after streaming began
+            return Failure(
+                FailureKind.SERVER_ERROR,
+                f"the server reported an error mid-stream: {message}",
+                "the text received so far is kept; check the server's log",
+            )
+        if 400 <= status < 500:
+            return Failure(
+                FailureKind.BAD_REQUEST,
+                f"the server rejected the request (HTTP {status}): {message}",
+                "check the model name and options",
+            )
+        return Failure(
+            FailureKind.SERVER_ERROR,
+            f"the server failed (HTTP {status}): {message}",
+            "check the server's log and retry",
+        )
+
+    def _transport_failure(self, exc: Exception) -> Failure:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError | ConnectionError):
+            return self.unreachable(str(exc) or type(exc).__name__)
+        if isinstance(exc, httpx.TimeoutException):
+            return Failure(
+                FailureKind.TIMEOUT,
+                f"no data from {self.host} for {self.read_timeout_s:.0f} s",
+                "the server is stuck or overloaded; check it, or raise the read timeout",
+            )
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+            return Failure(
+                FailureKind.TRUNCATED,
+                f"the connection to {self.host} broke mid-stream ({type(exc).__name__}: {exc})",
+                "the server may have crashed; check its log and retry",
+            )
+        if isinstance(exc, ValueError | pydantic.ValidationError):
+            return Failure(
+                FailureKind.PROTOCOL,
+                f"{self.host} sent a reply that is not Ollama's protocol ({type(exc).__name__}: {exc})",
+                "check that --host points at an Ollama server",
+            )
+        return Failure(
+            FailureKind.SERVER_ERROR,
+            f"request to {self.host} failed: {type(exc).__name__}: {exc}",
+            "check the server and retry",
+        )
+
+    def unreachable(self, detail: str) -> Failure:
+        """The failure for a server that does not answer at all."""
+        return Failure(
+            FailureKind.UNREACHABLE,
+            f"cannot reach an Ollama server at {self.host} ({detail})",
+            "start it with `ollama serve`, set OLLAMA_HOST or --host, or use --engine embedded",
+        )
+
+    async def _installed_names(self) -> list[str]:
+        try:
+            return await self.list_models()
+        except EngineError:
+            return []
+
+    # ------------------------------------------------------------------ metadata
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except ollama.ResponseError as exc:
+            raise EngineError(await self._response_failure("", exc)) from exc
+        except Exception as exc:  # noqa: BLE001
+            raise EngineError(self._transport_failure(exc)) from exc
+
+    async def version(self) -> str:
+        """The server's version string (`GET /api/version`). Raises EngineError."""
+        try:
+            resp = await self._client._client.get("/api/version")
+            resp.raise_for_status()
+            return str(resp.json().get("version", "unknown"))
+        except Exception as exc:  # noqa: BLE001
+            raise EngineError(self._transport_failure(exc)) from exc
+
+    async def list_models(self) -> list[str]:
+        """Installed model names (`GET /api/tags`). Raises EngineError."""
+        listing = await self._call(self._client.list())
+        return [m.model for m in listing.models if m.model]
+
+    async def model_info(self, model: str) -> ModelInfo:
+        """Details of `model` from `/api/show`, plus size/size_vram/context from `/api/ps` when
+        it is loaded. Raises EngineError (kind MODEL_NOT_FOUND for an unknown model)."""
+        try:
+            shown = await self._client.show(model)
+        except ollama.ResponseError as exc:
+            raise EngineError(await self._response_failure(model, exc)) from exc
+        except Exception as exc:  # noqa: BLE001
+            raise EngineError(self._transport_failure(exc)) from exc
+        details = shown.details
+        size = size_vram = context = None
+        try:
+            running = await self._client.ps()
+            for m in running.models:
+                if m.model == model or m.name == model:
+                    size, size_vram = m.size, m.size_vram
+                    context = getattr(m, "context_length", None)
+        except Exception:  # noqa: BLE001 - ps is optional detail
+            pass
+        return ModelInfo(
+            name=model,
+            family=details.family if details else None,
+            parameter_size=details.parameter_size if details else None,
+            quantization=details.quantization_level if details else None,
+            format=details.format if details else None,
+            size=size,
+            size_vram=size_vram,
+            context_length=context,
+            model_info=dict(shown.modelinfo or {}),
+        )

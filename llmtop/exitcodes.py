@@ -1,0 +1,28 @@
+"""Process exit codes shared by every llmtop command (documented in README.md)."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What an llmtop process tells its caller through its exit status."""
+
+    OK = 0
+    """The command did what was asked (a request completed; the machine is quiet)."""
+
+    NOISY = 1
+    """The measurement ran but the machine was noisy or the run contaminated."""
+
+    USAGE = 2
+    """Bad command line or bad input (unreadable file, invalid option); nothing was measured."""
+
+    ENGINE_UNREACHABLE = 3
+    """No engine answered: Ollama is not running at the host, or the embedded engine failed to start."""
+
+    MODEL_NOT_FOUND = 4
+    """The engine answered but does not have the requested model."""
+
+    REQUEST_FAILED = 5
+    """The request started but did not complete: an error mid-stream, a truncated stream, no generation."""
+
+    INTERRUPTED = 130
+    """Stopped by the user (Ctrl+C), as shells report SIGINT."""

@@ -1,0 +1,36 @@
+"""A record of the machine a session ran on (for the session log header and reports)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import psutil
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name where the OS tells it (Linux /proc/cpuinfo, else platform)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """OS, CPU model and core counts, RAM (bytes), Python version, as a JSON-ready dict."""
+    return {
+        "os": f"{platform.system()} {platform.release()}",
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_cores_physical": psutil.cpu_count(logical=False),
+        "cpu_cores_logical": psutil.cpu_count(logical=True) or os.cpu_count(),
+        "ram_bytes": psutil.virtual_memory().total,
+        "python": sys.version.split()[0],
+    }

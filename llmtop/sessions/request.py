@@ -1,0 +1,140 @@
+"""One measured request: stream it, collect its events, decide its status, derive metrics.
+
+Shared by the TUI and `llmtop run`, so both measure the same way. The send stamp is taken
+immediately before the stream's first iteration, which is when the `ollama` client sends the
+request (protocols.md §2.2: its streams are lazy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from time import perf_counter_ns
+from typing import Any
+
+from llmtop.engines.events import Failure, ServerStats, Status, StreamEvent
+from llmtop.sessions.timeline import RequestMetrics, compute_metrics
+
+# The options llmtop sends unless told otherwise: method.md rule 5 fixes them and writes them
+# down (temperature 0 and a seed make runs repeatable; num_ctx as the source's runs).
+DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "seed": 42, "num_predict": 200, "num_ctx": 8192}
+
+
+@dataclass
+class RequestCollector:
+    """Accumulates one request's events as they arrive; `finish()` freezes the result.
+
+    Kept outside the streaming loop so a caller that is cancelled mid-stream (a new prompt in
+    the TUI) can still record what arrived.
+    """
+
+    prompt: str
+    options: dict[str, Any]
+    model: str
+    request_id: int = 0
+    wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
+    sent_ns: int = 0
+    events: list[StreamEvent] = field(default_factory=list)
+
+    def add(self, event: StreamEvent) -> None:
+        """Append one event (already stamped by the engine)."""
+        self.events.append(event)
+
+    @property
+    def content(self) -> str:
+        """The answer text so far."""
+        return "".join(e.content for e in self.events)
+
+    @property
+    def thinking(self) -> str:
+        """The thinking text so far."""
+        return "".join(e.thinking for e in self.events)
+
+    def finish(self, cancelled: bool = False) -> RequestResult:
+        """Freeze into a RequestResult with its status and metrics."""
+        final = self.events[-1] if self.events and self.events[-1].done else None
+        failure = final.failure if final else None
+        stats = final.stats if final else None
+        if cancelled:
+            status = Status.CANCELLED
+        elif failure is not None:
+            status = Status.TRUNCATED if failure.kind == "truncated" else Status.ERROR
+        elif final is None:
+            status = Status.TRUNCATED
+        elif stats is not None and stats.done_reason in ("load", "unload") and not any(e.has_text for e in self.events):
+            status = Status.NO_GENERATION
+        else:
+            status = Status.OK
+        return RequestResult(
+            request_id=self.request_id,
+            wall_start=self.wall_start,
+            model=self.model,
+            prompt=self.prompt,
+            options=dict(self.options),
+            sent_ns=self.sent_ns,
+            events=tuple(self.events),
+            stats=stats,
+            status=status,
+            failure=failure,
+            metrics=compute_metrics(self.sent_ns, self.events, stats),
+        )
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """A finished request. `events` keep every chunk's perf_counter_ns stamp (offsets from
+    `sent_ns` go to the log); `metrics` are derived (ms, tokens/s); `stats` the server's own."""
+
+    request_id: int
+    wall_start: str
+    model: str
+    prompt: str
+    options: dict[str, Any]
+    sent_ns: int
+    events: tuple[StreamEvent, ...]
+    stats: ServerStats | None
+    status: Status
+    failure: Failure | None
+    metrics: RequestMetrics
+
+    @property
+    def content(self) -> str:
+        """The full answer text."""
+        return "".join(e.content for e in self.events)
+
+    @property
+    def thinking(self) -> str:
+        """The full thinking text."""
+        return "".join(e.thinking for e in self.events)
+
+
+StreamFactory = Callable[[], AsyncIterator[StreamEvent]]
+
+
+async def run_request(
+    start_stream: StreamFactory,
+    collector: RequestCollector,
+    on_event: Callable[[StreamEvent], None] | None = None,
+) -> RequestResult:
+    """Stream one request into `collector` and return its result.
+
+    start_stream: builds the (lazy) event stream, e.g. `lambda: engine.stream_chat(...)`.
+    on_event: called with each event right after it is recorded (keep it cheap: the UI only
+    marks itself dirty here; rendering happens on its own capped timer).
+    Cancellation (CancelledError) propagates; call `collector.finish(cancelled=True)` then.
+    """
+    stream = start_stream()
+    collector.sent_ns = perf_counter_ns()
+    async for event in stream:
+        collector.add(event)
+        if on_event is not None:
+            on_event(event)
+        if event.done:
+            break
+    return collector.finish()
+
+
+def chat_messages(prompt: str) -> list[Mapping[str, Any]]:
+    """A single-turn chat for a prompt."""
+    return [{"role": "user", "content": prompt}]

@@ -1,0 +1,180 @@
+"""Per-request metrics from client arrival stamps and the server's own statistics (pure).
+
+Definitions follow method.md (the source documents) and Ollama's docs/api.md:
+
+    sent ──(load)──┬── prefill ──┤ first token ─ tok ─ … ─ last token / done
+         │◄────────── TTFT ────────►│◄ TPOT ►
+         │◄──────────────────── E2E latency ─────────────────────────────►│
+
+* TTFT (ms): send → first chunk carrying non-empty content or thinking text (client clock).
+* E2E (ms): send → the done chunk (the end of the response as the client saw it).
+* ITL (ms): gaps between successive text-carrying chunks. A chunk is not a token.
+* TPOT (ms/token): (E2E − TTFT) / (n − 1), with n = the server's `eval_count` when present,
+  else the number of text chunks (then `tokens_basis == "chunks"`, labelled as such).
+* Client decode rate (tokens/s): (n − 1) / (E2E − TTFT) = 1000 / TPOT: the n − 1 tokens after
+  the first, over the time they took.
+* Server prefill rate (tokens/s): prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
+  Ollama counts cached prompt tokens in `prompt_eval_count` but not in the duration, so on a
+  prefix-cache hit this rate is overstated — vary prompts when measuring prefill.
+* Server decode rate (tokens/s): eval_count / eval_duration × 1e9 — Ollama's documented
+  convention. `eval_duration` runs from the first token's sample to the last's, i.e. it spans
+  n − 1 gaps while `eval_count` counts n tokens, so this is slightly optimistic (by n/(n − 1))
+  next to the client rate; with n < 2 it is undefined and reported as None (n/a).
+* Server-layer overhead (ms): TTFT − (load_duration + prompt_eval_duration) (method.md: the
+  source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay).
+
+Every function returns None ("n/a") rather than inventing a value when an input is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from typing import Any
+
+from llmtop.engines.events import ServerStats, StreamEvent
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """Derived metrics of one request. Times in ms, rates in tokens/s; None means n/a.
+
+    tokens_basis: "eval_count" when `output_tokens` came from the server, "chunks" when it is
+    the client's count of text chunks (the server gave no `eval_count`), None with no output.
+    """
+
+    ttft_ms: float | None
+    ttft_content_ms: float | None  # first non-empty *answer* content (after any thinking)
+    e2e_ms: float | None
+    itl_ms: tuple[float, ...]
+    output_tokens: int | None
+    tokens_basis: str | None
+    text_chunks: int
+    tpot_ms: float | None
+    client_decode_tps: float | None
+    server_prefill_tps: float | None
+    server_decode_tps: float | None
+    load_ms: float | None
+    prompt_eval_ms: float | None
+    eval_ms: float | None
+    total_ms: float | None
+    overhead_ms: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the ITL tuple becomes a list)."""
+        data = asdict(self)
+        data["itl_ms"] = list(self.itl_ms)
+        return data
+
+
+def ns_to_ms(ns: int | None) -> float | None:
+    """Nanoseconds → milliseconds; None stays None."""
+    return None if ns is None else ns / NS_PER_MS
+
+
+def rate_per_s(count: int | None, duration_ns: int | None, *, min_count: int = 1) -> float | None:
+    """`count / duration × 1e9` in tokens/s, or None when undefined.
+
+    Undefined when either input is missing, the duration is not positive, or count < min_count
+    (a decode rate needs at least 2 tokens: one token has no gap to time).
+    """
+    if count is None or duration_ns is None or duration_ns <= 0 or count < min_count:
+        return None
+    return count * NS_PER_S / duration_ns
+
+
+def server_prefill_tps(stats: ServerStats | None) -> float | None:
+    """Prefill rate in tokens/s: prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
+
+    None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0.
+    """
+    if stats is None:
+        return None
+    return rate_per_s(stats.prompt_eval_count, stats.prompt_eval_duration)
+
+
+def server_decode_tps(stats: ServerStats | None) -> float | None:
+    """Decode rate in tokens/s: eval_count / eval_duration × 1e9 (Ollama's convention).
+
+    The duration spans eval_count − 1 inter-token gaps, so the figure is optimistic by
+    n/(n − 1); with eval_count < 2 there is no gap and the rate is None, never 1e9/duration.
+    """
+    if stats is None:
+        return None
+    return rate_per_s(stats.eval_count, stats.eval_duration, min_count=2)
+
+
+def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, tokens: int | None) -> float | None:
+    """Time per output token in ms: (E2E − TTFT) / (tokens − 1); None when tokens < 2."""
+    if ttft_ms is None or e2e_ms is None or tokens is None or tokens < 2 or e2e_ms < ttft_ms:
+        return None
+    return (e2e_ms - ttft_ms) / (tokens - 1)
+
+
+def live_decode_tps(first_text_ns: int | None, last_text_ns: int | None, chunks: int) -> float | None:
+    """Client decode rate so far, in chunks/s: (chunks − 1) / (last − first). None until 2 chunks."""
+    if first_text_ns is None or last_text_ns is None or chunks < 2 or last_text_ns <= first_text_ns:
+        return None
+    return (chunks - 1) * NS_PER_S / (last_text_ns - first_text_ns)
+
+
+def compute_metrics(
+    sent_ns: int, events: Sequence[StreamEvent], stats: ServerStats | None = None
+) -> RequestMetrics:
+    """Derive every per-request metric from the send stamp, the events and the server stats.
+
+    sent_ns: `perf_counter_ns()` taken just before the request was sent.
+    events: the stream's events in arrival order (the done/failure event last, if any).
+    stats: the server's statistics (defaults to those on the done event).
+
+    E2E is measured to the done event; a stream without one (failure, truncation) has
+    E2E None, because the response never completed.
+    """
+    if stats is None:
+        stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
+    text_stamps = [e.t_ns for e in events if e.has_text]
+    content_stamp = next((e.t_ns for e in events if e.content), None)
+    done_event = next((e for e in reversed(events) if e.done and e.failure is None), None)
+
+    ttft = ns_to_ms(text_stamps[0] - sent_ns) if text_stamps else None
+    e2e = ns_to_ms(done_event.t_ns - sent_ns) if done_event is not None else None
+    itl = tuple((b - a) / NS_PER_MS for a, b in pairwise(text_stamps))
+
+    eval_count = stats.eval_count if stats is not None else None
+    if eval_count is not None:
+        tokens, basis = eval_count, "eval_count"
+    elif text_stamps:
+        tokens, basis = len(text_stamps), "chunks"
+    else:
+        tokens, basis = None, None
+
+    tpot = tpot_ms(ttft, e2e, tokens)
+    load = ns_to_ms(stats.load_duration) if stats else None
+    prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
+    overhead = None
+    if ttft is not None and load is not None and prompt_eval is not None:
+        overhead = ttft - (load + prompt_eval)
+
+    return RequestMetrics(
+        ttft_ms=ttft,
+        ttft_content_ms=ns_to_ms(content_stamp - sent_ns) if content_stamp is not None else None,
+        e2e_ms=e2e,
+        itl_ms=itl,
+        output_tokens=tokens,
+        tokens_basis=basis,
+        text_chunks=len(text_stamps),
+        tpot_ms=tpot,
+        client_decode_tps=(1000.0 / tpot) if tpot else None,
+        server_prefill_tps=server_prefill_tps(stats),
+        server_decode_tps=server_decode_tps(stats),
+        load_ms=load,
+        prompt_eval_ms=prompt_eval,
+        eval_ms=ns_to_ms(stats.eval_duration) if stats else None,
+        total_ms=ns_to_ms(stats.total_duration) if stats else None,
+        overhead_ms=overhead,
+    )
+
