@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return serve(args)
         if args.command == "run":
-            from llmtop.sessions.headless import run_headless
+            from llmtop.headless import run_headless
 
             return run_headless(args)
         from llmtop.tui.app import run_tui

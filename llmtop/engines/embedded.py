@@ -36,6 +36,12 @@ from llmtop.engines.llama_backend import GenerationError, GenerationResult, Llam
 from llmtop.engines.model_files import ModelDescription
 from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
 
+try:  # Starlette imports anyio's asyncio backend (~90 ms) on the first streamed response;
+    # import it now so the first request's TTFT does not pay for it.
+    import anyio._backends._asyncio  # noqa: F401
+except ImportError:  # pragma: no cover - a future anyio may move it
+    pass
+
 NDJSON = "application/x-ndjson"
 _END = object()
 

@@ -163,7 +163,23 @@ class LlamaBackend:
             raise GenerationError(f"cannot load {settings.model_path}: {exc}") from exc
         self._settings = settings
         self._formatter = self._make_formatter()
+        self._warm_up()
         return perf_counter_ns() - t0
+
+    def _warm_up(self) -> None:
+        """Run one batch decode and one single-token decode, then forget them, so llama.cpp's
+        lazy first-decode setup is paid inside the load (as llama-server's own warm-up does)
+        instead of inflating the first request's prefill and first inter-token gap."""
+        import llama_cpp
+
+        llm = self._llm
+        bos, eos = llm.token_bos(), llm.token_eos()
+        llm.eval([bos, eos])
+        llm.eval([eos])
+        # llama.cpp books a decode's time at the next synchronize; without this one the
+        # warm-up would be added to the first request's prompt-eval time and count.
+        llama_cpp.llama_synchronize(llm._ctx.ctx)
+        llm.reset()
 
     def unload(self) -> None:
         """Free the model (a no-op when none is loaded)."""

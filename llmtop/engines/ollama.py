@@ -12,6 +12,7 @@ ends without `done`, a read timeout. Nothing here raises for a server's misbehav
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -173,19 +174,20 @@ class OllamaEngine:
     async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
         try:
             parts = await start()
-            async for part in parts:
-                t_ns = perf_counter_ns()
-                content, thinking = texts(part)
-                if part.done:
-                    yield StreamEvent(
-                        t_ns,
-                        content or "",
-                        thinking or "",
-                        done=True,
-                        stats=ServerStats.from_mapping(part),
-                    )
-                    return
-                yield StreamEvent(t_ns, content or "", thinking or "")
+            async with contextlib.aclosing(parts):
+                async for part in parts:
+                    t_ns = perf_counter_ns()
+                    content, thinking = texts(part)
+                    if part.done:
+                        yield StreamEvent(
+                            t_ns,
+                            content or "",
+                            thinking or "",
+                            done=True,
+                            stats=ServerStats.from_mapping(part),
+                        )
+                        return
+                    yield StreamEvent(t_ns, content or "", thinking or "")
             failure = Failure(
                 FailureKind.TRUNCATED,
                 f"the stream from {self.host} ended without a done chunk (response truncated)",

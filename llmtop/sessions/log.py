@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -73,6 +74,7 @@ class SessionLog:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+            self._lock = threading.Lock()  # probe samples arrive from the sampler thread
         except OSError as exc:
             raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
         self.write(
@@ -87,13 +89,14 @@ class SessionLog:
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record as one line, flushed to disk before returning."""
-        if self._fh is None:
-            raise LogError(f"the session log {self.path} is closed")
         line = json.dumps(record, ensure_ascii=False, default=str)
         try:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            with self._lock:
+                if self._fh is None:
+                    raise LogError(f"the session log {self.path} is closed")
+                self._fh.write(line + "\n")
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
         except OSError as exc:
             raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
 

@@ -7,6 +7,8 @@ request (protocols.md §2.2: its streams are lazy).
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -126,12 +128,13 @@ async def run_request(
     """
     stream = start_stream()
     collector.sent_ns = perf_counter_ns()
-    async for event in stream:
-        collector.add(event)
-        if on_event is not None:
-            on_event(event)
-        if event.done:
-            break
+    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async for event in stream:
+            collector.add(event)
+            if on_event is not None:
+                on_event(event)
+            if event.done:
+                break
     return collector.finish()
 
 

@@ -1,0 +1,148 @@
+"""`llmtop run`: stream one prompt without the TUI; print the text and metrics, or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from llmtop.engines.events import FailureKind, Status, StreamEvent
+from llmtop.engines.launcher import Connection, connect
+from llmtop.engines.ollama import EngineError
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.log import LogError
+from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.request import RequestResult, run_request
+
+PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
+
+_EXIT_FOR_FAILURE = {
+    FailureKind.UNREACHABLE: ExitCode.ENGINE_UNREACHABLE,
+    FailureKind.MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
+    FailureKind.BAD_REQUEST: ExitCode.USAGE,
+}
+
+
+def exit_code_for(result: RequestResult) -> ExitCode:
+    """OK for a completed generation; otherwise the code that names what failed."""
+    if result.status == Status.OK:
+        return ExitCode.OK
+    if result.failure is not None:
+        return _EXIT_FOR_FAILURE.get(result.failure.kind, ExitCode.REQUEST_FAILED)
+    return ExitCode.REQUEST_FAILED
+
+
+def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[str, Any]:
+    """The `--json` object: metrics (ms, tokens/s), server counts, identity, status, log."""
+    m, s = result.metrics, result.stats
+    return {
+        "status": str(result.status),
+        "error": str(result.failure) if result.failure else None,
+        "ttft_ms": m.ttft_ms,
+        "tpot_ms": m.tpot_ms,
+        "e2e_ms": m.e2e_ms,
+        "output_tokens": m.output_tokens,
+        "tokens_basis": m.tokens_basis,
+        "decode_tps": m.client_decode_tps,
+        "server_decode_tps": m.server_decode_tps,
+        "prefill_tps": m.server_prefill_tps,
+        "load_ms": m.load_ms,
+        "prompt_eval_ms": m.prompt_eval_ms,
+        "overhead_ms": m.overhead_ms,
+        "prompt_eval_count": s.prompt_eval_count if s else None,
+        "eval_count": s.eval_count if s else None,
+        "done_reason": s.done_reason if s else None,
+        "engine": conn.engine.name,
+        "host": conn.engine.host,
+        "model": conn.model,
+        "quantization": conn.info.quantization if conn.info else None,
+        "options": result.options,
+        "text": result.content,
+        "thinking": result.thinking,
+        "log": log_path,
+    }
+
+
+def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f} {unit}"
+
+
+def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
+    """The human-readable metrics block printed after the streamed text."""
+    m, s = result.metrics, result.stats
+    basis = "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    lines = [
+        f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
+        f"TTFT          {_fmt(m.ttft_ms, 'ms')}",
+        f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
+        f"E2E           {_fmt(m.e2e_ms, 'ms')}",
+        f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
+        f"decode        {_fmt(m.client_decode_tps, 'tok/s')} client, {_fmt(m.server_decode_tps, 'tok/s')} server",
+        f"prefill       {_fmt(m.server_prefill_tps, 'tok/s')} server"
+        + (f" ({s.prompt_eval_count} tokens in {_fmt(m.prompt_eval_ms, 'ms')})" if s and s.prompt_eval_count else ""),
+        f"load          {_fmt(m.load_ms, 'ms')}",
+        f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
+    ]
+    print("\n".join(lines), file=out)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from llmtop.cli import generation_options
+    from llmtop.probes.sampler import ProbeSampler
+
+    try:
+        conn = await connect(args.engine, args.host, args.model, args.model_path)
+    except EngineError as exc:
+        print(f"llmtop: {exc.failure}", file=sys.stderr)
+        kind = exc.failure.kind
+        return ExitCode.MODEL_NOT_FOUND if kind == FailureKind.MODEL_NOT_FOUND else ExitCode.ENGINE_UNREACHABLE
+    try:
+        try:
+            recorder = SessionRecorder(conn, generation_options(args), args.log)
+        except LogError as exc:
+            print(f"llmtop: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        sampler = ProbeSampler(PROBE_INTERVAL_S, recorder.record_probe, engine_pids=lambda: conn.engine_pids)
+        if not args.json:
+            info = conn.info
+            quant = f" {info.quantization}" if info and info.quantization else ""
+            print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr)
+
+        def show(event: StreamEvent) -> None:
+            if not args.json and (event.content or event.thinking):
+                sys.stdout.write(event.thinking or event.content)
+                sys.stdout.flush()
+
+        sampler.start()
+        try:
+            collector = recorder.new_request(args.prompt)
+            try:
+                result = await run_request(lambda: recorder.stream(args.prompt), collector, show)
+            except asyncio.CancelledError:
+                recorder.record(collector.finish(cancelled=True))
+                raise
+            recorder.record(result)
+        finally:
+            sampler.stop()
+            recorder.close()
+        if args.json:
+            print(json.dumps(result_json(result, conn, str(recorder.log.path))))
+        else:
+            print("\n")
+            print_metrics(result)
+            print(f"log           {recorder.log.path}")
+        if result.failure is not None and not args.json:
+            print(f"llmtop: {result.failure}", file=sys.stderr)
+        return exit_code_for(result)
+    finally:
+        await conn.close()
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    """Entry point of `llmtop run`; returns an ExitCode."""
+    if not args.prompt.strip():
+        print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the sky blue?'", file=sys.stderr)
+        return ExitCode.USAGE
+    return asyncio.run(_run(args))

@@ -1,0 +1,67 @@
+"""A measuring session: the engine connection, the options, the log and the probe samples.
+
+Shared by the TUI and `llmtop run` so both record the same things the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from llmtop.engines.events import StreamEvent
+from llmtop.engines.launcher import Connection
+from llmtop.sessions.environment import environment
+from llmtop.sessions.log import SessionLog, default_log_path
+from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
+
+
+class SessionRecorder:
+    """Owns the session log of one connection and numbers its requests.
+
+    log_path: where to append (None → a new file in the user data directory).
+    options: the Ollama `options` sent with every request (recorded in the header).
+    Raises LogError when the log cannot be created.
+    """
+
+    def __init__(self, conn: Connection, options: dict[str, Any], log_path: str | os.PathLike[str] | None = None) -> None:
+        self.conn = conn
+        self.options = dict(options)
+        self.log = SessionLog(log_path or default_log_path(), self.header())
+        self.requests = 0
+        self.in_flight: int | None = None  # id of the request being streamed, for probe records
+
+    def header(self) -> dict[str, Any]:
+        """The header record's fields: engine, host, model and its details, options, machine."""
+        return {
+            "engine": self.conn.engine.name,
+            "engine_version": self.conn.version,
+            "host": self.conn.engine.host,
+            "model": self.conn.model,
+            "model_details": self.conn.info.to_dict() if self.conn.info else None,
+            "options": self.options,
+            "environment": environment(),
+        }
+
+    def new_request(self, prompt: str) -> RequestCollector:
+        """A collector for the next request (ids count from 1)."""
+        self.requests += 1
+        self.in_flight = self.requests
+        return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
+
+    def stream(self, prompt: str) -> AsyncIterator[StreamEvent]:
+        """The lazy event stream for a single-turn chat with `prompt`."""
+        return self.conn.engine.stream_chat(self.conn.model, chat_messages(prompt), options=self.options)
+
+    def record(self, result: RequestResult) -> None:
+        """Append a finished (or cancelled) request to the log."""
+        self.in_flight = None
+        self.log.write_request(result)
+
+    def record_probe(self, sample: Any) -> None:
+        """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""
+        self.log.write_probe(sample.to_dict(), self.in_flight)
+
+    def close(self) -> None:
+        """Write the end record and close the log."""
+        self.log.close()
