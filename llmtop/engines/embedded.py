@@ -16,12 +16,13 @@ Timing semantics (all ns, measured with perf_counter_ns on the server):
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from time import perf_counter_ns
 from typing import Any
@@ -73,7 +74,7 @@ class EmbeddedEngine:
         self.description = description
         self.default_num_ctx = default_num_ctx
         self.backend = LlamaBackend(description.path, chat_format=chat_format)
-        self.history: list[JobRecord] = []
+        self.history: deque[JobRecord] = deque(maxlen=200)
         self._lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._expires_at: datetime | None = None
@@ -160,8 +161,9 @@ class EmbeddedEngine:
                     loop.call_soon_threadsafe(queue.put_nowait, _END)
 
             future = loop.run_in_executor(self._executor, work)
-            # From here the lock belongs to the worker: release it when the thread is done.
-            future.add_done_callback(lambda _f: self._lock.release())
+            # From here the lock belongs to the worker: release it when the thread is done,
+            # and record what the thread did even if the consumer has gone away.
+            future.add_done_callback(lambda f: self._finished(f, endpoint))
             released = True
             try:
                 while (item := await queue.get()) is not _END:
@@ -169,14 +171,11 @@ class EmbeddedEngine:
                 try:
                     result = await future
                 except GenerationError as exc:
-                    self.history.append(JobRecord(endpoint, "error", 0, False, str(exc)))
                     yield {"error": str(exc), "_status": 500}
                     return
                 except Exception as exc:  # noqa: BLE001 - a crash in llama.cpp mid-stream
-                    self.history.append(JobRecord(endpoint, "error", 0, False, str(exc)))
                     yield {"error": f"an error was encountered while running the model: {exc}", "_status": 500}
                     return
-                self.history.append(JobRecord(endpoint, result.done_reason, result.eval_count, result.cancelled, None))
                 if job.keep_alive_s == 0:
                     loop.run_in_executor(self._executor, self.backend.unload)
                 else:
@@ -187,6 +186,15 @@ class EmbeddedEngine:
         finally:
             if not released:
                 self._lock.release()
+
+    def _finished(self, future: asyncio.Future[GenerationResult], endpoint: str) -> None:
+        self._lock.release()
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None or future.cancelled():
+            self.history.append(JobRecord(endpoint, "error", 0, False, str(exc)))
+        else:
+            r = future.result()
+            self.history.append(JobRecord(endpoint, r.done_reason, r.eval_count, r.cancelled, None))
 
     def _generate(self, job: ParsedRequest, emit: Any, cancel: threading.Event) -> GenerationResult:
         if job.messages is not None:
@@ -277,6 +285,10 @@ def create_app(engine: EmbeddedEngine) -> Starlette:
             {"version": __version__, "engine": "llmtop-embedded", "llama_cpp_python": llama_cpp.__version__}
         )
 
+    async def jobs(_: Request) -> Response:
+        # llmtop's own diagnostic route: what the engine did for recent requests (newest last).
+        return JSONResponse({"jobs": [asdict(j) for j in list(engine.history)[-50:]]})
+
     async def tags(_: Request) -> Response:
         return JSONResponse({"models": [engine.tag()]})
 
@@ -349,6 +361,7 @@ def create_app(engine: EmbeddedEngine) -> Starlette:
         Route("/api/show", show, methods=["POST"]),
         Route("/api/chat", chat_route, methods=["POST"]),
         Route("/api/generate", generate_route, methods=["POST"]),
+        Route("/llmtop/jobs", jobs, methods=["GET"]),
     ]
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

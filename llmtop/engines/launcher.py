@@ -153,7 +153,8 @@ async def connect(
     """Reach an engine per the `--engine` rule and pick the model.
 
     engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
-    host: Ollama's address (ignored for embedded unless it names a running embedded engine).
+    host: Ollama's address; with engine "embedded", the address of an embedded engine that is
+    already running (`llmtop engine`), else llmtop starts one as a child process.
     Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND) with a remedy.
     """
     if engine not in ("auto", "ollama", "embedded"):
@@ -167,6 +168,18 @@ async def connect(
     process = None
     if version is not None:
         client = OllamaEngine(target, name="ollama")
+    elif engine == "embedded" and host:
+        # An embedded engine that is already running (`llmtop engine`): use it, start nothing.
+        version = await ollama_version(target, timeout_s=5.0)
+        if version is None:
+            raise EngineError(
+                Failure(
+                    FailureKind.UNREACHABLE,
+                    f"no embedded engine answers at {target}",
+                    "start one with `llmtop engine --port PORT`, or drop --host to let llmtop start it",
+                )
+            )
+        client = OllamaEngine(target, name="embedded")
     else:
         process = EmbeddedProcess(model_path=model_path)
         await process.start()

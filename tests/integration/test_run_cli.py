@@ -1,0 +1,69 @@
+"""`llmtop run` on the real embedded engine (issue 2 §7, §9)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmtop.exitcodes import ExitCode
+from llmtop.engines.launcher import free_port
+from llmtop.sessions.log import read_log
+
+pytestmark = pytest.mark.integration
+
+
+def llmtop(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "llmtop", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
+    host = fresh_engine.host
+    runs = []
+    for i in range(2):
+        log = tmp_path / f"run{i}.jsonl"
+        p = llmtop("run", "--engine", "embedded", "--host", host, "--prompt", "Why is the sky blue?",
+                   "--num-predict", "24", "--json", "--log", str(log))
+        assert p.returncode == ExitCode.OK, p.stderr
+        runs.append(json.loads(p.stdout))
+    first, second = runs
+    for r in runs:
+        assert r["status"] == "ok" and r["error"] is None and r["engine"] == "embedded"
+        assert r["output_tokens"] == r["eval_count"] == 24 and r["done_reason"] == "length"
+        assert r["ttft_ms"] > 0 and r["tpot_ms"] > 0 and r["e2e_ms"] > r["ttft_ms"]
+        assert r["model"] == "gemma3:270m" and r["quantization"] == "Q4_K_M"
+        assert r["decode_tps"] > 0 and r["prefill_tps"] > 0 and r["prompt_eval_count"] > 5
+    # the first request loaded the model; the second found it loaded
+    assert first["load_ms"] > 100 and second["load_ms"] < first["load_ms"] / 10
+    loaded = read_log(runs[1]["log"])
+    assert loaded.header["model"] == "gemma3:270m" and loaded.header["environment"]["cpu_cores_logical"] >= 1
+    (req,) = loaded.of_type("request")
+    assert req["stats"]["eval_count"] == 24 and len(req["chunks"]) >= 1
+    assert list(loaded.of_type("probe")), "probe samples are logged with the request"
+
+
+def test_run_text_mode_starts_and_stops_its_own_engine(tmp_path):
+    p = llmtop("run", "--engine", "embedded", "--prompt", "Hello", "--num-predict", "8", "--log", str(tmp_path / "l.jsonl"))
+    assert p.returncode == ExitCode.OK, p.stderr
+    assert "TTFT" in p.stdout and "status        ok" in p.stdout
+    assert "embedded at http://127.0.0.1:" in p.stderr
+
+
+def test_unreachable_ollama_is_exit_3_with_a_remedy():
+    port = free_port()
+    p = llmtop("run", "--engine", "ollama", "--host", f"127.0.0.1:{port}", "--prompt", "hi")
+    assert p.returncode == ExitCode.ENGINE_UNREACHABLE
+    assert f"127.0.0.1:{port}" in p.stderr and "ollama serve" in p.stderr
+
+
+def test_unknown_model_is_exit_4_and_lists_installed(engine_url):
+    p = llmtop("run", "--engine", "embedded", "--host", engine_url, "--model", "llama3:8b", "--prompt", "hi")
+    assert p.returncode == ExitCode.MODEL_NOT_FOUND
+    assert "llama3:8b" in p.stderr and "installed: gemma3:270m" in p.stderr
+
+
+def test_empty_prompt_is_a_usage_error():
+    p = llmtop("run", "--prompt", "  ")
+    assert p.returncode == ExitCode.USAGE and "--prompt is empty" in p.stderr
