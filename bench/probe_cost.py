@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':12}{'first':>9}{'p50':>9}{'max':>9}   (ms per sample)")
     for label, values in (("CPU ms", cpu), ("wall ms", wall)):
         steady = values[1:]
-        print(
-            f"{label:12}{values[0]:9.2f}{statistics.median(steady):9.2f}{max(steady):9.2f}"
-        )
+        print(f"{label:12}{values[0]:9.2f}{statistics.median(steady):9.2f}{max(steady):9.2f}")
     per_proc_us = 1000 * statistics.median(cpu[1:]) / max(n_procs, 1)
     print(f"CPU per process per sample (p50): {per_proc_us:.1f} µs")
     return 0

@@ -9,7 +9,13 @@ from llmtop.probes.catalogue import CATALOGUE, Category, classify, match_name, n
 # (process name, exe, cmdline, expected app, expected category)
 CASES = [
     # Chrome / Chromium on all three systems
-    ("chrome", "/opt/google/chrome/chrome", ["/opt/google/chrome/chrome"], "Google Chrome", Category.BROWSER),
+    (
+        "chrome",
+        "/opt/google/chrome/chrome",
+        ["/opt/google/chrome/chrome"],
+        "Google Chrome",
+        Category.BROWSER,
+    ),
     ("chromium", None, None, "Chromium", Category.BROWSER),
     ("chromium-browser", None, None, "Chromium", Category.BROWSER),
     ("Google Chrome Helper (Renderer)", None, None, "Google Chrome", Category.BROWSER),

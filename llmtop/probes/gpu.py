@@ -1,0 +1,222 @@
+"""NVIDIA GPU state through NVML (`pynvml`, package nvidia-ml-py); absent is a normal state.
+
+The source method logged `nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total`
+every second and said which tool each VRAM figure came from; `GpuSample.source` records that
+("nvml"). No GPU, no driver or no library gives `GpuSample(available=False, reason=...)`,
+never an exception. NVML is initialised once per process and left initialised (nvmlInit is
+reference-counted and cheap to keep); repeat samples reuse the device handles.
+
+GPU utilisation 100 % is busy time, not efficiency (method.md): it does not mean "cannot go
+faster".
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "nvml"
+
+# NVML's clock-event ("throttle") reason bits, nvml.h `nvmlClocksEventReason*`, as data.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+def decode_throttle(mask: int) -> tuple[str, ...]:
+    """NVML clock-event bitmask → reason names, in bit order (0 → empty tuple)."""
+    return tuple(name for bit, name in THROTTLE_REASONS if mask & bit)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process using a GPU: pid and its GPU memory in bytes (None: NVML cannot tell,
+    e.g. Windows WDDM or a container without the pid namespace)."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU. Every figure from NVML; None where the board does not support the query.
+
+    util_percent / mem_util_percent: % of the last sample period the GPU / memory controller
+    was busy (NVML utilisation rates). memory_used / memory_total: bytes.
+    temperature_c: core °C. clock_*_mhz: current graphics/memory clocks; *_max_mhz: limits.
+    throttle_reasons: active clock-event reasons (`THROTTLE_REASONS` names).
+    power_w: board power draw in watts.
+    """
+
+    index: int
+    name: str | None
+    util_percent: float | None
+    mem_util_percent: float | None
+    memory_used: int | None
+    memory_total: int | None
+    temperature_c: float | None
+    clock_graphics_mhz: int | None
+    clock_memory_mhz: int | None
+    clock_graphics_max_mhz: int | None
+    clock_memory_max_mhz: int | None
+    throttle_reasons: tuple[str, ...] | None
+    power_w: float | None
+    processes: tuple[GpuProcess, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """All GPUs: `available` False (with a human `reason`) when NVML cannot be used."""
+
+    available: bool
+    reason: str | None = None
+    source: str = SOURCE
+    driver_version: str | None = None
+    devices: tuple[GpuDevice, ...] = ()
+
+
+_init_lock = threading.Lock()
+# library object (the pynvml module, or a test's stand-in) → None (ready) or the failure reason
+_init_result: dict[Any, str | None] = {}
+
+
+def _load_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _init_once(lib: Any) -> str | None:
+    """nvmlInit() once per library object; the failure reason, or None when ready."""
+    with _init_lock:
+        if lib not in _init_result:
+            try:
+                lib.nvmlInit()
+                _init_result[lib] = None
+            except _errors(lib) as exc:  # library not found, driver not loaded, no permission
+                _init_result[lib] = f"NVML unavailable: {_text(exc) or type(exc).__name__}"
+        return _init_result[lib]
+
+
+def _errors(lib: Any) -> tuple[type[BaseException], ...]:
+    """What an NVML call may raise: pynvml's NVMLError (and its per-code subclasses), plus
+    OSError/AttributeError for a broken or too-old library (a missing function)."""
+    nvml_error = getattr(lib, "NVMLError", None)
+    extra = (nvml_error,) if isinstance(nvml_error, type) else ()
+    return (*extra, OSError, AttributeError, TypeError, ValueError)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class GpuProbe:
+    """Takes `GpuSample`s. `nvml`: the pynvml module (default: imported if installed);
+    tests pass a stand-in. Never raises from `sample()`."""
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        self._lib = nvml if nvml is not None else _load_pynvml()
+        self._handles: list[Any] | None = None
+        self._driver: str | None = None
+        self._reason: str | None = None
+        self._errors = _errors(self._lib)
+
+    def _setup(self) -> str | None:
+        if self._handles is not None or self._reason is not None:
+            return self._reason
+        if self._lib is None:
+            self._reason = "pynvml (nvidia-ml-py) is not installed"
+            return self._reason
+        reason = _init_once(self._lib)
+        if reason is not None:
+            self._reason = reason
+            return reason
+        try:
+            count = int(self._lib.nvmlDeviceGetCount())
+            self._handles = [self._lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except _errors(self._lib) as exc:
+            self._reason = f"NVML device query failed: {_text(exc)}"
+            return self._reason
+        if not self._handles:
+            self._reason = "no NVIDIA GPU found"
+            return self._reason
+        self._driver = self._call_text("nvmlSystemGetDriverVersion")
+        return None
+
+    def sample(self) -> GpuSample:
+        """Read every GPU now; `available=False` with a reason when NVML cannot be used."""
+        reason = self._setup()
+        if reason is not None or self._handles is None:
+            return GpuSample(available=False, reason=reason)
+        devices = tuple(self._device(i, h) for i, h in enumerate(self._handles))
+        return GpuSample(available=True, driver_version=self._driver, devices=devices)
+
+    def _call(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self._lib, fn)(*args)
+        except self._errors:  # NVMLError_NotSupported and friends: this figure is unknown
+            return None
+
+    def _call_text(self, fn: str, *args: Any) -> str | None:
+        value = self._call(fn, *args)
+        return None if value is None else _text(value)
+
+    def _device(self, index: int, h: Any) -> GpuDevice:
+        lib = self._lib
+        util = self._call("nvmlDeviceGetUtilizationRates", h)
+        mem = self._call("nvmlDeviceGetMemoryInfo", h)
+        temp = self._call("nvmlDeviceGetTemperature", h, getattr(lib, "NVML_TEMPERATURE_GPU", 0))
+        g_clock, m_clock = (
+            getattr(lib, "NVML_CLOCK_GRAPHICS", 0),
+            getattr(lib, "NVML_CLOCK_MEM", 2),
+        )
+        mask = self._call("nvmlDeviceGetCurrentClocksEventReasons", h)
+        if mask is None:
+            mask = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        power_mw = self._call("nvmlDeviceGetPowerUsage", h)
+        return GpuDevice(
+            index=index,
+            name=self._call_text("nvmlDeviceGetName", h),
+            util_percent=_num(getattr(util, "gpu", None)),
+            mem_util_percent=_num(getattr(util, "memory", None)),
+            memory_used=_int(getattr(mem, "used", None)),
+            memory_total=_int(getattr(mem, "total", None)),
+            temperature_c=_num(temp),
+            clock_graphics_mhz=_int(self._call("nvmlDeviceGetClockInfo", h, g_clock)),
+            clock_memory_mhz=_int(self._call("nvmlDeviceGetClockInfo", h, m_clock)),
+            clock_graphics_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, g_clock)),
+            clock_memory_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, m_clock)),
+            throttle_reasons=decode_throttle(int(mask)) if mask is not None else None,
+            power_w=power_mw / 1000.0 if isinstance(power_mw, int | float) else None,
+            processes=self._processes(h),
+        )
+
+    def _processes(self, h: Any) -> tuple[GpuProcess, ...]:
+        seen: dict[int, GpuProcess] = {}
+        for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            for p in self._call(fn, h) or ():
+                pid = _int(getattr(p, "pid", None))
+                if pid is not None and pid not in seen:
+                    seen[pid] = GpuProcess(pid, _int(getattr(p, "usedGpuMemory", None)))
+        return tuple(sorted(seen.values(), key=lambda p: p.pid))
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

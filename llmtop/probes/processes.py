@@ -1,0 +1,353 @@
+"""Top processes, grouped by application, with llmtop's own and the engine's CPU kept apart.
+
+CPU % here is psutil's per-process figure: 100 = one full logical core, so a multi-threaded
+process can exceed 100. `AppUsage.cpu_percent_machine` is the same figure divided by the
+logical CPU count (0–100 % of the whole machine), the unit the verdict's background rule uses.
+
+psutil measures a process's CPU as the difference between two readings of the same
+`psutil.Process` object, so the probe caches those objects between samples, keyed by
+(pid, create_time) — a recycled pid is a new process. A process's first reading is unknown
+(None), never 0.0. Processes vanish, turn zombie or deny access between listing and reading;
+the probe never raises for that: a vanished process is dropped, an unreadable value is None.
+
+Why not `psutil.process_iter(attrs)`: its Process cache is module-wide, so any other caller
+of `cpu_percent()` on those objects would reset this probe's baselines, and it cannot skip
+fields per process. Instead one pass over `psutil.pids()` reads, per known process, its
+identity (`is_running`, one /proc/<pid>/stat read) and then CPU and RSS in one `oneshot()`
+(stat + statm); exe/cmdline only once per process lifetime and only for generic names; the
+name on a process's first samples and every `NAME_RECHECK`-th after. `bench/probe_cost.py`
+measures the result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psutil
+
+from llmtop.probes.catalogue import Category, classify, needs_path
+from llmtop.probes.system import logical_cpus, machine_percent
+
+PidSource = Callable[[], Collection[int]] | Collection[int]
+"""A set of pids, or a callable returning one (called at every sample, so it may change)."""
+
+SELF_APP = "llmtop"
+NAME_RECHECK = 16  # samples between name re-reads of a known process (see _Tracked.name_due)
+
+
+class ProcLike(Protocol):
+    """The part of `psutil.Process` the probe reads (tests feed small fakes)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def oneshot(self) -> AbstractContextManager[Any]: ...
+
+    def name(self) -> str: ...
+
+    def exe(self) -> str: ...
+
+    def cmdline(self) -> list[str]: ...
+
+    def cpu_percent(self, interval: float | None = None) -> float: ...
+
+    def memory_info(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppUsage:
+    """One application: all its processes together.
+
+    cpu_percent: sum over its processes, % of one core (psutil semantics); sums only the
+        processes whose reading is known; None while none is known (warming up / denied).
+    rss_bytes: summed resident set size in bytes (shared pages count once per process, so
+        this overstates multi-process apps, as every top-like tool does); None when unknown.
+    cpu_percent_machine: cpu_percent / logical CPUs, 0–100 % of the machine; None likewise.
+    """
+
+    app: str
+    category: Category
+    cpu_percent: float | None
+    rss_bytes: int | None
+    n_procs: int
+    pids: tuple[int, ...]
+    is_browser: bool
+    cpu_percent_machine: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """The process table, grouped.
+
+    apps: every app, CPU descending; unknown (None) CPU last, ties by RSS then name.
+    self_cpu_percent: llmtop's own process (all its threads), % of one core; None if unknown.
+    engine_cpu_percent: the measured engine's pids summed, % of one core; None when no engine
+        pids are given or none of them could be read yet.
+    warming_up: True on a probe's first sample (no process has a CPU reading yet).
+    n_procs: processes read; logical_cpus: divisor for machine %.
+    """
+
+    apps: tuple[AppUsage, ...]
+    self_cpu_percent: float | None
+    engine_cpu_percent: float | None
+    warming_up: bool
+    n_procs: int = 0
+    logical_cpus: int = 1
+
+    def top(self, n: int) -> tuple[AppUsage, ...]:
+        """The `n` busiest apps."""
+        return self.apps[:n]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcReading:
+    """One process, one sample: name, CPU % of one core (None = unknown), RSS bytes."""
+
+    pid: int
+    name: str | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a process is: display app name and category (before self/engine overrides)."""
+
+    app: str
+    category: Category
+
+
+def _field(read: Callable[[], Any]) -> Any:
+    """One psutil read: AccessDenied / ZombieProcess → None; NoSuchProcess propagates."""
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def read_process(proc: ProcLike, *, first: bool, read_name: bool = True) -> ProcReading | None:
+    """Read name, CPU % and RSS of one process in one `oneshot()`; None if it has vanished.
+
+    `first`: this is the probe's first reading of this process object; its CPU % is then
+    unknown (psutil returns a meaningless 0.0 that only primes the next reading).
+    `read_name`: False skips the name (`name=None`): psutil re-reads the command line for
+    every 15-character name, which would double the cost of a sample.
+    Never raises for NoSuchProcess/ZombieProcess/AccessDenied: unreadable fields are None.
+    """
+    try:
+        with proc.oneshot():
+            name = _field(proc.name) if read_name else None
+            cpu = _field(lambda: proc.cpu_percent(None))
+            mem = _field(proc.memory_info)
+    except psutil.ZombieProcess:
+        return ProcReading(proc.pid, None, None, None)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return ProcReading(proc.pid, None, None, None)
+    rss = getattr(mem, "rss", None) if mem is not None else None
+    return ProcReading(
+        pid=proc.pid,
+        name=name,
+        cpu_percent=None if first or cpu is None else float(cpu),
+        rss_bytes=int(rss) if rss is not None else None,
+    )
+
+
+def identify(proc: ProcLike, name: str | None) -> Identity:
+    """The app a process belongs to: catalogue entry, else its own name (category other).
+
+    Reads exe and cmdline only for generic names (`catalogue.needs_path`); unreadable → skipped.
+    """
+    exe: str | None = None
+    cmdline: list[str] | None = None
+    if needs_path(name):
+        try:
+            exe = _field(proc.exe)
+            cmdline = _field(proc.cmdline)
+        except psutil.NoSuchProcess:
+            pass
+    rule = classify(name, exe, cmdline)
+    if rule is not None:
+        return Identity(rule.app, rule.category)
+    return Identity(_group_name(name), Category.OTHER)
+
+
+def _group_name(name: str | None) -> str:
+    """Group key for an uncatalogued process: its name, with Linux kernel-thread suffixes
+    dropped ("kworker/3:1-events" → "kworker", "ksoftirqd/0" → "ksoftirqd")."""
+    if not name:
+        return "(unknown)"
+    head = name.split("/", 1)[0]
+    return head or name
+
+
+def _sum_known(values: Iterable[float | int | None]) -> Any:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def group(
+    rows: Iterable[tuple[ProcReading, Identity]],
+    *,
+    self_pids: Collection[int] = (),
+    engine_pids: Collection[int] = (),
+    cpus: int = 1,
+    warming_up: bool = False,
+) -> ProcessSample:
+    """Pure: group readings into apps and sort them (see `ProcessSample`).
+
+    Self pids become the app "llmtop" (category SELF); engine pids keep their app name with
+    category ENGINE; self wins if a pid is in both.
+    """
+    groups: dict[tuple[str, Category], list[ProcReading]] = {}
+    self_cpu: list[float | None] = []
+    engine_cpu: list[float | None] = []
+    n = 0
+    for reading, ident in rows:
+        n += 1
+        key = (ident.app, ident.category)
+        if reading.pid in self_pids:
+            key = (SELF_APP, Category.SELF)
+            self_cpu.append(reading.cpu_percent)
+        elif reading.pid in engine_pids:
+            key = (ident.app, Category.ENGINE)
+            engine_cpu.append(reading.cpu_percent)
+        groups.setdefault(key, []).append(reading)
+    apps = []
+    for (app, category), members in groups.items():
+        cpu = _sum_known(r.cpu_percent for r in members)
+        apps.append(
+            AppUsage(
+                app=app,
+                category=category,
+                cpu_percent=cpu,
+                rss_bytes=_sum_known(r.rss_bytes for r in members),
+                n_procs=len(members),
+                pids=tuple(sorted(r.pid for r in members)),
+                is_browser=category is Category.BROWSER,
+                cpu_percent_machine=machine_percent(cpu, cpus),
+            )
+        )
+    apps.sort(key=_sort_key)
+    return ProcessSample(
+        apps=tuple(apps),
+        self_cpu_percent=_sum_known(self_cpu),
+        engine_cpu_percent=_sum_known(engine_cpu) if engine_pids else None,
+        warming_up=warming_up,
+        n_procs=n,
+        logical_cpus=cpus,
+    )
+
+
+def _sort_key(a: AppUsage) -> tuple[bool, float, int, str]:
+    return (a.cpu_percent is None, -(a.cpu_percent or 0.0), -(a.rss_bytes or 0), a.app)
+
+
+def _pids(source: PidSource | None) -> frozenset[int]:
+    if source is None:
+        return frozenset()
+    try:
+        return frozenset(source() if callable(source) else source)
+    except Exception:  # noqa: BLE001 -- a caller's pid callback must not break sampling
+        return frozenset()
+
+
+@dataclass(slots=True)
+class _Tracked:
+    proc: psutil.Process
+    ident: Identity
+    name: str | None
+    readings: int = 0  # CPU readings taken so far (0: the next one only primes psutil)
+
+    def name_due(self) -> bool:
+        """Whether to re-read the name this sample: exec() keeps pid and start time but
+        changes the program (launcher scripts such as google-chrome exec the real binary at
+        once), so on the first samples of a process, then every `NAME_RECHECK`-th sample
+        (staggered by pid so the cost is spread)."""
+        return self.readings < 3 or (self.readings + self.proc.pid) % NAME_RECHECK == 0
+
+
+class ProcessProbe:
+    """Takes `ProcessSample`s of the whole process table. Not thread-safe.
+
+    self_pids: llmtop's own pids (default: this process); engine_pids: the measured engine's
+    (default: none). Either may be a callable, re-read at every sample.
+    """
+
+    def __init__(
+        self,
+        self_pids: PidSource | None = None,
+        engine_pids: PidSource | None = None,
+    ) -> None:
+        self._self_pids: PidSource = self_pids if self_pids is not None else {os.getpid()}
+        self._engine_pids = engine_pids
+        self._table: dict[int, _Tracked] = {}
+        self._cpus = logical_cpus()
+        self._samples = 0
+
+    def sample(self) -> ProcessSample:
+        """Read every process once and group them. Never raises for process races."""
+        warming_up = self._samples == 0
+        self._samples += 1
+        rows = list(self._read_all())
+        return group(
+            rows,
+            self_pids=_pids(self._self_pids),
+            engine_pids=_pids(self._engine_pids),
+            cpus=self._cpus,
+            warming_up=warming_up,
+        )
+
+    def _read_all(self) -> Iterator[tuple[ProcReading, Identity]]:
+        table = self._table
+        live = set(psutil.pids())
+        for gone in table.keys() - live:
+            del table[gone]
+        for pid in sorted(live):
+            tracked = self._track(pid)
+            if tracked is None:
+                continue
+            reading = read_process(
+                tracked.proc, first=tracked.readings == 0, read_name=tracked.name_due()
+            )
+            if reading is None:
+                table.pop(pid, None)
+                continue
+            tracked.readings += 1
+            if reading.name is not None and reading.name != tracked.name:
+                tracked.name = reading.name
+                tracked.ident = identify(tracked.proc, reading.name)
+            yield reading, tracked.ident
+
+    def _track(self, pid: int) -> _Tracked | None:
+        """The cached entry for `pid`, replaced when the pid was recycled; None if gone."""
+        tracked = self._table.get(pid)
+        if tracked is not None:
+            # is_running() compares (pid, create_time) with a fresh read: a recycled pid
+            # would otherwise inherit the old process's CPU baseline.
+            try:
+                if tracked.proc.is_running():
+                    return tracked
+            except psutil.Error:
+                pass
+        try:
+            proc = psutil.Process(pid)
+        except psutil.Error:
+            self._table.pop(pid, None)
+            return None
+        name = _safe_name(proc)
+        tracked = _Tracked(proc=proc, ident=identify(proc, name), name=name)
+        self._table[pid] = tracked
+        return tracked
+
+
+def _safe_name(proc: psutil.Process) -> str | None:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return None

@@ -1,0 +1,212 @@
+"""Periodic sampling of system + processes + GPU + verdict in a daemon thread.
+
+The TUI runs this off its event loop and posts each `ProbeSample` as a message; preflight and
+the session log call `sample_once()`. Each sample records what taking it cost (`cost_ms`,
+CPU time of the sampling thread), so the observer effect is itself measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from llmtop.probes.gpu import GpuProbe, GpuSample
+from llmtop.probes.processes import PidSource, ProcessProbe, ProcessSample
+from llmtop.probes.system import SystemProbe, SystemSample
+from llmtop.probes.verdict import Finding, Level, Verdict, evaluate
+
+log = logging.getLogger(__name__)
+
+_thread_ns: Callable[[], int] = getattr(time, "thread_time_ns", time.process_time_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """One complete probe reading.
+
+    t_ns: `time.perf_counter_ns()` when sampling began (durations only).
+    wall_time: local ISO-8601 time with offset, a label only.
+    system / processes / gpu: None only when that probe failed this time (a "probe-error"
+        finding in `verdict` then says why).
+    cost_ms: CPU time (ms) the sampling thread spent taking this sample (`thread_time_ns`).
+    """
+
+    t_ns: int
+    wall_time: str
+    system: SystemSample | None
+    processes: ProcessSample | None
+    gpu: GpuSample | None
+    verdict: Verdict
+    cost_ms: float
+
+    def to_dict(self, max_apps: int | None = 20) -> dict[str, Any]:
+        """JSON-ready dict (enums → strings, tuples → lists) for the session log.
+
+        `max_apps` keeps the busiest apps only (None: all); `processes.apps_omitted` counts
+        the rest, so a 1 Hz log stays small.
+        """
+        out: dict[str, Any] = _plain(self)
+        procs = out.get("processes")
+        if procs is not None and max_apps is not None:
+            apps = procs["apps"]
+            procs["apps"], procs["apps_omitted"] = apps[:max_apps], max(0, len(apps) - max_apps)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _error(what: str, exc: BaseException) -> Finding:
+    return Finding(
+        "probe-error",
+        Level.WARN,
+        None,
+        None,
+        "",
+        f"{what} probe failed: {type(exc).__name__}: {exc}",
+        "the machine state is unknown for this sample; report this if it repeats",
+    )
+
+
+class ProbeSampler:
+    """Samples every `interval_s` seconds in a daemon thread and calls `on_sample(sample)`
+    from that thread (callers hop to their own loop, e.g. Textual's `call_from_thread`).
+
+    self_pids / engine_pids: see `ProcessProbe`. The probes can be injected (tests).
+    Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
+    failing callback is logged, and the loop continues.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 1.0,
+        on_sample: Callable[[ProbeSample], None] | None = None,
+        self_pids: PidSource | None = None,
+        engine_pids: PidSource | None = None,
+        *,
+        gpu: bool = True,
+        system_probe: SystemProbe | None = None,
+        process_probe: ProcessProbe | None = None,
+        gpu_probe: GpuProbe | None = None,
+    ) -> None:
+        self._interval = self._check(interval_s)
+        self._on_sample = on_sample
+        self._system = system_probe or SystemProbe()
+        self._processes = process_probe or ProcessProbe(self_pids, engine_pids)
+        self._gpu = gpu_probe or (GpuProbe() if gpu else None)
+        self._lock = threading.Lock()  # one sample at a time (thread vs sample_once)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._latest: ProbeSample | None = None
+
+    @staticmethod
+    def _check(interval_s: float) -> float:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        return float(interval_s)
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between samples."""
+        return self._interval
+
+    @property
+    def latest(self) -> ProbeSample | None:
+        """The most recent sample, None before the first."""
+        return self._latest
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def set_interval(self, interval_s: float) -> None:
+        """Change the period (e.g. faster during a request); takes effect at once.
+        Raises ValueError unless interval_s > 0."""
+        self._interval = self._check(interval_s)
+        self._wake.set()
+
+    def sample_once(self) -> ProbeSample:
+        """Take one sample synchronously (also updates `latest`; no callback). Never raises."""
+        with self._lock:
+            t_ns = time.perf_counter_ns()
+            c0 = _thread_ns()
+            wall = datetime.now().astimezone().isoformat(timespec="milliseconds")
+            errors: list[Finding] = []
+            system = self._guard("system", self._system.sample, errors)
+            processes = self._guard("process", self._processes.sample, errors)
+            gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
+            if system is not None and processes is not None:
+                verdict = self._guard("verdict", lambda: evaluate(system, processes), errors)
+            else:
+                verdict = None
+            found = (verdict.findings if verdict else ()) + tuple(errors)
+            sample = ProbeSample(
+                t_ns=t_ns,
+                wall_time=wall,
+                system=system,
+                processes=processes,
+                gpu=gpu,
+                verdict=Verdict.of(found),
+                cost_ms=(_thread_ns() - c0) / 1e6,
+            )
+            self._latest = sample
+            return sample
+
+    @staticmethod
+    def _guard(what: str, fn: Callable[[], Any], errors: list[Finding]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            log.exception("%s probe failed", what)
+            errors.append(_error(what, exc))
+            return None
+
+    def start(self) -> None:
+        """Start the daemon thread (first sample at once). No-op when already running."""
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="llmtop-probes", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop and join the thread (default timeout: interval + 1 s)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._interval + 1.0 if timeout_s is None else timeout_s)
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started_ns = time.perf_counter_ns()
+            self._wake.clear()  # before sampling, so a set_interval() during it is not lost
+            try:
+                sample = self.sample_once()
+                if self._on_sample is not None and not self._stop.is_set():
+                    self._on_sample(sample)
+            except Exception:  # the callback's error must not kill sampling
+                log.exception("probe sample callback failed")
+            while not self._stop.is_set():
+                left_s = self._interval - (time.perf_counter_ns() - started_ns) / 1e9
+                if left_s <= 0 or not self._wake.wait(left_s):
+                    break
+                self._wake.clear()  # interval changed: recompute the remaining wait

@@ -1,0 +1,286 @@
+"""Findings about the machine → QUIET or NOISY. Pure: plain samples in, plain findings out.
+
+Each `Finding` carries its remedy (architecture.md principle 4, after pyperf's system checks
+and hyperfine's warnings); the probe panel, `preflight` and reports render the same findings.
+Thresholds live in `Thresholds`, each with the source it comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from llmtop.probes.catalogue import Category
+from llmtop.probes.processes import AppUsage, ProcessSample
+from llmtop.probes.system import SystemSample, machine_percent
+
+
+class Level(StrEnum):
+    """How bad a finding is: INFO (recorded, harmless), WARN (run is suspect), FAIL (do not
+    trust the run). `severity` orders them."""
+
+    INFO = "info"
+    WARN = "warn"
+    FAIL = "fail"
+
+    @property
+    def severity(self) -> int:
+        """0 INFO, 1 WARN, 2 FAIL."""
+        return ("info", "warn", "fail").index(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation: `value` compared with `threshold`, both in `unit`.
+
+    code: stable kebab-case id ("browser-busy"); message: what was seen, for people;
+    remedy: what to do about it. value/threshold are None when the finding has no number.
+    """
+
+    code: str
+    level: Level
+    value: float | None
+    threshold: float | None
+    unit: str
+    message: str
+    remedy: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """QUIET (`quiet=True`) when no finding is WARN or FAIL; findings worst first."""
+
+    quiet: bool
+    findings: tuple[Finding, ...]
+
+    @property
+    def worst(self) -> Level | None:
+        """The worst level among the findings, None when there are none."""
+        return max((f.level for f in self.findings), key=lambda lv: lv.severity, default=None)
+
+    @classmethod
+    def of(cls, findings: list[Finding] | tuple[Finding, ...]) -> Verdict:
+        """Sort findings worst first (stable) and decide quiet."""
+        ordered = tuple(sorted(findings, key=lambda f: -f.level.severity))
+        return cls(quiet=all(f.level is Level.INFO for f in ordered), findings=ordered)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Where each default comes from.
+
+    background_cpu_warn/fail (% of the whole machine, after removing llmtop and the engine):
+        25 / 50. Stricter than glances' CPU alert levels (careful 50, warning 70, critical
+        90 %), which flag an overloaded machine; a latency run is disturbed long before that.
+    app_cpu_warn (% of one core): 10 — one app steadily above a tenth of a core is doing work
+        (a busy tab, an indexer), not idling; the source's contaminated run was one browser
+        tab. app_cpu_fail: 100 — it takes a whole core.
+    mem_available_warn/fail (% of total still available): 10 / 5 — 10 % available is glances'
+        memory "critical" (90 % used); below 5 % the kernel starts reclaiming or swapping.
+    swap_used_warn (% of swap in use): 25 — pages in swap mean memory pressure happened; a
+        model or app page-faulting from disk ruins latency figures.
+    freq_ratio_warn: 0.5 — current clock below half the maximum. Idle CPUs down-clock to save
+        power, so this is only WARN while the machine is busy (>= freq_busy_cpu %), else INFO.
+    Battery: pyperf's system check warns when not on AC power (laptops clock down on battery).
+    """
+
+    background_cpu_warn: float = 25.0
+    background_cpu_fail: float = 50.0
+    app_cpu_warn: float = 10.0
+    app_cpu_fail: float = 100.0
+    mem_available_warn: float = 10.0
+    mem_available_fail: float = 5.0
+    swap_used_warn: float = 25.0
+    freq_ratio_warn: float = 0.5
+    freq_busy_cpu: float = 25.0
+
+
+DEFAULT = Thresholds()
+
+# What to do about a busy app, by category (data, not branches).
+REMEDIES: dict[Category, str] = {
+    Category.BROWSER: "close the browser or its busy tabs",
+    Category.CHAT: "quit the chat or call app (or end the call) while measuring",
+    Category.IDE: "close the IDE or wait for its indexing to finish",
+    Category.BUILD: "wait for the build to finish",
+    Category.SYNC: "pause syncing, backup or search indexing until the run ends",
+    Category.INFERENCE: "stop the other inference engine: it competes for CPU, memory and GPU",
+    Category.OTHER: "close or pause it while measuring",
+}
+
+_JUDGED_OUT = (Category.SELF, Category.ENGINE)
+
+
+def evaluate(
+    system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT
+) -> Verdict:
+    """Apply every rule; QUIET when nothing is WARN or FAIL.
+
+    While warming up (no CPU reading yet) CPU rules are skipped and an INFO "warming-up"
+    finding says so, so a first sample is never judged on fake zeros.
+    """
+    t = thresholds
+    findings: list[Finding] = []
+    if system.cpu_percent is None or processes.warming_up:
+        findings.append(
+            Finding(
+                "warming-up",
+                Level.INFO,
+                None,
+                None,
+                "",
+                "CPU figures need a second sample",
+                "wait one sampling interval",
+            )
+        )
+    else:
+        findings += _background_cpu(system, processes, t)
+        findings += _busy_apps(processes, t)
+    findings += _memory(system, t)
+    findings += _battery(system)
+    findings += _frequency(system, t)
+    findings += _other_engines(processes)
+    return Verdict.of(findings)
+
+
+def background_cpu_percent(system: SystemSample, processes: ProcessSample) -> float | None:
+    """Machine CPU % not spent by llmtop or the engine, 0–100 % of the whole machine.
+
+    total − (self + engine) / logical CPUs, floored at 0 (the two readings cover slightly
+    different windows). None while warming up.
+    """
+    if system.cpu_percent is None:
+        return None
+    cpus = system.logical_cpus or processes.logical_cpus
+    ours = (processes.self_cpu_percent or 0.0) + (processes.engine_cpu_percent or 0.0)
+    return max(0.0, system.cpu_percent - (machine_percent(ours, cpus) or 0.0))
+
+
+def _background_cpu(system: SystemSample, processes: ProcessSample, t: Thresholds) -> list[Finding]:
+    value = background_cpu_percent(system, processes)
+    if value is None or value <= t.background_cpu_warn:
+        return []
+    fail = value > t.background_cpu_fail
+    return [
+        Finding(
+            "background-cpu",
+            Level.FAIL if fail else Level.WARN,
+            round(value, 1),
+            t.background_cpu_fail if fail else t.background_cpu_warn,
+            "% CPU (machine)",
+            f"other programs are using {value:.0f} % of the machine's CPU",
+            "close the busy applications listed below before measuring",
+        )
+    ]
+
+
+def _busy_apps(processes: ProcessSample, t: Thresholds) -> list[Finding]:
+    out = []
+    for app in processes.apps:
+        if app.category in _JUDGED_OUT or app.cpu_percent is None:
+            continue
+        if app.cpu_percent <= t.app_cpu_warn:
+            continue
+        fail = app.cpu_percent > t.app_cpu_fail
+        out.append(
+            Finding(
+                "browser-busy" if app.is_browser else "app-busy",
+                Level.FAIL if fail else Level.WARN,
+                round(app.cpu_percent, 1),
+                t.app_cpu_fail if fail else t.app_cpu_warn,
+                "% CPU",
+                f"{_who(app)} is using {app.cpu_percent:.0f} % CPU",
+                REMEDIES.get(app.category, REMEDIES[Category.OTHER]),
+            )
+        )
+    return out
+
+
+def _who(app: AppUsage) -> str:
+    return f"{app.app} ({app.n_procs} processes)" if app.n_procs > 1 else app.app
+
+
+def _memory(system: SystemSample, t: Thresholds) -> list[Finding]:
+    out = []
+    if system.mem_total > 0:
+        avail = 100.0 * system.mem_available / system.mem_total
+        if avail < t.mem_available_warn:
+            fail = avail < t.mem_available_fail
+            out.append(
+                Finding(
+                    "memory-low",
+                    Level.FAIL if fail else Level.WARN,
+                    round(avail, 1),
+                    t.mem_available_fail if fail else t.mem_available_warn,
+                    "% memory available",
+                    f"only {avail:.0f} % of memory is available",
+                    "close memory-hungry applications or use a smaller model",
+                )
+            )
+    if system.swap_total > 0 and system.swap_percent > t.swap_used_warn:
+        out.append(
+            Finding(
+                "swap-used",
+                Level.WARN,
+                round(system.swap_percent, 1),
+                t.swap_used_warn,
+                "% swap used",
+                f"{system.swap_percent:.0f} % of swap is in use",
+                "free memory (close applications) so nothing pages while measuring",
+            )
+        )
+    return out
+
+
+def _battery(system: SystemSample) -> list[Finding]:
+    if system.on_battery is not True:
+        return []
+    return [
+        Finding(
+            "on-battery",
+            Level.WARN,
+            None,
+            None,
+            "",
+            "the machine is running on battery (CPU and GPU clocks may be lowered)",
+            "plug in the power cable",
+        )
+    ]
+
+
+def _frequency(system: SystemSample, t: Thresholds) -> list[Finding]:
+    cur, top = system.cpu_freq_mhz, system.cpu_freq_max_mhz
+    if cur is None or top is None or top <= 0:
+        return []
+    ratio = cur / top
+    if ratio >= t.freq_ratio_warn:
+        return []
+    busy = system.cpu_percent is not None and system.cpu_percent >= t.freq_busy_cpu
+    return [
+        Finding(
+            "cpu-slow",
+            Level.WARN if busy else Level.INFO,
+            round(100.0 * ratio, 1),
+            100.0 * t.freq_ratio_warn,
+            "% of max clock",
+            f"CPU clock is {cur:.0f} MHz, {100 * ratio:.0f} % of its {top:.0f} MHz maximum"
+            + ("" if busy else " (idle: likely power saving)"),
+            "check cooling and the power profile (thermal or power throttling)",
+        )
+    ]
+
+
+def _other_engines(processes: ProcessSample) -> list[Finding]:
+    return [
+        Finding(
+            "other-engine",
+            Level.INFO,
+            app.cpu_percent,
+            None,
+            "% CPU",
+            f"another inference engine is running: {_who(app)}",
+            "stop it if it holds a model in memory or on the GPU",
+        )
+        for app in processes.apps
+        if app.category is Category.INFERENCE
+    ]

@@ -1,0 +1,272 @@
+"""Process table: per-process reads under races, grouping by app, exact sums and order.
+
+Small fakes stand in for psutil.Process only to produce the races a real machine cannot be
+made to produce on demand (vanished, zombie, access denied); the integration test uses real
+processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+
+from llmtop.probes import processes as procmod
+from llmtop.probes.catalogue import Category
+from llmtop.probes.processes import (
+    AppUsage,
+    Identity,
+    ProcessProbe,
+    ProcReading,
+    group,
+    identify,
+    read_process,
+)
+
+MB = 1024 * 1024
+
+
+class FakeProc:
+    """Stands in for psutil.Process. `cpu` values are returned in turn by cpu_percent (the
+    first one is psutil's priming 0.0); a value that is an exception instance is raised."""
+
+    def __init__(
+        self,
+        pid: int,
+        name: Any = "x",
+        cpu: list[Any] | None = None,
+        rss: Any = 1 * MB,
+        exe: Any = None,
+        cmdline: Any = None,
+        running: bool = True,
+    ) -> None:
+        self.pid = pid
+        self._name = name
+        self._cpu = list(cpu if cpu is not None else [0.0, 0.0, 0.0])
+        self._rss = rss
+        self._exe = exe
+        self._cmdline = cmdline
+        self.running = running
+        self.name_reads = 0
+
+    @staticmethod
+    def _give(value: Any) -> Any:
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    @contextlib.contextmanager
+    def oneshot(self) -> Iterator[None]:
+        yield
+
+    def name(self) -> Any:
+        self.name_reads += 1
+        return self._give(self._name)
+
+    def exe(self) -> Any:
+        return self._give(self._exe)
+
+    def cmdline(self) -> Any:
+        return self._give(self._cmdline)
+
+    def cpu_percent(self, interval: float | None = None) -> Any:
+        return self._give(self._cpu.pop(0) if len(self._cpu) > 1 else self._cpu[0])
+
+    def memory_info(self) -> Any:
+        return SimpleNamespace(rss=self._give(self._rss))
+
+    def is_running(self) -> bool:
+        return self.running
+
+
+# --- read_process: one process, one reading
+
+
+def test_first_reading_is_unknown_not_zero() -> None:
+    proc = FakeProc(7, name="worker", cpu=[0.0, 42.5], rss=3 * MB)
+    first = read_process(proc, first=True)
+    second = read_process(proc, first=False)
+    assert first == ProcReading(7, "worker", None, 3 * MB)
+    assert second == ProcReading(7, "worker", 42.5, 3 * MB)
+
+
+def test_vanished_process_reads_as_none() -> None:
+    proc = FakeProc(8, cpu=[psutil.NoSuchProcess(8)])
+    assert read_process(proc, first=False) is None
+
+
+def test_zombie_and_access_denied_fields_are_none() -> None:
+    zombie = FakeProc(9, name="defunct", cpu=[0.0, 0.0], rss=psutil.ZombieProcess(9))
+    denied = FakeProc(10, name="secret", cpu=[psutil.AccessDenied(10)], rss=5 * MB)
+    no_name = FakeProc(11, name=psutil.AccessDenied(11), cpu=[0.0, 1.5])
+    assert read_process(zombie, first=False) == ProcReading(9, "defunct", 0.0, None)
+    assert read_process(denied, first=False) == ProcReading(10, "secret", None, 5 * MB)
+    assert read_process(no_name, first=False) == ProcReading(11, None, 0.0, 1 * MB)
+
+
+def test_read_name_false_skips_the_name() -> None:
+    proc = FakeProc(12, name="abc")
+    reading = read_process(proc, first=False, read_name=False)
+    assert reading is not None and reading.name is None and proc.name_reads == 0
+
+
+def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
+    code = FakeProc(1, exe="/usr/share/code/chrome_crashpad_handler", cmdline=[])
+    denied = FakeProc(2, exe=psutil.AccessDenied(2), cmdline=psutil.AccessDenied(2))
+    kworker = FakeProc(3)
+    assert identify(code, "chrome_crashpad_handler") == Identity("VS Code", Category.IDE)
+    assert identify(denied, "chrome_crashpad_handler") == Identity(
+        "Google Chrome", Category.BROWSER
+    )
+    assert identify(kworker, "kworker/3:1-events") == Identity("kworker", Category.OTHER)
+    assert identify(kworker, None) == Identity("(unknown)", Category.OTHER)
+
+
+# --- group: pure grouping with exact numbers
+
+
+def _row(pid: int, cpu: float | None, rss: int | None, app: str, cat: Category) -> Any:
+    return ProcReading(pid, app, cpu, rss), Identity(app, cat)
+
+
+def test_browser_helpers_collapse_into_one_app_with_exact_sums() -> None:
+    rows = [
+        _row(101, 12.5, 150 * MB, "Chromium", Category.BROWSER),
+        _row(102, 30.0, 300 * MB, "Chromium", Category.BROWSER),
+        _row(103, 0.5, 80 * MB, "Chromium", Category.BROWSER),
+        _row(104, None, 20 * MB, "Chromium", Category.BROWSER),  # new helper: unknown CPU
+        _row(200, 8.0, 40 * MB, "bash", Category.OTHER),
+        _row(300, None, None, "denied", Category.OTHER),
+        _row(1, 4.0, 60 * MB, "python3", Category.OTHER),  # llmtop itself
+        _row(50, 150.0, 900 * MB, "llama-server", Category.INFERENCE),  # the engine
+    ]
+    sample = group(rows, self_pids={1}, engine_pids={50}, cpus=4)
+    # Chromium: CPU 12.5 + 30.0 + 0.5 = 43.0 (104 unknown, left out); RSS 150+300+80+20 =
+    # 550 MB; machine share 43.0 / 4 = 10.75 %.
+    chromium = AppUsage(
+        "Chromium", Category.BROWSER, 43.0, 550 * MB, 4, (101, 102, 103, 104), True, 10.75
+    )
+    assert sample.apps == (
+        AppUsage("llama-server", Category.ENGINE, 150.0, 900 * MB, 1, (50,), False, 37.5),
+        chromium,
+        AppUsage("bash", Category.OTHER, 8.0, 40 * MB, 1, (200,), False, 2.0),
+        AppUsage("llmtop", Category.SELF, 4.0, 60 * MB, 1, (1,), False, 1.0),
+        AppUsage("denied", Category.OTHER, None, None, 1, (300,), False, None),
+    )
+    assert sample.self_cpu_percent == 4.0
+    assert sample.engine_cpu_percent == 150.0
+    assert sample.n_procs == 8 and sample.logical_cpus == 4
+    assert sample.top(2) == sample.apps[:2]
+
+
+def test_no_engine_pids_means_engine_cpu_is_none() -> None:
+    sample = group([_row(5, 1.0, MB, "a", Category.OTHER)], self_pids={5}, cpus=2)
+    assert sample.engine_cpu_percent is None
+    assert sample.self_cpu_percent == 1.0
+
+
+def test_ties_sort_by_rss_then_name() -> None:
+    rows = [
+        _row(1, 0.0, 10 * MB, "b", Category.OTHER),
+        _row(2, 0.0, 10 * MB, "a", Category.OTHER),
+        _row(3, 0.0, 99 * MB, "c", Category.OTHER),
+    ]
+    assert [a.app for a in group(rows).apps] == ["c", "a", "b"]
+
+
+# --- ProcessProbe over a fake process table
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> dict[int, FakeProc]:
+    """A fake process table behind psutil.pids() / psutil.Process()."""
+    procs: dict[int, FakeProc] = {}
+
+    def make(pid: int) -> FakeProc:
+        if pid not in procs:
+            raise psutil.NoSuchProcess(pid)
+        return procs[pid]
+
+    monkeypatch.setattr(psutil, "pids", lambda: sorted(procs))
+    monkeypatch.setattr(psutil, "Process", make)
+    monkeypatch.setattr(procmod, "logical_cpus", lambda: 2)
+    return procs
+
+
+def test_probe_survives_vanished_zombie_and_denied(table: dict[int, FakeProc]) -> None:
+    table[1] = FakeProc(1, "python3", cpu=[0.0, 3.0, 3.0], rss=50 * MB)
+    table[10] = FakeProc(10, "chromium", cpu=[0.0, 20.0, 20.0], rss=100 * MB)
+    table[11] = FakeProc(11, "chromium", cpu=[0.0, 5.0, 5.0], rss=60 * MB)
+    # listed, then gone before its second reading
+    table[20] = FakeProc(20, "shortlived", cpu=[0.0, psutil.NoSuchProcess(20)])
+    table[30] = FakeProc(30, "defunct", cpu=[0.0, 0.0, 0.0], rss=psutil.ZombieProcess(30))
+    table[40] = FakeProc(40, "root-daemon", cpu=[psutil.AccessDenied(40)], rss=7 * MB)
+    probe = ProcessProbe(self_pids={1})
+
+    first = probe.sample()
+    assert first.warming_up is True
+    assert all(app.cpu_percent is None for app in first.apps)
+    assert first.self_cpu_percent is None
+
+    second = probe.sample()
+    assert second.warming_up is False
+    by_app = {a.app: a for a in second.apps}
+    assert "shortlived" not in by_app  # vanished: dropped, no exception
+    assert (by_app["Chromium"].cpu_percent, by_app["Chromium"].rss_bytes) == (25.0, 160 * MB)
+    assert by_app["Chromium"].n_procs == 2 and by_app["Chromium"].is_browser
+    assert (by_app["defunct"].cpu_percent, by_app["defunct"].rss_bytes) == (0.0, None)
+    assert (by_app["root-daemon"].cpu_percent, by_app["root-daemon"].rss_bytes) == (None, 7 * MB)
+    assert second.apps[-1].app == "root-daemon"  # unknown CPU sorts last
+    assert [a.app for a in second.apps[:2]] == ["Chromium", "llmtop"]
+    assert second.self_cpu_percent == 3.0
+    assert by_app["Chromium"].cpu_percent_machine == 12.5  # 25 % of one core on 2 CPUs
+
+
+def test_pid_reuse_starts_a_new_reading(table: dict[int, FakeProc]) -> None:
+    table[5] = FakeProc(5, "old", cpu=[0.0, 50.0, 50.0])
+    probe = ProcessProbe(self_pids=set())
+    probe.sample()
+    assert probe.sample().apps[0].cpu_percent == 50.0
+    table[5].running = False  # the pid now belongs to another process
+    table[5] = FakeProc(5, "new", cpu=[0.0, 9.0])
+    third = probe.sample()
+    assert [(a.app, a.cpu_percent) for a in third.apps] == [("new", None)]
+
+
+def test_exec_renames_the_process_and_it_is_reidentified(table: dict[int, FakeProc]) -> None:
+    launcher = FakeProc(6, "google-chrome-st", cpu=[0.0, 1.0, 1.0])  # shell launcher script
+    table[6] = launcher
+    probe = ProcessProbe(self_pids=set())
+    assert probe.sample().apps[0].app == "Google Chrome"
+    launcher._name = "bash"  # exec'd into something else within the same pid/start time
+    assert probe.sample().apps[0].app == "bash"
+
+
+def test_new_process_after_first_sample_is_unknown_then_known(
+    table: dict[int, FakeProc],
+) -> None:
+    table[1] = FakeProc(1, "a", cpu=[0.0, 2.0, 2.0])
+    probe = ProcessProbe(self_pids=set(), engine_pids=lambda: {2})
+    probe.sample()
+    table[2] = FakeProc(2, "llama-server", cpu=[0.0, 90.0])
+    second = probe.sample()
+    assert second.warming_up is False
+    assert {a.app: a.cpu_percent for a in second.apps} == {"a": 2.0, "llama.cpp": None}
+    assert second.engine_cpu_percent is None  # its only pid has no reading yet
+    third = probe.sample()
+    assert third.engine_cpu_percent == 90.0
+    assert third.apps[0] == AppUsage("llama.cpp", Category.ENGINE, 90.0, MB, 1, (2,), False, 45.0)
+
+
+def test_failing_pid_callback_does_not_break_sampling(table: dict[int, FakeProc]) -> None:
+    table[1] = FakeProc(1, "a")
+
+    def broken() -> set[int]:
+        raise RuntimeError("engine not started")
+
+    sample = ProcessProbe(self_pids=set(), engine_pids=broken).sample()
+    assert sample.engine_cpu_percent is None and len(sample.apps) == 1

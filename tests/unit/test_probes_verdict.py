@@ -1,0 +1,174 @@
+"""Verdict rules on hand-made samples, with exact values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llmtop.probes.catalogue import Category
+from llmtop.probes.processes import AppUsage, ProcessSample
+from llmtop.probes.system import SystemSample
+from llmtop.probes.verdict import (
+    DEFAULT,
+    Finding,
+    Level,
+    Thresholds,
+    Verdict,
+    background_cpu_percent,
+    evaluate,
+)
+
+GB = 1024**3
+
+QUIET_SYSTEM = SystemSample(
+    cpu_percent=5.0,
+    per_cpu=(5.0, 5.0, 5.0, 5.0),
+    load_avg_per_core=0.1,
+    mem_total=16 * GB,
+    mem_available=12 * GB,
+    mem_percent=25.0,
+    swap_total=2 * GB,
+    swap_used=0,
+    swap_percent=0.0,
+    cpu_freq_mhz=3000.0,
+    cpu_freq_max_mhz=4000.0,
+    on_battery=False,
+    logical_cpus=4,
+)
+
+
+def app(name: str, cpu: float | None, cat: Category = Category.OTHER, n: int = 1) -> AppUsage:
+    return AppUsage(name, cat, cpu, 100, n, tuple(range(n)), cat is Category.BROWSER)
+
+
+def procs(
+    *apps: AppUsage, self_cpu: float | None = 2.0, engine: float | None = None, warm: bool = False
+) -> ProcessSample:
+    return ProcessSample(tuple(apps), self_cpu, engine, warm, len(apps), 4)
+
+
+def sys_(**changes: object) -> SystemSample:
+    return dataclasses.replace(QUIET_SYSTEM, **changes)  # type: ignore[arg-type]
+
+
+def codes(verdict: Verdict) -> list[tuple[str, Level]]:
+    return [(f.code, f.level) for f in verdict.findings]
+
+
+def test_quiet_machine_is_quiet_with_no_findings() -> None:
+    verdict = evaluate(QUIET_SYSTEM, procs(app("bash", 0.5)))
+    assert verdict == Verdict(quiet=True, findings=())
+    assert verdict.worst is None
+
+
+def test_busy_browser_finding_carries_value_threshold_and_remedy() -> None:
+    verdict = evaluate(sys_(cpu_percent=12.0), procs(app("Chromium", 38.0, Category.BROWSER, 14)))
+    assert verdict.quiet is False
+    assert verdict.findings == (
+        Finding(
+            code="browser-busy",
+            level=Level.WARN,
+            value=38.0,
+            threshold=10.0,
+            unit="% CPU",
+            message="Chromium (14 processes) is using 38 % CPU",
+            remedy="close the browser or its busy tabs",
+        ),
+    )
+
+
+def test_app_threshold_is_strictly_above_and_fail_above_one_core() -> None:
+    at = evaluate(QUIET_SYSTEM, procs(app("indexer", 10.0)))
+    above = evaluate(QUIET_SYSTEM, procs(app("indexer", 10.1)))
+    core = evaluate(sys_(cpu_percent=20.0), procs(app("cc1plus", 150.0, Category.BUILD)))
+    assert at.quiet and at.findings == ()
+    assert codes(above) == [("app-busy", Level.WARN)]
+    assert codes(core) == [("app-busy", Level.FAIL)]
+    assert core.findings[0].threshold == 100.0
+    assert core.findings[0].remedy == "wait for the build to finish"
+
+
+def test_self_and_engine_are_never_noise() -> None:
+    p = procs(
+        app("llmtop", 80.0, Category.SELF),
+        app("llama.cpp", 390.0, Category.ENGINE),
+        self_cpu=80.0,
+        engine=390.0,
+    )
+    # machine 100 % busy on 4 CPUs, all of it llmtop + engine: (80 + 390) / 4 = 117.5 → 0
+    verdict = evaluate(sys_(cpu_percent=100.0), p)
+    assert verdict.quiet and verdict.findings == ()
+    assert background_cpu_percent(sys_(cpu_percent=100.0), p) == 0.0
+
+
+def test_background_cpu_levels_exact() -> None:
+    # 40 % machine − (20 + 100) / 4 = 10 % background: below 25, nothing
+    assert (
+        background_cpu_percent(sys_(cpu_percent=40.0), procs(self_cpu=20.0, engine=100.0)) == 10.0
+    )
+    # 60 − (0 + 20) / 4 = 55 % → FAIL (> 50)
+    fail = evaluate(sys_(cpu_percent=60.0), procs(self_cpu=0.0, engine=20.0))
+    assert fail.findings[0] == Finding(
+        "background-cpu",
+        Level.FAIL,
+        55.0,
+        50.0,
+        "% CPU (machine)",
+        "other programs are using 55 % of the machine's CPU",
+        "close the busy applications listed below before measuring",
+    )
+    # 32 − 8 / 4 = 30 % → WARN (> 25)
+    warn = evaluate(sys_(cpu_percent=32.0), procs(self_cpu=8.0))
+    assert codes(warn) == [("background-cpu", Level.WARN)]
+    assert warn.findings[0].value == 30.0 and warn.findings[0].threshold == 25.0
+
+
+def test_warming_up_skips_cpu_rules_but_not_memory() -> None:
+    p = procs(app("Chromium", None, Category.BROWSER, 3), self_cpu=None, warm=True)
+    verdict = evaluate(sys_(cpu_percent=None, per_cpu=()), p)
+    assert verdict.quiet is True
+    assert codes(verdict) == [("warming-up", Level.INFO)]
+    low = evaluate(sys_(cpu_percent=None, mem_available=GB), p)  # 1/16 = 6.25 % available
+    assert codes(low) == [("memory-low", Level.WARN), ("warming-up", Level.INFO)]
+
+
+def test_memory_and_swap_rules() -> None:
+    warn = evaluate(sys_(mem_available=int(16 * GB * 0.08)), procs())
+    fail = evaluate(sys_(mem_available=int(16 * GB * 0.04)), procs())
+    swap = evaluate(sys_(swap_used=GB, swap_percent=30.0), procs())
+    no_swap = evaluate(sys_(swap_total=0, swap_percent=0.0), procs())
+    assert codes(warn) == [("memory-low", Level.WARN)] and warn.findings[0].value == 8.0
+    assert codes(fail) == [("memory-low", Level.FAIL)] and fail.findings[0].threshold == 5.0
+    assert codes(swap) == [("swap-used", Level.WARN)] and swap.findings[0].value == 30.0
+    assert no_swap.findings == ()
+
+
+def test_battery_rule_only_when_known_on_battery() -> None:
+    assert codes(evaluate(sys_(on_battery=True), procs())) == [("on-battery", Level.WARN)]
+    assert evaluate(sys_(on_battery=None), procs()).findings == ()
+
+
+def test_slow_clock_warns_when_busy_and_informs_when_idle() -> None:
+    busy = evaluate(sys_(cpu_freq_mhz=1000.0, cpu_percent=30.0), procs(self_cpu=100.0))
+    idle = evaluate(sys_(cpu_freq_mhz=1000.0, cpu_percent=3.0), procs())
+    unknown = evaluate(sys_(cpu_freq_mhz=1000.0, cpu_freq_max_mhz=None), procs())
+    assert codes(busy) == [("cpu-slow", Level.WARN)]
+    assert busy.findings[0].value == 25.0 and busy.findings[0].threshold == 50.0
+    assert codes(idle) == [("cpu-slow", Level.INFO)] and idle.quiet
+    assert unknown.findings == ()
+
+
+def test_other_engine_is_reported_and_findings_sorted_worst_first() -> None:
+    p = procs(app("Ollama", 0.0, Category.INFERENCE), app("Firefox", 200.0, Category.BROWSER))
+    verdict = evaluate(sys_(cpu_percent=20.0, on_battery=True), p)
+    assert codes(verdict) == [
+        ("browser-busy", Level.FAIL),
+        ("on-battery", Level.WARN),
+        ("other-engine", Level.INFO),
+    ]
+    assert verdict.worst is Level.FAIL
+
+
+def test_custom_thresholds() -> None:
+    strict = Thresholds(app_cpu_warn=1.0)
+    assert evaluate(QUIET_SYSTEM, procs(app("x", 2.0)), strict).quiet is False
+    assert evaluate(QUIET_SYSTEM, procs(app("x", 2.0)), DEFAULT).quiet is True
