@@ -24,12 +24,27 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
     g.add_argument("--model", help="model tag (default: gemma3:270m when present, else the first installed)")
     g.add_argument("--model-path", help="GGUF file for the embedded engine (default: the bundled Gemma 3 270M)")
+    parser.add_argument("--log", help="session log file (JSONL; default: a new file in the user data dir)")
+
+
+def _generation_options(parser: argparse.ArgumentParser, num_predict_flag: str = "--num-predict") -> None:
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
     o.add_argument("--temperature", type=float, default=0.0, help="default 0 (repeatable runs)")
     o.add_argument("--seed", type=int, default=42, help="default 42")
-    o.add_argument("--num-predict", type=int, default=200, help="max output tokens (default 200)")
     o.add_argument("--num-ctx", type=int, default=8192, help="context tokens (default 8192)")
-    parser.add_argument("--log", help="session log file (JSONL; default: a new file in the user data dir)")
+    if num_predict_flag == "--num-predict":
+        o.add_argument("--num-predict", type=int, default=200, help="max output tokens (default 200)")
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """"50,200,1000" → (50, 200, 1000). Raises argparse.ArgumentTypeError with the bad part."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 8:
+            raise argparse.ArgumentTypeError(f"prompt size {part!r} is not a whole number of tokens >= 8")
+        sizes.append(int(part))
+    return tuple(sizes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
     _engine_options(parser)
+    _generation_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="stream one prompt headless and print the text and metrics")
     _engine_options(run)
+    _generation_options(run)
     run.add_argument("--prompt", required=True, help="the prompt text")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    bench = sub.add_parser("bench", help="the measurement protocol: warm-up, calibrated prompts, repeats, drift")
+    _engine_options(bench)
+    _generation_options(bench, num_predict_flag="")
+    b = bench.add_argument_group("protocol")
+    b.add_argument("--requests", type=int, default=25, help="measured requests per prompt size (default 25)")
+    b.add_argument("--warmup", type=int, default=1, help="warm-up requests per size, kept apart (default 1)")
+    b.add_argument("--prompt-tokens", type=parse_sizes, default=(200,), metavar="N[,N...]",
+                   help="prompt sizes in tokens, calibrated against the server (default 200)")
+    b.add_argument("--max-tokens", type=int, default=100, help="num_predict of every request (default 100)")
+    b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
+    b.add_argument("--drift-threshold", type=float, default=5.0,
+                   help="%% worsening first-5 → last-5 that marks the run contaminated (default 5)")
+    b.add_argument("--no-cache", action="store_true", help="recalibrate even when a cached calibration exists")
+    bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+    rep = sub.add_parser("report", help="render a session log as markdown, CSV or JSON")
+    rep.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
+    rep.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
+    rep.add_argument("--out", help="write to FILE instead of standard output")
 
     eng = sub.add_parser("engine", help="serve the embedded engine (llama.cpp) on Ollama's API")
     eng.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -75,8 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from llmtop.engines.serve import serve
 
             return serve(args)
+        if args.command == "bench":
+            from llmtop.commands.bench import run_bench
+
+            return run_bench(args)
+        if args.command == "report":
+            from llmtop.commands.bench import run_report
+
+            return run_report(args)
         if args.command == "run":
-            from llmtop.headless import run_headless
+            from llmtop.commands.run import run_headless
 
             return run_headless(args)
         from llmtop.tui.app import run_tui

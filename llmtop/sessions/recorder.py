@@ -12,7 +12,7 @@ from typing import Any
 from llmtop.engines.events import StreamEvent
 from llmtop.engines.launcher import Connection
 from llmtop.sessions.environment import environment
-from llmtop.sessions.log import SessionLog, default_log_path
+from llmtop.sessions.log import SessionLog, default_log_path, request_record
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
@@ -24,10 +24,21 @@ class SessionRecorder:
     Raises LogError when the log cannot be created.
     """
 
-    def __init__(self, conn: Connection, options: dict[str, Any], log_path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        options: dict[str, Any],
+        log_path: str | os.PathLike[str] | None = None,
+        *,
+        kind: str = "session",
+        extra_header: dict[str, Any] | None = None,
+        think: bool | None = None,
+    ) -> None:
         self.conn = conn
         self.options = dict(options)
-        self.log = SessionLog(log_path or default_log_path(), self.header())
+        self.think = think
+        header = {"kind": kind, **self.header(), **(extra_header or {})}
+        self.log = SessionLog(log_path or default_log_path(kind), header)
         self.requests = 0
         self.in_flight: int | None = None  # id of the request being streamed, for probe records
 
@@ -51,12 +62,17 @@ class SessionRecorder:
 
     def stream(self, prompt: str) -> AsyncIterator[StreamEvent]:
         """The lazy event stream for a single-turn chat with `prompt`."""
-        return self.conn.engine.stream_chat(self.conn.model, chat_messages(prompt), options=self.options)
+        return self.conn.engine.stream_chat(
+            self.conn.model, chat_messages(prompt), options=self.options, think=self.think
+        )
 
-    def record(self, result: RequestResult) -> None:
-        """Append a finished (or cancelled) request to the log."""
+    def record(self, result: RequestResult, **extra: Any) -> dict[str, Any]:
+        """Append a finished (or cancelled) request to the log, with `extra` fields (bench
+        phase, index...); returns the record as written."""
         self.in_flight = None
-        self.log.write_request(result)
+        record = request_record(result) | extra
+        self.log.write(record)
+        return record
 
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""

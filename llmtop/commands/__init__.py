@@ -1,0 +1,1 @@
+"""The headless subcommands: run, bench, report (the TUI lives in llmtop.tui)."""

@@ -1,0 +1,103 @@
+"""`llmtop bench`: run the measurement protocol headless and print the report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from llmtop.engines.events import FailureKind
+from llmtop.engines.launcher import connect
+from llmtop.engines.ollama import EngineError
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner
+from llmtop.sessions.log import LogError
+from llmtop.sessions.prompts import CalibrationError
+from llmtop.sessions.report import build, render
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """The BenchConfig a command line asks for."""
+    think = None if args.think is None else args.think == "on"
+    return BenchConfig(
+        requests=args.requests, warmup=args.warmup, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+        num_ctx=args.num_ctx, temperature=args.temperature, seed=args.seed, think=think,
+        drift_threshold_pct=args.drift_threshold, use_cache=not args.no_cache,
+    )
+
+
+def _progress_printer(quiet: bool):
+    def show(p: BenchProgress) -> None:
+        if quiet:
+            return
+        if p.result is not None and p.record is not None:
+            m = p.result.metrics
+            ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
+            rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
+            print(f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · decode {rate}",
+                  file=sys.stderr, flush=True)
+        elif p.phase in ("environment", "calibrating"):
+            print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
+    return show
+
+
+async def _bench(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    try:
+        conn = await connect(args.engine, args.host, args.model, args.model_path)
+    except EngineError as exc:
+        print(f"llmtop: {exc.failure}", file=sys.stderr)
+        if exc.failure.kind == FailureKind.MODEL_NOT_FOUND:
+            return ExitCode.MODEL_NOT_FOUND
+        return ExitCode.ENGINE_UNREACHABLE
+    try:
+        try:
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+        except LogError as exc:
+            print(f"llmtop: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
+              file=sys.stderr, flush=True)
+        try:
+            outcome = await runner.run()
+        except CalibrationError as exc:
+            print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
+            return ExitCode.REQUEST_FAILED
+    finally:
+        await conn.close()
+    report = build(outcome.log)
+    print(render(report, "json" if args.json else "md"), end="")
+    if outcome.analysis.ok_count == 0:
+        print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
+        return ExitCode.REQUEST_FAILED
+    return ExitCode.NOISY if outcome.analysis.contaminated else ExitCode.OK
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Entry point of `llmtop bench`; returns an ExitCode."""
+    if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2:
+        print("llmtop bench: --requests must be >= 1, --warmup >= 0 and --max-tokens >= 2", file=sys.stderr)
+        return ExitCode.USAGE
+    return asyncio.run(_bench(args))
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Entry point of `llmtop report`: render a session log; returns an ExitCode."""
+    from llmtop.sessions.log import read_log
+
+    try:
+        text = render(build(read_log(args.log_file)), args.format)
+    except LogError as exc:
+        print(f"llmtop report: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            print(f"llmtop report: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.USAGE
+    else:
+        sys.stdout.write(text)
+    return ExitCode.OK
+

@@ -1,0 +1,219 @@
+"""`llmtop bench`: the measurement protocol of the source documents, end to end.
+
+Order of a run (method.md "Rules for an honest run"):
+1. record the environment (engine, model, options, machine, GPU, power);
+2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
+3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
+   with a fresh random prompt of the calibrated word count and the same fixed options;
+4. analyse from the log's records alone (analysis.py): statuses, n/median/min/max/p95, drift;
+5. append the summary. Everything is flushed record by record.
+
+Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
+the CLI and the TUI drive the same runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from llmtop.engines.events import StreamEvent
+from llmtop.engines.launcher import Connection
+from llmtop.sessions.analysis import Analysis, analyze
+from llmtop.sessions.environment import environment
+from llmtop.sessions.log import LoadedLog, read_log
+from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
+from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.request import RequestResult, run_request
+from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A run's fixed parameters. Times in ms, sizes in tokens.
+
+    Defaults follow the source's protocol: 25 requests, 1 warm-up, ~200-token prompts,
+    100 output tokens, num_ctx 8192, temperature 0, seed 42.
+    """
+
+    requests: int = 25
+    warmup: int = 1
+    prompt_tokens: tuple[int, ...] = (200,)
+    max_tokens: int = 100
+    num_ctx: int = 8192
+    temperature: float = 0.0
+    seed: int = 42
+    think: bool | None = None
+    drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
+    use_cache: bool = True
+
+    def options(self) -> dict[str, Any]:
+        """The Ollama `options` every request of the run sends."""
+        return {"temperature": self.temperature, "seed": self.seed, "num_predict": self.max_tokens, "num_ctx": self.num_ctx}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        data = asdict(self)
+        data["prompt_tokens"] = list(self.prompt_tokens)
+        return data
+
+
+@dataclass(frozen=True)
+class BenchProgress:
+    """Where the run is: phase ("environment", "calibrating", "warmup", "measure", "done"),
+    the prompt size, the request's position (1-based) and the total, and the last result."""
+
+    phase: str
+    target: int | None = None
+    done: int = 0
+    total: int = 0
+    result: RequestResult | None = None
+    record: dict[str, Any] | None = None
+    message: str = ""
+
+
+@dataclass
+class BenchOutcome:
+    """A finished run: its analysis, calibration, log path and the log read back."""
+
+    analysis: Analysis
+    calibration: Calibration
+    log_path: str
+    log: LoadedLog
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+async def engine_environment(conn: Connection) -> dict[str, Any]:
+    """What the engine says about itself and the model: version, /api/show, /api/ps."""
+    info = conn.info
+    env: dict[str, Any] = {
+        "engine": conn.engine.name,
+        "engine_version": conn.version,
+        "host": conn.engine.host,
+        "model": conn.model,
+        "model_details": info.to_dict() if info else None,
+    }
+    try:
+        loaded = await conn.engine.model_info(conn.model)
+        env["loaded"] = {"size": loaded.size, "size_vram": loaded.size_vram, "context_length": loaded.context_length,
+                         "source": "/api/ps"}
+        if loaded.size and loaded.size_vram is not None and loaded.size_vram < loaded.size:
+            share = 100 * (1 - loaded.size_vram / loaded.size)
+            env["loaded"]["note"] = f"size_vram < size: {share:.0f} % of the model runs on the CPU"
+    except Exception as exc:  # noqa: BLE001 - an environment detail, not a reason to stop
+        env["loaded"] = {"error": str(exc)}
+    return env
+
+
+def machine_environment() -> dict[str, Any]:
+    """OS/CPU/RAM plus GPU (NVML when present) and power source."""
+    from llmtop.probes.gpu import GpuProbe
+    from llmtop.probes.system import SystemProbe
+
+    env = environment()
+    gpu = GpuProbe().sample()
+    env["gpu"] = (
+        {
+            "source": gpu.source,
+            "driver_version": gpu.driver_version,
+            "devices": [{"name": d.name, "memory_total": d.memory_total} for d in gpu.devices],
+        }
+        if gpu.available
+        else {"available": False, "reason": gpu.reason}
+    )
+    battery = SystemProbe().sample().on_battery
+    env["power"] = "battery" if battery else ("mains" if battery is False else "unknown (no battery found)")
+    return env
+
+
+class BenchRunner:
+    """Runs one bench on a connection, writing a bench session log.
+
+    Raises LogError (log not writable) and CalibrationError (prompt sizes unreachable).
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        config: BenchConfig,
+        log_path: str | None = None,
+        on_progress: Callable[[BenchProgress], None] | None = None,
+        on_event: Callable[[StreamEvent], None] | None = None,
+        extra_header: dict[str, Any] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.config = config
+        self.on_progress = on_progress or (lambda _p: None)
+        self.on_event = on_event
+        header = {"bench": config.to_dict(), "machine": machine_environment(), **(extra_header or {})}
+        self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
+                                        think=config.think)
+
+    @property
+    def log_path(self) -> str:
+        """Where the run is logged."""
+        return str(self.recorder.log.path)
+
+    async def run(self) -> BenchOutcome:
+        """Run the whole protocol; the log is closed when this returns or raises."""
+        cfg = self.config
+        interrupted = False
+        try:
+            self.on_progress(BenchProgress("environment", message="reading the engine's environment"))
+            self.recorder.log.write({"type": "environment", "phase": "start", **await engine_environment(self.conn)})
+            self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
+            cache = CalibrationCache() if cfg.use_cache else None
+            calibration = await calibrate(
+                self.conn.engine, self.conn.model, list(cfg.prompt_tokens), {**cfg.options(), "num_predict": 1},
+                seed=cfg.seed, cache=cache, think=cfg.think,
+            )
+            self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
+            generator = PromptGenerator(cfg.seed)
+            try:
+                for target in cfg.prompt_tokens:
+                    await self._run_size(target, calibration, generator)
+            except asyncio.CancelledError:
+                interrupted = True
+                raise
+            finally:
+                if interrupted:
+                    self.recorder.log.write({"type": "interrupted", "at": datetime.now().astimezone().isoformat()})
+            self.recorder.log.write({"type": "environment", "phase": "end", **await engine_environment(self.conn)})
+            expected = {t: p.tokens for t, p in calibration.targets.items()}
+            log = read_log(self.recorder.log.path)
+            analysis = analyze(log.of_type("request"), expected, cfg.drift_threshold_pct)
+            self.recorder.log.write(
+                {
+                    "type": "summary",
+                    "contaminated": analysis.contaminated,
+                    "ok_requests": analysis.ok_count,
+                    "drift_threshold_pct": cfg.drift_threshold_pct,
+                }
+            )
+        finally:
+            self.recorder.close()
+        outcome = BenchOutcome(analysis, calibration, self.log_path, read_log(self.log_path), interrupted)
+        self.on_progress(BenchProgress("done", message="done"))
+        return outcome
+
+    async def _run_size(self, target: int, calibration: Calibration, generator: PromptGenerator) -> None:
+        cfg = self.config
+        words = calibration.targets[target].words
+        total = cfg.warmup + cfg.requests
+        for i in range(total):
+            phase = "warmup" if i < cfg.warmup else "measure"
+            prompt = generator.make(words)
+            collector = self.recorder.new_request(prompt)
+            self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}"))
+            try:
+                result = await run_request(lambda: self.recorder.stream(prompt), collector, self.on_event)
+            except asyncio.CancelledError:
+                self.recorder.record(collector.finish(cancelled=True), phase=phase, index=i,
+                                     prompt_tokens_target=target, prompt_words=words)
+                raise
+            record = self.recorder.record(result, phase=phase, index=i, prompt_tokens_target=target, prompt_words=words)
+            self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

@@ -1,0 +1,290 @@
+"""Reports of a session log — markdown, CSV, JSON — computed from the log alone.
+
+`build(log)` analyses the log's request records (analysis.py) and gathers the header,
+calibration, environment and probe records; `render(report, fmt)` writes it out. The markdown
+follows the source's result table (method.md): one row per prompt size, every cell filled
+from measurements (or saying why it cannot be).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis, analyze
+from llmtop.sessions.log import LoadedLog
+
+FORMATS = ("md", "csv", "json")
+
+
+@dataclass
+class Report:
+    """A log's analysis plus the records a report shows beside it."""
+
+    log: LoadedLog
+    analysis: Analysis
+    calibration: dict[str, Any] | None
+    env_start: dict[str, Any]
+    env_end: dict[str, Any]
+    summary: dict[str, Any] | None
+    interrupted: bool
+
+
+def build(log: LoadedLog) -> Report:
+    """Analyse a loaded log (bench or interactive session)."""
+    calibration = next(log.of_type("calibration"), None)
+    expected = {}
+    if calibration:
+        expected = {int(t): p["tokens"] for t, p in calibration.get("targets", {}).items()}
+    threshold = (log.header.get("bench") or {}).get("drift_threshold_pct", 5.0)
+    envs = list(log.of_type("environment"))
+    return Report(
+        log=log,
+        analysis=analyze(log.of_type("request"), expected, threshold),
+        calibration=calibration,
+        env_start=next((e for e in envs if e.get("phase") == "start"), {}),
+        env_end=next((e for e in envs if e.get("phase") == "end"), {}),
+        summary=next(log.of_type("summary"), None),
+        interrupted=any(True for _ in log.of_type("interrupted")),
+    )
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report as text in `fmt` ("md", "csv" or "json"). Raises ValueError otherwise."""
+    if fmt == "md":
+        return _markdown(report)
+    if fmt == "csv":
+        return _csv(report)
+    if fmt == "json":
+        return json.dumps(_json(report), indent=2, ensure_ascii=False, default=str) + "\n"
+    raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _size_label(size: SizeAnalysis, calibration: dict[str, Any] | None) -> str:
+    if size.target is None:
+        return "interactive"
+    point = ((calibration or {}).get("targets") or {}).get(str(size.target)) or {}
+    if point:
+        return f"{size.target} tok ({point.get('words')} words → {point.get('tokens')})"
+    return f"{size.target} tok"
+
+
+def _gpu_cells(report: Report) -> tuple[str, str]:
+    """GPU util % (median of probe samples during measured requests) and VRAM with its tool."""
+    utils, used = [], []
+    for probe in report.log.of_type("probe"):
+        gpu = probe.get("gpu") or {}
+        for dev in gpu.get("devices") or []:
+            if dev.get("util_percent") is not None:
+                utils.append(dev["util_percent"])
+            if dev.get("memory_used") is not None:
+                used.append(dev["memory_used"])
+    loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
+    ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)" if loaded.get("size") else ""
+    if not utils:
+        machine = report.log.header.get("machine") or {}
+        reason = (machine.get("gpu") or {}).get("reason") or "no GPU samples"
+        return f"n/a ({reason})", ps or "n/a"
+    util = f"{statistics.median(utils):.0f} (nvml, median)"
+    vram = f"{_bytes(int(max(used)))} peak (nvml)" + (f"; {ps}" if ps else "")
+    return util, vram
+
+
+def _warmup_load(size: SizeAnalysis) -> str:
+    loads = [(r.record.get("metrics") or {}).get("load_ms") for r in size.warmups]
+    loads = [x for x in loads if x is not None]
+    return f"{_num(max(loads))} ms" if loads else "n/a (no warm-up)"
+
+
+def _notes(size: SizeAnalysis) -> str:
+    notes = []
+    worse = [f"{label} {size.drifts[key].change_pct:+.1f} %" for key, label, unit, _ in METRICS if size.drifts[key].worse]
+    notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
+    if size.excluded:
+        notes.append(f"{len(size.excluded)} excluded")
+    return "; ".join(notes)
+
+
+# ---------------------------------------------------------------------- markdown
+
+
+def _markdown(report: Report) -> str:
+    h, a = report.log.header, report.analysis
+    lines = [f"# llmtop {h.get('kind', 'session')} report — {h.get('model')} on {h.get('engine')}", ""]
+    verdict = "CONTAMINATED" if a.contaminated else "CLEAN"
+    lines.append(
+        f"**Verdict: {verdict}** (drift threshold ±{a.drift_threshold_pct:g} % between the medians of the first "
+        f"and last 5 ok requests). {a.ok_count} requests in the statistics."
+    )
+    if report.interrupted:
+        lines.append("**The run was interrupted**: the statistics cover the requests that finished.")
+    util, vram = _gpu_cells(report)
+    lines += ["", "## Results", ""]
+    lines.append("| prompt | n (after warm-up) | TTFT p50 / p95 (client) | E2E p50 | prefill tok/s (server) "
+                 "| decode tok/s (server) | load (warm-up) | GPU util % | VRAM (tool) | notes |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for s in a.sizes:
+        t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
+        p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
+        lines.append(
+            f"| {_size_label(s, report.calibration)} | {len(s.ok)} | {_num(t.median)} / {p95} ms | {_num(e.median)} ms "
+            f"| {_num(s.summaries['server_prefill_tps'].median)} | {_num(s.summaries['server_decode_tps'].median)} "
+            f"| {_warmup_load(s)} | {util} | {vram} | {_notes(s)} |"
+        )
+    for s in a.sizes:
+        lines += ["", f"## Statistics — {_size_label(s, report.calibration)}", ""]
+        lines.append("| metric | unit | n | median | min | max | p95 | first 5 → last 5 | drift | series |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        for key, label, unit, _better in METRICS:
+            m, d = s.summaries[key], s.drifts[key]
+            p95 = _num(m.p95, 2) if m.p95 is not None else (m.p95_note or "n/a")
+            change = "n/a" if d.change_pct is None else f"{d.change_pct:+.1f} %" + (" ⚠" if d.worse else "")
+            trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}" if d.change_pct is not None else (d.note or "n/a")
+            lines.append(
+                f"| {label} | {unit} | {m.n} | {_num(m.median, 2)} | {_num(m.min, 2)} | {_num(m.max, 2)} | {p95} "
+                f"| {trend} | {change} | `{s.sparkline(key)}` |"
+            )
+    lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_requests(a: Analysis) -> list[str]:
+    lines = ["", "## Warm-up requests (kept, not in the statistics)", ""]
+    warm = [r for s in a.sizes for r in s.warmups]
+    if warm:
+        lines.append("| prompt | # | status | TTFT ms | load ms | prefill ms | decode tok/s (server) |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in warm:
+            m = r.record.get("metrics") or {}
+            lines.append(f"| {r.prompt_tokens_target} | {r.index + 1} | {r.status} | {_num(m.get('ttft_ms'))} "
+                         f"| {_num(m.get('load_ms'))} | {_num(m.get('prompt_eval_ms'))} | {_num(m.get('server_decode_tps'))} |")
+    else:
+        lines.append("none")
+    lines += ["", "## Excluded requests", ""]
+    excluded = [r for s in a.sizes for r in s.excluded]
+    if excluded:
+        lines.append("| prompt | # | status | reason |")
+        lines.append("|---|---|---|---|")
+        lines += [f"| {r.prompt_tokens_target} | {r.index + 1} | {r.status} | {r.reason} |" for r in excluded]
+    else:
+        lines.append("none: every measured request was ok")
+    if a.timing_warnings:
+        lines += ["", "## Server timings that do not add up", ""]
+        for r in a.timing_warnings:
+            lines.append(f"- request {r.index + 1} ({r.prompt_tokens_target} tok): {r.timing_gap_share:.0%} of "
+                         "total_duration is neither load, prompt eval nor eval; its derived rates are estimates")
+    return lines
+
+
+def _markdown_calibration(report: Report) -> list[str]:
+    c = report.calibration
+    lines = ["", "## Calibration", ""]
+    if not c:
+        return lines + ["none (not a bench run)"]
+    lines.append(f"Chat template's own cost: {c.get('template_tokens')} tokens. "
+                 f"{'From the cache (one target re-checked).' if c.get('from_cache') else 'Measured for this run.'}")
+    lines += ["", "| words | prompt_eval_count |", "|---|---|"]
+    lines += [f"| {w} | {t} |" for w, t in c.get("probes") or []]
+    return lines
+
+
+def _markdown_environment(report: Report) -> list[str]:
+    h = report.log.header
+    m = h.get("machine") or h.get("environment") or {}
+    md = h.get("model_details") or {}
+    loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
+    gpu = m.get("gpu") or {}
+    gpus = ", ".join(f"{d.get('name')} ({_bytes(d.get('memory_total'))})" for d in gpu.get("devices") or []) or (
+        f"none ({gpu.get('reason', 'not checked')})"
+    )
+    rows = [
+        ("llmtop", h.get("llmtop_version")),
+        ("engine", f"{h.get('engine')} {h.get('engine_version') or ''} at {h.get('host')}"),
+        ("model", f"{h.get('model')} · {md.get('family')} · {md.get('parameter_size')} · {md.get('quantization')}"),
+        ("loaded (/api/ps)", f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}"
+         + (f" — {loaded['note']}" if loaded.get("note") else "")),
+        ("options", json.dumps(h.get("options"))),
+        ("OS", m.get("os")),
+        ("CPU", f"{m.get('cpu_model')} · {m.get('cpu_cores_physical')} cores / {m.get('cpu_cores_logical')} threads"),
+        ("RAM", _bytes(m.get("ram_bytes"))),
+        ("GPU", gpus + (f" · driver {gpu['driver_version']}" if gpu.get("driver_version") else "")),
+        ("power", m.get("power", "unknown")),
+        ("Python", m.get("python")),
+        ("started", h.get("started_at")),
+        ("ended", next((r.get("ended_at") for r in report.log.of_type("end")), "n/a (log not closed)")),
+    ]
+    return ["", "## Environment", "", "| item | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+
+
+# ---------------------------------------------------------------------- CSV and JSON
+
+CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", "ttft_ms", "e2e_ms", "prompt_eval_ms",
+               "server_prefill_tps", "client_decode_tps", "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms",
+               "prompt_eval_count", "eval_count", "prompt_words", "started_at")
+
+
+def _csv(report: Report) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for s in report.analysis.sizes:
+        for r in s.requests:
+            m, st = r.record.get("metrics") or {}, r.record.get("stats") or {}
+            writer.writerow({
+                "prompt_tokens_target": r.prompt_tokens_target, "index": r.index + 1, "phase": r.phase,
+                "status": r.status, "reason": r.reason, **{k: m.get(k) for k in CSV_COLUMNS if k in m},
+                "prompt_eval_count": st.get("prompt_eval_count"), "eval_count": st.get("eval_count"),
+                "prompt_words": r.record.get("prompt_words"), "started_at": r.record.get("started_at"),
+            })
+    return out.getvalue()
+
+
+def _json(report: Report) -> dict[str, Any]:
+    a = report.analysis
+    return {
+        "header": report.log.header,
+        "verdict": "contaminated" if a.contaminated else "clean",
+        "interrupted": report.interrupted,
+        "drift_threshold_pct": a.drift_threshold_pct,
+        "calibration": report.calibration,
+        "environment": {"start": report.env_start, "end": report.env_end},
+        "sizes": [
+            {
+                "prompt_tokens_target": s.target,
+                "n_ok": len(s.ok),
+                "contaminated": s.contaminated,
+                "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
+                "drift": {k: v.to_dict() for k, v in s.drifts.items()},
+                "series": s.series,
+                "requests": [
+                    {"index": r.index + 1, "phase": r.phase, "status": r.status, "reason": r.reason,
+                     "timing_gap_share": r.timing_gap_share, "metrics": r.record.get("metrics"),
+                     "stats": r.record.get("stats")}
+                    for r in s.requests
+                ],
+            }
+            for s in a.sizes
+        ],
+        "warnings": report.log.warnings,
+    }

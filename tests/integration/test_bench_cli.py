@@ -1,0 +1,56 @@
+"""`llmtop bench` end to end on the real embedded engine (issue 3 "Done")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.log import read_log
+
+pytestmark = pytest.mark.integration
+
+
+def llmtop(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "llmtop", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_small_bench_on_the_real_model(engine_url, tmp_path):
+    log = tmp_path / "bench.jsonl"
+    p = llmtop("bench", "--engine", "embedded", "--host", engine_url, "--requests", "8", "--warmup", "1",
+               "--prompt-tokens", "64", "--max-tokens", "16", "--num-ctx", "2048", "--log", str(log), "--no-cache")
+    # 0 clean or 1 contaminated (a shared CI machine may drift); anything else is a failure
+    assert p.returncode in (ExitCode.OK, ExitCode.NOISY), p.stderr
+    md = p.stdout
+    loaded = read_log(log)
+    (cal,) = loaded.of_type("calibration")
+    point = cal["targets"]["64"]
+    assert abs(point["tokens"] - 64) <= 0.05 * 64 and cal["template_tokens"] > 0
+    requests = list(loaded.of_type("request"))
+    assert [r["phase"] for r in requests] == ["warmup"] + ["measure"] * 8
+    assert len({r["prompt"] for r in requests}) == 9  # every prompt differs
+    assert all(r["options"] == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in requests)
+    # the result row: every cell filled
+    row = next(line for line in md.splitlines() if line.startswith("| 64 tok"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 10 and all(cells), row
+    assert cells[1] == "8" or int(cells[1]) >= 6  # n after warm-up (a cache hit would be listed)
+    assert "n/a (n < 20)" in cells[2]  # p95 is not the max relabelled
+    assert "## Environment" in md and "## Calibration" in md and "Q4_K_M" in md
+    # the report command reproduces it from the log alone
+    again = llmtop("report", str(log), "--format", "json")
+    assert again.returncode == 0
+    data = json.loads(again.stdout)
+    assert data["sizes"][0]["prompt_tokens_target"] == 64 and data["sizes"][0]["n_ok"] == int(cells[1])
+    csv_out = llmtop("report", str(log), "--format", "csv").stdout.splitlines()
+    assert len(csv_out) == 1 + 9
+
+
+def test_report_of_a_bad_file_is_a_usage_error(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text("not json\n")
+    p = llmtop("report", str(bad))
+    assert p.returncode == ExitCode.USAGE and "does not start with an llmtop header" in p.stderr

@@ -1,0 +1,114 @@
+"""Bench analysis and reports from log records alone, with the source's numbers."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from llmtop.sessions.analysis import BenchStatus, analyze, first_pass_status
+from llmtop.sessions.log import SessionLog, read_log
+from llmtop.sessions.report import build, render
+from tests.unit.test_stats import CONTAMINATED
+
+MS = 1_000_000
+
+
+def record(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, prompt_eval_count=195,
+           prompt_eval_ms=796.1, eval_count=100, status="ok"):
+    eval_duration = round(eval_count / decode_tps * 1e9)
+    stats = {"load_duration": round(load_ms * MS), "prompt_eval_count": prompt_eval_count,
+             "prompt_eval_duration": round(prompt_eval_ms * MS), "eval_count": eval_count,
+             "eval_duration": eval_duration,
+             "total_duration": round(load_ms * MS) + round(prompt_eval_ms * MS) + eval_duration + 2 * MS}
+    metrics = {"ttft_ms": ttft, "e2e_ms": ttft + eval_duration / MS, "prompt_eval_ms": prompt_eval_ms,
+               "server_prefill_tps": prompt_eval_count / prompt_eval_ms * 1000, "client_decode_tps": decode_tps,
+               "server_decode_tps": decode_tps, "tpot_ms": 1000 / decode_tps, "overhead_ms": ttft - load_ms - prompt_eval_ms,
+               "load_ms": load_ms}
+    return {"type": "request", "index": index, "phase": phase, "prompt_tokens_target": 200, "prompt_words": 105,
+            "status": status, "error": None if status == "ok" else "boom", "stats": stats, "metrics": metrics}
+
+
+def contaminated_run():
+    warm = record(0, phase="warmup", load_ms=2100.0, ttft=2950.0)
+    return [warm] + [record(i + 1, tps) for i, tps in enumerate(CONTAMINATED)]
+
+
+def test_source_contaminated_run_is_flagged():
+    a = analyze(contaminated_run(), {200: 198})
+    (size,) = a.sizes
+    assert len(size.ok) == 25 and len(size.warmups) == 1
+    d = size.drifts["server_decode_tps"]
+    assert d.first_median == pytest.approx(22.0) and d.last_median == pytest.approx(15.2)
+    assert d.change_pct == pytest.approx(-30.9, abs=0.05) and d.worse and a.contaminated
+    assert not size.drifts["ttft_ms"].worse  # constant TTFT
+    assert size.summaries["ttft_ms"].p95 == pytest.approx(813.9)  # n = 25 >= 20
+
+
+def test_flat_run_is_clean():
+    a = analyze([record(i) for i in range(25)], {200: 198})
+    assert not a.contaminated and a.ok_count == 25
+
+
+def test_statuses():
+    assert first_pass_status(record(1, prompt_eval_count=120), 198)[0] == BenchStatus.TRUNCATED
+    assert "raise num_ctx" in first_pass_status(record(1, prompt_eval_count=120), 198)[1]
+    assert first_pass_status(record(1, eval_count=1), 198)[0] == BenchStatus.DEGENERATE
+    assert first_pass_status(record(1, status="error"), 198)[0] == BenchStatus.ERROR
+    assert first_pass_status({**record(1), "status": "no-generation"}, 198)[0] == BenchStatus.NO_GENERATION
+
+
+def test_cache_hit_and_cold_start_are_excluded_with_reasons():
+    recs = [record(i) for i in range(10)]
+    recs[3] = record(3, prompt_eval_ms=40.0)  # 195 tokens in 40 ms: 5 % of the usual time per token
+    recs[6] = record(6, load_ms=2500.0)
+    (size,) = analyze(recs, {200: 198}).sizes
+    statuses = {r.index: r.status for r in size.excluded}
+    assert statuses == {3: BenchStatus.CACHED, 6: BenchStatus.COLD_START}
+    assert len(size.ok) == 8
+
+
+def test_p95_is_not_the_max_below_20():
+    (size,) = analyze([record(i, tps) for i, tps in enumerate(CONTAMINATED[:12])]).sizes
+    s = size.summaries["server_decode_tps"]
+    assert s.p95 is None and s.p95_note == "n/a (n < 20)"
+
+
+@pytest.fixture
+def bench_log(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "gemma3:270m", "host": "h",
+                            "bench": {"drift_threshold_pct": 5.0}, "options": {"temperature": 0}})
+    log.write({"type": "calibration", "template_tokens": 26, "targets": {"200": {"words": 105, "tokens": 198}},
+               "probes": [[1, 27], [50, 120], [105, 198]], "from_cache": False})
+    for r in contaminated_run():
+        log.write(r)
+    log.close()
+    return read_log(path)
+
+
+def test_markdown_report_has_every_section(bench_log):
+    md = render(build(bench_log), "md")
+    assert "**Verdict: CONTAMINATED**" in md
+    assert "| 200 tok (105 words → 198) | 25 | 813.9 / 813.9 ms |" in md
+    assert "decode (server) -30.9 %" in md
+    assert "| words | prompt_eval_count |" in md and "| 105 | 198 |" in md
+    assert "## Warm-up requests" in md and "2,100.0" in md
+    assert "none: every measured request was ok" in md
+
+
+def test_csv_has_one_row_per_request_including_warmups(bench_log):
+    rows = list(csv.DictReader(io.StringIO(render(build(bench_log), "csv"))))
+    assert len(rows) == 26 and rows[0]["phase"] == "warmup" and rows[0]["status"] == "ok"
+    assert float(rows[-1]["server_decode_tps"]) == pytest.approx(15.6)
+
+
+def test_json_report(bench_log):
+    data = json.loads(render(build(bench_log), "json"))
+    assert data["verdict"] == "contaminated"
+    assert data["sizes"][0]["drift"]["server_decode_tps"]["change_pct"] == pytest.approx(-30.9, abs=0.05)
+
+
+def test_unknown_format():
+    with pytest.raises(ValueError, match="use one of md, csv, json"):
+        render(None, "pdf")
