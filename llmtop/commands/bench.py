@@ -36,7 +36,7 @@ def _progress_printer(quiet: bool):
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
             print(f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · decode {rate}",
                   file=sys.stderr, flush=True)
-        elif p.phase in ("environment", "calibrating"):
+        elif p.message and p.phase in ("environment", "calibrating"):
             print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
     return show
 

@@ -146,6 +146,14 @@ class Analysis:
 
     sizes: list[SizeAnalysis]
     drift_threshold_pct: float
+    load_requests: list[Mapping[str, Any]] = field(default_factory=list)  # phase "load" records
+
+    @property
+    def load_ms(self) -> float | None:
+        """The model load the run paid (the first request's load_duration), in ms."""
+        loads = [(r.get("metrics") or {}).get("load_ms") for r in self.load_requests]
+        loads = [x for x in loads if x is not None]
+        return max(loads) if loads else None
 
     @property
     def contaminated(self) -> bool:
@@ -174,8 +182,12 @@ def analyze(
     `prompt_tokens_target`); `expected_tokens` maps a target to the calibrated token count."""
     expected_tokens = expected_tokens or {}
     by_size: dict[int | None, list[RequestVerdict]] = {}
+    load_requests = []
     for rec in records:
         if rec.get("type") != "request":
+            continue
+        if rec.get("phase") == "load":
+            load_requests.append(rec)
             continue
         target = rec.get("prompt_tokens_target")
         status, reason = first_pass_status(rec, expected_tokens.get(target) if target else None)
@@ -190,7 +202,7 @@ def analyze(
         )
         by_size.setdefault(target, []).append(verdict)
     sizes = [_analyze_size(target, reqs, drift_threshold_pct) for target, reqs in by_size.items()]
-    return Analysis(sizes=sizes, drift_threshold_pct=drift_threshold_pct)
+    return Analysis(sizes=sizes, drift_threshold_pct=drift_threshold_pct, load_requests=load_requests)
 
 
 def _analyze_size(target: int | None, requests: list[RequestVerdict], threshold: float) -> SizeAnalysis:

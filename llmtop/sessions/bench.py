@@ -27,8 +27,10 @@ from llmtop.sessions.environment import environment
 from llmtop.sessions.log import LoadedLog, read_log
 from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
 from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.request import RequestResult, run_request
+from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
+
+PROBE_INTERVAL_S = 0.5  # "about 1 Hz or faster during requests"; a bench is all requests
 
 
 @dataclass(frozen=True)
@@ -160,11 +162,18 @@ class BenchRunner:
 
     async def run(self) -> BenchOutcome:
         """Run the whole protocol; the log is closed when this returns or raises."""
+        from llmtop.probes.sampler import ProbeSampler
+
         cfg = self.config
         interrupted = False
+        # Probe samples go to the log tagged with the request they overlap (issue 4).
+        sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids)
+        sampler.start()
         try:
             self.on_progress(BenchProgress("environment", message="reading the engine's environment"))
             self.recorder.log.write({"type": "environment", "phase": "start", **await engine_environment(self.conn)})
+            self.on_progress(BenchProgress("warmup", message="first request (pays the model load, if any)"))
+            await self._load_request()
             self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
             cache = CalibrationCache() if cfg.use_cache else None
             calibration = await calibrate(
@@ -172,6 +181,9 @@ class BenchRunner:
                 seed=cfg.seed, cache=cache, think=cfg.think,
             )
             self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
+            how = "from the cache (re-checked with one probe)" if calibration.from_cache else "measured"
+            table = ", ".join(f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items())
+            self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
             generator = PromptGenerator(cfg.seed)
             try:
                 for target in cfg.prompt_tokens:
@@ -195,10 +207,24 @@ class BenchRunner:
                 }
             )
         finally:
+            sampler.stop()
             self.recorder.close()
         outcome = BenchOutcome(analysis, calibration, self.log_path, read_log(self.log_path), interrupted)
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    async def _load_request(self) -> None:
+        """One short request before anything else, so the model's load lands in a request of
+        its own (phase "load": kept in the log and the report's load column, never a sample)."""
+        prompt = "Hello"
+        collector = self.recorder.new_request(prompt)
+        options = {**self.config.options(), "num_predict": 2}  # num_predict does not force a reload
+        result = await run_request(
+            lambda: self.conn.engine.stream_chat(self.conn.model, chat_messages(prompt), options=options,
+                                                 think=self.config.think),
+            collector,
+        )
+        self.recorder.record(result, phase="load", index=0, prompt_tokens_target=None, prompt_words=1)
 
     async def _run_size(self, target: int, calibration: Calibration, generator: PromptGenerator) -> None:
         cfg = self.config

@@ -111,8 +111,9 @@ def _gpu_cells(report: Report) -> tuple[str, str]:
     return util, vram
 
 
-def _warmup_load(size: SizeAnalysis) -> str:
-    loads = [(r.record.get("metrics") or {}).get("load_ms") for r in size.warmups]
+def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
+    """The largest load among the run's first request and this size's warm-ups, in ms."""
+    loads = [(r.record.get("metrics") or {}).get("load_ms") for r in size.warmups] + [analysis.load_ms]
     loads = [x for x in loads if x is not None]
     return f"{_num(max(loads))} ms" if loads else "n/a (no warm-up)"
 
@@ -150,7 +151,7 @@ def _markdown(report: Report) -> str:
         lines.append(
             f"| {_size_label(s, report.calibration)} | {len(s.ok)} | {_num(t.median)} / {p95} ms | {_num(e.median)} ms "
             f"| {_num(s.summaries['server_prefill_tps'].median)} | {_num(s.summaries['server_decode_tps'].median)} "
-            f"| {_warmup_load(s)} | {util} | {vram} | {_notes(s)} |"
+            f"| {_warmup_load(s, a)} | {util} | {vram} | {_notes(s)} |"
         )
     for s in a.sizes:
         lines += ["", f"## Statistics — {_size_label(s, report.calibration)}", ""]
@@ -171,14 +172,15 @@ def _markdown(report: Report) -> str:
 
 def _markdown_requests(a: Analysis) -> list[str]:
     lines = ["", "## Warm-up requests (kept, not in the statistics)", ""]
-    warm = [r for s in a.sizes for r in s.warmups]
+    warm = [("first request", rec.get("status"), rec) for rec in a.load_requests]
+    warm += [(f"{r.prompt_tokens_target} tok #{r.index + 1}", r.status, r.record) for s in a.sizes for r in s.warmups]
     if warm:
-        lines.append("| prompt | # | status | TTFT ms | load ms | prefill ms | decode tok/s (server) |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for r in warm:
-            m = r.record.get("metrics") or {}
-            lines.append(f"| {r.prompt_tokens_target} | {r.index + 1} | {r.status} | {_num(m.get('ttft_ms'))} "
-                         f"| {_num(m.get('load_ms'))} | {_num(m.get('prompt_eval_ms'))} | {_num(m.get('server_decode_tps'))} |")
+        lines.append("| request | status | TTFT ms | load ms | prefill ms | decode tok/s (server) |")
+        lines.append("|---|---|---|---|---|---|")
+        for label, status, rec in warm:
+            m = rec.get("metrics") or {}
+            lines.append(f"| {label} | {status} | {_num(m.get('ttft_ms'))} | {_num(m.get('load_ms'))} "
+                         f"| {_num(m.get('prompt_eval_ms'))} | {_num(m.get('server_decode_tps'))} |")
     else:
         lines.append("none")
     lines += ["", "## Excluded requests", ""]

@@ -30,9 +30,12 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     point = cal["targets"]["64"]
     assert abs(point["tokens"] - 64) <= 0.05 * 64 and cal["template_tokens"] > 0
     requests = list(loaded.of_type("request"))
-    assert [r["phase"] for r in requests] == ["warmup"] + ["measure"] * 8
-    assert len({r["prompt"] for r in requests}) == 9  # every prompt differs
-    assert all(r["options"] == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in requests)
+    # a first short request pays any model load, then 1 warm-up and 8 measured requests
+    assert [r["phase"] for r in requests] == ["load", "warmup"] + ["measure"] * 8
+    bench = requests[1:]
+    assert len({r["prompt"] for r in bench}) == 9  # every prompt differs
+    assert all(r["options"] == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in bench)
+    assert list(loaded.of_type("probe")), "probe samples are logged during the run"
     # the result row: every cell filled
     row = next(line for line in md.splitlines() if line.startswith("| 64 tok"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -46,7 +49,7 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     data = json.loads(again.stdout)
     assert data["sizes"][0]["prompt_tokens_target"] == 64 and data["sizes"][0]["n_ok"] == int(cells[1])
     csv_out = llmtop("report", str(log), "--format", "csv").stdout.splitlines()
-    assert len(csv_out) == 1 + 9
+    assert len(csv_out) == 1 + 9  # header + warm-up + 8 measured
 
 
 def test_report_of_a_bad_file_is_a_usage_error(tmp_path):
