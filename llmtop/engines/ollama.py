@@ -118,7 +118,8 @@ class OllamaEngine:
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout)
 
     async def aclose(self) -> None:
-        """Close the underlying HTTP connection pool."""
+        """Close the underlying HTTP connection pool (the ollama client has no public close;
+        its httpx client is `_client`)."""
         await self._client._client.aclose()
 
     # ------------------------------------------------------------------ streaming
@@ -203,7 +204,7 @@ class OllamaEngine:
 
     async def _response_failure(self, model: str, exc: ollama.ResponseError) -> Failure:
         status, message = exc.status_code, exc.error
-        if status == 404 or (status == -1 and "not found" in message and model in message):
+        if status == 404:
             installed = await self._installed_names()
             listing = ", ".join(installed) if installed else "none"
             return Failure(
