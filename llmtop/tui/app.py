@@ -1,0 +1,346 @@
+"""The llmtop TUI: stream a prompt with live latency numbers next to a live probe panel.
+
+Throttling (the monitor must not be the noise): stream events only append to a
+`LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. One
+`set_interval(1 / RENDER_HZ)` timer draws what is dirty, however fast tokens come: the text
+every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, and the first chunk
+(TTFT) and the end (final figures) at the next tick. Each Textual frame costs a few ms of
+CPU on a small machine, so frames, not tokens, are what the monitor spends. Probes are
+sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
+`ProbeSampled` messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.widgets import Footer, Input
+from textual.worker import Worker
+
+from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.launcher import Connection, connect
+from llmtop.engines.ollama import EngineError
+from llmtop.exitcodes import ExitCode
+from llmtop.probes.sampler import ProbeSample, ProbeSampler
+from llmtop.sessions.log import LogError
+from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.request import RequestResult, run_request
+from llmtop.tui.live import LiveRequest
+from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.header_line import HeaderLine
+from llmtop.tui.widgets.help_screen import HelpScreen
+from llmtop.tui.widgets.metrics_strip import MetricsStrip
+from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.prompt_input import PromptInput
+from llmtop.tui.widgets.token_pane import TokenPane
+
+RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
+TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
+NUMBERS_EVERY = 4  # live numbers and the ITL sparkline: every 4th tick (5 Hz), readable
+STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
+SHUTDOWN_WAIT_S = 5.0
+
+
+class LlmtopApp(App[int]):
+    """The TUI. Build it with `make_app`; `run()` returns an `ExitCode` value."""
+
+    CSS_PATH = "llmtop.tcss"
+    TITLE = "llmtop"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "repeat", "Repeat last", priority=True),
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("f1", "help", "Help"),
+        Binding("escape", "stop", "Stop / leave prompt"),
+        Binding("slash", "focus_prompt", "Prompt", show=False),
+        Binding("q", "quit", "Quit", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self._injected = connection
+        self.conn: Connection | None = None
+        self.recorder: SessionRecorder | None = None
+        self.sampler: ProbeSampler | None = None
+        self.live: LiveRequest | None = None
+        self.last_prompt: str | None = None
+        self.connect_failure: EngineError | LogError | None = None
+        self._pending: str | None = None
+        self._stream_lock = asyncio.Lock()  # one request at a time, even across cancellation
+        self._stream_worker: Worker[None] | None = None
+        self._probe_sample: ProbeSample | None = None
+        self._probe_dirty = False
+        self._frame = 0  # render timer ticks
+        self._closed = False
+        self.exit_code = ExitCode.OK
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield HeaderLine(id="header")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield TokenPane(id="tokens")
+                yield MetricsStrip(id="metrics")
+            yield ProbePanel(id="probes")
+        yield PromptInput(
+            placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F1 help", id="prompt"
+        )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(HeaderLine).show_starting(self.settings.engine)
+        self.query_one(TokenPane).show_message(
+            "starting engine… (the embedded engine takes a few seconds)"
+        )
+        prompt = self.query_one("#prompt", Input)
+        prompt.cursor_blink = False  # a blinking cursor repaints twice a second, forever
+        prompt.focus()
+        self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
+        if self.settings.probes:
+            self.sampler = ProbeSampler(
+                self.settings.probe_interval_s,
+                self._on_probe_thread,
+                engine_pids=lambda: self.conn.engine_pids if self.conn is not None else set(),
+            )
+            self.sampler.start()
+        self._connect()
+
+    # ------------------------------------------------------------------ engine
+
+    @work(exclusive=True, group="connect")
+    async def _connect(self) -> None:
+        """Connect (or start the embedded engine) without blocking the UI."""
+        s = self.settings
+        try:
+            conn = self._injected or await connect(s.engine, s.host, s.model, s.model_path)
+        except EngineError as exc:
+            self.connect_failure = exc
+            kind = exc.failure.kind
+            self.exit_code = (
+                ExitCode.MODEL_NOT_FOUND
+                if kind == FailureKind.MODEL_NOT_FOUND
+                else ExitCode.ENGINE_UNREACHABLE
+            )
+            self.query_one(HeaderLine).show_failed("no engine")
+            self.query_one(TokenPane).show_failure(exc.failure, "Could not reach an engine: ")
+            return
+        except Exception as exc:  # noqa: BLE001 — unforeseen: say so, stay usable to quit
+            failure = Failure(
+                FailureKind.PROTOCOL,
+                f"connecting failed unexpectedly: {type(exc).__name__}: {exc}",
+                "retry with --engine embedded, or report this with the session log",
+            )
+            self.connect_failure = EngineError(failure)
+            self.exit_code = ExitCode.ENGINE_UNREACHABLE
+            self.query_one(HeaderLine).show_failed("no engine")
+            self.query_one(TokenPane).show_failure(failure, "")
+            return
+        if self._closed:  # quit while the engine was starting
+            await conn.close()
+            return
+        self.conn = conn
+        header = self.query_one(HeaderLine)
+        header.show_connection(conn)
+        try:
+            self.recorder = SessionRecorder(conn, s.options, s.log_path)
+        except LogError as exc:
+            self.connect_failure = exc
+            self.exit_code = ExitCode.USAGE
+            self.query_one(TokenPane).show_message(
+                f"✗ {exc}\n→ pass a writable file with --log", "bold red"
+            )
+            return
+        header.show_log(str(self.recorder.log.path))
+        self.query_one(TokenPane).show_message("ready — type a prompt below and press Enter.")
+        if self._pending is not None:
+            prompt, self._pending = self._pending, None
+            self.send(prompt)
+
+    @property
+    def ready(self) -> bool:
+        """True once connected and the session log is open."""
+        return self.recorder is not None and not self._closed
+
+    # ------------------------------------------------------------------ requests
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.clear()
+        self.send(event.value)
+
+    def send(self, prompt: str) -> None:
+        """Send `prompt` (cancelling a request still streaming); queue it while connecting."""
+        prompt = prompt.strip()
+        if not prompt:
+            return
+        if self.connect_failure is not None:
+            self.notify("no engine: see the message in the response pane", severity="error")
+            return
+        self.last_prompt = prompt
+        if not self.ready:
+            self._pending = prompt
+            self.notify("engine still starting; the prompt will be sent when it is ready")
+            return
+        self._stream_worker = self._stream(prompt)
+
+    @work(exclusive=True, group="stream")
+    async def _stream(self, prompt: str) -> None:
+        """Stream one request. Exclusive: starting another cancels this one, which is then
+        recorded as cancelled before the next request starts (the lock orders them)."""
+        async with self._stream_lock:
+            recorder = self.recorder
+            if recorder is None:
+                return
+            collector = recorder.new_request(prompt)
+            live = self.live = LiveRequest(collector)
+            self._set_probe_interval(streaming=True)
+            try:
+                result = await run_request(lambda: recorder.stream(prompt), collector, live.add)
+            except asyncio.CancelledError:
+                self._record(collector.finish(cancelled=True), live)
+                raise
+            finally:
+                self._set_probe_interval(streaming=False)
+            self._record(result, live)
+
+    def _record(self, result: RequestResult, live: LiveRequest) -> None:
+        """Log a finished request and show its end; a log that cannot be written is reported
+        on screen (the numbers are still shown) rather than ending the app."""
+        live.finish(result)
+        try:
+            assert self.recorder is not None
+            self.recorder.record(result)
+        except LogError as exc:
+            self.notify(f"{exc}", title="not recorded", severity="error", timeout=10)
+
+    def _set_probe_interval(self, streaming: bool) -> None:
+        if self.sampler is not None:
+            factor = STREAM_PROBE_FACTOR if streaming else 1.0
+            self.sampler.set_interval(self.settings.probe_interval_s * factor)
+
+    @property
+    def streaming(self) -> bool:
+        """True while a request is streaming."""
+        return self.live is not None and self.live.streaming
+
+    # ------------------------------------------------------------------ probes
+
+    def _on_probe_thread(self, sample: ProbeSample) -> None:
+        """Runs in the sampler thread: log the sample, then hand it to the event loop."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(LogError):
+                recorder.record_probe(sample)
+        with contextlib.suppress(RuntimeError):  # the loop may be closing
+            self.post_message(ProbeSampled(sample))
+
+    def on_probe_sampled(self, message: ProbeSampled) -> None:
+        self._probe_sample = message.sample
+        self._probe_dirty = True
+
+    # ------------------------------------------------------------------ rendering
+
+    def _render_dirty(self) -> None:
+        """The only place streamed text and probe samples reach widgets (≤ RENDER_HZ)."""
+        with contextlib.suppress(NoMatches):  # the widgets are gone while shutting down
+            self._render_widgets()
+
+    def _render_widgets(self) -> None:
+        self._frame += 1
+        live = self.live
+        if live is not None:
+            urgent = live.urgent  # first chunk or the end: draw now
+            if live.dirty and (urgent or self._frame % TEXT_EVERY == 0):
+                live.dirty = False
+                self.query_one(TokenPane).show_live(live)
+            if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
+                live.numbers_dirty = live.urgent = False
+                self.query_one(MetricsStrip).show_live(live)
+        if self._probe_dirty and self._probe_sample is not None:
+            self._probe_dirty = False
+            self.query_one(ProbePanel).show(self._probe_sample)
+
+    # ------------------------------------------------------------------ keys
+
+    def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
+        self.action_help()
+
+    def action_repeat(self) -> None:
+        """Send the last prompt again."""
+        if self.last_prompt is None:
+            self.notify("nothing to repeat yet")
+            return
+        self.send(self.last_prompt)
+
+    def action_help(self) -> None:
+        """Show the keys and metric definitions."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_stop(self) -> None:
+        """Esc: cancel the streaming request, or leave the prompt box when idle."""
+        if self.streaming:
+            self.workers.cancel_group(self, "stream")
+        else:
+            self.query_one(TokenPane).focus()
+
+    def action_focus_prompt(self) -> None:
+        """Back to the prompt box."""
+        self.query_one("#prompt", Input).focus()
+
+    async def action_quit(self) -> None:
+        """Cancel (and record) a streaming request, close everything, exit."""
+        await self._close_session()
+        self.exit(int(self.exit_code))
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def _close_session(self) -> None:
+        """Idempotent: cancel the stream (recorded as cancelled), stop probes, close the log,
+        close the connection (stopping the embedded engine)."""
+        if self._closed:
+            return
+        self._closed = True
+        worker = self._stream_worker
+        if worker is not None and not worker.is_finished:
+            worker.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
+        if self.sampler is not None:
+            await asyncio.to_thread(self.sampler.stop)
+        if self.recorder is not None:
+            with contextlib.suppress(LogError):
+                self.recorder.close()
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def on_unmount(self) -> None:
+        await self._close_session()
+
+
+def make_app(settings: TuiSettings, connection: Connection | None = None) -> LlmtopApp:
+    """Build the TUI from plain settings (the CLI and tests).
+
+    connection: an already-connected engine (tests inject a scripted one); None = connect
+    per `settings.engine` on mount. The app owns the connection either way and closes it.
+    """
+    return LlmtopApp(settings, connection)
+
+
+def run_tui(args: Any) -> int:
+    """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value."""
+    app = make_app(TuiSettings.from_args(args))
+    code = app.run()
+    return int(code if code is not None else app.exit_code)
+
+
+__all__ = ["LlmtopApp", "TuiSettings", "make_app", "run_tui"]

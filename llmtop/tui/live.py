@@ -1,0 +1,97 @@
+"""What the screen shows of the request being streamed (pure: no Textual, no clocks).
+
+`LiveRequest.add` is the stream's `on_event` callback: it only appends to buffers and sets
+`dirty`; the app's render timer (≤ 20 Hz) reads the buffers and clears `dirty`. Every number
+here comes from the engine's own arrival stamps (`StreamEvent.t_ns`) and the collector's send
+stamp, with the same formulas as `llmtop.sessions.timeline` — the UI never reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmtop.engines.events import Failure, StreamEvent
+from llmtop.sessions.request import RequestCollector, RequestResult
+from llmtop.sessions.timeline import NS_PER_MS, live_decode_tps
+
+THINKING = "thinking"
+CONTENT = "content"
+
+
+@dataclass
+class LiveRequest:
+    """One request as it streams.
+
+    parts: the text in arrival order as [kind, [pieces…]] runs, kind THINKING or CONTENT.
+    itl_ms: gaps between successive text-carrying chunks, ms (one per chunk after the first).
+    result: set when the request ended (done, failed or cancelled).
+    dirty: the text changed since it was last drawn; numbers_dirty: the live numbers did;
+    urgent: a number the user waits for changed (the first chunk: TTFT; the end: status), so
+    it is drawn on the next frame rather than at the slower numbers rate.
+    """
+
+    collector: RequestCollector
+    parts: list[tuple[str, list[str]]] = field(default_factory=list)
+    first_text_ns: int | None = None
+    last_text_ns: int | None = None
+    chunks: int = 0
+    itl_ms: list[float] = field(default_factory=list)
+    failure: Failure | None = None
+    result: RequestResult | None = None
+    dirty: bool = True
+    numbers_dirty: bool = True
+    urgent: bool = True
+
+    @property
+    def prompt(self) -> str:
+        """The prompt being answered."""
+        return self.collector.prompt
+
+    def add(self, event: StreamEvent) -> None:
+        """Take one event (cheap: append and mark dirty; no rendering here)."""
+        if event.thinking:
+            self._append(THINKING, event.thinking)
+        if event.content:
+            self._append(CONTENT, event.content)
+        if event.has_text:
+            if self.last_text_ns is not None:
+                self.itl_ms.append((event.t_ns - self.last_text_ns) / NS_PER_MS)
+            else:
+                self.first_text_ns = event.t_ns
+                self.urgent = True
+            self.last_text_ns = event.t_ns
+            self.chunks += 1
+        if event.failure is not None:
+            self.failure = event.failure
+        self.dirty = self.numbers_dirty = True
+
+    def _append(self, kind: str, text: str) -> None:
+        if self.parts and self.parts[-1][0] == kind:
+            self.parts[-1][1].append(text)
+        else:
+            self.parts.append((kind, [text]))
+
+    def finish(self, result: RequestResult) -> None:
+        """The request ended; its result carries the final metrics and status."""
+        self.result = result
+        self.failure = result.failure
+        self.dirty = self.numbers_dirty = self.urgent = True
+
+    @property
+    def streaming(self) -> bool:
+        """True until `finish`."""
+        return self.result is None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Send → first text chunk, ms (client stamps); None before the first chunk."""
+        if self.result is not None:
+            return self.result.metrics.ttft_ms
+        if self.first_text_ns is None or not self.collector.sent_ns:
+            return None
+        return (self.first_text_ns - self.collector.sent_ns) / NS_PER_MS
+
+    @property
+    def live_decode_cps(self) -> float | None:
+        """Client decode rate so far, text chunks/s (`timeline.live_decode_tps`)."""
+        return live_decode_tps(self.first_text_ns, self.last_text_ns, self.chunks)

@@ -1,0 +1,54 @@
+"""The busiest apps by CPU (browsers marked), with llmtop's own and the engine's CPU apart."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.probes.catalogue import Category
+from llmtop.probes.processes import ProcessSample
+from llmtop.tui import fmt
+from llmtop.tui.widgets.quiet_static import QuietStatic
+
+TOP_N = 5
+BROWSER_MARK = "🌐"
+NAME_WIDTH = 17
+
+
+def apps_text(processes: ProcessSample | None, cost_ms: float | None = None) -> Text:
+    """Top TOP_N apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
+
+    A None CPU reading is "warming up" (psutil needs two readings), never 0.0.
+    """
+    if processes is None:
+        return Text("process probe failed (see the verdict)", style="red")
+    text = Text.assemble(("top apps      CPU (% of 1 core)  RSS", "bold underline"))
+    others = [a for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE)]
+    for app in others[:TOP_N]:
+        mark = BROWSER_MARK if app.is_browser else "  "
+        name = app.app if app.n_procs == 1 else f"{app.app} ×{app.n_procs}"
+        if len(name) > NAME_WIDTH:
+            name = name[: NAME_WIDTH - 1] + "…"
+        cpu = fmt.pct(app.cpu_percent)
+        text.append(f"\n{mark}{name:<{NAME_WIDTH}}")
+        text.append(f"{cpu:>11}", style="dim italic" if app.cpu_percent is None else "bold")
+        text.append(f" {fmt.size(app.rss_bytes):>9}", style="dim")
+    if not others:
+        text.append("\n(none)", style="dim")
+    text.append("\nllmtop itself: ")
+    text.append(fmt.pct(processes.self_cpu_percent), style="bold")
+    text.append("\nengine:        ")
+    if processes.engine_cpu_percent is None:
+        text.append("n/a (not a child of llmtop)", style="dim")
+    else:
+        text.append(fmt.pct(processes.engine_cpu_percent), style="bold")
+    if cost_ms is not None:
+        text.append(f"\nprobe cost {cost_ms:.1f} ms CPU per sample", style="dim")
+    return text
+
+
+class AppsView(QuietStatic):
+    """Shows `apps_text` of the latest probe sample."""
+
+    def show(self, processes: ProcessSample | None, cost_ms: float | None = None) -> None:
+        """Render one sample's process part."""
+        self.set_text(apps_text(processes, cost_ms))

@@ -1,0 +1,65 @@
+"""The `?` / F1 modal: the keys, and what each number means (one line each, with units)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("Enter", "send the prompt (a new prompt cancels the one still streaming)"),
+    ("Ctrl+R", "send the last prompt again"),
+    ("Esc", "stop the streaming request; when idle, leave the prompt box"),
+    ("/ or Tab", "back to the prompt box"),
+    ("? or F1", "this help (? only outside the prompt box or when it is empty)"),
+    ("q / Ctrl+Q", "quit (q only outside the prompt box)"),
+)
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("TTFT", "time to first token, ms: request sent → first chunk with text (client clock)"),
+    ("TPOT", "time per output token, ms: (E2E − TTFT) / (tokens − 1)"),
+    ("ITL", "inter-token latency, ms: gap between successive text chunks (the sparkline)"),
+    ("E2E", "end to end, ms: request sent → the server's done chunk"),
+    ("chunks", "text chunks received so far (tokens = the server's eval_count once done)"),
+    ("decode", "live: chunks/s on the client; done: (tokens − 1) / (E2E − TTFT), tok/s"),
+    ("prefill", "server: prompt_eval_count / prompt_eval_duration, tok/s"),
+    ("srv decode", "server: eval_count / eval_duration, tok/s (Ollama's convention)"),
+    ("load", "server: time spent loading the model (cold start), ms"),
+    ("overhead", "TTFT − (load + prompt eval), ms: time outside the engine's own work"),
+    ("CPU %", "machine total 0–100 %; per app: % of one core (a busy app can pass 100)"),
+    ("QUIET", "no finding at WARN or worse; NOISY lists what disturbs the measurement"),
+)
+
+
+def _table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for key, what in rows:
+        table.add_row(key, what)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and metric definitions; Esc, q, ? or F1 closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark,f1", "dismiss", "Close help"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(_table("Keys", KEYS), id="help-keys")
+            yield Static(_table("What the numbers mean", METRICS), id="help-metrics")
+            yield Static(Text("Esc closes this help", style="dim"))
+
+    @property
+    def plain(self) -> str:
+        """The help as plain lines (for tests and logs)."""
+        return "\n".join(f"{k}: {v}" for k, v in KEYS + METRICS)

@@ -1,0 +1,120 @@
+"""Live numbers under the token pane, then the server's own figures once the request is done.
+
+Row 1 (live): TTFT (ms) · text chunks, then tokens · decode rate. Row 2: a Sparkline of ITL
+(ms per gap between chunks), growing per chunk. Row 3 (after done): status, client TPOT and
+E2E (ms). Row 4: server prefill/decode (tok/s), load and overhead (ms). Row 5: the failure
+and its remedy, when there is one.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from llmtop.engines.events import Status
+from llmtop.sessions.request import RequestResult
+from llmtop.tui import fmt
+from llmtop.tui.live import LiveRequest
+from llmtop.tui.widgets.token_pane import failure_text
+
+_FIXED = frozenset({"ttft", "count", "decode"})
+_STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
+_OTHER_STATUS = "bold white on red"
+
+
+def server_text(result: RequestResult) -> Text:
+    """The server's own figures: prefill and decode (tok/s), load and overhead (ms)."""
+    m = result.metrics
+    return Text.assemble(
+        ("server", "dim"),
+        "  prefill ",
+        (fmt.rate(m.server_prefill_tps), "bold"),
+        " · decode ",
+        (fmt.rate(m.server_decode_tps), "bold"),
+        " · load ",
+        (fmt.ms(m.load_ms), "bold"),
+        " · overhead ",
+        (fmt.ms(m.overhead_ms), "bold"),
+    )
+
+
+class MetricsStrip(Vertical):
+    """TTFT/tokens/decode/ITL while streaming; server prefill/decode/load/overhead/status after."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._shown: object = None  # the request (or result) the rows below show
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="live-row"):
+            yield Static("TTFT —", id="ttft")
+            yield Static("tokens —", id="count")
+            yield Static("decode —", id="decode")
+        with Horizontal(id="itl-row"):
+            yield Static("ITL ms", id="itl-label")
+            yield Sparkline([], id="itl")
+        yield Static("", id="client")
+        yield Static("", id="server")
+        yield Static("", id="failure")
+
+    def _static(self, wid: str) -> Static:
+        return self.query_one(f"#{wid}", Static)
+
+    def _put(self, wid: str, content: Text | str) -> None:
+        """Update a label. The live labels have fixed widths (CSS), so they repaint in place;
+        the rows below change height, and are only set when a request starts or ends."""
+        self._static(wid).update(content, layout=wid not in _FIXED)
+
+    def show_live(self, live: LiveRequest) -> None:
+        """Update from the live buffers (capped render timer only)."""
+        self._put("ttft", Text.assemble("TTFT ", (fmt.ms(live.ttft_ms), "bold")))
+        result = live.result
+        if result is None:
+            self._put("count", Text.assemble("chunks ", (str(live.chunks), "bold")))
+            self._put(
+                "decode",
+                Text.assemble("decode ", (fmt.rate(live.live_decode_cps, "chunk/s"), "bold")),
+            )
+            if self._shown is not live:
+                self._shown = live
+                self._put("client", Text("streaming…", style="dim"))
+                self._put("server", "")
+                self._put("failure", "")
+        elif self._shown is not result:
+            self._shown = result
+            self.show_result(result)
+        spark = self.query_one("#itl", Sparkline)
+        data = tuple(live.itl_ms)
+        if spark.data != data:
+            spark.data = data
+
+    def show_result(self, result: RequestResult) -> None:
+        """The finished request's metrics (client and server side) and its status."""
+        m = result.metrics
+        # "chunks" when the server sent no eval_count: the count is the client's, not tokens
+        label = "chunks " if m.tokens_basis == "chunks" else "tokens "
+        tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
+        self._put("count", Text.assemble(label, (tokens, "bold")))
+        self._put("decode", Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")))
+        status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
+        self._put(
+            "client",
+            Text.assemble(
+                status,
+                "  TPOT ",
+                (fmt.ms(m.tpot_ms, 2), "bold"),
+                " · E2E ",
+                (fmt.ms(m.e2e_ms), "bold"),
+            ),
+        )
+        if result.stats is None:
+            self._put("server", Text("server  no statistics (no done chunk)", style="dim"))
+        else:
+            self._put("server", server_text(result))
+        self._put("failure", failure_text(result.failure) if result.failure else "")
+
+    def plain(self, wid: str) -> str:
+        """The text of one label: "ttft", "count", "decode", "client", "server" or "failure"."""
+        return str(self._static(wid).content)

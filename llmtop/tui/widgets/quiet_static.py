@@ -1,0 +1,23 @@
+"""A Static that asks for a screen layout only when its height changes."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+class QuietStatic(Static):
+    """`set_text` repaints in place while the wrapped height stays the same; a layout (which
+    re-arranges the whole screen) only when the number of lines changes."""
+
+    def _height(self, text: Text) -> int:
+        width = self.content_size.width
+        if width <= 0:
+            return -1
+        return len(text.wrap(self.app.console, width))
+
+    def set_text(self, text: Text) -> None:
+        """Show `text`."""
+        old = self.content
+        same = isinstance(old, Text) and self._height(old) == self._height(text) >= 0
+        self.update(text, layout=not same)

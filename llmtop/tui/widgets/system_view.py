@@ -1,0 +1,71 @@
+"""Machine CPU (total and per logical core), memory, swap and GPUs from one probe sample."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.probes.gpu import GpuSample
+from llmtop.probes.system import SystemSample
+from llmtop.tui import fmt
+from llmtop.tui.widgets.quiet_static import QuietStatic
+
+BAR_CORES_MAX = 16  # up to this many cores: one labelled bar each; more: one cell per core
+CORE_BAR_WIDTH = 8
+CELLS_PER_ROW = 32
+
+
+def _style(percent: float | None) -> str:
+    if percent is None:
+        return "dim"
+    return "red" if percent >= 80 else "yellow" if percent >= 40 else "green"
+
+
+def system_text(system: SystemSample | None, gpu: GpuSample | None = None) -> Text:
+    """CPU % of the whole machine with a bar, per-core bars or cells, memory and swap lines."""
+    if system is None:
+        return Text("system probe failed (see the verdict)", style="red")
+    cpu = system.cpu_percent
+    text = Text.assemble(
+        "CPU  ", (f"{fmt.pct(cpu):>10}", "bold"), " ", (fmt.bar(cpu, 16), _style(cpu))
+    )
+    if system.load_avg_per_core is not None:
+        text.append(f"\nload {system.load_avg_per_core:.2f} per core (1 min)", style="dim")
+    cores = system.per_cpu
+    if cores and len(cores) <= BAR_CORES_MAX:
+        for i, value in enumerate(cores):
+            text.append("\n" if i % 2 == 0 else "  ")
+            text.append(f"{i:>2}▕")
+            text.append(fmt.bar(value, CORE_BAR_WIDTH), style=_style(value))
+            text.append(f"▏{value:3.0f}")
+    elif cores:
+        for start in range(0, len(cores), CELLS_PER_ROW):
+            text.append(f"\n{start:>3} ")
+            for value in cores[start : start + CELLS_PER_ROW]:
+                text.append(fmt.spark_char(value), style=_style(value))
+    used = system.mem_total - system.mem_available
+    text.append(
+        f"\nmem  {fmt.size(used)} / {fmt.size(system.mem_total)} ({system.mem_percent:.0f} %)"
+    )
+    if system.swap_total:
+        text.append(
+            f"\nswap {fmt.size(system.swap_used)} / {fmt.size(system.swap_total)}"
+            f" ({system.swap_percent:.0f} %)"
+        )
+    else:
+        text.append("\nswap none", style="dim")
+    if gpu is not None and gpu.available:
+        for d in gpu.devices:
+            util = "n/a" if d.util_percent is None else f"{d.util_percent:.0f} %"
+            text.append(
+                f"\nGPU{d.index} {util} · {fmt.size(d.memory_used)}"
+                f" / {fmt.size(d.memory_total)} (NVML)"
+            )
+    return text
+
+
+class SystemView(QuietStatic):
+    """Shows `system_text` of the latest probe sample."""
+
+    def show(self, system: SystemSample | None, gpu: GpuSample | None = None) -> None:
+        """Render one sample's system part."""
+        self.set_text(system_text(system, gpu))

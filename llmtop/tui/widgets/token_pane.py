@@ -1,0 +1,123 @@
+"""The response as it streams: answer text plain, thinking text dim italic.
+
+A Line-API `ScrollView`: streamed text is wrapped incrementally (`llmtop.tui.wrap`) and only
+the pane's own lines are repainted, so a frame costs what arrived since the last one instead
+of a re-layout of the whole screen.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.events import Resize
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from llmtop.engines.events import Failure, Status
+from llmtop.tui.live import THINKING, LiveRequest
+from llmtop.tui.wrap import IncrementalWrap
+
+THINKING_STYLE = "italic dim"
+WELCOME = (
+    "Type a prompt below and press Enter.  F1 (or ? in an empty prompt) explains every number."
+)
+
+
+def failure_text(failure: Failure, title: str = "✗ ") -> Text:
+    """A failure's message (red) and its remedy on the next line."""
+    text = Text.assemble((f"{title}{failure.message}", "bold red"))
+    if failure.remedy:
+        text.append(f"\n→ {failure.remedy}", style="yellow")
+    return text
+
+
+def live_text(live: LiveRequest) -> Text:
+    """The prompt, then thinking (dim italic) and answer text in arrival order, then how it
+    ended if not OK. Append-only while the request streams (so wrapping stays incremental)."""
+    text = Text.assemble((f"› {live.prompt}", "bold cyan"), "\n\n")
+    previous = None
+    for kind, pieces in live.parts:
+        if previous == THINKING:
+            text.append("\n")
+        text.append(
+            "".join(pieces).replace("\t", "    "), style=THINKING_STYLE if kind == THINKING else ""
+        )
+        previous = kind
+    result = live.result
+    if result is not None and result.status == Status.CANCELLED:
+        text.append("\n[cancelled]", style="yellow")
+    elif live.failure is not None:
+        text.append("\n\n")
+        text.append_text(failure_text(live.failure))
+    return text
+
+
+class TokenPane(ScrollView, can_focus=True):
+    """Follows the text while the view is at the bottom; keeps the position otherwise."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "response"
+        self.text = Text(WELCOME, style="dim")
+        self._doc: object = None  # what `text` shows: a LiveRequest, or a token per message
+        self._wrap = IncrementalWrap()
+        self._strips: list[Strip] = []
+
+    def _set(self, text: Text, doc: object) -> None:
+        at_end = self.scroll_y >= self.max_scroll_y
+        if doc is not self._doc:
+            self._doc = doc
+            self._wrap.reset()
+        self.text = text
+        first = self._rewrap()
+        if first is None:
+            return
+        scroll_y = self.scroll_y
+        if at_end:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+        if self.scroll_y != scroll_y or first == 0:
+            self.refresh()  # the view moved or everything changed
+        else:  # repaint only the lines that changed (usually the last one)
+            self.refresh_lines(first, len(self._strips) - first)
+
+    def _rewrap(self) -> int | None:
+        """Re-wrap what changed; the first changed line, or None before the first layout."""
+        width = self.scrollable_content_region.width
+        if width <= 0:
+            return None  # not laid out yet: on_resize wraps
+        first = self._wrap.update(self.text, width)
+        console = self.app.console
+        del self._strips[first:]
+        for line in self._wrap.lines[first:]:
+            self._strips.append(Strip(list(line.render(console)), line.cell_len))
+        size = Size(width, len(self._strips))
+        if size != self.virtual_size:
+            self.virtual_size = size  # a layout, but only when the line count changes
+        return first
+
+    def on_resize(self, _: Resize) -> None:
+        self._wrap.reset()
+        self._strips.clear()
+        self._rewrap()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        style = self.rich_style
+        index = scroll_y + y
+        if index >= len(self._strips):
+            return Strip.blank(width, style)
+        return self._strips[index].crop_extend(scroll_x, scroll_x + width, style).apply_style(style)
+
+    def show_message(self, message: str, style: str = "dim") -> None:
+        """Replace the content with a status line (e.g. "starting engine…")."""
+        self._set(Text(message, style=style), object())
+
+    def show_failure(self, failure: Failure, title: str) -> None:
+        """Replace the content with a failure and its remedy (e.g. the engine did not start)."""
+        self._set(failure_text(failure, title), object())
+
+    def show_live(self, live: LiveRequest) -> None:
+        """Render the request so far (called by the app's capped render timer only)."""
+        self._set(live_text(live), live)

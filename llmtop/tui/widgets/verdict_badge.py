@@ -1,0 +1,39 @@
+"""QUIET / NOISY badge with its reasons (the verdict's finding messages and remedies)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.probes.verdict import Level, Verdict
+from llmtop.tui.widgets.quiet_static import QuietStatic
+
+_LEVEL_STYLE = {Level.FAIL: "bold red", Level.WARN: "yellow", Level.INFO: "dim"}
+MAX_FINDINGS = 4
+
+
+def verdict_text(verdict: Verdict) -> Text:
+    """The badge line plus up to MAX_FINDINGS findings, worst first."""
+    warming = any(f.code == "warming-up" for f in verdict.findings)
+    if not verdict.quiet:
+        text = Text.assemble((" NOISY ", "bold white on red"))
+    elif warming:
+        text = Text.assemble((" WAIT ", "bold black on yellow"))
+        text.append(" warming up", style="dim")
+    else:
+        text = Text.assemble((" QUIET ", "bold black on green"))
+    for f in verdict.findings[:MAX_FINDINGS]:
+        text.append(f"\n• {f.message}", style=_LEVEL_STYLE.get(f.level, ""))
+        if f.level is not Level.INFO and f.remedy:
+            text.append(f"\n  → {f.remedy}", style="dim")
+    hidden = len(verdict.findings) - MAX_FINDINGS
+    if hidden > 0:
+        text.append(f"\n  (+{hidden} more in the session log)", style="dim")
+    return text
+
+
+class VerdictBadge(QuietStatic):
+    """Shows `verdict_text` of the latest probe sample."""
+
+    def show(self, verdict: Verdict) -> None:
+        """Render a verdict."""
+        self.set_text(verdict_text(verdict))

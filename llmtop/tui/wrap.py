@@ -1,0 +1,99 @@
+"""Word-wrapping an append-only rich `Text`, re-wrapping only its last line on each append.
+
+A greedy wrap that puts a word on the current line when it fits, else on a new line, and
+folds a word wider than the line into width-sized pieces, is prefix-stable: appending text
+can change only the last line and add lines after it. (Rich's own wrapper attaches overflowing
+whitespace to lines of its own, which is not prefix-stable, hence this small one.) The token
+pane's cost per frame is then proportional to what arrived, not to the whole answer.
+Rich only; no Textual.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.cells import cell_len, chop_cells
+from rich.text import Text
+
+_WORD = re.compile(r"\s*\S+\s*")  # a word with the whitespace after it (and before, at start)
+
+
+def line_breaks(plain: str, width: int) -> list[int]:
+    """Character offsets (within one paragraph, no newlines) where wrapped lines start,
+    after the first. Trailing whitespace never starts a line: it is cut at display time."""
+    breaks: list[int] = []
+    col = 0
+    for match in _WORD.finditer(plain):
+        start, word = match.start(), match.group()
+        visible = word.rstrip()
+        need = cell_len(visible)
+        if col + need <= width:
+            col += cell_len(word)
+            continue
+        if col and start:
+            breaks.append(start)  # the word goes to a new line
+        if need <= width:
+            col = cell_len(word)
+            continue
+        # fold: only a paragraph's first word can have leading spaces, and they stay with it
+        chunks = chop_cells(visible, width)
+        offset = start
+        for chunk in chunks[:-1]:
+            offset += len(chunk)
+            breaks.append(offset)
+        col = cell_len(chunks[-1]) + (len(word) - len(visible))
+    return breaks
+
+
+def wrap_lines(text: Text, width: int) -> tuple[list[Text], list[int]]:
+    """Wrap `text` to `width` cells (newlines kept, long words folded, line ends trimmed).
+
+    Returns the lines and the character offset in `text` where each line starts.
+    """
+    lines: list[Text] = []
+    starts: list[int] = []
+    pos = 0
+    for para in text.split("\n", allow_blank=True):
+        plain = para.plain
+        breaks = line_breaks(plain, max(1, width))
+        for start, part in zip([0, *breaks], para.divide(breaks), strict=True):
+            part.rstrip()
+            part.truncate(width)
+            lines.append(part)
+            starts.append(pos + start)
+        pos += len(plain) + 1
+    return lines, starts
+
+
+class IncrementalWrap:
+    """Wrapped lines of a growing Text. `update` re-wraps from the start of the last line;
+    earlier lines are final. A text that is not an extension of the previous one (or a new
+    width) is wrapped anew."""
+
+    def __init__(self) -> None:
+        self.width = 0
+        self.lines: list[Text] = []
+        self._committed = 0  # lines before this index are final
+        self._offset = 0  # character offset where the last (open) line starts
+        self._prefix = ""  # text.plain[:_offset] of the text wrapped last
+
+    def reset(self, width: int = 0) -> None:
+        """Forget everything (a new document, or a new width)."""
+        self.width = width
+        self.lines = []
+        self._committed = 0
+        self._offset = 0
+        self._prefix = ""
+
+    def update(self, text: Text, width: int) -> int:
+        """Wrap `text` to `width`; returns the index of the first line that changed."""
+        plain = text.plain
+        if width != self.width or not plain.startswith(self._prefix):
+            self.reset(width)
+        new, starts = wrap_lines(text[self._offset :], width)
+        first = self._committed
+        self.lines[first:] = new
+        self._committed = len(self.lines) - 1
+        self._offset += starts[-1]
+        self._prefix = plain[: self._offset]
+        return first

@@ -1,0 +1,64 @@
+"""The TUI on the REAL embedded engine (llama.cpp + the bundled Gemma 3 270M), through connect()."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+
+from llmtop.sessions.log import read_log
+from llmtop.tui.app import make_app
+from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.metrics_strip import MetricsStrip
+from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.token_pane import TokenPane
+
+from .fakes import type_text, wait_for
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "Why is the sky blue?"
+
+
+async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
+    log_path = tmp_path / "session.jsonl"
+    options = {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048}
+    app = make_app(
+        TuiSettings(
+            engine="embedded", options=options, log_path=str(log_path), probe_interval_s=0.5
+        )
+    )
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(
+            pilot, lambda: app.ready or app.connect_failure is not None, 120, "the embedded engine"
+        )
+        assert app.connect_failure is None, app.connect_failure
+        engine_pids = set(app.conn.engine_pids)  # type: ignore[union-attr]
+        assert engine_pids
+        await type_text(pilot, PROMPT)
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: app.live is not None and app.live.result is not None, 120, "the request"
+        )
+        await pilot.pause(0.2)  # the render tick after done
+        assert app.live is not None and app.live.result is not None
+        result = app.live.result
+        assert result.status == "ok", result.failure
+        answer = app.query_one(TokenPane).text.plain.split(PROMPT, 1)[1].strip()
+        assert answer and answer == result.content.strip()
+        ttft = app.query_one(MetricsStrip).plain("ttft")
+        assert re.fullmatch(r"TTFT \d+\.\d ms", ttft), ttft
+        await wait_for(
+            pilot, lambda: app.query_one(ProbePanel).sample is not None, 10, "a probe sample"
+        )
+        assert "llmtop itself:" in app.query_one(ProbePanel).plain
+    log = read_log(log_path)
+    (req,) = list(log.of_type("request"))
+    assert req["status"] == "ok" and req["metrics"]["ttft_ms"] == pytest.approx(
+        result.metrics.ttft_ms
+    )
+    assert list(log.of_type("probe"))
+    for pid in engine_pids:  # the app stopped the embedded engine on exit
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,285 @@
+"""Pilot tests on a scripted engine: exact numbers, thinking, failures, cancellation, keys."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from rich.text import Text
+from textual.widgets import Input
+
+from llmtop.sessions.log import read_log
+from llmtop.tui.app import LlmtopApp, make_app
+from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.header_line import HeaderLine
+from llmtop.tui.widgets.help_screen import HelpScreen
+from llmtop.tui.widgets.metrics_strip import MetricsStrip
+from llmtop.tui.widgets.token_pane import TokenPane
+
+from .fakes import SENT_NS, FakeConnection, FakeEngine, ev, type_text, wait_for
+
+
+@pytest.fixture(autouse=True)
+def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The send stamp the fake's event offsets are relative to."""
+    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+
+
+def build(tmp_path: Path, conn: FakeConnection | None = None) -> tuple[LlmtopApp, FakeConnection]:
+    conn = conn or FakeConnection()
+    settings = TuiSettings(
+        engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
+    )
+    return make_app(settings, connection=conn), conn  # type: ignore[arg-type]
+
+
+def done(app: LlmtopApp, n: int = 1) -> bool:
+    return (
+        app.recorder is not None
+        and app.recorder.requests >= n
+        and app.live is not None
+        and not app.live.streaming
+    )
+
+
+async def send(pilot, app: LlmtopApp, prompt: str) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.ready, what="connection")
+    app.query_one("#prompt", Input).focus()
+    await type_text(pilot, prompt)
+    await pilot.press("enter")
+
+
+async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
+    app, conn = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        await pilot.pause(0.1)  # one render tick after done
+        strip = app.query_one(MetricsStrip)
+        assert strip.plain("ttft") == "TTFT 123.4 ms"
+        assert strip.plain("count") == "tokens 3"
+        # client decode = (3 − 1) / (200 − 123.4 ms) = 26.1 tok/s
+        assert strip.plain("decode") == "decode 26.1 tok/s"
+        assert "TPOT 38.30 ms" in strip.plain("client") and "E2E 200.0 ms" in strip.plain("client")
+        # prefill 20 / 0.1 s = 200; decode 3 / 0.04 s = 75; overhead 123.4 − (10 + 100) = 13.4
+        server = strip.plain("server")
+        for part in (
+            "prefill 200.0 tok/s",
+            "decode 75.0 tok/s",
+            "load 10.0 ms",
+            "overhead 13.4 ms",
+        ):
+            assert part in server
+        assert "ok" in strip.plain("client")
+        assert "Hello world!" in app.query_one(TokenPane).text.plain
+        header = app.query_one(HeaderLine).plain
+        assert "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M" in header
+        assert str(tmp_path / "s.jsonl") in header
+    assert conn.closed  # the app closed the connection on exit
+    log = read_log(tmp_path / "s.jsonl")
+    (req,) = list(log.of_type("request"))
+    assert req["status"] == "ok" and req["metrics"]["ttft_ms"] == pytest.approx(123.4)
+    assert list(log.of_type("end"))
+
+
+async def test_thinking_is_dim_italic(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "think")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        await pilot.pause(0.1)
+        text: Text = app.query_one(TokenPane).text
+        start = text.plain.index("Let me think.")
+        answer = text.plain.index("Answer.")
+
+        def styles_at(i: int) -> str:
+            return " ".join(str(s.style) for s in text.spans if s.start <= i < s.end)
+
+        assert "italic" in styles_at(start) and "dim" in styles_at(start)
+        assert "italic" not in styles_at(answer)
+
+
+async def test_failure_message_and_remedy(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "fail")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        await pilot.pause(0.1)
+        pane = app.query_one(TokenPane).text.plain
+        assert "partial" in pane and "the runner crashed" in pane and "restart the engine" in pane
+        strip = app.query_one(MetricsStrip)
+        assert "the runner crashed" in strip.plain(
+            "failure"
+        ) and "restart the engine" in strip.plain("failure")
+        assert "error" in strip.plain("client")
+
+
+async def test_new_prompt_cancels_running_one(tmp_path: Path) -> None:
+    app, conn = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "slow")
+        await wait_for(
+            pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
+        )
+        await send(pilot, app, "hello")
+        await wait_for(
+            pilot,
+            lambda: done(app, 2) and app.live is not None and app.live.prompt == "hello",
+            what="second request",
+        )
+        assert conn.engine.prompts == ["slow", "hello"]
+    reqs = list(read_log(tmp_path / "s.jsonl").of_type("request"))
+    assert [(r["id"], r["prompt"], r["status"]) for r in reqs] == [
+        (1, "slow", "cancelled"),
+        (2, "hello", "ok"),
+    ]
+    assert reqs[0]["content"] == "first chunk"
+
+
+async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "slow")
+        await wait_for(
+            pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
+        )
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: done(app), what="cancelled")
+        await pilot.pause(0.1)
+        assert "[cancelled]" in app.query_one(TokenPane).text.plain
+        await send(pilot, app, "slow")
+        await wait_for(
+            pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
+        )
+        await pilot.press("ctrl+q")
+    reqs = list(read_log(tmp_path / "s.jsonl").of_type("request"))
+    assert [r["status"] for r in reqs] == ["cancelled", "cancelled"]
+
+
+async def test_ctrl_r_repeats_last_prompt(tmp_path: Path) -> None:
+    app, conn = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: done(app), what="first request")
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: done(app, 2), what="repeat")
+        assert conn.engine.prompts == ["hello", "hello"]
+
+
+async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready)
+        prompt = app.query_one("#prompt", Input)
+        assert prompt.has_focus
+        await pilot.press("question_mark")  # empty prompt: help
+        assert isinstance(app.screen, HelpScreen)
+        help_text = app.screen.plain
+        for word in ("TTFT", "TPOT", "ITL", "prefill", "overhead"):
+            assert word in help_text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await type_text(pilot, "q? quit")  # "q" and "?" typed into a prompt stay there
+        assert prompt.value == "q? quit"
+        assert app.is_running and not isinstance(app.screen, HelpScreen)
+        prompt.clear()
+        await pilot.press("escape")  # idle: leave the prompt box
+        assert not prompt.has_focus
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("q")  # outside the prompt box: quit
+        await wait_for(pilot, lambda: not app.is_running, what="quit")
+    assert app.return_value == 0
+
+
+async def test_render_is_throttled(tmp_path: Path) -> None:
+    """300 chunks arriving back to back are drawn in a handful of frames, not 300."""
+    many = [ev(10.0 + i, f"t{i} ") for i in range(300)] + [ev(400.0, done=True)]
+    app, _ = build(tmp_path, FakeConnection(engine=FakeEngine({"many": many})))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready)
+        pane = app.query_one(TokenPane)
+        calls = 0
+        original = pane.show_live
+
+        def counting(live):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            original(live)
+
+        pane.show_live = counting  # type: ignore[method-assign]
+        await send(pilot, app, "many")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        await pilot.pause(0.1)
+        assert "t299" in pane.text.plain
+        assert app.query_one(MetricsStrip).plain("count") == "chunks 300"
+        assert 1 <= calls < 30, calls
+
+
+async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    app, conn = build(tmp_path)
+
+    async def slow_connect(*_a, **_k):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return conn
+
+    app._injected = None
+    import llmtop.tui.app as app_module
+
+    original = app_module.connect
+    app_module.connect = slow_connect  # type: ignore[assignment]
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause(0.05)
+            assert "starting engine" in app.query_one(HeaderLine).plain
+            await type_text(pilot, "hello")
+            await pilot.press("enter")
+            gate.set()
+            await wait_for(pilot, lambda: done(app), what="queued request")
+            assert conn.engine.prompts == ["hello"]
+    finally:
+        app_module.connect = original  # type: ignore[assignment]
+
+
+async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> None:
+    from llmtop.engines.launcher import free_port
+
+    settings = TuiSettings(
+        engine="ollama",
+        host=f"http://127.0.0.1:{free_port()}",
+        log_path=str(tmp_path / "s.jsonl"),
+        probes=False,
+    )
+    app = make_app(settings)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.connect_failure is not None, what="connect failure")
+        await pilot.pause(0.1)
+        failure = app.connect_failure.failure  # type: ignore[union-attr]
+        pane = app.query_one(TokenPane).text.plain
+        assert failure.message in pane and failure.remedy and failure.remedy in pane
+        assert "no engine" in app.query_one(HeaderLine).plain
+        await type_text(pilot, "hello")
+        await pilot.press("enter")  # refused politely, the app stays usable
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running, what="quit")
+    assert app.return_value == 3  # ExitCode.ENGINE_UNREACHABLE
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+async def test_burst_typing_keeps_question_mark_in_prompt(tmp_path: Path) -> None:
+    """Keys arriving in one burst (tmux send-keys, a fast typist) reach the app before the
+    Input has processed the earlier ones: the "?" must still land in the prompt."""
+    from textual import events
+    from textual.keys import _character_to_key
+
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready)
+        for c in "Why? ok":
+            app.post_message(events.Key(_character_to_key(c), c))
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, HelpScreen)
+        assert app.query_one("#prompt", Input).value == "Why? ok"
