@@ -16,11 +16,11 @@ Timing semantics (all ns, measured with perf_counter_ns on the server):
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -33,7 +33,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from llmtop import __version__
-from llmtop.engines.llama_backend import GenerationError, GenerationResult, LlamaBackend, LoadSettings
+from llmtop.engines.llama_backend import (
+    GenerationError,
+    GenerationResult,
+    LlamaBackend,
+    LoadSettings,
+)
 from llmtop.engines.model_files import ModelDescription
 from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
 
@@ -121,7 +126,7 @@ class EmbeddedEngine:
 
     # ------------------------------------------------------------------ one request
 
-    async def run(self, job: ParsedRequest, endpoint: str, t_start: int) -> AsyncIterator[dict[str, Any]]:
+    async def run(self, job: ParsedRequest, endpoint: str, t_start: int) -> AsyncGenerator[dict[str, Any], None]:
         """Yield Ollama chunk objects for one request; the last one has `done: true` or `error`.
 
         Acquires the generation lock and releases it only when the worker thread is finished,

@@ -78,7 +78,8 @@ class EmbeddedProcess:
             cmd += ["--model-path", self.model_path]
         t0 = perf_counter_ns()
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # Popen returns at once (it does not wait for the child); readiness is polled below.
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # noqa: ASYNC220
         deadline = t0 + int(timeout_s * 1e9)
         async with httpx.AsyncClient(base_url=self.host, timeout=1.0) as client:
             while perf_counter_ns() < deadline:
@@ -182,7 +183,11 @@ async def connect(
         client = OllamaEngine(target, name="embedded")
     else:
         process = EmbeddedProcess(model_path=model_path)
-        await process.start()
+        try:
+            await process.start()
+        except BaseException:  # cancelled (the user quit while it started) or failed
+            process.stop()
+            raise
         client = OllamaEngine(process.host, name="embedded")
         version = await ollama_version(process.host, timeout_s=5.0)
     try:

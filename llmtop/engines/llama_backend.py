@@ -158,7 +158,7 @@ class LlamaBackend:
                 n_threads_batch=threads,
                 verbose=False,
             )
-        except Exception as exc:  # noqa: BLE001 - llama.cpp reports failures as ValueError/RuntimeError
+        except Exception as exc:
             self._llm = None
             raise GenerationError(f"cannot load {settings.model_path}: {exc}") from exc
         self._settings = settings

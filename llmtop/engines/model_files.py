@@ -108,7 +108,7 @@ def describe(path: str | os.PathLike[str], name: str, digest: str | None = None)
         import llama_cpp
 
         vocab = llama_cpp.Llama(model_path=str(p), vocab_only=True, verbose=False)
-    except Exception as exc:  # noqa: BLE001 - llama.cpp raises ValueError for bad files
+    except Exception as exc:
         raise ModelFileError(f"cannot read {p} as a GGUF model: {exc}") from exc
     try:
         meta = {k: _typed(v) for k, v in vocab.metadata.items() if not k.startswith("tokenizer.chat")}

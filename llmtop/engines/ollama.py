@@ -278,7 +278,7 @@ class OllamaEngine:
             return await coro
         except ollama.ResponseError as exc:
             raise EngineError(await self._response_failure("", exc)) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise EngineError(self._transport_failure(exc)) from exc
 
     async def version(self) -> str:
@@ -287,7 +287,7 @@ class OllamaEngine:
             resp = await self._client._client.get("/api/version")
             resp.raise_for_status()
             return str(resp.json().get("version", "unknown"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise EngineError(self._transport_failure(exc)) from exc
 
     async def list_models(self) -> list[str]:
@@ -302,7 +302,7 @@ class OllamaEngine:
             shown = await self._client.show(model)
         except ollama.ResponseError as exc:
             raise EngineError(await self._response_failure(model, exc)) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise EngineError(self._transport_failure(exc)) from exc
         details = shown.details
         size = size_vram = context = None
@@ -312,7 +312,7 @@ class OllamaEngine:
                 if m.model == model or m.name == model:
                     size, size_vram = m.size, m.size_vram
                     context = getattr(m, "context_length", None)
-        except Exception:  # noqa: BLE001 - ps is optional detail
+        except Exception:  # noqa: BLE001, S110 - ps is optional detail: absent sizes stay None
             pass
         return ModelInfo(
             name=model,

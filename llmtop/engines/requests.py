@@ -157,15 +157,15 @@ def parse_request(body: dict[str, Any], *, chat: bool, model_name: str) -> Parse
             raise BadRequest("think must be true, false or a level (\"low\", \"medium\", \"high\")")
         raise BadRequest(f'"{model_name}" does not support thinking')
     sampling, num_ctx, num_thread = parse_options(body.get("options"))
-    common = dict(
-        model=model_name,
-        stream=stream,
-        sampling=sampling,
-        num_ctx=num_ctx,
-        num_thread=num_thread,
-        keep_alive_s=parse_keep_alive(body.get("keep_alive")),
-        options=dict(body.get("options") or {}),
-    )
+    common: dict[str, Any] = {
+        "model": model_name,
+        "stream": stream,
+        "sampling": sampling,
+        "num_ctx": num_ctx,
+        "num_thread": num_thread,
+        "keep_alive_s": parse_keep_alive(body.get("keep_alive")),
+        "options": dict(body.get("options") or {}),
+    }
     if chat:
         messages = body.get("messages")
         if messages is None or messages == []:

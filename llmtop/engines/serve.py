@@ -36,7 +36,12 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from llmtop.engines.embedded import EmbeddedEngine, create_app
-    from llmtop.engines.model_files import BUNDLED_MODEL_NAME, ModelFileError, bundled_model_path, describe
+    from llmtop.engines.model_files import (
+        BUNDLED_MODEL_NAME,
+        ModelFileError,
+        bundled_model_path,
+        describe,
+    )
 
     try:
         if args.model_path:

@@ -151,8 +151,7 @@ class Analysis:
     @property
     def load_ms(self) -> float | None:
         """The model load the run paid (the first request's load_duration), in ms."""
-        loads = [(r.get("metrics") or {}).get("load_ms") for r in self.load_requests]
-        loads = [x for x in loads if x is not None]
+        loads = [float(x) for r in self.load_requests if (x := (r.get("metrics") or {}).get("load_ms")) is not None]
         return max(loads) if loads else None
 
     @property

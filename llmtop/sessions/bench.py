@@ -236,7 +236,7 @@ class BenchRunner:
             collector = self.recorder.new_request(prompt)
             self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}"))
             try:
-                result = await run_request(lambda: self.recorder.stream(prompt), collector, self.on_event)
+                result = await run_request(lambda p=prompt: self.recorder.stream(p), collector, self.on_event)
             except asyncio.CancelledError:
                 self.recorder.record(collector.finish(cancelled=True), phase=phase, index=i,
                                      prompt_tokens_target=target, prompt_words=words)

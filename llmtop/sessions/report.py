@@ -113,8 +113,8 @@ def _gpu_cells(report: Report) -> tuple[str, str]:
 
 def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
     """The largest load among the run's first request and this size's warm-ups, in ms."""
-    loads = [(r.record.get("metrics") or {}).get("load_ms") for r in size.warmups] + [analysis.load_ms]
-    loads = [x for x in loads if x is not None]
+    candidates = [(r.record.get("metrics") or {}).get("load_ms") for r in size.warmups] + [analysis.load_ms]
+    loads = [float(x) for x in candidates if x is not None]
     return f"{_num(max(loads))} ms" if loads else "n/a (no warm-up)"
 
 

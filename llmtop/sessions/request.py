@@ -8,7 +8,6 @@ request (protocols.md §2.2: its streams are lazy).
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime

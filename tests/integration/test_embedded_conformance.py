@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from datetime import UTC, datetime
 
@@ -126,7 +127,7 @@ async def test_concurrent_requests_queue_and_never_interleave(engine_url):
 
     results = sorted(await asyncio.gather(one(), one(), one()))
     assert [r[2] for r in results] == [alone] * 3  # a shared context would corrupt the text
-    for (_, end_a, _), (start_b, _, _) in zip(results, results[1:]):
+    for (_, end_a, _), (start_b, _, _) in itertools.pairwise(results):
         assert start_b >= end_a  # one generation at a time
 
 

@@ -1,0 +1,205 @@
+"""`llmtop preflight`: sample the machine for a few seconds; print QUIET or NOISY with each
+finding, its measured value against its threshold, and its remedy (or one JSON object).
+
+When an Ollama-API engine answers at --host / $OLLAMA_HOST within 0.5 s, its loaded models
+(`/api/ps`) add findings and its local processes count as the measured engine, not as
+background load; when none answers, the output says "no engine checked" (not an error).
+
+Exit status (`PreflightExit`): 0 QUIET, 1 NOISY, 2 could not check (bad config file, bad
+--duration, no usable probe sample, an engine whose /api/ps cannot be read).
+
+This module imports only the standard library at import time, so the CLI can call
+`add_arguments` while building its parser without loading the probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from llmtop.probes.preflight import PreflightResult
+    from llmtop.probes.verdict import Finding
+
+PROG = "llmtop preflight"
+TOP_APPS = 5  # busiest apps listed in text mode
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The preflight options (shared by the llmtop CLI and `python -m llmtop.commands.preflight`)."""
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    parser.add_argument("--model", help="the model tag you will measure (for the engine checks)")
+
+
+def run_preflight_command(args: argparse.Namespace) -> int:
+    """Run preflight from parsed arguments (`duration`, `json`, `host`, `model`; optional
+    `interval`); print the result; return the exit code (`PreflightExit`)."""
+    from llmtop.engines.launcher import ollama_version
+    from llmtop.engines.ollama import resolve_host
+    from llmtop.probes.config import ConfigError, config_path, load_thresholds
+    from llmtop.probes.engine_state import local_engine_pids
+    from llmtop.probes.preflight import (
+        DEFAULT_INTERVAL_S,
+        PreflightExit,
+        aggregate,
+        collect_samples,
+    )
+
+    as_json = bool(getattr(args, "json", False))
+    duration = float(args.duration)
+    interval = float(getattr(args, "interval", None) or DEFAULT_INTERVAL_S)
+    if not duration > 0:
+        return _cannot_check(f"--duration must be > 0 seconds, got {args.duration}", as_json)
+    cfg_file, _explicit = config_path()
+    try:
+        thresholds = load_thresholds()
+    except ConfigError as exc:
+        return _cannot_check(f"config error: {exc}", as_json)
+    config = {"path": str(cfg_file), "loaded": cfg_file.is_file()}
+
+    host = resolve_host(getattr(args, "host", None))
+    model = getattr(args, "model", None)
+    version = asyncio.run(ollama_version(host))
+    engine_pids = local_engine_pids(host) if version is not None else set()
+    try:
+        samples, took = collect_samples(duration, interval, engine_pids)
+    except Exception as exc:  # noqa: BLE001 - an unreadable machine state is "could not check"
+        return _cannot_check(f"could not sample the machine: {type(exc).__name__}: {exc}", as_json)
+    result = aggregate(
+        samples, thresholds, duration_s=took, interval_s=interval, taken=len(samples) + 1
+    )
+    engine: dict[str, Any] = {"checked": False, "host": host, "version": version, "model": model}
+    if version is None:
+        engine["reason"] = f"no engine answers at {host}"
+    else:
+        state = asyncio.run(_engine_state(host, model, result.gpu_present))
+        if isinstance(state, str):
+            engine["reason"] = state
+            result = _with_error(result, f"could not check the engine: {state}")
+        else:
+            engine.update(checked=True, source="/api/ps", pids=sorted(engine_pids))
+            result = result.with_findings(state)
+    result = _with_extra(result, {"engine": engine, "config": config})
+    if as_json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        print_result(result, engine, config)
+    if result.exit_code is PreflightExit.CANNOT_CHECK and result.error:
+        print(f"{PROG}: {result.error}", file=sys.stderr)
+    return int(result.exit_code)
+
+
+async def _engine_state(host: str, model: str | None, gpu_present: bool | None) -> list[Finding] | str:
+    """The engine findings, or the reason they could not be read."""
+    from llmtop.engines.ollama import OllamaEngine
+    from llmtop.probes.engine_state import CouldNotCheck, engine_findings
+
+    engine = OllamaEngine(host, connect_timeout_s=2.0, read_timeout_s=5.0)
+    try:
+        found = await engine_findings(engine, model, gpu_present=gpu_present)
+    finally:
+        await engine.aclose()
+    return found.reason if isinstance(found, CouldNotCheck) else found
+
+
+def _with_error(result: PreflightResult, error: str) -> PreflightResult:
+    from dataclasses import replace
+
+    return replace(result, error=error, quiet=False)
+
+
+def _with_extra(result: PreflightResult, extra: dict[str, Any]) -> PreflightResult:
+    from dataclasses import replace
+
+    return replace(result, extra={**result.extra, **extra})
+
+
+def _cannot_check(reason: str, as_json: bool) -> int:
+    from llmtop.probes.preflight import PreflightExit
+
+    code = PreflightExit.CANNOT_CHECK
+    if as_json:
+        print(json.dumps({"verdict": "CANNOT CHECK", "quiet": False, "exit_code": int(code), "error": reason}))
+    print(f"{PROG}: {reason}", file=sys.stderr)
+    return int(code)
+
+
+def _num(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:g} {unit}".rstrip()
+
+
+def format_finding(f: Finding) -> list[str]:
+    """A finding as text lines: level, code and message; measured vs threshold; remedy."""
+    lines = [f"  {f.level.value.upper():<5} {f.code}: {f.message}"]
+    if f.value is not None:
+        limit = f", threshold {_num(f.threshold, f.unit)}" if f.threshold is not None else ""
+        lines.append(f"        measured {_num(f.value, f.unit)}{limit}")
+    lines.append(f"        remedy: {f.remedy}")
+    return lines
+
+
+def print_result(
+    result: PreflightResult, engine: dict[str, Any], config: dict[str, Any], out: TextIO | None = None
+) -> None:
+    """The text report: verdict line, findings (worst first), busiest apps, engine, config."""
+    out = out or sys.stdout
+    bg = result.background_cpu_median
+    head = f"{result.verdict}  ({result.samples} samples over {result.duration_s:.1f} s"
+    head += f", every {result.interval_s:g} s)" if result.interval_s else ")"
+    if bg is not None:
+        head += f"; background CPU {bg:.0f} % of the machine (median)"
+    lines = [head]
+    shown = result.findings
+    if not shown:
+        lines.append("  no findings")
+    for f in shown:
+        lines += format_finding(f)
+    busy = [a for a in result.apps if a.cpu_percent][:TOP_APPS]
+    if busy:
+        listing = ", ".join(f"{_label(a)} {a.cpu_percent:.0f} %" for a in busy)
+        lines.append(f"busiest apps (median CPU, % of one core): {listing}")
+    if engine.get("checked"):
+        lines.append(
+            f"engine: {engine['host']} (version {engine['version']}), loaded models from /api/ps"
+            + (f", measured model {engine['model']}" if engine.get("model") else "")
+        )
+    else:
+        lines.append(f"engine: no engine checked ({engine.get('reason', 'none answered')})")
+    where = config["path"]
+    lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
+    if result.error:
+        lines.append(f"could not check: {result.error}")
+    print("\n".join(lines), file=out)
+
+
+def _label(app: Any) -> str:
+    from llmtop.probes.catalogue import Category
+
+    if app.category is Category.SELF:
+        return f"{app.app} (this check)"
+    if app.category is Category.ENGINE:
+        return f"{app.app} (measured engine)"
+    return str(app.app)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m llmtop.commands.preflight [options]` (the same as `llmtop preflight`)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    add_arguments(parser)
+    try:
+        return run_preflight_command(parser.parse_args(argv))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
