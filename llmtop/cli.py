@@ -79,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-cache", action="store_true", help="recalibrate even when a cached calibration exists")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
+    b.add_argument("--require-quiet", action="store_true",
+                   help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
+    b.add_argument("--preflight-duration", type=float, default=3.0,
+                   help="seconds of machine sampling before the run (default 3; 0 skips it)")
+
+    from llmtop.commands.preflight import add_arguments as preflight_arguments
+
+    preflight_arguments(
+        sub.add_parser("preflight", help="is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, 2 cannot check")
+    )
+
     rep = sub.add_parser("report", help="render a session log as markdown, CSV or JSON")
     rep.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
     rep.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
@@ -116,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from llmtop.commands.bench import run_bench
 
             return run_bench(args)
+        if args.command == "preflight":
+            from llmtop.commands.preflight import run_preflight_command
+
+            return run_preflight_command(args)
         if args.command == "report":
             from llmtop.commands.bench import run_report
 

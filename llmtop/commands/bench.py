@@ -10,7 +10,8 @@ from llmtop.engines.events import FailureKind
 from llmtop.engines.launcher import connect
 from llmtop.engines.ollama import EngineError
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner
+from llmtop.probes.config import ConfigError
+from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.log import LogError
 from llmtop.sessions.prompts import CalibrationError
 from llmtop.sessions.report import build, render
@@ -23,6 +24,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         requests=args.requests, warmup=args.warmup, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
         num_ctx=args.num_ctx, temperature=args.temperature, seed=args.seed, think=think,
         drift_threshold_pct=args.drift_threshold, use_cache=not args.no_cache,
+        preflight_s=args.preflight_duration, require_quiet=args.require_quiet,
     )
 
 
@@ -36,7 +38,7 @@ def _progress_printer(quiet: bool):
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
             print(f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · decode {rate}",
                   file=sys.stderr, flush=True)
-        elif p.message and p.phase in ("environment", "calibrating"):
+        elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup"):
             print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
     return show
 
@@ -63,6 +65,13 @@ async def _bench(args: argparse.Namespace) -> int:
         except CalibrationError as exc:
             print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
             return ExitCode.REQUEST_FAILED
+        except ConfigError as exc:
+            print(f"llmtop bench: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        except NoisyMachine as exc:
+            print(f"llmtop bench: not started ({exc}); --require-quiet was given. Log: {runner.log_path}",
+                  file=sys.stderr)
+            return ExitCode.NOISY
     finally:
         await conn.close()
     report = build(outcome.log)
@@ -75,8 +84,12 @@ async def _bench(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Entry point of `llmtop bench`; returns an ExitCode."""
-    if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2:
-        print("llmtop bench: --requests must be >= 1, --warmup >= 0 and --max-tokens >= 2", file=sys.stderr)
+    if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
+        print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
+              "--preflight-duration >= 0", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.require_quiet and args.preflight_duration == 0:
+        print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
     return asyncio.run(_bench(args))
 

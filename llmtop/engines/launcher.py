@@ -132,11 +132,24 @@ class Connection:
     version: str | None
     process: EmbeddedProcess | None = None
 
+    _pids_cache: tuple[float, set[int]] | None = None
+
     @property
     def engine_pids(self) -> set[int]:
-        """Pids of the measured engine that llmtop knows (the embedded child), for probes."""
-        pid = self.process.pid if self.process else None
-        return {pid} if pid else set()
+        """Pids of the measured engine, so probes never count it as noise: the embedded child
+        llmtop started, else the local process listening on the engine's port and its children
+        (Ollama's runners), looked up at most every 5 s."""
+        if self.process is not None:
+            pid = self.process.pid
+            return {pid} if pid else set()
+        from time import monotonic
+
+        from llmtop.probes.engine_state import local_engine_pids
+
+        now = monotonic()
+        if self._pids_cache is None or now - self._pids_cache[0] > 5.0:
+            self._pids_cache = (now, local_engine_pids(self.engine.host))
+        return self._pids_cache[1]
 
     async def close(self) -> None:
         """Close the client and stop the embedded child if llmtop started it."""

@@ -165,7 +165,8 @@ def identify(proc: ProcLike, name: str | None) -> Identity:
     """
     exe: str | None = None
     cmdline: list[str] | None = None
-    if needs_path(name):
+    from_memory = bool(name and name.startswith("memfd:"))
+    if needs_path(name) or from_memory:
         try:
             exe = _field(proc.exe)
             cmdline = _field(proc.cmdline)
@@ -174,6 +175,9 @@ def identify(proc: ProcLike, name: str | None) -> Identity:
     rule = classify(name, exe, cmdline)
     if rule is not None:
         return Identity(rule.app, rule.category)
+    if from_memory and cmdline:
+        # Run from an anonymous memory file: "memfd:sealed-91" says nothing; its argv[0] does.
+        name = os.path.basename(cmdline[0]) or name
     return Identity(_group_name(name), Category.OTHER)
 
 

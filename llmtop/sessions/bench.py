@@ -51,6 +51,8 @@ class BenchConfig:
     think: bool | None = None
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
     use_cache: bool = True
+    preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
+    require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
 
     def options(self) -> dict[str, Any]:
         """The Ollama `options` every request of the run sends."""
@@ -132,6 +134,32 @@ def machine_environment() -> dict[str, Any]:
     return env
 
 
+class NoisyMachine(Exception):
+    """`require_quiet` was set and the preflight check found the machine NOISY."""
+
+    def __init__(self, preflight: dict[str, Any]) -> None:
+        findings = "; ".join(f["message"] for f in preflight.get("findings", []) if f.get("level") != "info")
+        super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
+        self.preflight = preflight
+
+
+async def preflight_record(conn: Connection, duration_s: float) -> dict[str, Any]:
+    """The preflight verdict (probes over `duration_s` + the engine's /api/ps findings), as
+    the log's "preflight" record. Thresholds come from the config file (probes/config.py)."""
+    from llmtop.probes.config import load_thresholds
+    from llmtop.probes.engine_state import CouldNotCheck, engine_findings
+    from llmtop.probes.preflight import run_preflight
+
+    thresholds = load_thresholds()
+    result = await asyncio.to_thread(
+        run_preflight, duration_s, thresholds=thresholds, engine_pids=lambda: conn.engine_pids
+    )
+    engine = await engine_findings(conn.engine, conn.model, gpu_present=result.gpu_present)
+    if isinstance(engine, CouldNotCheck):
+        return {"type": "preflight", **result.to_dict(), "engine_check": engine.reason}
+    return {"type": "preflight", **result.with_findings(engine).to_dict()}
+
+
 class BenchRunner:
     """Runs one bench on a connection, writing a bench session log.
 
@@ -172,6 +200,17 @@ class BenchRunner:
         try:
             self.on_progress(BenchProgress("environment", message="reading the engine's environment"))
             self.recorder.log.write({"type": "environment", "phase": "start", **await engine_environment(self.conn)})
+            if cfg.preflight_s > 0:
+                self.on_progress(BenchProgress("preflight", message=f"preflight: sampling the machine for {cfg.preflight_s:g} s"))
+                preflight = await preflight_record(self.conn, cfg.preflight_s)
+                self.recorder.log.write(preflight)
+                verdict = f"preflight {preflight['verdict']}" + "".join(
+                    f"\n  {f['level'].upper()} {f['message']} — {f['remedy']}"
+                    for f in preflight["findings"] if f.get("level") != "info"
+                )
+                self.on_progress(BenchProgress("preflight", message=verdict))
+                if cfg.require_quiet and not preflight["quiet"]:
+                    raise NoisyMachine(preflight)
             self.on_progress(BenchProgress("warmup", message="first request (pays the model load, if any)"))
             await self._load_request()
             self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))

@@ -12,10 +12,11 @@ import csv
 import io
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis, analyze
+from llmtop.sessions.attribution import Attribution, attribute
 from llmtop.sessions.log import LoadedLog
 
 FORMATS = ("md", "csv", "json")
@@ -23,7 +24,11 @@ FORMATS = ("md", "csv", "json")
 
 @dataclass
 class Report:
-    """A log's analysis plus the records a report shows beside it."""
+    """A log's analysis plus the records a report shows beside it.
+
+    attributions: per prompt size (target), which application likely slowed the slow
+    requests, or that none stands out (attribution.py).
+    """
 
     log: LoadedLog
     analysis: Analysis
@@ -32,6 +37,40 @@ class Report:
     env_end: dict[str, Any]
     summary: dict[str, Any] | None
     interrupted: bool
+    preflight: dict[str, Any] | None = None
+    attributions: dict[int | None, Attribution] = field(default_factory=dict)
+
+
+def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
+    """For a drifted size: the worst-drifting metric, its direction, and the ids of the ok
+    requests worse than its first-5 median by more than the threshold. None when clean."""
+    drifted = [(abs(d.change_pct or 0), key) for key, d in size.drifts.items() if d.worse]
+    if not drifted:
+        return None
+    _, key = max(drifted)
+    better = next(b for k, _l, _u, b in METRICS if k == key)
+    base = size.drifts[key].first_median
+    threshold = size.drifts[key].change_pct
+    if base is None or threshold is None:
+        return None
+    limit = 0.05 * abs(base)
+    slow = set()
+    for r in size.ok:
+        value = (r.record.get("metrics") or {}).get(key)
+        if value is None:
+            continue
+        if (better and value < base - limit) or (not better and value > base + limit):
+            slow.add(int(r.record.get("id", r.index)))
+    return key, better, slow
+
+
+def _attribute(size: SizeAnalysis, probes: list[dict[str, Any]]) -> Attribution:
+    requests = [dict(r.record) for r in size.ok]
+    by_drift = slow_by_drift(size)
+    if by_drift is not None:
+        key, better, slow = by_drift
+        return attribute(requests, probes, key, better, slow_ids=slow)
+    return attribute(requests, probes)
 
 
 def build(log: LoadedLog) -> Report:
@@ -42,14 +81,18 @@ def build(log: LoadedLog) -> Report:
         expected = {int(t): p["tokens"] for t, p in calibration.get("targets", {}).items()}
     threshold = (log.header.get("bench") or {}).get("drift_threshold_pct", 5.0)
     envs = list(log.of_type("environment"))
+    analysis = analyze(log.of_type("request"), expected, threshold)
+    probes = list(log.of_type("probe"))
     return Report(
         log=log,
-        analysis=analyze(log.of_type("request"), expected, threshold),
+        analysis=analysis,
         calibration=calibration,
         env_start=next((e for e in envs if e.get("phase") == "start"), {}),
         env_end=next((e for e in envs if e.get("phase") == "end"), {}),
         summary=next(log.of_type("summary"), None),
         interrupted=any(True for _ in log.of_type("interrupted")),
+        preflight=next(log.of_type("preflight"), None),
+        attributions={s.target: _attribute(s, probes) for s in analysis.sizes},
     )
 
 
@@ -166,8 +209,34 @@ def _markdown(report: Report) -> str:
                 f"| {label} | {unit} | {m.n} | {_num(m.median, 2)} | {_num(m.min, 2)} | {_num(m.max, 2)} | {p95} "
                 f"| {trend} | {change} | `{s.sparkline(key)}` |"
             )
+    lines += _markdown_machine(report)
     lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_machine(report: Report) -> list[str]:
+    """Preflight findings and, per prompt size, who likely slowed the slow requests."""
+    lines = ["", "## Was the machine quiet?", ""]
+    pf = report.preflight
+    if pf is None:
+        lines.append("No preflight check was recorded.")
+    else:
+        lines.append(f"Preflight ({pf.get('duration_s')} s, {pf.get('samples')} samples): **{pf.get('verdict')}**, "
+                     f"background CPU {_num(pf.get('background_cpu_median'))} % of the machine (median).")
+        for f in pf.get("findings", []):
+            lines.append(f"- {str(f.get('level', '')).upper()} {f.get('code')}: {f.get('message')} "
+                         f"(measured {f.get('value')} {f.get('unit')}, threshold {f.get('threshold')}) — {f.get('remedy')}")
+    noisy = sum(1 for p in report.log.of_type("probe") if p.get("request_id") is not None
+                and not (p.get("verdict") or {}).get("quiet", True))
+    total = sum(1 for p in report.log.of_type("probe") if p.get("request_id") is not None)
+    lines.append("")
+    lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
+    for s in report.analysis.sizes:
+        att = report.attributions.get(s.target)
+        if att is not None:
+            who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
+            lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
+    return lines
 
 
 def _markdown_requests(a: Analysis) -> list[str]:
@@ -271,6 +340,8 @@ def _json(report: Report) -> dict[str, Any]:
         "drift_threshold_pct": a.drift_threshold_pct,
         "calibration": report.calibration,
         "environment": {"start": report.env_start, "end": report.env_end},
+        "preflight": report.preflight,
+        "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "sizes": [
             {
                 "prompt_tokens_target": s.target,

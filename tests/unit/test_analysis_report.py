@@ -25,7 +25,7 @@ def record(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, pro
                "server_prefill_tps": prompt_eval_count / prompt_eval_ms * 1000, "client_decode_tps": decode_tps,
                "server_decode_tps": decode_tps, "tpot_ms": 1000 / decode_tps, "overhead_ms": ttft - load_ms - prompt_eval_ms,
                "load_ms": load_ms}
-    return {"type": "request", "index": index, "phase": phase, "prompt_tokens_target": 200, "prompt_words": 105,
+    return {"type": "request", "id": index + 1, "index": index, "phase": phase, "prompt_tokens_target": 200, "prompt_words": 105,
             "status": status, "error": None if status == "ok" else "boom", "stats": stats, "metrics": metrics}
 
 
@@ -112,3 +112,30 @@ def test_json_report(bench_log):
 def test_unknown_format():
     with pytest.raises(ValueError, match="use one of md, csv, json"):
         render(None, "pdf")
+
+
+def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m", "bench": {"drift_threshold_pct": 5.0}})
+    for r in contaminated_run():
+        log.write(r)
+        # decode drifted from a first-5 median of 22.0: slow = below 22.0 × 0.95 = 20.9 tok/s,
+        # i.e. 14 of the 25 (16.9 … 20.3, 19.8, 16.7 … 15.6); chromium burns 38 % during those
+        slow = r["phase"] == "measure" and r["metrics"]["server_decode_tps"] < 20.9
+        apps = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0 if slow else 1.0},
+                {"app": "llmtop", "category": "llmtop", "cpu_percent": 50.0}]
+        log.write({"type": "probe", "request_id": r["id"], "processes": {"apps": apps, "warming_up": False},
+                   "verdict": {"quiet": not slow}})
+    log.close()
+    report = build(read_log(path))
+    att = report.attributions[200]
+    assert att.culprit == "chromium"
+    assert att.evidence == "chromium: 38 % CPU during the 14 slow requests, 1 % during the 11 fast ones"
+    md = render(report, "md")
+    assert "likely culprit **chromium**" in md
+    assert "During the requests: 14 of 26 probe samples found the machine NOISY." in md
+
+
+def test_report_without_a_suspect_says_so(bench_log):
+    att = build(bench_log).attributions[200]
+    assert att.culprit is None and att.evidence
