@@ -7,7 +7,11 @@ every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, and the 
 (TTFT) and the end (final figures) at the next tick. Each Textual frame costs a few ms of
 CPU on a small machine, so frames, not tokens, are what the monitor spends. Probes are
 sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
-`ProbeSampled` messages.
+`ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
+it fell in ("⚠ machine NOISY during this request") here and on the bench screen.
+
+Ctrl+B opens the bench screen (`llmtop.tui.bench_screen`): `llmtop bench`'s protocol on this
+connection, after stopping any request still streaming here.
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ from llmtop.engines.launcher import Connection, connect
 from llmtop.engines.ollama import EngineError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
+from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
+from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.log import LogError
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
+from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.noise import NoiseTracker
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.help_screen import HelpScreen
@@ -56,6 +64,7 @@ class LlmtopApp(App[int]):
     TITLE = "llmtop"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
+        Binding("ctrl+b", "bench", "Bench", priority=True),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("escape", "stop", "Stop / leave prompt"),
@@ -79,6 +88,7 @@ class LlmtopApp(App[int]):
         self._stream_worker: Worker[None] | None = None
         self._probe_sample: ProbeSample | None = None
         self._probe_dirty = False
+        self.noise = NoiseTracker()
         self._frame = 0  # render timer ticks
         self._closed = False
         self.exit_code = ExitCode.OK
@@ -185,6 +195,9 @@ class LlmtopApp(App[int]):
         if self.connect_failure is not None:
             self.notify("no engine: see the message in the response pane", severity="error")
             return
+        if self.bench_screen is not None:
+            self.notify("the bench screen is open: Esc returns to the prompt")
+            return
         self.last_prompt = prompt
         if not self.ready:
             self._pending = prompt
@@ -216,6 +229,7 @@ class LlmtopApp(App[int]):
         """Log a finished request and show its end; a log that cannot be written is reported
         on screen (the numbers are still shown) rather than ending the app."""
         live.finish(result)
+        live.mark_noisy(self.noise.first_during(*live.span_ns))
         try:
             assert self.recorder is not None
             self.recorder.record(result)
@@ -246,6 +260,14 @@ class LlmtopApp(App[int]):
     def on_probe_sampled(self, message: ProbeSampled) -> None:
         self._probe_sample = message.sample
         self._probe_dirty = True
+        live = self.live
+        if self.noise.add(message.sample) and live is not None:
+            live.mark_noisy(self.noise.first_during(*live.span_ns))
+
+    @property
+    def latest_probe(self) -> ProbeSample | None:
+        """The latest probe sample received (the bench screen draws it too)."""
+        return self._probe_sample
 
     # ------------------------------------------------------------------ rendering
 
@@ -265,7 +287,7 @@ class LlmtopApp(App[int]):
             if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
                 live.numbers_dirty = live.urgent = False
                 self.query_one(MetricsStrip).show_live(live)
-        if self._probe_dirty and self._probe_sample is not None:
+        if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
             self._probe_dirty = False
             self.query_one(ProbePanel).show(self._probe_sample)
 
@@ -285,6 +307,48 @@ class LlmtopApp(App[int]):
         """Show the keys and metric definitions."""
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    @property
+    def bench_screen(self) -> BenchScreen | None:
+        """The bench screen when it is open (it may be under a help screen)."""
+        return next((s for s in self.screen_stack if isinstance(s, BenchScreen)), None)
+
+    async def action_bench(self) -> None:
+        """Ctrl+B: stop the request streaming here, then open the bench screen."""
+        if self.screen is not self.default_screen:
+            return
+        if self.connect_failure is not None:
+            self.notify("no engine: see the message in the response pane", severity="error")
+            return
+        if not self.ready or self.conn is None or self.recorder is None:
+            self.notify("the engine is still starting; try again when it is ready")
+            return
+        self._pending = None
+        worker = self._stream_worker
+        if worker is not None and not worker.is_finished:
+            worker.cancel()  # recorded as cancelled, as Esc would
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
+        await self.push_screen(BenchScreen(self, self.conn, str(self.recorder.log.path)))
+
+    def bench_started(self, log_path: str, config: BenchConfig) -> None:
+        """A bench began: point the session log at its log; probe as during a request."""
+        self._session_record(
+            {"type": "bench", "phase": "start", "log": log_path, "bench": config.to_dict()}
+        )
+        if self.sampler is not None:
+            self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
+
+    def bench_ended(self, log_path: str, how: str) -> None:
+        """A bench ended (`how`: its verdict, "cancelled" or "failed")."""
+        self._session_record({"type": "bench", "phase": "end", "log": log_path, "outcome": how})
+        self._set_probe_interval(streaming=False)
+        self._probe_dirty = True  # the main panel was not drawn meanwhile
+
+    def _session_record(self, record: dict[str, Any]) -> None:
+        if self.recorder is not None:
+            with contextlib.suppress(LogError):
+                self.recorder.log.write(record)
 
     def action_stop(self) -> None:
         """Esc: cancel the streaming request, or leave the prompt box when idle."""
@@ -310,6 +374,9 @@ class LlmtopApp(App[int]):
         if self._closed:
             return
         self._closed = True
+        bench = self.bench_screen
+        if bench is not None:
+            await bench.cancel_bench()  # the runner records the interruption, closes its log
         worker = self._stream_worker
         if worker is not None and not worker.is_finished:
             worker.cancel()

@@ -28,6 +28,8 @@ class LiveRequest:
     dirty: the text changed since it was last drawn; numbers_dirty: the live numbers did;
     urgent: a number the user waits for changed (the first chunk: TTFT; the end: status), so
     it is drawn on the next frame rather than at the slower numbers rate.
+    noisy: the first finding of a NOISY probe sample taken while it streamed (see
+    `llmtop.tui.noise`); None when every sample in its span was QUIET (or none was taken).
     """
 
     collector: RequestCollector
@@ -41,6 +43,7 @@ class LiveRequest:
     dirty: bool = True
     numbers_dirty: bool = True
     urgent: bool = True
+    noisy: str | None = None
 
     @property
     def prompt(self) -> str:
@@ -65,6 +68,14 @@ class LiveRequest:
             self.failure = event.failure
         self.dirty = self.numbers_dirty = True
 
+    def mark_noisy(self, message: str | None) -> bool:
+        """Set the NOISY mark; True when it changed (the numbers are then redrawn)."""
+        if message == self.noisy:
+            return False
+        self.noisy = message
+        self.numbers_dirty = True
+        return True
+
     def _append(self, kind: str, text: str) -> None:
         if self.parts and self.parts[-1][0] == kind:
             self.parts[-1][1].append(text)
@@ -83,6 +94,12 @@ class LiveRequest:
         return self.result is None
 
     @property
+    def span_ns(self) -> tuple[int, int | None]:
+        """(send stamp, last event stamp) in perf_counter_ns; the end is None while streaming
+        (and the start 0 before the send)."""
+        return request_span_ns(self.collector.sent_ns, self.result)
+
+    @property
     def ttft_ms(self) -> float | None:
         """Send → first text chunk, ms (client stamps); None before the first chunk."""
         if self.result is not None:
@@ -95,3 +112,12 @@ class LiveRequest:
     def live_decode_cps(self) -> float | None:
         """Client decode rate so far, text chunks/s (`timeline.live_decode_tps`)."""
         return live_decode_tps(self.first_text_ns, self.last_text_ns, self.chunks)
+
+
+def request_span_ns(sent_ns: int, result: RequestResult | None) -> tuple[int, int | None]:
+    """When a request ran, perf_counter_ns: from its send stamp to its last event's stamp
+    (the send stamp when nothing arrived); the end is None while it has no result yet."""
+    if result is None:
+        return sent_ns, None
+    end = result.events[-1].t_ns if result.events else sent_ns
+    return sent_ns, max(sent_ns, end)

@@ -19,6 +19,11 @@ class TuiSettings:
     log_path: the session log (JSONL); None = a new file in the user data directory.
     probe_interval_s: seconds between probe samples while idle; halved while a request streams.
     probes: False runs no probe sampler (tests post samples themselves).
+    bench_*: the bench screen's (Ctrl+B) form defaults — measured requests per prompt size,
+    warm-up requests, prompt sizes (tokens, calibrated) and max output tokens; the source's
+    protocol (25 · 1 · 200 · 100). bench_use_cache: reuse a cached prompt calibration.
+    bench_preflight_s: seconds the bench samples the machine before it starts (its preflight
+    verdict goes to the bench log); None = `BenchConfig`'s default, 0 skips it.
     """
 
     engine: str = "auto"
@@ -29,6 +34,12 @@ class TuiSettings:
     log_path: str | None = None
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     probes: bool = True
+    bench_requests: int = 25
+    bench_warmup: int = 1
+    bench_prompt_tokens: tuple[int, ...] = (200,)
+    bench_max_tokens: int = 100
+    bench_use_cache: bool = True
+    bench_preflight_s: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TuiSettings:

@@ -2,6 +2,14 @@
 
 Stamps are exact: tests patch `llmtop.sessions.request.perf_counter_ns` to return SENT_NS, and
 the fake stamps each event SENT_NS + its offset, so TTFT/ITL/TPOT come out as written here.
+
+A prompt with no script gets a *generated* answer, for the bench and its calibration: the
+server's `prompt_eval_count` is 19 + the message's whitespace-separated words (so calibration
+converges exactly), `num_predict` tokens are produced, and each such request gets its own
+virtual second: patch `perf_counter_ns` with the engine's `clock` so the send stamps follow.
+Timeline of a generated request (ms after its send), with `Timing`:
+load 2 → prefill 0.5 per prompt token → overhead 5 → first token → one token per `gap_ms`
+(× (1 + growth × j), j = 0, 1, … over requests with num_predict ≥ 3) → done 1 ms later.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from textual.pilot import Pilot
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.ollama import ModelInfo
+from llmtop.probes.sampler import ProbeSample
+from llmtop.probes.verdict import Finding, Level, Verdict
 
 SENT_NS = 10**12
 MS = 1_000_000
@@ -63,16 +73,96 @@ SCRIPTS: dict[str, list[StreamEvent | str]] = {
 }
 
 
+TEMPLATE_TOKENS = 19  # the generated answers' prompt_eval_count = 19 + words
+GENERATED_STEP_NS = 10**10  # each generated request starts 10 s (virtual) after the previous
+
+
+@dataclass
+class Timing:
+    """A generated request's timeline, ms (see the module docstring)."""
+
+    load_ms: float = 2.0
+    prefill_ms_per_token: float = 0.5
+    overhead_ms: float = 5.0
+    gap_ms: float = 10.0
+    growth: float = 0.0  # gap × (1 + growth × j): > 0 makes decode slow down over the run
+
+
+class VirtualClock:
+    """A `perf_counter_ns` stand-in: returns `now`, which the fake engine moves."""
+
+    def __init__(self) -> None:
+        self.now = SENT_NS
+
+    def __call__(self) -> int:
+        return self.now
+
+
 class FakeEngine:
-    """`OllamaEngine`'s streaming surface: plays SCRIPTS[prompt] (or `extra[prompt]`)."""
+    """`OllamaEngine`'s streaming surface: plays SCRIPTS[prompt] (or `extra[prompt]`), or a
+    generated answer for any other prompt.
+
+    on_start(j, send_ns): called as a generated request with num_predict ≥ 3 starts (j counts
+    them from 0; send_ns is its virtual send stamp). hang_at: that j hangs after one token.
+    """
 
     name = "fake"
     host = "http://fake:1"
 
-    def __init__(self, extra: Mapping[str, Sequence[StreamEvent | str]] | None = None) -> None:
+    def __init__(
+        self,
+        extra: Mapping[str, Sequence[StreamEvent | str]] | None = None,
+        timing: Timing | None = None,
+        on_start: Callable[[int, int], None] | None = None,
+        hang_at: int | None = None,
+    ) -> None:
         self.scripts = {**SCRIPTS, **(extra or {})}
         self.prompts: list[str] = []
         self.closed = False
+        self.timing = timing or Timing()
+        self.on_start = on_start
+        self.hang_at = hang_at
+        self.clock = VirtualClock()
+        self.generated = 0  # generated requests so far (calibration probes included)
+        self.decoding = 0  # generated requests with num_predict >= 3 so far
+
+    def _generate(self, prompt: str, options: Mapping[str, Any]) -> list[StreamEvent | str]:
+        t = self.timing
+        self.generated += 1
+        base = SENT_NS + self.generated * GENERATED_STEP_NS
+        self.clock.now = base
+        n_out = int(options.get("num_predict", 8))
+        gap = t.gap_ms
+        hang = False
+        if n_out >= 3:
+            j = self.decoding
+            self.decoding += 1
+            gap *= 1 + t.growth * j
+            hang = j == self.hang_at
+            if self.on_start is not None:
+                self.on_start(j, base)
+        prompt_tokens = TEMPLATE_TOKENS + len(prompt.split())
+        prefill = prompt_tokens * t.prefill_ms_per_token
+        first = t.load_ms + prefill + t.overhead_ms
+
+        def at(ms: float, **kw: Any) -> StreamEvent:
+            return StreamEvent(t_ns=base + round(ms * MS), **kw)
+
+        steps: list[StreamEvent | str] = [at(first, content=" w0")]
+        if hang:
+            return [*steps, HANG]
+        steps += [at(first + i * gap, content=f" w{i}") for i in range(1, n_out)]
+        end = first + (n_out - 1) * gap + 1.0
+        stats = ServerStats(
+            total_duration=round((t.load_ms + prefill + n_out * gap + 5.0) * MS),
+            load_duration=round(t.load_ms * MS),
+            prompt_eval_count=prompt_tokens,
+            prompt_eval_duration=round(prefill * MS),
+            eval_count=n_out,
+            eval_duration=round(n_out * gap * MS),
+            done_reason="length",
+        )
+        return [*steps, at(end, done=True, stats=stats)]
 
     def stream_chat(
         self,
@@ -83,7 +173,11 @@ class FakeEngine:
         **_: Any,
     ) -> AsyncIterator[StreamEvent]:
         prompt = str(messages[-1]["content"])
-        steps = self.scripts[prompt]
+        if prompt in self.scripts:
+            self.clock.now = SENT_NS
+            steps = self.scripts[prompt]
+        else:
+            steps = self._generate(prompt, options or {})
 
         async def gen() -> AsyncIterator[StreamEvent]:
             self.prompts.append(prompt)
@@ -121,6 +215,23 @@ class FakeConnection:
     async def close(self) -> None:
         await self.engine.aclose()
         self.closed = True
+
+
+def probe_sample(t_ns: int, noisy: str | None = None) -> ProbeSample:
+    """A probe sample taken at `t_ns` (perf_counter_ns): NOISY with the finding `noisy`, else
+    QUIET. Its system/process parts are absent (the panel says the probe failed)."""
+    findings = []
+    if noisy is not None:
+        findings.append(Finding("browser-busy", Level.WARN, 38.0, 10.0, "% CPU", noisy, "close it"))
+    return ProbeSample(
+        t_ns=t_ns,
+        wall_time="t",
+        system=None,
+        processes=None,
+        gpu=None,
+        verdict=Verdict.of(findings),
+        cost_ms=1.0,
+    )
 
 
 async def wait_for(

@@ -15,6 +15,10 @@ from textual.widgets import Static
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send the prompt (a new prompt cancels the one still streaming)"),
     ("Ctrl+R", "send the last prompt again"),
+    ("Ctrl+B", "bench: warm-up, calibrated fresh prompts, N requests, drift verdict, report"),
+    ("  Enter", "bench: start with the form's values (requests, warm-up, prompt tokens, max)"),
+    ("  R", "bench: the full markdown report once the run is done"),
+    ("  Esc", "bench: cancel the run (the log records the interruption) and go back"),
     ("Esc", "stop the streaming request; when idle, leave the prompt box"),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only outside the prompt box or when it is empty)"),
@@ -34,6 +38,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("overhead", "TTFT − (load + prompt eval), ms: time outside the engine's own work"),
     ("CPU %", "machine total 0–100 %; per app: % of one core (a busy app can pass 100)"),
     ("QUIET", "no finding at WARN or worse; NOISY lists what disturbs the measurement"),
+    ("⚠ / !", "a probe sample taken while that request streamed was NOISY"),
+    ("drift", "bench: last 5 vs first 5 ok requests' medians, signed %; ±5 % worse = CONTAMINATED"),
 )
 
 

@@ -3,7 +3,8 @@
 Row 1 (live): TTFT (ms) · text chunks, then tokens · decode rate. Row 2: a Sparkline of ITL
 (ms per gap between chunks), growing per chunk. Row 3 (after done): status, client TPOT and
 E2E (ms). Row 4: server prefill/decode (tok/s), load and overhead (ms). Row 5: the failure
-and its remedy, when there is one.
+and its remedy, when there is one. Row 6: "⚠ machine NOISY during this request: …" when a
+probe sample taken while the request streamed was NOISY.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ from llmtop.tui.widgets.token_pane import failure_text
 _FIXED = frozenset({"ttft", "count", "decode"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
+NOISY_PREFIX = "⚠ machine NOISY during this request: "
+
+
+def noise_text(message: str | None) -> Text | str:
+    """The NOISY mark of a request ("" when none)."""
+    if not message:
+        return ""
+    return Text.assemble((NOISY_PREFIX, "bold yellow"), (message, "yellow"))
 
 
 def server_text(result: RequestResult) -> Text:
@@ -46,6 +55,7 @@ class MetricsStrip(Vertical):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._shown: object = None  # the request (or result) the rows below show
+        self._noise_shown: str | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="live-row"):
@@ -58,6 +68,7 @@ class MetricsStrip(Vertical):
         yield Static("", id="client")
         yield Static("", id="server")
         yield Static("", id="failure")
+        yield Static("", id="noise")
 
     def _static(self, wid: str) -> Static:
         return self.query_one(f"#{wid}", Static)
@@ -85,6 +96,9 @@ class MetricsStrip(Vertical):
         elif self._shown is not result:
             self._shown = result
             self.show_result(result)
+        if live.noisy != self._noise_shown:
+            self._noise_shown = live.noisy
+            self._put("noise", noise_text(live.noisy))
         spark = self.query_one("#itl", Sparkline)
         data = tuple(live.itl_ms)
         if spark.data != data:
@@ -116,5 +130,6 @@ class MetricsStrip(Vertical):
         self._put("failure", failure_text(result.failure) if result.failure else "")
 
     def plain(self, wid: str) -> str:
-        """The text of one label: "ttft", "count", "decode", "client", "server" or "failure"."""
+        """The text of one label: "ttft", "count", "decode", "client", "server", "failure"
+        or "noise"."""
         return str(self._static(wid).content)

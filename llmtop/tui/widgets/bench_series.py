@@ -1,0 +1,140 @@
+"""The bench's per-request series, one cell per request in run order: TTFT (ms), prefill
+(ms, server) and decode (tok/s, server); then a status row — "w" warm-up (kept apart, drawn
+dim), "✗" a request that does not count (red), "·" counted — and a NOISY row: "!" where a
+probe sample taken during the request was NOISY.
+
+Each series is scaled between the min and max of the requests that count, so one slow
+warm-up (a model load) does not flatten the rest; values outside that range are clipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rich.text import Text
+from textual.widget import Widget
+
+from llmtop.tui.bench_state import WARMUP, BenchRow
+
+SPARK = "▁▂▃▄▅▆▇█"
+FLAT = "▄"  # a series whose counted values are all equal
+LABEL_WIDTH = 14
+SUFFIX_WIDTH = 30  # "  last 1234.5 · med 1234.5"
+SERIES: tuple[tuple[str, str], ...] = (
+    ("ttft_ms", "TTFT ms"),
+    ("prefill_ms", "prefill ms"),
+    ("decode_tps", "decode tok/s"),
+)
+LEGEND = "w warm-up, kept apart   ✗ does not count (see the report)   · counted"
+
+
+def _value(row: BenchRow, key: str) -> float | None:
+    value: float | None = getattr(row, key)
+    return value
+
+
+def _cell(value: float | None, lo: float | None, hi: float | None) -> str:
+    if value is None or lo is None or hi is None:
+        return " "
+    if hi == lo:
+        return FLAT
+    level = round((min(hi, max(lo, value)) - lo) / (hi - lo) * (len(SPARK) - 1))
+    return SPARK[level]
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _mark(row: BenchRow) -> tuple[str, str]:
+    if row.phase == WARMUP:
+        return "w", "dim"
+    if not row.counts:
+        return "✗", "bold red"
+    return "·", "dim"
+
+
+def series_text(rows: Sequence[BenchRow], width: int) -> Text:
+    """The three series and the marks row for `rows`, fitted to `width` cells (the latest
+    requests when there are more than fit)."""
+    room = max(1, width - LABEL_WIDTH - SUFFIX_WIDTH)
+    shown = list(rows)[-room:]
+    clipped = len(rows) > len(shown)
+    text = Text()
+    for key, label in SERIES:
+        counted = [v for r in rows if r.counts and (v := _value(r, key)) is not None]
+        scale = counted or [v for r in rows if (v := _value(r, key)) is not None]
+        lo, hi = (min(scale), max(scale)) if scale else (None, None)
+        text.append(f"{label:<{LABEL_WIDTH}}", style="bold")
+        text.append("…" if clipped else "", style="dim")
+        previous = shown[0].target if shown else None
+        for row in shown:
+            if row.target != previous:
+                text.append("│", style="dim")
+                previous = row.target
+            if row.phase != WARMUP and not row.counts:
+                text.append("✗", style="bold red")
+                continue
+            cell = _cell(_value(row, key), lo, hi)
+            text.append(cell, style="dim" if row.phase == WARMUP else "cyan")
+        last = _value(rows[-1], key) if rows else None
+        text.append(f"  last {_num(last)} · med {_num(_median(counted))}\n", style="dim")
+    text.append_text(_marks_row("status", shown, clipped, _mark))
+    text.append(f"  {LEGEND}\n", style="dim")
+    text.append_text(_marks_row("NOISY", shown, clipped, _noise_mark))
+    noisy = sum(1 for r in rows if r.noisy)
+    if noisy:
+        text.append(f"  {noisy} ran while the machine was NOISY", style="yellow")
+    else:
+        text.append("  no NOISY probe sample during a request", style="dim")
+    return text
+
+
+def _noise_mark(row: BenchRow) -> tuple[str, str]:
+    return ("!", "bold yellow") if row.noisy else (" ", "")
+
+
+def _marks_row(
+    label: str,
+    shown: Sequence[BenchRow],
+    clipped: bool,
+    mark: Callable[[BenchRow], tuple[str, str]],
+) -> Text:
+    text = Text(f"{label:<{LABEL_WIDTH}}", style="bold")
+    text.append("…" if clipped else "", style="dim")
+    previous = shown[0].target if shown else None
+    for row in shown:
+        if row.target != previous:
+            text.append("│", style="dim")
+            previous = row.target
+        text.append(*mark(row))
+    return text
+
+
+class BenchSeries(Widget):
+    """Draws `series_text` of the rows it was given, at its own width."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.rows: list[BenchRow] = []
+
+    def set_rows(self, rows: Sequence[BenchRow]) -> None:
+        """Show these rows (a copy is kept; rows are re-marked in place by the state)."""
+        self.rows = list(rows)
+        self.refresh()
+
+    def render(self) -> Text:
+        return series_text(self.rows, self.content_size.width)
+
+    @property
+    def plain(self) -> str:
+        """The series as plain text at 120 cells (for tests)."""
+        return series_text(self.rows, 120).plain

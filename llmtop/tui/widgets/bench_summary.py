@@ -1,0 +1,127 @@
+"""The bench's verdict once it ends: CLEAN / CONTAMINATED (the drifting metrics with their
+signed change, first 5 → last 5 ok requests) / n/a (too few requests for drift), then per
+prompt size n, warm-ups and exclusions, and the medians; then the noisy requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis
+from llmtop.sessions.stats import DRIFT_WINDOW
+from llmtop.tui import fmt
+from llmtop.tui.bench_state import BenchRow
+from llmtop.tui.widgets.quiet_static import QuietStatic
+
+CLEAN, CONTAMINATED, NA = "CLEAN", "CONTAMINATED", "n/a"
+_BADGE = {
+    CLEAN: "bold black on green",
+    CONTAMINATED: "bold white on red",
+    NA: "bold black on yellow",
+}
+_LABEL = {key: f"{label} {unit}" for key, label, unit, _better in METRICS}
+
+
+def verdict(analysis: Analysis) -> str:
+    """CONTAMINATED when a metric drifted the wrong way past the threshold; n/a when no
+    drift could be computed (fewer than 2 × 5 ok requests per size); else CLEAN."""
+    if analysis.contaminated:
+        return CONTAMINATED
+    computed = any(d.change_pct is not None for s in analysis.sizes for d in s.drifts.values())
+    return CLEAN if computed else NA
+
+
+def drifting(size: SizeAnalysis) -> list[str]:
+    """The metrics that drifted the wrong way, e.g. ["decode (server) tok/s -15.2 %"]."""
+    return [
+        f"{_LABEL[key]} {d.change_pct:+.1f} %"
+        for key, d in size.drifts.items()
+        if d.worse and d.change_pct is not None
+    ]
+
+
+def _headline(analysis: Analysis) -> Text:
+    word = verdict(analysis)
+    text = Text.assemble((f" {word} ", _BADGE[word]), " ")
+    threshold = f"±{analysis.drift_threshold_pct:g} %"
+    if word == CONTAMINATED:
+        worst = [m for s in analysis.sizes for m in drifting(s)]
+        text.append(f"drifted past {threshold}: " + ", ".join(worst), style="bold red")
+    elif word == CLEAN:
+        text.append(
+            f"no metric drifted past {threshold} (median of the first {DRIFT_WINDOW} vs the "
+            f"last {DRIFT_WINDOW} ok requests)"
+        )
+    else:
+        n = min((len(s.ok) for s in analysis.sizes), default=0)
+        text.append(
+            f"drift needs ≥ {2 * DRIFT_WINDOW} ok requests per prompt size; this run has {n}",
+            style="yellow",
+        )
+    return text
+
+
+def _size_lines(size: SizeAnalysis) -> Text:
+    target = "?" if size.target is None else str(size.target)
+    text = Text.assemble(
+        (f"\n{target} tok", "bold"),
+        f"  n {len(size.ok)} · {len(size.warmups)} warm-up kept apart · "
+        f"{len(size.excluded)} excluded",
+    )
+    if size.excluded:
+        first = size.excluded[0]
+        text.append(f" (#{first.index}: {first.status} — {first.reason})", style="red")
+    med = {key: s.median for key, s in size.summaries.items()}
+    text.append("\n  medians  TTFT ")
+    text.append(fmt.ms(med["ttft_ms"]), style="bold")
+    text.append(" · prefill ")
+    text.append(fmt.ms(med["prompt_eval_ms"]), style="bold")
+    text.append(" · decode ")
+    text.append(fmt.rate(med["server_decode_tps"]), style="bold")
+    text.append(" (server) · E2E ")
+    text.append(fmt.ms(med["e2e_ms"]), style="bold")
+    return text
+
+
+def noisy_text(rows: Sequence[BenchRow]) -> Text:
+    """ "! 3 requests ran while the machine was NOISY: <first finding>" (or none did)."""
+    noisy = [r for r in rows if r.noisy]
+    if not noisy:
+        return Text("no request ran during a NOISY probe sample", style="dim")
+    many = "request" if len(noisy) == 1 else "requests"
+    return Text.assemble(
+        (f"! {len(noisy)} {many} ran while the machine was NOISY: ", "bold yellow"),
+        (str(noisy[0].noisy), "yellow"),
+        (f" (#{', #'.join(str(r.n) for r in noisy)} in run order)", "dim"),
+    )
+
+
+def summary_text(analysis: Analysis, rows: Sequence[BenchRow], log_path: str) -> Text:
+    """The verdict line, each prompt size's n and medians, the noisy requests, the log."""
+    text = _headline(analysis)
+    for size in analysis.sizes:
+        text.append_text(_size_lines(size))
+    text.append("\n")
+    text.append_text(noisy_text(rows))
+    text.append(f"\nlog {log_path}", style="dim")
+    text.append("  R: full report", style="bold")
+    return text
+
+
+class BenchSummary(QuietStatic):
+    """The verdict area: a hint before the run, the outcome or the failure after it."""
+
+    def show_text(self, text: Text) -> None:
+        """Show any text (a hint, a failure)."""
+        self.set_text(text)
+
+    def show_outcome(self, analysis: Analysis, rows: Sequence[BenchRow], log_path: str) -> None:
+        """Show a finished run's verdict and where its log is."""
+        self.set_text(summary_text(analysis, rows, log_path))
+
+    @property
+    def plain(self) -> str:
+        """The area's text (for tests)."""
+        return str(self.content)

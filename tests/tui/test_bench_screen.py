@@ -1,0 +1,251 @@
+"""The bench screen (Ctrl+B) on the scripted engine: progress, verdict, report, log, noise.
+
+The fake's generated requests (fakes.py) have exact timelines. With a 64-token target the
+calibration converges on 38 words (19 + 38 + the 7-word instruction = 64 tokens), so every
+request has prefill 64 × 0.5 = 32 ms, TTFT 2 + 32 + 5 = 39 ms and, with 8 output tokens one
+per 10 ms, E2E 39 + 7 × 10 + 1 = 110 ms and a server decode rate of 8 / 80 ms = 100 tok/s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import ProgressBar, Static
+
+from llmtop.sessions.log import read_log
+from llmtop.tui.app import LlmtopApp, make_app
+from llmtop.tui.bench_screen import BenchScreen
+from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.report_screen import ReportScreen
+
+from .fakes import FakeConnection, FakeEngine, Timing, probe_sample, wait_for
+
+NOISE = "Chromium (14 processes) is using 38 % CPU"
+
+
+def build(
+    tmp_path: Path, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch, preflight_s: float = 0
+) -> LlmtopApp:
+    """An app on `engine` with the tiny bench as the form's defaults (no calibration cache;
+    no preflight unless asked: it samples the real machine)."""
+    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", engine.clock)
+    settings = TuiSettings(
+        engine="fake",
+        options={"temperature": 0.0, "seed": 42, "num_predict": 8, "num_ctx": 2048},
+        log_path=str(tmp_path / "s.jsonl"),
+        probes=False,
+        bench_requests=10,
+        bench_warmup=1,
+        bench_prompt_tokens=(64,),
+        bench_max_tokens=8,
+        bench_use_cache=False,
+        bench_preflight_s=preflight_s,
+    )
+    return make_app(settings, connection=FakeConnection(engine=engine))  # type: ignore[arg-type]
+
+
+async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.ready, what="connection")
+    await pilot.press("ctrl+b")
+    await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+    screen = app.screen
+    assert isinstance(screen, BenchScreen)
+    await pilot.click("#bench-start")
+    return screen
+
+
+async def finish(pilot, screen: BenchScreen, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll every 0.1 s until the run ended, then let one render tick draw it."""
+    await wait_for(
+        pilot, lambda: screen.state is not None and screen.state.finished, timeout_s, "the bench"
+    )
+    await pilot.pause(0.3)
+
+
+async def test_flat_series_is_clean_with_report_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build(tmp_path, FakeEngine(), monkeypatch, preflight_s=0.2)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_and_start(pilot, app)
+        await finish(pilot, screen)
+        assert screen.state is not None and screen.state.error is None, screen.state.error
+        preflight, calibration = screen.state.detail.splitlines()
+        assert preflight.startswith(("preflight QUIET", "preflight NOISY"))
+        assert calibration == "calibration measured: 64 tok → 38 words (64)"
+        bar = screen.query_one(ProgressBar)
+        assert bar.total == 11 and bar.progress == 11  # 1 warm-up + 10 requests
+        text = screen.plain
+        assert text["phase"] == "done"
+        summary = text["summary"]
+        assert summary.startswith(" CLEAN ")
+        assert "64 tok  n 10 · 1 warm-up kept apart · 0 excluded" in summary
+        for part in ("TTFT 39.0 ms", "prefill 32.0 ms", "decode 100.0 tok/s", "E2E 110.0 ms"):
+            assert part in summary
+        assert "no request ran during a NOISY probe sample" in summary
+        rows = text["series"].splitlines()
+        assert rows[3].startswith("status        w··········  ")  # the warm-up, then 10 ok
+        assert rows[4] == "NOISY" + " " * 20 + "  no NOISY probe sample during a request"
+        log_path = Path(screen.log_path or "")
+        assert log_path.parent == tmp_path and log_path.name.startswith("s.bench-")
+        assert summary.endswith(f"log {log_path}  R: full report")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ReportScreen), what="report")
+        report = app.screen
+        assert isinstance(report, ReportScreen)
+        assert "## Results" in report.markdown and "**Verdict: CLEAN**" in report.markdown
+        await pilot.press("escape")  # closes the report
+        await pilot.press("escape")  # leaves the bench screen
+        await wait_for(pilot, lambda: app.screen is app.default_screen, what="main screen")
+    assert log_path.exists()
+    log = read_log(log_path)
+    assert log.header["kind"] == "bench"
+    assert [r["phase"] for r in log.of_type("request")] == ["load"] + ["warmup"] + ["measure"] * 10
+    (summary_record,) = log.of_type("summary")
+    assert summary_record["contaminated"] is False and summary_record["ok_requests"] == 10
+    session = [r for r in read_log(tmp_path / "s.jsonl").of_type("bench")]
+    assert [(r["phase"], r["log"]) for r in session] == [
+        ("start", str(log_path)),
+        ("end", str(log_path)),
+    ]
+    assert session[1]["outcome"] == "CLEAN"
+
+
+async def test_decode_slowing_down_is_contaminated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gap_j = 10 ms × (1 + 0.04 j), j = 0 the warm-up, 1..10 measured; first-5 median at j = 3
+    # (gap 11.2 ms), last-5 median at j = 8 (13.2 ms). Decode (server) 1/gap: 11.2/13.2 − 1 =
+    # −15.2 %; E2E 40 + 7 gap: 132.4/118.4 − 1 = +11.8 %; TPOT (7 gap + 1)/7: 93.4/79.4 − 1 =
+    # +17.6 %; decode (client) 7/(7 gap + 1): 79.4/93.4 − 1 = −15.0 %. TTFT and prefill flat.
+    app = build(tmp_path, FakeEngine(timing=Timing(growth=0.04)), monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_and_start(pilot, app)
+        await finish(pilot, screen)
+        summary = screen.plain["summary"]
+        assert summary.startswith(" CONTAMINATED ")
+        headline = summary.splitlines()[0]
+        assert headline.endswith(
+            "drifted past ±5 %: E2E ms +11.8 %, decode (client) tok/s -15.0 %, "
+            "decode (server) tok/s -15.2 %, TPOT ms +17.6 %"
+        )
+        assert "TTFT ms" not in headline and "prefill" not in headline
+        assert screen.query_one(ProgressBar).progress == 11
+
+
+async def test_request_with_a_noisy_sample_is_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app: LlmtopApp | None = None
+
+    def on_start(j: int, send_ns: int) -> None:
+        if j == 3 and app is not None:  # measured request 3 = the 4th of the run
+            app.post_message(ProbeSampled(probe_sample(send_ns + 1_000_000, NOISE)))
+        elif j == 5 and app is not None:  # a QUIET sample marks nothing
+            app.post_message(ProbeSampled(probe_sample(send_ns + 1_000_000)))
+
+    app = build(tmp_path, FakeEngine(on_start=on_start), monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_and_start(pilot, app)
+        await finish(pilot, screen)
+        text = screen.plain
+        noisy_row = text["series"].splitlines()[4]
+        assert noisy_row == "NOISY            !         1 ran while the machine was NOISY"
+        assert (
+            f"! 1 request ran while the machine was NOISY: {NOISE} (#4 in run order)"
+            in (text["summary"])
+        )
+        assert screen.plain["summary"].startswith(" CLEAN ")  # noise is marked, not hidden
+
+
+async def test_esc_cancels_the_run_and_the_log_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = FakeEngine(hang_at=3)  # measured request 3 hangs after its first token
+    app = build(tmp_path, engine, monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_and_start(pilot, app)
+        await wait_for(pilot, lambda: engine.decoding == 4, what="the hanging request")
+        await pilot.pause(0.2)
+        assert screen.state is not None and screen.state.done == 3
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.default_screen, what="main screen")
+        assert screen.state.cancelled
+        log_path = screen.log_path
+    assert log_path is not None
+    log = read_log(log_path)
+    assert list(log.of_type("interrupted"))
+    statuses = [r["status"] for r in log.of_type("request") if r["phase"] != "load"]
+    assert statuses == ["ok"] * 3 + ["cancelled"]
+    session = list(read_log(tmp_path / "s.jsonl").of_type("bench"))
+    assert session[-1]["outcome"] == "cancelled"
+
+
+async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = build(tmp_path, FakeEngine(), monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+        screen = app.screen
+        assert isinstance(screen, BenchScreen)
+        screen.query_one("#bench-max-tokens").value = "1"  # type: ignore[attr-defined]
+        await pilot.click("#bench-start")
+        await pilot.pause(0.1)
+        assert screen.worker is None
+        assert "max tokens must be ≥ 2, got 1" in screen.plain["summary"]
+
+
+async def test_ctrl_b_stops_the_streaming_request_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build(tmp_path, FakeEngine(), monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        app.send("slow")  # first chunk, then hangs
+        await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+        assert app.live is not None and app.live.result is not None
+        assert app.live.result.status == "cancelled"
+        app.send("hello")  # refused while the bench screen is open
+        await pilot.pause(0.1)
+        assert app.live.prompt == "slow"
+    (req,) = read_log(tmp_path / "s.jsonl").of_type("request")
+    assert req["status"] == "cancelled"
+
+
+async def test_quit_during_a_bench_records_the_interruption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = FakeEngine(hang_at=1)
+    app = build(tmp_path, engine, monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await open_and_start(pilot, app)
+        await wait_for(pilot, lambda: engine.decoding == 2, what="the hanging request")
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+q")
+        log_path = screen.log_path
+    assert log_path is not None
+    log = read_log(log_path)
+    assert list(log.of_type("interrupted")) and list(log.of_type("end"))
+    assert [r["status"] for r in log.of_type("request")][-1] == "cancelled"
+
+
+async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build(tmp_path, FakeEngine(), monkeypatch)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+        screen = app.screen
+        app.post_message(ProbeSampled(probe_sample(1, NOISE)))
+        await pilot.pause(0.3)
+        assert not screen.query_one(ProbePanel).display
+        badge = screen.query_one("#bench-badge", Static)
+        assert badge.display and str(badge.content) == f" NOISY  {NOISE}"

@@ -1,0 +1,75 @@
+"""NOISY probe samples mark the request they were taken during (main screen), from the probe
+messages the app already receives; QUIET samples and samples outside a request mark nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.noise import NoiseTracker, noisy_message
+from llmtop.tui.widgets.metrics_strip import MetricsStrip
+
+from .fakes import MS, SENT_NS, probe_sample, wait_for
+from .test_fake_engine import build, done, send
+
+NOISE = "Chromium (14 processes) is using 38 % CPU"
+
+
+@pytest.fixture(autouse=True)
+def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+
+
+def test_tracker_spans_and_messages() -> None:
+    tracker = NoiseTracker()
+    assert not tracker.add(probe_sample(SENT_NS + 5 * MS))  # QUIET: not kept
+    assert tracker.add(probe_sample(SENT_NS + 50 * MS, NOISE))
+    assert tracker.version == 1
+    assert tracker.first_during(SENT_NS, SENT_NS + 200 * MS) == NOISE
+    assert tracker.first_during(SENT_NS, None) == NOISE  # still streaming: open end
+    assert tracker.first_during(SENT_NS + 60 * MS, SENT_NS + 200 * MS) is None
+    assert tracker.first_during(0, None) is None  # not sent yet
+    assert noisy_message(probe_sample(1, "x").verdict) == "x"
+    assert noisy_message(probe_sample(1).verdict) == ""
+
+
+async def post(pilot, app: LlmtopApp, t_ms: float, noisy: str | None) -> None:  # type: ignore[no-untyped-def]
+    app.post_message(ProbeSampled(probe_sample(SENT_NS + int(t_ms * MS), noisy)))
+    await pilot.pause(0.3)  # the message, then a numbers tick
+
+
+async def test_noisy_sample_during_the_request_is_shown_with_its_figures(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "hello")  # sent at SENT_NS, done at +200 ms
+        await wait_for(pilot, lambda: done(app), what="request done")
+        strip = app.query_one(MetricsStrip)
+        await post(pilot, app, 500.0, NOISE)  # after the request: not its noise
+        await post(pilot, app, 100.0, None)  # during it, but QUIET
+        assert strip.plain("noise") == ""
+        await post(pilot, app, 100.0, NOISE)  # taken during it, arrived late: still its noise
+        assert strip.plain("noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        assert "ok" in strip.plain("client")  # shown beside the final figures
+        await send(pilot, app, "think")  # sent at SENT_NS too, but done at +70 ms
+        await wait_for(pilot, lambda: done(app, 2), what="second request")
+        await pilot.pause(0.3)
+        assert app.live is not None and app.live.noisy is None  # +100 and +500 ms: after it
+        assert strip.plain("noise") == ""
+
+
+async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> None:
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "slow")  # first chunk at +10 ms, then hangs
+        await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
+        await post(pilot, app, 20.0, NOISE)
+        strip = app.query_one(MetricsStrip)
+        assert strip.plain("noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        await pilot.press("escape")  # cancel: the mark stays with the cancelled request
+        await wait_for(pilot, lambda: done(app), what="cancelled")
+        await pilot.pause(0.3)
+        assert app.live is not None and app.live.noisy is None  # ended at +10 ms, sample at +20
+        assert strip.plain("noise") == ""
