@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -33,6 +35,13 @@ class SystemSample:
         is unknown (desktops).
     logical_cpus: logical CPU count, the divisor that turns per-process % (100 = one core)
         into machine % (see `machine_percent`).
+    steal_percent: share of CPU time the hypervisor gave to other guests since the previous
+        sample (Linux `steal` in /proc/stat), 0–100 %; None where the OS has no such counter
+        and while warming up. A VM's "noisy neighbour" that no process list can show.
+    swap_in_bps, swap_out_bps: bytes/s swapped in / out since the previous sample (psutil
+        `sin`/`sout`); None while warming up or where the OS does not count them.
+    temperature_c, temperature_high_c: hottest sensor now and its "high" mark (°C, psutil
+        `sensors_temperatures`); None where the OS exposes no sensors (VMs, macOS, Windows).
     """
 
     cpu_percent: float | None
@@ -48,6 +57,11 @@ class SystemSample:
     cpu_freq_max_mhz: float | None
     on_battery: bool | None
     logical_cpus: int = 1
+    steal_percent: float | None = None
+    swap_in_bps: float | None = None
+    swap_out_bps: float | None = None
+    temperature_c: float | None = None
+    temperature_high_c: float | None = None
 
 
 def logical_cpus() -> int:
@@ -78,6 +92,29 @@ class SystemProbe:
     def __init__(self) -> None:
         self._primed = False
         self._cpus = logical_cpus()
+        self._prev: tuple[int, Any, tuple[int, int] | None] | None = None  # (t_ns, cpu_times, sin/sout)
+
+    def _rates(self) -> tuple[float | None, float | None, float | None]:
+        """Steal % and swap-in/out bytes/s since the previous sample (None the first time)."""
+        now = time.perf_counter_ns()
+        try:
+            times = psutil.cpu_times()
+        except (OSError, RuntimeError):
+            times = None
+        swap = _swap_io()
+        prev, self._prev = self._prev, (now, times, swap)
+        if prev is None:
+            return None, None, None
+        t0, times0, swap0 = prev
+        steal = None
+        if times is not None and times0 is not None and hasattr(times, "steal"):
+            total = sum(times) - sum(times0)
+            steal = 100.0 * (times.steal - times0.steal) / total if total > 0 else None
+        sin = sout = None
+        seconds = (now - t0) / 1e9
+        if swap is not None and swap0 is not None and seconds > 0:
+            sin, sout = (swap[0] - swap0[0]) / seconds, (swap[1] - swap0[1]) / seconds
+        return steal, sin, sout
 
     def sample(self) -> SystemSample:
         """Read the machine now. Raises only if psutil cannot read memory at all."""
@@ -87,6 +124,8 @@ class SystemProbe:
         vm = psutil.virtual_memory()
         sw = _swap()
         freq, freq_max = _freq()
+        steal, sin, sout = self._rates()
+        temp, temp_high = _temperature()
         return SystemSample(
             cpu_percent=float(total) if primed else None,
             per_cpu=tuple(float(v) for v in per_cpu) if primed else (),
@@ -101,6 +140,11 @@ class SystemProbe:
             cpu_freq_max_mhz=freq_max,
             on_battery=_on_battery(),
             logical_cpus=self._cpus,
+            steal_percent=steal,
+            swap_in_bps=sin,
+            swap_out_bps=sout,
+            temperature_c=temp,
+            temperature_high_c=temp_high,
         )
 
 
@@ -110,6 +154,29 @@ def _swap() -> tuple[int, int, float]:
     except (OSError, RuntimeError):  # no /proc/swaps in some containers
         return 0, 0, 0.0
     return int(sw.total), int(sw.used), float(sw.percent)
+
+
+def _swap_io() -> tuple[int, int] | None:
+    try:
+        sw = psutil.swap_memory()
+    except (OSError, RuntimeError):
+        return None
+    return (int(sw.sin), int(sw.sout)) if sw.sin or sw.sout or sw.total else None
+
+
+def _temperature() -> tuple[float | None, float | None]:
+    """The hottest sensor's current reading and its "high" mark, in °C."""
+    sensors = getattr(psutil, "sensors_temperatures", None)
+    if sensors is None:
+        return None, None
+    try:
+        readings = [t for group in (sensors() or {}).values() for t in group if t.current]
+    except (OSError, RuntimeError, AttributeError):
+        return None, None
+    if not readings:
+        return None, None
+    hottest = max(readings, key=lambda t: t.current)
+    return float(hottest.current), (float(hottest.high) if hottest.high else None)
 
 
 def _load_per_core(cpus: int) -> float | None:

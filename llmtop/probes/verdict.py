@@ -82,6 +82,12 @@ class Thresholds:
     freq_ratio_warn: 0.5 — current clock below half the maximum. Idle CPUs down-clock to save
         power, so this is only WARN while the machine is busy (>= freq_busy_cpu %), else INFO.
     Battery: pyperf's system check warns when not on AC power (laptops clock down on battery).
+    steal_warn (% of CPU time taken by the hypervisor for other guests): 5 — Brendan Gregg's
+        USE method counts steal as CPU saturation of the host; llmtop warns once it is a
+        twentieth of the time, the same order as the 5 % drift that contaminates a run.
+    swap_io_warn_bps (bytes/s swapped in or out): 1 MiB/s — paging while measuring means a
+        request may wait on the disk; a few KiB/s of housekeeping is ignored.
+    Temperature: a sensor at or above its own "high" mark (the driver's threshold) is WARN.
     """
 
     background_cpu_warn: float = 25.0
@@ -93,6 +99,8 @@ class Thresholds:
     swap_used_warn: float = 25.0
     freq_ratio_warn: float = 0.5
     freq_busy_cpu: float = 25.0
+    steal_warn: float = 5.0
+    swap_io_warn_bps: float = 1024.0 * 1024.0
 
 
 DEFAULT = Thresholds()
@@ -139,6 +147,7 @@ def evaluate(
     findings += _memory(system, t)
     findings += _battery(system)
     findings += _frequency(system, t)
+    findings += _vm_and_paging(system, t)
     findings += _other_engines(processes)
     return Verdict.of(findings)
 
@@ -268,6 +277,32 @@ def _frequency(system: SystemSample, t: Thresholds) -> list[Finding]:
             "check cooling and the power profile (thermal or power throttling)",
         )
     ]
+
+
+def _vm_and_paging(system: SystemSample, t: Thresholds) -> list[Finding]:
+    """CPU steal (a VM's neighbours), swap traffic, and a sensor over its own high mark."""
+    out = []
+    if system.steal_percent is not None and system.steal_percent > t.steal_warn:
+        out.append(Finding(
+            "cpu-steal", Level.WARN, round(system.steal_percent, 1), t.steal_warn, "% CPU time",
+            f"the hypervisor gave {system.steal_percent:.0f} % of this VM's CPU time to other guests",
+            "measure on a dedicated host or at a quieter time; steal cannot be fixed from inside the VM",
+        ))
+    swapping = max(system.swap_in_bps or 0.0, system.swap_out_bps or 0.0)
+    if swapping > t.swap_io_warn_bps:
+        out.append(Finding(
+            "swapping", Level.WARN, round(swapping / 1024 / 1024, 2), t.swap_io_warn_bps / 1024 / 1024, "MiB/s",
+            f"the machine is paging to swap at {swapping / 1024 / 1024:.1f} MiB/s",
+            "free memory: close large applications or use a smaller model",
+        ))
+    temp, high = system.temperature_c, system.temperature_high_c
+    if temp is not None and high is not None and temp >= high:
+        out.append(Finding(
+            "hot", Level.WARN, round(temp, 1), high, "°C",
+            f"a sensor reads {temp:.0f} °C, at or above its high mark of {high:.0f} °C",
+            "let the machine cool down and check its fans; hot CPUs clock down",
+        ))
+    return out
 
 
 def _other_engines(processes: ProcessSample) -> list[Finding]:
