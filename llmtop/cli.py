@@ -24,6 +24,9 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
     g.add_argument("--model", help="model tag (default: gemma3:270m when present, else the first installed)")
     g.add_argument("--model-path", help="GGUF file for the embedded engine (default: the bundled Gemma 3 270M)")
+    g.add_argument("--via", choices=("direct", "relay"), default="direct",
+                   help="stream directly (default) or through llmtop's SSE relay")
+    g.add_argument("--relay", metavar="URL", help="a running relay to use with --via relay (default: start one)")
     parser.add_argument("--log", help="session log file (JSONL; default: a new file in the user data dir)")
 
 
@@ -76,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
     b.add_argument("--drift-threshold", type=float, default=5.0,
                    help="%% worsening first-5 → last-5 that marks the run contaminated (default 5)")
+    b.add_argument("--compare-relay", action="store_true",
+                   help="interleave direct and relayed requests and report the relay's TTFT overhead")
     b.add_argument("--no-cache", action="store_true", help="recalibrate even when a cached calibration exists")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
@@ -94,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
     rep.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
     rep.add_argument("--out", help="write to FILE instead of standard output")
+
+    rel = sub.add_parser("relay", help="serve the SSE relay and its web page in front of an Ollama-API server")
+    rel.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else warns)")
+    rel.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    rel.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or 127.0.0.1:11434 "
+                     "if it answers, else the embedded engine)")
+    rel.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
     eng = sub.add_parser("engine", help="serve the embedded engine (llama.cpp) on Ollama's API")
     eng.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -127,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from llmtop.commands.bench import run_bench
 
             return run_bench(args)
+        if args.command == "relay":
+            from llmtop.relay.process import serve_relay
+
+            return serve_relay(args)
         if args.command == "preflight":
             from llmtop.commands.preflight import run_preflight_command
 

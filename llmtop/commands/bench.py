@@ -25,6 +25,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         num_ctx=args.num_ctx, temperature=args.temperature, seed=args.seed, think=think,
         drift_threshold_pct=args.drift_threshold, use_cache=not args.no_cache,
         preflight_s=args.preflight_duration, require_quiet=args.require_quiet,
+        compare_relay=args.compare_relay,
     )
 
 
@@ -46,7 +47,8 @@ def _progress_printer(quiet: bool):
 async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path)
+        via = "relay" if args.compare_relay else args.via
+        conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         if exc.failure.kind == FailureKind.MODEL_NOT_FOUND:

@@ -93,7 +93,7 @@ async def _run(args: argparse.Namespace) -> int:
     from llmtop.probes.sampler import ProbeSampler
 
     try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path)
+        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         kind = exc.failure.kind

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
 
+from typing import Any
+
 import httpx
 import platformdirs
 
@@ -126,11 +128,13 @@ class Connection:
     process: the embedded child when llmtop started one (stop it with `close()`).
     """
 
-    engine: OllamaEngine
+    engine: Any  # OllamaEngine, or RelayEngine when streaming through the relay
     model: str
     info: ModelInfo | None
     version: str | None
     process: EmbeddedProcess | None = None
+    direct: OllamaEngine | None = None  # the engine itself when `engine` is a relay client
+    relay: Any = None  # the relay child process llmtop started (RelayProcess), if any
 
     _pids_cache: tuple[float, set[int]] | None = None
 
@@ -139,23 +143,54 @@ class Connection:
         """Pids of the measured engine, so probes never count it as noise: the embedded child
         llmtop started, else the local process listening on the engine's port and its children
         (Ollama's runners), looked up at most every 5 s."""
+        relay_pid = self.relay.pid if self.relay is not None else None
+        extra = {relay_pid} if relay_pid else set()  # the relay is part of the measured path
         if self.process is not None:
             pid = self.process.pid
-            return {pid} if pid else set()
+            return ({pid} if pid else set()) | extra
         from time import monotonic
 
         from llmtop.probes.engine_state import local_engine_pids
 
         now = monotonic()
         if self._pids_cache is None or now - self._pids_cache[0] > 5.0:
-            self._pids_cache = (now, local_engine_pids(self.engine.host))
-        return self._pids_cache[1]
+            self._pids_cache = (now, local_engine_pids(self.upstream.host))
+        return self._pids_cache[1] | extra
+
+    @property
+    def upstream(self) -> OllamaEngine:
+        """The engine itself (the Ollama-API client), relay or not."""
+        return self.direct if self.direct is not None else self.engine
 
     async def close(self) -> None:
-        """Close the client and stop the embedded child if llmtop started it."""
+        """Close the clients and stop the relay and embedded children llmtop started."""
         await self.engine.aclose()
+        if self.direct is not None:
+            await self.direct.aclose()
+        if self.relay is not None:
+            await asyncio.to_thread(self.relay.stop)
         if self.process is not None:
             await asyncio.to_thread(self.process.stop)
+
+
+async def via_relay(conn: Connection, relay_url: str | None = None) -> Connection:
+    """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
+    a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
+    from llmtop.engines.relay import RelayEngine
+    from llmtop.relay.process import RelayProcess
+
+    relay = None
+    if relay_url is None:
+        relay = RelayProcess(conn.engine.host)
+        try:
+            await relay.start()
+        except BaseException:
+            relay.stop()
+            raise
+        relay_url = relay.url
+    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host)
+    return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
+                      process=conn.process, direct=conn.engine, relay=relay)
 
 
 async def connect(
@@ -163,12 +198,16 @@ async def connect(
     host: str | None = None,
     model: str | None = None,
     model_path: str | None = None,
+    via: str = "direct",
+    relay_url: str | None = None,
 ) -> Connection:
     """Reach an engine per the `--engine` rule and pick the model.
 
     engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
     host: Ollama's address; with engine "embedded", the address of an embedded engine that is
     already running (`llmtop engine`), else llmtop starts one as a child process.
+    via: "direct", or "relay" to stream through llmtop's SSE relay (the one at `relay_url`,
+    else a relay child started in front of the engine).
     Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND) with a remedy.
     """
     if engine not in ("auto", "ollama", "embedded"):
@@ -211,7 +250,14 @@ async def connect(
         if process is not None:
             process.stop()
         raise
-    return Connection(engine=client, model=chosen, info=info, version=version, process=process)
+    conn = Connection(engine=client, model=chosen, info=info, version=version, process=process)
+    if via == "relay":
+        try:
+            return await via_relay(conn, relay_url)
+        except BaseException:
+            await conn.close()
+            raise
+    return conn
 
 
 async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:

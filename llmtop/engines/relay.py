@@ -269,7 +269,7 @@ class RelayEngine:
 def _relay_failure(obj: Mapping[str, Any]) -> Failure:
     """The relay's `error` event as a Failure (kind, message and remedy as the relay wrote them)."""
     try:
-        kind = FailureKind(obj.get("kind"))
+        kind = FailureKind(str(obj.get("kind")))
     except ValueError:
         kind = FailureKind.SERVER_ERROR
     message = obj.get("message") or obj.get("error") or "the relay reported an error"

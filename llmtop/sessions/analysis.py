@@ -114,6 +114,7 @@ class SizeAnalysis:
     summaries: dict[str, Summary]
     drifts: dict[str, Drift]
     series: dict[str, list[float | None]]
+    path: str | None = None  # "direct" / "relay" in a --compare-relay run, else None
 
     @property
     def ok(self) -> list[RequestVerdict]:
@@ -180,7 +181,7 @@ def analyze(
     """Analyse bench request records (`type == "request"` with `phase`, `index`,
     `prompt_tokens_target`); `expected_tokens` maps a target to the calibrated token count."""
     expected_tokens = expected_tokens or {}
-    by_size: dict[int | None, list[RequestVerdict]] = {}
+    by_size: dict[tuple[int | None, str | None], list[RequestVerdict]] = {}
     load_requests = []
     for rec in records:
         if rec.get("type") != "request":
@@ -199,12 +200,14 @@ def analyze(
             timing_gap_share=timing_gap_share(rec),
             record=rec,
         )
-        by_size.setdefault(target, []).append(verdict)
-    sizes = [_analyze_size(target, reqs, drift_threshold_pct) for target, reqs in by_size.items()]
+        by_size.setdefault((target, rec.get("path")), []).append(verdict)
+    sizes = [_analyze_size(key[0], reqs, drift_threshold_pct, key[1]) for key, reqs in by_size.items()]
     return Analysis(sizes=sizes, drift_threshold_pct=drift_threshold_pct, load_requests=load_requests)
 
 
-def _analyze_size(target: int | None, requests: list[RequestVerdict], threshold: float) -> SizeAnalysis:
+def _analyze_size(
+    target: int | None, requests: list[RequestVerdict], threshold: float, path: str | None = None
+) -> SizeAnalysis:
     measured = [r for r in requests if r.phase == "measure" and r.status == BenchStatus.OK]
     _mark_cold_starts(measured)
     _mark_cached(measured)
@@ -214,7 +217,7 @@ def _analyze_size(target: int | None, requests: list[RequestVerdict], threshold:
     drifts = {
         key: drift(series[key], higher_is_better=better, threshold_pct=threshold) for key, _l, _u, better in METRICS
     }
-    return SizeAnalysis(target=target, requests=requests, summaries=summaries, drifts=drifts, series=series)
+    return SizeAnalysis(target=target, requests=requests, summaries=summaries, drifts=drifts, series=series, path=path)
 
 
 def _mark_cold_starts(requests: list[RequestVerdict]) -> None:

@@ -51,6 +51,7 @@ class BenchConfig:
     think: bool | None = None
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
     use_cache: bool = True
+    compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
 
@@ -98,11 +99,12 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
         "engine": conn.engine.name,
         "engine_version": conn.version,
         "host": conn.engine.host,
+        "upstream": conn.upstream.host,
         "model": conn.model,
         "model_details": info.to_dict() if info else None,
     }
     try:
-        loaded = await conn.engine.model_info(conn.model)
+        loaded = await conn.upstream.model_info(conn.model)
         env["loaded"] = {"size": loaded.size, "size_vram": loaded.size_vram, "context_length": loaded.context_length,
                          "source": "/api/ps"}
         if loaded.size and loaded.size_vram is not None and loaded.size_vram < loaded.size:
@@ -154,7 +156,7 @@ async def preflight_record(conn: Connection, duration_s: float) -> dict[str, Any
     result = await asyncio.to_thread(
         run_preflight, duration_s, thresholds=thresholds, engine_pids=lambda: conn.engine_pids
     )
-    engine = await engine_findings(conn.engine, conn.model, gpu_present=result.gpu_present)
+    engine = await engine_findings(conn.upstream, conn.model, gpu_present=result.gpu_present)
     if isinstance(engine, CouldNotCheck):
         return {"type": "preflight", **result.to_dict(), "engine_check": engine.reason}
     return {"type": "preflight", **result.with_findings(engine).to_dict()}
@@ -182,6 +184,9 @@ class BenchRunner:
         header = {"bench": config.to_dict(), "machine": machine_environment(), **(extra_header or {})}
         self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
                                         think=config.think)
+
+        if config.compare_relay and conn.direct is None:
+            raise ValueError("compare_relay needs a connection through the relay (connect(..., via='relay'))")
 
     @property
     def log_path(self) -> str:
@@ -271,14 +276,25 @@ class BenchRunner:
         total = cfg.warmup + cfg.requests
         for i in range(total):
             phase = "warmup" if i < cfg.warmup else "measure"
-            prompt = generator.make(words)
-            collector = self.recorder.new_request(prompt)
-            self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}"))
-            try:
-                result = await run_request(lambda p=prompt: self.recorder.stream(p), collector, self.on_event)
-            except asyncio.CancelledError:
-                self.recorder.record(collector.finish(cancelled=True), phase=phase, index=i,
-                                     prompt_tokens_target=target, prompt_words=words)
-                raise
-            record = self.recorder.record(result, phase=phase, index=i, prompt_tokens_target=target, prompt_words=words)
-            self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))
+            if not cfg.compare_relay:
+                await self._one(target, words, i, total, phase, generator.make(words), self.conn.engine, {})
+                continue
+            # Paired run: both paths per index, alternating which goes first; each request has a
+            # fresh prompt of the same calibrated size (never the same prompt twice: caches).
+            paths = [("direct", self.conn.upstream), ("relay", self.conn.engine)]
+            for path, engine in paths if i % 2 == 0 else reversed(paths):
+                await self._one(target, words, i, total, phase, generator.make(words), engine, {"path": path, "pair": i})
+
+    async def _one(self, target: int, words: int, i: int, total: int, phase: str, prompt: str, engine: Any,
+                   extra: dict[str, Any]) -> None:
+        collector = self.recorder.new_request(prompt)
+        label = f" {extra['path']}" if extra else ""
+        self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}"))
+        fields = {"phase": phase, "index": i, "prompt_tokens_target": target, "prompt_words": words, **extra}
+        try:
+            result = await run_request(lambda: self.recorder.stream(prompt, engine), collector, self.on_event)
+        except asyncio.CancelledError:
+            self.recorder.record(collector.finish(cancelled=True), **fields)
+            raise
+        record = self.recorder.record(result, **fields)
+        self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

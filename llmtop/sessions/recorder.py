@@ -48,6 +48,8 @@ class SessionRecorder:
             "engine": self.conn.engine.name,
             "engine_version": self.conn.version,
             "host": self.conn.engine.host,
+            "via": "relay" if self.conn.direct is not None else "direct",
+            "upstream": self.conn.upstream.host,
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
@@ -60,9 +62,10 @@ class SessionRecorder:
         self.in_flight = self.requests
         return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str) -> AsyncIterator[StreamEvent]:
-        """The lazy event stream for a single-turn chat with `prompt`."""
-        return self.conn.engine.stream_chat(
+    def stream(self, prompt: str, engine: Any = None) -> AsyncIterator[StreamEvent]:
+        """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
+        connection's own: the relay client when streaming through the relay)."""
+        return (engine or self.conn.engine).stream_chat(
             self.conn.model, chat_messages(prompt), options=self.options, think=self.think
         )
 

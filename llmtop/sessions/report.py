@@ -12,11 +12,12 @@ import csv
 import io
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis, analyze
 from llmtop.sessions.attribution import Attribution, attribute
+from llmtop.sessions.stats import percentile
 from llmtop.sessions.log import LoadedLog
 
 FORMATS = ("md", "csv", "json")
@@ -38,7 +39,12 @@ class Report:
     summary: dict[str, Any] | None
     interrupted: bool
     preflight: dict[str, Any] | None = None
-    attributions: dict[int | None, Attribution] = field(default_factory=dict)
+    attributions: dict[Any, Attribution] = field(default_factory=dict)
+
+
+def size_key(size: SizeAnalysis) -> Any:
+    """How a size is keyed in `attributions`: its target, or "target:path" in a relay comparison."""
+    return size.target if size.path is None else f"{size.target}:{size.path}"
 
 
 # Which drifted metric decides "slow" for attribution, most telling first: decode rate is
@@ -97,7 +103,7 @@ def build(log: LoadedLog) -> Report:
         summary=next(log.of_type("summary"), None),
         interrupted=any(True for _ in log.of_type("interrupted")),
         preflight=next(log.of_type("preflight"), None),
-        attributions={s.target: _attribute(s, probes) for s in analysis.sizes},
+        attributions={size_key(s): _attribute(s, probes) for s in analysis.sizes},
     )
 
 
@@ -130,12 +136,78 @@ def _bytes(n: int | None) -> str:
 
 
 def _size_label(size: SizeAnalysis, calibration: dict[str, Any] | None) -> str:
+    via = f" · {size.path}" if size.path else ""
     if size.target is None:
-        return "interactive"
+        return "interactive" + via
     point = ((calibration or {}).get("targets") or {}).get(str(size.target)) or {}
     if point:
-        return f"{size.target} tok ({point.get('words')} words → {point.get('tokens')})"
-    return f"{size.target} tok"
+        return f"{size.target} tok ({point.get('words')} words → {point.get('tokens')}){via}"
+    return f"{size.target} tok{via}"
+
+
+@dataclass(frozen=True)
+class RelayComparison:
+    """Paired direct vs relayed requests of one prompt size (a --compare-relay run).
+
+    pairs: pairs where both requests were ok. ttft_diff_*: relay − direct client TTFT, ms
+    (median and the interquartile range). overhead_*: median client TTFT − (load + server
+    prefill) per path, ms.
+    """
+
+    target: int | None
+    pairs: int
+    ttft_diff_median: float | None
+    ttft_diff_p25: float | None
+    ttft_diff_p75: float | None
+    overhead_direct: float | None
+    overhead_relay: float | None
+    decode_direct: float | None
+    decode_relay: float | None
+
+
+def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
+    """Pair each relayed request with the direct one of the same pair index and size."""
+    out = []
+    targets = dict.fromkeys(s.target for s in analysis.sizes if s.path)
+    for target in targets:
+        by_path = {s.path: s for s in analysis.sizes if s.target == target and s.path}
+        direct, relay = by_path.get("direct"), by_path.get("relay")
+        if direct is None or relay is None:
+            continue
+
+        def ok_by_pair(size: SizeAnalysis) -> dict[int, dict[str, Any]]:
+            return {int(r.record.get("pair", r.index)): r.record.get("metrics") or {} for r in size.ok}
+
+        d, r = ok_by_pair(direct), ok_by_pair(relay)
+        diffs = [r[i]["ttft_ms"] - d[i]["ttft_ms"] for i in sorted(d.keys() & r.keys())
+                 if r[i].get("ttft_ms") is not None and d[i].get("ttft_ms") is not None]
+        out.append(RelayComparison(
+            target=target, pairs=len(diffs),
+            ttft_diff_median=statistics.median(diffs) if diffs else None,
+            ttft_diff_p25=percentile(diffs, 25) if diffs else None,
+            ttft_diff_p75=percentile(diffs, 75) if diffs else None,
+            overhead_direct=direct.summaries["overhead_ms"].median,
+            overhead_relay=relay.summaries["overhead_ms"].median,
+            decode_direct=direct.summaries["client_decode_tps"].median,
+            decode_relay=relay.summaries["client_decode_tps"].median,
+        ))
+    return out
+
+
+def _markdown_relay(report: Report) -> list[str]:
+    rows = relay_comparisons(report.analysis)
+    if not rows:
+        return []
+    lines = ["", "## Relay overhead (direct and relayed requests interleaved)", "",
+             "| prompt | pairs | TTFT relay − direct, median [IQR] | TTFT − load − prefill: direct / relay "
+             "| decode tok/s (client): direct / relay |", "|---|---|---|---|---|"]
+    for c in rows:
+        lines.append(
+            f"| {c.target} tok | {c.pairs} | {_num(c.ttft_diff_median, 2)} ms [{_num(c.ttft_diff_p25, 2)}, "
+            f"{_num(c.ttft_diff_p75, 2)}] | {_num(c.overhead_direct, 2)} / {_num(c.overhead_relay, 2)} ms "
+            f"| {_num(c.decode_direct)} / {_num(c.decode_relay)} |"
+        )
+    return lines
 
 
 def _gpu_cells(report: Report) -> tuple[str, str]:
@@ -214,6 +286,7 @@ def _markdown(report: Report) -> str:
                 f"| {label} | {unit} | {m.n} | {_num(m.median, 2)} | {_num(m.min, 2)} | {_num(m.max, 2)} | {p95} "
                 f"| {trend} | {change} | `{s.sparkline(key)}` |"
             )
+    lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
     return "\n".join(lines) + "\n"
@@ -237,7 +310,7 @@ def _markdown_machine(report: Report) -> list[str]:
     lines.append("")
     lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
     for s in report.analysis.sizes:
-        att = report.attributions.get(s.target)
+        att = report.attributions.get(size_key(s))
         if att is not None:
             who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
             lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
@@ -346,10 +419,12 @@ def _json(report: Report) -> dict[str, Any]:
         "calibration": report.calibration,
         "environment": {"start": report.env_start, "end": report.env_end},
         "preflight": report.preflight,
+        "relay_comparison": [asdict(c) for c in relay_comparisons(report.analysis)],
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "sizes": [
             {
                 "prompt_tokens_target": s.target,
+                "path": s.path,
                 "n_ok": len(s.ok),
                 "contaminated": s.contaminated,
                 "summaries": {k: v.to_dict() for k, v in s.summaries.items()},

@@ -132,7 +132,7 @@ class LlmtopApp(App[int]):
         """Connect (or start the embedded engine) without blocking the UI."""
         s = self.settings
         try:
-            conn = self._injected or await connect(s.engine, s.host, s.model, s.model_path)
+            conn = self._injected or await connect(s.engine, s.host, s.model, s.model_path, s.via, s.relay_url)
         except EngineError as exc:
             self.connect_failure = exc
             kind = exc.failure.kind

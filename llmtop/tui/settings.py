@@ -15,6 +15,7 @@ class TuiSettings:
 
     engine: "auto", "ollama" or "embedded" (see `llmtop.engines.launcher.connect`).
     host / model / model_path: as the CLI flags; None = the launcher's default.
+    via / relay_url: "direct", or "relay" to stream through llmtop's SSE relay (`--relay URL`).
     options: the Ollama `options` sent with every request (temperature, seed, num_predict…).
     log_path: the session log (JSONL); None = a new file in the user data directory.
     probe_interval_s: seconds between probe samples while idle; halved while a request streams.
@@ -30,6 +31,8 @@ class TuiSettings:
     host: str | None = None
     model: str | None = None
     model_path: str | None = None
+    via: str = "direct"
+    relay_url: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     log_path: str | None = None
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
@@ -51,6 +54,8 @@ class TuiSettings:
             host=args.host,
             model=args.model,
             model_path=args.model_path,
+            via=args.via,
+            relay_url=args.relay,
             options=generation_options(args),
             log_path=args.log,
         )

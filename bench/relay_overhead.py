@@ -1,0 +1,281 @@
+"""What llmtop's SSE relay adds to TTFT and decode: direct vs relayed, paired, in one run.
+
+    python bench/relay_overhead.py [--rounds 40] [--engine-rounds 30] [--no-engine]
+                                   [--engine-url URL] [--model NAME] [--num-predict 16]
+
+Two upstreams, each measured with the relay (a child process, `llmtop.relay`) in front and
+without it:
+  (a) a scripted Ollama-API upstream with known timings: first chunk after 50 ms, then 20
+      chunks 10 ms apart (a child process, `python -m llmtop.relay.scripted`);
+  (b) the real embedded engine (started as a child process unless --engine-url is given),
+      with a fresh random-word prompt for every request (no prefix-cache hits).
+Four paths per round, their order rotated every round so no path always goes first:
+  direct  / engine  `OllamaEngine` → upstream              (what the TUI measures directly)
+  relayed / engine  `RelayEngine`  → relay → upstream      (what the TUI measures relayed)
+  direct  / raw     bare httpx NDJSON reader → upstream    (no client library cost)
+  relayed / raw     bare httpx SSE reader → relay → upstream
+TTFT = send → first chunk with text, stamped when its line is parsed (method.md). The
+relay's cost is the median of the paired per-round differences (relayed − direct), with its
+IQR. Decode = client-observed chunk rate (text chunks − 1) / (last − first text chunk).
+Warm-up rounds are run first and discarded. Target: relay adds ≤ 1 ms median TTFT; the
+verdict is "inconclusive" when the paired differences are too spread to tell. The relay's own
+CPU time per relayed request is printed too (on a machine with few cores it competes with the
+engine, which shows as a lower decode rate). Exit status 1 when the target was clearly missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+import httpx
+import psutil
+
+from llmtop.engines.launcher import EmbeddedProcess, free_port
+from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.relay import RelayEngine
+from llmtop.relay.process import RelayProcess
+from llmtop.sessions.prompts import PromptGenerator
+from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+
+TARGET_MS = 1.0
+PATHS = ("direct/engine", "relayed/engine", "direct/raw", "relayed/raw")
+
+
+@dataclass
+class Sample:
+    """One request: TTFT in ms and client-observed decode in chunks/s (None if < 2 chunks)."""
+
+    ttft_ms: float
+    decode_cps: float | None
+    server_decode_tps: float | None = None
+
+
+@dataclass
+class Series:
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {p: [] for p in PATHS})
+    relay_cpu_ms: float | None = None  # the relay process's CPU time (user+sys), measured rounds
+
+
+def _decode(stamps: list[int]) -> float | None:
+    if len(stamps) < 2 or stamps[-1] == stamps[0]:
+        return None
+    return (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9)
+
+
+async def _via_engine(engine: OllamaEngine | RelayEngine, model: str, prompt: str, options: dict) -> Sample:
+    collector = RequestCollector(prompt=prompt, options=options, model=model)
+    r = await run_request(lambda: engine.stream_chat(model, chat_messages(prompt), options=options), collector)
+    if r.metrics.ttft_ms is None or r.failure is not None:
+        raise RuntimeError(f"{engine.name}: request failed: {r.failure}")
+    stamps = [e.t_ns for e in r.events if e.has_text]
+    return Sample(r.metrics.ttft_ms, _decode(stamps), r.metrics.server_decode_tps)
+
+
+async def _raw_direct(client: httpx.AsyncClient, model: str, prompt: str, options: dict) -> Sample:
+    body = {"model": model, "messages": chat_messages(prompt), "stream": True, "options": options}
+    stamps: list[int] = []
+    sent = perf_counter_ns()
+    async with client.stream("POST", "/api/chat", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if not line:
+                continue
+            obj = json.loads(line)
+            t = perf_counter_ns()
+            msg = obj.get("message") or {}
+            if msg.get("content") or msg.get("thinking"):
+                stamps.append(t)
+            if obj.get("done") or "error" in obj:
+                break
+    if not stamps:
+        raise RuntimeError("raw direct: no text")
+    return Sample((stamps[0] - sent) / 1e6, _decode(stamps))
+
+
+async def _raw_relayed(client: httpx.AsyncClient, model: str, prompt: str, options: dict) -> Sample:
+    body = {"model": model, "messages": chat_messages(prompt), "options": options}
+    stamps: list[int] = []
+    event = ""
+    sent = perf_counter_ns()
+    async with client.stream("POST", "/api/stream", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                obj = json.loads(line[6:])
+                t = perf_counter_ns()
+                if obj.get("content") or obj.get("thinking"):
+                    stamps.append(t)
+                if event != "token":
+                    break
+    if not stamps:
+        raise RuntimeError("raw relayed: no text")
+    return Sample((stamps[0] - sent) / 1e6, _decode(stamps))
+
+
+async def measure(upstream: str, relay: RelayProcess, model: str, rounds: int, warmup: int,
+                  options: dict, prompts: Callable[[], str] | None) -> Series:
+    """Run warm-up + `rounds` rounds of the four paths, order rotated per round."""
+    relay_url = relay.url
+    relay_proc = psutil.Process(relay.pid)
+    cpu0 = None
+    direct, relayed = OllamaEngine(upstream, name="direct"), RelayEngine(relay_url, name="relayed")
+    raw_up = httpx.AsyncClient(base_url=upstream, timeout=300, trust_env=False)
+    raw_relay = httpx.AsyncClient(base_url=relay_url, timeout=300, trust_env=False)
+    calls: dict[str, Callable[[str], Awaitable[Sample]]] = {
+        "direct/engine": lambda p: _via_engine(direct, model, p, options),
+        "relayed/engine": lambda p: _via_engine(relayed, model, p, options),
+        "direct/raw": lambda p: _raw_direct(raw_up, model, p, options),
+        "relayed/raw": lambda p: _raw_relayed(raw_relay, model, p, options),
+    }
+    series = Series()
+    try:
+        for r in range(warmup + rounds):
+            if r == warmup:
+                cpu0 = relay_proc.cpu_times()
+            order = PATHS[r % 4:] + PATHS[: r % 4]
+            for path in order:
+                sample = await calls[path](prompts() if prompts else "hi")
+                if r >= warmup:
+                    series.samples[path].append(sample)
+        if cpu0 is not None:
+            cpu1 = relay_proc.cpu_times()
+            series.relay_cpu_ms = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) * 1e3
+    finally:
+        await direct.aclose()
+        await relayed.aclose()
+        await raw_up.aclose()
+        await raw_relay.aclose()
+    return series
+
+
+def _q(values: list[float]) -> tuple[float, float, float]:
+    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, med, q3
+
+
+def report(title: str, series: Series) -> bool:
+    """Print one setup's table; False when the relay clearly missed the ≤ 1 ms target (engine paths)."""
+    s = series.samples
+    n = len(s[PATHS[0]])
+    print(f"\n{title}  (n = {n} rounds after warm-up)")
+    print(f"  {'path':<16} {'TTFT p50':>10} {'min':>9} {'max':>9}   {'decode p50 (chunks/s)':>22}")
+    for path in PATHS:
+        ttft = [x.ttft_ms for x in s[path]]
+        dec = [x.decode_cps for x in s[path] if x.decode_cps]
+        dec_txt = f"{statistics.median(dec):.1f}" if dec else "–"
+        print(f"  {path:<16} {statistics.median(ttft):>8.2f}ms {min(ttft):>7.2f}ms {max(ttft):>7.2f}ms"
+              f"   {dec_txt:>22}")
+    verdict = "inconclusive"
+    for kind in ("engine", "raw"):
+        d = [b.ttft_ms - a.ttft_ms for a, b in zip(s[f"direct/{kind}"], s[f"relayed/{kind}"], strict=True)]
+        q1, med, q3 = _q(d)
+        dd = [a.decode_cps for a in s[f"direct/{kind}"] if a.decode_cps]
+        rd = [b.decode_cps for b in s[f"relayed/{kind}"] if b.decode_cps]
+        ratio = statistics.median(rd) / statistics.median(dd) if dd and rd else float("nan")
+        print(f"  relayed − direct ({kind:>6}): TTFT median {med:+.3f} ms, IQR [{q1:+.3f}, {q3:+.3f}] ms;"
+              f" decode relayed/direct {ratio:.3f}")
+        if kind == "engine":
+            verdict = _verdict(q1, med, q3)
+    sd = [x.server_decode_tps for x in s["direct/engine"] if x.server_decode_tps]
+    sr = [x.server_decode_tps for x in s["relayed/engine"] if x.server_decode_tps]
+    if sd and sr:
+        print(f"  server decode (eval_count/eval_duration) p50: direct {statistics.median(sd):.1f} tok/s,"
+              f" relayed {statistics.median(sr):.1f} tok/s")
+    if series.relay_cpu_ms is not None:
+        relayed = s["relayed/engine"] + s["relayed/raw"]
+        print(f"  relay process CPU: {series.relay_cpu_ms / len(relayed):.2f} ms per relayed request "
+              f"(user+sys, {len(relayed)} requests)")
+    print(f"  target relay adds ≤ 1 ms median TTFT: {verdict}")
+    return verdict != "NOT met"
+
+
+def _verdict(q1: float, med: float, q3: float) -> str:
+    """met / NOT met when the paired differences are tight enough to say, else inconclusive
+    (the real engine's prefill jitter on a small machine can swamp a millisecond)."""
+    if med <= TARGET_MS and q3 - q1 <= 4.0:
+        return "met"
+    if med > TARGET_MS and q1 > TARGET_MS:
+        return "NOT met"
+    return f"inconclusive (IQR {q3 - q1:.1f} ms wide: rerun on a quieter machine or with more rounds)"
+
+
+def _start_scripted(first_ms: float, chunks: int, gap_ms: float) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop.relay.scripted", "--port", str(port), "--first-ms", str(first_ms),
+         "--chunks", str(chunks), "--gap-ms", str(gap_ms)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the scripted upstream did not start")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    print("relay overhead:", platform.python_version(), platform.machine(), f"{os.cpu_count()} CPUs,",
+          "loopback; relay, upstream and this client are separate processes")
+    print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    all_ok = True
+    scripted, url = _start_scripted(50.0, 20, 10.0)
+    try:
+        async with RelayProcess(url) as relay:
+            series = await measure(url, relay, "timed", args.rounds, args.warmup, {}, None)
+        all_ok &= report("(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series)
+    finally:
+        scripted.terminate()
+        scripted.wait(5)
+
+    if not args.no_engine:
+        engine = None
+        upstream = args.engine_url
+        if upstream is None:
+            engine = EmbeddedProcess()
+            await engine.start()
+            upstream = engine.host
+        try:
+            async with RelayProcess(upstream) as relay:
+                gen = PromptGenerator(seed=7, salt="relay-bench")
+                options = {"temperature": 0.0, "seed": 42, "num_predict": args.num_predict, "num_ctx": 2048}
+                series = await measure(upstream, relay, args.model, args.engine_rounds, args.warmup,
+                                       options, lambda: gen.make(24))
+            all_ok &= report(f"(b) embedded engine ({args.model}), 24-word prompts, num_predict "
+                             f"{args.num_predict}", series)
+        finally:
+            if engine is not None:
+                engine.stop()
+    print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    return 0 if all_ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=40, help="measured rounds, scripted upstream (default 40)")
+    ap.add_argument("--engine-rounds", type=int, default=30, help="measured rounds, real engine (default 30)")
+    ap.add_argument("--warmup", type=int, default=3, help="discarded rounds first (default 3)")
+    ap.add_argument("--no-engine", action="store_true", help="only the scripted upstream")
+    ap.add_argument("--engine-url", help="an Ollama-API server already running (default: start the embedded engine)")
+    ap.add_argument("--model", default="gemma3:270m", help="model for (b) (default gemma3:270m)")
+    ap.add_argument("--num-predict", type=int, default=16, help="output tokens per request in (b) (default 16)")
+    return asyncio.run(main_async(ap.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""`llmtop relay`: serve the relay (blocking), or run it as a child process (`RelayProcess`).
+
+`serve_relay(args)` is the command: it binds loopback unless told otherwise (and warns when
+told otherwise), fixes the upstream at start, and — like `llmtop engine` — exits when the
+process given as `--parent-pid` is gone. Without `--upstream` it uses Ollama at
+`$OLLAMA_HOST`/127.0.0.1:11434 when that answers within 0.5 s, else it starts the embedded
+engine as its own child process and stops it on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Self
+
+import httpx
+import platformdirs
+
+from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.ollama import EngineError, resolve_host
+from llmtop.exitcodes import ExitCode
+
+RELAY_START_TIMEOUT_S = 30.0
+DEFAULT_PORT = 8000
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_relay_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `llmtop relay` flags: --host, --port, --upstream, --parent-pid (hidden)."""
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="bind address (default 127.0.0.1; anything else is reachable from other machines)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--upstream",
+                        help="the Ollama-API server to relay (default: Ollama at $OLLAMA_HOST or "
+                             "127.0.0.1:11434 if it answers, else the embedded engine started for you)")
+    parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+
+
+def _port_free(host: str, port: int) -> str | None:
+    """None when host:port can be bound now, else the OS's reason."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def serve_relay(args: argparse.Namespace) -> int:
+    """Serve the relay on args.host:args.port in front of args.upstream (blocks).
+
+    Returns an ExitCode: OK after a normal stop (SIGTERM or Ctrl+C included), USAGE when the
+    port cannot be bound, ENGINE_UNREACHABLE when no upstream was given and the embedded
+    engine failed to start.
+    """
+    from llmtop.engines.serve import _watch_parent
+
+    host, port = args.host, args.port
+    problem = _port_free(host, port)
+    if problem is not None:
+        print(f"llmtop relay: cannot listen on {host}:{port} ({problem}); pick another --port",
+              file=sys.stderr)
+        return ExitCode.USAGE
+    if host not in LOOPBACK:
+        print(f"llmtop relay: WARNING: listening on {host}, reachable beyond this machine; "
+              "anyone who can reach it can make the upstream generate", file=sys.stderr)
+    if args.parent_pid:
+        _watch_parent(args.parent_pid)
+
+    # SIGTERM is the normal way to stop the relay (RelayProcess.stop, the parent watcher).
+    # uvicorn shuts down gracefully on it and then re-raises it with the handler that was in
+    # place before; with this one the process leaves through `_serve`'s `finally` (stopping
+    # an embedded engine it started) and exits 0, instead of dying of the default action.
+    def _terminated(_signum: int, _frame: object) -> None:
+        raise SystemExit(ExitCode.OK)
+
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _serve(args.upstream, host, port)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(upstream_arg: str | None, host: str, port: int) -> int:
+    import uvicorn
+
+    from llmtop.engines.launcher import EmbeddedProcess, ollama_version
+    from llmtop.relay.server import create_app
+
+    engine: EmbeddedProcess | None = None
+    try:
+        if upstream_arg:
+            upstream = resolve_host(upstream_arg)
+            if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
+                print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
+                      "get an error event until it does", file=sys.stderr)
+        else:
+            upstream = resolve_host(None)
+            if asyncio.run(ollama_version(upstream)) is None:
+                print(f"llmtop relay: no Ollama at {upstream}; starting the embedded engine…",
+                      file=sys.stderr, flush=True)
+                engine = EmbeddedProcess()
+                try:
+                    asyncio.run(engine.start())
+                except EngineError as exc:
+                    print(f"llmtop relay: {exc}", file=sys.stderr)
+                    return ExitCode.ENGINE_UNREACHABLE
+                upstream = engine.host
+        shown = f"[{host}]" if ":" in host else host
+        print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr, flush=True)
+        uvicorn.run(
+            create_app(upstream),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        return ExitCode.OK
+    finally:
+        if engine is not None:
+            engine.stop()
+
+
+class RelayProcess:
+    """The relay as a child process on a loopback port, in front of `upstream`.
+
+    Runs `python -m llmtop.relay --host 127.0.0.1 --port P --upstream U --parent-pid PID`
+    (the same code as `llmtop relay`), logs to `log_path`, and exits if we die without
+    stopping it. `url` (also `host`) is its base URL once started.
+    """
+
+    def __init__(self, upstream: str, port: int | None = None) -> None:
+        from llmtop.engines.launcher import free_port
+
+        self.upstream = resolve_host(upstream)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = self.url
+        log_dir = Path(platformdirs.user_log_dir("llmtop"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"relay-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_ms: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it runs."""
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    def command(self) -> list[str]:
+        """The child's command line."""
+        return [sys.executable, "-m", "llmtop.relay", "--host", "127.0.0.1", "--port", str(self.port),
+                "--upstream", self.upstream, "--parent-pid", str(os.getpid())]
+
+    async def start(self, timeout_s: float = RELAY_START_TIMEOUT_S) -> None:
+        """Start the child and wait until `GET /` answers 200. Raises EngineError (with the
+        tail of its log) when it exits early or does not answer within `timeout_s`."""
+        t0 = perf_counter_ns()
+        self.proc = await asyncio.to_thread(self._spawn)
+        deadline = t0 + int(timeout_s * 1e9)
+        async with httpx.AsyncClient(base_url=self.url, timeout=1.0, trust_env=False) as client:
+            while perf_counter_ns() < deadline:
+                if self.proc.poll() is not None:
+                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
+                try:
+                    if (await client.get("/")).status_code == 200:
+                        self.startup_ms = (perf_counter_ns() - t0) / 1e6
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.05)
+        self.stop()
+        raise EngineError(self._failed(f"did not answer within {timeout_s:.0f} s"))
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("wb") as log:
+            return subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+
+    def _failed(self, what: str) -> Failure:
+        try:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        except OSError:
+            tail = []
+        detail = (": " + " | ".join(tail)) if tail else ""
+        return Failure(FailureKind.UNREACHABLE, f"the relay {what}{detail}", f"see {self.log_path}")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m llmtop.relay`: the relay command without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="llmtop relay", description="serve llmtop's SSE relay")
+    add_relay_arguments(parser)
+    try:
+        return serve_relay(parser.parse_args(argv))
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
