@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 
 STATS = {
     "total_duration": 900_000_000,

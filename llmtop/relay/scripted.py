@@ -197,7 +197,7 @@ class ServeInThread:
     """
 
     def __init__(self, app: Any, port: int | None = None) -> None:
-        from llmtop.engines.launcher import free_port
+        from llmtop.engines.child import free_port
 
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"

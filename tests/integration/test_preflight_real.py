@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from llmtop.engines.events import FailureKind
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.exitcodes import ExitCode

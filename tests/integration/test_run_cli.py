@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.log import read_log
 

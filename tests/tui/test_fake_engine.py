@@ -245,7 +245,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
 
 
 async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> None:
-    from llmtop.engines.launcher import free_port
+    from llmtop.engines.child import free_port
 
     settings = TuiSettings(
         engine="ollama",

@@ -3,7 +3,7 @@
 import pytest
 
 from llmtop.engines.events import FailureKind, Status
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 from llmtop.engines.ollama import OllamaEngine, resolve_host
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 from tests.scripted_server import ScriptedServer

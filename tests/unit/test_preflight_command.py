@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from llmtop.commands import preflight as command
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 from llmtop.probes import config
 from llmtop.probes import preflight as core
 from llmtop.probes.catalogue import Category

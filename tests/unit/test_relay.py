@@ -15,7 +15,7 @@ from time import perf_counter_ns
 import httpx
 import pytest
 
-from llmtop.engines.launcher import free_port
+from llmtop.engines.child import free_port
 from llmtop.relay.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 from llmtop.relay.server import BadRequest, choose_default, create_app, parse_stream_request
 

@@ -1,0 +1,115 @@
+"""llmtop's own servers (the embedded engine, the relay) run as child processes.
+
+`ChildServer` starts one on a free loopback port, waits until it answers `GET /`, sends its
+output to a log file (never to the terminal the TUI draws on), and stops it. The child watches
+our pid (`--parent-pid`) and exits if we die without stopping it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Self
+
+import httpx
+import platformdirs
+
+from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.ollama import EngineError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ChildServer:
+    """One llmtop server as a child process. Subclasses give `args()` (after `python -m`),
+    `label` (for messages) and `log_name` (the log file's stem).
+
+    url / host: its base URL; log_path: its output; startup_ms: start → first answer.
+    """
+
+    label = "server"
+    log_name = "server"
+    remedy = "see its log"
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = self.host = f"http://127.0.0.1:{self.port}"
+        log_dir = Path(platformdirs.user_log_dir("llmtop"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"{self.log_name}-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_ms: float | None = None
+
+    def args(self) -> list[str]:
+        """The module and arguments to run with `python -m` (subclasses)."""
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        """The child's full command line."""
+        return [sys.executable, "-m", *self.args(), "--parent-pid", str(os.getpid())]
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it runs."""
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    async def start(self, timeout_s: float = 120.0) -> None:
+        """Start the child and wait until `GET /` answers 200. Raises EngineError with the tail
+        of its log when it exits early or does not answer within `timeout_s`."""
+        t0 = perf_counter_ns()
+        self.proc = await asyncio.to_thread(self._spawn)
+        deadline = t0 + int(timeout_s * 1e9)
+        async with httpx.AsyncClient(base_url=self.url, timeout=1.0, trust_env=False) as client:
+            while perf_counter_ns() < deadline:
+                if self.proc.poll() is not None:
+                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
+                try:
+                    if (await client.get("/")).status_code == 200:
+                        self.startup_ms = (perf_counter_ns() - t0) / 1e6
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.05)
+        self.stop()
+        raise EngineError(self._failed(f"did not answer within {timeout_s:.0f} s"))
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("wb") as log:
+            return subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def _failed(self, what: str) -> Failure:
+        try:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        except OSError:
+            tail = []
+        detail = (": " + " | ".join(tail)) if tail else ""
+        return Failure(FailureKind.UNREACHABLE, f"the {self.label} {what}{detail}", f"see {self.log_path}; {self.remedy}")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
