@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover - a future anyio may move it
     pass
 
 NDJSON = "application/x-ndjson"
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 _END = object()
 
 
@@ -337,7 +338,16 @@ def create_app(engine: EmbeddedEngine) -> Starlette:
         if "error" in first:
             return _error(first["error"], first.get("_status", 500))
         if not job.stream:
-            reply = await _collect(first, chunks, chat)
+            collecting = asyncio.ensure_future(_collect(first, chunks, chat))
+            # No stream to fail on: watch for the client leaving, so nobody's answer is
+            # generated for no one (closing `chunks` sets the generation's cancel flag).
+            while not collecting.done():
+                await asyncio.wait({collecting}, timeout=DISCONNECT_POLL_S)
+                if not collecting.done() and await request.is_disconnected():
+                    collecting.cancel()
+                    await chunks.aclose()
+                    return Response(status_code=499)
+            reply = collecting.result()
             return JSONResponse(reply, status_code=500 if "error" in reply else 200)
 
         async def body() -> AsyncIterator[bytes]:

@@ -145,3 +145,16 @@ def test_client_disconnect_stops_generation(engine_url):
     # 3 lines were read; at most a token or two more may have been in flight at the close
     print("cancelled job:", cancelled[-1])
     assert cancelled[-1]["eval_count"] <= 3 + 2
+
+
+def test_client_leaving_a_non_streaming_request_stops_generation(engine_url):
+    body = {"model": MODEL, "prompt": "Tell me a long story.", "stream": False,
+            "options": {"num_predict": 3000, "temperature": 0}}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{engine_url}/api/generate", json=body, timeout=1.0)  # we leave after 1 s
+    ollama.Client(engine_url).generate(MODEL, "Hi", options=OPTS)  # queues behind it
+    jobs = httpx.get(f"{engine_url}/llmtop/jobs").json()["jobs"]
+    left = [j for j in jobs if j["cancelled"] and j["endpoint"] == "/api/generate"]
+    assert left, jobs
+    # ~1 s of decoding at tens of tokens/s plus the poll interval: far below 3000
+    assert left[-1]["eval_count"] < 500
