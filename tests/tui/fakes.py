@@ -207,10 +207,16 @@ class FakeConnection:
     )
     version: str | None = "9.9"
     closed: bool = False
+    direct: FakeEngine | None = None  # not streaming through a relay
+    relay: None = None
 
     @property
     def engine_pids(self) -> set[int]:
         return set()
+
+    @property
+    def upstream(self) -> FakeEngine:
+        return self.direct if self.direct is not None else self.engine
 
     async def close(self) -> None:
         await self.engine.aclose()
