@@ -50,6 +50,13 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def port_number(text: str) -> int:
+    """A TCP port 1–65535, or argparse.ArgumentTypeError saying so."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"port {text!r} is not a number from 1 to 65535")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(
@@ -102,14 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     rel = sub.add_parser("relay", help="serve the SSE relay and its web page in front of an Ollama-API server")
     rel.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else warns)")
-    rel.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    rel.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     rel.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or 127.0.0.1:11434 "
                      "if it answers, else the embedded engine)")
     rel.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
     eng = sub.add_parser("engine", help="serve the embedded engine (llama.cpp) on Ollama's API")
     eng.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    eng.add_argument("--port", type=int, default=11435, help="port (default 11435)")
+    eng.add_argument("--port", type=port_number, default=11435, help="port (default 11435)")
     eng.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
     eng.add_argument("--model-name", help="tag to serve it under (default: gemma3:270m for the bundled model)")
     eng.add_argument("--num-ctx", type=int, default=4096, help="context when a request sets none (default 4096)")
@@ -130,6 +137,8 @@ def generation_options(args: argparse.Namespace) -> dict[str, object]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "relay", None) and getattr(args, "via", "direct") == "direct":
+        args.via = "relay"  # naming a relay means streaming through it
     try:
         if args.command == "engine":
             from llmtop.engines.serve import serve
@@ -161,3 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llmtop: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # `llmtop … | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return ExitCode.OK

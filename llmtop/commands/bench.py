@@ -6,8 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from llmtop.engines.events import FailureKind
-from llmtop.engines.launcher import connect
+from llmtop.engines.launcher import connect, connect_exit_code
 from llmtop.engines.ollama import EngineError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
@@ -51,9 +50,7 @@ async def _bench(args: argparse.Namespace) -> int:
         conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
-        if exc.failure.kind == FailureKind.MODEL_NOT_FOUND:
-            return ExitCode.MODEL_NOT_FOUND
-        return ExitCode.ENGINE_UNREACHABLE
+        return connect_exit_code(exc.failure.kind)
     try:
         try:
             runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
@@ -78,6 +75,9 @@ async def _bench(args: argparse.Namespace) -> int:
         await conn.close()
     report = build(outcome.log)
     print(render(report, "json" if args.json else "md"), end="")
+    if outcome.analysis.verdict == "inconclusive":
+        print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
+              "(--requests 10 or more)", file=sys.stderr)
     if outcome.analysis.ok_count == 0:
         print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
@@ -90,6 +90,12 @@ def run_bench(args: argparse.Namespace) -> int:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
         return ExitCode.USAGE
+    needed = max(args.prompt_tokens) + args.max_tokens
+    if needed > args.num_ctx:
+        print(f"llmtop bench: a {max(args.prompt_tokens)}-token prompt plus {args.max_tokens} output tokens needs "
+              f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up to the "
+              "model's training context) or use smaller --prompt-tokens", file=sys.stderr)
+        return ExitCode.USAGE
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
@@ -101,10 +107,13 @@ def run_report(args: argparse.Namespace) -> int:
     from llmtop.sessions.log import read_log
 
     try:
-        text = render(build(read_log(args.log_file)), args.format)
+        log = read_log(args.log_file)
+        text = render(build(log), args.format)
     except LogError as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    for warning in log.warnings:
+        print(f"llmtop report: {args.log_file}: {warning}", file=sys.stderr)
     if args.out:
         try:
             with open(args.out, "w", encoding="utf-8") as fh:

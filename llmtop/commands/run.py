@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from llmtop.engines.events import FailureKind, Status, StreamEvent
-from llmtop.engines.launcher import Connection, connect
+from llmtop.engines.launcher import Connection, connect, connect_exit_code
 from llmtop.engines.ollama import EngineError
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.log import LogError
@@ -96,8 +96,7 @@ async def _run(args: argparse.Namespace) -> int:
         conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
-        kind = exc.failure.kind
-        return ExitCode.MODEL_NOT_FOUND if kind == FailureKind.MODEL_NOT_FOUND else ExitCode.ENGINE_UNREACHABLE
+        return connect_exit_code(exc.failure.kind)
     try:
         try:
             recorder = SessionRecorder(conn, generation_options(args), args.log)

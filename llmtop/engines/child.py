@@ -31,6 +31,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """None when host:port can be bound now, else the OS's reason (e.g. "Address already in use")."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 class ChildServer:
     """One llmtop server as a child process. Subclasses give `args()` (after `python -m`),
     `label` (for messages) and `log_name` (the log file's stem).
@@ -41,6 +53,7 @@ class ChildServer:
     label = "server"
     log_name = "server"
     remedy = "see its log"
+    bad_input_remedy = "check the arguments it was given"
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -73,7 +86,10 @@ class ChildServer:
         async with httpx.AsyncClient(base_url=self.url, timeout=1.0, trust_env=False) as client:
             while perf_counter_ns() < deadline:
                 if self.proc.poll() is not None:
-                    raise EngineError(self._failed(f"exited with code {self.proc.returncode}"))
+                    failure = self._failed(f"exited with code {self.proc.returncode}")
+                    if self.proc.returncode == 2:  # ExitCode.USAGE: the child refused its input
+                        failure = Failure(FailureKind.BAD_REQUEST, failure.message, self.bad_input_remedy)
+                    raise EngineError(failure)
                 try:
                     if (await client.get("/")).status_code == 200:
                         self.startup_ms = (perf_counter_ns() - t0) / 1e6

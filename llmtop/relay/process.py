@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import sys
 
-from llmtop.engines.child import ChildServer
+from llmtop.engines.child import ChildServer, port_problem
 from llmtop.engines.ollama import EngineError, resolve_host
 from llmtop.exitcodes import ExitCode
 
@@ -35,18 +34,6 @@ def add_relay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
 
-def _port_free(host: str, port: int) -> str | None:
-    """None when host:port can be bound now, else the OS's reason."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
-
-
 def serve_relay(args: argparse.Namespace) -> int:
     """Serve the relay on args.host:args.port in front of args.upstream (blocks).
 
@@ -57,7 +44,7 @@ def serve_relay(args: argparse.Namespace) -> int:
     from llmtop.engines.serve import _watch_parent
 
     host, port = args.host, args.port
-    problem = _port_free(host, port)
+    problem = port_problem(host, port)
     if problem is not None:
         print(f"llmtop relay: cannot listen on {host}:{port} ({problem}); pick another --port",
               file=sys.stderr)

@@ -161,6 +161,19 @@ class Analysis:
         return any(s.contaminated for s in self.sizes)
 
     @property
+    def judged(self) -> bool:
+        """True when drift could be computed for at least one metric of one size (it needs
+        2 × 5 ok requests); otherwise a clean verdict would claim what was never checked."""
+        return any(d.change_pct is not None for s in self.sizes for d in s.drifts.values())
+
+    @property
+    def verdict(self) -> str:
+        """"contaminated", "clean", or "inconclusive" (too few ok requests to judge drift)."""
+        if self.contaminated:
+            return "contaminated"
+        return "clean" if self.judged else "inconclusive"
+
+    @property
     def ok_count(self) -> int:
         """Requests that entered the statistics."""
         return sum(len(s.ok) for s in self.sizes)

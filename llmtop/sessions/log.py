@@ -141,6 +141,8 @@ def read_log(path: str | os.PathLike[str]) -> LoadedLog:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise LogError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise LogError(f"{p} is not text (byte {exc.start} is not UTF-8): not an llmtop session log") from exc
     if not lines:
         raise LogError(f"{p} is empty: not an llmtop session log")
     try:

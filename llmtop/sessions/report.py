@@ -253,11 +253,17 @@ def _notes(size: SizeAnalysis) -> str:
 def _markdown(report: Report) -> str:
     h, a = report.log.header, report.analysis
     lines = [f"# llmtop {h.get('kind', 'session')} report — {h.get('model')} on {h.get('engine')}", ""]
-    verdict = "CONTAMINATED" if a.contaminated else "CLEAN"
+    why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}.get(a.verdict, "")
     lines.append(
-        f"**Verdict: {verdict}** (drift threshold ±{a.drift_threshold_pct:g} % between the medians of the first "
-        f"and last 5 ok requests). {a.ok_count} requests in the statistics."
+        f"**Verdict: {a.verdict.upper()}**{why} (drift threshold ±{a.drift_threshold_pct:g} % between the medians "
+        f"of the first and last 5 ok requests). {a.ok_count} requests in the statistics."
     )
+    noisy, total = noisy_samples(report)
+    if noisy:
+        lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during requests: "
+                     "see \"Was the machine quiet?\" before trusting these numbers.")
+    if report.log.warnings:
+        lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
     if report.interrupted:
         lines.append("**The run was interrupted**: the statistics cover the requests that finished.")
     util, vram = _gpu_cells(report)
@@ -292,6 +298,19 @@ def _markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def noisy_samples(report: Report) -> tuple[int, int]:
+    """(NOISY probe samples, all probe samples) among those taken during a request."""
+    during = [p for p in report.log.of_type("probe") if p.get("request_id") is not None]
+    return sum(1 for p in during if not (p.get("verdict") or {}).get("quiet", True)), len(during)
+
+
+def _measured(f: dict[str, Any]) -> str:
+    if f.get("value") is None:
+        return ""
+    threshold = f" vs threshold {f.get('threshold')} {f.get('unit')}" if f.get("threshold") is not None else ""
+    return f" (measured {f.get('value')} {f.get('unit')}{threshold})"
+
+
 def _markdown_machine(report: Report) -> list[str]:
     """Preflight findings and, per prompt size, who likely slowed the slow requests."""
     lines = ["", "## Was the machine quiet?", ""]
@@ -302,11 +321,9 @@ def _markdown_machine(report: Report) -> list[str]:
         lines.append(f"Preflight ({pf.get('duration_s')} s, {pf.get('samples')} samples): **{pf.get('verdict')}**, "
                      f"background CPU {_num(pf.get('background_cpu_median'))} % of the machine (median).")
         for f in pf.get("findings", []):
-            lines.append(f"- {str(f.get('level', '')).upper()} {f.get('code')}: {f.get('message')} "
-                         f"(measured {f.get('value')} {f.get('unit')}, threshold {f.get('threshold')}) — {f.get('remedy')}")
-    noisy = sum(1 for p in report.log.of_type("probe") if p.get("request_id") is not None
-                and not (p.get("verdict") or {}).get("quiet", True))
-    total = sum(1 for p in report.log.of_type("probe") if p.get("request_id") is not None)
+            lines.append(f"- {str(f.get('level', '')).upper()} {f.get('code')}: {f.get('message')}{_measured(f)}"
+                         f" — {f.get('remedy')}")
+    noisy, total = noisy_samples(report)
     lines.append("")
     lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
     for s in report.analysis.sizes:
@@ -413,7 +430,8 @@ def _json(report: Report) -> dict[str, Any]:
     a = report.analysis
     return {
         "header": report.log.header,
-        "verdict": "contaminated" if a.contaminated else "clean",
+        "verdict": a.verdict,
+        "noisy_probe_samples": dict(zip(("noisy", "during_requests"), noisy_samples(report), strict=True)),
         "interrupted": report.interrupted,
         "drift_threshold_pct": a.drift_threshold_pct,
         "calibration": report.calibration,
