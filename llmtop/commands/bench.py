@@ -99,6 +99,13 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
+    from llmtop.probes.config import load_thresholds
+
+    try:
+        load_thresholds()  # a bad config file fails now, before any engine starts
+    except ConfigError as exc:
+        print(f"llmtop bench: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     return asyncio.run(_bench(args))
 
 

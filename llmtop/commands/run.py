@@ -103,7 +103,8 @@ async def _run(args: argparse.Namespace) -> int:
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
-        sampler = ProbeSampler(PROBE_INTERVAL_S, recorder.record_probe, engine_pids=lambda: conn.engine_pids)
+        sampler = ProbeSampler(PROBE_INTERVAL_S, recorder.record_probe, engine_pids=lambda: conn.engine_pids,
+                               thresholds=args.thresholds)
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
@@ -141,6 +142,13 @@ async def _run(args: argparse.Namespace) -> int:
 
 def run_headless(args: argparse.Namespace) -> int:
     """Entry point of `llmtop run`; returns an ExitCode."""
+    from llmtop.probes.config import ConfigError, load_thresholds
+
+    try:
+        args.thresholds = load_thresholds()
+    except ConfigError as exc:
+        print(f"llmtop: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     if not args.prompt.strip():
         print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the sky blue?'", file=sys.stderr)
         return ExitCode.USAGE

@@ -19,7 +19,7 @@ from typing import Any
 from llmtop.probes.gpu import GpuProbe, GpuSample
 from llmtop.probes.processes import PidSource, ProcessProbe, ProcessSample
 from llmtop.probes.system import SystemProbe, SystemSample
-from llmtop.probes.verdict import Finding, Level, Verdict, evaluate
+from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ class ProbeSampler:
     from that thread (callers hop to their own loop, e.g. Textual's `call_from_thread`).
 
     self_pids / engine_pids: see `ProcessProbe`. The probes can be injected (tests).
+    thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config file's).
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
     """
@@ -103,8 +104,10 @@ class ProbeSampler:
         system_probe: SystemProbe | None = None,
         process_probe: ProcessProbe | None = None,
         gpu_probe: GpuProbe | None = None,
+        thresholds: Thresholds | None = None,
     ) -> None:
         self._interval = self._check(interval_s)
+        self._thresholds = thresholds or DEFAULT
         self._on_sample = on_sample
         self._system = system_probe or SystemProbe()
         self._processes = process_probe or ProcessProbe(self_pids, engine_pids)
@@ -153,7 +156,7 @@ class ProbeSampler:
             processes = self._guard("process", self._processes.sample, errors)
             gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
             if system is not None and processes is not None:
-                verdict = self._guard("verdict", lambda: evaluate(system, processes), errors)
+                verdict = self._guard("verdict", lambda: evaluate(system, processes, self._thresholds), errors)
             else:
                 verdict = None
             found = (verdict.findings if verdict else ()) + tuple(errors)

@@ -200,7 +200,10 @@ class BenchRunner:
         cfg = self.config
         interrupted = False
         # Probe samples go to the log tagged with the request they overlap (issue 4).
-        sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids)
+        from llmtop.probes.config import load_thresholds
+
+        sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,
+                               thresholds=load_thresholds())
         sampler.start()
         try:
             self.on_progress(BenchProgress("environment", message="reading the engine's environment"))

@@ -17,8 +17,8 @@ from typing import Any
 
 from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis, analyze
 from llmtop.sessions.attribution import Attribution, attribute
-from llmtop.sessions.stats import percentile
 from llmtop.sessions.log import LoadedLog
+from llmtop.sessions.stats import percentile
 
 FORMATS = ("md", "csv", "json")
 
@@ -199,8 +199,8 @@ def _markdown_relay(report: Report) -> list[str]:
     if not rows:
         return []
     lines = ["", "## Relay overhead (direct and relayed requests interleaved)", "",
-             "| prompt | pairs | TTFT relay − direct, median [IQR] | TTFT − load − prefill: direct / relay "
-             "| decode tok/s (client): direct / relay |", "|---|---|---|---|---|"]
+             ("| prompt | pairs | TTFT relay − direct, median [IQR] | TTFT − load − prefill: direct / relay "
+              "| decode tok/s (client): direct / relay |"), "|---|---|---|---|---|"]
     for c in rows:
         lines.append(
             f"| {c.target} tok | {c.pairs} | {_num(c.ttft_diff_median, 2)} ms [{_num(c.ttft_diff_p25, 2)}, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from textual import work
@@ -121,6 +122,7 @@ class LlmtopApp(App[int]):
                 self.settings.probe_interval_s,
                 self._on_probe_thread,
                 engine_pids=lambda: self.conn.engine_pids if self.conn is not None else set(),
+                thresholds=self.settings.thresholds,
             )
             self.sampler.start()
         self._connect()
@@ -405,7 +407,16 @@ def make_app(settings: TuiSettings, connection: Connection | None = None) -> Llm
 
 def run_tui(args: Any) -> int:
     """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value."""
-    app = make_app(TuiSettings.from_args(args))
+    import sys
+
+    from llmtop.probes.config import ConfigError, load_thresholds
+
+    try:
+        thresholds = load_thresholds()
+    except ConfigError as exc:
+        print(f"llmtop: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    app = make_app(replace(TuiSettings.from_args(args), thresholds=thresholds))
     code = app.run()
     return int(code if code is not None else app.exit_code)
 

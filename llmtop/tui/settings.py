@@ -37,6 +37,7 @@ class TuiSettings:
     log_path: str | None = None
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     probes: bool = True
+    thresholds: Any = None  # verdict.Thresholds from the config file; None = the defaults
     bench_requests: int = 25
     bench_warmup: int = 1
     bench_prompt_tokens: tuple[int, ...] = (200,)

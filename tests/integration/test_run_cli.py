@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -67,3 +68,14 @@ def test_unknown_model_is_exit_4_and_lists_installed(engine_url):
 def test_empty_prompt_is_a_usage_error():
     p = llmtop("run", "--prompt", "  ")
     assert p.returncode == ExitCode.USAGE and "--prompt is empty" in p.stderr
+
+
+@pytest.mark.parametrize("command", [["run", "--prompt", "hi"], ["bench"], ["preflight"]])
+def test_a_bad_config_file_is_refused_before_anything_runs(tmp_path, command):
+    config = tmp_path / "bad.toml"
+    config.write_text("[thresholds]\napp_cpu_warn = \"ten\"\n")
+    env = {**os.environ, "LLMTOP_CONFIG": str(config)}
+    p = subprocess.run([sys.executable, "-m", "llmtop", *command], capture_output=True, text=True, check=False,
+                       env=env, timeout=60)
+    assert p.returncode == ExitCode.USAGE, p.stderr
+    assert str(config) in p.stderr and "app_cpu_warn" in p.stderr
