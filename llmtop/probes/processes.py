@@ -22,6 +22,7 @@ measures the result.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -163,6 +164,9 @@ def identify(proc: ProcLike, name: str | None) -> Identity:
 
     Reads exe and cmdline only for generic names (`catalogue.needs_path`); unreadable → skipped.
     """
+    if _is_kernel_thread(proc):
+        # kworker/…, ksoftirqd/…, kdamond…: dozens of them; one line says "the kernel is busy"
+        return Identity(KERNEL_APP, Category.OTHER)
     exe: str | None = None
     cmdline: list[str] | None = None
     from_memory = bool(name and name.startswith("memfd:"))
@@ -179,6 +183,19 @@ def identify(proc: ProcLike, name: str | None) -> Identity:
         # Run from an anonymous memory file: "memfd:sealed-91" says nothing; its argv[0] does.
         name = os.path.basename(cmdline[0]) or name
     return Identity(_group_name(name), Category.OTHER)
+
+
+KERNEL_APP = "kernel threads"
+
+
+def _is_kernel_thread(proc: ProcLike) -> bool:
+    """Linux kernel threads are the children of kthreadd (pid 2)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return proc.ppid() == 2  # type: ignore[attr-defined]
+    except (AttributeError, psutil.Error):
+        return False
 
 
 def _group_name(name: str | None) -> str:

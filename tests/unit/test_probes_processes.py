@@ -270,3 +270,29 @@ def test_failing_pid_callback_does_not_break_sampling(table: dict[int, FakeProc]
 
     sample = ProcessProbe(self_pids=set(), engine_pids=broken).sample()
     assert sample.engine_cpu_percent is None and len(sample.apps) == 1
+
+
+def test_linux_kernel_threads_are_one_app(monkeypatch):
+    from llmtop.probes import processes
+
+    class KThread:
+        pid = 77
+
+        def ppid(self):
+            return 2  # a child of kthreadd
+
+    class Ordinary(KThread):
+        def ppid(self):
+            return 1
+
+        def exe(self):
+            return "/usr/bin/foo"
+
+        def cmdline(self):
+            return ["foo"]
+
+    monkeypatch.setattr(processes.sys, "platform", "linux")
+    assert processes.identify(KThread(), "kworker/0:1-events").app == processes.KERNEL_APP
+    assert processes.identify(Ordinary(), "foo").app == "foo"
+    monkeypatch.setattr(processes.sys, "platform", "darwin")
+    assert processes.identify(KThread(), "kworker/0:1-events").app == "kworker"
