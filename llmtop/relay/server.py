@@ -118,12 +118,18 @@ class StreamJob:
         return self.path == "/api/chat"
 
 
+ACCEPTED_KEYS = frozenset({"model", "messages", "prompt", "options", "think", "keep_alive", "stream"})
+OPTION_NAMES = frozenset({"temperature", "seed", "num_predict", "num_ctx", "top_k", "top_p", "min_p", "stop",
+                          "repeat_penalty", "num_thread"})
+
+
 def parse_stream_request(body: Any) -> StreamJob:
     """Validate a `/api/stream` body and build the upstream request. Raises BadRequest.
 
     Accepted: model (str), exactly one of messages (list of objects) or prompt (str),
     options (object), think (bool or "low"/"medium"/"high"), keep_alive (str or number).
-    Other fields are ignored, except those that would name another host: rejected.
+    Fields that would name another host are refused as such; any other unknown field is
+    refused too (a misplaced `num_predict` must not silently generate 200 tokens).
     """
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
@@ -133,6 +139,10 @@ def parse_stream_request(body: Any) -> StreamJob:
                 f"'{key}' is not accepted: the relay's upstream is fixed when it starts "
                 "(llmtop relay --upstream URL)"
             )
+    unknown = sorted(set(body) - ACCEPTED_KEYS)
+    if unknown:
+        hint = " (generation options go inside \"options\")" if set(unknown) & OPTION_NAMES else ""
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}: accepted are {', '.join(sorted(ACCEPTED_KEYS))}{hint}")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise BadRequest("model is required (a non-empty string)")

@@ -57,14 +57,20 @@ def post(relay: str, body: dict, **kw) -> httpx.Response:
 
 def test_parse_chat_request_builds_the_exact_upstream_body():
     job = parse_stream_request(
-        {"model": "m", "messages": MSG, "options": {"seed": 42}, "think": False, "keep_alive": "5m",
-         "extra": "ignored"}
+        {"model": "m", "messages": MSG, "options": {"seed": 42}, "think": False, "keep_alive": "5m"}
     )
     assert job.path == "/api/chat" and job.chat and job.model == "m"
     assert json.loads(job.payload) == {
         "model": "m", "messages": MSG, "stream": True, "options": {"seed": 42}, "think": False,
         "keep_alive": "5m",
     }
+
+
+def test_unknown_fields_are_refused_by_name():
+    with pytest.raises(BadRequest, match=r"unknown field\(s\) num_predict: .*inside \"options\""):
+        parse_stream_request({"model": "m", "prompt": "hi", "num_predict": 5})
+    with pytest.raises(BadRequest, match="unknown field\\(s\\) extra"):
+        parse_stream_request({"model": "m", "prompt": "hi", "extra": 1})
 
 
 def test_parse_prompt_request_goes_to_generate():
