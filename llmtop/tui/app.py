@@ -411,6 +411,10 @@ def run_tui(args: Any) -> int:
 
     from llmtop.probes.config import ConfigError, load_thresholds
 
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
+              "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
+        return int(ExitCode.USAGE)
     try:
         thresholds = load_thresholds()
     except ConfigError as exc:

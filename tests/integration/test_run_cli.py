@@ -79,3 +79,9 @@ def test_a_bad_config_file_is_refused_before_anything_runs(tmp_path, command):
                        env=env, timeout=60)
     assert p.returncode == ExitCode.USAGE, p.stderr
     assert str(config) in p.stderr and "app_cpu_warn" in p.stderr
+
+
+def test_the_app_without_a_terminal_points_to_the_headless_commands():
+    p = subprocess.run([sys.executable, "-m", "llmtop"], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, check=False, timeout=60)
+    assert p.returncode == ExitCode.USAGE and "llmtop run --prompt" in p.stderr
