@@ -3,36 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
+from llmtop.engines.child import ChildServer
 from llmtop.engines.launcher import EmbeddedProcess
 
 MODEL = "gemma3:270m"
 
 
-def start_engine() -> EmbeddedProcess:
-    """`llmtop engine` as a child process on a free port, ready to answer."""
-    proc = EmbeddedProcess()
-    asyncio.run(proc.start())
-    return proc
+def running(child: ChildServer) -> Iterator[ChildServer]:
+    """Start one of llmtop's child servers, yield it ready, stop it afterwards."""
+    asyncio.run(child.start())
+    try:
+        yield child
+    finally:
+        child.stop()
 
 
 @pytest.fixture(scope="session")
 def engine_url():
     """One embedded engine shared by the tests that do not care about cold starts."""
-    proc = start_engine()
-    try:
+    for proc in running(EmbeddedProcess()):
         yield proc.host
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def fresh_engine():
     """An embedded engine of this test's own: its first request is a cold start."""
-    proc = start_engine()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from running(EmbeddedProcess())
+
+
+@pytest.fixture(scope="session")
+def relay(engine_url):
+    """One relay child process in front of the shared embedded engine."""
+    from llmtop.relay.process import RelayProcess
+
+    yield from running(RelayProcess(engine_url))

@@ -8,13 +8,11 @@ download is never used: `executable_path` points at the system Chromium).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
 import pytest
 
-from llmtop.relay.process import RelayProcess
 from tests.conftest import MODEL
 
 pytestmark = pytest.mark.integration
@@ -36,16 +34,6 @@ if not CHROMIUM.exists():
         allow_module_level=True,
     )
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (make setup does)")
-
-
-@pytest.fixture(scope="module")
-def relay(engine_url):
-    proc = RelayProcess(engine_url)
-    asyncio.run(proc.start())
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

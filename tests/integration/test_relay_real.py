@@ -11,28 +11,17 @@ import time
 import httpx
 import pytest
 
-from llmtop.engines.events import FailureKind
 from llmtop.engines.child import free_port
+from llmtop.engines.events import FailureKind
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.exitcodes import ExitCode
-from llmtop.relay.process import RelayProcess
 from llmtop.sessions.request import chat_messages
 from tests.conftest import MODEL
 
 pytestmark = pytest.mark.integration
 
 OPTIONS = {"temperature": 0.0, "seed": 42, "num_predict": 24, "num_ctx": 2048}
-
-
-@pytest.fixture(scope="module")
-def relay(engine_url):
-    proc = RelayProcess(engine_url)
-    asyncio.run(proc.start())
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 async def collect(engine, prompt, options=OPTIONS):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.child import free_port
+from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine, resolve_host
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 from tests.scripted_server import ScriptedServer
