@@ -23,7 +23,6 @@ from typing import Any
 from llmtop.engines.events import StreamEvent
 from llmtop.engines.launcher import Connection
 from llmtop.sessions.analysis import Analysis, analyze
-from llmtop.sessions.environment import environment
 from llmtop.sessions.log import LoadedLog, read_log
 from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
 from llmtop.sessions.recorder import SessionRecorder
@@ -115,27 +114,6 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
     return env
 
 
-def machine_environment() -> dict[str, Any]:
-    """OS/CPU/RAM plus GPU (NVML when present) and power source."""
-    from llmtop.probes.gpu import GpuProbe
-    from llmtop.probes.system import SystemProbe
-
-    env = environment()
-    gpu = GpuProbe().sample()
-    env["gpu"] = (
-        {
-            "source": gpu.source,
-            "driver_version": gpu.driver_version,
-            "devices": [{"name": d.name, "memory_total": d.memory_total} for d in gpu.devices],
-        }
-        if gpu.available
-        else {"available": False, "reason": gpu.reason}
-    )
-    battery = SystemProbe().sample().on_battery
-    env["power"] = "battery" if battery else ("mains" if battery is False else "unknown (no battery found)")
-    return env
-
-
 class NoisyMachine(Exception):
     """`require_quiet` was set and the preflight check found the machine NOISY."""
 
@@ -181,7 +159,7 @@ class BenchRunner:
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
-        header = {"bench": config.to_dict(), "machine": machine_environment(), **(extra_header or {})}
+        header = {"bench": config.to_dict(), **(extra_header or {})}
         self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
                                         think=config.think)
 

@@ -23,7 +23,13 @@ def cpu_model() -> str:
 
 
 def environment() -> dict[str, Any]:
-    """OS, CPU model and core counts, RAM (bytes), Python version, as a JSON-ready dict."""
+    """OS, CPU model and core counts, RAM (bytes), Python version, GPU (NVML when present, with
+    the tool named) and power source, as a JSON-ready dict (every session log's header)."""
+    from llmtop.probes.gpu import GpuProbe
+    from llmtop.probes.system import SystemProbe
+
+    gpu = GpuProbe().sample()
+    battery = SystemProbe().sample().on_battery
     return {
         "os": f"{platform.system()} {platform.release()}",
         "platform": platform.platform(),
@@ -33,4 +39,14 @@ def environment() -> dict[str, Any]:
         "cpu_cores_logical": psutil.cpu_count(logical=True) or os.cpu_count(),
         "ram_bytes": psutil.virtual_memory().total,
         "python": sys.version.split()[0],
+        "gpu": (
+            {
+                "source": gpu.source,
+                "driver_version": gpu.driver_version,
+                "devices": [{"name": d.name, "memory_total": d.memory_total} for d in gpu.devices],
+            }
+            if gpu.available
+            else {"available": False, "reason": gpu.reason}
+        ),
+        "power": "battery" if battery else ("mains" if battery is False else "unknown (no battery found)"),
     }

@@ -223,7 +223,7 @@ def _gpu_cells(report: Report) -> tuple[str, str]:
     loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
     ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)" if loaded.get("size") else ""
     if not utils:
-        machine = report.log.header.get("machine") or {}
+        machine = report.log.header.get("environment") or {}
         reason = (machine.get("gpu") or {}).get("reason") or "no GPU samples"
         return f"n/a ({reason})", ps or "n/a"
     util = f"{statistics.median(utils):.0f} (nvml, median)"
@@ -377,7 +377,7 @@ def _markdown_calibration(report: Report) -> list[str]:
 
 def _markdown_environment(report: Report) -> list[str]:
     h = report.log.header
-    m = h.get("machine") or h.get("environment") or {}
+    m = h.get("environment") or {}
     md = h.get("model_details") or {}
     loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
     gpu = m.get("gpu") or {}
