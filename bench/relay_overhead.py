@@ -41,8 +41,7 @@ from time import perf_counter_ns
 import httpx
 import psutil
 
-from llmtop.engines.child import free_port
-from llmtop.engines.launcher import EmbeddedProcess
+from llmtop.engines.child import EmbeddedProcess, free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.process import RelayProcess

@@ -25,7 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, ProgressBar, Static
 from textual.worker import Worker
 
-from llmtop.engines.launcher import Connection
+from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.bench import BenchConfig, BenchRunner
 from llmtop.sessions.log import LogError
