@@ -12,7 +12,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.log import LogError
-from llmtop.sessions.prompts import CalibrationError
+from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.report import build, render
 
 

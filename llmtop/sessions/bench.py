@@ -24,7 +24,8 @@ from llmtop.engines.events import StreamEvent
 from llmtop.engines.launcher import Connection
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.log import LoadedLog, read_log
-from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
+from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
