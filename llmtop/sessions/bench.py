@@ -1,6 +1,6 @@
 """`llmtop bench`: the measurement protocol of the source documents, end to end.
 
-Order of a run (method.md "Rules for an honest run"):
+Order of a run (docs/method.md, "The bench run"):
 1. record the environment (engine, model, options, machine, GPU, power);
 2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
 3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
@@ -178,7 +178,7 @@ class BenchRunner:
 
         cfg = self.config
         interrupted = False
-        # Probe samples go to the log tagged with the request they overlap (issue 4).
+        # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         from llmtop.probes.config import load_thresholds
 
         sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,

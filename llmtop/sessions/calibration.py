@@ -1,6 +1,6 @@
 """Calibration of prompt sizes against the server's own token count, cached on disk.
 
-method.md rule 2: token counts are measured, never estimated from word counts. `calibrate`
+docs/method.md, "Calibration": token counts are measured, never estimated from words. `calibrate`
 finds, for each target prompt size in tokens, the word count whose server-reported
 `prompt_eval_count` lands within a tolerance of the target, by sending short probe requests
 (the bench's options with `num_predict` 1, one fresh `PromptGenerator` prompt each) and

@@ -1,6 +1,6 @@
 """Prompts made of random words, each one starting differently from every earlier one.
 
-method.md rule 4: every request gets a different prompt, or the prefix cache fakes a fast
+docs/method.md, "Cache busting": every request gets a new prompt, or the prefix cache fakes a fast
 prefill. `PromptGenerator` builds prompts from a shipped list of common English words, seeded
 so a run is repeatable, and makes each prompt *start* differently (prefix caches match
 prefixes): the first three words of every prompt form a combination no earlier prompt of the

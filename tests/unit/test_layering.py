@@ -1,4 +1,4 @@
-"""One-way imports: the core never imports Textual (architecture.md principle 1)."""
+"""One-way imports: the core never imports Textual (docs/architecture.md, "One-way imports")."""
 
 import subprocess
 import sys
