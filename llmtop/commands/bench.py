@@ -11,8 +11,8 @@ from llmtop.engines.ollama import EngineError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
-from llmtop.sessions.log import LogError
 from llmtop.sessions.calibration import CalibrationError
+from llmtop.sessions.log import LogError
 from llmtop.sessions.report import build, render
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from llmtop.engines.events import StreamEvent
 from llmtop.engines.launcher import Connection
 from llmtop.sessions.analysis import Analysis, analyze
-from llmtop.sessions.log import LoadedLog, read_log
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.log import LoadedLog, read_log
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, chat_messages, run_request

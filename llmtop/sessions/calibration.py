@@ -249,7 +249,8 @@ class _Prober:
                     break
         if final is None:
             raise CalibrationError(
-                f"calibration probe ({words} words) to {self.engine.host}: the stream ended without a done chunk"
+                f"calibration probe ({words} words) to {self.engine.host}: "
+                "the stream ended without a done chunk"
             )
         if final.failure is not None:
             raise CalibrationError(f"calibration probe ({words} words) failed: {final.failure}")
@@ -273,9 +274,7 @@ def _rising_line(points: Sequence[tuple[int, int]]) -> tuple[float, float] | Non
     vary or the slope is not positive (more words must mean more tokens)."""
     if len({w for w, _ in points}) < 2:
         return None
-    slope, intercept = statistics.linear_regression(
-        [w for w, _ in points], [t for _, t in points]
-    )
+    slope, intercept = statistics.linear_regression([w for w, _ in points], [t for _, t in points])
     return (intercept, slope) if slope > 0 else None
 
 
@@ -480,8 +479,9 @@ async def _fresh(prober: _Prober, options: Mapping[str, Any]) -> _Start:
     slope = (t_anchor - t1) / (ANCHOR_WORDS - 1)
     if slope <= 0:
         raise CalibrationError(
-            f"{ANCHOR_WORDS} words measured {t_anchor} tokens, 1 word {t1}: the prompt did not grow, "
-            f"so the server truncated it; raise --num-ctx (options num_ctx={options.get('num_ctx')})"
+            f"{ANCHOR_WORDS} words measured {t_anchor} tokens, 1 word {t1}: the prompt did not "
+            "grow, so the server truncated it; raise --num-ctx "
+            f"(options num_ctx={options.get('num_ctx')})"
         )
     return _Start(max(0, round(t1 - slope)), slope, {}, from_cache=False)
 
