@@ -12,8 +12,8 @@ from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
+from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
-from llmtop.sessions.prompts import CalibrationError
 from llmtop.sessions.report import build, render
 
 

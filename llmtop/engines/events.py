@@ -2,7 +2,7 @@
 
 An engine stamps each chunk with `time.perf_counter_ns()` the moment the chunk is available
 (its line complete and parsed), before any UI work, and yields a `StreamEvent`. The UI only
-displays events; it never measures (architecture.md, "Stamp at the source").
+displays events; it never measures (docs/architecture.md, "Stamping at the source").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
 Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
-chunk (after its JSON line is parsed, before any UI work: ~4 µs of parsing, protocols.md §2.5).
+chunk (JSON line parsed, before any UI work: ~4 µs; docs/protocols.md, "The ollama Python client").
 
 Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
 message and remedy — connection refused, unknown model (with the installed ones listed), an
@@ -36,7 +36,7 @@ DEFAULT_READ_TIMEOUT_S = 300.0
 def resolve_host(host: str | None = None) -> str:
     """The base URL to talk to: `host`, else `$OLLAMA_HOST`, else http://127.0.0.1:11434.
 
-    Follows Ollama's rules (protocols.md §1.1): scheme optional (http by default), a bare host
+    Ollama's rules (docs/protocols.md, "Addresses and framing"): scheme optional (http), a bare host
     gets port 11434, an explicit `http://host` without port means port 80, `https://` 443.
     Returns e.g. "http://127.0.0.1:11434" (no trailing slash).
     """

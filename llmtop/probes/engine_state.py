@@ -1,7 +1,7 @@
 """What the engine itself says is loaded (Ollama's `GET /api/ps`) → findings.
 
 Every figure here comes from `/api/ps` (`SOURCE`), which reports per loaded model its `size`
-(bytes it occupies) and `size_vram` (bytes of that in GPU memory); method.md rule 9 asks to
+(bytes it holds) and `size_vram` (bytes in VRAM); docs/method.md, "GPU and memory figures", asks to
 say which tool each memory figure came from, so every message ends with "(from /api/ps)".
 
 Findings:

@@ -1,6 +1,6 @@
 """`llmtop bench`: the measurement protocol of the source documents, end to end.
 
-Order of a run (method.md "Rules for an honest run"):
+Order of a run (docs/method.md, "The bench run"):
 1. record the environment (engine, model, options, machine, GPU, power);
 2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
 3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
@@ -23,9 +23,10 @@ from typing import Any
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.analysis import Analysis, analyze
+from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import LoadedLog, read_log
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
+from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
@@ -179,7 +180,7 @@ class BenchRunner:
 
         cfg = self.config
         interrupted = False
-        # Probe samples go to the log tagged with the request they overlap (issue 4).
+        # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         from llmtop.probes.config import load_thresholds
 
         sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,
