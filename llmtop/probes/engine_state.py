@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import psutil
@@ -37,6 +37,7 @@ PS_TIMEOUT_S = 2.0  # /api/ps is answered from the scheduler's memory: milliseco
 GB = 1e9  # Ollama's own `ollama ps` prints decimal GB
 
 
+@runtime_checkable
 class EngineLike(Protocol):
     """What `engine_findings` needs of an engine client (`OllamaEngine` fits): its base URL
     and its `GET /api/ps` answer (any object or dict with a `models` list)."""
