@@ -144,13 +144,7 @@ class EmbeddedEngine:
                 return
             load_duration = (t_parsed - t_start) + load_ns
             if job.load_only:
-                done_reason = "unload" if job.keep_alive_s == 0 else "load"
-                if job.keep_alive_s == 0:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
-                else:
-                    self._schedule_unload(job.keep_alive_s)
-                self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
-                yield self._chunk(job, "", done=True) | {"done_reason": done_reason}
+                yield await self._load_only(job, endpoint)
                 return
 
             loop = asyncio.get_running_loop()
@@ -192,6 +186,17 @@ class EmbeddedEngine:
         finally:
             if not released:
                 self._lock.release()
+
+    async def _load_only(self, job: ParsedRequest, endpoint: str) -> dict[str, Any]:
+        """The answer to a request with nothing to generate, the model now loaded: Ollama's
+        done chunk with done_reason "load", or "unload" for keep_alive 0 (then unloaded)."""
+        done_reason = "unload" if job.keep_alive_s == 0 else "load"
+        if job.keep_alive_s == 0:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
+        else:
+            self._schedule_unload(job.keep_alive_s)
+        self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
+        return self._chunk(job, "", done=True) | {"done_reason": done_reason}
 
     def _finished(self, future: asyncio.Future[GenerationResult], endpoint: str) -> None:
         self._lock.release()
