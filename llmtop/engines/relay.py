@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -141,7 +141,7 @@ class RelayEngine:
             failure = failure_for_transport(exc, peer=self.peer)
         yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
 
-    async def _events(self, source: EventSource) -> AsyncIterator[StreamEvent | Failure]:
+    async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
         one (its blank line read), then a Failure when the stream ends badly. The last item
         is a done StreamEvent or a Failure."""

@@ -43,7 +43,8 @@ def shape(events):
 
 
 @pytest.mark.parametrize(
-    "model", ["ok", "sparse", "thinking", "timed", "midstream-error", "truncated", "load", "nope"]
+    "model",
+    ["ok", "sparse", "thinking", "timed", "midstream-error", "truncated", "garbage", "load", "nope"],
 )
 async def test_relayed_events_match_direct_events(upstream, relay, model):
     direct = await collect(OllamaEngine(upstream.url), model)
@@ -159,3 +160,12 @@ async def test_metadata_from_an_unreachable_relay_raises_engine_error():
         assert exc.value.failure.kind == FailureKind.UNREACHABLE
     finally:
         await engine.aclose()
+
+
+async def test_a_server_that_is_not_a_relay_is_a_protocol_failure(upstream):
+    # the scripted Ollama server has no /api/stream: Starlette answers 404 "Not Found"
+    events = await collect(RelayEngine(upstream.url), "ok")
+    assert len(events) == 1 and events[0].failure.kind == FailureKind.PROTOCOL
+    assert events[0].failure.message == (
+        f"{upstream.url} did not answer as the llmtop relay (HTTP 404: Not Found)"
+    )
