@@ -86,7 +86,7 @@ def failure_for_http(
     installed: the server's model names, listed when the model is missing.
 
     * 404 whose text names the model → MODEL_NOT_FOUND. Ollama answers a missing model with
-      404 `{"error": "model 'x' not found"}` (protocols.md §1.7), which names it.
+      404 `{"error": "model 'x' not found"}` (docs/protocols.md, "Errors"), which names it.
     * any other 404 → PROTOCOL: the route is missing, so the server is not `peer.kind`.
     * other 4xx → BAD_REQUEST; 5xx and anything else → SERVER_ERROR.
     """

@@ -15,7 +15,7 @@ from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
-from .fakes import FakeConnection, wait_for
+from .fakes import fake_connection, wait_for
 
 GIB = 1024**3
 
@@ -71,7 +71,7 @@ def sample(
 
 async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
-    app = make_app(settings, connection=FakeConnection())  # type: ignore[arg-type]
+    app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
         panel = app.query_one(ProbePanel)
         warming = Verdict.of(
