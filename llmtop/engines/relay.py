@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
 
+from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -39,7 +40,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.ollama import EngineError, ModelInfo, OllamaEngine
+from llmtop.engines.ollama import OllamaEngine
 
 
 def _base_url(url: str) -> str:
