@@ -22,6 +22,7 @@ import platformdirs
 import shtab
 
 from llmtop import DISTRIBUTION, __version__
+from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_thresholds
 from llmtop.sessions.bench import BenchConfig
@@ -200,15 +201,18 @@ class Command:
     flags: Callable[[argparse.ArgumentParser], None]
     module: str
     needs_config: bool = False
+    reaches_engine: bool = False  # --host / OLLAMA_HOST (and --relay) are checked first
 
 
 COMMANDS: dict[str, Command] = {
     "run": Command("stream one prompt headless and print the text and metrics", _run_flags,
-                   "llmtop.commands.run", needs_config=True),
+                   "llmtop.commands.run", needs_config=True, reaches_engine=True),
     "bench": Command("the measurement protocol: warm-up, calibrated prompts, repeats, drift",
-                     _bench_flags, "llmtop.commands.bench", needs_config=True),
+                     _bench_flags, "llmtop.commands.bench", needs_config=True,
+                     reaches_engine=True),
     "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
-                         "2 cannot check", _preflight_flags, "llmtop.commands.preflight"),
+                         "2 cannot check", _preflight_flags, "llmtop.commands.preflight",
+                         reaches_engine=True),
     "report": Command("render a session log as markdown, CSV or JSON", _report_flags,
                       "llmtop.commands.report"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
@@ -238,6 +242,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_addresses(args: argparse.Namespace) -> str | None:
+    """Check where the engine is before anything starts: `--host` (strict), else
+    `OLLAMA_HOST` (Ollama's rules), the proxy on the way, and `--relay`. Returns the error
+    line (exit 2), or None; prints a fallback warning Ollama would also make. A given
+    `--host` is replaced by its normalised URL."""
+    try:
+        address = resolve_address(args.host)
+        proxy_for(address.url)
+        if getattr(args, "relay", None):
+            args.relay = parse_address(args.relay, "--relay").url
+    except HostError as exc:
+        return str(exc)
+    if address.warning:
+        print(f"llmtop: warning: {address.warning}", file=sys.stderr)
+    if args.host is not None:
+        args.host = address.url
+    return None
+
+
 def tui_settings(args: argparse.Namespace) -> TuiSettings:
     """The TUI's settings from the parsed top-level flags (and the loaded thresholds)."""
     return TuiSettings(
@@ -257,6 +280,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.via = "relay"  # naming a relay means streaming through it
     command = COMMANDS.get(args.command) if args.command else None
     try:
+        if command is None or command.reaches_engine:
+            problem = check_addresses(args)
+            if problem is not None:
+                print(f"llmtop: {problem}", file=sys.stderr)
+                return ExitCode.USAGE
+        elif args.command == "relay" and args.upstream is not None:
+            try:
+                args.upstream = parse_address(args.upstream, "--upstream").url
+            except HostError as exc:
+                print(f"llmtop relay: {exc}", file=sys.stderr)
+                return ExitCode.USAGE
         if command is None or command.needs_config:
             try:
                 args.thresholds = load_thresholds()  # a bad file fails before anything starts

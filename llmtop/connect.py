@@ -17,8 +17,9 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.hosts import resolve_host
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
-from llmtop.engines.ollama import OllamaEngine, ollama_version, resolve_host
+from llmtop.engines.ollama import OllamaEngine, ollama_version
 from llmtop.engines.relay import RelayEngine
 from llmtop.probes.engine_state import local_engine_pids
 from llmtop.relay.process import RelayProcess

@@ -19,7 +19,8 @@ import sys
 from dataclasses import replace
 from typing import Any, TextIO
 
-from llmtop.engines.ollama import OllamaEngine, ollama_version, resolve_host
+from llmtop.engines.hosts import resolve_host
+from llmtop.engines.ollama import OllamaEngine, ollama_version
 from llmtop.probes.catalogue import Category
 from llmtop.probes.config import ConfigError, config_path, load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, engine_findings, local_engine_pids

@@ -17,7 +17,8 @@ import uvicorn
 
 from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
-from llmtop.engines.ollama import ollama_version, resolve_host
+from llmtop.engines.hosts import resolve_host
+from llmtop.engines.ollama import ollama_version
 from llmtop.exitcodes import ExitCode
 from llmtop.relay.server import create_app
 

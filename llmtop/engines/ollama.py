@@ -17,11 +17,22 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-import ollama
 import pydantic
+
+from llmtop.engines.hosts import proxy_for, resolve_host
+
+# The `ollama` package builds a module-level default client from $OLLAMA_HOST when it is
+# imported, and a value it cannot parse ("[::1", a port out of range) raises there. llmtop
+# passes every client its host explicitly, so that default client must not see a value
+# llmtop has not validated itself (llmtop/engines/hosts.py).
+_saved_host = os.environ.pop("OLLAMA_HOST", None)
+try:
+    import ollama
+finally:
+    if _saved_host is not None:
+        os.environ["OLLAMA_HOST"] = _saved_host
 
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, ServerStats, StreamEvent
@@ -37,34 +48,14 @@ from llmtop.engines.http import (
     failure_unreachable,
 )
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
-
-
-def resolve_host(host: str | None = None) -> str:
-    """The base URL to talk to: `host`, else `$OLLAMA_HOST`, else http://127.0.0.1:11434.
-
-    Ollama's rules (docs/protocols.md, "Addresses and framing"): scheme optional (http), a bare host
-    gets port 11434, an explicit `http://host` without port means port 80, `https://` 443.
-    Returns e.g. "http://127.0.0.1:11434" (no trailing slash).
-    """
-    raw = (host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST).strip().rstrip("/")
-    had_scheme = "://" in raw
-    parts = urlsplit(raw if had_scheme else f"http://{raw}")
-    scheme = parts.scheme or "http"
-    hostname = parts.hostname or "127.0.0.1"
-    if hostname == "0.0.0.0":  # a bind-all address is reached through loopback
-        hostname = "127.0.0.1"
-    port = parts.port
-    if port is None:
-        port = 11434 if not had_scheme else (443 if scheme == "https" else 80)
-    shown = f"[{hostname}]" if ":" in hostname else hostname
-    return f"{scheme}://{shown}:{port}{parts.path}"
-
 
 class OllamaEngine:
     """A client for one Ollama-API server (real Ollama or llmtop's embedded engine).
 
-    host: base URL or anything `OLLAMA_HOST` accepts (see `resolve_host`).
+    host: base URL or anything `OLLAMA_HOST` accepts (`llmtop.engines.hosts`; raises
+    HostError for one that names no server).
+    proxy: the proxy requests go through (never one for a loopback host; else the
+    environment's, `NO_PROXY` included), recorded in the session log; None = direct.
     connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
@@ -88,7 +79,9 @@ class OllamaEngine:
             read_timeout_s,
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        self._client = ollama.AsyncClient(host=self.host, timeout=timeout)
+        self.proxy = proxy_for(self.host)
+        self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
+                                          proxy=self.proxy)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -240,7 +233,8 @@ async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -
     """The version an Ollama-API server at `host` (a base URL) reports at `GET /api/version`,
     or None when nothing answers with one within `timeout_s` seconds. Never raises."""
     try:
-        async with httpx.AsyncClient(base_url=host, timeout=timeout_s) as client:
+        async with httpx.AsyncClient(base_url=host, timeout=timeout_s, trust_env=False,
+                                     proxy=proxy_for(host)) as client:
             resp = await client.get("/api/version")
             if resp.status_code == 200:
                 return str(resp.json().get("version", "unknown"))

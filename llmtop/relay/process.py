@@ -8,7 +8,7 @@ exits if we die without stopping it.
 from __future__ import annotations
 
 from llmtop.engines.child import ChildServer
-from llmtop.engines.ollama import resolve_host
+from llmtop.engines.hosts import resolve_host
 
 RELAY_START_TIMEOUT_S = 30.0
 

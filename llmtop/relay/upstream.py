@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import httpx
 
+from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Peer
-from llmtop.engines.ollama import resolve_host
 from llmtop.relay.request import StreamJob
 
 CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left
