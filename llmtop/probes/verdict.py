@@ -118,6 +118,12 @@ REMEDIES: dict[Category, str] = {
 
 _JUDGED_OUT = (Category.SELF, Category.ENGINE)
 
+REMEDY_UNIDENTIFIED = (
+    "pass the engine's pid with --engine-pid PID (or `[engine] pids = [PID]` in the config file)"
+    " so its CPU is not counted as background"
+)
+"""What to do when the measured engine's processes were not identified (never "stop it")."""
+
 
 def evaluate(
     system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT
@@ -170,6 +176,7 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     if value is None or value <= t.background_cpu_warn:
         return []
     fail = value > t.background_cpu_fail
+    maybe = [a.app for a in _unidentified_engines(processes) if a.cpu_percent]
     return [
         Finding(
             "background-cpu",
@@ -177,10 +184,19 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             round(value, 1),
             t.background_cpu_fail if fail else t.background_cpu_warn,
             "% CPU (machine)",
-            f"other programs are using {value:.0f} % of the machine's CPU",
-            "close the busy applications listed below before measuring",
+            f"other programs are using {value:.0f} % of the machine's CPU"
+            + (f" (this includes {', '.join(maybe)}, which may be the measured engine)" if maybe else ""),
+            "close the busy applications listed below before measuring"
+            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
+
+
+def _unidentified_engines(processes: ProcessSample) -> list[AppUsage]:
+    """Inference engines that may be the measured one: its own pids were not identified."""
+    if processes.engine_identified:
+        return []
+    return [a for a in processes.apps if a.category is Category.INFERENCE]
 
 
 def _busy_apps(processes: ProcessSample, t: Thresholds) -> list[Finding]:
@@ -188,6 +204,8 @@ def _busy_apps(processes: ProcessSample, t: Thresholds) -> list[Finding]:
     for app in processes.apps:
         if app.category in _JUDGED_OUT or app.cpu_percent is None:
             continue
+        if app.category is Category.INFERENCE and not processes.engine_identified:
+            continue  # may be the measured engine: `_other_engines` says so, never "stop it"
         if app.cpu_percent <= t.app_cpu_warn:
             continue
         fail = app.cpu_percent > t.app_cpu_fail
@@ -306,6 +324,21 @@ def _vm_and_paging(system: SystemSample, t: Thresholds) -> list[Finding]:
 
 
 def _other_engines(processes: ProcessSample) -> list[Finding]:
+    if not processes.engine_identified:
+        return [
+            Finding(
+                "possible-engine",
+                Level.INFO,
+                app.cpu_percent,
+                None,
+                "% CPU",
+                f"an inference engine is running: {_who(app)}; it may be the measured engine,"
+                " whose processes were not identified (its CPU is counted as background)",
+                REMEDY_UNIDENTIFIED,
+            )
+            for app in processes.apps
+            if app.category is Category.INFERENCE
+        ]
     return [
         Finding(
             "other-engine",
