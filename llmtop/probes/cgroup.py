@@ -140,7 +140,9 @@ def _tightest(dirs: list[Path], read: Callable[[Path], float | int | None]) -> f
     return min(found) if found else None
 
 
-def read_limits(root: str | os.PathLike[str] = ROOT, self_cgroup: str = SELF_CGROUP) -> CgroupLimits | None:
+def read_limits(
+    root: str | os.PathLike[str] = ROOT, self_cgroup: str = SELF_CGROUP
+) -> CgroupLimits | None:
     """The CPU quota and memory limit of this process's cgroup (`root`: the cgroup mount,
     `self_cgroup`: a /proc/self/cgroup-like file; tests point both at a fake tree).
     None when there is no cgroup file system (macOS, Windows). Never raises."""
@@ -185,7 +187,7 @@ def _maybe(path: Path, parse: Callable[[str], float | int | None]) -> float | in
     return None if text is None else parse(text)
 
 
-def _int(value: float | int | None) -> int | None:
+def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
@@ -195,7 +197,9 @@ class CgroupMeter:
     clock_ns: monotonic nanoseconds (default `time.perf_counter_ns`; tests pass a fake).
     """
 
-    def __init__(self, limits: CgroupLimits, clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self, limits: CgroupLimits, clock_ns: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
         self.limits = limits
         self._clock = clock_ns
         self._prev: tuple[int, int] | None = None

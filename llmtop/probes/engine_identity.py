@@ -74,13 +74,16 @@ class EngineIdentity:
             head = "engine: not identified"
         else:
             who = f"{self.app} " if self.app else ""
-            head = f"engine: {who}pids {', '.join(map(str, sorted(self.pids)))} — {HOW_TEXT[self.how]}"
+            listing = ", ".join(map(str, sorted(self.pids)))
+            head = f"engine: {who}pids {listing} — {HOW_TEXT[self.how]}"
         return "; ".join((head, *self.notes))
 
     def finding(self) -> Finding:
         """An INFO finding: how the engine was identified, or that its CPU may be counted."""
         if self.pids or not self.local:
-            return Finding("engine-identified", Level.INFO, None, None, "", self.describe(), "nothing to do")
+            return Finding(
+                "engine-identified", Level.INFO, None, None, "", self.describe(), "nothing to do"
+            )
         return Finding(
             "engine-unidentified",
             Level.INFO,

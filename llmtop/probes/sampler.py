@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from llmtop.probes.gpu import GpuProbe, GpuSample
-from llmtop.probes.processes import PidSource, ProcessProbe, ProcessSample
+from llmtop.probes.processes import PidSource, ProbeTimeout, ProcessProbe, ProcessSample
 from llmtop.probes.system import SystemProbe, SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict, evaluate
 
@@ -177,6 +177,10 @@ class ProbeSampler:
     def _guard(what: str, fn: Callable[[], Any], errors: list[Finding]) -> Any:
         try:
             return fn()
+        except ProbeTimeout as exc:  # expected on a machine with a stuck process: no traceback
+            log.warning("%s probe gave up: %s", what, exc)
+            errors.append(_error(what, exc))
+            return None
         except Exception as exc:
             log.exception("%s probe failed", what)
             errors.append(_error(what, exc))

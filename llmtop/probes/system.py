@@ -205,7 +205,8 @@ class SystemProbe:
         if limit is not None and limit < total and self._meter is not None:
             used = self._meter.memory_used()
             total = limit
-            available = min(available, max(0, limit - used)) if used is not None else min(available, limit)
+            left = limit - used if used is not None else limit
+            available = min(available, max(0, left))
             return total, available, 100.0 * (total - available) / total
         return total, available, float(vm.percent)
 
@@ -241,7 +242,7 @@ def _temperature() -> tuple[float | None, float | None]:
     sensor reads above 0."""
     groups = _optional(getattr(psutil, "sensors_temperatures", lambda: None))
     readings = _optional(
-        lambda: [t for group in (groups or {}).values() for t in group if t.current and t.current > 0]
+        lambda: [t for ts in (groups or {}).values() for t in ts if t.current and t.current > 0]
     )
     if not readings:
         return None, None

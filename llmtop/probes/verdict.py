@@ -176,7 +176,8 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     if value is None or value <= t.background_cpu_warn:
         return []
     fail = value > t.background_cpu_fail
-    maybe = [a.app for a in _unidentified_engines(processes) if a.cpu_percent]
+    maybe = ", ".join(a.app for a in _unidentified_engines(processes) if a.cpu_percent)
+    note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""
     return [
         Finding(
             "background-cpu",
@@ -184,8 +185,7 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             round(value, 1),
             t.background_cpu_fail if fail else t.background_cpu_warn,
             "% CPU (machine)",
-            f"other programs are using {value:.0f} % of the machine's CPU"
-            + (f" (this includes {', '.join(maybe)}, which may be the measured engine)" if maybe else ""),
+            f"other programs are using {value:.0f} % of the machine's CPU{note}",
             "close the busy applications listed below before measuring"
             + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )

@@ -155,7 +155,7 @@ def test_two_engine_families_and_no_socket_user_match_is_not_identified(tmp_path
 
 
 def test_nothing_running(tmp_path: Path) -> None:
-    found = identify_engine(HOST, sources=sources(tmp_path, lambda: [], [], proc_net=""))
+    found = identify_engine(HOST, sources=sources(tmp_path, list, [], proc_net=""))
     assert found.describe() == (
         "engine: not identified; no socket listens on port 11434 in /proc/net/tcp (another"
         " namespace?); no known engine process is running"
@@ -201,3 +201,29 @@ def test_real_socket_owner_is_this_process() -> None:
         assert os.getpid() in found.pids and found.how == SOCKET_OWNER
         assert local_engine_pids(f"http://127.0.0.1:{port}") >= {os.getpid()}
     assert local_engine_pids("http://203.0.113.7:1", override=[os.getpid()]) >= {os.getpid()}
+
+
+def test_llama_cpp_python_is_an_engine_by_its_arguments() -> None:
+    from llmtop.probes.catalogue import Category, classify
+
+    rule = classify("python3", None, ["python3", "-m", "llama_cpp.server", "--model", "m.gguf"])
+    assert rule is not None and (rule.app, rule.category) == ("llama-cpp-python", Category.INFERENCE)
+
+
+def test_engine_candidates_finds_a_real_process_by_name(tmp_path: Path) -> None:
+    # A real process named llama-server (the name a process is executed under), sleeping.
+    import subprocess
+    import sys
+
+    from llmtop.probes.engine_identity import engine_candidates
+
+    link = tmp_path / "llama-server"
+    link.symlink_to(os.path.realpath(sys.executable))
+    child = subprocess.Popen([str(link), "-c", "import time; time.sleep(30)"])
+    try:
+        found = [c for c in engine_candidates() if c.pid == child.pid]
+        assert found == [Candidate(child.pid, "llama.cpp", os.geteuid())]
+        assert all(c.pid != 0 for c in engine_candidates())
+    finally:
+        child.kill()
+        child.wait(timeout=10)

@@ -32,7 +32,7 @@ Freq = SimpleNamespace
 @pytest.mark.parametrize(
     ("freq", "battery", "temps"),
     [
-        (lambda: None, lambda: None, lambda: {}),
+        (lambda: None, lambda: None, dict),
         (lambda: Freq(current=0.0, min=0.0, max=0.0), lambda: Freq(power_plugged=None), dict),
         (boom, boom, boom),
         (lambda: Freq(current=None, max=None), lambda: Freq(), lambda: {"acpi": [Freq(current=0.0, high=None)]}),

@@ -57,7 +57,10 @@ class AppsView(QuietStatic):
     """Shows `apps_text` of the latest probe sample."""
 
     def show(
-        self, processes: ProcessSample | None, cost_ms: float | None = None, stale_s: float | None = None
+        self,
+        processes: ProcessSample | None,
+        cost_ms: float | None = None,
+        stale_s: float | None = None,
     ) -> None:
         """Render one sample's process part (`stale_s`: see `apps_text`)."""
         self.set_text(apps_text(processes, cost_ms, stale_s))

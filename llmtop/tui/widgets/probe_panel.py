@@ -63,7 +63,8 @@ class ProbePanel(VerticalScroll):
         if self._shown_ns is None:
             return None
         age = ((now_ns if now_ns is not None else time.perf_counter_ns()) - self._shown_ns) / 1e9
-        self.border_title = f"machine — stale, {age:.0f} s old" if age > STALE_AFTER_S else "machine"
+        stale = age > STALE_AFTER_S
+        self.border_title = f"machine — stale, {age:.0f} s old" if stale else "machine"
         return age
 
     @property
