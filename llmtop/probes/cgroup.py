@@ -35,6 +35,8 @@ class CgroupLimits:
     version: 1 or 2. cpus: CPU quota in CPUs (quota / period, 2.0 = two full cores), None when
     unlimited. memory_bytes: memory limit, None when unlimited. cpu_dir / memory_dir: the
     cgroup directories whose usage counters `CgroupMeter` reads (None when not found).
+    problems: limit files that exist but could not be parsed ("…/cpu.max: expected …"); the
+    limit they hold is then unknown, which the verdict says (never a silent guess).
     """
 
     version: int
@@ -42,6 +44,7 @@ class CgroupLimits:
     memory_bytes: int | None
     cpu_dir: Path | None = None
     memory_dir: Path | None = None
+    problems: tuple[str, ...] = ()
 
     @property
     def limited(self) -> bool:
@@ -128,12 +131,17 @@ def _chain(mount: Path, own: str | None) -> list[Path]:
     return chain
 
 
-def _tightest(dirs: list[Path], read: Callable[[Path], float | int | None]) -> float | int | None:
+def _tightest(
+    dirs: list[Path], read: Callable[[Path], float | int | None], problems: list[str]
+) -> float | int | None:
+    """The smallest limit over `dirs`; a value that cannot be parsed is skipped and named in
+    `problems` (the caller turns it into a finding rather than guessing silently)."""
     found = []
     for d in dirs:
         try:
             value = read(d)
-        except ValueError:
+        except ValueError as exc:
+            problems.append(str(exc))
             value = None
         if value is not None:
             found.append(value)
@@ -148,21 +156,25 @@ def read_limits(
     None when there is no cgroup file system (macOS, Windows). Never raises."""
     base = Path(root)
     own = _own_paths(self_cgroup)
+    bad: list[str] = []
     if (base / "cgroup.controllers").is_file():
         dirs = _chain(base, own.get(""))
-        cpus = _tightest(dirs, lambda d: _maybe(d / "cpu.max", parse_cpu_max))
-        mem = _tightest(dirs, lambda d: _maybe(d / "memory.max", parse_memory_limit))
-        return CgroupLimits(2, cpus, _int(mem), dirs[0], dirs[0])
+        cpus = _tightest(dirs, lambda d: _maybe(d / "cpu.max", parse_cpu_max), bad)
+        mem = _tightest(dirs, lambda d: _maybe(d / "memory.max", parse_memory_limit), bad)
+        return CgroupLimits(2, cpus, _int(mem), dirs[0], dirs[0], tuple(bad))
     cpu_mount, mem_mount = _v1_mount(base, "cpu"), _v1_mount(base, "memory")
     if cpu_mount is None and mem_mount is None:
         return None
     cpu_dirs = _chain(cpu_mount, own.get("cpu")) if cpu_mount else []
     mem_dirs = _chain(mem_mount, own.get("memory")) if mem_mount else []
-    cpus = _tightest(cpu_dirs, _v1_quota)
-    mem = _tightest(mem_dirs, lambda d: _maybe(d / "memory.limit_in_bytes", parse_memory_limit))
+    cpus = _tightest(cpu_dirs, _v1_quota, bad)
+    mem = _tightest(
+        mem_dirs, lambda d: _maybe(d / "memory.limit_in_bytes", parse_memory_limit), bad
+    )
     acct = _v1_mount(base, "cpuacct")
     acct_dir = _chain(acct, own.get("cpuacct"))[0] if acct else None
-    return CgroupLimits(1, cpus, _int(mem), acct_dir, mem_dirs[0] if mem_dirs else None)
+    mem_dir = mem_dirs[0] if mem_dirs else None
+    return CgroupLimits(1, cpus, _int(mem), acct_dir, mem_dir, tuple(bad))
 
 
 def _v1_mount(base: Path, controller: str) -> Path | None:
@@ -179,12 +191,25 @@ def _v1_mount(base: Path, controller: str) -> Path | None:
 
 def _v1_quota(d: Path) -> float | None:
     quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-    return parse_cfs(quota, period) if quota is not None and period is not None else None
+    if quota is None or period is None:
+        return None
+    try:
+        return parse_cfs(quota, period)
+    except ValueError:
+        raise ValueError(f"{d}/cpu.cfs_quota_us, cpu.cfs_period_us: cannot parse "
+                         f"{quota.strip()!r} / {period.strip()!r}") from None
 
 
 def _maybe(path: Path, parse: Callable[[str], float | int | None]) -> float | int | None:
+    """`parse` of the file's text; None when it cannot be read. Raises ValueError naming the
+    file and its content when the text is not what the kernel writes there."""
     text = _read(path)
-    return None if text is None else parse(text)
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except ValueError:
+        raise ValueError(f"{path}: cannot parse {text.strip()!r}") from None
 
 
 def _int(value: float | None) -> int | None:

@@ -54,6 +54,7 @@ class SystemSample:
         `sensors_temperatures`); None where the OS exposes no sensors (VMs, macOS, Windows).
     cpu_quota: the cgroup CPU quota in CPUs; memory_limit: the cgroup memory limit in bytes
         (both None outside a limited container; then mem_total is the host's).
+    limit_problems: cgroup limit files that could not be parsed (`CgroupLimits.problems`).
     """
 
     cpu_percent: float | None
@@ -76,6 +77,7 @@ class SystemSample:
     temperature_high_c: float | None = None
     cpu_quota: float | None = None
     memory_limit: int | None = None
+    limit_problems: tuple[str, ...] = ()
 
 
 def logical_cpus() -> int:
@@ -167,7 +169,8 @@ class SystemProbe:
         per_cpu = psutil.cpu_percent(interval=None, percpu=True)
         primed, self._primed = self._primed, True
         if self._meter is not None and self._meter.limits.cpus is not None:
-            total = self._meter.cpu_percent()  # of the quota; None when the counter is unreadable
+            quota_percent = self._meter.cpu_percent()  # None: first call or counter unreadable
+            total = quota_percent if quota_percent is not None else total
         mem_total, mem_available, mem_percent = self._memory()
         sw = _swap()
         freq, freq_max = _freq()
@@ -194,6 +197,7 @@ class SystemProbe:
             temperature_high_c=temp_high,
             cpu_quota=self._limits.cpus if self._limits else None,
             memory_limit=self._limits.memory_bytes if self._limits else None,
+            limit_problems=self._limits.problems if self._limits else (),
         )
 
     def _memory(self) -> tuple[int, int, float]:

@@ -155,6 +155,7 @@ def evaluate(
     findings += _frequency(system, t)
     findings += _vm_and_paging(system, t)
     findings += _other_engines(processes)
+    findings += _container(system)
     return Verdict.of(findings)
 
 
@@ -352,3 +353,27 @@ def _other_engines(processes: ProcessSample) -> list[Finding]:
         for app in processes.apps
         if app.category is Category.INFERENCE
     ]
+
+
+def _container(system: SystemSample) -> list[Finding]:
+    """INFO: the cgroup limits the percentages are relative to, and limits that could not be
+    read (then the host's size is used, and the finding says so)."""
+    out = []
+    cpus, mem = system.cpu_quota, system.memory_limit
+    if cpus is not None or mem is not None:
+        parts = [f"{cpus:.1f} CPUs" if cpus is not None else "no CPU quota"]
+        parts.append(f"memory limit {mem / 1024**3:.3g} GiB" if mem is not None else "no memory limit")
+        out.append(Finding(
+            "container-limits", Level.INFO, cpus, None, "CPUs",
+            f"running under cgroup limits ({', '.join(parts)}): CPU and memory figures are"
+            " percentages of these limits, not of the host",
+            "nothing to do",
+        ))
+    for problem in system.limit_problems:
+        out.append(Finding(
+            "container-limits-unknown", Level.INFO, None, None, "",
+            f"a container limit could not be read ({problem}): figures use the host's size"
+            " for it",
+            "nothing to do; if llmtop runs in a container, report this with the file's content",
+        ))
+    return out

@@ -13,9 +13,11 @@ import llmtop, and when the machine is NOISY for reasons of its own (other busy 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout whose llmtop is teste
 TRIES = 3
 
 FAKE_OLLAMA = """
-import http.server, json, subprocess, sys
+import http.server, json, signal, subprocess, sys
 port, runner = int(sys.argv[1]), sys.argv[2]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so `finally` stops the runner
 child = subprocess.Popen([runner, "-c", "while True: pass"])  # the busy runner, named ollama
 REPLIES = {"/api/version": {"version": "0.0.0-fake"}, "/api/ps": {"models": []}}
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -97,6 +100,7 @@ def engine(shared_dir: Path) -> Iterator[dict[str, Any]]:
     server = subprocess.Popen(
         [str(link), str(script), str(port), str(link)], stdout=subprocess.PIPE, text=True
     )
+    runner = None
     try:
         assert server.stdout is not None
         runner = int(server.stdout.readline())
@@ -106,6 +110,9 @@ def engine(shared_dir: Path) -> Iterator[dict[str, Any]]:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        if runner is not None:  # never leave a core-burning runner behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signal.SIGKILL)
 
 
 def _wait_listening(host: str) -> None:

@@ -227,3 +227,31 @@ def test_engine_candidates_finds_a_real_process_by_name(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
+def test_psutil_hiding_the_owner_real_proc_net(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real listener; psutil patched to hide its owner as Linux does for another user's
+    # socket (pid=None). The socket's real uid comes from the real /proc/net/tcp.
+    from llmtop.probes import engine_identity
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        hidden = [conn(None, port)]
+        monkeypatch.setattr(psutil, "net_connections", lambda kind="inet": hidden)
+        me = Candidate(os.getpid(), "Ollama", os.geteuid())
+        other_user = Candidate(4_000_000, "llama.cpp", os.geteuid() + 1)
+        monkeypatch.setattr(engine_identity, "engine_candidates", lambda: [me, other_user])
+        found = identify_engine(f"http://127.0.0.1:{port}")
+        assert (found.how, found.app, found.notes) == (
+            SOCKET_USER, "Ollama", ("socket owner not visible to this user",)
+        )
+        assert os.getpid() in found.pids and 4_000_000 not in found.pids
+
+        def denied(kind: str = "inet") -> Any:
+            raise psutil.AccessDenied()  # macOS without root
+
+        monkeypatch.setattr(psutil, "net_connections", denied)
+        assert identify_engine(f"http://127.0.0.1:{port}").how == SOCKET_USER

@@ -166,3 +166,24 @@ def test_system_probe_uses_the_container_size(tmp_path: Path) -> None:
     assert first.logical_cpus == 2
     write(root, {"docker/abc/cpu.stat": "usage_usec 1000000\n"})  # no CPU used since
     assert probe.sample().cpu_percent == 0.0
+
+
+def test_unparsable_limit_is_named_in_a_finding(tmp_path: Path) -> None:
+    from llmtop.probes.processes import group
+    from llmtop.probes.verdict import Level, evaluate
+
+    root = tmp_path / "odd"
+    write(root, {"cgroup.controllers": "", "cpu.max": "lots 100000\n", "memory.max": "2147483648\n"})
+    limits = read_limits(root, str(tmp_path / "none"))
+    assert limits is not None and (limits.cpus, limits.memory_bytes) == (None, 2 * GIB)
+    assert limits.problems == (f"{root}/cpu.max: cannot parse 'lots 100000'",)
+    probe = SystemProbe(limits)
+    probe.sample()
+    found = {f.code: f for f in evaluate(probe.sample(), group([])).findings}
+    assert found["container-limits"].level is Level.INFO
+    assert found["container-limits"].message.startswith(
+        "running under cgroup limits (no CPU quota, memory limit 2 GiB)"
+    )
+    unknown = found["container-limits-unknown"]
+    assert unknown.level is Level.INFO
+    assert unknown.message.startswith(f"a container limit could not be read ({root}/cpu.max:")
