@@ -17,9 +17,8 @@ import asyncio
 import random
 import statistics
 import sys
-import time
 
-from llmtop.engines.launcher import EmbeddedProcess
+from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.sampler import ProbeSampler
 from llmtop.sessions.prompts import PromptGenerator
@@ -53,7 +52,7 @@ async def main(args: argparse.Namespace) -> int:
                     sampler.start()
                     # past its first (warm-up) sample, at a random phase: in a real session the
                     # samples fall anywhere in a request, not always at its start
-                    time.sleep(args.interval * (1 + random.random()))
+                    await asyncio.sleep(args.interval * (1 + random.random()))
                 result = await one(engine, prompts.make(40), options)
                 if watched:
                     sampler.stop()

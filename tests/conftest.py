@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmtop.engines.child import ChildServer
-from llmtop.engines.launcher import EmbeddedProcess
+from llmtop.engines.child import ChildServer, EmbeddedProcess
 
 MODEL = "gemma3:270m"
 

@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import sys
 
-from llmtop.engines.launcher import connect, connect_exit_code
-from llmtop.engines.ollama import EngineError
+from llmtop.connect import connect
+from llmtop.engines.base import EngineError
+from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
+from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
-from llmtop.sessions.prompts import CalibrationError
 from llmtop.sessions.report import build, render
 
 
@@ -50,7 +51,7 @@ async def _bench(args: argparse.Namespace) -> int:
         conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return connect_exit_code(exc.failure.kind)
+        return exit_code_for(exc.failure.kind)
     try:
         try:
             runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
@@ -84,8 +85,9 @@ async def _bench(args: argparse.Namespace) -> int:
     return ExitCode.NOISY if outcome.analysis.contaminated else ExitCode.OK
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """Entry point of `llmtop bench`; returns an ExitCode."""
+def main(args: argparse.Namespace) -> int:
+    """`llmtop bench`: check the flags, run the protocol, print the report; returns an
+    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
@@ -99,36 +101,4 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
-    from llmtop.probes.config import load_thresholds
-
-    try:
-        load_thresholds()  # a bad config file fails now, before any engine starts
-    except ConfigError as exc:
-        print(f"llmtop bench: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
     return asyncio.run(_bench(args))
-
-
-def run_report(args: argparse.Namespace) -> int:
-    """Entry point of `llmtop report`: render a session log; returns an ExitCode."""
-    from llmtop.sessions.log import read_log
-
-    try:
-        log = read_log(args.log_file)
-        text = render(build(log), args.format)
-    except LogError as exc:
-        print(f"llmtop report: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    for warning in log.warnings:
-        print(f"llmtop report: {args.log_file}: {warning}", file=sys.stderr)
-    if args.out:
-        try:
-            with open(args.out, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            print(f"llmtop report: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return ExitCode.USAGE
-    else:
-        sys.stdout.write(text)
-    return ExitCode.OK
-

@@ -5,11 +5,9 @@ When an Ollama-API engine answers at --host / $OLLAMA_HOST within 0.5 s, its loa
 (`/api/ps`) add findings and its local processes count as the measured engine, not as
 background load; when none answers, the output says "no engine checked" (not an error).
 
-Exit status (`PreflightExit`): 0 QUIET, 1 NOISY, 2 could not check (bad config file, bad
+Exit status (`PreflightExit`, values of `ExitCode`): 0 QUIET, 1 NOISY, 2 could not check (bad
+config file, bad
 --duration, no usable probe sample, an engine whose /api/ps cannot be read).
-
-This module imports only the standard library at import time, so the CLI can call
-`add_arguments` while building its parser without loading the probes.
 """
 
 from __future__ import annotations
@@ -18,39 +16,29 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from dataclasses import replace
+from typing import Any, TextIO
 
-if TYPE_CHECKING:
-    from llmtop.probes.preflight import PreflightResult
-    from llmtop.probes.verdict import Finding
+from llmtop.engines.ollama import OllamaEngine, ollama_version, resolve_host
+from llmtop.probes.catalogue import Category
+from llmtop.probes.config import ConfigError, config_path, load_thresholds
+from llmtop.probes.engine_state import CouldNotCheck, engine_findings, local_engine_pids
+from llmtop.probes.preflight import (
+    DEFAULT_INTERVAL_S,
+    PreflightExit,
+    PreflightResult,
+    aggregate,
+    collect_samples,
+)
+from llmtop.probes.verdict import Finding
 
 PROG = "llmtop preflight"
 TOP_APPS = 5  # busiest apps listed in text mode
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The preflight options (shared by the llmtop CLI and `python -m llmtop.commands.preflight`)."""
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--host", help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
-    parser.add_argument("--model", help="the model tag you will measure (for the engine checks)")
-
-
-def run_preflight_command(args: argparse.Namespace) -> int:
-    """Run preflight from parsed arguments (`duration`, `json`, `host`, `model`; optional
+def main(args: argparse.Namespace) -> int:
+    """`llmtop preflight` from parsed arguments (`duration`, `json`, `host`, `model`; optional
     `interval`); print the result; return the exit code (`PreflightExit`)."""
-    from llmtop.engines.launcher import ollama_version
-    from llmtop.engines.ollama import resolve_host
-    from llmtop.probes.config import ConfigError, config_path, load_thresholds
-    from llmtop.probes.engine_state import local_engine_pids
-    from llmtop.probes.preflight import (
-        DEFAULT_INTERVAL_S,
-        PreflightExit,
-        aggregate,
-        collect_samples,
-    )
-
     as_json = bool(getattr(args, "json", False))
     duration = float(args.duration)
     interval = float(getattr(args, "interval", None) or DEFAULT_INTERVAL_S)
@@ -97,9 +85,6 @@ def run_preflight_command(args: argparse.Namespace) -> int:
 
 async def _engine_state(host: str, model: str | None, gpu_present: bool | None) -> list[Finding] | str:
     """The engine findings, or the reason they could not be read."""
-    from llmtop.engines.ollama import OllamaEngine
-    from llmtop.probes.engine_state import CouldNotCheck, engine_findings
-
     engine = OllamaEngine(host, connect_timeout_s=2.0, read_timeout_s=5.0)
     try:
         found = await engine_findings(engine, model, gpu_present=gpu_present)
@@ -109,20 +94,14 @@ async def _engine_state(host: str, model: str | None, gpu_present: bool | None) 
 
 
 def _with_error(result: PreflightResult, error: str) -> PreflightResult:
-    from dataclasses import replace
-
     return replace(result, error=error, quiet=False)
 
 
 def _with_extra(result: PreflightResult, extra: dict[str, Any]) -> PreflightResult:
-    from dataclasses import replace
-
     return replace(result, extra={**result.extra, **extra})
 
 
 def _cannot_check(reason: str, as_json: bool) -> int:
-    from llmtop.probes.preflight import PreflightExit
-
     code = PreflightExit.CANNOT_CHECK
     if as_json:
         print(json.dumps({"verdict": "CANNOT CHECK", "quiet": False, "exit_code": int(code), "error": reason}))
@@ -181,25 +160,8 @@ def print_result(
 
 
 def _label(app: Any) -> str:
-    from llmtop.probes.catalogue import Category
-
     if app.category is Category.SELF:
         return f"{app.app} (this check)"
     if app.category is Category.ENGINE:
         return f"{app.app} (measured engine)"
     return str(app.app)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m llmtop.commands.preflight [options]` (the same as `llmtop preflight`)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_arguments(parser)
-    try:
-        return run_preflight_command(parser.parse_args(argv))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,29 +8,26 @@ import json
 import sys
 from typing import Any
 
-from llmtop.engines.events import FailureKind, Status, StreamEvent
-from llmtop.engines.launcher import Connection, connect, connect_exit_code
-from llmtop.engines.ollama import EngineError
+from llmtop.connect import connect
+from llmtop.engines.base import EngineError
+from llmtop.engines.connection import Connection
+from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
+from llmtop.probes.sampler import ProbeSampler
 from llmtop.sessions.log import LogError
+from llmtop.sessions.options import GenerationOptions
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
 
-_EXIT_FOR_FAILURE = {
-    FailureKind.UNREACHABLE: ExitCode.ENGINE_UNREACHABLE,
-    FailureKind.MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
-    FailureKind.BAD_REQUEST: ExitCode.USAGE,
-}
-
-
-def exit_code_for(result: RequestResult) -> ExitCode:
-    """OK for a completed generation; otherwise the code that names what failed."""
+def result_exit_code(result: RequestResult) -> ExitCode:
+    """OK for a completed generation; otherwise the code that names what failed
+    (`exit_code_for` its failure; REQUEST_FAILED when it ended without one)."""
     if result.status == Status.OK:
         return ExitCode.OK
     if result.failure is not None:
-        return _EXIT_FOR_FAILURE.get(result.failure.kind, ExitCode.REQUEST_FAILED)
+        return exit_code_for(result.failure.kind)
     return ExitCode.REQUEST_FAILED
 
 
@@ -89,17 +86,14 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from llmtop.cli import generation_options
-    from llmtop.probes.sampler import ProbeSampler
-
     try:
         conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return connect_exit_code(exc.failure.kind)
+        return exit_code_for(exc.failure.kind)
     try:
         try:
-            recorder = SessionRecorder(conn, generation_options(args), args.log)
+            recorder = SessionRecorder(conn, GenerationOptions.from_flags(args).to_ollama(), args.log)
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
@@ -135,21 +129,16 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"log           {recorder.log.path}")
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
-        return exit_code_for(result)
+        return result_exit_code(result)
     finally:
         await conn.close()
 
 
-def run_headless(args: argparse.Namespace) -> int:
-    """Entry point of `llmtop run`; returns an ExitCode."""
-    from llmtop.probes.config import ConfigError, load_thresholds
-
-    try:
-        args.thresholds = load_thresholds()
-    except ConfigError as exc:
-        print(f"llmtop: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+def main(args: argparse.Namespace) -> int:
+    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode.
+    `args.thresholds` (the loaded config) is set by the CLI."""
     if not args.prompt.strip():
-        print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the sky blue?'", file=sys.stderr)
+        print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the "
+              "sky blue?'", file=sys.stderr)
         return ExitCode.USAGE
     return asyncio.run(_run(args))

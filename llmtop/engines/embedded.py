@@ -1,7 +1,7 @@
 """The embedded engine: llama.cpp behind Ollama's native HTTP API (Starlette + uvicorn).
 
 `llmtop engine` serves this app; `llmtop` starts it as a child process when no Ollama answers.
-Shapes follow Ollama (protocols.md §1): NDJSON streams, `{"error": ...}` bodies, omitted zero
+As Ollama (docs/protocols.md, "Ollama native API"): NDJSON, `{"error": ...}` bodies, omitted zero
 statistics, headers sent with the first chunk (so an error before any text is a real HTTP
 status), a final `{"error": ...}` line for a failure after streaming began.
 

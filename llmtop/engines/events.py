@@ -2,7 +2,7 @@
 
 An engine stamps each chunk with `time.perf_counter_ns()` the moment the chunk is available
 (its line complete and parsed), before any UI work, and yields a `StreamEvent`. The UI only
-displays events; it never measures (architecture.md, "Stamp at the source").
+displays events; it never measures (docs/architecture.md, "Stamping at the source").
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
+
+from llmtop.exitcodes import ExitCode
 
 # Ollama's final-chunk statistics (api/types.go `Metrics`). Durations are nanoseconds,
 # counts are tokens. Every field is `omitempty` in Ollama: absent means "zero or unknown",
@@ -122,3 +124,22 @@ class StreamEvent:
     def has_text(self) -> bool:
         """True when the chunk carries non-empty content or thinking text (TTFT counts these)."""
         return bool(self.content or self.thinking)
+
+
+def exit_code_for(kind: FailureKind) -> ExitCode:
+    """The one map from why something failed to what the process reports (README.md, "Exit
+    codes"). Used by `run`, `bench` and the TUI for connecting and for requests alike:
+
+    UNREACHABLE (nothing answers; a child engine that failed to start) → ENGINE_UNREACHABLE;
+    MODEL_NOT_FOUND → MODEL_NOT_FOUND; BAD_REQUEST (a bad --model-path, an unknown --engine,
+    a request the server refused) → USAGE; everything else (a read timeout after connecting,
+    an error mid-stream, a truncated stream, a protocol error) → REQUEST_FAILED.
+    """
+    return _EXIT_FOR_KIND.get(kind, ExitCode.REQUEST_FAILED)
+
+
+_EXIT_FOR_KIND = {
+    FailureKind.UNREACHABLE: ExitCode.ENGINE_UNREACHABLE,
+    FailureKind.MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
+    FailureKind.BAD_REQUEST: ExitCode.USAGE,
+}

@@ -4,7 +4,7 @@ This is the part of the embedded engine that touches the model; `embedded.py` pu
 HTTP API in front of it. Everything here is blocking and must run off the event loop.
 
 Timings come from llama.cpp's own perf counters (`llama_perf_context`, reset before each
-request), mapped to Ollama's fields (protocols.md §5.2):
+request), mapped to Ollama's fields (docs/protocols.md, "llama.cpp timings"):
 
 * `prompt_eval_duration` = `t_p_eval_ms` (multi-token decodes: the prompt batch).
 * `eval_duration` = `t_eval_ms` (single-token decodes: one per generated token after the

@@ -2,7 +2,7 @@
 
 Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
 Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
-chunk (after its JSON line is parsed, before any UI work: ~4 µs of parsing, protocols.md §2.5).
+chunk (JSON line parsed, before any UI work: ~4 µs; docs/protocols.md, "The ollama Python client").
 
 Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
 message and remedy — connection refused, unknown model (with the installed ones listed), an
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +23,7 @@ import httpx
 import ollama
 import pydantic
 
+from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
@@ -36,7 +36,7 @@ DEFAULT_READ_TIMEOUT_S = 300.0
 def resolve_host(host: str | None = None) -> str:
     """The base URL to talk to: `host`, else `$OLLAMA_HOST`, else http://127.0.0.1:11434.
 
-    Follows Ollama's rules (protocols.md §1.1): scheme optional (http by default), a bare host
+    Ollama's rules (docs/protocols.md, "Addresses and framing"): scheme optional (http), a bare host
     gets port 11434, an explicit `http://host` without port means port 80, `https://` 443.
     Returns e.g. "http://127.0.0.1:11434" (no trailing slash).
     """
@@ -52,46 +52,6 @@ def resolve_host(host: str | None = None) -> str:
         port = 11434 if not had_scheme else (443 if scheme == "https" else 80)
     shown = f"[{hostname}]" if ":" in hostname else hostname
     return f"{scheme}://{shown}:{port}{parts.path}"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    """What the engine says about a model (`/api/show` + `/api/ps`), for headers and logs.
-
-    parameter_size e.g. "268.10M"; quantization e.g. "Q4_K_M"; sizes in bytes (None when the
-    model is not loaded); context_length in tokens as allocated by the runner.
-    """
-
-    name: str
-    family: str | None = None
-    parameter_size: str | None = None
-    quantization: str | None = None
-    format: str | None = None
-    size: int | None = None
-    size_vram: int | None = None
-    context_length: int | None = None
-    model_info: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field."""
-        return {
-            "name": self.name,
-            "family": self.family,
-            "parameter_size": self.parameter_size,
-            "quantization": self.quantization,
-            "format": self.format,
-            "size": self.size,
-            "size_vram": self.size_vram,
-            "context_length": self.context_length,
-        }
-
-
-class EngineError(Exception):
-    """A non-streaming call failed; `failure` says what happened and what to do."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(str(failure))
-        self.failure = failure
 
 
 class OllamaEngine:
@@ -290,6 +250,11 @@ class OllamaEngine:
         except Exception as exc:
             raise EngineError(self._transport_failure(exc)) from exc
 
+    async def ps(self) -> Any:
+        """The loaded models (`GET /api/ps`, the ollama client's `ProcessResponse`). Raises
+        what the client raises (ollama.ResponseError, httpx errors)."""
+        return await self._client.ps()
+
     async def list_models(self) -> list[str]:
         """Installed model names (`GET /api/tags`). Raises EngineError."""
         listing = await self._call(self._client.list())
@@ -325,3 +290,19 @@ class OllamaEngine:
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
         )
+
+
+OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms
+
+
+async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -> str | None:
+    """The version an Ollama-API server at `host` (a base URL) reports at `GET /api/version`,
+    or None when nothing answers with one within `timeout_s` seconds. Never raises."""
+    try:
+        async with httpx.AsyncClient(base_url=host, timeout=timeout_s) as client:
+            resp = await client.get("/api/version")
+            if resp.status_code == 200:
+                return str(resp.json().get("version", "unknown"))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return None

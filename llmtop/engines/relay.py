@@ -3,7 +3,7 @@
 `RelayEngine` has the same interface as `OllamaEngine` where llmtop uses one (`name`, `host`,
 `stream_chat`, `stream_generate`, `list_models`, `model_info`, `version`, `aclose`), so the
 TUI and the bench can measure a model *through* the relay exactly as they measure it
-directly, and the difference is the relay's cost (method.md, "Server-layer overhead").
+directly, and the difference is the relay's cost (docs/method.md, "Server-layer overhead").
 
 Each SSE event is stamped with `perf_counter_ns()` the moment it is complete (blank line
 read) and its JSON parsed — the same point at which `OllamaEngine` stamps an NDJSON chunk.

@@ -1,7 +1,7 @@
 """Validation of Ollama API request bodies for the embedded engine.
 
 Each check raises `BadRequest` with a message that names the field and what was wrong, which
-the server returns as HTTP 400 `{"error": "..."}` (Ollama's error shape, protocols.md §1.7).
+the server returns as HTTP 400 `{"error": "..."}` (Ollama's shape: docs/protocols.md, "Errors").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the engine itself says is loaded (Ollama's `GET /api/ps`) → findings.
 
 Every figure here comes from `/api/ps` (`SOURCE`), which reports per loaded model its `size`
-(bytes it occupies) and `size_vram` (bytes of that in GPU memory); method.md rule 9 asks to
+(bytes it holds) and `size_vram` (bytes in VRAM); docs/method.md, "GPU and memory figures", asks to
 say which tool each memory figure came from, so every message ends with "(from /api/ps)".
 
 Findings:
@@ -35,10 +35,14 @@ GB = 1e9  # Ollama's own `ollama ps` prints decimal GB
 
 
 class EngineLike(Protocol):
-    """What `engine_findings` needs of `OllamaEngine`: its host and its ollama client."""
+    """What `engine_findings` needs of an engine client (`OllamaEngine` fits): its base URL
+    and its `GET /api/ps` answer (any object or dict with a `models` list)."""
 
     host: str
-    _client: Any
+
+    async def ps(self) -> Any:
+        """The engine's `/api/ps` answer. May raise anything: that is "could not check"."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +117,14 @@ async def engine_findings(
     gpu_present: bool | None = None,
     timeout_s: float = PS_TIMEOUT_S,
 ) -> list[Finding] | CouldNotCheck:
-    """Findings about the engine's loaded models (`GET /api/ps` through `engine._client.ps()`).
+    """Findings about the engine's loaded models (`GET /api/ps` through `engine.ps()`).
 
     model: the tag that will be measured (None: not named). gpu_present: whether the machine
     has a GPU the engine could use (None: unknown). Returns `CouldNotCheck` — never raises —
     when `/api/ps` does not answer within `timeout_s` or its reply cannot be read.
     """
     try:
-        payload = await asyncio.wait_for(engine._client.ps(), timeout_s)
+        payload = await asyncio.wait_for(engine.ps(), timeout_s)
         loaded = parse_ps(payload)
     except Exception as exc:  # noqa: BLE001 - any failure means "could not check"
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -6,7 +6,7 @@ every second and said which tool each VRAM figure came from; `GpuSample.source` 
 never an exception. NVML is initialised once per process and left initialised (nvmlInit is
 reference-counted and cheap to keep); repeat samples reuse the device handles.
 
-GPU utilisation 100 % is busy time, not efficiency (method.md): it does not mean "cannot go
+Utilisation 100 % is busy time, not efficiency (docs/method.md, "GPU utilisation"), not "cannot go
 faster".
 """
 

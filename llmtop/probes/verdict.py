@@ -1,6 +1,6 @@
 """Findings about the machine → QUIET or NOISY. Pure: plain samples in, plain findings out.
 
-Each `Finding` carries its remedy (architecture.md principle 4, after pyperf's system checks
+A `Finding` carries its remedy (docs/architecture.md, "Findings carry their remedy"; cf. pyperf
 and hyperfine's warnings); the probe panel, `preflight` and reports render the same findings.
 Thresholds live in `Thresholds`, each with the source it comes from.
 """

@@ -2,7 +2,7 @@
 Ollama-API server, so the cost of such a server layer can be measured instead of guessed.
 
 The source document put a FastAPI SSE relay in front of Ollama and measured its cost as
-17.8 ms of an 813.9 ms TTFT (method.md, "Server-layer overhead"). This relay is the same
+17.8 ms of an 813.9 ms TTFT (docs/method.md, "Server-layer overhead"). This relay is the same
 shape, built to add as little as possible (target: ≤ 1 ms median TTFT on loopback) and to say
 what it adds: every event carries the relay's own receive stamp.
 

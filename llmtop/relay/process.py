@@ -1,122 +1,21 @@
-"""`llmtop relay`: serve the relay (blocking), or run it as a child process (`RelayProcess`).
+"""The relay as a child process (`RelayProcess`), the way llmtop starts one for `--via relay`.
 
-`serve_relay(args)` is the command: it binds loopback unless told otherwise (and warns when
-told otherwise), fixes the upstream at start, and — like `llmtop engine` — exits when the
-process given as `--parent-pid` is gone. Without `--upstream` it uses Ollama at
-`$OLLAMA_HOST`/127.0.0.1:11434 when that answers within 0.5 s, else it starts the embedded
-engine as its own child process and stops it on exit.
+It runs `python -m llmtop relay --host 127.0.0.1 --port P --upstream U --parent-pid PID` (the
+same code as the `llmtop relay` command, `llmtop.commands.relay`), logs to `log_path`, and
+exits if we die without stopping it.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import signal
-import sys
-
-from llmtop.engines.child import ChildServer, port_problem
-from llmtop.engines.ollama import EngineError, resolve_host
-from llmtop.exitcodes import ExitCode
+from llmtop.engines.child import ChildServer
+from llmtop.engines.ollama import resolve_host
 
 RELAY_START_TIMEOUT_S = 30.0
-DEFAULT_PORT = 8000
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def add_relay_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `llmtop relay` flags: --host, --port, --upstream, --parent-pid (hidden)."""
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="bind address (default 127.0.0.1; anything else is reachable from other machines)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--upstream",
-                        help="the Ollama-API server to relay (default: Ollama at $OLLAMA_HOST or "
-                             "127.0.0.1:11434 if it answers, else the embedded engine started for you)")
-    parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
-
-
-def serve_relay(args: argparse.Namespace) -> int:
-    """Serve the relay on args.host:args.port in front of args.upstream (blocks).
-
-    Returns an ExitCode: OK after a normal stop (SIGTERM or Ctrl+C included), USAGE when the
-    port cannot be bound, ENGINE_UNREACHABLE when no upstream was given and the embedded
-    engine failed to start.
-    """
-    from llmtop.engines.serve import _watch_parent
-
-    host, port = args.host, args.port
-    problem = port_problem(host, port)
-    if problem is not None:
-        print(f"llmtop relay: cannot listen on {host}:{port} ({problem}); pick another --port",
-              file=sys.stderr)
-        return ExitCode.USAGE
-    if host not in LOOPBACK:
-        print(f"llmtop relay: WARNING: listening on {host}, reachable beyond this machine; "
-              "anyone who can reach it can make the upstream generate", file=sys.stderr)
-    if args.parent_pid:
-        _watch_parent(args.parent_pid)
-
-    # SIGTERM is the normal way to stop the relay (RelayProcess.stop, the parent watcher).
-    # uvicorn shuts down gracefully on it and then re-raises it with the handler that was in
-    # place before; with this one the process leaves through `_serve`'s `finally` (stopping
-    # an embedded engine it started) and exits 0, instead of dying of the default action.
-    def _terminated(_signum: int, _frame: object) -> None:
-        raise SystemExit(ExitCode.OK)
-
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        return _serve(args.upstream, host, port)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _serve(upstream_arg: str | None, host: str, port: int) -> int:
-    import uvicorn
-
-    from llmtop.engines.launcher import EmbeddedProcess, ollama_version
-    from llmtop.relay.server import create_app
-
-    engine: EmbeddedProcess | None = None
-    try:
-        if upstream_arg:
-            upstream = resolve_host(upstream_arg)
-            if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
-                print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
-                      "get an error event until it does", file=sys.stderr)
-        else:
-            upstream = resolve_host(None)
-            if asyncio.run(ollama_version(upstream)) is None:
-                print(f"llmtop relay: no Ollama at {upstream}; starting the embedded engine…",
-                      file=sys.stderr, flush=True)
-                engine = EmbeddedProcess()
-                try:
-                    asyncio.run(engine.start())
-                except EngineError as exc:
-                    print(f"llmtop relay: {exc}", file=sys.stderr)
-                    return ExitCode.ENGINE_UNREACHABLE
-                upstream = engine.host
-        shown = f"[{host}]" if ":" in host else host
-        print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr, flush=True)
-        uvicorn.run(
-            create_app(upstream),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        return ExitCode.OK
-    finally:
-        if engine is not None:
-            engine.stop()
 
 
 class RelayProcess(ChildServer):
-    """The relay as a child process on a loopback port, in front of `upstream`.
-
-    Runs `python -m llmtop.relay --host 127.0.0.1 --port P --upstream U --parent-pid PID`
-    (the same code as `llmtop relay`), logs to `log_path`, and exits if we die without
-    stopping it. `url` (also `host`) is its base URL once started.
-    """
+    """The relay as a child process on a loopback port, in front of `upstream` (a base URL or
+    anything `OLLAMA_HOST` accepts). `url` (also `host`) is its base URL once started."""
 
     label = "relay"
     log_name = "relay"
@@ -127,19 +26,10 @@ class RelayProcess(ChildServer):
         self.upstream = resolve_host(upstream)
 
     def args(self) -> list[str]:
-        """`python -m llmtop.relay --host 127.0.0.1 --port P --upstream U`."""
-        return ["llmtop.relay", "--host", "127.0.0.1", "--port", str(self.port), "--upstream", self.upstream]
+        """`python -m llmtop relay --host 127.0.0.1 --port P --upstream U`."""
+        return ["llmtop", "relay", "--host", "127.0.0.1", "--port", str(self.port),
+                "--upstream", self.upstream]
 
     async def start(self, timeout_s: float = RELAY_START_TIMEOUT_S) -> None:
         """Start and wait until the relay answers."""
         await super().start(timeout_s)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m llmtop.relay`: the relay command without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="llmtop relay", description="serve llmtop's SSE relay")
-    add_relay_arguments(parser)
-    try:
-        return serve_relay(parser.parse_args(argv))
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED

@@ -76,7 +76,7 @@ from starlette.routing import Route
 
 from llmtop import __version__
 from llmtop.engines.events import FailureKind
-from llmtop.engines.launcher import PREFERRED_MODEL
+from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.engines.ollama import resolve_host
 
 try:  # Starlette imports anyio's asyncio backend on the first streamed response; pay it now.
@@ -499,8 +499,8 @@ class Relay:
 
 def choose_default(models: list[str]) -> str | None:
     """The model the page preselects: gemma3:270m when installed, else the first, else None."""
-    if PREFERRED_MODEL in models:
-        return PREFERRED_MODEL
+    if BUNDLED_MODEL_NAME in models:
+        return BUNDLED_MODEL_NAME
     return models[0] if models else None
 
 

@@ -1,7 +1,7 @@
 """Which application was busy while requests were slow? Pure: session-log records in, a named
 culprit (or an honest "nothing stands out") out.
 
-The source's false "thermal throttling" finding was an open browser tab (method.md rule 8).
+The source's false "thermal throttling" was an open browser tab (docs/method.md, "Quiet machine").
 The session log has what is needed to catch that: request records (`id`, `metrics`) and probe
 records tagged with the request they overlapped (`{"type": "probe", "request_id": N, ...}`,
 see log.py). This module compares, per application, its CPU during slow requests with its

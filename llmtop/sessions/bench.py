@@ -1,6 +1,6 @@
 """`llmtop bench`: the measurement protocol of the source documents, end to end.
 
-Order of a run (method.md "Rules for an honest run"):
+Order of a run (docs/method.md, "The bench run"):
 1. record the environment (engine, model, options, machine, GPU, power);
 2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
 3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
-from llmtop.engines.launcher import Connection
 from llmtop.sessions.analysis import Analysis, analyze
+from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import LoadedLog, read_log
-from llmtop.sessions.prompts import Calibration, CalibrationCache, PromptGenerator, calibrate
+from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
@@ -44,9 +46,9 @@ class BenchConfig:
     warmup: int = 1
     prompt_tokens: tuple[int, ...] = (200,)
     max_tokens: int = 100
-    num_ctx: int = 8192
-    temperature: float = 0.0
-    seed: int = 42
+    num_ctx: int = DEFAULT_OPTIONS.num_ctx
+    temperature: float = DEFAULT_OPTIONS.temperature
+    seed: int = DEFAULT_OPTIONS.seed
     think: bool | None = None
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
     use_cache: bool = True
@@ -56,7 +58,8 @@ class BenchConfig:
 
     def options(self) -> dict[str, Any]:
         """The Ollama `options` every request of the run sends."""
-        return {"temperature": self.temperature, "seed": self.seed, "num_predict": self.max_tokens, "num_ctx": self.num_ctx}
+        return GenerationOptions(temperature=self.temperature, seed=self.seed,
+                                 num_ctx=self.num_ctx, num_predict=self.max_tokens).to_ollama()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -163,7 +166,7 @@ class BenchRunner:
         self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
                                         think=config.think)
 
-        if config.compare_relay and conn.direct is None:
+        if config.compare_relay and not conn.via_relay:
             raise ValueError("compare_relay needs a connection through the relay (connect(..., via='relay'))")
 
     @property
@@ -177,7 +180,7 @@ class BenchRunner:
 
         cfg = self.config
         interrupted = False
-        # Probe samples go to the log tagged with the request they overlap (issue 4).
+        # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         from llmtop.probes.config import load_thresholds
 
         sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,

@@ -9,8 +9,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
-from llmtop.engines.launcher import Connection
 from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
@@ -48,7 +48,7 @@ class SessionRecorder:
             "engine": self.conn.engine.name,
             "engine_version": self.conn.version,
             "host": self.conn.engine.host,
-            "via": "relay" if self.conn.direct is not None else "direct",
+            "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,

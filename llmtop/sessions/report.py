@@ -2,7 +2,7 @@
 
 `build(log)` analyses the log's request records (analysis.py) and gathers the header,
 calibration, environment and probe records; `render(report, fmt)` writes it out. The markdown
-follows the source's result table (method.md): one row per prompt size, every cell filled
+follows the source's form (docs/method.md, "Result table"): a row per prompt size, every cell filled
 from measurements (or saying why it cannot be).
 """
 

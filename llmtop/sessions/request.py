@@ -2,7 +2,7 @@
 
 Shared by the TUI and `llmtop run`, so both measure the same way. The send stamp is taken
 immediately before the stream's first iteration, which is when the `ollama` client sends the
-request (protocols.md §2.2: its streams are lazy).
+request (docs/protocols.md, "The ollama Python client": its streams are lazy).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from llmtop.engines.events import Failure, ServerStats, Status, StreamEvent
 from llmtop.sessions.timeline import RequestMetrics, compute_metrics
 
-# The options llmtop sends unless told otherwise: method.md rule 5 fixes them and writes them
+# The options llmtop sends unless told otherwise (docs/method.md, "Fixed options"), written
 # down (temperature 0 and a seed make runs repeatable; num_ctx as the source's runs).
 DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "seed": 42, "num_predict": 200, "num_ctx": 8192}
 

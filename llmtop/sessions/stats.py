@@ -1,6 +1,6 @@
 """Honest statistics over a run's per-request values (pure functions).
 
-Rules from the source documents (method.md rules 6 and 7):
+Rules from the source documents (docs/method.md, "Statistics" and "Drift"):
 * report n, median (p50), min and max;
 * p95 only with at least 20 samples — below that it is the slowest request relabelled, so it
   is reported as missing with the reason "n < 20", never as the maximum;

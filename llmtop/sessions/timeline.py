@@ -1,6 +1,6 @@
 """Per-request metrics from client arrival stamps and the server's own statistics (pure).
 
-Definitions follow method.md (the source documents) and Ollama's docs/api.md:
+Definitions follow docs/method.md ("Metrics of one request") and Ollama's docs/api.md:
 
     sent ──(load)──┬── prefill ──┤ first token ─ tok ─ … ─ last token / done
          │◄────────── TTFT ────────►│◄ TPOT ►
@@ -20,7 +20,7 @@ Definitions follow method.md (the source documents) and Ollama's docs/api.md:
   convention. `eval_duration` runs from the first token's sample to the last's, i.e. it spans
   n − 1 gaps while `eval_count` counts n tokens, so this is slightly optimistic (by n/(n − 1))
   next to the client rate; with n < 2 it is undefined and reported as None (n/a).
-* Server-layer overhead (ms): TTFT − (load_duration + prompt_eval_duration) (method.md: the
+* Overhead (ms): TTFT − (load + prompt eval durations) (docs/method.md, "Server-layer overhead": the
   source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay).
 
 Every function returns None ("n/a") rather than inventing a value when an input is missing.

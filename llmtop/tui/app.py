@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import replace
+import sys
 from typing import Any, ClassVar
 
 from textual import work
@@ -29,9 +29,10 @@ from textual.css.query import NoMatches
 from textual.widgets import Footer, Input
 from textual.worker import Worker
 
-from llmtop.engines.events import Failure, FailureKind
-from llmtop.engines.launcher import Connection, connect
-from llmtop.engines.ollama import EngineError
+from llmtop.connect import connect
+from llmtop.engines.base import EngineError
+from llmtop.engines.connection import Connection
+from llmtop.engines.events import Failure, FailureKind, exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
@@ -137,12 +138,7 @@ class LlmtopApp(App[int]):
             conn = self._injected or await connect(s.engine, s.host, s.model, s.model_path, s.via, s.relay_url)
         except EngineError as exc:
             self.connect_failure = exc
-            kind = exc.failure.kind
-            self.exit_code = (
-                ExitCode.MODEL_NOT_FOUND
-                if kind == FailureKind.MODEL_NOT_FOUND
-                else ExitCode.ENGINE_UNREACHABLE
-            )
+            self.exit_code = exit_code_for(exc.failure.kind)
             self.query_one(HeaderLine).show_failed("no engine")
             self.query_one(TokenPane).show_failure(exc.failure, "Could not reach an engine: ")
             return
@@ -405,24 +401,16 @@ def make_app(settings: TuiSettings, connection: Connection | None = None) -> Llm
     return LlmtopApp(settings, connection)
 
 
-def run_tui(args: Any) -> int:
-    """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value."""
-    import sys
-
-    from llmtop.probes.config import ConfigError, load_thresholds
-
+def main(settings: TuiSettings) -> int:
+    """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value
+    (USAGE without a terminal: scripts use `llmtop run` or `llmtop bench`)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
               "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
         return int(ExitCode.USAGE)
-    try:
-        thresholds = load_thresholds()
-    except ConfigError as exc:
-        print(f"llmtop: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
-    app = make_app(replace(TuiSettings.from_args(args), thresholds=thresholds))
+    app = make_app(settings)
     code = app.run()
     return int(code if code is not None else app.exit_code)
 
 
-__all__ = ["LlmtopApp", "TuiSettings", "make_app", "run_tui"]
+__all__ = ["LlmtopApp", "TuiSettings", "main", "make_app"]

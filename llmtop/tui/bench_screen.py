@@ -25,11 +25,11 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, ProgressBar, Static
 from textual.worker import Worker
 
-from llmtop.engines.launcher import Connection
+from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.bench import BenchConfig, BenchRunner
+from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
-from llmtop.sessions.prompts import CalibrationError
 from llmtop.sessions.report import build, render
 from llmtop.tui.bench_config import BenchFormError, bench_log_path, config_from_form, form_defaults
 from llmtop.tui.bench_state import BenchState

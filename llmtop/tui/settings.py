@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from typing import Any
+
+from llmtop.sessions.bench import BenchConfig
 
 DEFAULT_PROBE_INTERVAL_S = 1.0
 
@@ -13,8 +14,8 @@ DEFAULT_PROBE_INTERVAL_S = 1.0
 class TuiSettings:
     """What `make_app` needs.
 
-    engine: "auto", "ollama" or "embedded" (see `llmtop.engines.launcher.connect`).
-    host / model / model_path: as the CLI flags; None = the launcher's default.
+    engine: "auto", "ollama" or "embedded" (see `llmtop.connect.connect`).
+    host / model / model_path: as the CLI flags; None = `connect()`'s default.
     via / relay_url: "direct", or "relay" to stream through llmtop's SSE relay (`--relay URL`).
     options: the Ollama `options` sent with every request (temperature, seed, num_predict…).
     log_path: the session log (JSONL); None = a new file in the user data directory.
@@ -38,25 +39,9 @@ class TuiSettings:
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     probes: bool = True
     thresholds: Any = None  # verdict.Thresholds from the config file; None = the defaults
-    bench_requests: int = 25
-    bench_warmup: int = 1
-    bench_prompt_tokens: tuple[int, ...] = (200,)
-    bench_max_tokens: int = 100
+    bench_requests: int = BenchConfig.requests
+    bench_warmup: int = BenchConfig.warmup
+    bench_prompt_tokens: tuple[int, ...] = BenchConfig.prompt_tokens
+    bench_max_tokens: int = BenchConfig.max_tokens
     bench_use_cache: bool = True
     bench_preflight_s: float | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> TuiSettings:
-        """Build from the parsed `llmtop` command line (see `llmtop.cli.build_parser`)."""
-        from llmtop.cli import generation_options
-
-        return cls(
-            engine=args.engine,
-            host=args.host,
-            model=args.model,
-            model_path=args.model_path,
-            via=args.via,
-            relay_url=args.relay,
-            options=generation_options(args),
-            log_path=args.log,
-        )

@@ -1,5 +1,5 @@
 """A CPU burner switched on halfway through a bench: the run is flagged as drifted and the
-burner is named as the likely culprit (issue 4). Real engine, real burner process."""
+burner is named as the likely culprit (docs/method.md, "Quiet machine"). Real engine and burner."""
 
 from __future__ import annotations
 

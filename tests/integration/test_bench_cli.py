@@ -1,4 +1,4 @@
-"""`llmtop bench` end to end on the real embedded engine (issue 3 "Done")."""
+"""`llmtop bench` end to end on the real embedded engine (docs/method.md, "The bench run")."""
 
 from __future__ import annotations
 

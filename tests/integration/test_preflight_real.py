@@ -13,7 +13,6 @@ rule loosened. No engine is involved: --host points at a closed loopback port.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -34,14 +33,8 @@ TRIES = 3  # a quiet check gets a few chances: a shared machine has bursts
 
 
 def _command() -> list[str]:
-    """`python -m llmtop preflight` once the CLI has the subcommand; until it is wired, the
-    same code through `python -m llmtop.commands.preflight`."""
-    from llmtop.cli import build_parser
-
-    subs = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    if subs and "preflight" in subs[0].choices:
-        return [sys.executable, "-m", "llmtop", "preflight"]
-    return [sys.executable, "-m", "llmtop.commands.preflight"]
+    """`python -m llmtop preflight`."""
+    return [sys.executable, "-m", "llmtop", "preflight"]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""`llmtop run` on the real embedded engine (issue 2 §7, §9)."""
+"""`llmtop run` on the real embedded engine (README.md, "Exit codes")."""
 
 from __future__ import annotations
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from textual.keys import _character_to_key
 from textual.pilot import Pilot
 
+from llmtop.engines.base import ModelInfo
+from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
-from llmtop.engines.ollama import ModelInfo
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Finding, Level, Verdict
 
@@ -194,33 +195,14 @@ class FakeEngine:
         self.closed = True
 
 
-@dataclass
-class FakeConnection:
-    """The parts of `launcher.Connection` the TUI and the recorder use."""
-
-    engine: FakeEngine = field(default_factory=FakeEngine)
-    model: str = "fake-model"
-    info: ModelInfo | None = field(
-        default_factory=lambda: ModelInfo(
-            name="fake-model", parameter_size="1.0M", quantization="Q4_K_M"
-        )
+def fake_connection(engine: FakeEngine | None = None) -> Connection:
+    """A real `Connection` around a `FakeEngine` (no children, no engine pids)."""
+    return Connection(
+        engine=engine or FakeEngine(),
+        model="fake-model",
+        info=ModelInfo(name="fake-model", parameter_size="1.0M", quantization="Q4_K_M"),
+        version="9.9",
     )
-    version: str | None = "9.9"
-    closed: bool = False
-    direct: FakeEngine | None = None  # not streaming through a relay
-    relay: None = None
-
-    @property
-    def engine_pids(self) -> set[int]:
-        return set()
-
-    @property
-    def upstream(self) -> FakeEngine:
-        return self.direct if self.direct is not None else self.engine
-
-    async def close(self) -> None:
-        await self.engine.aclose()
-        self.closed = True
 
 
 def probe_sample(t_ns: int, noisy: str | None = None) -> ProbeSample:

@@ -21,7 +21,7 @@ from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.report_screen import ReportScreen
 
-from .fakes import FakeConnection, FakeEngine, Timing, probe_sample, wait_for
+from .fakes import FakeEngine, Timing, fake_connection, probe_sample, wait_for
 
 NOISE = "Chromium (14 processes) is using 38 % CPU"
 
@@ -44,7 +44,7 @@ def build(
         bench_use_cache=False,
         bench_preflight_s=preflight_s,
     )
-    return make_app(settings, connection=FakeConnection(engine=engine))  # type: ignore[arg-type]
+    return make_app(settings, connection=fake_connection(engine))
 
 
 async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import pytest
 from rich.text import Text
 from textual.widgets import Input
 
+from llmtop.engines.connection import Connection
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.settings import TuiSettings
@@ -17,7 +18,7 @@ from llmtop.tui.widgets.help_screen import HelpScreen
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
-from .fakes import SENT_NS, FakeConnection, FakeEngine, ev, type_text, wait_for
+from .fakes import SENT_NS, FakeEngine, ev, fake_connection, type_text, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +27,12 @@ def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
 
 
-def build(tmp_path: Path, conn: FakeConnection | None = None) -> tuple[LlmtopApp, FakeConnection]:
-    conn = conn or FakeConnection()
+def build(tmp_path: Path, conn: Connection | None = None) -> tuple[LlmtopApp, Connection]:
+    conn = conn or fake_connection()
     settings = TuiSettings(
         engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
     )
-    return make_app(settings, connection=conn), conn  # type: ignore[arg-type]
+    return make_app(settings, connection=conn), conn
 
 
 def done(app: LlmtopApp, n: int = 1) -> bool:
@@ -76,7 +77,7 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
         header = app.query_one(HeaderLine).plain
         assert "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M" in header
         assert str(tmp_path / "s.jsonl") in header
-    assert conn.closed  # the app closed the connection on exit
+    assert conn.engine.closed  # type: ignore[attr-defined]  # the app closed the connection on exit
     log = read_log(tmp_path / "s.jsonl")
     (req,) = list(log.of_type("request"))
     assert req["status"] == "ok" and req["metrics"]["ttft_ms"] == pytest.approx(123.4)
@@ -197,7 +198,7 @@ async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
 async def test_render_is_throttled(tmp_path: Path) -> None:
     """300 chunks arriving back to back are drawn in a handful of frames, not 300."""
     many = [ev(10.0 + i, f"t{i} ") for i in range(300)] + [ev(400.0, done=True)]
-    app, _ = build(tmp_path, FakeConnection(engine=FakeEngine({"many": many})))
+    app, _ = build(tmp_path, fake_connection(FakeEngine({"many": many})))
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready)
         pane = app.query_one(TokenPane)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from llmtop.probes.verdict import Finding, Level, Verdict
 from llmtop.tui.app import make_app
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
 
-from .fakes import FakeConnection, wait_for
+from .fakes import fake_connection, wait_for
 
 GIB = 1024**3
 
@@ -71,7 +72,7 @@ def sample(
 
 async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
-    app = make_app(settings, connection=FakeConnection())  # type: ignore[arg-type]
+    app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
         panel = app.query_one(ProbePanel)
         warming = Verdict.of(
@@ -159,3 +160,30 @@ def test_system_text_many_cores_and_gpu() -> None:
     rows = [line for line in text.splitlines() if line[:3].strip().isdigit()]
     assert [r.split()[0] for r in rows] == ["0", "32"]  # one cell per core, 32 per row
     assert len(rows[0]) == 4 + 32 and len(rows[1]) == 4 + 8
+
+
+async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None:
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        panel = app.query_one(ProbePanel)
+        good = dataclasses.replace(
+            sample(10.0, (app_usage("slack", 12.0, Category.CHAT),), Verdict.of([]), 1.0),
+            t_ns=1_000_000_000,
+        )
+        app.post_message(ProbeSampled(good))
+        await wait_for(pilot, lambda: panel.sample is good, what="good sample drawn")
+        # 2.5 s later the process read gave up: no process data in this sample
+        gave_up = dataclasses.replace(good, t_ns=3_500_000_000, processes=None)
+        app.post_message(ProbeSampled(gave_up))
+        await wait_for(pilot, lambda: panel.sample is gave_up, what="stale sample drawn")
+        await pilot.pause(0.1)
+        text = panel.plain
+        assert "stale: process data from 2.5 s ago" in text
+        assert "slack" in text and "process probe failed" not in text
+        shown = panel._shown_ns
+        assert shown is not None
+        assert panel.check_age(shown + 1_000_000_000) == 1.0 and panel.border_title == "machine"
+        later = shown + int((STALE_AFTER_S + 2) * 1e9)
+        assert panel.check_age(later) == STALE_AFTER_S + 2
+        assert panel.border_title == f"machine — stale, {STALE_AFTER_S + 2:.0f} s old"

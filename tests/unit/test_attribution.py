@@ -154,7 +154,7 @@ def test_tie_names_no_one() -> None:
 
 
 def test_the_sources_contaminated_series_needs_explicit_slow_ids() -> None:
-    # method.md: 12 of 25 requests slow → the median (19.8) sits between the two groups,
+    # docs/method.md, "Quiet machine": 12 of 25 slow → the median (19.8) lies between the groups,
     # MAD = 2.2, spread = 1.4826 × 2.2 = 3.262, limit 19.8 − 6.52 = 13.28: nothing below it.
     series = [21.9, 21.9, 22.0, 22.0, 22.0, 21.0, 21.0, 16.9, 17.8, 17.0, 17.0, 17.5, 18.7,
               21.7, 21.9, 20.3, 21.5, 19.8, 21.4, 16.7, 14.0, 14.8, 16.0, 15.2, 15.6]

@@ -1,21 +1,67 @@
-"""One-way imports: the core never imports Textual (architecture.md principle 1)."""
+"""One-way imports (docs/architecture.md, "Layers"), held two ways.
 
+1. import-linter's contracts in pyproject.toml: the layers and "only the TUI imports
+   Textual". The test runs `lint-imports` on the tree, and on a copy of the tree with one
+   upward import planted, which must be caught and named.
+2. A fresh interpreter imports every module outside the TUI (and the TUI's settings, which
+   the CLI builds) and Textual must not be among the loaded modules, as harlequin checks its
+   headless core.
+"""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import llmtop
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
 
 
-def test_core_imports_without_textual():
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    """Run import-linter on the package under `tree` with the project's contracts."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          cwd=tree, env=env, capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def test_the_contracts_hold() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken." in result.stdout
+
+
+def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "llmtop", tmp_path / "llmtop",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "llmtop" / "engines" / "events.py"
+    planted.write_text(planted.read_text() + "\nimport llmtop.sessions.report  # planted\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "Contracts: 1 kept, 1 broken." in result.stdout
+    assert "llmtop.engines.events -> llmtop.sessions.report" in result.stdout
+
+
+def test_core_imports_without_textual() -> None:
+    names = [m.name for m in pkgutil.walk_packages(llmtop.__path__, "llmtop.")
+             if not m.name.startswith("llmtop.tui.") and m.name != "llmtop.__main__"]
+    names.append("llmtop.tui.settings")  # the CLI builds the TUI's settings without Textual
     code = (
-        "import sys, pkgutil, importlib, llmtop\n"
-        "for m in pkgutil.walk_packages(llmtop.__path__, 'llmtop.'):\n"
-        "    if m.name.startswith('llmtop.tui') or m.name in ('llmtop.__main__',):\n"
-        "        continue\n"
-        "    importlib.import_module(m.name)\n"
-        "assert 'textual' not in sys.modules, sorted(k for k in sys.modules if k.startswith('textual'))\n"
-        "print('ok', len([k for k in sys.modules if k.startswith('llmtop.')]))\n"
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] == 'textual'))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("ok")
-    # sessions, probes and engines were all imported
-    assert int(p.stdout.split()[1]) >= 15
+    assert p.stdout.strip() == "[]"
+    # every layer below the TUI was imported: cli, commands, connect, sessions, relay,
+    # probes, engines, exitcodes
+    assert {n.split(".")[1] for n in names} >= {"cli", "commands", "connect", "sessions",
+                                                 "relay", "probes", "engines", "exitcodes"}

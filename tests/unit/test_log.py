@@ -1,4 +1,4 @@
-"""Session log: versioned JSONL, flushed per record, readable after a crash (issue 2 §8)."""
+"""Session log: versioned, flushed, crash-proof (docs/architecture.md, "Versioned files")."""
 
 import json
 

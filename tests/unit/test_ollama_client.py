@@ -1,4 +1,4 @@
-"""engines/ollama.py turns every server behaviour into a specific result (issue 2 §3)."""
+"""engines/ollama.py makes each server behaviour a specific result (docs/protocols.md, "Errors")."""
 
 import pytest
 

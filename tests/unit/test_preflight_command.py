@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from llmtop.cli import build_parser
 from llmtop.commands import preflight as command
 from llmtop.engines.child import free_port
 from llmtop.probes import config
-from llmtop.probes import preflight as core
 from llmtop.probes.catalogue import Category
 from llmtop.probes.gpu import GpuSample
 from llmtop.probes.processes import AppUsage, ProcessSample
@@ -48,7 +48,7 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
         calls.update(duration_s=duration_s, interval_s=interval_s, engine_pids=engine_pids)
         return window(calls["busy"]), duration_s
 
-    monkeypatch.setattr(core, "collect_samples", fake_collect)
+    monkeypatch.setattr(command, "collect_samples", fake_collect)
     monkeypatch.delenv(config.ENV_VAR, raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     monkeypatch.setattr(config.platformdirs, "user_config_dir", lambda app: str(tmp_path / app))
@@ -56,16 +56,14 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
 
 
 def args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    return parser.parse_args(list(argv))
+    return build_parser().parse_args(["preflight", *argv])
 
 
 CLOSED = f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 def test_quiet_text_without_engine(capsys: pytest.CaptureFixture[str], _fixed: dict[str, Any]) -> None:
-    assert command.run_preflight_command(args("--host", CLOSED, "--duration", "1")) == 0
+    assert command.main(args("--host", CLOSED, "--duration", "1")) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "QUIET  (2 samples over 1.0 s, every 0.5 s); background CPU 4 % of the machine (median)"
     # background: 5 % machine − 1 % of one core / 2 CPUs = 4.5 → shown as 4 (round half even)
@@ -80,7 +78,7 @@ def test_noisy_text_shows_value_threshold_and_remedy(
     capsys: pytest.CaptureFixture[str], _fixed: dict[str, Any]
 ) -> None:
     _fixed["busy"] = 38.0
-    assert command.run_preflight_command(args("--host", CLOSED)) == 1
+    assert command.main(args("--host", CLOSED)) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("NOISY  (2 samples over 3.0 s")
     assert out[1:4] == [
@@ -91,7 +89,7 @@ def test_noisy_text_shows_value_threshold_and_remedy(
 
 
 def test_json_is_one_object(capsys: pytest.CaptureFixture[str]) -> None:
-    assert command.run_preflight_command(args("--host", CLOSED, "--json")) == 0
+    assert command.main(args("--host", CLOSED, "--json")) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "QUIET" and data["exit_code"] == 0 and data["findings"] == []
     assert data["engine"] == {
@@ -107,10 +105,10 @@ def test_config_error_exits_2_with_the_reason(
     bad = tmp_path / "bad.toml"
     bad.write_text("[thresholds]\nfoo = 1\n")
     monkeypatch.setenv(config.ENV_VAR, str(bad))
-    assert command.run_preflight_command(args("--host", CLOSED)) == 2
+    assert command.main(args("--host", CLOSED)) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"llmtop preflight: config error: {bad}: [thresholds] foo: unknown key")
-    assert command.run_preflight_command(args("--host", CLOSED, "--json")) == 2
+    assert command.main(args("--host", CLOSED, "--json")) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "CANNOT CHECK" and data["exit_code"] == 2
     assert "foo: unknown key" in data["error"]
@@ -122,12 +120,12 @@ def test_config_file_is_used(capsys: pytest.CaptureFixture[str], monkeypatch: py
     good.write_text("[thresholds]\napp_cpu_warn = 50\n")
     monkeypatch.setenv(config.ENV_VAR, str(good))
     _fixed["busy"] = 38.0
-    assert command.run_preflight_command(args("--host", CLOSED)) == 0  # 38 ≤ 50
+    assert command.main(args("--host", CLOSED)) == 0  # 38 ≤ 50
     assert capsys.readouterr().out.splitlines()[-1] == f"thresholds: from {good}"
 
 
 def test_bad_duration_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert command.run_preflight_command(args("--host", CLOSED, "--duration", "0")) == 2
+    assert command.main(args("--host", CLOSED, "--duration", "0")) == 2
     assert capsys.readouterr().err == "llmtop preflight: --duration must be > 0 seconds, got 0.0\n"
 
 
@@ -171,7 +169,7 @@ def two_models() -> Iterator[str]:
 
 
 def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_models: str) -> None:
-    code = command.run_preflight_command(args("--host", two_models, "--model", "qwen2.5:7b", "--json"))
+    code = command.main(args("--host", two_models, "--model", "qwen2.5:7b", "--json"))
     assert code == 1  # the machine is quiet; the other loaded model makes it NOISY
     data = json.loads(capsys.readouterr().out)
     assert [(f["code"], f["level"]) for f in data["findings"]] == [
@@ -184,7 +182,7 @@ def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_model
 
 
 def test_engine_text_mentions_the_check(capsys: pytest.CaptureFixture[str], two_models: str) -> None:
-    assert command.run_preflight_command(args("--host", two_models, "--model", "qwen2.5:7b")) == 1
+    assert command.main(args("--host", two_models, "--model", "qwen2.5:7b")) == 1
     out = capsys.readouterr().out
     assert f"engine: {two_models} (version 0.0.0-fake), loaded models from /api/ps, measured model qwen2.5:7b" in out
     assert "  WARN  other-models-loaded: 1 model is loaded besides qwen2.5:7b: llama3:8b (4.9 GB, 100 % in VRAM)" in out
@@ -193,7 +191,7 @@ def test_engine_text_mentions_the_check(capsys: pytest.CaptureFixture[str], two_
 
 def test_engine_whose_ps_fails_cannot_check(capsys: pytest.CaptureFixture[str]) -> None:
     with FakeOllama(None) as url:
-        assert command.run_preflight_command(args("--host", url, "--json")) == 2
+        assert command.main(args("--host", url, "--json")) == 2
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert data["verdict"] == "CANNOT CHECK"

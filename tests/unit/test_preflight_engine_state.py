@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -22,7 +21,11 @@ from llmtop.probes.verdict import Level
 HOST = "http://127.0.0.1:11434"
 
 
-class FakeClient:
+class FakeEngine:
+    """An engine whose `/api/ps` answer is scripted (`EngineLike`)."""
+
+    host = HOST
+
     def __init__(self, reply: Any = None, error: Exception | None = None, delay_s: float = 0.0) -> None:
         self.reply, self.error, self.delay_s = reply, error, delay_s
 
@@ -34,8 +37,8 @@ class FakeClient:
         return self.reply
 
 
-def engine(reply: Any = None, **kw: Any) -> SimpleNamespace:
-    return SimpleNamespace(host=HOST, _client=FakeClient(reply, **kw))
+def engine(reply: Any = None, **kw: Any) -> FakeEngine:
+    return FakeEngine(reply, **kw)
 
 
 def ps(*models: tuple[str, int, int]) -> dict[str, Any]:

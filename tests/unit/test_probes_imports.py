@@ -1,4 +1,4 @@
-"""The probes never import Textual (architecture.md, one-way imports)."""
+"""The probes never import Textual (docs/architecture.md, "One-way imports")."""
 
 from __future__ import annotations
 

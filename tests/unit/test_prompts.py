@@ -14,22 +14,23 @@ from collections.abc import Callable
 import pytest
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
-from llmtop.sessions.prompts import (
-    INSTRUCTION,
+from llmtop.sessions.calibration import (
     Calibration,
     CalibrationCache,
     CalibrationError,
     CalibrationPoint,
-    PromptGenerator,
     calibrate,
     calibration_key,
-    count_prompt_words,
     predicted_tokens,
-    truncation_suspected,
-    word_list,
 )
+from llmtop.sessions.prompts import INSTRUCTION, SEPARATOR, PromptGenerator, word_list
 
 OPTIONS = {"temperature": 0, "seed": 42, "num_predict": 200, "num_ctx": 4096}
+
+
+def count_prompt_words(prompt: str) -> int:
+    """How many random words a `PromptGenerator` prompt holds (the instruction not counted)."""
+    return len(prompt.removesuffix(SEPARATOR + INSTRUCTION).split())
 
 
 def linear(words: int) -> int:
@@ -314,5 +315,3 @@ async def test_predicted_tokens_interpolates_the_probe_table():
     assert predicted_tokens(cal, 35) == pytest.approx(91.5)
     assert predicted_tokens(cal, 93) == pytest.approx(200)
     assert predicted_tokens(cal, 200) == pytest.approx(linear(200), rel=0.02)  # extrapolated
-    assert not truncation_suspected(cal, 93, 198)
-    assert truncation_suspected(cal, 93, 150)  # 25 % below: the server cut the prompt

@@ -9,9 +9,10 @@ from time import perf_counter_ns
 
 import pytest
 
+from llmtop.engines.base import EngineError
 from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind, Status
-from llmtop.engines.ollama import EngineError, OllamaEngine
+from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 from llmtop.relay.server import create_app

@@ -1,4 +1,4 @@
-"""Statistics with the source's sample-size rules and its drift numbers (method.md)."""
+"""The source's sample-size rules and drift numbers (docs/method.md, "Statistics", "Drift")."""
 
 import pytest
 

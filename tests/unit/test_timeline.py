@@ -1,4 +1,4 @@
-"""Exact per-request metrics (issue 2 §5; method.md)."""
+"""Exact per-request metrics (docs/method.md, "Metrics of one request")."""
 
 import pytest
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from llmtop.engines.launcher import Connection
+from llmtop.engines.connection import Connection
 from llmtop.tui.widgets.path_label import PathLabel
 
 

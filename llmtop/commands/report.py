@@ -1,0 +1,34 @@
+"""`llmtop report`: render any session log again, from the log alone."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.log import LogError, read_log
+from llmtop.sessions.report import build, render
+
+
+def main(args: argparse.Namespace) -> int:
+    """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
+    returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
+    try:
+        log = read_log(args.log_file)
+        text = render(build(log), args.format)
+    except LogError as exc:
+        print(f"llmtop report: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    for warning in log.warnings:
+        print(f"llmtop report: {args.log_file}: {warning}", file=sys.stderr)
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            print(f"llmtop report: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.USAGE
+    else:
+        sys.stdout.write(text)
+    return ExitCode.OK
+

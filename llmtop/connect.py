@@ -1,0 +1,170 @@
+"""The composition root: reach an engine, start the children it needs, pick the model.
+
+This is the one module that wires engines, llmtop's child servers, the relay and the probes
+together; the commands and the TUI call `connect()` and get a `Connection` (plain data,
+`llmtop.engines.connection`). The rule of `llmtop` with no flags: use Ollama at
+`--host`/`$OLLAMA_HOST`/127.0.0.1:11434 when it answers within 0.5 s, otherwise start the
+embedded engine as a child process on a free loopback port, and stop it on `close()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from time import monotonic
+
+from llmtop.engines.base import EngineError
+from llmtop.engines.child import EmbeddedProcess
+from llmtop.engines.connection import Connection
+from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.model_files import BUNDLED_MODEL_NAME
+from llmtop.engines.ollama import OllamaEngine, ollama_version, resolve_host
+from llmtop.engines.relay import RelayEngine
+from llmtop.probes.engine_state import local_engine_pids
+from llmtop.relay.process import RelayProcess
+
+ENGINES = ("auto", "ollama", "embedded")
+PIDS_REFRESH_S = 5.0  # how long a socket-owner lookup of the engine's pids is reused
+
+
+async def connect(
+    engine: str = "auto",
+    host: str | None = None,
+    model: str | None = None,
+    model_path: str | None = None,
+    via: str = "direct",
+    relay_url: str | None = None,
+) -> Connection:
+    """Reach an engine per the `--engine` rule and pick the model.
+
+    engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
+    host: Ollama's address; with engine "embedded", the address of an embedded engine that is
+    already running (`llmtop engine`), else llmtop starts one as a child process.
+    via: "direct", or "relay" to stream through llmtop's SSE relay (the one at `relay_url`,
+    else a relay child started in front of the engine).
+    Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND, BAD_REQUEST) with a remedy; whatever was
+    started is stopped again when it raises or is cancelled.
+    """
+    if engine not in ENGINES:
+        raise EngineError(Failure(FailureKind.BAD_REQUEST, f"unknown engine {engine!r}",
+                                  "use auto, ollama or embedded"))
+    async with contextlib.AsyncExitStack() as undo:
+        client, version, child = await _reach(engine, host, model_path, undo)
+        chosen = await _choose_model(client, model)
+        info = await client.model_info(chosen)
+        conn = Connection(engine=client, model=chosen, info=info, version=version,
+                          children=[child] if child else [])
+        if via == "relay":
+            conn = await via_relay(conn, relay_url)
+        conn.find_engine_pids = _pid_finder(conn)
+        undo.pop_all()  # success: the connection owns everything now
+        return conn
+    raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
+
+
+async def _reach(
+    engine: str, host: str | None, model_path: str | None, undo: contextlib.AsyncExitStack
+) -> tuple[OllamaEngine, str | None, EmbeddedProcess | None]:
+    """The client, the version it reports, and the embedded child when one was started;
+    each registered on `undo` so a later failure closes it."""
+    target = resolve_host(host)
+    version = None
+    if engine in ("auto", "ollama"):
+        version = await ollama_version(target)
+        if version is None and engine == "ollama":
+            raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
+    child = None
+    if version is not None:
+        client = OllamaEngine(target, name="ollama")
+    elif engine == "embedded" and host:  # one that is already running: use it, start nothing
+        version = await ollama_version(target, timeout_s=5.0)
+        if version is None:
+            raise EngineError(Failure(
+                FailureKind.UNREACHABLE,
+                f"no embedded engine answers at {target}",
+                "start one with `llmtop engine --port PORT`, or drop --host to let llmtop start it",
+            ))
+        client = OllamaEngine(target, name="embedded")
+    else:
+        EmbeddedProcess.require(model_path, tried=target if engine == "auto" else None)
+        child = EmbeddedProcess(model_path=model_path)
+        undo.callback(child.stop)  # also when start() is cancelled (the user quit meanwhile)
+        await child.start()
+        client = OllamaEngine(child.host, name="embedded")
+        version = await ollama_version(child.host, timeout_s=5.0)
+    undo.push_async_callback(client.aclose)
+    return client, version, child
+
+
+async def via_relay(conn: Connection, relay_url: str | None = None) -> Connection:
+    """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
+    a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
+    children = list(conn.children)
+    if relay_url is None:
+        relay = RelayProcess(conn.engine.host)
+        try:
+            await relay.start()
+        except BaseException:
+            relay.stop()
+            raise
+        children.append(relay)
+        relay_url = relay.url
+    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host)
+    return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
+                      upstream_client=conn.engine, children=children)
+
+
+def _pid_finder(conn: Connection) -> Callable[[], set[int]]:
+    """How the probes find the measured engine: the children llmtop started, else the local
+    process listening on the engine's port and its children (Ollama's runners), looked up at
+    most every PIDS_REFRESH_S seconds (a socket scan costs milliseconds)."""
+    host = conn.upstream.host
+    started_engine = any(isinstance(c, EmbeddedProcess) for c in conn.children)
+    cache: list[tuple[float, set[int]]] = []
+
+    def children_pids() -> set[int]:
+        return {pid for c in conn.children if (pid := c.pid)}
+
+    def find() -> set[int]:
+        if started_engine:
+            return children_pids()
+        now = monotonic()
+        if not cache or now - cache[0][0] > PIDS_REFRESH_S:
+            cache[:] = [(now, local_engine_pids(host))]
+        return cache[0][1] | children_pids()
+
+    return find
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Ollama's comparison of model names: case-insensitive, and a name without a tag means
+    `:latest` ("Qwen2.5" is "qwen2.5:latest")."""
+
+    def norm(name: str) -> str:
+        name = name.strip().lower()
+        return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+    return norm(a) == norm(b)
+
+
+async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:
+    """The installed model matching `wanted` (as the engine spells it), else the bundled model
+    when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there."""
+    installed = await client.list_models()
+    if wanted:
+        for name in installed:
+            if _same_model(name, wanted):
+                return name
+        listing = ", ".join(installed) or "none"
+        raise EngineError(Failure(
+            FailureKind.MODEL_NOT_FOUND,
+            f"model '{wanted}' not found at {client.host} (installed: {listing})",
+            f"pull it with `ollama pull {wanted}` or pick an installed one with --model",
+        ))
+    if not installed:
+        raise EngineError(Failure(
+            FailureKind.MODEL_NOT_FOUND,
+            f"no models installed at {client.host}",
+            f"pull one with `ollama pull {BUNDLED_MODEL_NAME}`, or use --engine embedded",
+        ))
+    return BUNDLED_MODEL_NAME if BUNDLED_MODEL_NAME in installed else installed[0]

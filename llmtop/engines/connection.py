@@ -1,0 +1,61 @@
+"""A connected engine, as the session runner, the recorder and the TUI see it.
+
+Plain data: which client streams the requests, which model, what the engine said about it,
+the child processes llmtop started for it (closed with it), and how to find the measured
+engine's pids. The wiring that builds one lives in `llmtop.connect` (the composition root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmtop.engines.base import Engine, ModelInfo
+from llmtop.engines.child import ChildServer
+
+
+@dataclass
+class Connection:
+    """An engine ready to stream.
+
+    engine: the client requests go through (the engine itself, or a relay client).
+    model: the model tag every request names; info: its details (None when unknown).
+    version: the engine's version string (None when it gave none).
+    upstream_client: the engine itself when `engine` streams through a relay, else None.
+    children: child servers llmtop started for this connection (the embedded engine, a relay),
+    stopped by `close()` in reverse order.
+    find_engine_pids: returns the pids of the measured engine (and of the relay in the path),
+    so probes never count them as noise; None = unknown (an empty set).
+    """
+
+    engine: Engine
+    model: str
+    info: ModelInfo | None
+    version: str | None
+    upstream_client: Engine | None = None
+    children: list[ChildServer] = field(default_factory=list)
+    find_engine_pids: Callable[[], set[int]] | None = None
+
+    @property
+    def upstream(self) -> Engine:
+        """The engine itself, relay or not."""
+        return self.upstream_client if self.upstream_client is not None else self.engine
+
+    @property
+    def via_relay(self) -> bool:
+        """True when requests stream through llmtop's SSE relay."""
+        return self.upstream_client is not None
+
+    @property
+    def engine_pids(self) -> set[int]:
+        """Pids of the measured engine and the relay in its path (empty when unknown)."""
+        return self.find_engine_pids() if self.find_engine_pids is not None else set()
+
+    async def close(self) -> None:
+        """Close the clients, then stop the children llmtop started (last started first)."""
+        await self.engine.aclose()
+        if self.upstream_client is not None:
+            await self.upstream_client.aclose()
+        for child in reversed(self.children):
+            await asyncio.to_thread(child.stop)

@@ -1,0 +1,38 @@
+"""The generation options every request sends, and their defaults — defined once here.
+
+The defaults make runs repeatable and comparable (docs/method.md, "Rules for an honest run"):
+temperature 0 and a fixed seed, so the same prompt yields the same tokens; a fixed `num_ctx`,
+because in Ollama the context size is part of the model's load settings and a different one
+forces a reload. The CLI, the TUI settings and the bench configuration read these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationOptions:
+    """Ollama `options` of a request. temperature: sampling temperature (0 = greedy);
+    seed: the sampler's seed; num_ctx: context size in tokens; num_predict: the most output
+    tokens (the TUI's and `run`'s default; a bench sets its own `max_tokens`)."""
+
+    temperature: float = 0.0
+    seed: int = 42
+    num_ctx: int = 8192
+    num_predict: int = 200
+
+    @classmethod
+    def from_flags(cls, flags: Any) -> GenerationOptions:
+        """From the parsed command line (any object with `temperature`, `seed`, `num_ctx` and
+        `num_predict` attributes, as `llmtop.cli` declares them)."""
+        return cls(temperature=flags.temperature, seed=flags.seed, num_ctx=flags.num_ctx,
+                   num_predict=flags.num_predict)
+
+    def to_ollama(self) -> dict[str, Any]:
+        """The `options` object as Ollama's API takes it (and as the session log records it)."""
+        return asdict(self)
+
+
+DEFAULT_OPTIONS = GenerationOptions()

@@ -1,0 +1,81 @@
+"""The command line does what it says: flags before the subcommand are kept, defaults come
+from one place, and every subcommand is declared the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtop.cli import COMMANDS, build_parser, tui_settings
+from llmtop.sessions.bench import BenchConfig
+from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "model", "temperature"),
+    [
+        # the regression: flags before the subcommand used to be overwritten by its defaults
+        (("--model", "qwen", "--temperature", "0.7", "run", "--prompt", "hi"), "qwen", 0.7),
+        (("run", "--model", "qwen", "--temperature", "0.7", "--prompt", "hi"), "qwen", 0.7),
+        # given at both places, the subcommand's own copy wins (it is written last)
+        (("--model", "a", "run", "--model", "b", "--prompt", "hi"), "b", 0.0),
+        (("run", "--prompt", "hi"), None, 0.0),
+    ],
+)
+def test_run_keeps_engine_flags_wherever_they_are_given(argv, model, temperature) -> None:
+    args = parse(*argv)
+    assert (args.command, args.model, args.temperature) == ("run", model, temperature)
+
+
+def test_bench_keeps_a_model_given_before_it() -> None:
+    args = parse("--model", "qwen", "--host", "http://10.0.0.5:11434", "bench")
+    assert (args.model, args.host) == ("qwen", "http://10.0.0.5:11434")
+    assert args.requests == 25 and args.max_tokens == 100  # the source's protocol
+
+
+def test_preflight_keeps_host_and_model_given_before_it() -> None:
+    args = parse("--host", "http://127.0.0.1:1", "--model", "m", "preflight")
+    assert (args.host, args.model) == ("http://127.0.0.1:1", "m")
+
+
+def test_relay_and_engine_bind_addresses_are_their_own() -> None:
+    # `--host` of `relay`/`engine` is the bind address, with its own default
+    assert parse("--host", "http://x:1", "relay").host == "127.0.0.1"
+    assert parse("engine", "--port", "9").port == 9
+
+
+def test_defaults_are_the_ones_defined_once() -> None:
+    run = parse("run", "--prompt", "x")
+    assert GenerationOptions.from_flags(run) == DEFAULT_OPTIONS
+    # the values themselves, from the method: temperature 0, seed 42, num_ctx 8192
+    assert DEFAULT_OPTIONS.to_ollama() == {"temperature": 0.0, "seed": 42, "num_ctx": 8192,
+                                           "num_predict": 200}
+    bench = parse("bench")
+    config = BenchConfig()
+    assert (bench.requests, bench.warmup, bench.prompt_tokens, bench.max_tokens,
+            bench.num_ctx, bench.temperature, bench.seed) == (
+        config.requests, config.warmup, config.prompt_tokens, config.max_tokens,
+        config.num_ctx, config.temperature, config.seed)
+    assert (config.requests, config.warmup, config.prompt_tokens, config.max_tokens) == (
+        25, 1, (200,), 100)
+
+
+def test_tui_settings_carry_the_top_level_flags() -> None:
+    args = parse("--engine", "embedded", "--num-predict", "50", "--relay", "http://r:1")
+    args.thresholds = None
+    settings = tui_settings(args)
+    assert (settings.engine, settings.relay_url, settings.options["num_predict"]) == (
+        "embedded", "http://r:1", 50)
+    assert (settings.bench_requests, settings.bench_max_tokens) == (25, 100)
+
+
+def test_every_subcommand_is_declared_in_one_table() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert sorted(sub.choices) == sorted(COMMANDS) == [
+        "bench", "engine", "preflight", "relay", "report", "run"]
+    for command in COMMANDS.values():
+        assert command.module.startswith("llmtop.commands.")
