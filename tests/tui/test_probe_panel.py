@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import AppUsage, ProcessSample
@@ -70,11 +73,17 @@ def sample(
     )
 
 
-async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def panel_app(tmp_path: Path) -> AsyncIterator[tuple[Any, Any, ProbePanel]]:
+    """The app without probes (samples are posted by hand): (app, pilot, its probe panel)."""
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
-        panel = app.query_one(ProbePanel)
+        yield app, pilot, app.query_one(ProbePanel)
+
+
+async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
+    async with panel_app(tmp_path) as (app, pilot, panel):
         warming = Verdict.of(
             [
                 Finding(
@@ -163,10 +172,9 @@ def test_system_text_many_cores_and_gpu() -> None:
 
 
 async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None:
-    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
-    app = make_app(settings, connection=fake_connection())
-    async with app.run_test(size=(140, 40)) as pilot:
-        panel = app.query_one(ProbePanel)
+    # A sample whose process read gave up keeps the last process data, marked stale with its
+    # age; with no sample at all for a while, the border says how old the data is.
+    async with panel_app(tmp_path) as (app, pilot, panel):
         good = dataclasses.replace(
             sample(10.0, (app_usage("slack", 12.0, Category.CHAT),), Verdict.of([]), 1.0),
             t_ns=1_000_000_000,
