@@ -195,7 +195,10 @@ def _with_children(
 ) -> EngineIdentity:
     pids = set(roots)
     for pid in roots:
-        pids.update(_safe(lambda pid=pid: list(src.children(pid)), []))
+        try:
+            pids.update(src.children(pid))
+        except Exception:  # noqa: BLE001 - a vanished or unreadable process has no children
+            continue
     return EngineIdentity(host, frozenset(pids), how, tuple(notes), app)
 
 

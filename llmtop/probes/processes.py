@@ -376,7 +376,8 @@ class ProcessProbe:
         if isinstance(out[0], BaseException):
             raise out[0]
         self._table = table
-        return out[0]
+        rows: list[tuple[ProcReading, Identity]] = out[0]
+        return rows
 
     def _read_all(
         self, table: dict[int, _Tracked], current: list[int]

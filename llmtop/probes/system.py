@@ -69,7 +69,7 @@ class SystemSample:
     cpu_freq_mhz: float | None
     cpu_freq_max_mhz: float | None
     on_battery: bool | None
-    logical_cpus: int = 1
+    logical_cpus: float = 1
     steal_percent: float | None = None
     swap_in_bps: float | None = None
     swap_out_bps: float | None = None
