@@ -317,7 +317,8 @@ class ProcessProbe:
     read_timeout_s: how long one sample may take. A process stuck in the kernel makes reading
     its /proc/<pid>/cmdline block forever; the read runs in a worker thread, and after this
     long `sample` raises ProbeTimeout naming the pid, which later samples skip. The worker is
-    abandoned (a daemon thread) and its partial table discarded.
+    abandoned (a daemon thread) and its partial table discarded; should it wake up, its reads
+    only shorten the CPU window of the next reading of the processes it touches.
     """
 
     def __init__(
@@ -368,6 +369,8 @@ class ProcessProbe:
         worker.start()
         worker.join(self._timeout_s)
         if not out:
+            if not current[0]:
+                raise ProbeTimeout(f"listing processes took over {self._timeout_s:g} s")
             self.stuck.add(current[0])
             raise ProbeTimeout(
                 f"reading process {current[0]} took over {self._timeout_s:g} s (stuck in the "
