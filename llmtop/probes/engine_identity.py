@@ -6,7 +6,9 @@ and raises AccessDenied on macOS). Counting the engine's runner as background lo
 llmtop tell users to stop the engine they are measuring, so `identify_engine` tries, in order:
 
 1. pids given by the user (`--engine-pid`, or `[engine] pids` in the config file);
-2. the owner of the socket listening on the engine's port, where the OS shows it;
+2. the owner of the socket listening on the engine's port, where the OS shows it (plus the
+   one engine family running when that owner is not an engine itself: docker-proxy forwarding
+   a published container port);
 3. the user that owns that socket (`/proc/net/tcp` and `tcp6` are world-readable on Linux),
    and that user's processes that the catalogue knows as inference engines;
 4. the catalogue alone: exactly one engine family (Ollama, llama.cpp, vLLM, LM Studio,
@@ -153,7 +155,15 @@ def identify_engine(
     owners = _socket_owners(port, src, notes) if port is not None else set()
     candidates = _safe(src.candidates, [])
     if owners:  # the OS says who answers: trust it, even when the catalogue does not know it
-        return _with_children(host, owners, SOCKET_OWNER, notes, _app_of(owners, candidates), src)
+        app = _app_of(owners, candidates)
+        families = {c.app for c in candidates}
+        if app is None and len(families) == 1:
+            # A port forwarder (docker-proxy for a published container port, an SSH tunnel)
+            # owns the socket; the one engine running is what it forwards to.
+            app = families.pop()
+            owners |= {c.pid for c in candidates}
+            notes.append(f"the socket's owner is not a known engine: {app} added by name")
+        return _with_children(host, owners, SOCKET_OWNER, notes, app, src)
     uids = listening_uids(port, src.proc_net) if port is not None else None
     if uids:
         mine = [c for c in candidates if c.uid in uids]
@@ -195,10 +205,8 @@ def _with_children(
 ) -> EngineIdentity:
     pids = set(roots)
     for pid in roots:
-        try:
+        with contextlib.suppress(Exception):  # a vanished or unreadable process: no children
             pids.update(src.children(pid))
-        except Exception:  # noqa: BLE001 - a vanished or unreadable process has no children
-            continue
     return EngineIdentity(host, frozenset(pids), how, tuple(notes), app)
 
 

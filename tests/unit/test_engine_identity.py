@@ -117,6 +117,19 @@ def test_socket_owner_visible(tmp_path: Path) -> None:
     assert found.finding().level is Level.INFO and found.finding().code == "engine-identified"
 
 
+def test_socket_owned_by_a_forwarder_adds_the_one_engine_by_name(tmp_path: Path) -> None:
+    # docker-proxy (pid 700, not an engine) owns the published port; Ollama runs in the
+    # container (pids 900, 901 as the host sees them): both are the measured path.
+    src = sources(tmp_path, lambda: [conn(700)], OLLAMA)
+    found = identify_engine(HOST, sources=src)
+    assert (found.pids, found.how) == (frozenset({700, 900, 901}), SOCKET_OWNER)
+    assert found.app == "Ollama"
+    assert found.notes == ("the socket's owner is not a known engine: Ollama added by name",)
+    # With two engine families running, the owner alone is trusted (no guess).
+    two = identify_engine(HOST, sources=sources(tmp_path, lambda: [conn(700)], OLLAMA + LLAMA_CPP))
+    assert (two.pids, two.app, two.notes) == (frozenset({700}), None, ())
+
+
 def test_linux_other_users_socket_pid_none_uses_socket_uid(tmp_path: Path) -> None:
     # Ollama as a service (uid 999); a llama.cpp of the desktop user (uid 1000) is also running,
     # so the catalogue alone could not decide: the socket's uid does.
