@@ -6,7 +6,7 @@
 Two upstreams, each measured with the relay (a child process, `llmtop.relay`) in front and
 without it:
   (a) a scripted Ollama-API upstream with known timings: first chunk after 50 ms, then 20
-      chunks 10 ms apart (a child process, `python -m llmtop.relay.scripted`);
+      chunks 10 ms apart (a child process, `python -m llmtop.testing.scripted`);
   (b) the real embedded engine (started as a child process unless --engine-url is given),
       with a fresh random-word prompt for every request (no prefix-cache hits).
 Four paths per round, their order rotated every round so no path always goes first:
@@ -213,7 +213,7 @@ def _verdict(q1: float, med: float, q3: float) -> str:
 def _start_scripted(first_ms: float, chunks: int, gap_ms: float) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop.relay.scripted", "--port", str(port), "--first-ms", str(first_ms),
+        [sys.executable, "-m", "llmtop.testing.scripted", "--port", str(port), "--first-ms", str(first_ms),
          "--chunks", str(chunks), "--gap-ms", str(gap_ms)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
     )

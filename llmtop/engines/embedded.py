@@ -144,13 +144,7 @@ class EmbeddedEngine:
                 return
             load_duration = (t_parsed - t_start) + load_ns
             if job.load_only:
-                done_reason = "unload" if job.keep_alive_s == 0 else "load"
-                if job.keep_alive_s == 0:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
-                else:
-                    self._schedule_unload(job.keep_alive_s)
-                self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
-                yield self._chunk(job, "", done=True) | {"done_reason": done_reason}
+                yield await self._load_only(job, endpoint)
                 return
 
             loop = asyncio.get_running_loop()
@@ -192,6 +186,17 @@ class EmbeddedEngine:
         finally:
             if not released:
                 self._lock.release()
+
+    async def _load_only(self, job: ParsedRequest, endpoint: str) -> dict[str, Any]:
+        """The answer to a request with nothing to generate, the model now loaded: Ollama's
+        done chunk with done_reason "load", or "unload" for keep_alive 0 (then unloaded)."""
+        done_reason = "unload" if job.keep_alive_s == 0 else "load"
+        if job.keep_alive_s == 0:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
+        else:
+            self._schedule_unload(job.keep_alive_s)
+        self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
+        return self._chunk(job, "", done=True) | {"done_reason": done_reason}
 
     def _finished(self, future: asyncio.Future[GenerationResult], endpoint: str) -> None:
         self._lock.release()
@@ -278,114 +283,143 @@ def _error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+# Each route reads the engine from `request.app.state.engine` (set by create_app).
+
+
+async def root(_: Request) -> Response:
+    """`GET /`: Ollama's liveness answer, marked as llmtop's embedded engine."""
+    return PlainTextResponse("Ollama is running", headers={"X-Llmtop-Engine": "embedded"})
+
+
+async def version(_: Request) -> Response:
+    """`GET /api/version`: llmtop's version and llama-cpp-python's."""
+    import llama_cpp
+
+    return JSONResponse({
+        "version": __version__,
+        "engine": "llmtop-embedded",
+        "llama_cpp_python": llama_cpp.__version__,
+    })
+
+
+async def jobs(request: Request) -> Response:
+    """`GET /llmtop/jobs`: llmtop's own diagnostic route, what the engine did for the 50 most
+    recent requests (newest last)."""
+    return JSONResponse({"jobs": [asdict(j) for j in list(request.app.state.engine.history)[-50:]]})
+
+
+async def tags(request: Request) -> Response:
+    """`GET /api/tags`: the one model served."""
+    return JSONResponse({"models": [request.app.state.engine.tag()]})
+
+
+async def ps(request: Request) -> Response:
+    """`GET /api/ps`: the model when it is loaded."""
+    return JSONResponse({"models": request.app.state.engine.running()})
+
+
+async def show(request: Request) -> Response:
+    """`POST /api/show`: the model's details; 404 for another model."""
+    engine: EmbeddedEngine = request.app.state.engine
+    try:
+        body = parse_body(await request.body())
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    model = body.get("model") or body.get("name")
+    if not isinstance(model, str) or not model:
+        return _error("model is required", 400)
+    if model not in (engine.name, engine.name.removesuffix(":latest")):
+        return _error(f"model '{model}' not found", 404)
+    d = engine.description
+    return JSONResponse(
+        {
+            "license": str(d.model_info.get("general.license", "")),
+            "modelfile": f"# served by llmtop's embedded engine\nFROM {d.path}\n",
+            "parameters": "",
+            "template": "{{ .Prompt }}",
+            "details": d.details(),
+            "model_info": d.model_info,
+            "capabilities": ["completion"],
+            "modified_at": d.modified_at,
+        }
+    )
+
+
+async def generate_or_chat(request: Request) -> Response:
+    """`POST /api/chat` and `POST /api/generate`: validate, then stream NDJSON (or fold the
+    stream into one reply for `"stream": false`)."""
+    t_start = perf_counter_ns()
+    engine: EmbeddedEngine = request.app.state.engine
+    endpoint = request.url.path
+    chat = endpoint == "/api/chat"
+    try:
+        job = parse_request(parse_body(await request.body()), chat=chat, model_name=engine.name)
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    chunks = engine.run(job, endpoint, t_start)
+    # Like Ollama, send headers with the first chunk: an error before any text is a status.
+    first = await anext(chunks)
+    if "error" in first:
+        return _error(first["error"], first.get("_status", 500))
+    if not job.stream:
+        return await _reply_whole(request, first, chunks, chat)
+    return StreamingResponse(_ndjson(first, chunks), media_type=NDJSON)
+
+
+async def _reply_whole(request: Request, first: dict[str, Any],
+                       chunks: AsyncGenerator[dict[str, Any], None], chat: bool) -> Response:
+    """The non-streaming reply. No stream to fail on: watch for the client leaving, so nobody's
+    answer is generated for no one (closing `chunks` sets the generation's cancel flag)."""
+    collecting = asyncio.ensure_future(_collect(first, chunks, chat))
+    while not collecting.done():
+        await asyncio.wait({collecting}, timeout=DISCONNECT_POLL_S)
+        if not collecting.done() and await request.is_disconnected():
+            collecting.cancel()
+            await chunks.aclose()
+            return Response(status_code=499)
+    reply = collecting.result()
+    return JSONResponse(reply, status_code=500 if "error" in reply else 200)
+
+
+async def _ndjson(first: dict[str, Any], chunks: AsyncGenerator[dict[str, Any], None]
+                  ) -> AsyncIterator[bytes]:
+    """The stream's body: one JSON line per chunk, starting with the one already read."""
+    try:
+        item: dict[str, Any] | None = first
+        while item is not None:
+            item.pop("_status", None)
+            yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
+            item = await anext(chunks, None)
+    finally:
+        await chunks.aclose()
+
+
+ROUTES = [
+    Route("/", root, methods=["GET", "HEAD"]),
+    Route("/api/version", version, methods=["GET", "HEAD"]),
+    Route("/api/tags", tags, methods=["GET"]),
+    Route("/api/ps", ps, methods=["GET"]),
+    Route("/api/show", show, methods=["POST"]),
+    Route("/api/chat", generate_or_chat, methods=["POST"]),
+    Route("/api/generate", generate_or_chat, methods=["POST"]),
+    Route("/llmtop/jobs", jobs, methods=["GET"]),
+]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    """Free the model and its worker thread when the server stops."""
+    try:
+        yield
+    finally:
+        app.state.engine.close()
+
+
 def create_app(engine: EmbeddedEngine) -> Starlette:
     """The Starlette app serving `engine` on Ollama's routes."""
-
-    async def root(_: Request) -> Response:
-        return PlainTextResponse("Ollama is running", headers={"X-Llmtop-Engine": "embedded"})
-
-    async def version(_: Request) -> Response:
-        import llama_cpp
-
-        return JSONResponse(
-            {"version": __version__, "engine": "llmtop-embedded", "llama_cpp_python": llama_cpp.__version__}
-        )
-
-    async def jobs(_: Request) -> Response:
-        # llmtop's own diagnostic route: what the engine did for recent requests (newest last).
-        return JSONResponse({"jobs": [asdict(j) for j in list(engine.history)[-50:]]})
-
-    async def tags(_: Request) -> Response:
-        return JSONResponse({"models": [engine.tag()]})
-
-    async def ps(_: Request) -> Response:
-        return JSONResponse({"models": engine.running()})
-
-    async def show(request: Request) -> Response:
-        try:
-            body = parse_body(await request.body())
-        except BadRequest as exc:
-            return _error(str(exc), exc.status)
-        model = body.get("model") or body.get("name")
-        if not isinstance(model, str) or not model:
-            return _error("model is required", 400)
-        if model not in (engine.name, engine.name.removesuffix(":latest")):
-            return _error(f"model '{model}' not found", 404)
-        d = engine.description
-        return JSONResponse(
-            {
-                "license": str(d.model_info.get("general.license", "")),
-                "modelfile": f"# served by llmtop's embedded engine\nFROM {d.path}\n",
-                "parameters": "",
-                "template": "{{ .Prompt }}",
-                "details": d.details(),
-                "model_info": d.model_info,
-                "capabilities": ["completion"],
-                "modified_at": d.modified_at,
-            }
-        )
-
-    async def generate_or_chat(request: Request, chat: bool) -> Response:
-        t_start = perf_counter_ns()
-        endpoint = "/api/chat" if chat else "/api/generate"
-        try:
-            job = parse_request(parse_body(await request.body()), chat=chat, model_name=engine.name)
-        except BadRequest as exc:
-            return _error(str(exc), exc.status)
-        chunks = engine.run(job, endpoint, t_start)
-        # Like Ollama, send headers with the first chunk: an error before any text is a status.
-        first = await anext(chunks)
-        if "error" in first:
-            return _error(first["error"], first.get("_status", 500))
-        if not job.stream:
-            collecting = asyncio.ensure_future(_collect(first, chunks, chat))
-            # No stream to fail on: watch for the client leaving, so nobody's answer is
-            # generated for no one (closing `chunks` sets the generation's cancel flag).
-            while not collecting.done():
-                await asyncio.wait({collecting}, timeout=DISCONNECT_POLL_S)
-                if not collecting.done() and await request.is_disconnected():
-                    collecting.cancel()
-                    await chunks.aclose()
-                    return Response(status_code=499)
-            reply = collecting.result()
-            return JSONResponse(reply, status_code=500 if "error" in reply else 200)
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                item: dict[str, Any] | None = first
-                while item is not None:
-                    item.pop("_status", None)
-                    yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
-                    item = await anext(chunks, None)
-            finally:
-                await chunks.aclose()
-
-        return StreamingResponse(body(), media_type=NDJSON)
-
-    async def chat_route(request: Request) -> Response:
-        return await generate_or_chat(request, chat=True)
-
-    async def generate_route(request: Request) -> Response:
-        return await generate_or_chat(request, chat=False)
-
-    routes = [
-        Route("/", root, methods=["GET", "HEAD"]),
-        Route("/api/version", version, methods=["GET", "HEAD"]),
-        Route("/api/tags", tags, methods=["GET"]),
-        Route("/api/ps", ps, methods=["GET"]),
-        Route("/api/show", show, methods=["POST"]),
-        Route("/api/chat", chat_route, methods=["POST"]),
-        Route("/api/generate", generate_route, methods=["POST"]),
-        Route("/llmtop/jobs", jobs, methods=["GET"]),
-    ]
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            engine.close()
-
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=ROUTES, lifespan=lifespan)
+    app.state.engine = engine
+    return app
 
 
 async def _collect(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:

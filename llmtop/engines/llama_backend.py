@@ -255,12 +255,35 @@ class LlamaBackend:
         llm.n_tokens = min(llm.n_tokens, max(0, len(prompt_tokens) - 2))
         seed = sampling.seed if sampling.seed is not None and sampling.seed >= 0 else random.getrandbits(31)
         llm.set_seed(seed)
+        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+        output = self._decode(prompt_tokens, sampling, budget, emit, cancel, result)
+
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        # llama_perf_context clamps counts to >= 1, so trust the times, not the counts.
+        result.prompt_eval_duration = round(perf.t_p_eval_ms * 1_000_000)
+        result.eval_duration = round(perf.t_eval_ms * 1_000_000)
+        result.eval_count = len(output)
+        result.tokens = list(prompt_tokens) + output
+        return result
+
+    def _decode(
+        self,
+        prompt_tokens: list[int],
+        sampling: Sampling,
+        budget: int,
+        emit: Callable[[str], None],
+        cancel: threading.Event,
+        result: GenerationResult,
+    ) -> list[int]:
+        """The token loop of `generate`: sample up to `budget` tokens, emit their text, set
+        `result.done_reason` / `result.cancelled`; return the generated token ids."""
+        import llama_cpp
+
+        llm = self._llm
         vocab = llm._model.vocab
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stops = StopScanner(sampling.stop)
         output: list[int] = []
-
-        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
         tokens = llm.generate(
             prompt_tokens,
             top_k=sampling.top_k,
@@ -294,14 +317,7 @@ class LlamaBackend:
             tail = stops.feed(decoder.decode(b"", final=True))[0] + stops.flush()  # torn byte
             if tail:
                 emit(tail)
-
-        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
-        # llama_perf_context clamps counts to >= 1, so trust the times, not the counts.
-        result.prompt_eval_duration = round(perf.t_p_eval_ms * 1_000_000)
-        result.eval_duration = round(perf.t_eval_ms * 1_000_000)
-        result.eval_count = len(output)
-        result.tokens = list(prompt_tokens) + output
-        return result
+        return output
 
     @staticmethod
     def _fit_prompt(tokens: list[int], n_ctx: int) -> list[int]:

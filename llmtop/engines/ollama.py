@@ -24,13 +24,20 @@ import ollama
 import pydantic
 
 from llmtop.engines.base import EngineError, ModelInfo
-from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
+from llmtop.engines.events import Failure, ServerStats, StreamEvent
+from llmtop.engines.http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    Peer,
+    failure_for_http,
+    failure_for_transport,
+    failure_in_stream,
+    failure_protocol,
+    failure_truncated,
+    failure_unreachable,
+)
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
-# A generous read timeout: a cold 7B model can take tens of seconds to load before the
-# first byte, but a hung server must not block forever (the client's default is no timeout).
-DEFAULT_READ_TIMEOUT_S = 300.0
 
 
 def resolve_host(host: str | None = None) -> str:
@@ -74,6 +81,12 @@ class OllamaEngine:
         self.host = resolve_host(host)
         self.name = name
         self.read_timeout_s = read_timeout_s
+        self.peer = Peer(
+            self.host,
+            "an Ollama server",
+            "start it with `ollama serve`, set OLLAMA_HOST or --host, or use --engine embedded",
+            read_timeout_s,
+        )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout)
 
@@ -109,29 +122,6 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    def stream_generate(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        options: Mapping[str, Any] | None = None,
-        think: bool | str | None = None,
-        keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
-        """Stream `/api/generate`; same contract as `stream_chat`."""
-
-        async def start() -> AsyncIterator[Any]:
-            return await self._client.generate(
-                model=model,
-                prompt=prompt,
-                stream=True,
-                options=dict(options) if options else None,
-                think=think,
-                keep_alive=keep_alive,
-            )
-
-        return self._stream(model, start, lambda p: (p.response, p.thinking))
-
     async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
         try:
             parts = await start()
@@ -149,11 +139,7 @@ class OllamaEngine:
                         )
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
-            failure = Failure(
-                FailureKind.TRUNCATED,
-                f"the stream from {self.host} ended without a done chunk (response truncated)",
-                "the server may have crashed or dropped the connection; check its log and retry",
-            )
+            failure = failure_truncated(self.peer)
         except ollama.ResponseError as exc:
             failure = await self._response_failure(model, exc)
         except Exception as exc:  # noqa: BLE001 - every transport failure becomes a Failure
@@ -163,67 +149,22 @@ class OllamaEngine:
     # ------------------------------------------------------------------ failures
 
     async def _response_failure(self, model: str, exc: ollama.ResponseError) -> Failure:
-        status, message = exc.status_code, exc.error
-        if status == 404:
-            installed = await self._installed_names()
-            listing = ", ".join(installed) if installed else "none"
-            return Failure(
-                FailureKind.MODEL_NOT_FOUND,
-                f"model '{model}' not found at {self.host} (installed: {listing})",
-                f"pull it with `ollama pull {model}` or pick an installed one with --model",
-            )
-        if status == -1:  # an {"error": ...} line after streaming began
-            return Failure(
-                FailureKind.SERVER_ERROR,
-                f"the server reported an error mid-stream: {message}",
-                "the text received so far is kept; check the server's log",
-            )
-        if 400 <= status < 500:
-            return Failure(
-                FailureKind.BAD_REQUEST,
-                f"the server rejected the request (HTTP {status}): {message}",
-                "check the model name and options",
-            )
-        return Failure(
-            FailureKind.SERVER_ERROR,
-            f"the server failed (HTTP {status}): {message}",
-            "check the server's log and retry",
+        if exc.status_code == -1:  # the client's code for an {"error": ...} line mid-stream
+            return failure_in_stream(exc.error, peer=self.peer)
+        installed = await self._installed_names() if exc.status_code == 404 and model else []
+        return failure_for_http(
+            exc.status_code, exc.error, peer=self.peer, model=model, installed=installed
         )
 
     def _transport_failure(self, exc: Exception) -> Failure:
-        if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError | ConnectionError):
-            return self.unreachable(str(exc) or type(exc).__name__)
-        if isinstance(exc, httpx.TimeoutException):
-            return Failure(
-                FailureKind.TIMEOUT,
-                f"no data from {self.host} for {self.read_timeout_s:.0f} s",
-                "the server is stuck or overloaded; check it, or raise the read timeout",
-            )
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-            return Failure(
-                FailureKind.TRUNCATED,
-                f"the connection to {self.host} broke mid-stream ({type(exc).__name__}: {exc})",
-                "the server may have crashed; check its log and retry",
-            )
         if isinstance(exc, ValueError | pydantic.ValidationError):
-            return Failure(
-                FailureKind.PROTOCOL,
-                f"{self.host} sent a reply that is not Ollama's protocol ({type(exc).__name__}: {exc})",
-                "check that --host points at an Ollama server",
-            )
-        return Failure(
-            FailureKind.SERVER_ERROR,
-            f"request to {self.host} failed: {type(exc).__name__}: {exc}",
-            "check the server and retry",
-        )
+            detail = f"a reply that is not Ollama's protocol: {type(exc).__name__}: {exc}"
+            return failure_protocol(detail, peer=self.peer)
+        return failure_for_transport(exc, peer=self.peer)
 
     def unreachable(self, detail: str) -> Failure:
         """The failure for a server that does not answer at all."""
-        return Failure(
-            FailureKind.UNREACHABLE,
-            f"cannot reach an Ollama server at {self.host} ({detail})",
-            "start it with `ollama serve`, set OLLAMA_HOST or --host, or use --engine embedded",
-        )
+        return failure_unreachable(detail, peer=self.peer)
 
     async def _installed_names(self) -> list[str]:
         try:

@@ -1,12 +1,13 @@
 """The client side of llmtop's SSE relay (`llmtop relay`, server in `llmtop.relay`).
 
 `RelayEngine` has the same interface as `OllamaEngine` where llmtop uses one (`name`, `host`,
-`stream_chat`, `stream_generate`, `list_models`, `model_info`, `version`, `aclose`), so the
+`stream_chat`, `list_models`, `model_info`, `version`, `aclose`), so the
 TUI and the bench can measure a model *through* the relay exactly as they measure it
 directly, and the difference is the relay's cost (docs/method.md, "Server-layer overhead").
 
-Each SSE event is stamped with `perf_counter_ns()` the moment it is complete (blank line
-read) and its JSON parsed — the same point at which `OllamaEngine` stamps an NDJSON chunk.
+The SSE stream is parsed by httpx-sse. Each event is stamped with `perf_counter_ns()` the
+moment `aiter_sse` yields it (its blank line read), before its JSON is parsed — the point at
+which `OllamaEngine` has a complete NDJSON line (bench/relay_overhead.py measures both).
 Metadata calls go straight to the relay's upstream (learned from `GET /api/relay`) through
 an `OllamaEngine`: they are not what is being measured.
 
@@ -18,21 +19,28 @@ or a read timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
 
+from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
-from llmtop.engines.ollama import (
+from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
-    EngineError,
-    ModelInfo,
-    OllamaEngine,
+    Peer,
+    failure_for_http,
+    failure_for_transport,
+    failure_protocol,
+    failure_truncated,
+    failure_unreachable,
 )
+from llmtop.engines.ollama import OllamaEngine
 
 
 def _base_url(url: str) -> str:
@@ -63,6 +71,12 @@ class RelayEngine:
         self.host = _base_url(relay_url)
         self.name = name
         self.read_timeout_s = read_timeout_s
+        self.peer = Peer(
+            self.host,
+            "the llmtop relay",
+            "start it with `llmtop relay --upstream URL`, or check the relay URL",
+            read_timeout_s,
+        )
         self._connect_timeout_s = connect_timeout_s
         self._client = httpx.AsyncClient(
             base_url=self.host,
@@ -95,138 +109,78 @@ class RelayEngine:
         one final event with `done=True` (server stats unchanged from the upstream, or a
         `failure`)."""
         body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages]}
-        return self._stream(body, options, think, keep_alive)
-
-    def stream_generate(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        options: Mapping[str, Any] | None = None,
-        think: bool | str | None = None,
-        keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
-        """Stream a completion through the relay (upstream `/api/generate`); same contract."""
-        return self._stream({"model": model, "prompt": prompt}, options, think, keep_alive)
-
-    async def _stream(
-        self,
-        body: dict[str, Any],
-        options: Mapping[str, Any] | None,
-        think: bool | str | None,
-        keep_alive: float | str | None,
-    ) -> AsyncIterator[StreamEvent]:
         if options:
             body["options"] = dict(options)
         if think is not None:
             body["think"] = think
         if keep_alive is not None:
             body["keep_alive"] = keep_alive
-        payload = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        failure: Failure
+        return self._stream(json.dumps(body).encode())
+
+    async def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
+        failure: Failure | None = None
+        headers = {"Content-Type": "application/json"}
         try:
-            async with self._client.stream("POST", "/api/stream", content=payload, headers=headers) as resp:
-                if resp.status_code != 200:
-                    failure = await self._status_failure(resp)
+            async with aconnect_sse(
+                self._client, "POST", "/api/stream", content=payload, headers=headers
+            ) as source:
+                if source.response.status_code != 200:
+                    body = await source.response.aread()
+                    failure = failure_for_http(source.response.status_code, body, peer=self.peer)
                 else:
-                    event, data = "message", []
-                    async for line in resp.aiter_lines():
-                        if line:
-                            if line[0] == ":":
-                                continue  # a comment: the relay's keep-alive ping
-                            field, _, value = line.partition(":")
-                            if value[:1] == " ":
-                                value = value[1:]
-                            if field == "data":
-                                data.append(value)
-                            elif field == "event":
-                                event = value
-                            continue
-                        if not data:  # a blank line ending nothing
-                            event = "message"
-                            continue
-                        raw, name = "\n".join(data), event
-                        event, data = "message", []
-                        try:
-                            obj = json.loads(raw)
-                            t_ns = perf_counter_ns()
-                            if name == "token":
-                                yield StreamEvent(t_ns, obj.get("content") or "", obj.get("thinking") or "")
-                                continue
-                            if name == "done":
-                                yield StreamEvent(
-                                    t_ns,
-                                    obj.get("content") or "",
-                                    obj.get("thinking") or "",
-                                    done=True,
-                                    stats=ServerStats.from_mapping(obj),
-                                )
-                                return
-                            if name == "error":
-                                failure = _relay_failure(obj)
+                    async with contextlib.aclosing(self._events(source)) as events:
+                        async for event in events:
+                            if isinstance(event, Failure):
+                                failure = event
                                 break
-                        except (ValueError, AttributeError, TypeError) as exc:
-                            failure = self._protocol(f"{type(exc).__name__}: {exc}")
-                            break
-                        # an event name llmtop does not know: ignore it (forward compatible)
-                    else:
-                        failure = Failure(
-                            FailureKind.TRUNCATED,
-                            f"the stream from the relay at {self.host} ended without a done event",
-                            "the relay or its upstream may have crashed; check their logs and retry",
-                        )
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            failure = self.unreachable(str(exc) or type(exc).__name__)
-        except httpx.TimeoutException:
-            failure = Failure(
-                FailureKind.TIMEOUT,
-                f"no data from the relay at {self.host} for {self.read_timeout_s:.0f} s",
-                "the relay is stuck; check it, or raise the read timeout",
-            )
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            failure = Failure(
-                FailureKind.TRUNCATED,
-                f"the connection to the relay at {self.host} broke mid-stream ({type(exc).__name__}: {exc})",
-                "the relay may have stopped; check it and retry",
-            )
+                            yield event
+                            if event.done:
+                                return
+        except SSEError as exc:  # a 200 that is not text/event-stream
+            failure = failure_protocol(str(exc), peer=self.peer)
         except httpx.HTTPError as exc:
-            failure = Failure(
-                FailureKind.SERVER_ERROR,
-                f"request to the relay at {self.host} failed: {type(exc).__name__}: {exc}",
-                "check the relay and retry",
-            )
+            failure = failure_for_transport(exc, peer=self.peer)
         yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
 
-    async def _status_failure(self, resp: httpx.Response) -> Failure:
-        raw = await resp.aread()
-        try:
-            message = str(json.loads(raw).get("error"))
-        except (ValueError, AttributeError):
-            message = raw[:200].decode(errors="replace").strip() or resp.reason_phrase
-        if resp.status_code == 404:
-            return self._protocol(f"HTTP 404 for /api/stream: {message}")
-        kind = FailureKind.BAD_REQUEST if 400 <= resp.status_code < 500 else FailureKind.SERVER_ERROR
-        return Failure(
-            kind,
-            f"the relay at {self.host} rejected the request (HTTP {resp.status_code}): {message}",
-            "check the model name and options" if kind is FailureKind.BAD_REQUEST else "check the relay's log",
-        )
+    async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
+        """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
+        one (its blank line read), then a Failure when the stream ends badly. The last item
+        is a done StreamEvent or a Failure."""
+        async for sse in source.aiter_sse():
+            t_ns = perf_counter_ns()
+            if not sse.data:
+                continue  # the SSE spec dispatches no event without data
+            try:
+                event = self._event(sse, t_ns)
+            except (ValueError, AttributeError, TypeError) as exc:
+                yield failure_protocol(f"{type(exc).__name__}: {exc}", peer=self.peer)
+                return
+            if event is not None:
+                yield event
+                if isinstance(event, Failure) or event.done:
+                    return
+        yield failure_truncated(self.peer)
 
-    def _protocol(self, detail: str) -> Failure:
-        return Failure(
-            FailureKind.PROTOCOL,
-            f"{self.host} did not answer as an llmtop relay ({detail})",
-            "check that the URL points at `llmtop relay`",
-        )
+    @staticmethod
+    def _event(sse: ServerSentEvent, t_ns: int) -> StreamEvent | Failure | None:
+        """One SSE event → a StreamEvent (`token`, `done`), a Failure (`error`), or None for
+        an event name llmtop does not know (ignored: forward compatible). Raises ValueError
+        etc. for data that is not a JSON object."""
+        obj = json.loads(sse.data)
+        if sse.event == "token":
+            return StreamEvent(t_ns, obj.get("content") or "", obj.get("thinking") or "")
+        if sse.event == "done":
+            content, thinking = obj.get("content") or "", obj.get("thinking") or ""
+            return StreamEvent(
+                t_ns, content, thinking, done=True, stats=ServerStats.from_mapping(obj)
+            )
+        if sse.event == "error":
+            return _relay_failure(obj)
+        return None
 
     def unreachable(self, detail: str) -> Failure:
         """The failure for a relay that does not answer at all."""
-        return Failure(
-            FailureKind.UNREACHABLE,
-            f"cannot reach the llmtop relay at {self.host} ({detail})",
-            "start it with `llmtop relay --upstream URL`, or check the relay URL",
-        )
+        return failure_unreachable(detail, peer=self.peer)
 
     # ------------------------------------------------------------------ metadata
 
@@ -240,7 +194,8 @@ class RelayEngine:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 raise EngineError(self.unreachable(str(exc) or type(exc).__name__)) from exc
             except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise EngineError(self._protocol(f"GET /api/relay: {type(exc).__name__}: {exc}")) from exc
+                detail = f"GET /api/relay: {type(exc).__name__}: {exc}"
+                raise EngineError(failure_protocol(detail, peer=self.peer)) from exc
         return self._upstream_url
 
     async def _delegate(self) -> OllamaEngine:

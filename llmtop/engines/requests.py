@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtop.engines.http import BadRequest
 from llmtop.engines.llama_backend import DEFAULT_SAMPLING, Sampling
 
 DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's OLLAMA_KEEP_ALIVE default: 5 minutes
@@ -19,13 +20,7 @@ _GO_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _GO_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 ROLES = ("system", "user", "assistant", "tool")
 
-
-class BadRequest(Exception):
-    """A request the engine refuses; `status` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+__all__ = ["BadRequest", "ParsedRequest", "parse_body", "parse_keep_alive", "parse_request"]
 
 
 @dataclass(frozen=True, slots=True)

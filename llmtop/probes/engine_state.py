@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from llmtop.probes.engine_identity import identify_engine
 from llmtop.probes.verdict import Finding, Level
@@ -34,6 +34,7 @@ PS_TIMEOUT_S = 2.0  # /api/ps is answered from the scheduler's memory: milliseco
 GB = 1e9  # Ollama's own `ollama ps` prints decimal GB
 
 
+@runtime_checkable
 class EngineLike(Protocol):
     """What `engine_findings` needs of an engine client (`OllamaEngine` fits): its base URL
     and its `GET /api/ps` answer (any object or dict with a `models` list)."""

@@ -7,8 +7,10 @@ shape, built to add as little as possible (target: ≤ 1 ms median TTFT on loopb
 what it adds: every event carries the relay's own receive stamp.
 
 * `server.create_app(upstream_url)`: the ASGI app (`GET /` page, `POST /api/stream` SSE,
-  `GET /api/models`, `GET /api/relay`).
+  `GET /api/models`, `GET /api/relay`); its parts are `request` (body validation),
+  `upstream` (connection pool, one upstream call) and `stream` (NDJSON lines → SSE frames).
 * `process.RelayProcess`: the relay as a child process; `process.serve_relay(args)`: the
   `llmtop relay` command.
-* The client side is `llmtop.engines.relay.RelayEngine`.
+* The client side is `llmtop.engines.relay.RelayEngine`; the scripted upstream used by its
+  tests and by bench/relay_overhead.py is `llmtop.testing.scripted`.
 """

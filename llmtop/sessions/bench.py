@@ -22,6 +22,10 @@ from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
+from llmtop.probes.config import load_thresholds
+from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
+from llmtop.probes.preflight import run_preflight
+from llmtop.probes.sampler import ProbeSampler
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import LoadedLog, read_log
@@ -129,15 +133,15 @@ class NoisyMachine(Exception):
 async def preflight_record(conn: Connection, duration_s: float) -> dict[str, Any]:
     """The preflight verdict (probes over `duration_s` + the engine's /api/ps findings), as
     the log's "preflight" record. Thresholds come from the config file (probes/config.py)."""
-    from llmtop.probes.config import load_thresholds
-    from llmtop.probes.engine_state import CouldNotCheck, engine_findings
-    from llmtop.probes.preflight import run_preflight
-
     thresholds = load_thresholds()
     result = await asyncio.to_thread(
         run_preflight, duration_s, thresholds=thresholds, engine_pids=lambda: conn.engine_pids
     )
-    engine = await engine_findings(conn.upstream, conn.model, gpu_present=result.gpu_present)
+    upstream = conn.upstream
+    if isinstance(upstream, EngineLike):
+        engine = await engine_findings(upstream, conn.model, gpu_present=result.gpu_present)
+    else:
+        engine = CouldNotCheck(upstream.host, f"{upstream.name} has no /api/ps to read")
     if isinstance(engine, CouldNotCheck):
         return {"type": "preflight", **result.to_dict(), "engine_check": engine.reason}
     return {"type": "preflight", **result.with_findings(engine).to_dict()}
@@ -176,13 +180,9 @@ class BenchRunner:
 
     async def run(self) -> BenchOutcome:
         """Run the whole protocol; the log is closed when this returns or raises."""
-        from llmtop.probes.sampler import ProbeSampler
-
         cfg = self.config
         interrupted = False
         # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
-        from llmtop.probes.config import load_thresholds
-
         sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,
                                thresholds=load_thresholds())
         sampler.start()

@@ -6,13 +6,13 @@ from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine, resolve_host
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
-from tests.scripted_server import ScriptedServer
+from llmtop.testing.scripted import ScriptedUpstream
 
 
 @pytest.fixture(scope="module")
 def server():
-    with ScriptedServer() as url:
-        yield url
+    with ScriptedUpstream() as upstream:
+        yield upstream.url
 
 
 async def stream(host, model, **kw):
@@ -76,7 +76,7 @@ async def test_load_only_reply_is_not_a_sample(server):
 async def test_unknown_model_lists_installed_ones(server):
     r = await stream(server, "llama9:70b")
     assert r.status == Status.ERROR and r.failure.kind == FailureKind.MODEL_NOT_FOUND
-    assert "llama9:70b" in r.failure.message and "installed: ok, sparse" in r.failure.message
+    assert "llama9:70b" in r.failure.message and "installed: ok, timed, thinking, slow" in r.failure.message
     assert "ollama pull llama9:70b" in r.failure.remedy
 
 

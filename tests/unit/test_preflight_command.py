@@ -5,18 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from llmtop.cli import build_parser
 from llmtop.commands import preflight as command
@@ -28,6 +21,7 @@ from llmtop.probes.processes import AppUsage, ProcessSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import Finding, Level, Verdict
+from llmtop.testing.scripted import ScriptedUpstream
 
 SYS = SystemSample(5.0, (5.0, 5.0), 0.1, 1000, 900, 10.0, 0, 0, 0.0, None, None, None, 2)
 
@@ -129,43 +123,14 @@ def test_bad_duration_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == "llmtop preflight: --duration must be > 0 seconds, got 0.0\n"
 
 
-class FakeOllama:
-    """/api/version and /api/ps on a loopback port; `ps` is the reply (None → HTTP 500)."""
-
-    def __init__(self, ps: dict[str, Any] | None) -> None:
-        async def version(_: Request) -> JSONResponse:
-            return JSONResponse({"version": "0.0.0-fake"})
-
-        async def ps_route(_: Request) -> JSONResponse:
-            if ps is None:
-                return JSONResponse({"error": "boom"}, status_code=500)
-            return JSONResponse(ps)
-
-        self.port = free_port()
-        app = Starlette(routes=[Route("/api/version", version), Route("/api/ps", ps_route)])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(5)
-
-
 @pytest.fixture
 def two_models() -> Iterator[str]:
     ps = {"models": [
         {"name": "qwen2.5:7b", "model": "qwen2.5:7b", "size": 5_000_000_000, "size_vram": 5_000_000_000},
         {"name": "llama3:8b", "model": "llama3:8b", "size": 4_900_000_000, "size_vram": 4_900_000_000},
     ]}
-    with FakeOllama(ps) as url:
-        yield url
+    with ScriptedUpstream(ps=ps) as upstream:
+        yield upstream.url
 
 
 def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_models: str) -> None:
@@ -175,22 +140,23 @@ def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_model
     assert [(f["code"], f["level"]) for f in data["findings"]] == [
         ("other-models-loaded", "warn"), ("model-loaded", "info")
     ]
-    assert data["engine"]["checked"] is True and data["engine"]["version"] == "0.0.0-fake"
+    assert data["engine"]["checked"] is True and data["engine"]["version"] == "0.0.0-scripted"
     assert data["engine"]["source"] == "/api/ps"
-    # the fake server runs inside this test process: its listener pid is ours
+    # the scripted server runs inside this test process: its listener pid is ours
     assert isinstance(data["engine"]["pids"], list)
 
 
 def test_engine_text_mentions_the_check(capsys: pytest.CaptureFixture[str], two_models: str) -> None:
     assert command.main(args("--host", two_models, "--model", "qwen2.5:7b")) == 1
     out = capsys.readouterr().out
-    assert f"engine: {two_models} (version 0.0.0-fake), loaded models from /api/ps, measured model qwen2.5:7b" in out
+    assert f"engine: {two_models} (version 0.0.0-scripted), loaded models from /api/ps, measured model qwen2.5:7b" in out
     assert "  WARN  other-models-loaded: 1 model is loaded besides qwen2.5:7b: llama3:8b (4.9 GB, 100 % in VRAM)" in out
     assert "        measured 4.9 GB loaded, threshold 0 GB loaded" in out
 
 
 def test_engine_whose_ps_fails_cannot_check(capsys: pytest.CaptureFixture[str]) -> None:
-    with FakeOllama(None) as url:
+    with ScriptedUpstream(ps_error="boom") as upstream:
+        url = upstream.url
         assert command.main(args("--host", url, "--json")) == 2
     captured = capsys.readouterr()
     data = json.loads(captured.out)

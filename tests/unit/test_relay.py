@@ -14,10 +14,13 @@ from time import perf_counter_ns
 
 import httpx
 import pytest
+from httpx_sse import EventSource, aconnect_sse
 
 from llmtop.engines.child import free_port
-from llmtop.relay.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
-from llmtop.relay.server import BadRequest, choose_default, create_app, parse_stream_request
+from llmtop.engines.http import BadRequest
+from llmtop.relay.request import parse_stream_request
+from llmtop.relay.server import choose_default, create_app
+from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -34,18 +37,22 @@ def relay(upstream):
         yield url
 
 
-def parse_sse(raw: str) -> list[tuple[str, dict]]:
-    """Strict framing check: every block is `event: NAME` then `data: JSON`, blank-line ended."""
+def parse_sse(r: httpx.Response) -> list[tuple[str, dict]]:
+    """The response's SSE events as (name, JSON data), parsed by httpx-sse (comment pings,
+    which carry no data, are not events)."""
+    return [(e.event, e.json()) for e in EventSource(r).iter_sse()]
+
+
+def strict_blocks(raw: str) -> list[list[str]]:
+    """Strict framing check on the raw text: every block but a comment ping is exactly
+    `event: NAME` then `data: JSON`, and ends with a blank line. Returns the blocks' lines."""
     assert raw.endswith("\n\n"), raw[-50:]
-    events = []
-    for block in raw[:-2].split("\n\n"):
-        lines = block.split("\n")
-        if all(line.startswith(":") for line in lines):
-            continue  # a comment ping
-        assert len(lines) == 2, block
-        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
-        events.append((lines[0][len("event: "):], json.loads(lines[1][len("data: "):])))
-    return events
+    blocks = [b.split("\n") for b in raw[:-2].split("\n\n")]
+    blocks = [lines for lines in blocks if not all(line.startswith(":") for line in lines)]
+    for lines in blocks:
+        assert len(lines) == 2, lines
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), lines
+    return blocks
 
 
 def post(relay: str, body: dict, **kw) -> httpx.Response:
@@ -110,8 +117,9 @@ def test_default_model_prefers_gemma3_270m():
 def test_events_are_framed_one_token_per_chunk_then_done(relay):
     r = post(relay, {"model": "ok", "messages": MSG})
     assert r.status_code == 200
-    events = parse_sse(r.text)
+    events = parse_sse(r)
     assert [name for name, _ in events] == ["token", "token", "token", "done"]
+    assert [lines[0] for lines in strict_blocks(r.text)] == [f"event: {n}" for n, _ in events]
     assert [d["content"] for _, d in events[:3]] == ["Hel", "lo", "!"]
     for _, d in events[:3]:
         assert set(d) == {"content", "thinking", "relay_recv_ns", "relay_offset_ms"}
@@ -131,7 +139,7 @@ def test_stream_headers_keep_it_streaming_even_when_gzip_is_offered(relay):
 
 
 def test_done_event_carries_upstream_stats_unchanged_plus_relay_timings(relay):
-    events = parse_sse(post(relay, {"model": "ok", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "ok", "messages": MSG}))
     name, done = events[-1]
     assert name == "done"
     for key, value in STATS.items():
@@ -146,26 +154,26 @@ def test_done_event_carries_upstream_stats_unchanged_plus_relay_timings(relay):
 
 
 def test_sparse_stats_stay_absent(relay):
-    done = parse_sse(post(relay, {"model": "sparse", "messages": MSG}).text)[-1][1]
+    done = parse_sse(post(relay, {"model": "sparse", "messages": MSG}))[-1][1]
     assert "load_duration" not in done and "prompt_eval_count" not in done
     assert done["eval_count"] == 2
 
 
 def test_the_upstream_connection_is_reused_between_requests(relay):
     post(relay, {"model": "ok", "messages": MSG})
-    done = parse_sse(post(relay, {"model": "ok", "messages": MSG}).text)[-1][1]
+    done = parse_sse(post(relay, {"model": "ok", "messages": MSG}))[-1][1]
     assert done["upstream_connection"] == "reused" and done["upstream_connect_ms"] is None
 
 
 def test_thinking_text_is_relayed_apart_from_content(relay):
-    events = parse_sse(post(relay, {"model": "thinking", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "thinking", "messages": MSG}))
     assert [(d["content"], d["thinking"]) for n, d in events if n == "token"] == [
         ("", "Let me"), ("", " think"), ("Yes", "")]
 
 
 def test_prompt_goes_to_generate_with_options(relay, upstream):
     upstream.recorder.reset()
-    events = parse_sse(post(relay, {"model": "ok", "prompt": "hello", "options": {"num_predict": 5}}).text)
+    events = parse_sse(post(relay, {"model": "ok", "prompt": "hello", "options": {"num_predict": 5}}))
     assert "".join(d["content"] for n, d in events if n == "token") == "Hello!"
     path, body = upstream.recorder.requests[-1]
     assert path == "/api/generate"
@@ -178,11 +186,10 @@ async def test_events_arrive_as_they_happen_not_buffered(relay):
     body = {"model": "timed", "messages": MSG}
     async with (
         httpx.AsyncClient(timeout=10) as client,
-        client.stream("POST", relay + "/api/stream", json=body) as r,
+        aconnect_sse(client, "POST", relay + "/api/stream", json=body) as source,
     ):
-        async for line in r.aiter_lines():
-            if line.startswith("event: "):
-                arrivals.append((perf_counter_ns(), line[7:]))
+        async for event in source.aiter_sse():
+            arrivals.append((perf_counter_ns(), event.event))
     names = [n for _, n in arrivals]
     assert names == ["token"] * 20 + ["done"]
     first, done = arrivals[0][0], arrivals[-1][0]
@@ -199,7 +206,7 @@ def test_unreachable_upstream_is_an_error_event_naming_it():
     with ServeInThread(create_app(dead, connect_timeout_s=2)) as relay:
         r = post(relay, {"model": "ok", "messages": MSG})
     assert r.status_code == 200
-    events = parse_sse(r.text)
+    events = parse_sse(r)
     assert [n for n, _ in events] == ["error"]
     err = events[0][1]
     assert err["kind"] == "unreachable" and dead in err["message"] and err["upstream"] == dead
@@ -207,7 +214,7 @@ def test_unreachable_upstream_is_an_error_event_naming_it():
 
 
 def test_unknown_model_is_an_error_event_with_the_upstreams_404_message(relay):
-    events = parse_sse(post(relay, {"model": "nope", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "nope", "messages": MSG}))
     assert [n for n, _ in events] == ["error"]
     err = events[0][1]
     assert err["kind"] == "model-not-found" and err["status"] == 404
@@ -216,7 +223,7 @@ def test_unknown_model_is_an_error_event_with_the_upstreams_404_message(relay):
 
 
 def test_midstream_error_comes_after_the_tokens_already_relayed(relay):
-    events = parse_sse(post(relay, {"model": "midstream-error", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "midstream-error", "messages": MSG}))
     assert [n for n, _ in events] == ["token", "token", "error"]
     assert "".join(d["content"] for n, d in events[:2]) == "partial"
     err = events[-1][1]
@@ -224,20 +231,20 @@ def test_midstream_error_comes_after_the_tokens_already_relayed(relay):
 
 
 def test_stream_without_done_ends_with_a_truncated_error(relay):
-    events = parse_sse(post(relay, {"model": "truncated", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "truncated", "messages": MSG}))
     assert [n for n, _ in events] == ["token", "token", "error"]
     assert events[-1][1]["kind"] == "truncated"
 
 
 def test_a_line_that_is_not_json_is_a_protocol_error(relay):
-    events = parse_sse(post(relay, {"model": "garbage", "messages": MSG}).text)
+    events = parse_sse(post(relay, {"model": "garbage", "messages": MSG}))
     assert [n for n, _ in events] == ["token", "error"] and events[-1][1]["kind"] == "protocol"
 
 
 def test_a_hung_upstream_ends_the_stream_with_a_timeout_error(upstream):
     with ServeInThread(create_app(upstream.url, read_timeout_s=0.5)) as relay:
         t0 = perf_counter_ns()
-        events = parse_sse(post(relay, {"model": "hang", "messages": MSG}).text)
+        events = parse_sse(post(relay, {"model": "hang", "messages": MSG}))
         elapsed_s = (perf_counter_ns() - t0) / 1e9
     assert [n for n, _ in events] == ["token", "error"]
     assert events[-1][1]["kind"] == "timeout" and elapsed_s < 5
@@ -271,10 +278,10 @@ async def test_client_disconnect_closes_the_upstream_stream_within_a_second():
     with ScriptedUpstream() as upstream, ServeInThread(create_app(upstream.url)) as relay:
         tokens = 0
         async with httpx.AsyncClient(timeout=10) as client:
-            async with client.stream("POST", relay + "/api/stream",
-                                     json={"model": "slow", "messages": MSG}) as r:
-                async for line in r.aiter_lines():
-                    if line == "event: token":
+            async with aconnect_sse(client, "POST", relay + "/api/stream",
+                                    json={"model": "slow", "messages": MSG}) as source:
+                async for event in source.aiter_sse():
+                    if event.event == "token":
                         tokens += 1
                         if tokens == 2:
                             break

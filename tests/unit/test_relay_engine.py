@@ -14,9 +14,9 @@ from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
-from llmtop.relay.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 from llmtop.relay.server import create_app
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +31,9 @@ def relay(upstream):
         yield url
 
 
-async def collect(engine, model, *, generate=False, **kw):
+async def collect(engine, model, **kw):
     try:
-        if generate:
-            stream = engine.stream_generate(model, "hi", **kw)
-        else:
-            stream = engine.stream_chat(model, chat_messages("hi"), **kw)
-        return [e async for e in stream]
+        return [e async for e in engine.stream_chat(model, chat_messages("hi"), **kw)]
     finally:
         await engine.aclose()
 
@@ -47,11 +43,13 @@ def shape(events):
     return [(e.content, e.thinking, e.done, e.stats, e.failure.kind if e.failure else None) for e in events]
 
 
-@pytest.mark.parametrize("model", ["ok", "sparse", "thinking", "timed", "midstream-error", "truncated", "nope"])
-@pytest.mark.parametrize("generate", [False, True])
-async def test_relayed_events_match_direct_events(upstream, relay, model, generate):
-    direct = await collect(OllamaEngine(upstream.url), model, generate=generate)
-    relayed = await collect(RelayEngine(relay), model, generate=generate)
+@pytest.mark.parametrize(
+    "model",
+    ["ok", "sparse", "thinking", "timed", "midstream-error", "truncated", "garbage", "load", "nope"],
+)
+async def test_relayed_events_match_direct_events(upstream, relay, model):
+    direct = await collect(OllamaEngine(upstream.url), model)
+    relayed = await collect(RelayEngine(relay), model)
     assert shape(relayed) == shape(direct)
     assert sum(e.done for e in relayed) == 1 and relayed[-1].done
     stamps = [e.t_ns for e in relayed]
@@ -163,3 +161,12 @@ async def test_metadata_from_an_unreachable_relay_raises_engine_error():
         assert exc.value.failure.kind == FailureKind.UNREACHABLE
     finally:
         await engine.aclose()
+
+
+async def test_a_server_that_is_not_a_relay_is_a_protocol_failure(upstream):
+    # the scripted Ollama server has no /api/stream: Starlette answers 404 "Not Found"
+    events = await collect(RelayEngine(upstream.url), "ok")
+    assert len(events) == 1 and events[0].failure.kind == FailureKind.PROTOCOL
+    assert events[0].failure.message == (
+        f"{upstream.url} did not answer as the llmtop relay (HTTP 404: Not Found)"
+    )

@@ -1,0 +1,179 @@
+"""One home for what llmtop makes of an HTTP exchange that went wrong.
+
+Used by the three places that talk HTTP to an Ollama-API server or to the relay:
+`OllamaEngine` (engines/ollama.py), `RelayEngine` (engines/relay.py) and the relay server
+(relay/stream.py). Each turns a status, a body or a transport exception into the same
+`Failure` (kind, message, remedy), with the same wording, naming the server it talked to.
+
+`Peer` says who that server is: its URL, what it should be ("an Ollama server", "the llmtop
+relay") and how to start it, and the read timeout used, so the messages can say which
+server to look at and for how long nothing came.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from llmtop.engines.events import Failure, FailureKind
+
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# A generous read timeout: a cold 7B model can take tens of seconds to load before the
+# first byte, but a hung server must not block forever (httpx-based clients such as
+# `ollama.AsyncClient` otherwise wait with no timeout at all).
+DEFAULT_READ_TIMEOUT_S = 300.0
+ERROR_TEXT_CHARS = 200  # how much of a non-JSON error body a message quotes
+
+
+class BadRequest(ValueError):
+    """A request body that llmtop's servers refuse; `status` is the HTTP status to answer
+    with (400 unless said, 404 for a model the embedded engine does not serve)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """The server at the other end, as failure messages name it.
+
+    url: its base URL, e.g. "http://127.0.0.1:11434".
+    kind: what it should be, with its article: "an Ollama server", "the llmtop relay".
+    start: the remedy when it does not answer at all (how to start it or point at it).
+    read_timeout_s: the read timeout in seconds, quoted when it ran out.
+    """
+
+    url: str
+    kind: str
+    start: str
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+
+
+def server_error(body: bytes | str) -> str | None:
+    """The `error` string of an Ollama-shaped error body `{"error": "..."}`, else None."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None
+
+
+def error_text(status: int, body: bytes | str) -> str:
+    """What to quote of an error reply: the server's `error` string, else the first 200
+    characters of the body, else the status's reason phrase (e.g. "Not Found")."""
+    error = server_error(body)
+    if error is not None:
+        return error
+    raw = body if isinstance(body, str) else body.decode(errors="replace")
+    shown = raw[:ERROR_TEXT_CHARS].strip()
+    return shown or httpx.codes.get_reason_phrase(status) or "no reason given"
+
+
+def failure_for_http(
+    status: int,
+    body: bytes | str,
+    *,
+    peer: Peer,
+    model: str = "",
+    installed: Sequence[str] = (),
+) -> Failure:
+    """The Failure for a non-200 answer. status: HTTP status; body: the raw reply body (or
+    the error text a client library already took out of it); model: the model asked for;
+    installed: the server's model names, listed when the model is missing.
+
+    * 404 whose text names the model → MODEL_NOT_FOUND. Ollama answers a missing model with
+      404 `{"error": "model 'x' not found"}` (docs/protocols.md, "Errors"), which names it.
+    * any other 404 → PROTOCOL: the route is missing, so the server is not `peer.kind`.
+    * other 4xx → BAD_REQUEST; 5xx and anything else → SERVER_ERROR.
+    """
+    text = error_text(status, body)
+    if status == 404 and model and model in text:
+        listing = ", ".join(installed) if installed else "none"
+        return Failure(
+            FailureKind.MODEL_NOT_FOUND,
+            f"model '{model}' not found at {peer.url} (installed: {listing})",
+            f"pull it with `ollama pull {model}` or pick an installed one with --model",
+        )
+    if status == 404:
+        return failure_protocol(f"HTTP 404: {text}", peer=peer)
+    if 400 <= status < 500:
+        return Failure(
+            FailureKind.BAD_REQUEST,
+            f"{peer.url} rejected the request (HTTP {status}): {text}",
+            "check the model name and options",
+        )
+    return Failure(
+        FailureKind.SERVER_ERROR,
+        f"{peer.url} failed (HTTP {status}): {text}",
+        "check the server's log and retry",
+    )
+
+
+def failure_in_stream(error: str, *, peer: Peer) -> Failure:
+    """The Failure for an `{"error": ...}` line after streaming began (Ollama's way of
+    reporting a failure once the 200 status is sent)."""
+    return Failure(
+        FailureKind.SERVER_ERROR,
+        f"{peer.url} reported an error mid-stream: {error}",
+        "the text received so far is kept; check the server's log",
+    )
+
+
+def failure_truncated(peer: Peer) -> Failure:
+    """The Failure for a stream that ended cleanly but without its done chunk."""
+    return Failure(
+        FailureKind.TRUNCATED,
+        f"the stream from {peer.url} ended without a done chunk (response truncated)",
+        "the server may have crashed or dropped the connection; check its log and retry",
+    )
+
+
+def failure_unreachable(detail: str, *, peer: Peer) -> Failure:
+    """The Failure for a server that does not answer at all; detail: the connect error."""
+    return Failure(
+        FailureKind.UNREACHABLE,
+        f"cannot reach {peer.kind} at {peer.url} ({detail})",
+        peer.start,
+    )
+
+
+def failure_for_transport(exc: BaseException, *, peer: Peer) -> Failure:
+    """The Failure for an exception raised while talking to `peer`:
+
+    * connect error or connect timeout (and OSError, e.g. refused) → UNREACHABLE
+    * read timeout (no byte for `peer.read_timeout_s`) → TIMEOUT
+    * connection dropped mid-reply → TRUNCATED
+    * anything else → SERVER_ERROR, naming the exception.
+    """
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | OSError):
+        return failure_unreachable(str(exc) or type(exc).__name__, peer=peer)
+    if isinstance(exc, httpx.TimeoutException):
+        return Failure(
+            FailureKind.TIMEOUT,
+            f"no data from {peer.url} for {peer.read_timeout_s:g} s",
+            "the server is stuck or overloaded; check it, or raise the read timeout",
+        )
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return Failure(
+            FailureKind.TRUNCATED,
+            f"the connection to {peer.url} broke mid-stream ({type(exc).__name__}: {exc})",
+            "the server may have crashed; check its log and retry",
+        )
+    return Failure(
+        FailureKind.SERVER_ERROR,
+        f"request to {peer.url} failed: {type(exc).__name__}: {exc}",
+        "check the server and retry",
+    )
+
+
+def failure_protocol(detail: str, *, peer: Peer) -> Failure:
+    """The Failure for a reply that is not the protocol `peer.kind` speaks."""
+    return Failure(
+        FailureKind.PROTOCOL,
+        f"{peer.url} did not answer as {peer.kind} ({detail})",
+        f"check that {peer.url} is {peer.kind}",
+    )

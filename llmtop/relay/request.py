@@ -1,0 +1,105 @@
+"""Validation of a `POST /api/stream` body, and the exact upstream request it becomes.
+
+The relay's upstream is fixed when it starts: a body naming a host ("host", "upstream", "url",
+"base_url") is refused, never followed. Any other unknown field is refused by name too, so a
+misplaced generation option cannot silently fall back to the engine's default.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from llmtop.engines.http import BadRequest
+
+REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
+ACCEPTED_KEYS = frozenset(
+    {"model", "messages", "prompt", "options", "think", "keep_alive", "stream"}
+)
+OPTION_NAMES = frozenset(
+    {"temperature", "seed", "num_predict", "num_ctx", "top_k", "top_p", "min_p", "stop",
+     "repeat_penalty", "num_thread"}
+)
+THINK_LEVELS = ("low", "medium", "high")
+
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@dataclass(frozen=True, slots=True)
+class StreamJob:
+    """A validated `/api/stream` request: the upstream path and the exact body to send."""
+
+    path: str  # "/api/chat" or "/api/generate"
+    model: str
+    payload: bytes
+
+    @property
+    def chat(self) -> bool:
+        """True for /api/chat (text under message.content), False for /api/generate."""
+        return self.path == "/api/chat"
+
+
+def parse_stream_request(body: Any) -> StreamJob:
+    """Validate a `/api/stream` body and build the upstream request. Raises BadRequest.
+
+    Accepted: model (str), exactly one of messages (list of objects) or prompt (str),
+    options (object), think (bool or "low"/"medium"/"high"), keep_alive (str or number).
+    Fields that would name another host are refused as such; any other unknown field is
+    refused too (a misplaced `num_predict` must not silently generate 200 tokens).
+    """
+    _check_keys(body)
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise BadRequest("model is required (a non-empty string)")
+    out: dict[str, Any] = {"model": model}
+    path = _text_field(body, out)
+    out["stream"] = True
+    options = body.get("options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise BadRequest("options must be an object")
+        out["options"] = options
+    think = body.get("think")
+    if think is not None:
+        if not (isinstance(think, bool) or think in THINK_LEVELS):
+            raise BadRequest("think must be true, false, 'low', 'medium' or 'high'")
+        out["think"] = think
+    keep_alive = body.get("keep_alive")
+    if keep_alive is not None:
+        if isinstance(keep_alive, bool) or not isinstance(keep_alive, str | int | float):
+            raise BadRequest("keep_alive must be a duration string or a number of seconds")
+        out["keep_alive"] = keep_alive
+    return StreamJob(path, model, dumps(out).encode())
+
+
+def _check_keys(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    for key in REDIRECT_KEYS:
+        if key in body:
+            raise BadRequest(
+                f"'{key}' is not accepted: the relay's upstream is fixed when it starts "
+                "(llmtop relay --upstream URL)"
+            )
+    unknown = sorted(set(body) - ACCEPTED_KEYS)
+    if unknown:
+        hint = ' (generation options go inside "options")' if set(unknown) & OPTION_NAMES else ""
+        accepted = ", ".join(sorted(ACCEPTED_KEYS))
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}: accepted are {accepted}{hint}")
+
+
+def _text_field(body: dict[str, Any], out: dict[str, Any]) -> str:
+    """Copy messages or prompt into `out`; return the upstream path they go to."""
+    messages, prompt = body.get("messages"), body.get("prompt")
+    if (messages is None) == (prompt is None):
+        raise BadRequest("send exactly one of 'messages' (a list) or 'prompt' (a string)")
+    if messages is not None:
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("messages must be a list of objects")
+        out["messages"] = messages
+        return "/api/chat"
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    out["prompt"] = prompt
+    return "/api/generate"

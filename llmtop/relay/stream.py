@@ -1,0 +1,191 @@
+"""The relay's stream: upstream NDJSON lines in, preformatted SSE frames out.
+
+Upstream bytes are split into lines here and parsed with `json.loads`; events are written as
+preformatted bytes (no pydantic, no per-event objects), each one ASGI body message written to
+the socket as sent. Every failure becomes one `error` frame whose kind, message and remedy
+come from `llmtop.engines.http`, the same words `OllamaEngine` uses for a direct request.
+The frames' fields are listed in `llmtop.relay.server`'s docstring.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from time import perf_counter_ns
+from typing import Any
+
+import anyio
+import httpx
+
+from llmtop.engines.events import Failure
+from llmtop.engines.http import (
+    failure_for_http,
+    failure_for_transport,
+    failure_in_stream,
+    failure_protocol,
+    failure_truncated,
+    server_error,
+)
+from llmtop.relay.request import dumps
+from llmtop.relay.upstream import Relay, UpstreamCall
+
+DRAIN_TIMEOUT_S = 0.5  # reading the upstream's body end after its done line
+_TOKEN = b"event: token\ndata: "
+_END = b"\n\n"
+_DROP_FROM_DONE = ("message", "response", "context")
+_CONNECT_TCP_START = "connection.connect_tcp.started"  # httpcore's trace event names
+_CONNECT_TCP_DONE = "connection.connect_tcp.complete"
+
+
+def frame(event: str, data: dict[str, Any]) -> bytes:
+    """One SSE frame: `event: NAME`, `data: JSON`, a blank line."""
+    return b"event: " + event.encode() + b"\ndata: " + dumps(data).encode() + _END
+
+
+def ms_since(t_ns: int, t0_ns: int) -> float:
+    """Milliseconds from t0_ns to t_ns (perf_counter ns), rounded to the µs."""
+    return round((t_ns - t0_ns) / 1e6, 3)
+
+
+def error_frame(relay: Relay, failure: Failure, t0: int, *, error: str | None = None,
+                status: int | None = None) -> bytes:
+    """The `error` frame: the failure, the upstream's own message and status when it sent
+    them, the upstream's URL and the time since the relay received the request."""
+    return frame("error", {
+        "kind": failure.kind.value,
+        "message": failure.message,
+        "remedy": failure.remedy,
+        "error": error,
+        "status": status,
+        "upstream": relay.upstream,
+        "relay_offset_ms": ms_since(perf_counter_ns(), t0),
+    })
+
+
+async def status_frame(relay: Relay, call: UpstreamCall, response: httpx.Response) -> bytes:
+    """The `error` frame for an upstream that answered with a status other than 200."""
+    body = await response.aread()
+    status = response.status_code
+    installed = await relay.model_names() if status == 404 else []
+    failure = failure_for_http(status, body, peer=relay.peer, model=call.job.model,
+                               installed=installed)
+    return error_frame(relay, failure, call.t0, error=server_error(body), status=status)
+
+
+def _texts(obj: dict[str, Any], chat: bool) -> tuple[str, str]:
+    """(content, thinking) of one upstream chunk; raises AttributeError for a non-object."""
+    source = (obj.get("message") or {}) if chat else obj
+    text = source.get("content") if chat else source.get("response")
+    return text or "", source.get("thinking") or ""
+
+
+def _done_frame(relay: Relay, call: UpstreamCall, obj: dict[str, Any], texts: tuple[str, str],
+                t: int) -> bytes:
+    """The `done` frame: the upstream's final chunk unchanged but for its text, plus the
+    relay's own timings (ms since the relay received the request)."""
+    t0, marks = call.t0, call.marks
+    connected = _CONNECT_TCP_DONE in marks
+    done = {k: v for k, v in obj.items() if k not in _DROP_FROM_DONE}
+    done.update(
+        content=texts[0],
+        thinking=texts[1],
+        relay_recv_ns=t,
+        relay_offset_ms=ms_since(t, t0),
+        relay_parse_ms=ms_since(call.t_send, t0),
+        upstream_headers_ms=ms_since(call.t_headers, t0),
+        relay_first_chunk_ms=ms_since(call.first_ns or t, t0),
+        relay_ttft_ms=ms_since(call.text_ns, t0) if call.text_ns is not None else None,
+        relay_request_ms=ms_since(t, t0),
+        upstream_connect_ms=(
+            ms_since(marks[_CONNECT_TCP_DONE], marks.get(_CONNECT_TCP_START, call.t_send))
+            if connected else None
+        ),
+        upstream_connection="new" if connected else "reused",
+        relay_chunks=call.sent,
+        upstream=relay.upstream,
+    )
+    return frame("done", done)
+
+
+def line_frame(relay: Relay, call: UpstreamCall, line: bytes, t: int) -> tuple[bytes, bool]:
+    """One upstream NDJSON line, complete at perf_counter ns `t` → (SSE frame, final?)."""
+    try:
+        obj = json.loads(line)
+        texts = _texts(obj, call.job.chat)
+    except (ValueError, AttributeError):
+        shown = line[:120].decode(errors="replace")
+        detail = f"a line that is not Ollama's protocol: {shown!r}"
+        return error_frame(relay, failure_protocol(detail, peer=relay.peer), call.t0), True
+    if "error" in obj:
+        error = str(obj["error"])
+        failure = failure_in_stream(error, peer=relay.peer)
+        return error_frame(relay, failure, call.t0, error=error), True
+    if call.first_ns is None:
+        call.first_ns = t
+    if call.text_ns is None and (texts[0] or texts[1]):
+        call.text_ns = t
+    if obj.get("done"):
+        return _done_frame(relay, call, obj, texts, t), True
+    call.sent += 1
+    data = {"content": texts[0], "thinking": texts[1], "relay_recv_ns": t,
+            "relay_offset_ms": ms_since(t, call.t0)}
+    return _TOKEN + dumps(data).encode() + _END, False
+
+
+async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
+    """The SSE byte frames for one request. Never raises for the upstream's misbehaviour;
+    always ends with exactly one `done` or `error` frame, unless the client leaves first."""
+    try:
+        try:
+            response = await call.response()
+        except (httpx.ConnectError, httpx.ConnectTimeout, OSError) as exc:
+            yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
+            return
+        if response.status_code != 200:
+            yield await status_frame(relay, call, response)
+            return
+        async for out in _relay_lines(relay, call, response):
+            yield out
+    except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
+    finally:
+        # Runs on success, on error and when the client left (the generator is cancelled
+        # at its await, or closed at its yield): close the upstream response, which closes
+        # a connection whose body was not read to the end, so the engine notices and
+        # stops generating.
+        await call.close()
+
+
+async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Response,
+                       ) -> AsyncIterator[bytes]:
+    """The frames of a 200 upstream stream, ending with its final frame (done, error, or a
+    truncation error when the body ends without a done line)."""
+    # Split lines ourselves (bytes in, json.loads on bytes): fewer layers than aiter_lines'
+    # text decoding, on the path of every token.
+    chunks = response.aiter_bytes()
+    buf = b""
+    async for raw in chunks:
+        t = perf_counter_ns()
+        buf = buf + raw if buf else raw
+        if b"\n" not in buf:
+            continue
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            out, final = line_frame(relay, call, line, t)
+            yield out
+            if final:
+                # After done: read the rest of the body (the chunked terminator, already on
+                # its way) so the pooled connection is reused by the next request instead of
+                # being closed and reconnected inside that request's TTFT.
+                with anyio.move_on_after(DRAIN_TIMEOUT_S):
+                    async for _ in chunks:
+                        pass
+                return
+    if buf.strip():  # a last line without its newline
+        out, final = line_frame(relay, call, buf, perf_counter_ns())
+        yield out
+        if final:
+            return
+    yield error_frame(relay, failure_truncated(relay.peer), call.t0)

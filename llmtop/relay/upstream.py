@@ -1,0 +1,145 @@
+"""The relay's side towards its upstream: one connection pool, and one call per request.
+
+* One `httpx.AsyncClient` (one connection pool) for the app's lifetime, so a request reuses a
+  warm keep-alive connection; `trust_env=False` so an environment proxy can never add a
+  hidden hop; `Accept-Encoding: identity` so nothing upstream compresses or buffers.
+* Each upstream request is started as a task as soon as the body is validated
+  (`Relay.start`), so it is on its way while the SSE response's headers are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from time import perf_counter_ns
+from typing import Any
+
+import anyio
+import httpx
+
+from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Peer
+from llmtop.engines.ollama import resolve_host
+from llmtop.relay.request import StreamJob
+
+CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left
+TAGS_TIMEOUT_S = 5.0  # listing the upstream's models
+
+
+class UpstreamCall:
+    """One request to the upstream, started as a task at once; stamps in perf_counter ns.
+
+    t0: when the relay received the request. marks: httpcore trace stamps of the TCP
+    connect (absent when a pooled connection was reused). first_ns / text_ns: the first
+    chunk, the first chunk with text. t_headers: the upstream's headers arrived. sent: token
+    events written. `close()` is idempotent and shielded (it runs while the request's scope
+    may already be cancelled): it cancels a send still in flight, or closes the response,
+    within CLOSE_TIMEOUT_S.
+    """
+
+    def __init__(self, client: httpx.AsyncClient, job: StreamJob, t0: int) -> None:
+        self.job = job
+        self.t0 = t0
+        self.marks: dict[str, int] = {}
+        self.first_ns: int | None = None
+        self.text_ns: int | None = None
+        self.t_headers = 0
+        self.sent = 0
+        self._response: httpx.Response | None = None
+        request = client.build_request(
+            "POST",
+            job.path,
+            content=job.payload,
+            headers={"Content-Type": "application/json"},
+            extensions={"trace": self._trace},
+        )
+        self.t_send = perf_counter_ns()
+        self._task = asyncio.ensure_future(client.send(request, stream=True))
+        self._task.add_done_callback(self._stamp)
+
+    async def _trace(self, name: str, _info: dict[str, Any]) -> None:
+        if name.startswith("connection.connect_tcp"):
+            self.marks[name] = perf_counter_ns()
+
+    def _stamp(self, task: asyncio.Future[httpx.Response]) -> None:
+        self.t_headers = perf_counter_ns()
+        if not task.cancelled() and task.exception() is None:
+            self._response = task.result()
+
+    async def response(self) -> httpx.Response:
+        """The upstream's response (headers read, body streaming). Raises httpx errors."""
+        return await self._task
+
+    async def close(self) -> None:
+        """Cancel the send or close the response (shielded, at most CLOSE_TIMEOUT_S)."""
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            if not self._task.done():
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+            if self._response is not None:
+                await self._response.aclose()
+
+
+class Relay:
+    """The relay's state: the fixed upstream and the one HTTP client used to reach it.
+
+    upstream_url: anything `resolve_host` accepts; timeouts in seconds apply upstream.
+    """
+
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    ) -> None:
+        self.upstream = resolve_host(upstream_url)
+        self.read_timeout_s = read_timeout_s
+        self.peer = Peer(
+            self.upstream,
+            "an Ollama-API server",
+            "start the upstream (`ollama serve` or `llmtop engine`), or restart the relay "
+            "with --upstream URL",
+            read_timeout_s,
+        )
+        self.timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self.client: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        """Create the connection pool (app startup)."""
+        self.client = httpx.AsyncClient(
+            base_url=self.upstream,
+            timeout=self.timeout,
+            headers={"Accept-Encoding": "identity"},
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        """Close the connection pool (app shutdown)."""
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+    def start(self, job: StreamJob, t0: int) -> UpstreamCall:
+        """Send `job` upstream now, as a task, so the upstream request is on its way while the
+        SSE response's headers are written (both would otherwise sit in each other's path)."""
+        assert self.client is not None, "the relay app was not started (lifespan)"
+        return UpstreamCall(self.client, job, t0)
+
+    async def model_names(self) -> list[str]:
+        """The upstream's installed models (`/api/tags`), [] when it does not answer."""
+        try:
+            return await self.tags()
+        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+            return []
+
+    async def tags(self) -> list[str]:
+        """The upstream's installed models (`/api/tags`). Raises httpx errors, or ValueError
+        and friends for a reply that is not Ollama's."""
+        assert self.client is not None, "the relay app was not started (lifespan)"
+        resp = await self.client.get("/api/tags", timeout=TAGS_TIMEOUT_S)
+        resp.raise_for_status()
+        models = resp.json().get("models", [])
+        return [str(m.get("model") or m.get("name")) for m in models
+                if m.get("model") or m.get("name")]
+
