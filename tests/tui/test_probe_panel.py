@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import AppUsage, ProcessSample
@@ -13,7 +17,7 @@ from llmtop.probes.verdict import Finding, Level, Verdict
 from llmtop.tui.app import make_app
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
 
 from .fakes import fake_connection, wait_for
 
@@ -69,11 +73,17 @@ def sample(
     )
 
 
-async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def panel_app(tmp_path: Path) -> AsyncIterator[tuple[Any, Any, ProbePanel]]:
+    """The app without probes (samples are posted by hand): (app, pilot, its probe panel)."""
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
-        panel = app.query_one(ProbePanel)
+        yield app, pilot, app.query_one(ProbePanel)
+
+
+async def test_probe_panel_warming_up_browser_self_and_verdict(tmp_path: Path) -> None:
+    async with panel_app(tmp_path) as (app, pilot, panel):
         warming = Verdict.of(
             [
                 Finding(
@@ -159,3 +169,29 @@ def test_system_text_many_cores_and_gpu() -> None:
     rows = [line for line in text.splitlines() if line[:3].strip().isdigit()]
     assert [r.split()[0] for r in rows] == ["0", "32"]  # one cell per core, 32 per row
     assert len(rows[0]) == 4 + 32 and len(rows[1]) == 4 + 8
+
+
+async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None:
+    # A sample whose process read gave up keeps the last process data, marked stale with its
+    # age; with no sample at all for a while, the border says how old the data is.
+    async with panel_app(tmp_path) as (app, pilot, panel):
+        good = dataclasses.replace(
+            sample(10.0, (app_usage("slack", 12.0, Category.CHAT),), Verdict.of([]), 1.0),
+            t_ns=1_000_000_000,
+        )
+        app.post_message(ProbeSampled(good))
+        await wait_for(pilot, lambda: panel.sample is good, what="good sample drawn")
+        # 2.5 s later the process read gave up: no process data in this sample
+        gave_up = dataclasses.replace(good, t_ns=3_500_000_000, processes=None)
+        app.post_message(ProbeSampled(gave_up))
+        await wait_for(pilot, lambda: panel.sample is gave_up, what="stale sample drawn")
+        await pilot.pause(0.1)
+        text = panel.plain
+        assert "stale: process data from 2.5 s ago" in text
+        assert "slack" in text and "process probe failed" not in text
+        shown = panel._shown_ns
+        assert shown is not None
+        assert panel.check_age(shown + 1_000_000_000) == 1.0 and panel.border_title == "machine"
+        later = shown + int((STALE_AFTER_S + 2) * 1e9)
+        assert panel.check_age(later) == STALE_AFTER_S + 2
+        assert panel.border_title == f"machine — stale, {STALE_AFTER_S + 2:.0f} s old"
