@@ -12,7 +12,6 @@ from llmtop.tui.widgets.apps_view import AppsView
 from llmtop.tui.widgets.system_view import SystemView
 from llmtop.tui.widgets.verdict_badge import VerdictBadge
 
-
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 
 
