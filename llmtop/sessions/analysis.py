@@ -409,8 +409,8 @@ class GpuUsage:
     peak_used: the largest memory used by one device in one sample, bytes.
     """
 
-    util_median: float | None
-    peak_used: int | None
+    util_median: float | None = None
+    peak_used: int | None = None
 
 
 def gpu_usage(probes: Iterable[ProbeRecord]) -> GpuUsage:

@@ -58,7 +58,7 @@ class Report:
     preflight: dict[str, Any] | None = None
     attributions: dict[int | str | None, Attribution] = field(default_factory=dict)
     noisy: tuple[int, int] = (0, 0)
-    gpu: GpuUsage = GpuUsage(None, None)
+    gpu: GpuUsage = field(default_factory=GpuUsage)
     relay: list[RelayComparison] = field(default_factory=list)
 
 
@@ -97,9 +97,9 @@ def render(report: Report, fmt: str) -> str:
 
 
 def md_cell(value: object) -> str:
-    """One markdown table cell: str(value) (None → "") with "|" escaped and line breaks as
+    """One markdown table cell: str(value) (None → "n/a") with "|" escaped and line breaks as
     spaces, so a failure reason (child.py joins log lines with " | ") cannot split the row."""
-    text = "" if value is None else str(value)
+    text = "n/a" if value is None else str(value)
     return text.replace("|", "\\|").replace("\r\n", " ").replace("\n", " ")
 
 
@@ -131,8 +131,8 @@ def _markdown_relay(report: Report) -> list[str]:
                "TTFT − load − prefill: direct / relay", "decode tok/s (client): direct / relay")
     rows = [
         (f"{c.target} tok", c.pairs,
-         f"{_num(c.ttft_diff_median, 2)} ms "
-         f"[{_num(c.ttft_diff_p25, 2)}, {_num(c.ttft_diff_p75, 2)}]",
+         (f"{_num(c.ttft_diff_median, 2)} ms "
+          f"[{_num(c.ttft_diff_p25, 2)}, {_num(c.ttft_diff_p75, 2)}]"),
          f"{_num(c.overhead_direct, 2)} / {_num(c.overhead_relay, 2)} ms",
          f"{_num(c.decode_direct)} / {_num(c.decode_relay)}")
         for c in report.relay
@@ -327,14 +327,14 @@ def _markdown_environment(report: Report) -> list[str]:
     rows = [
         ("llmtop", h.llmtop_version),
         ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"),
-        ("model", f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
-                  f"{md.get('quantization')}"),
+        ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
+                   f"{md.get('quantization')}")),
         ("loaded (/api/ps)",
          f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}{note}"),
         ("options", json.dumps(h.options)),
         ("OS", m.get("os")),
-        ("CPU", f"{m.get('cpu_model')} · {m.get('cpu_cores_physical')} cores / "
-                f"{m.get('cpu_cores_logical')} threads"),
+        ("CPU", (f"{m.get('cpu_model')} · {m.get('cpu_cores_physical')} cores / "
+                 f"{m.get('cpu_cores_logical')} threads")),
         ("RAM", _bytes(m.get("ram_bytes"))),
         ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),
         ("power", m.get("power", "unknown")),

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from llmtop.engines.events import ServerStats, StreamEvent
-from llmtop.engines.events import Status
+from llmtop.engines.events import ServerStats, Status, StreamEvent
 from llmtop.sessions.log import FORMAT_VERSION, LogError, SessionLog, read_log, request_record
 from llmtop.sessions.records import Chunk, RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult
@@ -110,13 +109,13 @@ def test_a_record_with_a_wrong_field_type_is_skipped_naming_line_and_field(tmp_p
     assert [r.id for r in loaded.requests] == [1]
     assert [p.noisy for p in loaded.probes] == [True]
     assert loaded.warnings == (
-        "line 3: request record: field metrics.ttft_ms: Input should be a valid number, "
-        'got "fast"; skipped',
+        ("line 3: request record: field metrics.ttft_ms: Input should be a valid number, "
+         'got "fast"; skipped'),
         'line 4: request record: field id: Input should be a valid integer, got "3"; skipped',
-        "line 5: request record: field status: Input should be 'ok', 'error', 'truncated', "
-        "'no-generation' or 'cancelled', got \"exploded\"; skipped",
-        "line 6: probe record: field processes.apps.0.app: Input should be a valid string, "
-        "got 7; skipped",
+        ("line 5: request record: field status: Input should be 'ok', 'error', 'truncated', "
+         "'no-generation' or 'cancelled', got \"exploded\"; skipped"),
+        ("line 6: probe record: field processes.apps.0.app: Input should be a valid string, "
+         "got 7; skipped"),
         "line 8: not a JSON object, skipped",
     )
 
