@@ -46,9 +46,10 @@ class BenchStatus(StrEnum):
     """A bench request's status; only OK requests enter the statistics.
 
     Derived when a log is read, never written into it, so a value can change without a log
-    format bump. PROMPT_CUT was "truncated" before llmtop 0.1's typed records (a name that
-    clashed with `Status.TRUNCATED`, a stream without a done chunk): reports now say
-    "prompt-cut", and `BenchStatus("truncated")` still reads as PROMPT_CUT.
+    format bump. PROMPT_CUT was called TRUNCATED, value "truncated", until the typed records
+    came (a name that clashed with `Status.TRUNCATED`, a stream without a done chunk).
+    Reports now say "prompt-cut"; `BenchStatus("truncated")`, as in an older report's CSV or
+    JSON, still reads as PROMPT_CUT.
     """
 
     OK = "ok"
@@ -62,12 +63,6 @@ class BenchStatus(StrEnum):
     @classmethod
     def _missing_(cls, value: object) -> BenchStatus | None:
         return cls.PROMPT_CUT if value == "truncated" else None
-
-
-def metric(record: RequestRecord, key: str) -> float | None:
-    """One of a record's derived metrics by its name in METRICS (e.g. "ttft_ms")."""
-    value: float | None = getattr(record.metrics, key)
-    return value
 
 
 def first_pass_status(
@@ -255,7 +250,7 @@ def _analyze_size(
     _mark_cold_starts(measured)
     _mark_cached(measured)
     ok = [r for r in measured if r.status == BenchStatus.OK]
-    series = {key: [metric(r.record, key) for r in ok] for key, *_ in METRICS}
+    series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
     summaries = {key: summarize(values) for key, values in series.items()}
     drifts = {
         key: drift(series[key], higher_is_better=better, threshold_pct=threshold) for key, _l, _u, better in METRICS
@@ -325,7 +320,7 @@ def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
     limit = SLOW_MARGIN * abs(base)
     slow = set()
     for r in size.ok:
-        value = metric(r.record, key)
+        value = r.record.metric(key)
         if value is None:
             continue
         if (better and value < base - limit) or (not better and value > base + limit):

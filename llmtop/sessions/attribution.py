@@ -137,11 +137,6 @@ def _counted(rec: RequestRecord) -> bool:
     return rec.measured and rec.status == Status.OK
 
 
-def _value(rec: RequestRecord, metric: str) -> float | None:
-    value: float | None = getattr(rec.metrics, metric, None)
-    return value
-
-
 def robust_slow(
     values: Mapping[int, float], higher_is_better: bool = True, k: float = K_SPREAD
 ) -> tuple[set[int], float | None, float | None]:
@@ -211,7 +206,7 @@ def _split(
         ids = {r.id for r in counted}
         slow = ids & set(slow_ids)
         return _Split(slow, ids - slow)
-    values = {r.id: v for r in counted if (v := _value(r, metric)) is not None}
+    values = {r.id: v for r in counted if (v := r.metric(metric)) is not None}
     slow, med, spread = robust_slow(values, higher_is_better, k)
     return _Split(slow, set(values) - slow, med, spread)
 

@@ -125,6 +125,12 @@ class RequestRecord:
         """A measured request: phase "measure", or no phase (an interactive session)."""
         return self.phase in (None, "measure")
 
+    def metric(self, name: str) -> float | None:
+        """One derived metric by its field name in timeline.RequestMetrics ("ttft_ms"); None
+        when n/a. Raises AttributeError for a name that is not a metric."""
+        value = getattr(self.metrics, name)
+        return float(value) if isinstance(value, int | float) else None
+
     @property
     def position(self) -> int:
         """Its index within its prompt size, else (interactive) its id."""
