@@ -3,8 +3,8 @@
 
 The source's false "thermal throttling" was an open browser tab (docs/method.md, "Quiet machine").
 The session log has what is needed to catch that: request records (`id`, `metrics`) and probe
-records tagged with the request they overlapped (`ProbeRecord.request_id`, see log.py). This module compares, per application, its CPU during slow requests with its
-CPU during fast ones.
+records tagged with the request they overlapped (`ProbeRecord.request_id`, see log.py). This
+module compares, per application, its CPU during slow requests with its CPU during fast ones.
 
 Slow requests. Either given (`slow_ids`, e.g. the last-5 window of a drift verdict), or found
 with a robust outlier rule on `metric`: a request is slow when its value is worse than the
