@@ -59,5 +59,5 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
         assert screen.query_one(ProbePanel).sample is not None  # and the bench screen shows it
         log_path = Path(screen.log_path or "")
     log = read_log(log_path)
-    assert [r["phase"] for r in log.of_type("request")] == ["load", "warmup"] + ["measure"] * 3
-    assert list(log.of_type("summary")) and list(log.of_type("preflight"))
+    assert [r.phase for r in log.requests] == ["load", "warmup"] + ["measure"] * 3
+    assert log.first("summary") and log.first("preflight")

@@ -102,8 +102,8 @@ async def test_flat_series_is_clean_with_report_and_log(
         await wait_for(pilot, lambda: app.screen is app.default_screen, what="main screen")
     assert log_path.exists()
     log = read_log(log_path)
-    assert log.header["kind"] == "bench"
-    assert [r["phase"] for r in log.of_type("request")] == ["load"] + ["warmup"] + ["measure"] * 10
+    assert log.header.kind == "bench"
+    assert [r.phase for r in log.requests] == ["load"] + ["warmup"] + ["measure"] * 10
     (summary_record,) = log.of_type("summary")
     assert summary_record["contaminated"] is False and summary_record["ok_requests"] == 10
     session = [r for r in read_log(tmp_path / "s.jsonl").of_type("bench")]
@@ -178,7 +178,7 @@ async def test_esc_cancels_the_run_and_the_log_records_it(
     assert log_path is not None
     log = read_log(log_path)
     assert list(log.of_type("interrupted"))
-    statuses = [r["status"] for r in log.of_type("request") if r["phase"] != "load"]
+    statuses = [r.status for r in log.requests if r.phase != "load"]
     assert statuses == ["ok"] * 3 + ["cancelled"]
     session = list(read_log(tmp_path / "s.jsonl").of_type("bench"))
     assert session[-1]["outcome"] == "cancelled"
@@ -214,8 +214,8 @@ async def test_ctrl_b_stops_the_streaming_request_first(
         app.send("hello")  # refused while the bench screen is open
         await pilot.pause(0.1)
         assert app.live.prompt == "slow"
-    (req,) = read_log(tmp_path / "s.jsonl").of_type("request")
-    assert req["status"] == "cancelled"
+    (req,) = read_log(tmp_path / "s.jsonl").requests
+    assert req.status == "cancelled"
 
 
 async def test_quit_during_a_bench_records_the_interruption(
@@ -232,7 +232,7 @@ async def test_quit_during_a_bench_records_the_interruption(
     assert log_path is not None
     log = read_log(log_path)
     assert list(log.of_type("interrupted")) and list(log.of_type("end"))
-    assert [r["status"] for r in log.of_type("request")][-1] == "cancelled"
+    assert [r.status for r in log.requests][-1] == "cancelled"
 
 
 async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(

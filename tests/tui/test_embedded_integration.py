@@ -55,10 +55,10 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
         )
         assert "llmtop itself:" in app.query_one(ProbePanel).plain
     log = read_log(log_path)
-    (req,) = list(log.of_type("request"))
-    assert req["status"] == "ok" and req["metrics"]["ttft_ms"] == pytest.approx(
+    (req,) = log.requests
+    assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(
         result.metrics.ttft_ms
     )
-    assert list(log.of_type("probe"))
+    assert log.probes
     for pid in engine_pids:  # the app stopped the embedded engine on exit
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

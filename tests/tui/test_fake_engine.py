@@ -79,8 +79,8 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
         assert str(tmp_path / "s.jsonl") in header
     assert conn.engine.closed  # type: ignore[attr-defined]  # the app closed the connection on exit
     log = read_log(tmp_path / "s.jsonl")
-    (req,) = list(log.of_type("request"))
-    assert req["status"] == "ok" and req["metrics"]["ttft_ms"] == pytest.approx(123.4)
+    (req,) = log.requests
+    assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(123.4)
     assert list(log.of_type("end"))
 
 
@@ -130,12 +130,12 @@ async def test_new_prompt_cancels_running_one(tmp_path: Path) -> None:
             what="second request",
         )
         assert conn.engine.prompts == ["slow", "hello"]
-    reqs = list(read_log(tmp_path / "s.jsonl").of_type("request"))
-    assert [(r["id"], r["prompt"], r["status"]) for r in reqs] == [
+    reqs = read_log(tmp_path / "s.jsonl").requests
+    assert [(r.id, r.prompt, r.status) for r in reqs] == [
         (1, "slow", "cancelled"),
         (2, "hello", "ok"),
     ]
-    assert reqs[0]["content"] == "first chunk"
+    assert reqs[0].content == "first chunk"
 
 
 async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None:
@@ -154,8 +154,8 @@ async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None
             pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
         )
         await pilot.press("ctrl+q")
-    reqs = list(read_log(tmp_path / "s.jsonl").of_type("request"))
-    assert [r["status"] for r in reqs] == ["cancelled", "cancelled"]
+    reqs = read_log(tmp_path / "s.jsonl").requests
+    assert [r.status for r in reqs] == ["cancelled", "cancelled"]
 
 
 async def test_ctrl_r_repeats_last_prompt(tmp_path: Path) -> None:

@@ -30,5 +30,5 @@ def test_formatters_never_invent_zero() -> None:
     assert fmt.pct(None) == "warming up"
     assert fmt.ms(None) == "n/a" and fmt.ms(123.44) == "123.4 ms"
     assert fmt.rate(None) == "n/a"
-    assert fmt.size(1536) == "2 KiB" and fmt.size(3 * 1024**3) == "3.0 GiB"
+    assert fmt.size(1536) == "1.5 KiB" and fmt.size(3 * 1024**3) == "3.0 GiB"
     assert fmt.bar(50.0, 4) == "██  " and fmt.bar(None, 3) == "···"
