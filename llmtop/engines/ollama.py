@@ -3,6 +3,9 @@
 Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
 Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
 chunk (JSON line parsed, before any UI work: ~4 µs; docs/protocols.md, "The ollama Python client").
+The send stamp is httpcore's "request body written" trace event (engines/stamps.py). After the
+`done` chunk the response is read to its end before the done event is handed on, so the
+connection goes back to the pool and the next request does not reconnect inside its TTFT.
 
 Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
 message and remedy — connection refused, unknown model (with the installed ones listed), an
@@ -12,6 +15,7 @@ ends without `done`, a read timeout. Nothing here raises for a server's misbehav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -47,6 +51,9 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
+from llmtop.engines.stamps import stamp_hooks
+
+DRAIN_TIMEOUT_S = 0.5  # reading the body's end after `done` (the chunked terminator follows it)
 
 
 class OllamaEngine:
@@ -81,7 +88,7 @@ class OllamaEngine:
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy)
+                                          proxy=self.proxy, event_hooks=stamp_hooks())
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -123,6 +130,7 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
+                        await _drain(parts)
                         yield StreamEvent(
                             t_ns,
                             content or "",
@@ -224,6 +232,16 @@ class OllamaEngine:
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
         )
+
+
+async def _drain(parts: AsyncIterator[Any]) -> None:
+    """Read what follows the done chunk (normally only the chunked terminator, already on its
+    way) so httpx can return the connection to its pool; give up after DRAIN_TIMEOUT_S, when
+    the connection is simply closed. Errors here are not the request's: ignored."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for _ in parts:
+                pass
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

@@ -5,6 +5,10 @@
 TUI and the bench can measure a model *through* the relay exactly as they measure it
 directly, and the difference is the relay's cost (docs/method.md, "Server-layer overhead").
 
+The send stamp is the socket write of the request body (engines/stamps.py), as for
+`OllamaEngine`, and the stream is read to its end after the `done` event before that event is
+handed on, so the relay connection is reused rather than reconnected inside the next TTFT.
+
 The SSE stream is parsed by httpx-sse. Each event is stamped with `perf_counter_ns()` the
 moment `aiter_sse` yields it (its blank line read), before its JSON is parsed — the point at
 which `OllamaEngine` has a complete NDJSON line (bench/relay_overhead.py measures both).
@@ -19,6 +23,7 @@ or a read timeout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -40,7 +45,8 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.ollama import DRAIN_TIMEOUT_S, OllamaEngine
+from llmtop.engines.stamps import stamp_hooks
 
 
 def _base_url(url: str) -> str:
@@ -82,6 +88,7 @@ class RelayEngine:
             base_url=self.host,
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             trust_env=False,
+            event_hooks=stamp_hooks(),
         )
         self._upstream_url = upstream
         self._upstream: OllamaEngine | None = None
@@ -133,6 +140,8 @@ class RelayEngine:
                             if isinstance(event, Failure):
                                 failure = event
                                 break
+                            if event.done:
+                                await _drain(events)
                             yield event
                             if event.done:
                                 return
@@ -146,7 +155,8 @@ class RelayEngine:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
         one (its blank line read), then a Failure when the stream ends badly. The last item
         is a done StreamEvent or a Failure."""
-        async for sse in source.aiter_sse():
+        sses = source.aiter_sse()
+        async for sse in sses:
             t_ns = perf_counter_ns()
             if not sse.data:
                 continue  # the SSE spec dispatches no event without data
@@ -158,6 +168,8 @@ class RelayEngine:
             if event is not None:
                 yield event
                 if isinstance(event, Failure) or event.done:
+                    async for _ in sses:  # after done: the body's end, when pulled (_drain)
+                        pass
                     return
         yield failure_truncated(self.peer)
 
@@ -219,6 +231,15 @@ class RelayEngine:
     async def model_info(self, model: str) -> ModelInfo:
         """The upstream's details of `model`. Raises EngineError."""
         return await (await self._delegate()).model_info(model)
+
+
+async def _drain(events: AsyncIterator[Any]) -> None:
+    """Pull `events` past the done event so the rest of the response (the chunked terminator)
+    is read and the connection returns to the pool; give up after DRAIN_TIMEOUT_S."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for _ in events:
+                pass
 
 
 def _relay_failure(obj: Mapping[str, Any]) -> Failure:

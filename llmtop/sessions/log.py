@@ -4,7 +4,9 @@ Record types (field `type`):
 * "header": first line. `format` (FORMAT_VERSION), `llmtop_version`, `engine`, `host`, `model`,
   `model_details`, `options`, `environment` (OS/CPU/RAM), `started_at` (wall-clock label).
 * "request": prompt, options, status, error, the server's stats (Ollama names, ns), derived
-  metrics (ms, tokens/s), and `chunks`: [[offset_ns from send, content, thinking], ...].
+  metrics (ms, tokens/s), `client_prep_ms` (the client's time before its request was on the
+  socket; None from an engine that cannot tell), and `chunks`: [[offset_ns from send,
+  content, thinking], ...].
 * "probe": one probe sample (see llmtop.probes), with the id of the request it overlapped.
 * "end": `ended_at`, written when a session closes cleanly.
 
@@ -65,6 +67,7 @@ def request_record(result: RequestResult) -> dict[str, Any]:
         "error_kind": str(result.failure.kind) if result.failure else None,
         "stats": result.stats.to_dict() if result.stats else None,
         "metrics": result.metrics.to_dict(),
+        "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
         "content": result.content,
         "thinking": result.thinking,
         "chunks": [

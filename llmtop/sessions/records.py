@@ -93,6 +93,9 @@ class RequestRecord:
     Bench fields (None in an interactive session): phase; index, the position within its
     prompt size (0-based, warm-ups first); prompt_tokens_target and prompt_words, the
     calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
+    client_prep_ms: the client's own time from asking for the request until its body was on
+    the socket (ms; outside TTFT since the send stamp is that socket write); None in older
+    logs and from engines that cannot stamp the write.
     """
 
     id: int
@@ -114,6 +117,7 @@ class RequestRecord:
     prompt_words: int | None = None
     path: str | None = None
     pair: int | None = None
+    client_prep_ms: float | None = None
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RequestRecord:
