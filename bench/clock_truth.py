@@ -44,14 +44,16 @@ WARMUP = 3
 
 
 class Truth:
-    """The truth server as a child process; `truth(prompt)` reads its log for one request."""
+    """The truth server as a child process (`script`: its options, e.g. "--chunks", "300");
+    `ttft_ns(prompt)` reads its log for one request."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, *script: str) -> None:
         self.log = Path(folder) / "truth.jsonl"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "truth_server.py"), str(self.port), str(self.log)],
+            [sys.executable, str(HERE / "truth_server.py"), str(self.port), str(self.log),
+             *script],
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"

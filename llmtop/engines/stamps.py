@@ -58,9 +58,10 @@ _CURRENT: contextvars.ContextVar[SendStamp | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def stamping() -> Iterator[SendStamp]:
-    """Open a SendStamp (prepare_ns = now) for the request about to be made in this task."""
-    stamp = SendStamp(perf_counter_ns())
+def stamping(prepare_ns: int | None = None) -> Iterator[SendStamp]:
+    """Open a SendStamp for the request about to be made in this task (`prepare_ns`:
+    perf_counter_ns when it was asked for; default now)."""
+    stamp = SendStamp(perf_counter_ns() if prepare_ns is None else prepare_ns)
     token = _CURRENT.set(stamp)
     try:
         yield stamp

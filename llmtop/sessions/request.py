@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from time import perf_counter_ns
 from typing import Any
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
@@ -130,8 +131,8 @@ async def run_request(
     marks itself dirty here; rendering happens on its own capped timer).
     Cancellation (CancelledError) propagates; call `collector.finish(cancelled=True)` then.
     """
-    with stamping() as stamp:
-        stream = start_stream()
+    stream = start_stream()  # lazy: nothing is built or sent before the first iteration
+    with stamping(perf_counter_ns()) as stamp:
         collector.sent(stamp)  # provisional: the socket stamp comes with the first event
         async with contextlib.aclosing(stream):  # type: ignore[type-var]
             async for event in stream:

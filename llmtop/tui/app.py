@@ -56,6 +56,8 @@ RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
 NUMBERS_EVERY = 4  # live numbers and the ITL sparkline: every 4th tick (5 Hz), readable
 STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
+PANEL_EVERY = RENDER_HZ  # the probe panel: at most every 20th tick (1 Hz), however fast the
+# probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 SHUTDOWN_WAIT_S = 5.0
 
 
@@ -92,6 +94,7 @@ class LlmtopApp(App[int]):
         self._probe_dirty = False
         self.noise = NoiseTracker()
         self._frame = 0  # render timer ticks
+        self._panel_frame = -PANEL_EVERY  # the tick the probe panel was last drawn
         self._closed = False
         self.exit_code = ExitCode.OK
 
@@ -286,8 +289,14 @@ class LlmtopApp(App[int]):
             if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
                 live.numbers_dirty = live.urgent = False
                 self.query_one(MetricsStrip).show_live(live)
-        if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
+        if (
+            self._probe_dirty
+            and self._probe_sample is not None
+            and self.bench_screen is None
+            and self._frame - self._panel_frame >= PANEL_EVERY
+        ):
             self._probe_dirty = False
+            self._panel_frame = self._frame
             self.query_one(ProbePanel).show(self._probe_sample)
 
     # ------------------------------------------------------------------ keys

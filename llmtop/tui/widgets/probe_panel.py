@@ -42,7 +42,8 @@ class ProbePanel(VerticalScroll):
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
         self._shown_ns = time.perf_counter_ns()
-        self.border_title = "machine"
+        if self.border_title != "machine":  # setting it repaints the whole panel
+            self.border_title = "machine"
         if sample.processes is not None:
             self._good = sample
         good = self._good

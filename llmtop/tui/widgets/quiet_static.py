@@ -8,7 +8,8 @@ from textual.widgets import Static
 
 class QuietStatic(Static):
     """`set_text` repaints in place while the wrapped height stays the same; a layout (which
-    re-arranges the whole screen) only when the number of lines changes."""
+    re-arranges the whole screen) only when the number of lines changes; nothing when the
+    text is unchanged."""
 
     def _height(self, text: Text) -> int:
         width = self.content_size.width
@@ -17,7 +18,9 @@ class QuietStatic(Static):
         return len(text.wrap(self.app.console, width))
 
     def set_text(self, text: Text) -> None:
-        """Show `text`."""
+        """Show `text`; nothing at all when it is what is shown already (no repaint)."""
         old = self.content
+        if isinstance(old, Text) and old == text:
+            return
         same = isinstance(old, Text) and self._height(old) == self._height(text) >= 0
         self.update(text, layout=not same)
