@@ -10,8 +10,11 @@ Record types (field `type`):
 * "probe": one probe sample (see llmtop.probes), with the id of the request it overlapped.
 * "end": `ended_at`, written when a session closes cleanly.
 
-A crash loses at most the line being written: every record is flushed (and fsync'd) on write,
-and the reader skips a torn last line, saying so. `read_log` returns the log as typed records
+A crash loses at most the line being written: every record is flushed on write (a crash of
+llmtop loses nothing flushed), and the reader skips a torn last line, saying so. Header,
+request and end records are also fsync'd (they survive a crash of the machine); probe
+records, one or two a second, are not: an fsync costs milliseconds of I/O wait, and losing
+the last seconds of probe samples in a power cut is not worth that on every sample. `read_log` returns the log as typed records
 (records.py: `RunLog`, `RequestRecord`, `ProbeRecord`).
 """
 
@@ -79,7 +82,8 @@ def request_record(result: RequestResult) -> dict[str, Any]:
 
 
 class SessionLog:
-    """Append-only writer. Opening writes the header; each `write_*` flushes and fsyncs.
+    """Append-only writer. Opening writes the header; each write flushes (and fsyncs all but
+    probe records).
 
     Raises LogError when the file cannot be created or written (with the path and the reason).
     """
@@ -102,8 +106,9 @@ class SessionLog:
             }
         )
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record as one line, flushed to disk before returning."""
+    def write(self, record: dict[str, Any], *, sync: bool = True) -> None:
+        """Append one record as one line, flushed before returning; `sync`: fsync'd too
+        (on disk, not only in the OS's cache)."""
         line = json.dumps(record, ensure_ascii=False, default=str)
         try:
             with self._lock:
@@ -111,13 +116,15 @@ class SessionLog:
                     raise LogError(f"the session log {self.path} is closed")
                 self._fh.write(line + "\n")
                 self._fh.flush()
-                os.fsync(self._fh.fileno())
+                if sync:
+                    os.fsync(self._fh.fileno())
         except OSError as exc:
             raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
 
     def write_probe(self, sample: dict[str, Any], request_id: int | None) -> None:
-        """Append a probe sample (already JSON-ready), tagged with the overlapping request."""
-        self.write({"type": "probe", "request_id": request_id, **sample})
+        """Append a probe sample (already JSON-ready), tagged with the overlapping request;
+        flushed, not fsync'd (module docstring)."""
+        self.write({"type": "probe", "request_id": request_id, **sample}, sync=False)
 
     def close(self) -> None:
         """Write the end record and close. Safe to call twice."""
