@@ -3,8 +3,9 @@
 Throttling (the monitor must not be the noise): stream events only append to a
 `LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. One
 `set_interval(1 / RENDER_HZ)` timer draws what is dirty, however fast tokens come: the text
-every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, and the first chunk
-(TTFT) and the end (final figures) at the next tick. Each Textual frame costs a few ms of
+every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, the probe panel at
+most every PANEL_EVERY-th, and the first chunk (TTFT) and the end (final figures) at the
+next tick. Each Textual frame costs a few ms of
 CPU on a small machine, so frames, not tokens, are what the monitor spends. Probes are
 sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
 `ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
@@ -52,11 +53,14 @@ from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
 from llmtop.tui.widgets.token_pane import TokenPane
 
-RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
-TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers and the ITL sparkline: every 4th tick (5 Hz), readable
+# Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): each
+# frame costs Textual several ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of
+# a core; at 5 Hz and 2 Hz ~9 %, and text still reads as a stream.
+RENDER_HZ = 10  # the render timer: nothing is drawn more often than this
+TEXT_EVERY = 2  # streamed text: every 2nd tick (5 Hz); the first chunk at the next tick
+NUMBERS_EVERY = 5  # live numbers and the ITL sparkline: every 5th tick (2 Hz), readable
 STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
-PANEL_EVERY = RENDER_HZ  # the probe panel: at most every 20th tick (1 Hz), however fast the
+PANEL_EVERY = RENDER_HZ  # the probe panel: at most every 10th tick (1 Hz), however fast the
 # probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 SHUTDOWN_WAIT_S = 5.0
 

@@ -17,10 +17,14 @@ class QuietStatic(Static):
             return -1
         return len(text.wrap(self.app.console, width))
 
+    _shown_height = -1  # the wrapped height of the text shown, at the width it was shown at
+
     def set_text(self, text: Text) -> None:
         """Show `text`; nothing at all when it is what is shown already (no repaint)."""
         old = self.content
         if isinstance(old, Text) and old == text:
             return
-        same = isinstance(old, Text) and self._height(old) == self._height(text) >= 0
+        height = self._height(text)
+        same = isinstance(old, Text) and height == self._shown_height >= 0
+        self._shown_height = height
         self.update(text, layout=not same)
