@@ -12,12 +12,13 @@ from textual.widgets import Input
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.header_line import HeaderLine
-from llmtop.tui.widgets.help_screen import HelpScreen
-from llmtop.tui.widgets.metrics_strip import MetricsStrip
+from llmtop.tui.widgets.header_line import identity
+from llmtop.tui.widgets.help_screen import METRICS, HelpScreen
+from llmtop.tui.widgets.metrics_strip import result_texts
+from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.token_pane import TokenPane
 
-from .fakes import SENT_NS, FakeConnection, FakeEngine, ev, type_text, wait_for
+from .fakes import SENT_NS, FakeConnection, FakeEngine, ev, shown, type_text, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -56,26 +57,24 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: done(app), what="request done")
         await pilot.pause(0.1)  # one render tick after done
-        strip = app.query_one(MetricsStrip)
-        assert strip.plain("ttft") == "TTFT 123.4 ms"
-        assert strip.plain("count") == "tokens 3"
+        assert app.live is not None and app.live.result is not None
+        texts = {wid: str(text) for wid, text in result_texts(app.live.result).items()}
+        assert texts["ttft"] == "TTFT 123.4 ms"
+        assert texts["count"] == "tokens 3"
         # client decode = (3 − 1) / (200 − 123.4 ms) = 26.1 tok/s
-        assert strip.plain("decode") == "decode 26.1 tok/s"
-        assert "TPOT 38.30 ms" in strip.plain("client") and "E2E 200.0 ms" in strip.plain("client")
+        assert texts["decode"] == "decode 26.1 tok/s"
+        assert texts["client"] == " ok   TPOT 38.30 ms · E2E 200.0 ms"
         # prefill 20 / 0.1 s = 200; decode 3 / 0.04 s = 75; overhead 123.4 − (10 + 100) = 13.4
-        server = strip.plain("server")
-        for part in (
-            "prefill 200.0 tok/s",
-            "decode 75.0 tok/s",
-            "load 10.0 ms",
-            "overhead 13.4 ms",
-        ):
-            assert part in server
-        assert "ok" in strip.plain("client")
+        assert texts["server"] == (
+            "server  prefill 200.0 tok/s · decode 75.0 tok/s · load 10.0 ms · overhead 13.4 ms"
+        )
+        for wid in ("ttft", "count", "decode", "client", "server"):  # what the strip shows
+            assert shown(app, f"#{wid}") == texts[wid], wid
         assert "Hello world!" in app.query_one(TokenPane).text.plain
-        header = app.query_one(HeaderLine).plain
-        assert "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M" in header
-        assert str(tmp_path / "s.jsonl") in header
+        engine = identity(conn)  # type: ignore[arg-type]
+        assert engine == "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M · v9.9"
+        assert shown(app, "#hdr-engine") == f"llmtop · {engine}"
+        assert app.query_one(PathLabel).path == str(tmp_path / "s.jsonl")
     assert conn.closed  # the app closed the connection on exit
     log = read_log(tmp_path / "s.jsonl")
     (req,) = list(log.of_type("request"))
@@ -108,11 +107,12 @@ async def test_failure_message_and_remedy(tmp_path: Path) -> None:
         await pilot.pause(0.1)
         pane = app.query_one(TokenPane).text.plain
         assert "partial" in pane and "the runner crashed" in pane and "restart the engine" in pane
-        strip = app.query_one(MetricsStrip)
-        assert "the runner crashed" in strip.plain(
-            "failure"
-        ) and "restart the engine" in strip.plain("failure")
-        assert "error" in strip.plain("client")
+        assert app.live is not None and app.live.result is not None
+        texts = result_texts(app.live.result)
+        assert str(texts["failure"]) == "✗ the runner crashed\n→ restart the engine"
+        assert str(texts["client"]).startswith(" error ")
+        assert shown(app, "#failure") == str(texts["failure"])
+        assert shown(app, "#client") == str(texts["client"])
 
 
 async def test_new_prompt_cancels_running_one(tmp_path: Path) -> None:
@@ -175,9 +175,8 @@ async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
         assert prompt.has_focus
         await pilot.press("question_mark")  # empty prompt: help
         assert isinstance(app.screen, HelpScreen)
-        help_text = app.screen.plain
-        for word in ("TTFT", "TPOT", "ITL", "prefill", "overhead"):
-            assert word in help_text
+        defined = {name for name, _ in METRICS}  # what it shows: test_snapshots.py
+        assert {"TTFT", "TPOT", "ITL", "prefill", "overhead"} <= defined
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await type_text(pilot, "q? quit")  # "q" and "?" typed into a prompt stay there
@@ -214,7 +213,9 @@ async def test_render_is_throttled(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: done(app), what="request done")
         await pilot.pause(0.1)
         assert "t299" in pane.text.plain
-        assert app.query_one(MetricsStrip).plain("count") == "chunks 300"
+        assert app.live is not None and app.live.result is not None
+        assert str(result_texts(app.live.result)["count"]) == "chunks 300"  # no eval_count
+        assert shown(app, "#count") == "chunks 300"
         assert 1 <= calls < 30, calls
 
 
@@ -234,7 +235,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.05)
-            assert "starting engine" in app.query_one(HeaderLine).plain
+            assert shown(app, "#hdr-engine") == "llmtop · starting engine… (fake)"
             await type_text(pilot, "hello")
             await pilot.press("enter")
             gate.set()
@@ -260,7 +261,7 @@ async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> No
         failure = app.connect_failure.failure  # type: ignore[union-attr]
         pane = app.query_one(TokenPane).text.plain
         assert failure.message in pane and failure.remedy and failure.remedy in pane
-        assert "no engine" in app.query_one(HeaderLine).plain
+        assert shown(app, "#hdr-engine") == "llmtop · no engine"
         await type_text(pilot, "hello")
         await pilot.press("enter")  # refused politely, the app stays usable
         await pilot.press("ctrl+q")

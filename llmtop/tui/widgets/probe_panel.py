@@ -30,15 +30,3 @@ class ProbePanel(VerticalScroll):
         self.query_one(VerdictBadge).show(sample.verdict)
         self.query_one(SystemView).show(sample.system, sample.gpu)
         self.query_one(AppsView).show(sample.processes, sample.cost_ms)
-
-    @property
-    def plain(self) -> str:
-        """All the panel's text (for tests)."""
-        return "\n".join(
-            str(w.content)
-            for w in (
-                self.query_one(VerdictBadge),
-                self.query_one(SystemView),
-                self.query_one(AppsView),
-            )
-        )
