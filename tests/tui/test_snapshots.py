@@ -47,6 +47,7 @@ from .fakes import (
 MAIN_SIZE = (140, 36)
 HELP_SIZE = (140, 50)  # tall enough for the whole help
 BENCH_SIZE = (160, 45)  # wide enough for the bench screen's probe panel
+THEME = "textual-dark"
 BENCH_TIME = datetime(2026, 1, 2, 3, 4, 5)  # the bench log's name: s.bench-20260102-030405
 
 Snap = Callable[..., bool]
@@ -55,9 +56,11 @@ RunBefore = Callable[[Pilot[Any]], Awaitable[None]]
 
 @pytest.fixture(autouse=True)
 def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Logs at relative paths (the header shows "s.jsonl", not a temporary directory), and a
-    bench log name that does not depend on the wall clock."""
+    """Logs at relative paths (the header shows "s.jsonl", not a temporary directory), a bench
+    log name that does not depend on the wall clock, and colours whatever the terminal says
+    (Textual drops every colour when NO_COLOR is set; see also `seeded`)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setattr(
         "llmtop.tui.bench_screen.bench_log_path",
         lambda session: bench_config.bench_log_path(session, BENCH_TIME),
@@ -70,7 +73,13 @@ def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
     settings = TuiSettings(
         engine="fake", options={"num_predict": 8}, log_path="s.jsonl", probes=False
     )
-    return make_app(settings, connection=FakeConnection())  # type: ignore[arg-type]
+    return seeded(make_app(settings, connection=FakeConnection()))  # type: ignore[arg-type]
+
+
+def seeded(app: LlmtopApp) -> LlmtopApp:
+    """The default theme, even where TEXTUAL_THEME names another."""
+    app.theme = THEME
+    return app
 
 
 async def show_probe(pilot: Pilot[Any], app: LlmtopApp, sample: Any) -> None:
@@ -144,7 +153,8 @@ def bench_app(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> LlmtopApp:
         bench_use_cache=False,
         bench_preflight_s=0,
     )
-    return make_app(settings, connection=FakeConnection(engine=engine))  # type: ignore[arg-type]
+    conn = FakeConnection(engine=engine)
+    return seeded(make_app(settings, connection=conn))  # type: ignore[arg-type]
 
 
 async def run_bench(pilot: Pilot[Any], noisy_rows: int) -> None:
