@@ -15,7 +15,7 @@ from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import apps_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.system_view import system_text
-from llmtop.tui.widgets.verdict_badge import verdict_text
+from llmtop.tui.widgets.verdict_badge import VerdictBadge, verdict_text
 
 from .fakes import (
     BROWSER_BUSY,
@@ -99,6 +99,7 @@ async def test_samples_coalesce_and_the_latest_is_drawn(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: panel.sample is samples[-1], what="the newest drawn")
         assert [m.sample for m in seen] == [samples[-1]]
         assert app.latest_probe is samples[-1]
+        assert panel.query_one(VerdictBadge).verdict == busy
         assert shown(panel, "#verdict") == verdict_text(busy).plain
         assert shown(panel, "#apps") == apps_text(samples[-1].processes, 2.5).plain
 
@@ -132,3 +133,17 @@ def test_system_text_many_cores_and_gpu() -> None:
     rows = [line for line in text.splitlines() if line[:3].strip().isdigit()]
     assert [r.split()[0] for r in rows] == ["0", "32"]  # one cell per core, 32 per row
     assert len(rows[0]) == 4 + 32 and len(rows[1]) == 4 + 8
+
+
+async def test_an_equal_verdict_draws_nothing(tmp_path: Path) -> None:
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=FakeConnection())  # type: ignore[arg-type]
+    async with app.run_test(size=(140, 40)):
+        badge = app.query_one(VerdictBadge)
+        assert str(badge.content) == "probes starting…" and badge.verdict is None
+        badge.verdict = Verdict.of([browser_busy()])
+        drawn = badge.content
+        badge.verdict = Verdict.of([browser_busy()])  # equal, another object: no repaint
+        assert badge.content is drawn
+        badge.verdict = Verdict.of([])
+        assert str(badge.content) == " QUIET "

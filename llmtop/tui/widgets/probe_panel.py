@@ -27,6 +27,6 @@ class ProbePanel(VerticalScroll):
     def show(self, sample: ProbeSample) -> None:
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
-        self.query_one(VerdictBadge).show(sample.verdict)
+        self.query_one(VerdictBadge).verdict = sample.verdict
         self.query_one(SystemView).show(sample.system, sample.gpu)
         self.query_one(AppsView).show(sample.processes, sample.cost_ms)
