@@ -25,16 +25,13 @@ from textual.widgets import Input
 
 from llmtop.probes.verdict import Verdict
 from llmtop.tui import bench_config
-from llmtop.tui.app import LlmtopApp, make_app
-from llmtop.tui.bench_screen import BenchScreen
+from llmtop.tui.app import LlmtopApp
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
 from .fakes import (
     MS,
     SENT_NS,
-    FakeConnection,
     FakeEngine,
     Timing,
     browser_busy,
@@ -43,6 +40,9 @@ from .fakes import (
     type_text,
     wait_for,
 )
+from .test_bench_screen import build as bench_build
+from .test_bench_screen import open_and_start
+from .test_fake_engine import build as main_build
 
 MAIN_SIZE = (140, 36)
 HELP_SIZE = (140, 50)  # tall enough for the whole help
@@ -68,12 +68,11 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
-    """The app on the scripted engine, every request sent at SENT_NS (fakes.SCRIPTS)."""
+    """The app on the scripted engine, every request sent at SENT_NS (fakes.SCRIPTS); its log
+    is "s.jsonl" in the working directory (`in_tmp_dir`)."""
     monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
-    settings = TuiSettings(
-        engine="fake", options={"num_predict": 8}, log_path="s.jsonl", probes=False
-    )
-    return seeded(make_app(settings, connection=FakeConnection()))  # type: ignore[arg-type]
+    app, _ = main_build(Path())
+    return seeded(app)
 
 
 def seeded(app: LlmtopApp) -> LlmtopApp:
@@ -138,23 +137,9 @@ def test_help_screen(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def bench_app(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> LlmtopApp:
-    """The tiny bench of test_bench_screen.py: 1 warm-up + 10 requests of 64 prompt tokens and
-    8 output tokens, no calibration cache, no preflight (it would sample the real machine)."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", engine.clock)
-    settings = TuiSettings(
-        engine="fake",
-        options={"temperature": 0.0, "seed": 42, "num_predict": 8, "num_ctx": 2048},
-        log_path="s.jsonl",
-        probes=False,
-        bench_requests=10,
-        bench_warmup=1,
-        bench_prompt_tokens=(64,),
-        bench_max_tokens=8,
-        bench_use_cache=False,
-        bench_preflight_s=0,
-    )
-    conn = FakeConnection(engine=engine)
-    return seeded(make_app(settings, connection=conn))  # type: ignore[arg-type]
+    """The tiny bench of test_bench_screen.py (1 warm-up + 10 requests of 64 prompt tokens and
+    8 output tokens, no preflight), its session log "s.jsonl" in the working directory."""
+    return seeded(bench_build(Path(), engine, monkeypatch))
 
 
 async def run_bench(pilot: Pilot[Any], noisy_rows: int) -> None:
@@ -162,13 +147,8 @@ async def run_bench(pilot: Pilot[Any], noisy_rows: int) -> None:
     series (with `noisy_rows` rows marked NOISY) and the Report button are drawn."""
     app = pilot.app
     assert isinstance(app, LlmtopApp)
-    await wait_for(pilot, lambda: app.ready, what="connection")
     await show_probe(pilot, app, machine_sample(1, 12.0, busy_apps()[1:], Verdict.of([]), 3.2))
-    await pilot.press("ctrl+b")
-    await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
-    screen = app.screen
-    assert isinstance(screen, BenchScreen)
-    await pilot.click("#bench-start")
+    screen = await open_and_start(pilot, app)
     await wait_for(
         pilot, lambda: screen.state is not None and screen.state.finished, 60, "the bench"
     )
