@@ -60,12 +60,17 @@ async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[
     return screen
 
 
+def drawn(screen: BenchScreen) -> bool:
+    """The run ended and the screen drew all of it (progress, series, verdict)."""
+    state = screen.state
+    if state is None or not state.finished:
+        return False
+    return not (state.progress_dirty or state.series_dirty or state.summary_dirty)
+
+
 async def finish(pilot, screen: BenchScreen, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll every 0.1 s until the run ended, then let one render tick draw it."""
-    await wait_for(
-        pilot, lambda: screen.state is not None and screen.state.finished, timeout_s, "the bench"
-    )
-    await pilot.pause(0.3)
+    """Poll until the run ended and the screen drew it."""
+    await wait_for(pilot, lambda: drawn(screen), timeout_s, "the bench drawn")
 
 
 def series_lines(screen: BenchScreen) -> list[str]:
@@ -206,7 +211,7 @@ async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         assert isinstance(screen, BenchScreen)
         screen.query_one("#bench-max-tokens").value = "1"  # type: ignore[attr-defined]
         await pilot.click("#bench-start")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: shown(screen, "#bench-summary").startswith("✗"), what="✗")
         assert [m.values for m in requested] == [  # the form defaults (build), one field edited
             {"requests": "10", "warmup": "1", "prompt-tokens": "64", "max-tokens": "1"}
         ]
@@ -259,8 +264,10 @@ async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
         screen = app.screen
-        app.post_message(ProbeSampled(probe_sample(1, NOISE)))
-        await pilot.pause(0.3)
+        sample = probe_sample(1, NOISE)
+        app.post_message(ProbeSampled(sample))
+        panel = screen.query_one(ProbePanel)
+        await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
         assert not screen.query_one(ProbePanel).display
         badge = screen.query_one("#bench-badge", Static)
         assert badge.display and str(badge.content) == f" NOISY  {NOISE}"

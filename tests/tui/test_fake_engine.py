@@ -44,6 +44,12 @@ def done(app: LlmtopApp, n: int = 1) -> bool:
     )
 
 
+def drawn(app: LlmtopApp, n: int = 1) -> bool:
+    """`done`, and the render timer drew its end (text and numbers)."""
+    live = app.live
+    return done(app, n) and live is not None and not (live.dirty or live.numbers_dirty)
+
+
 async def send(pilot, app: LlmtopApp, prompt: str) -> None:  # type: ignore[no-untyped-def]
     await wait_for(pilot, lambda: app.ready, what="connection")
     app.query_one("#prompt", Input).focus()
@@ -55,8 +61,7 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
     app, conn = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "hello")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)  # one render tick after done
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         assert app.live is not None and app.live.result is not None
         texts = {wid: str(text) for wid, text in result_texts(app.live.result).items()}
         assert texts["ttft"] == "TTFT 123.4 ms"
@@ -86,8 +91,7 @@ async def test_thinking_is_dim_italic(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "think")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         text: Text = app.query_one(TokenPane).text
         start = text.plain.index("Let me think.")
         answer = text.plain.index("Answer.")
@@ -103,8 +107,7 @@ async def test_failure_message_and_remedy(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "fail")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         pane = app.query_one(TokenPane).text.plain
         assert "partial" in pane and "the runner crashed" in pane and "restart the engine" in pane
         assert app.live is not None and app.live.result is not None
@@ -145,8 +148,7 @@ async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None
             pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
         )
         await pilot.press("escape")
-        await wait_for(pilot, lambda: done(app), what="cancelled")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="cancelled and drawn")
         assert "[cancelled]" in app.query_one(TokenPane).text.plain
         await send(pilot, app, "slow")
         await wait_for(
@@ -210,8 +212,7 @@ async def test_render_is_throttled(tmp_path: Path) -> None:
 
         pane.show_live = counting  # type: ignore[method-assign]
         await send(pilot, app, "many")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         assert "t299" in pane.text.plain
         assert app.live is not None and app.live.result is not None
         assert str(result_texts(app.live.result)["count"]) == "chunks 300"  # no eval_count

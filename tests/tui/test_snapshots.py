@@ -41,7 +41,7 @@ from .fakes import (
     wait_for,
 )
 from .test_bench_screen import build as bench_build
-from .test_bench_screen import open_and_start
+from .test_bench_screen import finish, open_and_start
 from .test_fake_engine import build as main_build
 
 MAIN_SIZE = (140, 36)
@@ -149,19 +149,11 @@ async def run_bench(pilot: Pilot[Any], noisy_rows: int) -> None:
     assert isinstance(app, LlmtopApp)
     await show_probe(pilot, app, machine_sample(1, 12.0, busy_apps()[1:], Verdict.of([]), 3.2))
     screen = await open_and_start(pilot, app)
-    await wait_for(
-        pilot, lambda: screen.state is not None and screen.state.finished, 60, "the bench"
-    )
+    await finish(pilot, screen)
     state = screen.state
     assert state is not None and state.error is None, state.error
-
-    def drawn() -> bool:
-        assert state is not None
-        dirty = state.progress_dirty or state.series_dirty or state.summary_dirty
-        offered = len(screen.query("#bench-report")) == 1
-        return not dirty and len(state.noisy_rows) == noisy_rows and offered
-
-    await wait_for(pilot, drawn, what="the verdict drawn")
+    assert len(state.noisy_rows) == noisy_rows
+    await wait_for(pilot, lambda: len(screen.query("#bench-report")) == 1, what="Report button")
     panel = screen.query_one(ProbePanel)
     await wait_for(pilot, lambda: panel.sample is app.latest_probe, what="the bench's panel")
     assert all(not field.disabled for field in screen.query(Input))
