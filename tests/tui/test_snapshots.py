@@ -23,6 +23,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Verdict
 from llmtop.tui import bench_config
 from llmtop.tui.app import LlmtopApp
@@ -37,12 +38,12 @@ from .fakes import (
     browser_busy,
     busy_apps,
     machine_sample,
-    type_text,
     wait_for,
 )
 from .test_bench_screen import build as bench_build
 from .test_bench_screen import finish, open_and_start
 from .test_fake_engine import build as main_build
+from .test_fake_engine import drawn, send
 
 MAIN_SIZE = (140, 36)
 HELP_SIZE = (140, 50)  # tall enough for the whole help
@@ -81,7 +82,7 @@ def seeded(app: LlmtopApp) -> LlmtopApp:
     return app
 
 
-async def show_probe(pilot: Pilot[Any], app: LlmtopApp, sample: Any) -> None:
+async def show_probe(pilot: Pilot[Any], app: LlmtopApp, sample: ProbeSample) -> None:
     """Post a probe sample as the sampler thread would; wait until the panel drew it."""
     app.post_message(ProbeSampled(sample))
     panel = app.screen.query_one(ProbePanel)
@@ -95,16 +96,11 @@ def hello_with(sample_at_ms: float, verdict: Verdict) -> RunBefore:
     async def run_before(pilot: Pilot[Any]) -> None:
         app = pilot.app
         assert isinstance(app, LlmtopApp)
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        await type_text(pilot, "hello")
-        await pilot.press("enter")
-        await wait_for(
-            pilot, lambda: app.live is not None and not app.live.streaming, what="request done"
-        )
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         sample = machine_sample(SENT_NS + int(sample_at_ms * MS), 40.0, busy_apps(), verdict, 3.2)
         await show_probe(pilot, app, sample)
-        live = app.live
-        await wait_for(pilot, lambda: not (live.dirty or live.numbers_dirty), what="the end drawn")
+        await wait_for(pilot, lambda: drawn(app), what="its NOISY mark (or none) drawn")
 
     return run_before
 
