@@ -55,7 +55,8 @@ async def _bench(args: argparse.Namespace) -> int:
         return exit_code_for(exc.failure.kind)
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+                                 agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
