@@ -79,6 +79,8 @@ class AgentTarget:
                 token = Path(token_file).read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as exc:
                 raise AgentError(f"cannot read --probes-token-file {token_file}: {exc}") from None
+            if not token:
+                raise AgentError(f"--probes-token-file {token_file} is empty")
         return cls(f"{parsed.scheme}://{host}:{port}", token)
 
 
