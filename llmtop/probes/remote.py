@@ -294,7 +294,7 @@ class AgentSampler:
                 self._follow(client)
             except AgentError as exc:
                 self._set_state("refused" if exc.refused else "lost", str(exc))
-            except Exception as exc:  # noqa: BLE001 - the thread must keep trying
+            except Exception as exc:  # the thread must keep trying
                 log.exception("agent stream failed")
                 self._set_state("lost", f"{type(exc).__name__}: {exc}")
             finally:

@@ -230,7 +230,8 @@ def test_attribution_through_the_agent(
                 if burning:
                     link = tmp_path / BURNER
                     link.symlink_to(os.path.realpath(sys.executable))
-                    burn = subprocess.Popen([str(link), "-c", "while True: pass"])
+                    burn = await asyncio.to_thread(
+                        subprocess.Popen, [str(link), "-c", "while True: pass"])
                     await _until(lambda: _sees(sampler, BURNER))
                 collector = recorder.new_request("hi")
                 recorder.record(await run_request(lambda: recorder.stream("hi"), collector))
@@ -278,7 +279,7 @@ def test_agent_killed_mid_run_marks_probes_lost_and_the_run_completes(
             assert time.monotonic() < deadline and run.poll() is None, "no agent sample logged"
             time.sleep(0.05)
         agent.proc.kill()  # mid-run: the request streams for 3 s
-        out, err = run.communicate(timeout=60)
+        _out, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             run.kill()
