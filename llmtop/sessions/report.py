@@ -326,7 +326,9 @@ def _markdown_environment(report: Report) -> list[str]:
     note = f" — {loaded['note']}" if loaded.get("note") else ""
     rows = [
         ("llmtop", h.llmtop_version),
-        ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"),
+        ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"
+                   + (f" through the proxy {h.proxy} (it adds its hop to every TTFT)"
+                      if h.proxy else "")),
         ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
                    f"{md.get('quantization')}")),
         ("loaded (/api/ps)",
@@ -338,6 +340,8 @@ def _markdown_environment(report: Report) -> list[str]:
         ("RAM", _bytes(m.get("ram_bytes"))),
         ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),
         ("power", m.get("power", "unknown")),
+        *([("container", c["description"])] if isinstance(c := m.get("container"), dict)
+          and c.get("description") else []),
         ("Python", m.get("python")),
         ("started", h.started_at),
         ("ended", report.log.ended_at or "n/a (log not closed)"),
