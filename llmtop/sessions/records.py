@@ -244,6 +244,7 @@ class Header:
 
     format: int
     llmtop_version: str | None = None
+    distribution: str | None = None  # the package's name on the index: "llmtop-latency"
     started_at: str | None = None
     kind: str = "session"
     engine: str | None = None
