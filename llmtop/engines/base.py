@@ -69,6 +69,9 @@ class ModelInfo:
     size_vram: int | None = None
     context_length: int | None = None
     model_info: dict[str, Any] = field(default_factory=dict)
+    # False: the model has no chat template of its own (Ollama's default `{{ .Prompt }}`),
+    # i.e. a base model that continues text; None: unknown
+    chat_template: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""
@@ -81,6 +84,7 @@ class ModelInfo:
             "size": self.size,
             "size_vram": self.size_vram,
             "context_length": self.context_length,
+            "chat_template": self.chat_template,
         }
 
 

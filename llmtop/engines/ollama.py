@@ -223,7 +223,16 @@ class OllamaEngine:
             size_vram=size_vram,
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
+            chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
+
+
+def _has_chat_template(template: Any) -> bool | None:
+    """Whether /api/show's `template` is a chat template: False for none or Ollama's default
+    `{{ .Prompt }}` (the prompt alone), None when the server gave no template field."""
+    if not isinstance(template, str):
+        return None
+    return template.replace(" ", "") not in ("", "{{.Prompt}}")
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

@@ -54,6 +54,8 @@ class SessionRecorder:
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
