@@ -8,7 +8,7 @@ with a `StreamEvent(done=True, failure=...)`. Metadata calls raise `EngineError`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ class Engine(Protocol):
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat request; lazy (sent on the first iteration). Yields text events
         stamped at arrival, then exactly one `done` event (server stats, or a failure)."""
         ...

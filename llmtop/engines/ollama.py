@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -98,7 +98,7 @@ class OllamaEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream `/api/chat`. The request is sent on the first iteration (take the send stamp
         just before it). Yields text events, then exactly one final event with `done=True`
         (server stats, or a `failure`)."""
@@ -115,7 +115,7 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
+    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncGenerator[StreamEvent, None]:
         try:
             parts = await start()
             async with contextlib.aclosing(parts):
