@@ -57,6 +57,8 @@ def check(args: argparse.Namespace) -> tuple[str | None, str]:
         token = read_token(args.token_file)
     except ValueError as exc:
         return None, str(exc)
+    if not args.interval > 0:
+        return None, f"--interval must be > 0 seconds, got {args.interval}"
     if token is None and not is_loopback(args.host):
         return None, (f"refusing to listen on {args.host} without --token-file: anyone who can "
                       "reach it could read this machine's state; give a token file (and the "

@@ -15,7 +15,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
-from llmtop.probes.remote import make_sampler
+from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.log import LogError
 from llmtop.sessions.options import GenerationOptions
 from llmtop.sessions.recorder import SessionRecorder
@@ -124,6 +124,9 @@ async def _run(args: argparse.Namespace) -> int:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
             print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr)
+            note = probes_note(agent, conn.upstream.host)
+            if note:
+                print(f"# {note}", file=sys.stderr)
 
         def show(event: StreamEvent) -> None:
             if not args.json and (event.content or event.thinking):

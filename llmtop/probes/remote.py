@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ import httpx
 
 from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.processes import PidSource
 from llmtop.probes.sampler import STOP_WAIT_S, ProbeSample, ProbeSampler
 from llmtop.probes.verdict import DEFAULT, Finding, Thresholds, Verdict, evaluate
@@ -354,3 +356,15 @@ def make_sampler(
     if agent is not None:
         return AgentSampler(agent, interval_s, on_sample, thresholds=thresholds, on_state=on_state)
     return ProbeSampler(interval_s, on_sample, engine_pids=engine_pids, thresholds=thresholds)
+
+
+def probes_note(agent: AgentTarget | None, engine_host: str) -> str | None:
+    """A line for headless output saying which machine the probes watch when it matters:
+    the agent's (`--probes`), or this one when the engine at `engine_host` is elsewhere;
+    None when both are this machine."""
+    if agent is not None:
+        return f"probes: the engine's machine, through the agent at {agent.url}"
+    if is_local_host(engine_host):
+        return None
+    return (f"probes: this machine ({socket.gethostname()}), not the engine's ({engine_host}); "
+            "run `llmtop agent` there and pass --probes to watch it")

@@ -19,7 +19,7 @@ from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
 from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import AppUsage, ProcessSample
-from llmtop.probes.remote import AgentError, AgentTarget, remote_sample
+from llmtop.probes.remote import AgentError, AgentTarget, probes_note, remote_sample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict
@@ -92,7 +92,7 @@ async def test_the_right_token_is_accepted_and_no_token_means_no_check() -> None
 
 
 def _args(host: str, token_file: str | None) -> argparse.Namespace:
-    return argparse.Namespace(host=host, port=1, token_file=token_file)
+    return argparse.Namespace(host=host, port=1, token_file=token_file, interval=0.5)
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -107,6 +107,16 @@ def test_loopback_addresses(host: str, loopback: bool) -> None:
 def test_off_loopback_without_a_token_is_refused(tmp_path) -> None:
     token, why = check(_args("0.0.0.0", None))
     assert token is None and "refusing to listen on 0.0.0.0 without --token-file" in why
+    still = argparse.Namespace(**{**vars(_args("127.0.0.1", None)), "interval": 0.0})
+    assert check(still) == (None, "--interval must be > 0 seconds, got 0.0")
+
+
+def test_headless_output_says_which_machine_the_probes_watch() -> None:
+    assert probes_note(None, "http://127.0.0.1:11434") is None
+    note = probes_note(None, "http://gpu-box:11434")
+    assert note is not None and "not the engine's (http://gpu-box:11434)" in note
+    assert probes_note(AgentTarget("http://gpu-box:11500"), "http://gpu-box:11434") == (
+        "probes: the engine's machine, through the agent at http://gpu-box:11500")
 
 
 @pytest.mark.parametrize("content", ["", "   \n", "short", "é" * MIN_TOKEN_CHARS])
