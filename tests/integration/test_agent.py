@@ -183,8 +183,13 @@ def test_preflight_names_a_burner_on_the_engines_machine(
     # so it is looked for among the busy apps, and in the findings once past app_cpu_warn.
     burning = {a["app"]: a["cpu_percent_median"] for a in result["apps"]}
     assert burning.get(BURNER, 0) >= 5.0, result["apps"]
-    named = [f for f in result["findings"] if f["message"].startswith(f"{BURNER} is using")]
-    assert bool(named) == (burning[BURNER] >= result["thresholds"]["app_cpu_warn"])
+    named = [f for f in result["findings"] if f["message"].startswith(BURNER)]
+    warn = result["thresholds"]["app_cpu_warn"]
+    # the listed median is rounded to 0.1: decide only when it is clear of the threshold
+    if burning[BURNER] > warn + 0.1:
+        assert named, result["findings"]
+    elif burning[BURNER] < warn - 0.1:
+        assert not named, result["findings"]
     # command lines stay on the engine's machine unless the agent shares them
     body = httpx.get(agent.url + wire.PATH_SAMPLE,
                      headers={"Authorization": f"Bearer {TOKEN}"}).text
