@@ -210,3 +210,12 @@ def test_a_remote_sample_is_logged_with_its_source() -> None:
                                                                          "http://g:1")
     assert record["source"]["engine_check"] == "down"
     assert ProbeRecord.from_json({"type": "probe"}).source is None  # an older log
+
+
+def test_a_bad_probes_address_is_refused_before_anything_starts(capsys) -> None:
+    from llmtop.cli import main
+
+    assert main(["run", "--prompt", "x", "--probes", "http://h:1/api"]) == 2
+    assert "give http://HOST[:PORT] of `llmtop agent`" in capsys.readouterr().err
+    assert main(["preflight", "--probes", "h", "--probes-token-file", "/nonexistent"]) == 2
+    assert "cannot read --probes-token-file /nonexistent" in capsys.readouterr().err
