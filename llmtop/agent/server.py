@@ -1,7 +1,8 @@
 """The agent's app: this machine's probe samples over HTTP, read-only (routes: probes/wire.py).
 
-One `ProbeSampler` runs for the agent's lifetime (so every client gets primed CPU readings)
-and each sample is encoded once and fanned out to every stream. The measured engine is the
+One `ProbeSampler` runs for the agent's lifetime (so every client gets primed CPU readings):
+every `interval_s` while a stream is open, every IDLE_INTERVAL_S otherwise (the agent's own
+cost on the machine it watches); each sample is encoded once and fanned out to every stream. The measured engine is the
 one at `engine_host` on this machine: its processes are identified (`identify_engine`) and
 its `/api/ps` read every ENGINE_POLL_S, and both go into every sample as they would locally.
 
@@ -42,6 +43,7 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 
 ENGINE_POLL_S = 5.0  # /api/ps and the engine's pids are re-read this often
 IDENTIFY_EVERY = 6  # polls between re-identifications (net_connections costs ~10 ms)
+IDLE_INTERVAL_S = 5.0  # with no stream open the agent samples this seldom (its own cost)
 QUEUE_SAMPLES = 4  # a stream that falls this far behind loses its oldest samples
 CMDLINE_APPS = 5  # --share-cmdlines: the busiest apps whose command lines are sent
 CMDLINE_PIDS = 3  # … and at most this many of each app's processes
@@ -92,7 +94,9 @@ class Agent:
         self.offset_ns = clock_offset_ns
         self.identity = EngineIdentity(engine_host)
         self.engine: dict[str, Any] = {"findings": None, "reason": "not read yet"}
-        self.sampler = ProbeSampler(interval_s, self._sampled, engine_pids=lambda: self.identity.pids)
+        self.interval_s = interval_s
+        self.sampler = ProbeSampler(max(interval_s, IDLE_INTERVAL_S), self._sampled,
+                                    engine_pids=lambda: self.identity.pids)
         self._streams: set[asyncio.Queue[bytes]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -104,7 +108,7 @@ class Agent:
         """The PATH_INFO answer."""
         return {"machine": self.machine, "llmtop_version": __version__,
                 "engine_host": self.engine_host, "engine": self.identity.to_dict(),
-                "interval_s": self.sampler.interval_s, "share_cmdlines": self.share_cmdlines,
+                "interval_s": self.interval_s, "share_cmdlines": self.share_cmdlines,
                 "agent_ns": self.now_ns()}
 
     def envelope(self, sample: ProbeSample) -> dict[str, Any]:
@@ -132,6 +136,7 @@ class Agent:
         """One stream's lines: samples as they come, a ping after PING_S without one."""
         queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_SAMPLES)
         self._streams.add(queue)
+        self.sampler.set_interval(self.interval_s)  # wakes the sampler: a sample at once
         try:
             while True:
                 try:
@@ -140,6 +145,8 @@ class Agent:
                     yield wire.encode_line({"type": "ping", "agent_ns": self.now_ns()})
         finally:
             self._streams.discard(queue)
+            if not self._streams:
+                self.sampler.set_interval(max(self.interval_s, IDLE_INTERVAL_S))
 
     async def watch_engine(self) -> None:
         """Forever: identify the engine's processes and read its /api/ps (ENGINE_POLL_S)."""
@@ -200,7 +207,7 @@ def create_app(agent: Agent, token: str | None) -> TokenGate:
 
     async def sample(_: Request) -> Response:
         taken = await asyncio.to_thread(agent.sampler.sample_once)
-        return JSONResponse(agent.envelope(taken))
+        return Response(wire.encode_line(agent.envelope(taken)), media_type="application/json")
 
     async def stream(_: Request) -> Response:
         return StreamingResponse(agent.lines(), media_type=wire.NDJSON,
