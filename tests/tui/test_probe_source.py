@@ -41,6 +41,9 @@ async def test_an_agents_sample_is_aged_from_when_it_was_taken(tmp_path: Path) -
         app.post_message(ProbeSampled(remote))
         await wait_for(pilot, lambda: panel.sample is remote, what="agent sample drawn")
         assert panel.border_title == "engine's machine: gpu-box (agent)"
+        # a slow agent: the sample's age shows
+        assert panel.check_age(taken_ns + 3_000_000_000) == 3.0
+        assert panel.border_title == "engine's machine: gpu-box (agent) — 3 s old"
         # the agent died: nothing new arrives; age counts from the sample's own stamp
         later = taken_ns + int((STALE_AFTER_S + 1) * 1e9)
         assert panel.check_age(later) == STALE_AFTER_S + 1

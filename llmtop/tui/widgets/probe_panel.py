@@ -14,6 +14,7 @@ from llmtop.tui.widgets.system_view import SystemView
 from llmtop.tui.widgets.verdict_badge import VerdictBadge
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
+SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
 
 
 class ProbePanel(VerticalScroll):
@@ -66,11 +67,15 @@ class ProbePanel(VerticalScroll):
     def check_age(self, now_ns: int | None = None) -> float | None:
         """Seconds since the last sample was shown, or for an agent's since it was taken
         (`now_ns`: perf_counter_ns, default now);
-        past STALE_AFTER_S the border title reads "machine — stale, 7 s old". None before
-        the first sample."""
+        past STALE_AFTER_S the border title reads "machine — stale, 7 s old"; an agent's
+        sample past SLOW_AFTER_S (a slow agent) reads "… — 3 s old". None before the first."""
         if self._shown_ns is None:
             return None
         age = ((now_ns if now_ns is not None else time.perf_counter_ns()) - self._shown_ns) / 1e9
-        stale = age > STALE_AFTER_S
-        self.border_title = f"{self.label} — stale, {age:.0f} s old" if stale else self.label
+        title = self.label
+        if age > STALE_AFTER_S:
+            title = f"{self.label} — stale, {age:.0f} s old"
+        elif age > SLOW_AFTER_S and isinstance(self.sample, RemoteSample):
+            title = f"{self.label} — {age:.0f} s old"
+        self.border_title = title
         return age
