@@ -25,7 +25,7 @@ from llmtop.engines.events import StreamEvent
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
 from llmtop.probes.preflight import run_preflight
-from llmtop.probes.remote import AgentSampler, AgentTarget, make_sampler
+from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget, make_sampler
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import read_log
@@ -138,10 +138,17 @@ async def preflight_record(conn: Connection, duration_s: float,
     agent: sample the engine's machine through `llmtop agent` (`--probes`) instead of this one."""
     thresholds = load_thresholds()
     sampler = None if agent is None else AgentSampler(agent, thresholds=thresholds)
-    result = await asyncio.to_thread(
-        run_preflight, duration_s, thresholds=thresholds, engine_pids=lambda: conn.engine_pids,
-        sampler=sampler,
-    )
+    try:
+        result = await asyncio.to_thread(
+            run_preflight, duration_s, thresholds=thresholds,
+            engine_pids=lambda: conn.engine_pids, sampler=sampler,
+        )
+    except AgentError as exc:  # the bench goes on; --require-quiet then refuses (not quiet)
+        finding = {"code": "probe-error", "level": "warn", "value": None, "threshold": None,
+                   "unit": "", "message": str(exc),
+                   "remedy": "start `llmtop agent` on the engine's machine, or drop --probes"}
+        return {"type": "preflight", "verdict": "CANNOT CHECK", "quiet": False,
+                "error": str(exc), "duration_s": 0.0, "samples": 0, "findings": [finding]}
     upstream = conn.upstream
     if isinstance(upstream, EngineLike):
         engine = await engine_findings(upstream, conn.model, gpu_present=result.gpu_present)

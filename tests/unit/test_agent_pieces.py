@@ -219,3 +219,21 @@ def test_a_bad_probes_address_is_refused_before_anything_starts(capsys) -> None:
     assert "give http://HOST[:PORT] of `llmtop agent`" in capsys.readouterr().err
     assert main(["preflight", "--probes", "h", "--probes-token-file", "/nonexistent"]) == 2
     assert "cannot read --probes-token-file /nonexistent" in capsys.readouterr().err
+
+
+async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> None:
+    from llmtop.engines.child import free_port
+    from llmtop.engines.connection import Connection
+    from llmtop.engines.ollama import OllamaEngine
+    from llmtop.sessions.bench import preflight_record
+
+    engine = OllamaEngine("http://127.0.0.1:1")
+    conn = Connection(engine=engine, model="m", info=None, version=None)
+    nobody = AgentTarget(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    try:
+        record = await preflight_record(conn, 1.0, nobody)
+    finally:
+        await engine.aclose()
+    assert (record["verdict"], record["quiet"]) == ("CANNOT CHECK", False)
+    assert record["findings"][0]["code"] == "probe-error"
+    assert nobody.url in record["error"]
