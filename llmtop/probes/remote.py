@@ -41,7 +41,6 @@ CLOCK_REFRESH_S = 30.0  # re-estimate this often (two crystals drift ~10-100 µs
 RETRY_S = 1.0  # wait between attempts to reach a lost agent
 CONNECT_TIMEOUT_S = 2.0
 STALL_S = 3 * wire.PING_S  # no line for this long: the agent is gone or stuck; reconnect
-STALE_S = 5.0  # a sample older than this is stale (the probe panel's STALE_AFTER_S)
 
 
 class AgentError(Exception):
