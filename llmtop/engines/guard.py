@@ -189,7 +189,7 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not UTF-8 text: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"invalid JSON in request body: {exc}") from exc
+        raise BadRequest(f"invalid JSON in request body (it is not JSON: {exc})") from exc
     check_values(value)
     return value
 
