@@ -114,6 +114,7 @@ class EmbeddedEngine:
         self._prep = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-prep")
         self._prep.submit(_quietly, self.backend.n_vocab)
         self._running: dict[Future[GenerationResult], threading.Event] = {}
+        self.waiting = 0  # requests waiting for the generation slot
         self._expires_at: datetime | None = None
         self._unload_timer: asyncio.TimerHandle | None = None
 
@@ -187,7 +188,11 @@ class EmbeddedEngine:
         except (BadRequest, GenerationError) as exc:
             yield _failed(exc)
             return
-        await self._lock.acquire()
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
         released = False
         try:
             if gone is not None and await gone():
@@ -419,8 +424,10 @@ async def version(_: Request) -> Response:
 
 async def jobs(request: Request) -> Response:
     """`GET /llmtop/jobs`: llmtop's own diagnostic route, what the engine did for the 50 most
-    recent requests (newest last)."""
-    return JSONResponse({"jobs": [asdict(j) for j in list(request.app.state.engine.history)[-50:]]})
+    recent requests (newest last), and how many wait for the generation slot now."""
+    engine: EmbeddedEngine = request.app.state.engine
+    return JSONResponse({"jobs": [asdict(j) for j in list(engine.history)[-50:]],
+                         "waiting": engine.waiting})
 
 
 async def tags(request: Request) -> Response:

@@ -183,11 +183,13 @@ def parse_json(raw: bytes) -> Any:
     if not raw.strip():
         raise BadRequest("missing request body")
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
-    except RecursionError:
-        raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+        text = raw.decode("utf-8")  # JSON between systems is UTF-8 (RFC 8259, section 8.1)
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not UTF-8 text: {exc}") from exc
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"invalid JSON in request body (it is not JSON: {exc})") from exc
     check_values(value)
