@@ -50,6 +50,14 @@ LOOPBACK_ORIGIN_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 BIND_ALL = ("0.0.0.0", "::", "")
 
 
+def _origins_of(name: str) -> list[str]:
+    """The origins a page served from host `name` can have: http and https, any port."""
+    return [f"{scheme}://{name}{port}" for scheme in ("http", "https") for port in ("", ":*")]
+
+
+LOOPBACK_ORIGINS = tuple(o for name in LOOPBACK_ORIGIN_HOSTS for o in _origins_of(name))
+
+
 def _host_name(host_header: str) -> str:
     """"Example.COM:8000" → "example.com"; "[::1]:8000" → "::1" (lower case, no port)."""
     host = host_header.strip().lower()
@@ -81,7 +89,7 @@ class Guard:
     patterns (see the module docstring); max_body_bytes: the largest request body."""
 
     bind_host: str = "127.0.0.1"
-    origins: tuple[str, ...] = ()
+    origins: tuple[str, ...] = LOOPBACK_ORIGINS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @classmethod
@@ -91,11 +99,9 @@ class Guard:
         naming the variable when the size is not a positive whole number."""
         env = os.environ if environ is None else environ
         bind = _host_name(bind_host) if bind_host not in BIND_ALL else bind_host
-        names = list(LOOPBACK_ORIGIN_HOSTS)
+        origins = list(LOOPBACK_ORIGINS)
         if bind not in BIND_ALL and not _is_loopback(bind):
-            names.append(f"[{bind}]" if ":" in bind else bind)
-        origins = [f"{scheme}://{name}{port}" for name in names
-                   for scheme in ("http", "https") for port in ("", ":*")]
+            origins += _origins_of(f"[{bind}]" if ":" in bind else bind)
         origins += [o.strip() for o in env.get(ORIGINS_ENV, "").split(",") if o.strip()]
         size_text = env.get(MAX_BODY_ENV, "").strip()
         if size_text and not (size_text.isdigit() and int(size_text) > 0):
