@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from llmtop.commands.serving import serve
+from llmtop.commands.serving import leave, serve
 from llmtop.engines.child import port_problem, watch_parent
 from llmtop.engines.embedded import EmbeddedEngine, create_app
 from llmtop.engines.guard import Guard
@@ -60,4 +60,4 @@ def main(args: argparse.Namespace) -> int:
         flush=True,
     )
     serve(create_app(engine, guard), args.host, args.port, "llmtop engine", on_stopped=engine.close)
-    return ExitCode.OK
+    leave(ExitCode.OK)

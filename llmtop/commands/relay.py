@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import sys
 
-from llmtop.commands.serving import serve
+from llmtop.commands.serving import leave, serve
 from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
 from llmtop.engines.guard import Guard
@@ -47,7 +47,10 @@ def main(args: argparse.Namespace) -> int:
               "anyone who can reach it can make the upstream generate", file=sys.stderr)
     if args.parent_pid:
         watch_parent(args.parent_pid)
-    return _serve(args.upstream, host, port, guard)
+    code = _serve(args.upstream, host, port, guard)
+    if code == ExitCode.OK:
+        leave(code)  # served, stopped and cleaned up (serving.leave: a faster exit)
+    return code
 
 
 def _serve(upstream_arg: str | None, host: str, port: int, guard: Guard) -> int:
