@@ -59,5 +59,8 @@ def main(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    serve(create_app(engine, guard), args.host, args.port, "llmtop engine", on_stopped=engine.close)
+    # The app's lifespan has stopped the generation (waiting up to CLOSE_WAIT_S); if llama.cpp
+    # still holds the thread, leave without waiting for it.
+    serve(create_app(engine, guard), args.host, args.port, "llmtop engine",
+          on_stopped=lambda: engine.close(wait_s=0))
     leave(ExitCode.OK)
