@@ -74,6 +74,21 @@ def test_run_ends_as_on_ctrl_c(upstream, tmp_path, sig, code):
     assert not relays[0].is_running() or relays[0].status() == psutil.STATUS_ZOMBIE
 
 
+def test_bench_ends_as_on_ctrl_c(upstream, tmp_path):
+    upstream.recorder.reset()
+    log = tmp_path / "bench.jsonl"
+    proc = llmtop("bench", "--engine", "ollama", "--host", upstream.url, "--model", "slow",
+                  "--preflight-duration", "0", "--requests", "1", "--warmup", "0",
+                  "--prompt-tokens", "50", "--max-tokens", "2", "--no-cache", "--log", str(log))
+    assert upstream.recorder.started.wait(TIMEOUT_S)  # its first request is streaming
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 143
+    assert err.decode().strip().splitlines()[-1] == "llmtop bench: stopped by SIGTERM"
+    types = [json.loads(line)["type"] for line in log.read_text().splitlines()]
+    assert types[0] == "header" and types[-1] == "end"  # the log was closed properly
+
+
 def test_run_stoppable_returns_the_coroutines_code_without_a_signal():
     async def ok() -> int:
         return 5
