@@ -62,10 +62,10 @@ def finite_number(low: float, high: float = math.inf, *, above_low: bool = False
             value = math.nan
         if not math.isfinite(value) or not (value > low if above_low else value >= low) \
                 or value > high:
-            rule = f"{'>' if above_low else '>='} {low:g}"
-            if high != math.inf:
-                rule += f" and <= {high:g}"
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {rule}")
+            rules = [f"{'>' if above_low else '>='} {low:g}"] if low > -math.inf else []
+            rules += [f"<= {high:g}"] if high < math.inf else []
+            rule = "".join(f" {r}" if i == 0 else f" and {r}" for i, r in enumerate(rules))
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{rule}")
         return value
 
     parse.__name__ = "number"
@@ -205,7 +205,8 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=finite_number(0.0, 86_400.0, above_low=True), default=3.0, help="seconds to sample (default 3)")
+    # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
+    p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--host", default=argparse.SUPPRESS,
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
