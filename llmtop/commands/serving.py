@@ -39,8 +39,10 @@ def serve(app: Any, host: str, port: int, label: str,
     signal ("llmtop engine: stopped (SIGTERM)"). `on_stopped()` runs after the server has
     shut down; when it returns False (work that cannot be interrupted is still running in a
     thread), the process leaves at once with status 0 rather than wait for it."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           access_log=False, timeout_graceful_shutdown=GRACE_S))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            # a float works (it is asyncio.wait_for's timeout); the hint says int
+                            timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
     received: list[int] = []
 
     def record(signum: int, _frame: FrameType | None) -> None:

@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from llmtop import __version__
+from llmtop.engines.guard import Guard, LocalOnly, read_body, wrong_type
 from llmtop.engines.llama_backend import (
     GenerationError,
     GenerationResult,
@@ -44,7 +45,6 @@ from llmtop.engines.llama_backend import (
     OutOfMemory,
     context_memory,
 )
-from llmtop.engines.guard import Guard, LocalOnly, read_body, wrong_type
 from llmtop.engines.model_files import ModelDescription
 from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
 

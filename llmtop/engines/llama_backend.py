@@ -257,14 +257,15 @@ class LlamaBackend:
         from llama_cpp import llama_chat_format
 
         if self.chat_format == "gemma":
-            return llama_chat_format.format_gemma
+            gemma: Callable[..., Any] = llama_chat_format.format_gemma
+            return gemma
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             return self._no_template
         vocab = llm._model
 
         def piece(token_id: int) -> str:
-            return vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore")
+            return str(vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore"))
 
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
@@ -291,7 +292,7 @@ class LlamaBackend:
     def tokenize(self, text: str) -> list[int]:
         """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`).
         Uses the vocabulary-only load, so it runs without the model and outside its slot."""
-        return self.vocab().tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        return list(self.vocab().tokenize(text.encode("utf-8"), add_bos=True, special=True))
 
     # ------------------------------------------------------------------ generation
 

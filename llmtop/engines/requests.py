@@ -90,7 +90,7 @@ def parse_keep_alive(value: Any) -> float:
     return seconds
 
 
-def _keep_alive_seconds(value: int | float | str) -> float | None:
+def _keep_alive_seconds(value: float | str) -> float | None:
     if not isinstance(value, str):
         return float(value)
     text = value.strip()
@@ -138,7 +138,7 @@ def _num_thread(options: dict[str, Any]) -> int | None:
     if value > cores:
         raise BadRequest(f"option 'num_thread' is {value}, more than this machine's {cores} "
                          f"logical cores: use at most {cores}, or 0 to let the engine choose")
-    return value
+    return int(value)
 
 
 def parse_options(options: Any) -> tuple[Sampling, int | None, int | None]:
