@@ -23,7 +23,6 @@ again here:
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
@@ -38,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from llmtop.engines.hosts import is_loopback
 from llmtop.engines.http import BadRequest
 
 ORIGINS_ENV = "LLMTOP_ORIGINS"
@@ -69,12 +69,8 @@ def _host_name(host_header: str) -> str:
 
 
 def _is_loopback(name: str) -> bool:
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    """A host name (no port, IPv6 without brackets) that is this machine (`hosts.is_loopback`)."""
+    return is_loopback(f"http://[{name}]" if ":" in name else f"http://{name}")
 
 
 def origin_pattern(pattern: str) -> str:
