@@ -256,9 +256,9 @@ class LlamaBackend:
     def _make_formatter(self, llm: Any) -> Callable[..., Any]:
         from llama_cpp import llama_chat_format
 
-        if self.chat_format == "gemma":
-            gemma: Callable[..., Any] = llama_chat_format.format_gemma
-            return gemma
+        if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
+            formatter: Callable[..., Any] = llama_chat_format.format_gemma
+            return formatter
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             return self._no_template
@@ -282,7 +282,16 @@ class LlamaBackend:
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[str, ...]]:
         """Render chat messages with the model's chat format; return (prompt, stop strings).
-        Raises GenerationError for a model without a chat template (chat_format "auto")."""
+
+        chat_format "raw" is what Ollama does for a model that has no template: its default
+        template is `{{ .Prompt }}`, so the prompt is the users' text and nothing else (a base
+        model continues it as text; wrapped in a chat template it was never trained on, it
+        echoes the prompt and babbles). Raises GenerationError for a model without a chat
+        template under chat_format "auto".
+        """
+        if self.chat_format == "raw":
+            return "".join(str(m.get("content") or "") for m in messages
+                           if m.get("role") == "user"), ()
         self.vocab()
         formatted = self._formatter(messages=list(messages))
         stop = formatted.stop

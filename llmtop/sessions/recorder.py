@@ -6,13 +6,14 @@ Shared by the TUI and `llmtop run` so both record the same things the same way.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
+from llmtop.sessions.records import RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
@@ -50,6 +51,8 @@ class SessionRecorder:
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
@@ -62,20 +65,21 @@ class SessionRecorder:
         self.in_flight = self.requests
         return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str, engine: Any = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, prompt: str, engine: Any = None) -> AsyncGenerator[StreamEvent, None]:
         """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
         connection's own: the relay client when streaming through the relay)."""
         return (engine or self.conn.engine).stream_chat(
             self.conn.model, chat_messages(prompt), options=self.options, think=self.think
         )
 
-    def record(self, result: RequestResult, **extra: Any) -> dict[str, Any]:
+    def record(self, result: RequestResult, **extra: Any) -> RequestRecord:
         """Append a finished (or cancelled) request to the log, with `extra` fields (bench
-        phase, index...); returns the record as written."""
+        phase, index...); returns the record as it will read back (records.RequestRecord).
+        Raises RecordError when an `extra` field has the wrong type (after writing it)."""
         self.in_flight = None
         record = request_record(result) | extra
         self.log.write(record)
-        return record
+        return RequestRecord.from_json(record)
 
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""
