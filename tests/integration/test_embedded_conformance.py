@@ -84,7 +84,7 @@ def test_errors_as_ollama_gives_them(engine_url):
     bad = httpx.post(f"{engine_url}/api/chat", content=b"{not json")
     assert bad.status_code == 400 and bad.json()["error"].startswith("invalid JSON")
     bad = httpx.post(f"{engine_url}/api/generate", json={"model": MODEL, "prompt": 5})
-    assert bad.status_code == 400 and bad.json() == {"error": "prompt must be a string"}
+    assert bad.status_code == 400 and bad.json() == {"error": "prompt must be a string, got 5 (a number)"}
 
 
 def test_liveness_and_version(engine_url):
