@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import math
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -42,6 +43,52 @@ def parse_sizes(text: str) -> tuple[int, ...]:
                 f"prompt size {part!r} is not a whole number of tokens >= 8")
         sizes.append(int(part))
     return tuple(sizes)
+
+
+INT32_MAX = 2**31 - 1  # llama.cpp keeps n_ctx and n_predict in C ints
+INT64_MAX = 2**63 - 1  # Ollama's seed is a Go int
+
+
+def finite_number(low: float, high: float = math.inf, *, above_low: bool = False
+                  ) -> Callable[[str], float]:
+    """An argparse type: a finite number from `low` (excluded when `above_low`) to `high`.
+    "nan", "inf" and numbers that overflow to inf are refused (argparse.ArgumentTypeError,
+    exit 2) before anything is sent."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not (value > low if above_low else value >= low) \
+                or value > high:
+            rules = [f"{'>' if above_low else '>='} {low:g}"] if low > -math.inf else []
+            rules += [f"<= {high:g}"] if high < math.inf else []
+            rule = "".join(f" {r}" if i == 0 else f" and {r}" for i, r in enumerate(rules))
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{rule}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def whole_number(low: int, high: int, *, also: tuple[int, ...] = ()) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (or one of `also`, e.g. -1 for
+    "no limit"); anything else is argparse.ArgumentTypeError (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not (low <= value <= high or value in also):
+            extra = "".join(f" or {a}" for a in also)
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low} to {high}{extra}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
 
 
 def pid_number(text: str) -> int:
@@ -90,14 +137,14 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    help="session log file (JSONL; default: a new file in the user data dir)")
     _probes_flags(g, d)
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
-    o.add_argument("--temperature", type=float, default=d(DEFAULT_OPTIONS.temperature),
+    o.add_argument("--temperature", type=finite_number(0.0), default=d(DEFAULT_OPTIONS.temperature),
                    help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
-    o.add_argument("--seed", type=int, default=d(DEFAULT_OPTIONS.seed),
+    o.add_argument("--seed", type=whole_number(-INT64_MAX - 1, INT64_MAX), default=d(DEFAULT_OPTIONS.seed),
                    help=f"default {DEFAULT_OPTIONS.seed}")
-    o.add_argument("--num-ctx", type=int, default=d(DEFAULT_OPTIONS.num_ctx),
+    o.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=d(DEFAULT_OPTIONS.num_ctx),
                    help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})")
     if num_predict:
-        o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
+        o.add_argument("--num-predict", type=whole_number(1, INT32_MAX, also=(-1,)), default=d(DEFAULT_OPTIONS.num_predict),
                        help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
 
 
@@ -153,17 +200,17 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 def _bench_flags(p: argparse.ArgumentParser) -> None:
     _engine_flags(p, top=False, num_predict=False)
     b = p.add_argument_group("protocol")
-    b.add_argument("--requests", type=int, default=BENCH.requests,
+    b.add_argument("--requests", type=whole_number(1, 1_000_000), default=BENCH.requests,
                    help=f"measured requests per prompt size (default {BENCH.requests})")
-    b.add_argument("--warmup", type=int, default=BENCH.warmup,
+    b.add_argument("--warmup", type=whole_number(0, 1_000_000), default=BENCH.warmup,
                    help=f"warm-up requests per size, kept apart (default {BENCH.warmup})")
     b.add_argument("--prompt-tokens", type=parse_sizes, default=BENCH.prompt_tokens,
                    metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
                    f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
-    b.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+    b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=BENCH.max_tokens,
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
-    b.add_argument("--drift-threshold", type=float, default=BENCH.drift_threshold_pct,
+    b.add_argument("--drift-threshold", type=finite_number(0.0, above_low=True), default=BENCH.drift_threshold_pct,
                    help="%% worsening first-5 → last-5 that marks the run contaminated "
                    f"(default {BENCH.drift_threshold_pct:g})")
     b.add_argument("--compare-relay", action="store_true",
@@ -172,14 +219,15 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help="recalibrate even when a cached calibration exists")
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
-    b.add_argument("--preflight-duration", type=float, default=BENCH.preflight_s,
+    b.add_argument("--preflight-duration", type=finite_number(0.0, 86_400.0), default=BENCH.preflight_s,
                    help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
                    "0 skips it)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
+    p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--host", default=argparse.SUPPRESS,
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
@@ -220,7 +268,7 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
                    "127.0.0.1:11434 if it answers, else the embedded engine)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 def _engine_server_flags(p: argparse.ArgumentParser) -> None:
@@ -229,9 +277,9 @@ def _engine_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
     p.add_argument("--model-name",
                    help="tag to serve it under (default: gemma3:270m for the bundled model)")
-    p.add_argument("--num-ctx", type=int, default=4096,
+    p.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=4096,
                    help="context when a request sets none (default 4096)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)

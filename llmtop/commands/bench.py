@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
+from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import exit_code_for
@@ -99,7 +99,8 @@ async def _bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
-    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok)."""
+    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok), or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
@@ -113,4 +114,4 @@ def main(args: argparse.Namespace) -> int:
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_bench(args))
+    return run_stoppable(_bench(args), "llmtop bench")

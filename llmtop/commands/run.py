@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
@@ -163,10 +164,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode.
+    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode, or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`).
     `args.thresholds` (the loaded config) is set by the CLI."""
     if not args.prompt.strip():
         print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the "
               "sky blue?'", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_run(args))
+    return run_stoppable(_run(args), "llmtop run")

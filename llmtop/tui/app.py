@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import sys
 from typing import Any, ClassVar
@@ -34,7 +35,7 @@ from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, exit_code_for
-from llmtop.exitcodes import ExitCode
+from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
@@ -453,7 +454,24 @@ def main(settings: TuiSettings) -> int:
               "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
         return int(ExitCode.USAGE)
     app = make_app(settings)
-    code = app.run()
+    received: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        # SIGTERM/SIGHUP quit as the quit key does: on_unmount records the stream as cancelled
+        # and stops the engine. The handler runs on the app's own (main) thread.
+        received.append(signum)
+        with contextlib.suppress(RuntimeError):  # no loop yet: nothing to stop
+            asyncio.get_running_loop().call_soon_threadsafe(app.exit)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        code = app.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        print(f"llmtop: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
+        return signal_exit_code(received[0])
     return int(code if code is not None else app.exit_code)
 
 
