@@ -66,11 +66,12 @@ def live_texts(live: LiveRequest) -> dict[str, Text]:
 def gaps_text(view: GapsView) -> Text:
     """The gaps row: "token gaps ms  TPOT 10.14 ms/tok · 98.6 tok/s · prev 15.14 ms/tok"
     (`GapsView`; per chunk and chunk/s while streaming; "prev" dim)."""
+    tpot = fmt.NA if view.tpot_ms is None else f"{fmt.ms(view.tpot_ms, 2)}/{view.unit}"
     text = Text.assemble(
         (view.label, "bold"),
         "  TPOT ",
-        (fmt.ms(view.tpot_ms, 2), "bold"),
-        f"/{view.unit} · ",
+        (tpot, "bold"),
+        " · ",
         (fmt.rate(view.rate, f"{view.unit}/s"), "bold"),
     )
     if view.previous_tpot_ms is not None:
