@@ -323,6 +323,12 @@ class LlmtopApp(App[int]):
     def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
         self.action_help()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """F2 (the history) belongs to the main screen: not shown, not run elsewhere."""
+        if action == "history":
+            return self.screen is self.default_screen
+        return True
+
     def action_history(self) -> None:
         """F2: show the request history (focused) or hide it (back to the prompt)."""
         history = self.query_one(RequestHistory)

@@ -29,7 +29,7 @@ from llmtop.sessions.timeline import RequestMetrics
 from llmtop.tui.live import LiveRequest
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
-PROMPT_CHARS = 24  # a history row shows the prompt's first 24 characters
+PROMPT_CHARS = 18  # a history row shows the prompt's first 18 characters (fits 94 columns)
 
 
 def finite(values: Sequence[float | None]) -> tuple[float, ...]:

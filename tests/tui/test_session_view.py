@@ -122,7 +122,7 @@ async def test_three_requests_sparkline_history_and_compare(
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
         assert rows == [
             ["1", "03:04:05", "one", "17.0", "10.14", "98.6/100.0", "8", "ok", ""],
-            ["2", "03:04:06", "two words", "17.5", "15.14", "66.0/66.7", "8", "ok", "⚠ NOISY"],
+            ["2", "03:04:06", "two words", "17.5", "15.14", "66.0/66.7", "8", "ok", "⚠"],
             ["3", "03:04:07", "now three words", "18.0", "20.14", "49.6/50.0", "8", "ok", ""],
         ]
 
@@ -137,8 +137,8 @@ async def test_three_requests_sparkline_history_and_compare(
             "E2E": 159.0 / 123.5,
         })
         assert shown(app, "#history-compare") == (
-            "#3 vs #2  TTFT ×1.03 · TPOT ×1.33 · decode ×0.75 · srv decode ×0.75 · tokens ×1.00"
-            " · E2E ×1.29"
+            "#3 ÷ #2  TTFT ×1.03  TPOT ×1.33  decode ×0.75  srv decode ×0.75  tokens ×1.00"
+            "  E2E ×1.29"
         )
 
         await pilot.press("up", "up", "enter")  # the 1st request back on screen

@@ -25,6 +25,7 @@ from llmtop.tui.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.token_pane import failure_text
 
 _FIXED = frozenset({"ttft", "count", "decode"})
+_HIDE_EMPTY = frozenset({"failure", "noise"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
 NOISY_PREFIX = "⚠ machine NOISY during this request: "
@@ -129,13 +130,20 @@ class MetricsStrip(Vertical):
         yield Static("", id="failure")
         yield Static("", id="noise")
 
+    def on_mount(self) -> None:
+        for wid in _HIDE_EMPTY:
+            self._static(wid).display = False
+
     def _static(self, wid: str) -> Static:
         return self.query_one(f"#{wid}", Static)
 
     def _put(self, wid: str, content: Text | str) -> None:
         """Update a label. The live labels have fixed widths (CSS), so they repaint in place;
         the rows below change height, and are only set when a request starts or ends."""
-        self._static(wid).update(content, layout=wid not in _FIXED)
+        static = self._static(wid)
+        static.update(content, layout=wid not in _FIXED)
+        if wid in _HIDE_EMPTY:
+            static.display = bool(str(content))  # no blank line where there is nothing to say
 
     def show_live(self, live: LiveRequest, previous: RequestResult | None = None) -> None:
         """Update from the live buffers (capped render timer only); `previous` is the request

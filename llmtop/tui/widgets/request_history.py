@@ -27,7 +27,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("prompt", "prompt"),
     ("ttft", "TTFT ms"),
     ("tpot", "TPOT ms"),
-    ("decode", "decode tok/s cl/srv"),
+    ("decode", "decode cl/srv"),
     ("tokens", "tokens"),
     ("status", "status"),
     ("noisy", "noisy"),
@@ -39,13 +39,13 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 def noisy_cell(noisy: str | None) -> Text:
-    """"⚠ NOISY" (yellow) when a probe sample taken during the request was NOISY, else ""."""
-    return Text("⚠ NOISY", style="bold yellow") if noisy else Text("")
+    """"⚠" (yellow) when a probe sample taken during the request was NOISY, else ""."""
+    return Text("⚠", style="bold yellow") if noisy else Text("")
 
 
 def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
     """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
-    as client/server tok/s, tokens suffixed " ch" when they are the client's chunk count."""
+    as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk count."""
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
@@ -64,15 +64,14 @@ def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
 
 
 def compare_text(row: HistoryRow, before: HistoryRow | None) -> Text:
-    """"#3 vs #2  TTFT ×1.03 · TPOT ×1.33 · …": each figure of `row` over `before`'s."""
+    """"#3 ÷ #2  TTFT ×1.03  TPOT ×1.33  …": each figure of `row` over `before`'s."""
     if before is None:
         return Text(f"#{row.number} is the first request: nothing before it to compare", "dim")
     ratios = compare(row, before)
-    text = Text.assemble((f"#{row.number} vs #{before.number} ", "bold"))
-    for i, (name, _) in enumerate(COMPARED):
+    text = Text.assemble((f"#{row.number} ÷ #{before.number}", "bold"))
+    for name, _ in COMPARED:
         value = ratios[name]
-        text.append(" · " if i else " ")
-        text.append(f"{name} ")
+        text.append(f"  {name} ")
         text.append(fmt.NA if value is None else f"×{value:.2f}", "bold")
     return text
 

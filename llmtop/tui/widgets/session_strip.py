@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
+from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import SessionState, TtftView
@@ -35,7 +36,8 @@ def marks_text(view: TtftView) -> Text:
 
 def summary_text(view: TtftView) -> Text:
     """"median 17.5 ms · 17.0–18.0 · n 3 · #3 ×1.03": the session's TTFT median, min–max (ms),
-    how many requests, and the request on screen against the median."""
+    how many requests, and the request on screen against the median — red when slower by more
+    than the bench's drift threshold (`stats.DRIFT_THRESHOLD_PCT`, 5 %), green when faster."""
     if not view.n:
         return Text("no request yet", style="dim")
     text = Text.assemble(
@@ -46,8 +48,15 @@ def summary_text(view: TtftView) -> Text:
     versus = view.current_vs_median
     if view.current is not None and versus is not None:
         text.append(f" · #{view.numbers[view.current]} ")
-        text.append(f"×{versus:.2f}", "bold red" if versus > 1.0 else "bold green")
+        text.append(f"×{versus:.2f}", _versus_style(versus))
     return text
+
+
+def _versus_style(versus: float) -> str:
+    band = DRIFT_THRESHOLD_PCT / 100.0
+    if versus > 1.0 + band:
+        return "bold red"
+    return "bold green" if versus < 1.0 - band else "bold"
 
 
 class SessionStrip(Vertical):
