@@ -37,7 +37,7 @@ def finite(values: Sequence[float | None]) -> tuple[float, ...]:
     return tuple(v for v in values if v is not None and math.isfinite(v))
 
 
-def ratio(value: float | int | None, reference: float | int | None) -> float | None:
+def ratio(value: float | None, reference: float | None) -> float | None:
     """value / reference, or None when either is missing or the reference is 0 (no ratio)."""
     if value is None or reference is None or reference == 0:
         return None
@@ -201,7 +201,7 @@ def history_row(number: int, result: RequestResult, noisy: str | None) -> Histor
     )
 
 
-COMPARED: tuple[tuple[str, Callable[[HistoryRow], float | int | None]], ...] = (
+COMPARED: tuple[tuple[str, Callable[[HistoryRow], float | None]], ...] = (
     ("TTFT", lambda r: r.ttft_ms),
     ("TPOT", lambda r: r.tpot_ms),
     ("decode", lambda r: r.decode_tps),
