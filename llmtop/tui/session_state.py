@@ -228,6 +228,7 @@ class SessionState:
     def __init__(self) -> None:
         self.requests: list[LiveRequest] = []
         self.version = 0
+        self._numbers: dict[int, int] = {}  # id(request) → its number (the list holds it)
 
     def add(self, live: LiveRequest) -> int:
         """Add a finished request (its `result` set); returns its 1-based number.
@@ -235,6 +236,7 @@ class SessionState:
         if live.result is None:
             raise ValueError("only finished requests join the history")
         self.requests.append(live)
+        self._numbers[id(live)] = len(self.requests)
         self.version += 1
         return len(self.requests)
 
@@ -247,10 +249,7 @@ class SessionState:
 
     def number_of(self, live: LiveRequest | None) -> int | None:
         """The 1-based number of a finished request, None for one not (yet) in the session."""
-        for i, other in enumerate(self.requests):
-            if other is live:
-                return i + 1
-        return None
+        return self._numbers.get(id(live))
 
     def row(self, number: int) -> HistoryRow:
         """The history row of request `number` (1-based). Raises IndexError when out of range."""

@@ -173,3 +173,42 @@ async def test_ttft_sparkline_grows_at_the_first_chunk(
         await pilot.press("escape")  # cancelled: it joins the history with its TTFT
         await wait_for(pilot, lambda: len(app.session.requests) == 4, what="cancelled")
         assert app.session.row(4).status == "cancelled" and app.session.row(4).ttft_ms == 18.5
+
+
+async def test_session_views_redraw_only_when_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 chunks back to back: the TTFT sparkline is computed at most when the request starts,
+    gets its first chunk and ends (≤ 3 times; fewer when those fall in one frame), redrawn at
+    most twice (its first bar, then its end), and not at all on the frames in between."""
+    from llmtop.tui.widgets.session_strip import SessionStrip
+
+    from .fakes import SENT_NS, ev
+
+    many = [ev(10.0 + i, f"t{i} ") for i in range(300)] + [ev(400.0, done=True)]
+    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection(FakeEngine({"many": many})))
+    async with app.run_test(size=(140, 44)) as pilot:
+        await wait_for(pilot, lambda: app.ready)
+        strip = app.query_one(SessionStrip)
+        syncs: list[bool] = []
+        draws = 0
+        sync, show = strip.sync, strip.show
+
+        def counting_sync(*args: Any) -> bool:
+            syncs.append(sync(*args))
+            return syncs[-1]
+
+        def counting_show(view: Any) -> None:
+            nonlocal draws
+            draws += view != strip.view
+            show(view)
+
+        strip.sync = counting_sync  # type: ignore[method-assign]
+        strip.show = counting_show  # type: ignore[method-assign]
+        await send_and_draw(pilot, app, "many", 1)
+        await pilot.pause(0.3)  # a few more ticks: nothing changes, nothing is drawn
+        assert 1 <= syncs.count(True) <= 3 and 1 <= draws <= 2, (syncs, draws)
+        assert syncs[-1] is False and len(syncs) > syncs.count(True)
+        assert spark(app, "session-ttft") == (10.0,)
