@@ -309,7 +309,8 @@ class LlmtopApp(App[int]):
             if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
                 live.numbers_dirty = live.urgent = False
                 self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
-        if urgent or self._frame % NUMBERS_EVERY == 0:
+        on_main = self.screen is self.default_screen  # not under help or the bench screen
+        if on_main and (urgent or self._frame % NUMBERS_EVERY == 0):
             self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
             history = self.query_one(RequestHistory)
             if history.display:
