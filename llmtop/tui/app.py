@@ -277,8 +277,13 @@ class LlmtopApp(App[int]):
         self._probe_sample = message.sample
         self._probe_dirty = True
         live = self.live
-        if self.noise.add(message.sample) and live is not None:
-            self.session.mark_noisy(live, self.noise.first_during(*live.span_ns))
+        if not self.noise.add(message.sample):
+            return
+        # the request streaming now, and the last one ended: a sample taken during it may
+        # arrive after the next one started
+        recent = {id(r): r for r in (live, *self.session.requests[-1:]) if r is not None}
+        for request in recent.values():
+            self.session.mark_noisy(request, self.noise.first_during(*request.span_ns))
 
     @property
     def latest_probe(self) -> ProbeSample | None:

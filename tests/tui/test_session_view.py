@@ -158,7 +158,8 @@ async def test_ttft_sparkline_grows_at_the_first_chunk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The 4th request hangs after its first chunk: its TTFT is in the sparkline, marked as
-    the one on screen, while it streams; its gaps are chunk gaps with no rate yet."""
+    the one on screen, while it streams; its gaps are chunk gaps with no rate yet. A NOISY
+    sample from the 3rd request's span that arrives meanwhile still marks the 3rd."""
     app = session_app(tmp_path, monkeypatch)
     async with app.run_test(size=(140, 44)) as pilot:
         await run_three(pilot, app)
@@ -170,6 +171,11 @@ async def test_ttft_sparkline_grows_at_the_first_chunk(
         assert spark(app, "session-ttft") == (17.0, 17.5, 18.0, 18.5)
         assert shown(app, "#session-marks") == " ! ▲"
         assert shown(app, "#itl-label") == "chunk gaps ms  TPOT n/a · n/a · prev 20.14 ms/tok"
+        # a NOISY sample taken during the 3rd request, received only now: the 3rd is marked
+        third_sent, _ = app.session.requests[2].span_ns
+        app.post_message(ProbeSampled(probe_sample(third_sent + 50 * MS, noisy=BROWSER_BUSY)))
+        await wait_for(pilot, lambda: shown(app, "#session-marks") == " !!▲", what="late mark")
+        assert app.live is not None and app.live.noisy is None
         await pilot.press("escape")  # cancelled: it joins the history with its TTFT
         await wait_for(pilot, lambda: len(app.session.requests) == 4, what="cancelled")
         assert app.session.row(4).status == "cancelled" and app.session.row(4).ttft_ms == 18.5
