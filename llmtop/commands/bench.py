@@ -11,6 +11,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
+from llmtop.probes.remote import probes_note
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
@@ -55,12 +56,16 @@ async def _bench(args: argparse.Namespace) -> int:
         return exit_code_for(exc.failure.kind)
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+                                 agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
               file=sys.stderr, flush=True)
+        note = probes_note(getattr(args, "agent", None), conn.upstream.host)
+        if note:
+            print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:
