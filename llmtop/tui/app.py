@@ -10,6 +10,11 @@ sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
 `ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
 it fell in ("⚠ machine NOISY during this request") here and on the bench screen.
 
+The session (`SessionState`): every finished request joins it; the TTFT sparkline across
+requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from it by the same
+timer, only when its `version` or the request on screen changed. Enter on a history row puts
+that request on screen (`viewing`) until the next prompt.
+
 Ctrl+B opens the bench screen (`llmtop.tui.bench_screen`): `llmtop bench`'s protocol on this
 connection, after stopping any request still streaming here.
 """
@@ -48,17 +53,20 @@ from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
+from llmtop.tui.session_state import SessionState
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.help_screen import HelpScreen
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
+from llmtop.tui.widgets.request_history import RequestHistory
+from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers and the ITL sparkline: every 4th tick (5 Hz), readable
+NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (5 Hz), readable
 STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
 SHUTDOWN_WAIT_S = 5.0
 
@@ -73,6 +81,7 @@ class LlmtopApp(App[int]):
         Binding("ctrl+b", "bench", "Bench", priority=True),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
+        Binding("f2", "history", "History"),
         Binding("escape", "stop", "Stop / leave prompt"),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         Binding("q", "quit", "Quit", show=False),
@@ -87,6 +96,8 @@ class LlmtopApp(App[int]):
         self.recorder: SessionRecorder | None = None
         self.sampler: ProbeSampler | AgentSampler | None = None
         self.live: LiveRequest | None = None
+        self.session = SessionState()
+        self.viewing: LiveRequest | None = None  # a past request picked in the history
         self.last_prompt: str | None = None
         self.connect_failure: EngineError | LogError | None = None
         self._pending: str | None = None
@@ -107,9 +118,12 @@ class LlmtopApp(App[int]):
             with Vertical(id="left"):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
+                yield SessionStrip(id="session")
+                yield RequestHistory(id="history")
             yield ProbePanel(id="probes")
         yield PromptInput(
-            placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F1 help", id="prompt"
+            placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
+            id="prompt",
         )
         yield Footer()
 
@@ -121,6 +135,7 @@ class LlmtopApp(App[int]):
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, forever
         prompt.focus()
+        self.query_one(RequestHistory).display = False  # F2 shows it
         self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
         if self.settings.probes:
             self.sampler = make_sampler(
@@ -222,6 +237,7 @@ class LlmtopApp(App[int]):
                 return
             collector = recorder.new_request(prompt)
             live = self.live = LiveRequest(collector)
+            self.viewing = None
             self._set_probe_interval(streaming=True)
             try:
                 result = await run_request(lambda: recorder.stream(prompt), collector, live.add)
@@ -237,6 +253,7 @@ class LlmtopApp(App[int]):
         on screen (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
+        self.session.add(live)
         assert self.recorder is not None
         self.recorder.record(result)
         incomplete = self.recorder.log.incomplete
@@ -295,8 +312,13 @@ class LlmtopApp(App[int]):
         self._probe_sample = message.sample
         self._probe_dirty = True
         live = self.live
-        if self.noise.add(message.sample) and live is not None:
-            live.mark_noisy(self.noise.first_during(*live.span_ns))
+        if not self.noise.add(message.sample):
+            return
+        # the request streaming now, and the last one ended: a sample taken during it may
+        # arrive after the next one started
+        recent = {id(r): r for r in (live, *self.session.requests[-1:]) if r is not None}
+        for request in recent.values():
+            self.session.mark_noisy(request, self.noise.first_during(*request.span_ns))
 
     @property
     def latest_probe(self) -> ProbeSample | None:
@@ -310,9 +332,15 @@ class LlmtopApp(App[int]):
         with contextlib.suppress(NoMatches):  # the widgets are gone while shutting down
             self._render_widgets()
 
+    @property
+    def shown(self) -> LiveRequest | None:
+        """The request on screen: the one picked in the history, else the latest."""
+        return self.viewing or self.live
+
     def _render_widgets(self) -> None:
         self._frame += 1
-        live = self.live
+        live = self.shown
+        urgent = False
         if live is not None:
             urgent = live.urgent  # first chunk or the end: draw now
             if live.dirty and (urgent or self._frame % TEXT_EVERY == 0):
@@ -320,7 +348,13 @@ class LlmtopApp(App[int]):
                 self.query_one(TokenPane).show_live(live)
             if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
                 live.numbers_dirty = live.urgent = False
-                self.query_one(MetricsStrip).show_live(live)
+                self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
+        on_main = self.screen is self.default_screen  # not under help or the bench screen
+        if on_main and (urgent or self._frame % NUMBERS_EVERY == 0):
+            self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
+            history = self.query_one(RequestHistory)
+            if history.display:
+                history.sync(self.session)
         if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
             self._probe_dirty = False
             self._label_probes()
@@ -330,6 +364,29 @@ class LlmtopApp(App[int]):
 
     def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
         self.action_help()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """F2 (the history) belongs to the main screen: not shown, not run elsewhere."""
+        if action == "history":
+            return self.screen is self.default_screen
+        return True
+
+    def action_history(self) -> None:
+        """F2: show the request history (focused) or hide it (back to the prompt)."""
+        history = self.query_one(RequestHistory)
+        history.display = not history.display
+        if history.display:
+            history.sync(self.session)
+            history.table.move_cursor(row=len(history.rows) - 1)  # the latest request
+            history.table.focus()
+        else:
+            self.action_focus_prompt()
+
+    def on_request_history_selected(self, message: RequestHistory.Selected) -> None:
+        """Enter on a history row: put that request's tokens and figures on screen."""
+        picked = self.session.requests[message.number - 1]
+        self.viewing = None if picked is self.live else picked
+        picked.dirty = picked.numbers_dirty = picked.urgent = True
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""
