@@ -20,11 +20,13 @@ from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.engines.ollama import OllamaEngine, ollama_version
+from llmtop.engines.openai import OpenAIEngine, api_base
+from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
 from llmtop.probes.engine_state import local_engine_pids
 from llmtop.relay.process import RelayProcess
 
-ENGINES = ("auto", "ollama", "embedded")
+ENGINES = ("auto", "ollama", "embedded", "openai")
 PIDS_REFRESH_S = 5.0  # how long a socket-owner lookup of the engine's pids is reused
 
 
@@ -35,12 +37,16 @@ async def connect(
     model_path: str | None = None,
     via: str = "direct",
     relay_url: str | None = None,
+    api_key: str | None = None,
 ) -> Connection:
     """Reach an engine per the `--engine` rule and pick the model.
 
-    engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
-    host: Ollama's address; with engine "embedded", the address of an embedded engine that is
-    already running (`llmtop engine`), else llmtop starts one as a child process.
+    engine: "auto" (Ollama if `GET /api/version` answers within 0.5 s, else an
+    OpenAI-compatible server if `GET {host}/v1/models` does, else embedded), "ollama",
+    "embedded" or "openai" (llama-server, LM Studio, vLLM, llama-cpp-python, Ollama's /v1).
+    host: the engine's address; with engine "embedded", the address of an embedded engine that
+    is already running (`llmtop engine`), else llmtop starts one as a child process.
+    api_key: the OpenAI engine's bearer token (default $OPENAI_API_KEY).
     via: "direct", or "relay" to stream through llmtop's SSE relay (the one at `relay_url`,
     else a relay child started in front of the engine).
     Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND, BAD_REQUEST) with a remedy; whatever was
@@ -48,19 +54,52 @@ async def connect(
     """
     if engine not in ENGINES:
         raise EngineError(Failure(FailureKind.BAD_REQUEST, f"unknown engine {engine!r}",
-                                  "use auto, ollama or embedded"))
+                                  "use auto, ollama, embedded or openai"))
     async with contextlib.AsyncExitStack() as undo:
-        client, version, child = await _reach(engine, host, model_path, undo)
+        found = await _reach_openai(engine, host, api_key, undo)
+        client, version, child = found or await _reach(engine, host, model_path, undo)
         chosen = await _choose_model(client, model)
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
                           children=[child] if child else [])
+        if via == "relay" and isinstance(client, OpenAIEngine):
+            raise EngineError(Failure(
+                FailureKind.BAD_REQUEST,
+                "--via relay is not available for an OpenAI-compatible engine: llmtop's relay "
+                "speaks Ollama's API to its upstream",
+                "measure it directly (--via direct), or put the relay in front of an "
+                "Ollama-API engine",
+            ))
         if via == "relay":
             conn = await via_relay(conn, relay_url)
         conn.find_engine_pids = _pid_finder(conn)
         undo.pop_all()  # success: the connection owns everything now
         return conn
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
+
+
+async def _reach_openai(
+    engine: str, host: str | None, api_key: str | None, undo: contextlib.AsyncExitStack
+) -> tuple[OpenAIEngine, str | None, None] | None:
+    """The OpenAI engine when `engine` is "openai", or "auto" found no Ollama at `host` but an
+    OpenAI-compatible server listing models at `{host}/v1/models`; else None. The engine's
+    name says what answered ("openai: llama-server", "auto → openai: vllm")."""
+    if engine not in ("openai", "auto"):
+        return None
+    base = api_base(resolve_host(host))
+    if engine == "auto" and (await ollama_version(resolve_host(host)) is not None
+                             or await openai_models(base, api_key) is None):
+        return None
+    client = OpenAIEngine(base, api_key=api_key)
+    undo.push_async_callback(client.aclose)
+    try:
+        version = await client.version()
+    except EngineError as exc:
+        if exc.failure.kind != FailureKind.UNREACHABLE:
+            raise
+        raise EngineError(client.unreachable(f"no answer to {base}/models")) from exc
+    client.name = f"{'auto → ' if engine == 'auto' else ''}openai: {client.kind.kind}"
+    return client, version, None
 
 
 async def _reach(
@@ -148,7 +187,7 @@ def _same_model(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:
+async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None) -> str:
     """The installed model matching `wanted` (as the engine spells it), else the bundled model
     when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there."""
     installed = await client.list_models()
