@@ -72,9 +72,16 @@ def first_pass_status(record: Mapping[str, Any], expected_prompt_tokens: float |
             "it cut the prompt — raise num_ctx"
         )
     eval_count = s.get("eval_count")
+    # An OpenAI-compatible server (stats `source` set) may offer no count or durations at
+    # all: then the client's chunk count stands in and absent durations are n/a, not 0.
+    absent_is_na = s.get("source") not in (None, "ollama")
+    if eval_count is None and absent_is_na:
+        eval_count = (record.get("metrics") or {}).get("output_tokens")
     if eval_count is None or eval_count < 2:
         return BenchStatus.DEGENERATE, f"{eval_count or 0} output token(s): no decode rate can be measured"
     for name in ("eval_duration", "prompt_eval_duration"):
+        if absent_is_na and s.get(name) is None:
+            continue
         if not s.get(name) or s[name] <= 0:
             if name == "prompt_eval_duration":
                 return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
