@@ -67,8 +67,14 @@ class ServerStats:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (None kept, so "absent" survives a round-trip)."""
-        return asdict(self)
+        """The fields as a plain dict (None kept, so "absent" survives a round-trip; the two
+        fields only OpenAI-compatible engines fill are left out while None, so an Ollama
+        record is written as before)."""
+        data = asdict(self)
+        for name in ("prompt_cached_count", "source"):
+            if data[name] is None:
+                del data[name]
+        return data
 
 
 def _get(data: Any, name: str) -> Any:
