@@ -185,6 +185,9 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
                    "127.0.0.1:11434 if it answers, else the embedded engine)")
+    p.add_argument("--upstream-api", choices=("ollama", "openai"), default="ollama",
+                   help="what the upstream speaks (default ollama; openai: an OpenAI-compatible "
+                   "server, e.g. --upstream http://127.0.0.1:8080/v1)")
     p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
 

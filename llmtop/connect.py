@@ -62,14 +62,6 @@ async def connect(
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
                           children=[child] if child else [])
-        if via == "relay" and isinstance(client, OpenAIEngine):
-            raise EngineError(Failure(
-                FailureKind.BAD_REQUEST,
-                "--via relay is not available for an OpenAI-compatible engine: llmtop's relay "
-                "speaks Ollama's API to its upstream",
-                "measure it directly (--via direct), or put the relay in front of an "
-                "Ollama-API engine",
-            ))
         if via == "relay":
             conn = await via_relay(conn, relay_url)
         conn.find_engine_pids = _pid_finder(conn)
@@ -140,8 +132,9 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
     """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
     a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
     children = list(conn.children)
+    openai = isinstance(conn.engine, OpenAIEngine)
     if relay_url is None:
-        relay = RelayProcess(conn.engine.host)
+        relay = RelayProcess(conn.engine.host, api="openai" if openai else "ollama")
         try:
             await relay.start()
         except BaseException:
@@ -149,7 +142,8 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
             raise
         children.append(relay)
         relay_url = relay.url
-    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host)
+    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host,
+                         metadata=conn.engine if openai else None)
     return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
                       upstream_client=conn.engine, children=children)
 

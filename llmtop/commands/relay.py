@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 
@@ -19,6 +20,8 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import ollama_version
+from llmtop.engines.openai import API_KEY_ENV, api_base
+from llmtop.engines.openai_server import openai_models
 from llmtop.exitcodes import ExitCode
 from llmtop.relay.server import create_app
 
@@ -53,15 +56,20 @@ def main(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        return _serve(args.upstream, host, port)
+        return _serve(args.upstream, host, port, getattr(args, "upstream_api", "ollama"))
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _serve(upstream_arg: str | None, host: str, port: int) -> int:
+def _serve(upstream_arg: str | None, host: str, port: int, api: str = "ollama") -> int:
     engine: EmbeddedProcess | None = None
     try:
-        if upstream_arg:
+        if api == "openai":  # an OpenAI-compatible upstream (llama-server, vLLM, …)
+            upstream = api_base(upstream_arg or resolve_host(None))
+            if asyncio.run(openai_models(upstream, os.environ.get(API_KEY_ENV), 2.0)) is None:
+                print(f"llmtop relay: warning: nothing lists models at {upstream}/models yet; "
+                      "requests will get an error event until it does", file=sys.stderr)
+        elif upstream_arg:
             upstream = resolve_host(upstream_arg)
             if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
                 print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
@@ -82,7 +90,7 @@ def _serve(upstream_arg: str | None, host: str, port: int) -> int:
         shown = f"[{host}]" if ":" in host else host
         print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr,
               flush=True)
-        uvicorn.run(create_app(upstream), host=host, port=port, log_level="warning",
+        uvicorn.run(create_app(upstream, api=api), host=host, port=port, log_level="warning",
                     access_log=False, timeout_graceful_shutdown=2)
         return ExitCode.OK
     finally:

@@ -47,7 +47,7 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
-from llmtop.engines.openai_stream import ChunkReader, StreamError, error_text
+from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"
@@ -153,7 +153,7 @@ class OpenAIEngine:
                 async for item in self._events(source):
                     yield item
                 return
-            text = _error_body(await source.response.aread())
+            text = error_body_text(await source.response.aread())
         if "stream_options" in body and 400 <= status < 500 and "stream_options" in text:
             self._usage_refused = True
             self._note("the server refused stream_options (usage in the stream): token counts "
@@ -171,7 +171,7 @@ class OpenAIEngine:
         async for sse in source.aiter_sse():
             t_ns = perf_counter_ns()
             if sse.event == "error":
-                yield failure_in_stream(_error_body(sse.data.encode()), peer=self.peer)
+                yield failure_in_stream(error_body_text(sse.data.encode()), peer=self.peer)
                 return
             if not sse.data:
                 continue
@@ -208,7 +208,7 @@ class OpenAIEngine:
         except httpx.HTTPError as exc:
             raise EngineError(failure_for_transport(exc, peer=self.peer)) from exc
         if resp.status_code != 200:
-            raise EngineError(failure_for_http(resp.status_code, _error_body(resp.content),
+            raise EngineError(failure_for_http(resp.status_code, error_body_text(resp.content),
                                                peer=self.peer))
         try:
             return resp.json()
@@ -258,7 +258,7 @@ class OpenAIEngine:
         except httpx.HTTPError as exc:
             raise EngineError(failure_for_transport(exc, peer=self.peer)) from exc
         if resp.status_code != 200:
-            raise EngineError(failure_for_http(resp.status_code, _error_body(resp.content),
+            raise EngineError(failure_for_http(resp.status_code, error_body_text(resp.content),
                                                peer=self.peer, model=model))
         try:
             count = resp.json()["usage"]["prompt_tokens"]
@@ -268,18 +268,3 @@ class OpenAIEngine:
         if not isinstance(count, int) or isinstance(count, bool):
             raise EngineError(failure_protocol(f"usage.prompt_tokens {count!r}", peer=self.peer))
         return count
-
-
-def _error_body(raw: bytes) -> str:
-    """The message of an error reply: OpenAI's `{"error": {"message": ...}}`, FastAPI's
-    `{"detail": ...}`, Ollama's `{"error": "..."}`, else the text itself."""
-    text = raw.decode(errors="replace")
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return text.strip()
-    if isinstance(obj, dict) and obj.get("error") is not None:
-        return error_text(obj["error"])
-    if isinstance(obj, dict) and obj.get("detail") is not None:
-        return str(obj["detail"])
-    return text.strip()

@@ -25,6 +25,7 @@ durations have no OpenAI counterpart and stay None.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,21 @@ def error_text(error: Any) -> str:
     if isinstance(error, Mapping):
         return str(error.get("message") or error.get("type") or error)
     return str(error)
+
+
+def error_body_text(raw: bytes | str) -> str:
+    """The message of an error reply or event: OpenAI's `{"error": {"message": ...}}`,
+    FastAPI's `{"detail": ...}`, Ollama's `{"error": "..."}`, else the text itself."""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text.strip()
+    if isinstance(obj, dict) and obj.get("error") is not None:
+        return error_text(obj["error"])
+    if isinstance(obj, dict) and obj.get("detail") is not None:
+        return str(obj["detail"])
+    return text.strip()
 
 
 @dataclass

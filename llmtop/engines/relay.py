@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
 
-from llmtop.engines.base import EngineError, ModelInfo
+from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -54,6 +54,8 @@ class RelayEngine:
     relay_url: the relay's base URL, e.g. "http://127.0.0.1:8000".
     name: the engine's label for headers and logs.
     upstream: the upstream's URL for metadata calls; by default asked from the relay.
+    metadata: the client metadata calls go to (e.g. an `OpenAIEngine` for an OpenAI
+    upstream; not closed by `aclose`); by default an `OllamaEngine` at `upstream`.
     Timeouts in seconds; the read timeout applies between two SSE events (the relay's own
     comment pings every 15 s count as data, so a cold load does not trip it; a hung upstream
     is reported by the relay with an error event).
@@ -65,6 +67,7 @@ class RelayEngine:
         name: str = "relay",
         *,
         upstream: str | None = None,
+        metadata: Engine | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
@@ -84,12 +87,13 @@ class RelayEngine:
             trust_env=False,
         )
         self._upstream_url = upstream
-        self._upstream: OllamaEngine | None = None
+        self._upstream: Engine | None = metadata
+        self._owns_upstream = metadata is None
 
     async def aclose(self) -> None:
         """Close the HTTP connection pools (relay and upstream metadata)."""
         await self._client.aclose()
-        if self._upstream is not None:
+        if self._upstream is not None and self._owns_upstream:
             await self._upstream.aclose()
 
     # ------------------------------------------------------------------ streaming
@@ -198,7 +202,7 @@ class RelayEngine:
                 raise EngineError(failure_protocol(detail, peer=self.peer)) from exc
         return self._upstream_url
 
-    async def _delegate(self) -> OllamaEngine:
+    async def _delegate(self) -> Engine:
         if self._upstream is None:
             self._upstream = OllamaEngine(
                 await self.upstream_url(),

@@ -140,7 +140,7 @@ async def stream(request: Request) -> Response:
     t0 = perf_counter_ns()
     relay: Relay = request.app.state.relay
     try:
-        job = parse_stream_request(json.loads(await request.body()))
+        job = parse_stream_request(json.loads(await request.body()), relay.api)
     except BadRequest as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
@@ -184,14 +184,16 @@ def create_app(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ping_interval_s: float = PING_INTERVAL_S,
+    api: str = "ollama",
 ) -> Starlette:
-    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`).
+    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`; or
+    with api "openai" an OpenAI-compatible server, whose SSE chunks become the same frames).
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
     interval (0 disables it with sse-starlette ≥ 3).
     """
     app = Starlette(routes=ROUTES, lifespan=lifespan)
-    app.state.relay = Relay(upstream_url, connect_timeout_s=connect_timeout_s,
+    app.state.relay = Relay(upstream_url, api=api, connect_timeout_s=connect_timeout_s,
                             read_timeout_s=read_timeout_s)
     app.state.page = PAGE_PATH.read_text(encoding="utf-8")
     app.state.ping_interval_s = ping_interval_s

@@ -114,6 +114,16 @@ def test_bench_against_llama_cpp_python(llama_cpp_server, tmp_path):
     assert '"ok"' in text
 
 
+def test_run_via_relay_against_llama_cpp_python(llama_cpp_server, tmp_path):
+    p = llmtop("run", "--engine", "openai", "--host", llama_cpp_server, "--via", "relay",
+               "--prompt", PROMPT, "--num-predict", "16", "--json",
+               "--log", str(tmp_path / "relay.jsonl"))
+    assert p.returncode == ExitCode.OK, p.stderr
+    r = json.loads(p.stdout)
+    assert r["engine"] == "openai: llama-cpp-python via relay" and r["status"] == "ok"
+    assert r["output_tokens"] == 16 and r["tokens_basis"] == "chunks"
+
+
 async def test_tui_streams_from_llama_cpp_python(llama_cpp_server, tmp_path: Path):
     from llmtop.tui.app import make_app
     from llmtop.tui.settings import TuiSettings

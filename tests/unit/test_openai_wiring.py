@@ -52,11 +52,22 @@ async def test_auto_prefers_ollama_native_api():
             await conn.close()
 
 
-async def test_openai_engine_refuses_relay_with_a_reason(server):
-    with pytest.raises(EngineError) as err:
-        await connect("openai", server.url, model="vllm", via="relay")
-    assert err.value.failure.kind == FailureKind.BAD_REQUEST
-    assert "relay" in err.value.failure.message
+async def test_openai_engine_through_a_running_relay(server):
+    from llmtop.relay.server import create_app
+    from llmtop.sessions.request import chat_messages
+    from llmtop.testing.scripted import ServeInThread
+
+    with ServeInThread(create_app(server.url, api="openai")) as relay_url:
+        conn = await connect("openai", server.url, model="vllm", via="relay",
+                             relay_url=relay_url)
+        try:
+            assert conn.via_relay and conn.engine.name == "openai: llama-server via relay"
+            assert await conn.engine.version() == "llama-server b1-scripted"
+            events = [e async for e in conn.engine.stream_chat("vllm", chat_messages("hi"))]
+            assert "".join(e.content for e in events) == "Hello!"
+            assert events[-1].stats.eval_count == 3 and events[-1].stats.source == "usage"
+        finally:
+            await conn.close()
 
 
 async def test_engine_openai_with_nothing_there_is_unreachable():

@@ -1,0 +1,74 @@
+"""The SSE relay in front of an OpenAI-compatible upstream (relay --upstream-api openai): the
+same events, text, stats and failure kinds as `OpenAIEngine` talking to it directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtop.engines.events import FailureKind
+from llmtop.engines.openai import OpenAIEngine
+from llmtop.engines.relay import RelayEngine
+from llmtop.relay.request import parse_stream_request
+from llmtop.relay.server import create_app
+from llmtop.sessions.request import chat_messages
+from llmtop.testing.scripted import ServeInThread
+from llmtop.testing.scripted_openai import SCENARIOS, ScriptedOpenAI
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with ScriptedOpenAI("llama-server") as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def relay(upstream):
+    with ServeInThread(create_app(f"{upstream.url}/v1", api="openai")) as url:
+        yield url
+
+
+async def collect(engine, model, **kw):
+    try:
+        return [e async for e in engine.stream_chat(model, chat_messages("hi"), **kw)]
+    finally:
+        await engine.aclose()
+
+
+def shape(events):
+    return [(e.content, e.thinking, e.done, e.stats, e.failure.kind if e.failure else None)
+            for e in events]
+
+
+@pytest.mark.parametrize("model", [*SCENARIOS, "http-400", "http-500", "unknown-model"])
+async def test_relayed_openai_events_match_direct_events(upstream, relay, model):
+    direct = await collect(OpenAIEngine(upstream.url), model)
+    relayed = await collect(RelayEngine(relay, upstream=f"{upstream.url}/v1"), model)
+    assert shape(relayed) == shape(direct)
+    assert sum(e.done for e in relayed) == 1
+
+
+async def test_relay_sends_the_openai_body_and_keeps_its_stats(upstream, relay):
+    upstream.recorder.reset()
+    events = await collect(RelayEngine(relay), "llama-server",
+                           options={"num_predict": 5, "num_ctx": 4096})
+    assert events[-1].stats.source == "usage + llama.cpp timings"
+    assert events[-1].stats.prompt_eval_duration == 30_500_000
+    path, body = upstream.recorder.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert body["max_tokens"] == 5 and "num_ctx" not in body
+    assert body["stream_options"] == {"include_usage": True}
+
+
+def test_an_openai_job_says_what_it_could_not_send_and_refuses_prompt():
+    job = parse_stream_request({"model": "m", "messages": [], "options": {"num_ctx": 8}},
+                               api="openai")
+    assert job.path == "/chat/completions" and len(job.notes) == 1
+    assert job.notes[0].startswith("option num_ctx=8 not sent")
+    from llmtop.engines.http import BadRequest
+    with pytest.raises(BadRequest, match="'prompt' needs an Ollama-API upstream"):
+        parse_stream_request({"model": "m", "prompt": "x"}, api="openai")
+
+
+async def test_a_refused_stream_options_is_an_error_through_the_relay(relay):
+    events = await collect(RelayEngine(relay), "refuses-usage")
+    assert events[-1].failure.kind == FailureKind.BAD_REQUEST
