@@ -90,7 +90,8 @@ async def _reach_openai(
         if exc.failure.kind != FailureKind.UNREACHABLE:
             raise
         raise EngineError(client.unreachable(f"no answer to {base}/models")) from exc
-    client.name = f"{'auto → ' if engine == 'auto' else ''}openai: {client.kind.kind}"
+    kind = client.kind.kind if client.kind is not None else "openai-compatible"
+    client.name = f"{'auto → ' if engine == 'auto' else ''}openai: {kind}"
     return client, version, None
 
 

@@ -10,7 +10,9 @@ and how the server's figures map onto `ServerStats` is in `llmtop.engines.openai
 
 The end of a stream: `data: [DONE]` after a `finish_reason` is the done event (its stamp is
 the end of the response; `finish_reason: "length"` is a normal end, cut by max tokens). A
-stream that closes after a finish_reason without `[DONE]` ends the same way. Failures: an
+stream that closes after a finish_reason without `[DONE]` ends the same way. For vLLM, the
+prefill/decode/total times of its Prometheus `/metrics` are added to the done event's
+figures when they can be attributed to the request (`llmtop.engines.openai_metrics`). Failures: an
 HTTP status other than 200 (the JSON error's message quoted), an `error` object or an
 `event: error` mid-stream, `[DONE]` or the end of the body before any finish_reason
 (truncated: llama-cpp-python cuts a stream short that way when another request waits), a
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import replace
 from time import perf_counter_ns
 from typing import Any
 
@@ -45,6 +48,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
+from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
@@ -96,6 +100,7 @@ class OpenAIEngine:
             trust_env=False, proxy=proxy_for(self.host),
         )
         self._usage_refused = False
+        self._metrics: Scrape | None = None  # vLLM's last /metrics reading
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -142,7 +147,10 @@ class OpenAIEngine:
             failure = failure_protocol(str(exc), peer=self.peer)
         except httpx.HTTPError as exc:
             failure = failure_for_transport(exc, peer=self.peer)
-        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+        t_ns = perf_counter_ns()
+        if self._metrics is not None:  # a failed request may count too: a fresh baseline
+            self._metrics = await scrape(self._client, self.root)
+        yield StreamEvent(t_ns, done=True, failure=failure)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
         """One request (and one retry without `stream_options` when the server refuses it)."""
@@ -176,7 +184,7 @@ class OpenAIEngine:
             if not sse.data:
                 continue
             if sse.data.strip() == DONE:
-                yield self._end(reader, t_ns)
+                yield await self._end(reader, t_ns)
                 return
             try:
                 content, thinking = reader.read(json.loads(sse.data))
@@ -188,13 +196,23 @@ class OpenAIEngine:
                 return
             if content or thinking:
                 yield StreamEvent(t_ns, content, thinking)
-        yield self._end(reader, perf_counter_ns())
+        yield await self._end(reader, perf_counter_ns())
 
-    def _end(self, reader: ChunkReader, t_ns: int) -> StreamEvent | Failure:
-        """The done event at `t_ns` when a finish_reason was seen, else a truncation."""
+    async def _end(self, reader: ChunkReader, t_ns: int) -> StreamEvent | Failure:
+        """The done event at `t_ns` when a finish_reason was seen, else a truncation. For
+        vLLM, the durations its `/metrics` gained since the last scrape are added (scraped
+        now, after the stamp: `openai_metrics`)."""
         if reader.finish_reason is None:
             return failure_truncated(self.peer)
-        return StreamEvent(t_ns, done=True, stats=reader.stats())
+        stats = reader.stats()
+        if self._metrics is not None:
+            after = await scrape(self._client, self.root)
+            found = request_durations(self._metrics, after) if after is not None else {}
+            self._metrics = after
+            missing = {k: v for k, v in found.items() if getattr(stats, k) is None}
+            if missing:
+                stats = replace(stats, **missing, source=f"{stats.source} + vLLM /metrics")
+        return StreamEvent(t_ns, done=True, stats=stats)
 
     def unreachable(self, detail: str) -> Failure:
         """The failure for a server that does not answer at all."""
@@ -244,6 +262,8 @@ class OpenAIEngine:
         if self.kind is None:
             await self._models()
             self.kind = await identify(self._client, self.host)
+            if self.kind.kind == "vllm":  # the baseline its per-request figures start from
+                self._metrics = await scrape(self._client, self.root)
         return self.kind.describe()
 
     async def count_prompt_tokens(self, model: str, messages: list[Mapping[str, Any]]) -> int:

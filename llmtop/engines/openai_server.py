@@ -100,7 +100,8 @@ async def openai_models(base: str, api_key: str | None = None,
 def model_details(entry: dict[str, Any]) -> ModelInfo:
     """A `{base}/models` entry as ModelInfo: llama-server's `meta` (`n_ctx`, `size` in bytes,
     `n_params`, `ftype`), vLLM's `max_model_len`; what is not there stays None."""
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    raw_meta = entry.get("meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     context = meta.get("n_ctx", entry.get("max_model_len"))
     params = meta.get("n_params")
     return ModelInfo(

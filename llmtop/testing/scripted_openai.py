@@ -11,7 +11,8 @@ request carries `stream_options`, the "no-usage" stream without it); an unknown 
 A non-streamed request answers `usage.prompt_tokens` = `PROMPT_BASE_TOKENS` + the number of
 words in the messages, so calibration through it has an exact, known token count.
 `kind` picks the routes that identify a server (`/props`, `/version`, `/api/v0/models`,
-`/openapi.json`). Serve it with `ScriptedOpenAI` (a context manager, a thread).
+`/openapi.json`); kind "vllm" also serves `/metrics`, whose histograms grow by
+`VLLM_SECONDS` per streamed reply. Serve it with `ScriptedOpenAI` (a context manager, a thread).
 """
 
 from __future__ import annotations
@@ -150,7 +151,26 @@ async def _chat(request: Request) -> Response:
     if model not in SCENARIOS:
         return JSONResponse({"error": {"message": f"model '{model}' not found",
                                        "type": "not_found_error", "code": 404}}, status_code=404)
+    request.app.state.served += 1
     return StreamingResponse(_replay(rec, SCENARIOS[model]), media_type="text/event-stream")
+
+
+# vLLM's histograms grow by these seconds per served stream (vllm kind only)
+VLLM_SECONDS = {"vllm:request_prefill_time_seconds": 0.0305,
+                "vllm:request_decode_time_seconds": 0.02025,
+                "vllm:e2e_request_latency_seconds": 0.0625}
+
+
+async def _metrics(request: Request) -> Response:
+    """Prometheus text as vLLM writes it: each histogram's `_sum` and `_count` so far."""
+    n = request.app.state.served
+    lines = []
+    for name, seconds in VLLM_SECONDS.items():
+        lines += [f"# HELP {name} scripted", f"# TYPE {name} histogram",
+                  f'{name}_bucket{{le="+Inf",model_name="vllm"}} {n}.0',
+                  f'{name}_sum{{model_name="vllm"}} {n * seconds!r}',
+                  f'{name}_count{{model_name="vllm"}} {n}.0']
+    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 async def _models(request: Request) -> Response:
@@ -177,8 +197,11 @@ def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None
     if kind in IDENTITY_ROUTES:
         path, answer = IDENTITY_ROUTES[kind]
         routes.append(Route(path, lambda _r, a=answer: JSONResponse(a)))
+    if kind == "vllm":
+        routes.append(Route("/metrics", _metrics))
     app = Starlette(routes=routes)
     app.state.kind = kind
+    app.state.served = 0
     app.state.recorder = recorder or Recorder()
     return app
 

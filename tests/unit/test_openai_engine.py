@@ -234,3 +234,30 @@ async def test_unreachable_server_is_a_failure():
     from llmtop.engines.child import free_port
     events = await stream(f"http://127.0.0.1:{free_port()}/v1", "m")
     assert events[-1].failure.kind == FailureKind.UNREACHABLE
+
+
+async def test_vllm_metrics_add_the_durations_of_each_request():
+    with ScriptedOpenAI("vllm") as up:
+        engine = OpenAIEngine(up.url)
+        try:
+            await engine.version()  # identifies vLLM and takes the /metrics baseline
+            for _ in range(2):
+                events = [e async for e in engine.stream_chat("vllm", chat_messages("hi"))]
+                # VLLM_SECONDS: prefill 0.0305 s, decode 0.02025 s, e2e 0.0625 s per request
+                assert events[-1].stats == ServerStats(
+                    prompt_eval_count=12, eval_count=3, done_reason="stop",
+                    prompt_eval_duration=30_500_000, eval_duration=20_250_000,
+                    total_duration=62_500_000, source="usage + vLLM /metrics")
+        finally:
+            await engine.aclose()
+
+
+def test_metrics_of_two_requests_are_not_attributed():
+    from llmtop.engines.openai_metrics import parse_metrics, request_durations
+    text = ("# TYPE vllm:request_prefill_time_seconds histogram\n"
+            'vllm:request_prefill_time_seconds_sum{{model_name="a"}} {s}\n'
+            'vllm:request_prefill_time_seconds_count{{model_name="a"}} {n}\n')
+    one, three = (parse_metrics(text.format(s=s, n=n)) for s, n in ((0.5, 1), (0.9, 3)))
+    assert request_durations(one, three) == {}  # two requests finished: n/a, never a mix
+    two = parse_metrics(text.format(s=0.75, n=2))
+    assert request_durations(one, two) == {"prompt_eval_duration": 250_000_000}
