@@ -267,10 +267,16 @@ class OpenAIEngine:
         return self.kind.describe()
 
     async def count_prompt_tokens(self, model: str, messages: list[Mapping[str, Any]]) -> int:
-        """The server's own count of the templated prompt: `usage.prompt_tokens` of a
-        non-streamed request for one output token (every OpenAI server fills usage there,
-        llama-cpp-python's included, whose streams carry none). For calibration. Raises
-        EngineError."""
+        """The server's own count of the templated prompt, for calibration. llama-server:
+        its `/apply-template` then `/tokenize` (`add_special` as its chat endpoint tokenizes;
+        nothing is generated); any other server, or when those routes fail:
+        `usage.prompt_tokens` of a non-streamed request for one output token (every OpenAI
+        server fills usage there, llama-cpp-python's included, whose streams carry none).
+        Raises EngineError."""
+        if self.kind is not None and self.kind.kind == "llama-server":
+            counted = await self._tokenize(messages)
+            if counted is not None:
+                return counted
         body, _ = request_body(model, messages, {"num_predict": 1})
         body["stream"] = False
         try:
@@ -288,3 +294,18 @@ class OpenAIEngine:
         if not isinstance(count, int) or isinstance(count, bool):
             raise EngineError(failure_protocol(f"usage.prompt_tokens {count!r}", peer=self.peer))
         return count
+
+    async def _tokenize(self, messages: list[Mapping[str, Any]]) -> int | None:
+        """llama-server's count: `POST /apply-template {messages}` → `{"prompt"}`, then
+        `POST /tokenize {"content", "add_special": true, "parse_special": true}` →
+        `{"tokens": [...]}` (tools/server/README.md); None when either route fails."""
+        try:
+            templated = await self._client.post(f"{self.root}/apply-template",
+                                                json={"messages": [dict(m) for m in messages]})
+            prompt = templated.json()["prompt"]
+            tokens = await self._client.post(f"{self.root}/tokenize", json={
+                "content": prompt, "add_special": True, "parse_special": True})
+            found = tokens.json()["tokens"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        return len(found) if isinstance(found, list) else None

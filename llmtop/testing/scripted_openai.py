@@ -180,6 +180,25 @@ async def _models(request: Request) -> Response:
                                         "llama-server" else {})} for m in MODELS]})
 
 
+TEMPLATE = "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"
+
+
+async def _apply_template(request: Request) -> Response:
+    """llama-server's `/apply-template`: the messages' text in a Gemma-like template."""
+    messages = (await request.json()).get("messages", [])
+    return JSONResponse({"prompt": "".join(TEMPLATE.format(m.get("content", ""))
+                                           for m in messages)})
+
+
+async def _tokenize(request: Request) -> Response:
+    """llama-server's `/tokenize`: one scripted token per whitespace-separated piece (the
+    template's markers included), plus a BOS when `add_special` is set."""
+    body = await request.json()
+    pieces = str(body.get("content", "")).replace("\n", " ").split()
+    bos = [2] if body.get("add_special") else []
+    return JSONResponse({"tokens": bos + list(range(100, 100 + len(pieces)))})
+
+
 IDENTITY_ROUTES = {
     "llama-server": ("/props", {"build_info": "b1-scripted", "total_slots": 1}),
     "vllm": ("/version", {"version": "0.0.0-scripted"}),
@@ -199,6 +218,9 @@ def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None
         routes.append(Route(path, lambda _r, a=answer: JSONResponse(a)))
     if kind == "vllm":
         routes.append(Route("/metrics", _metrics))
+    if kind == "llama-server":
+        routes += [Route("/apply-template", _apply_template, methods=["POST"]),
+                   Route("/tokenize", _tokenize, methods=["POST"])]
     app = Starlette(routes=routes)
     app.state.kind = kind
     app.state.served = 0

@@ -189,10 +189,26 @@ async def test_metadata_lists_models_and_identifies_the_server(server):
         with pytest.raises(EngineError) as err:
             await engine.model_info("nope")
         assert err.value.failure.kind == FailureKind.MODEL_NOT_FOUND
-        # the scripted count: PROMPT_BASE_TOKENS 7 + 3 words
-        assert await engine.count_prompt_tokens("vllm", chat_messages("one two three")) == 10
+        # llama-server counts by /apply-template + /tokenize: the scripted template around
+        # "one two three" splits on whitespace into "<start_of_turn>user", "one", "two",
+        # "three<end_of_turn>", "<start_of_turn>model" = 5 pieces, plus BOS (add_special) = 6
+        assert await engine.count_prompt_tokens("vllm", chat_messages("one two three")) == 6
+        assert all(body.get("stream") for _, body in server.recorder.requests)  # no generation
     finally:
         await engine.aclose()
+
+
+async def test_other_servers_count_with_non_streamed_usage():
+    with ScriptedOpenAI("llama-cpp-python") as up:
+        engine = OpenAIEngine(up.url)
+        try:
+            await engine.version()
+            # the scripted usage.prompt_tokens: PROMPT_BASE_TOKENS 7 + 3 words
+            assert await engine.count_prompt_tokens("m", chat_messages("one two three")) == 10
+            assert up.recorder.requests[-1][1]["stream"] is False
+            assert up.recorder.requests[-1][1]["max_tokens"] == 1
+        finally:
+            await engine.aclose()
 
 
 @pytest.mark.parametrize("kind", ["vllm", "lm-studio", "llama-cpp-python", "something"])
