@@ -32,7 +32,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, SSEError, aconnect_sse
+from httpx_sse import EventSource, aconnect_sse
 
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, StreamEvent
@@ -52,6 +52,7 @@ from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
+from llmtop.engines.sse import end_stream
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"
@@ -130,27 +131,15 @@ class OpenAIEngine:
             self._note(text)
         return self._stream(body)
 
-    async def _stream(self, body: dict[str, Any]) -> AsyncIterator[StreamEvent]:
-        failure: Failure | None = None
-        try:
-            if not self._usage_refused:
-                body = {**body, "stream_options": {"include_usage": True}}
-            async with contextlib.aclosing(self._attempt(body)) as events:
-                async for item in events:
-                    if isinstance(item, Failure):
-                        failure = item
-                        break
-                    yield item
-                    if item.done:
-                        return
-        except SSEError as exc:  # a 200 that is not text/event-stream
-            failure = failure_protocol(str(exc), peer=self.peer)
-        except httpx.HTTPError as exc:
-            failure = failure_for_transport(exc, peer=self.peer)
-        t_ns = perf_counter_ns()
-        if self._metrics is not None:  # a failed request may count too: a fresh baseline
+    def _stream(self, body: dict[str, Any]) -> AsyncIterator[StreamEvent]:
+        if not self._usage_refused:
+            body = {**body, "stream_options": {"include_usage": True}}
+        return end_stream(self._attempt(body), self.peer, self._rescrape)
+
+    async def _rescrape(self) -> None:
+        """After a failed request: vLLM may count it too, so take a fresh baseline."""
+        if self._metrics is not None:
             self._metrics = await scrape(self._client, self.root)
-        yield StreamEvent(t_ns, done=True, failure=failure)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
         """One request (and one retry without `stream_options` when the server refuses it)."""

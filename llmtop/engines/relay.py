@@ -26,7 +26,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
+from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
 from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
@@ -35,12 +35,12 @@ from llmtop.engines.http import (
     DEFAULT_READ_TIMEOUT_S,
     Peer,
     failure_for_http,
-    failure_for_transport,
     failure_protocol,
     failure_truncated,
     failure_unreachable,
 )
 from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.sse import end_stream
 
 
 def _base_url(url: str) -> str:
@@ -121,30 +121,22 @@ class RelayEngine:
             body["keep_alive"] = keep_alive
         return self._stream(json.dumps(body).encode())
 
-    async def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
-        failure: Failure | None = None
+    def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
+        return end_stream(self._attempt(payload), self.peer)
+
+    async def _attempt(self, payload: bytes) -> AsyncGenerator[StreamEvent | Failure, None]:
+        """POST /api/stream: the relay's events, or a Failure for a status other than 200."""
         headers = {"Content-Type": "application/json"}
-        try:
-            async with aconnect_sse(
-                self._client, "POST", "/api/stream", content=payload, headers=headers
-            ) as source:
-                if source.response.status_code != 200:
-                    body = await source.response.aread()
-                    failure = failure_for_http(source.response.status_code, body, peer=self.peer)
-                else:
-                    async with contextlib.aclosing(self._events(source)) as events:
-                        async for event in events:
-                            if isinstance(event, Failure):
-                                failure = event
-                                break
-                            yield event
-                            if event.done:
-                                return
-        except SSEError as exc:  # a 200 that is not text/event-stream
-            failure = failure_protocol(str(exc), peer=self.peer)
-        except httpx.HTTPError as exc:
-            failure = failure_for_transport(exc, peer=self.peer)
-        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+        async with aconnect_sse(
+            self._client, "POST", "/api/stream", content=payload, headers=headers
+        ) as source:
+            if source.response.status_code != 200:
+                body = await source.response.aread()
+                yield failure_for_http(source.response.status_code, body, peer=self.peer)
+                return
+            async with contextlib.aclosing(self._events(source)) as events:
+                async for event in events:
+                    yield event
 
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each

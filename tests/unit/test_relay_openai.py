@@ -3,6 +3,8 @@ same events, text, stats and failure kinds as `OpenAIEngine` talking to it direc
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from llmtop.engines.events import FailureKind
@@ -10,7 +12,7 @@ from llmtop.engines.openai import OpenAIEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.request import parse_stream_request
 from llmtop.relay.server import create_app
-from llmtop.sessions.request import chat_messages
+from llmtop.sessions.request import RequestCollector, chat_messages
 from llmtop.testing.scripted import ServeInThread
 from llmtop.testing.scripted_openai import SCENARIOS, ScriptedOpenAI
 
@@ -27,30 +29,33 @@ def relay(upstream):
         yield url
 
 
-async def collect(engine, model, **kw):
-    try:
-        return [e async for e in engine.stream_chat(model, chat_messages("hi"), **kw)]
-    finally:
-        await engine.aclose()
-
-
-def shape(events):
-    return [(e.content, e.thinking, e.done, e.stats, e.failure.kind if e.failure else None)
-            for e in events]
+async def outcome(engine, model):
+    """What a measured request makes of the stream: text, status, stats, failure kind and
+    the number of text chunks (everything but the stamps and the failure's wording)."""
+    async with contextlib.aclosing(engine.stream_chat(model, chat_messages("hi"))) as stream:
+        events = [e async for e in stream]
+    await engine.aclose()
+    collector = RequestCollector("hi", {}, model, events=events)
+    result = collector.finish()
+    kind = result.failure.kind if result.failure else None
+    return (result.content, result.thinking, result.status, result.stats, kind,
+            result.metrics.text_chunks, sum(e.done for e in events))
 
 
 @pytest.mark.parametrize("model", [*SCENARIOS, "http-400", "http-500", "unknown-model"])
-async def test_relayed_openai_events_match_direct_events(upstream, relay, model):
-    direct = await collect(OpenAIEngine(upstream.url), model)
-    relayed = await collect(RelayEngine(relay, upstream=f"{upstream.url}/v1"), model)
-    assert shape(relayed) == shape(direct)
-    assert sum(e.done for e in relayed) == 1
+async def test_relayed_openai_requests_match_direct_ones(upstream, relay, model):
+    direct = await outcome(OpenAIEngine(upstream.url), model)
+    relayed = await outcome(RelayEngine(relay, upstream=f"{upstream.url}/v1"), model)
+    assert relayed == direct
+    assert relayed[-1] == 1  # exactly one done event
 
 
 async def test_relay_sends_the_openai_body_and_keeps_its_stats(upstream, relay):
     upstream.recorder.reset()
-    events = await collect(RelayEngine(relay), "llama-server",
-                           options={"num_predict": 5, "num_ctx": 4096})
+    engine = RelayEngine(relay)
+    options = {"num_predict": 5, "num_ctx": 4096}
+    events = [e async for e in engine.stream_chat("llama-server", [], options=options)]
+    await engine.aclose()
     assert events[-1].stats.source == "usage + llama.cpp timings"
     assert events[-1].stats.prompt_eval_duration == 30_500_000
     path, body = upstream.recorder.requests[-1]
@@ -70,5 +75,4 @@ def test_an_openai_job_says_what_it_could_not_send_and_refuses_prompt():
 
 
 async def test_a_refused_stream_options_is_an_error_through_the_relay(relay):
-    events = await collect(RelayEngine(relay), "refuses-usage")
-    assert events[-1].failure.kind == FailureKind.BAD_REQUEST
+    assert (await outcome(RelayEngine(relay), "refuses-usage"))[4] == FailureKind.BAD_REQUEST
