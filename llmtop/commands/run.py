@@ -87,7 +87,8 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
+        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via,
+                             args.relay, args.engine_pids)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         return exit_code_for(exc.failure.kind)

@@ -13,6 +13,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
+from llmtop.sessions.records import RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
@@ -69,13 +70,14 @@ class SessionRecorder:
             self.conn.model, chat_messages(prompt), options=self.options, think=self.think
         )
 
-    def record(self, result: RequestResult, **extra: Any) -> dict[str, Any]:
+    def record(self, result: RequestResult, **extra: Any) -> RequestRecord:
         """Append a finished (or cancelled) request to the log, with `extra` fields (bench
-        phase, index...); returns the record as written."""
+        phase, index...); returns the record as it will read back (records.RequestRecord).
+        Raises RecordError when an `extra` field has the wrong type (after writing it)."""
         self.in_flight = None
         record = request_record(result) | extra
         self.log.write(record)
-        return record
+        return RequestRecord.from_json(record)
 
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""

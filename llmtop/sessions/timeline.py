@@ -45,24 +45,26 @@ class RequestMetrics:
 
     tokens_basis: "eval_count" when `output_tokens` came from the server, "chunks" when it is
     the client's count of text chunks (the server gave no `eval_count`), None with no output.
+    Every field has a default ("n/a", no chunks) so a metrics record read back from an older
+    or partial log (records.py) keeps the fields it has; `compute_metrics` sets them all.
     """
 
-    ttft_ms: float | None
-    ttft_content_ms: float | None  # first non-empty *answer* content (after any thinking)
-    e2e_ms: float | None
-    itl_ms: tuple[float, ...]
-    output_tokens: int | None
-    tokens_basis: str | None
-    text_chunks: int
-    tpot_ms: float | None
-    client_decode_tps: float | None
-    server_prefill_tps: float | None
-    server_decode_tps: float | None
-    load_ms: float | None
-    prompt_eval_ms: float | None
-    eval_ms: float | None
-    total_ms: float | None
-    overhead_ms: float | None
+    ttft_ms: float | None = None
+    ttft_content_ms: float | None = None  # first non-empty *answer* content (after any thinking)
+    e2e_ms: float | None = None
+    itl_ms: tuple[float, ...] = ()
+    output_tokens: int | None = None
+    tokens_basis: str | None = None
+    text_chunks: int = 0
+    tpot_ms: float | None = None
+    client_decode_tps: float | None = None
+    server_prefill_tps: float | None = None
+    server_decode_tps: float | None = None
+    load_ms: float | None = None
+    prompt_eval_ms: float | None = None
+    eval_ms: float | None = None
+    total_ms: float | None = None
+    overhead_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the ITL tuple becomes a list)."""
@@ -115,8 +117,12 @@ def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, tokens: int | None) -> 
     return (e2e_ms - ttft_ms) / (tokens - 1)
 
 
-def live_decode_tps(first_text_ns: int | None, last_text_ns: int | None, chunks: int) -> float | None:
-    """Client decode rate so far, in chunks/s: (chunks − 1) / (last − first). None until 2 chunks."""
+def live_chunk_rate(
+    first_text_ns: int | None, last_text_ns: int | None, chunks: int
+) -> float | None:
+    """Text chunks per second so far: (chunks − 1) / (last − first), the live stand-in for the
+    client decode rate (a chunk is not a token; the token rate needs the server's eval_count,
+    known only at the end). None until 2 chunks."""
     if first_text_ns is None or last_text_ns is None or chunks < 2 or last_text_ns <= first_text_ns:
         return None
     return (chunks - 1) * NS_PER_S / (last_text_ns - first_text_ns)
