@@ -4,6 +4,8 @@ and the probe catalogue's llama-cpp-python row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from llmtop.cli import build_parser
@@ -13,6 +15,8 @@ from llmtop.engines.events import FailureKind
 from llmtop.probes.catalogue import Category, classify
 from llmtop.sessions.analysis import BenchStatus, first_pass_status
 from llmtop.sessions.calibration import CalibrationPoint, calibrate
+from llmtop.sessions.records import RequestRecord
+from llmtop.sessions.timeline import RequestMetrics
 from llmtop.testing.scripted import ScriptedUpstream
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 
@@ -99,7 +103,8 @@ async def test_calibration_counts_with_the_servers_usage_when_streams_carry_none
 
 
 def _record(stats, output_tokens):
-    return {"status": "ok", "stats": stats, "metrics": {"output_tokens": output_tokens}}
+    record = RequestRecord.from_json({"id": 1, "status": "ok", "stats": stats})
+    return replace(record, metrics=replace(RequestMetrics(), output_tokens=output_tokens))
 
 
 @pytest.mark.parametrize(("stats", "tokens", "status"), [
