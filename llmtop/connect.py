@@ -195,10 +195,12 @@ async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None)
             if _same_model(name, wanted):
                 return name
         listing = ", ".join(installed) or "none"
+        remedy = ("pick a served one with --model (the server chose what it serves when it "
+                  "started)" if isinstance(client, OpenAIEngine) else
+                  f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
         raise EngineError(Failure(
             FailureKind.MODEL_NOT_FOUND,
-            f"model '{wanted}' not found at {client.host} (installed: {listing})",
-            f"pull it with `ollama pull {wanted}` or pick an installed one with --model",
+            f"model '{wanted}' not found at {client.host} (installed: {listing})", remedy,
         ))
     if not installed:
         raise EngineError(Failure(

@@ -86,6 +86,19 @@ async def test_unknown_model_lists_the_served_ones(server):
         await connect("openai", server.url, model="nope")
     assert err.value.failure.kind == FailureKind.MODEL_NOT_FOUND
     assert "llama-server, vllm, no-usage, ollama-v1" in err.value.failure.message
+    assert "ollama pull" not in err.value.failure.remedy
+
+
+def test_relay_flags_and_child_args_for_an_openai_upstream():
+    from llmtop.relay.process import RelayProcess
+
+    args = build_parser().parse_args(["relay", "--upstream", "http://127.0.0.1:8080/v1",
+                                      "--upstream-api", "openai"])
+    assert (args.upstream, args.upstream_api) == ("http://127.0.0.1:8080/v1", "openai")
+    child = RelayProcess("http://127.0.0.1:8080/v1", port=9999, api="openai")
+    assert child.args()[-4:] == ["--upstream", "http://127.0.0.1:8080/v1", "--upstream-api",
+                                 "openai"]
+    assert "--upstream-api" not in RelayProcess("http://127.0.0.1:11434", port=9999).args()
 
 
 async def test_calibration_counts_with_the_servers_usage_when_streams_carry_none(server, tmp_path):
