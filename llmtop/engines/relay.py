@@ -55,7 +55,8 @@ class RelayEngine:
     name: the engine's label for headers and logs.
     upstream: the upstream's URL for metadata calls; by default asked from the relay.
     metadata: the client metadata calls go to (e.g. an `OpenAIEngine` for an OpenAI
-    upstream; not closed by `aclose`); by default an `OllamaEngine` at `upstream`.
+    upstream; not closed by `aclose`); by default an `OllamaEngine` at `upstream`. When it
+    can count a prompt's tokens (`count_prompt_tokens`), so can this client (calibration).
     Timeouts in seconds; the read timeout applies between two SSE events (the relay's own
     comment pings every 15 s count as data, so a cold load does not trip it; a hung upstream
     is reported by the relay with an error event).
@@ -89,6 +90,8 @@ class RelayEngine:
         self._upstream_url = upstream
         self._upstream: Engine | None = metadata
         self._owns_upstream = metadata is None
+        if hasattr(metadata, "count_prompt_tokens"):  # calibration's count, asked directly
+            self.count_prompt_tokens = metadata.count_prompt_tokens  # type: ignore[union-attr]
 
     async def aclose(self) -> None:
         """Close the HTTP connection pools (relay and upstream metadata)."""

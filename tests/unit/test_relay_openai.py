@@ -76,3 +76,18 @@ def test_an_openai_job_says_what_it_could_not_send_and_refuses_prompt():
 
 async def test_a_refused_stream_options_is_an_error_through_the_relay(relay):
     assert (await outcome(RelayEngine(relay), "refuses-usage"))[4] == FailureKind.BAD_REQUEST
+
+
+async def test_calibration_through_the_relay_counts_with_the_upstream(upstream, relay):
+    from llmtop.sessions.calibration import CalibrationPoint, calibrate
+
+    direct = OpenAIEngine(upstream.url)
+    engine = RelayEngine(relay, metadata=direct)
+    try:
+        cal = await calibrate(engine, "no-usage", [50], {}, seed=3)
+    finally:
+        await engine.aclose()
+        await direct.aclose()
+    # tokens = words + 14 for the scripted server (see test_openai_wiring's calibration test)
+    assert cal.targets == {50: CalibrationPoint(36, 50)}
+    assert not hasattr(RelayEngine(relay), "count_prompt_tokens")  # an Ollama upstream: none
