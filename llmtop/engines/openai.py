@@ -198,9 +198,10 @@ class OpenAIEngine:
             after = await scrape(self._client, self.root)
             found = request_durations(self._metrics, after) if after is not None else {}
             self._metrics = after
-            missing = {k: v for k, v in found.items() if getattr(stats, k) is None}
-            if missing:
-                stats = replace(stats, **missing, source=f"{stats.source} + vLLM /metrics")
+            added: dict[str, Any] = {k: v for k, v in found.items() if getattr(stats, k) is None}
+            if added:
+                added["source"] = f"{stats.source} + vLLM /metrics"
+                stats = replace(stats, **added)
         return StreamEvent(t_ns, done=True, stats=stats)
 
     def unreachable(self, detail: str) -> Failure:
