@@ -12,12 +12,14 @@ own entry point, so both send the model the same tokens.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from llmtop.engines.child import free_port
@@ -28,6 +30,9 @@ from llmtop.sessions.request import chat_messages
 pytestmark = pytest.mark.integration
 PROMPT = "Why is the sky blue?"
 READY_TIMEOUT_S = 120  # loading the model; the wait polls readiness, it asserts no timing
+# The embedded engine's threads (llama_backend: the physical cores); llama_cpp.server's own
+# default is half the logical CPUs, which alone makes its rates differ (1 vs 2 threads here).
+THREADS = psutil.cpu_count(logical=False) or os.cpu_count() or 1
 LAUNCHER = """
 import sys
 from llama_cpp import llama_chat_format as f
@@ -59,7 +64,8 @@ def llama_cpp_server(tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, "--model", str(bundled_model_path()),
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-         "--chat_format", "raw", "--verbose", "False"],
+         "--chat_format", "raw", "--n_threads", str(THREADS), "--n_threads_batch",
+         str(THREADS), "--verbose", "False"],
         stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + READY_TIMEOUT_S
