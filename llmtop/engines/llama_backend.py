@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+import psutil
+
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
 # repeat_penalty 1.0; seed −1 means random.
@@ -192,7 +194,8 @@ class LlamaBackend:
         from llama_cpp import llama_chat_format
 
         if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
-            return llama_chat_format.format_gemma
+            formatter: Callable[..., Any] = llama_chat_format.format_gemma
+            return formatter
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise GenerationError(
@@ -201,7 +204,7 @@ class LlamaBackend:
         vocab = self._llm._model
 
         def piece(token_id: int) -> str:
-            return vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore")
+            return str(vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore"))
 
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
@@ -229,7 +232,7 @@ class LlamaBackend:
 
     def tokenize(self, text: str) -> list[int]:
         """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`)."""
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
 
     # ------------------------------------------------------------------ generation
 
@@ -341,8 +344,6 @@ class LlamaBackend:
 
 def _physical_cores() -> int:
     try:
-        import psutil
-
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except Exception:  # noqa: BLE001
+    except (OSError, RuntimeError, psutil.Error):  # psutil cannot read /proc/cpuinfo here
         return os.cpu_count() or 1

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import replace
 from time import perf_counter_ns
 from typing import Any
@@ -121,7 +121,7 @@ class OpenAIEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat (`POST {base}/chat/completions`). Lazy: sent on the first iteration.
         Yields text events, then exactly one `done` event (server stats, or a failure).
         Ollama options are mapped by `openai_options.request_body`; those it cannot send are
@@ -131,7 +131,7 @@ class OpenAIEngine:
             self._note(text)
         return self._stream(body)
 
-    def _stream(self, body: dict[str, Any]) -> AsyncIterator[StreamEvent]:
+    def _stream(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         if not self._usage_refused:
             body = {**body, "stream_options": {"include_usage": True}}
         return end_stream(self._attempt(body), self.peer, self._rescrape)

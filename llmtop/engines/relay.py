@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -109,7 +109,7 @@ class RelayEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream a chat through the relay (`POST /api/stream` → upstream `/api/chat`).
 
         Lazy: the request is sent on the first iteration. Yields text events, then exactly
@@ -124,7 +124,7 @@ class RelayEngine:
             body["keep_alive"] = keep_alive
         return self._stream(json.dumps(body).encode())
 
-    def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
+    def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
         return end_stream(self._attempt(payload), self.peer)
 
     async def _attempt(self, payload: bytes) -> AsyncGenerator[StreamEvent | Failure, None]:

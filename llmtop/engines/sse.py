@@ -9,7 +9,7 @@ error event, a truncation) or the transport error that cut the stream.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from time import perf_counter_ns
 
 import httpx
@@ -23,7 +23,7 @@ async def end_stream(
     items: AsyncGenerator[StreamEvent | Failure, None],
     peer: Peer,
     before_failure: Callable[[], Awaitable[None]] | None = None,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Yield `items`' StreamEvents until the done one; a Failure among them, an SSEError (a
     200 that is not `text/event-stream`: PROTOCOL) or an httpx error (`failure_for_transport`)
     ends the stream with `StreamEvent(done=True, failure=...)`, stamped when it happened.

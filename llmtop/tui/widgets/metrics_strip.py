@@ -69,7 +69,9 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
     tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
     status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
     return {
-        "ttft": Text.assemble("TTFT ", (fmt.ms(m.ttft_ms), "bold")),
+        # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
+        "ttft": Text.assemble("whole answer " if m.buffered else "TTFT ",
+                              (fmt.ms(m.ttft_ms), "bold")),
         "count": Text.assemble(label, (tokens, "bold")),
         "decode": Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")),
         "client": Text.assemble(
@@ -84,7 +86,9 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
             if result.stats is None
             else server_text(result)
         ),
-        "failure": failure_text(result.failure) if result.failure else "",
+        "failure": failure_text(result.failure) if result.failure else (
+            Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
+            if m.buffered else ""),
     }
 
 
