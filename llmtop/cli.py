@@ -14,6 +14,7 @@ import argparse
 import importlib
 import importlib.metadata
 import math
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ import shtab
 
 from llmtop import DISTRIBUTION, __version__
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
+from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
@@ -117,10 +119,15 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
         return value if top else argparse.SUPPRESS
 
     g = parser.add_argument_group("engine")
-    g.add_argument("--engine", choices=("auto", "ollama", "embedded"), default=d("auto"),
-                   help="auto (default): Ollama if it answers within 0.5 s, else the embedded engine")
+    g.add_argument("--engine", choices=("auto", "ollama", "embedded", "openai"), default=d("auto"),
+                   help="auto (default): Ollama if it answers within 0.5 s, else an "
+                   "OpenAI-compatible server at --host (/v1/models), else the embedded engine; "
+                   "openai: llama-server, LM Studio, vLLM, llama-cpp-python, Ollama's /v1")
     g.add_argument("--host", default=d(None),
-                   help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+                   help="the engine's address (default: $OLLAMA_HOST or 127.0.0.1:11434; "
+                   "for --engine openai e.g. http://127.0.0.1:8080/v1)")
+    g.add_argument("--api-key", default=d(None),
+                   help=f"bearer token for --engine openai (default: ${API_KEY_ENV})")
     g.add_argument("--model", default=d(None),
                    help="model tag (default: gemma3:270m when present, else the first installed)")
     g.add_argument("--model-path", default=d(None),
@@ -268,6 +275,9 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
                    "127.0.0.1:11434 if it answers, else the embedded engine)")
+    p.add_argument("--upstream-api", choices=("ollama", "openai"), default="ollama",
+                   help="what the upstream speaks (default ollama; openai: an OpenAI-compatible "
+                   "server, e.g. --upstream http://127.0.0.1:8080/v1)")
     p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
@@ -384,6 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(version_report(verbose=args.verbose))
         return ExitCode.OK
+    if getattr(args, "api_key", None):  # every client llmtop builds reads it from there
+        os.environ[API_KEY_ENV] = args.api_key
     if getattr(args, "relay", None) and getattr(args, "via", "direct") == "direct":
         args.via = "relay"  # naming a relay means streaming through it
     command = COMMANDS.get(args.command) if args.command else None

@@ -78,6 +78,8 @@ async def _bench(args: argparse.Namespace) -> int:
             print(f"llmtop bench: not started ({exc}); --require-quiet was given. Log: {runner.log_path}",
                   file=sys.stderr)
             return ExitCode.NOISY
+        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+            print(f"llmtop bench: note: {note}", file=sys.stderr)
     finally:
         await conn.close()
     report = build(outcome.log)

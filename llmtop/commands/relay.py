@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from llmtop.commands.serving import leave, serve
@@ -18,6 +19,8 @@ from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
 from llmtop.engines.guard import Guard
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import ollama_version
+from llmtop.engines.openai import API_KEY_ENV, api_base
+from llmtop.engines.openai_server import openai_models
 from llmtop.exitcodes import ExitCode
 from llmtop.relay.server import create_app
 
@@ -47,16 +50,22 @@ def main(args: argparse.Namespace) -> int:
               "anyone who can reach it can make the upstream generate", file=sys.stderr)
     if args.parent_pid:
         watch_parent(args.parent_pid)
-    code = _serve(args.upstream, host, port, guard)
+    code = _serve(args.upstream, host, port, guard, getattr(args, "upstream_api", "ollama"))
     if code == ExitCode.OK:
         leave(code)  # served, stopped and cleaned up (serving.leave: a faster exit)
     return code
 
 
-def _serve(upstream_arg: str | None, host: str, port: int, guard: Guard) -> int:
+def _serve(upstream_arg: str | None, host: str, port: int, guard: Guard,
+           api: str = "ollama") -> int:
     engine: EmbeddedProcess | None = None
     try:
-        if upstream_arg:
+        if api == "openai":  # an OpenAI-compatible upstream (llama-server, vLLM, …)
+            upstream = api_base(upstream_arg or resolve_host(None))
+            if asyncio.run(openai_models(upstream, os.environ.get(API_KEY_ENV), 2.0)) is None:
+                print(f"llmtop relay: warning: nothing lists models at {upstream}/models yet; "
+                      "requests will get an error event until it does", file=sys.stderr)
+        elif upstream_arg:
             upstream = resolve_host(upstream_arg)
             if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
                 print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
@@ -77,7 +86,7 @@ def _serve(upstream_arg: str | None, host: str, port: int, guard: Guard) -> int:
         shown = f"[{host}]" if ":" in host else host
         print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr,
               flush=True)
-        serve(create_app(upstream, guard=guard), host, port, "llmtop relay")
+        serve(create_app(upstream, guard=guard, api=api), host, port, "llmtop relay")
         return ExitCode.OK
     finally:
         if engine is not None:

@@ -152,6 +152,8 @@ async def _run(args: argparse.Namespace) -> int:
             print("\n")
             print_metrics(result)
             print(f"log           {recorder.log.path}")
+        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+            print(f"llmtop: note: {note}", file=sys.stderr)
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
         code = result_exit_code(result)

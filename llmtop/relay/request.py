@@ -13,6 +13,7 @@ from typing import Any
 
 from llmtop.engines.guard import wrong_type
 from llmtop.engines.http import BadRequest
+from llmtop.engines.openai_options import request_body
 from llmtop.engines.requests import parse_keep_alive, parse_options
 
 REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
@@ -32,9 +33,10 @@ dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 class StreamJob:
     """A validated `/api/stream` request: the upstream path and the exact body to send."""
 
-    path: str  # "/api/chat" or "/api/generate"
+    path: str  # "/api/chat", "/api/generate", or "/chat/completions" (an OpenAI upstream)
     model: str
     payload: bytes
+    notes: tuple[str, ...] = ()  # what an OpenAI upstream could not be sent (openai_options)
 
     @property
     def chat(self) -> bool:
@@ -42,8 +44,11 @@ class StreamJob:
         return self.path == "/api/chat"
 
 
-def parse_stream_request(body: Any) -> StreamJob:
+def parse_stream_request(body: Any, api: str = "ollama") -> StreamJob:
     """Validate a `/api/stream` body and build the upstream request. Raises BadRequest.
+
+    api "openai": the same body becomes a streamed `chat/completions` request with usage
+    asked for (`llmtop.engines.openai_options.request_body`); `prompt` is refused there.
 
     Accepted: model (str), exactly one of messages (list of objects) or prompt (str),
     options (object), think (bool or "low"/"medium"/"high"), keep_alive (str or number).
@@ -75,7 +80,20 @@ def parse_stream_request(body: Any) -> StreamJob:
     if keep_alive is not None:
         parse_keep_alive(keep_alive)
         out["keep_alive"] = keep_alive
+    if api == "openai":
+        return _openai_job(out)
     return StreamJob(path, model, dumps(out).encode())
+
+
+def _openai_job(out: dict[str, Any]) -> StreamJob:
+    """The validated Ollama-shaped request `out` as an OpenAI streamed chat."""
+    if "messages" not in out:
+        raise BadRequest("'prompt' needs an Ollama-API upstream: send 'messages' to an OpenAI "
+                         "upstream")
+    body, notes = request_body(out["model"], out["messages"], out.get("options"),
+                               think=out.get("think"), keep_alive=out.get("keep_alive"))
+    body["stream_options"] = {"include_usage": True}
+    return StreamJob("/chat/completions", out["model"], dumps(body).encode(), tuple(notes))
 
 
 def _check_keys(body: Any) -> None:

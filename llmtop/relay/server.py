@@ -143,7 +143,7 @@ async def stream(request: Request) -> Response:
     relay: Relay = request.app.state.relay
     try:
         raw = await read_body(request, request.app.state.guard.max_body_bytes)
-        job = parse_stream_request(parse_json(raw))
+        job = parse_stream_request(parse_json(raw), relay.api)
     except BadRequest as exc:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
     call = relay.start(job, t0)
@@ -185,8 +185,10 @@ def create_app(
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ping_interval_s: float = PING_INTERVAL_S,
     guard: Guard | None = None,
+    api: str = "ollama",
 ) -> Starlette:
-    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`).
+    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`; or
+    with api "openai" an OpenAI-compatible server, whose SSE chunks become the same frames).
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
     interval (0 disables it with sse-starlette ≥ 3). guard: the Host, Origin and size rules
@@ -196,7 +198,7 @@ def create_app(
     app = Starlette(routes=ROUTES, lifespan=lifespan,
                     middleware=[Middleware(LocalOnly, guard=guard)])
     app.state.guard = guard
-    app.state.relay = Relay(upstream_url, connect_timeout_s=connect_timeout_s,
+    app.state.relay = Relay(upstream_url, api=api, connect_timeout_s=connect_timeout_s,
                             read_timeout_s=read_timeout_s)
     app.state.page = PAGE_PATH.read_text(encoding="utf-8")
     app.state.ping_interval_s = ping_interval_s
