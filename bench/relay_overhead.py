@@ -273,9 +273,6 @@ async def main_async(args: argparse.Namespace) -> int:
             if engine is not None:
                 engine.stop()
     print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(ROWS, fh)
     return 0 if all_ok else 1
 
 
@@ -289,7 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="gemma3:270m", help="model for (b) (default gemma3:270m)")
     ap.add_argument("--json", help="write the scripted upstream's result rows here")
     ap.add_argument("--num-predict", type=int, default=16, help="output tokens per request in (b) (default 16)")
-    return asyncio.run(main_async(ap.parse_args(argv)))
+    args = ap.parse_args(argv)
+    code = asyncio.run(main_async(args))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(ROWS, fh)
+    return code
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from clock_truth import Truth  # noqa: E402
+from clock_truth import Truth
 
 from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine

@@ -4,6 +4,7 @@ A shared basic: it imports nothing of llmtop, so every layer may use it. The one
 failure to an exit code is `llmtop.engines.events.exit_code_for`.
 """
 
+import signal
 from enum import IntEnum
 
 
@@ -28,6 +29,27 @@ class ExitCode(IntEnum):
     REQUEST_FAILED = 5
     """The request started but did not complete: an error mid-stream, a truncated stream, no generation."""
 
+    LOG_INCOMPLETE = 6
+    """The measurement completed and its result was printed, but the session log could not be
+    written to the end (disk full, a file size limit): the records before the failure are
+    intact, and the message says where the log stops."""
+
     INTERRUPTED = 130
     """Stopped by the user (Ctrl+C), as shells report SIGINT."""
+
+    TERMINATED = 143
+    """Stopped by SIGTERM (`kill`, a service manager), handled as Ctrl+C: 128 + 15."""
+
+    HANGUP = 129
+    """Stopped by SIGHUP (the terminal closed), handled as Ctrl+C: 128 + 1."""
+
+
+# The signals that end `run`, `bench` and the TUI the way Ctrl+C does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def signal_exit_code(signum: int) -> int:
+    """The exit status a shell reports for a process ended by signal `signum`: 128 + it
+    (ExitCode.TERMINATED for SIGTERM, ExitCode.HANGUP for SIGHUP)."""
+    return 128 + int(signum)
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
-from llmtop.probes.sampler import ProbeSampler
+from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.log import LogError
 from llmtop.sessions.options import GenerationOptions
 from llmtop.sessions.recorder import SessionRecorder
@@ -48,6 +51,7 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "load_ms": m.load_ms,
         "prompt_eval_ms": m.prompt_eval_ms,
         "overhead_ms": m.overhead_ms,
+        "buffered": m.buffered,
         "prompt_eval_count": s.prompt_eval_count if s else None,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
@@ -70,9 +74,10 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     """The human-readable metrics block printed after the streamed text."""
     m, s = result.metrics, result.stats
     basis = "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
     lines = [
         f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
-        f"TTFT          {_fmt(m.ttft_ms, 'ms')}",
+        f"TTFT          {_fmt(m.ttft_ms, 'ms')}{whole}",
         f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
         f"E2E           {_fmt(m.e2e_ms, 'ms')}",
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
@@ -82,7 +87,21 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
+    if m.buffered:
+        lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)
+
+
+def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str], None]:
+    """An agent's state changes (`--probes`): logged, and said on stderr unless `quiet`."""
+
+    def changed(state: str, detail: str) -> None:
+        with contextlib.suppress(LogError):
+            recorder.record_probe_state(state, detail)
+        if not quiet and state != "connected":
+            print(f"\nllmtop: probes {state}: {detail}", file=sys.stderr, flush=True)
+
+    return changed
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -98,12 +117,17 @@ async def _run(args: argparse.Namespace) -> int:
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
-        sampler = ProbeSampler(PROBE_INTERVAL_S, recorder.record_probe, engine_pids=lambda: conn.engine_pids,
-                               thresholds=args.thresholds)
+        agent = getattr(args, "agent", None)
+        sampler = make_sampler(agent, PROBE_INTERVAL_S, recorder.record_probe,
+                               lambda: conn.engine_pids, args.thresholds,
+                               on_state=_probe_state(recorder, args.json))
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
             print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr)
+            note = probes_note(agent, conn.upstream.host)
+            if note:
+                print(f"# {note}", file=sys.stderr)
 
         def show(event: StreamEvent) -> None:
             if not args.json and (event.content or event.thinking):
@@ -128,18 +152,25 @@ async def _run(args: argparse.Namespace) -> int:
             print("\n")
             print_metrics(result)
             print(f"log           {recorder.log.path}")
+        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+            print(f"llmtop: note: {note}", file=sys.stderr)
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
-        return result_exit_code(result)
+        code = result_exit_code(result)
+        if recorder.log.incomplete is not None:
+            print(f"llmtop: {recorder.log.incomplete}", file=sys.stderr)
+            return ExitCode.LOG_INCOMPLETE if code == ExitCode.OK else code
+        return code
     finally:
         await conn.close()
 
 
 def main(args: argparse.Namespace) -> int:
-    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode.
+    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode, or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`).
     `args.thresholds` (the loaded config) is set by the CLI."""
     if not args.prompt.strip():
         print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the "
               "sky blue?'", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_run(args))
+    return run_stoppable(_run(args), "llmtop run")

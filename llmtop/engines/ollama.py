@@ -15,10 +15,9 @@ ends without `done`, a read timeout. Nothing here raises for a server's misbehav
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -51,9 +50,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.stamps import stamp_hooks
-
-DRAIN_TIMEOUT_S = 0.5  # reading the body's end after `done` (the chunked terminator follows it)
+from llmtop.engines.stamps import drain, stamp_hooks
 
 
 class OllamaEngine:
@@ -105,7 +102,7 @@ class OllamaEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream `/api/chat`. The request is sent on the first iteration (take the send stamp
         just before it). Yields text events, then exactly one final event with `done=True`
         (server stats, or a `failure`)."""
@@ -122,7 +119,7 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
+    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncGenerator[StreamEvent, None]:
         try:
             parts = await start()
             async with contextlib.aclosing(parts):
@@ -130,7 +127,7 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
-                        await _drain(parts)
+                        await drain(parts)
                         yield StreamEvent(
                             t_ns,
                             content or "",
@@ -231,17 +228,16 @@ class OllamaEngine:
             size_vram=size_vram,
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
+            chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
 
 
-async def _drain(parts: AsyncIterator[Any]) -> None:
-    """Read what follows the done chunk (normally only the chunked terminator, already on its
-    way) so httpx can return the connection to its pool; give up after DRAIN_TIMEOUT_S, when
-    the connection is simply closed. Errors here are not the request's: ignored."""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
-            async for _ in parts:
-                pass
+def _has_chat_template(template: Any) -> bool | None:
+    """Whether /api/show's `template` is a chat template: False for none or Ollama's default
+    `{{ .Prompt }}` (the prompt alone), None when the server gave no template field."""
+    if not isinstance(template, str):
+        return None
+    return template.replace(" ", "") not in ("", "{{.Prompt}}")
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

@@ -5,10 +5,6 @@
 TUI and the bench can measure a model *through* the relay exactly as they measure it
 directly, and the difference is the relay's cost (docs/method.md, "Server-layer overhead").
 
-The send stamp is the socket write of the request body (engines/stamps.py), as for
-`OllamaEngine`, and the stream is read to its end after the `done` event before that event is
-handed on, so the relay connection is reused rather than reconnected inside the next TTFT.
-
 The SSE stream is parsed by httpx-sse. Each event is stamped with `perf_counter_ns()` the
 moment `aiter_sse` yields it (its blank line read), before its JSON is parsed — the point at
 which `OllamaEngine` has a complete NDJSON line (bench/relay_overhead.py measures both).
@@ -23,29 +19,28 @@ or a read timeout.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
+from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
-from llmtop.engines.base import EngineError, ModelInfo
+from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     Peer,
     failure_for_http,
-    failure_for_transport,
     failure_protocol,
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.ollama import DRAIN_TIMEOUT_S, OllamaEngine
+from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.sse import end_stream
 from llmtop.engines.stamps import stamp_hooks
 
 
@@ -60,6 +55,9 @@ class RelayEngine:
     relay_url: the relay's base URL, e.g. "http://127.0.0.1:8000".
     name: the engine's label for headers and logs.
     upstream: the upstream's URL for metadata calls; by default asked from the relay.
+    metadata: the client metadata calls go to (e.g. an `OpenAIEngine` for an OpenAI
+    upstream; not closed by `aclose`); by default an `OllamaEngine` at `upstream`. When it
+    can count a prompt's tokens (`count_prompt_tokens`), so can this client (calibration).
     Timeouts in seconds; the read timeout applies between two SSE events (the relay's own
     comment pings every 15 s count as data, so a cold load does not trip it; a hung upstream
     is reported by the relay with an error event).
@@ -71,6 +69,7 @@ class RelayEngine:
         name: str = "relay",
         *,
         upstream: str | None = None,
+        metadata: Engine | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
@@ -91,12 +90,15 @@ class RelayEngine:
             event_hooks=stamp_hooks(),
         )
         self._upstream_url = upstream
-        self._upstream: OllamaEngine | None = None
+        self._upstream: Engine | None = metadata
+        self._owns_upstream = metadata is None
+        if hasattr(metadata, "count_prompt_tokens"):  # calibration's count, asked directly
+            self.count_prompt_tokens = metadata.count_prompt_tokens  # type: ignore[union-attr]
 
     async def aclose(self) -> None:
         """Close the HTTP connection pools (relay and upstream metadata)."""
         await self._client.aclose()
-        if self._upstream is not None:
+        if self._upstream is not None and self._owns_upstream:
             await self._upstream.aclose()
 
     # ------------------------------------------------------------------ streaming
@@ -109,7 +111,7 @@ class RelayEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream a chat through the relay (`POST /api/stream` → upstream `/api/chat`).
 
         Lazy: the request is sent on the first iteration. Yields text events, then exactly
@@ -124,32 +126,22 @@ class RelayEngine:
             body["keep_alive"] = keep_alive
         return self._stream(json.dumps(body).encode())
 
-    async def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
-        failure: Failure | None = None
+    def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
+        return end_stream(self._attempt(payload), self.peer)
+
+    async def _attempt(self, payload: bytes) -> AsyncGenerator[StreamEvent | Failure, None]:
+        """POST /api/stream: the relay's events, or a Failure for a status other than 200."""
         headers = {"Content-Type": "application/json"}
-        try:
-            async with aconnect_sse(
-                self._client, "POST", "/api/stream", content=payload, headers=headers
-            ) as source:
-                if source.response.status_code != 200:
-                    body = await source.response.aread()
-                    failure = failure_for_http(source.response.status_code, body, peer=self.peer)
-                else:
-                    async with contextlib.aclosing(self._events(source)) as events:
-                        async for event in events:
-                            if isinstance(event, Failure):
-                                failure = event
-                                break
-                            if event.done:
-                                await _drain(events)
-                            yield event
-                            if event.done:
-                                return
-        except SSEError as exc:  # a 200 that is not text/event-stream
-            failure = failure_protocol(str(exc), peer=self.peer)
-        except httpx.HTTPError as exc:
-            failure = failure_for_transport(exc, peer=self.peer)
-        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+        async with aconnect_sse(
+            self._client, "POST", "/api/stream", content=payload, headers=headers
+        ) as source:
+            if source.response.status_code != 200:
+                body = await source.response.aread()
+                yield failure_for_http(source.response.status_code, body, peer=self.peer)
+                return
+            async with contextlib.aclosing(self._events(source)) as events:
+                async for event in events:
+                    yield event
 
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
@@ -168,7 +160,7 @@ class RelayEngine:
             if event is not None:
                 yield event
                 if isinstance(event, Failure) or event.done:
-                    async for _ in sses:  # after done: the body's end, when pulled (_drain)
+                    async for _ in sses:  # the response's end, when pulled (stamps.drain)
                         pass
                     return
         yield failure_truncated(self.peer)
@@ -210,7 +202,7 @@ class RelayEngine:
                 raise EngineError(failure_protocol(detail, peer=self.peer)) from exc
         return self._upstream_url
 
-    async def _delegate(self) -> OllamaEngine:
+    async def _delegate(self) -> Engine:
         if self._upstream is None:
             self._upstream = OllamaEngine(
                 await self.upstream_url(),
@@ -231,15 +223,6 @@ class RelayEngine:
     async def model_info(self, model: str) -> ModelInfo:
         """The upstream's details of `model`. Raises EngineError."""
         return await (await self._delegate()).model_info(model)
-
-
-async def _drain(events: AsyncIterator[Any]) -> None:
-    """Pull `events` past the done event so the rest of the response (the chunked terminator)
-    is read and the connection returns to the pool; give up after DRAIN_TIMEOUT_S."""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
-            async for _ in events:
-                pass
 
 
 def _relay_failure(obj: Mapping[str, Any]) -> Failure:

@@ -6,7 +6,8 @@ Shared by the TUI and `llmtop run` so both record the same things the same way.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from llmtop.engines.connection import Connection
@@ -15,6 +16,8 @@ from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
 from llmtop.sessions.records import RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
+
+LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
 
 
 class SessionRecorder:
@@ -51,6 +54,8 @@ class SessionRecorder:
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
@@ -63,7 +68,7 @@ class SessionRecorder:
         self.in_flight = self.requests
         return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str, engine: Any = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, prompt: str, engine: Any = None) -> AsyncGenerator[StreamEvent, None]:
         """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
         connection's own: the relay client when streaming through the relay)."""
         return (engine or self.conn.engine).stream_chat(
@@ -80,8 +85,16 @@ class SessionRecorder:
         return RequestRecord.from_json(record)
 
     def record_probe(self, sample: Any) -> None:
-        """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""
-        self.log.write_probe(sample.to_dict(), self.in_flight)
+        """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
+        `source` says where it was taken: LOCAL_SOURCE, or the agent's (probes.remote)."""
+        record = sample.to_dict()
+        if record.get("source") is None:
+            record["source"] = LOCAL_SOURCE
+        self.log.write_probe(record, self.in_flight)
+
+    def record_probe_state(self, state: str, detail: str) -> None:
+        """Log a change of the probe source (an agent "connected", "lost", "refused")."""
+        self.log.write({"type": "probe_source", "state": state, "detail": detail})
 
     def close(self) -> None:
         """Write the end record and close the log."""

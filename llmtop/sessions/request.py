@@ -11,7 +11,7 @@ are lazy), and `prep_ns` None.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns
@@ -116,7 +116,7 @@ class RequestResult(EventText):
     prep_ns: int | None = None
 
 
-StreamFactory = Callable[[], AsyncIterator[StreamEvent]]
+StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
 
 
 async def run_request(
@@ -134,7 +134,7 @@ async def run_request(
     stream = start_stream()  # lazy: nothing is built or sent before the first iteration
     with stamping(perf_counter_ns()) as stamp:
         collector.sent(stamp)  # provisional: the socket stamp comes with the first event
-        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async with contextlib.aclosing(stream):
             async for event in stream:
                 if not collector.events:
                     collector.sent(stamp)

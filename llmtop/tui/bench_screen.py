@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import work
@@ -180,7 +180,8 @@ class BenchScreen(Screen[None]):
 
         def make() -> BenchRunner:
             return BenchRunner(
-                self.conn, config, str(path) if path else None, state.on_progress, state.on_event
+                self.conn, config, str(path) if path else None, state.on_progress, state.on_event,
+                agent=self.host.settings.agent,
             )
 
         task = asyncio.ensure_future(asyncio.to_thread(make))
@@ -280,12 +281,3 @@ class BenchScreen(Screen[None]):
         button = Button("Report (R)", id="bench-report")
         self.query_one(BenchForm).mount(button)
         button.focus()
-
-    @property
-    def plain(self) -> dict[str, Any]:
-        """The screen's texts, for tests: phase, summary, series."""
-        return {
-            "phase": str(self.query_one("#bench-phase", Static).content),
-            "summary": self.query_one(BenchSummary).plain,
-            "series": self.query_one(BenchSeries).plain,
-        }

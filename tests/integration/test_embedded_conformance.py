@@ -22,7 +22,8 @@ def test_sync_chat_non_stream(engine_url):
     r = ollama.Client(engine_url).chat(MODEL, MSGS, options=OPTS)
     assert r.done and r.done_reason == "length" and r.message.role == "assistant"
     assert r.message.content.strip()
-    assert r.eval_count == 12 and r.prompt_eval_count >= 10
+    # the base model sees the text alone (no chat template): <bos> Name three colors . = 5
+    assert r.eval_count == 12 and r.prompt_eval_count == 5
     assert r.eval_duration > 0 and r.prompt_eval_duration > 0 and r.total_duration > r.eval_duration
 
 
@@ -84,7 +85,7 @@ def test_errors_as_ollama_gives_them(engine_url):
     bad = httpx.post(f"{engine_url}/api/chat", content=b"{not json")
     assert bad.status_code == 400 and bad.json()["error"].startswith("invalid JSON")
     bad = httpx.post(f"{engine_url}/api/generate", json={"model": MODEL, "prompt": 5})
-    assert bad.status_code == 400 and bad.json() == {"error": "prompt must be a string"}
+    assert bad.status_code == 400 and bad.json() == {"error": "prompt must be a string, got 5 (a number)"}
 
 
 def test_liveness_and_version(engine_url):
@@ -158,3 +159,26 @@ def test_client_leaving_a_non_streaming_request_stops_generation(engine_url):
     assert left, jobs
     # ~1 s of decoding at tens of tokens/s plus the poll interval: far below 3000
     assert left[-1]["eval_count"] < 500
+
+
+def test_the_base_model_is_served_as_ollama_serves_a_template_less_model(engine_url):
+    # Ollama's default template is `{{ .Prompt }}`: the model sees the text alone, and a base
+    # model continues it as prose instead of echoing it inside a chat template it never saw
+    from llmtop.engines.ollama import OllamaEngine
+
+    async def details():
+        engine = OllamaEngine(engine_url)
+        try:
+            return await engine.model_info(MODEL)
+        finally:
+            await engine.aclose()
+
+    assert asyncio.run(details()).chat_template is False
+    prompt = "Explain in detail why the sky is blue"
+    reply = ollama.Client(host=engine_url).chat(
+        model=MODEL, messages=[{"role": "user", "content": prompt}],
+        options={"temperature": 0, "seed": 42, "num_predict": 40},
+    )
+    text = reply.message.content
+    assert prompt.lower() not in text.lower()  # no echo
+    assert len(text.split()) >= 10 and "sky" in text.lower()  # prose about the prompt

@@ -19,6 +19,9 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("  Enter", "bench: start with the form's values (requests, warm-up, prompt tokens, max)"),
     ("  R", "bench: the full markdown report once the run is done"),
     ("  Esc", "bench: cancel the run (the log records the interruption) and go back"),
+    ("F2", "request history: show (focused) or hide; ↑/↓ pick a request"),
+    ("  Enter", "history: put the picked request's tokens and figures on screen"),
+    ("  c", "history: each figure of the picked request ÷ the request before it"),
     ("Esc", "stop the streaming request; when idle, leave the prompt box"),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only outside the prompt box or when it is empty)"),
@@ -29,6 +32,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("TTFT", "time to first token, ms: request sent → first chunk with text (client clock)"),
     ("TPOT", "time per output token, ms: (E2E − TTFT) / (tokens − 1)"),
     ("ITL", "inter-token latency, ms: gap between successive text chunks (the sparkline)"),
+    ("gaps", "token gaps: 1 token per chunk (server's count); else chunk gaps"),
+    ("TTFT/req", "TTFT per request of the session, one cell each; ▲ on screen, ! NOISY"),
     ("E2E", "end to end, ms: request sent → the server's done chunk"),
     ("chunks", "text chunks received so far (tokens = the server's eval_count once done)"),
     ("decode", "live: chunks/s on the client; done: (tokens − 1) / (E2E − TTFT), tok/s"),
@@ -64,8 +69,3 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table("Keys", KEYS), id="help-keys")
             yield Static(_table("What the numbers mean", METRICS), id="help-metrics")
             yield Static(Text("Esc closes this help", style="dim"))
-
-    @property
-    def plain(self) -> str:
-        """The help as plain lines (for tests and logs)."""
-        return "\n".join(f"{k}: {v}" for k, v in KEYS + METRICS)
