@@ -44,6 +44,22 @@ def _progress_printer(quiet: bool):
     return show
 
 
+def _write_report(text: str, out: str | None) -> bool:
+    """Print the report, or write it to `out` (--out); False when that file cannot be
+    written (said on stderr)."""
+    if not out:
+        print(text, end="")
+        return True
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        print(f"llmtop bench: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    print(f"llmtop bench: report written to {out}", file=sys.stderr)
+    return True
+
+
 async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
@@ -75,8 +91,9 @@ async def _bench(args: argparse.Namespace) -> int:
             return ExitCode.NOISY
     finally:
         await conn.close()
-    report = build(outcome.log)
-    print(render(report, "json" if args.json else "md"), end="")
+    fmt = getattr(args, "format", None) or ("json" if args.json else "md")
+    if not _write_report(render(build(outcome.log), fmt), getattr(args, "out", None)):
+        return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)
