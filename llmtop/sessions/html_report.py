@@ -24,7 +24,6 @@ from llmtop.sessions.compare_report import markdown as compare_markdown
 from llmtop.sessions.plots import (
     LoadPoint,
     TimeAxis,
-    chunk_gaps_ms,
     compare_figure,
     figure_html,
     itl_figure,
@@ -33,6 +32,7 @@ from llmtop.sessions.plots import (
 )
 from llmtop.sessions.records import RunLog
 from llmtop.sessions.report import Report, render
+from llmtop.sessions.series import chunk_gaps_ms, size_label
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
@@ -73,17 +73,13 @@ def run_plots(report: Report) -> list[str]:
     axis = TimeAxis.of(log.requests)
     out = ["<h2>Plots</h2>"]
     for size in report.analysis.sizes:
-        label = "interactive" if size.target is None else f"{size.target} tok"
-        label += f" · {size.path}" if size.path else ""
+        label = size_label(size)
         att = report.attributions.get(size_key(size))
         fig = series_figure(size, f"Requests in order — {label}", log.probes, axis,
                             att.culprit if att else None)
         out.append(_plot(figure_html(fig, f"series-{next(counter)}")))
-    itl = {
-        ("interactive" if s.target is None else f"{s.target} tok")
-        + (f" · {s.path}" if s.path else ""): [g for r in s.ok for g in chunk_gaps_ms(r.record)]
-        for s in report.analysis.sizes
-    }
+    itl = {size_label(s): [g for r in s.ok for g in chunk_gaps_ms(r.record)]
+           for s in report.analysis.sizes}
     if any(itl.values()):
         out.append(_plot(figure_html(itl_figure(itl), "itl")))
     return out

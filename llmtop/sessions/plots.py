@@ -15,7 +15,6 @@ Text from a log (app names, reasons) is HTML-escaped before plotly.js shows it.
 from __future__ import annotations
 
 import html
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,9 +23,10 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from llmtop.sessions.analysis import BenchStatus, RequestVerdict, SizeAnalysis
+from llmtop.sessions.analysis import RequestVerdict, SizeAnalysis
 from llmtop.sessions.attribution import EXCLUDED_CATEGORIES
 from llmtop.sessions.records import ProbeRecord, RequestRecord
+from llmtop.sessions.series import kind_of
 
 NOISY_FILL = "rgba(214, 39, 40, 0.12)"
 MARKERS = {"ok": ("circle", "#1f77b4"), "warmup": ("diamond-open", "#7f7f7f"),
@@ -118,17 +118,11 @@ def busiest_app(probes: Sequence[ProbeRecord]) -> str | None:
     return max(totals, key=lambda k: totals[k]) if totals else None
 
 
-def _kind(phase: str, status: BenchStatus) -> str:
-    if phase == "warmup":
-        return "warmup"
-    return "ok" if status == BenchStatus.OK else "excluded"
-
-
 def _series_traces(fig: go.Figure, size: SizeAnalysis, axis: TimeAxis) -> None:
     for row, (key, label) in enumerate((("ttft_ms", "TTFT ms"),
                                         ("server_decode_tps", "decode tok/s")), start=1):
         for kind, (symbol, colour) in MARKERS.items():
-            picked = [r for r in size.requests if _kind(r.phase, r.status) == kind]
+            picked = [r for r in size.requests if kind_of(r) == kind]
             if not picked:
                 continue
             fig.add_trace(go.Scatter(
@@ -172,13 +166,6 @@ def series_figure(size: SizeAnalysis, title: str, probes: Sequence[ProbeRecord],
     fig.update_xaxes(title_text=axis.title, row=3, col=1)
     fig.update_layout(title=html.escape(title), height=620, margin={"t": 70})
     return fig
-
-
-def chunk_gaps_ms(record: RequestRecord) -> list[float]:
-    """The gaps between a request's consecutive streamed chunks, ms (the inter-token
-    latencies as the client saw them; the first chunk's wait is TTFT, not a gap)."""
-    offsets = [c.offset_ns for c in record.chunks]
-    return [(b - a) / 1e6 for a, b in itertools.pairwise(offsets)]
 
 
 def itl_figure(series: Mapping[str, Sequence[float]]) -> go.Figure:

@@ -19,6 +19,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("  Enter", "bench: start with the form's values (requests, warm-up, prompt tokens, max)"),
     ("  R", "bench: the full markdown report once the run is done"),
     ("  Esc", "bench: cancel the run (the log records the interruption) and go back"),
+    ("Ctrl+G", "plots of this session: TTFT and decode per request, TTFT and ITL histograms"),
+    ("Ctrl+O", "saved sessions: open one's report (Enter) or plots (p), compare two (c, c)"),
     ("Esc", "stop the streaming request; when idle, leave the prompt box"),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only outside the prompt box or when it is empty)"),
