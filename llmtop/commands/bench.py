@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+from llmtop.commands.output import emit
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import exit_code_for
@@ -44,22 +45,6 @@ def _progress_printer(quiet: bool):
     return show
 
 
-def _write_report(text: str, out: str | None) -> bool:
-    """Print the report, or write it to `out` (--out); False when that file cannot be
-    written (said on stderr)."""
-    if not out:
-        print(text, end="")
-        return True
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        print(f"llmtop bench: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return False
-    print(f"llmtop bench: report written to {out}", file=sys.stderr)
-    return True
-
-
 async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
@@ -92,7 +77,7 @@ async def _bench(args: argparse.Namespace) -> int:
     finally:
         await conn.close()
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
-    if not _write_report(render(build(outcome.log), fmt), getattr(args, "out", None)):
+    if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
         return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.output import emit
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.compare import compare_logs
 from llmtop.sessions.compare_report import markdown, to_json
@@ -12,19 +13,6 @@ from llmtop.sessions.log import LogError, read_log
 from llmtop.sessions.records import RunLog
 
 REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
-
-
-def _write(text: str, out: str | None) -> bool:
-    if out is None:
-        sys.stdout.write(text)
-        return True
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        print(f"llmtop compare: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return False
-    return True
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
         text = compare_html(comparisons, logs)
     else:
         text = to_json(comparisons) if args.format == "json" else markdown(comparisons)
-    if not _write(text, args.out):
+    if not emit(text, args.out, "llmtop compare"):
         return ExitCode.USAGE
     for c in comparisons:
         if c.refused:
