@@ -186,7 +186,8 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("md", "json", "html"), default=None,
                    help="the report's format (default md; --json is --format json); html: one "
                    "self-contained file with plots")
-    p.add_argument("--out", help="write the report to FILE instead of standard output")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the report to FILE instead of standard output")
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
@@ -211,15 +212,17 @@ def _compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="session logs: the first is the baseline A, each other is compared with it")
     p.add_argument("--metric", default=DEFAULT_METRICS, type=name_list(tuple(METRICS), "metric"),
+                   metavar="LIST",
                    help=f"comma-separated, from {','.join(METRICS)} (default all)")
     p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
-    p.add_argument("--out", help="write to FILE instead of standard output")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT,
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
                    help="%% slower (significantly) that counts as a regression: exit 1 "
                    f"(default {DEFAULT_THRESHOLD_PCT:g})")
     p.add_argument("--vary", default=(), type=name_list(VARY_CHOICES, "--vary item"),
+                   metavar="LIST",
                    help="what differs on purpose, comma-separated, from "
-                   f"{','.join(VARY_CHOICES)}; any other difference refuses the comparison")
+                   f"{', '.join(VARY_CHOICES)}; any other difference refuses the comparison")
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
 
 
@@ -272,8 +275,9 @@ COMMANDS: dict[str, Command] = {
                          reaches_engine=True),
     "report": Command("render a session log as markdown, CSV, JSON or HTML", _report_flags,
                       "llmtop.commands.report"),
-    "compare": Command("is B faster than A? medians, B/A with a 95 %% CI, a verdict; exit 1 "
-                       "on a regression", _compare_flags, "llmtop.commands.compare"),
+    "compare": Command("is B faster than A? both medians, B/A with its confidence interval, "
+                       "a verdict; exit 1 on a regression", _compare_flags,
+                       "llmtop.commands.compare"),
     "sessions": Command("list the saved session logs: date, engine, model, kind, requests, "
                         "verdict", _sessions_flags, "llmtop.commands.sessions"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
