@@ -23,13 +23,17 @@ from llmtop.sessions.compare import run_analysis
 from llmtop.sessions.log import LogError, read_log
 from llmtop.sessions.series import SizeSeries, run_series
 
-MARKS = {"ok": "dot", "warmup": "hd", "excluded": "x"}  # plotext marker names
+MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
 BINS = 30
 
 
 class PlotsScreen(Screen[None]):
     """TTFT and decode series, TTFT and ITL histograms of one log's prompt size."""
 
+    DEFAULT_CSS = """
+    #plots-grid { grid-size: 2 2; height: 1fr; }
+    #plots-title { height: auto; padding: 0 1; color: $text-muted; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("right_square_bracket", "step(1)", "Next size"),

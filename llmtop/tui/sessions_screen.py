@@ -41,6 +41,10 @@ class SessionsScreen(Screen[None]):
     """The logs in `paths` (files or folders; default the user data dir's sessions
     folder), newest first."""
 
+    DEFAULT_CSS = """
+    #sessions-hint { height: auto; padding: 0 1; color: $text-muted; }
+    #sessions-table { height: 1fr; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("r", "report", "Report"),
@@ -79,7 +83,7 @@ class SessionsScreen(Screen[None]):
             table.add_row(*cells(e), key=str(i))
         where = ", ".join(self.paths) or "the sessions folder"
         self.query_one("#sessions-hint", Static).update(
-            f"{len(entries)} logs in {where}. {HINT}" if entries else f"no session logs in {where}")
+            f"{len(entries)} log{'s' * (len(entries) != 1)} in {where}. {HINT}" if entries else f"no session logs in {where}")
         table.focus()
 
     @property
