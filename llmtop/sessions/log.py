@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import platformdirs
 
-from llmtop import __version__
+from llmtop import DISTRIBUTION, __version__
 from llmtop.sessions.records import Header, ProbeRecord, RecordError, RequestRecord, RunLog
 from llmtop.sessions.request import RequestResult
 
@@ -94,6 +94,7 @@ class SessionLog:
                 "type": "header",
                 "format": FORMAT_VERSION,
                 "llmtop_version": __version__,
+                "distribution": DISTRIBUTION,
                 "started_at": datetime.now().astimezone().isoformat(),
                 **header,
             }
