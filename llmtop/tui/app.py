@@ -69,8 +69,8 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
-        Binding("ctrl+g", "plots", "Plots", priority=True),
-        Binding("ctrl+o", "sessions", "Sessions", priority=True),
+        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
+        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("escape", "stop", "Stop / leave prompt"),
