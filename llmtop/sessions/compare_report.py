@@ -12,6 +12,7 @@ from llmtop.sessions.report import md_table
 from llmtop.sessions.textfmt import num
 
 FORMATS = ("md", "json", "html")
+CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
 
 
 def headline(c: Comparison) -> str:
@@ -43,13 +44,13 @@ def row_cells(r: MetricComparison) -> tuple[object, ...]:
 
 
 ROW_HEADERS = ("prompt", "metric", "n A / B", "median A", "median B",
-               f"B/A, {CONFIDENCE:.0%} CI", "p (U test)", "verdict")
+               f"B/A, {CI}", "p (U test)", "verdict")
 
 
 def method_note() -> str:
     """How the verdicts were reached, one paragraph."""
     return (f"Medians of the ok requests (warm-ups and excluded requests never count); B/A "
-            f"with a {CONFIDENCE:.0%} interval from a seeded bootstrap over requests "
+            f"with a {CI} from a seeded bootstrap over requests "
             f"(scipy.stats.bootstrap) and a Mann-Whitney U test (scipy.stats.mannwhitneyu). "
             f"A difference is significant when the interval excludes 1 and p < {ALPHA:g}; "
             f"fewer than {MIN_OK} ok requests per side are not compared.")

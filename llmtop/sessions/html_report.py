@@ -115,7 +115,8 @@ def compare_html(comparisons: Sequence[Comparison], logs: Sequence[RunLog]) -> s
         specs = list(dict.fromkeys(r.metric for r in c.rows))
         keys = [s.key for s in specs]
         ga, gb = groups(run_analysis(logs[0]), keys), groups(run_analysis(log_b), keys)
-        sections.append(f"<h2>{html.escape(c.name_b)} against {html.escape(c.name_a)}</h2>")
+        sections.append(f"<h2>Every request: {html.escape(c.name_b)} against "
+                        f"{html.escape(c.name_a)}</h2>")
         for x, y in zip(ga, gb, strict=False):
             fig = compare_figure(f"{x.label}: A = {c.name_a}, B = {c.name_b}",
                                  [(s.key, f"{s.label} ({s.unit})") for s in specs],
