@@ -105,6 +105,7 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    "config file's [engine] pids")
     g.add_argument("--log", default=d(None),
                    help="session log file (JSONL; default: a new file in the user data dir)")
+    _probes_flags(g, d)
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
     o.add_argument("--temperature", type=float, default=d(DEFAULT_OPTIONS.temperature),
                    help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
@@ -115,6 +116,15 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
     if num_predict:
         o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
                        help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+
+
+def _probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:
+    """`--probes URL` and its token: probe samples from `llmtop agent` on the engine's machine."""
+    g.add_argument("--probes", metavar="URL", default=d(None),
+                   help="take the probe samples from `llmtop agent` at URL (the engine's "
+                   "machine) instead of this machine")
+    g.add_argument("--probes-token-file", metavar="PATH", default=d(None),
+                   help="the agent's token (default: $LLMTOP_AGENT_TOKEN)")
 
 
 # ---------------------------------------------------------------------------- --version
@@ -199,6 +209,25 @@ def _preflight_flags(p: argparse.ArgumentParser) -> None:
                    help="the model tag you will measure (for the engine checks)")
     p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
                    default=argparse.SUPPRESS, help="a pid of the measured engine (repeatable)")
+    _probes_flags(p.add_argument_group("probes"), lambda _v: argparse.SUPPRESS)
+
+
+def _agent_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; any other needs --token-file)")
+    p.add_argument("--port", type=port_number, default=11500, help="port (default 11500)")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--engine-host", metavar="URL", help="the engine on this machine "
+                   "(default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   help="a pid of the engine (repeatable) when it cannot be identified")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="seconds between samples (default 0.5)")
+    p.add_argument("--share-cmdlines", action="store_true",
+                   help="send the busiest apps' command lines (they can hold secrets)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--clock-offset-ns", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
@@ -284,6 +313,8 @@ COMMANDS: dict[str, Command] = {
                      _relay_flags, "llmtop.commands.relay"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",
                       _engine_server_flags, "llmtop.commands.engine"),
+    "agent": Command("serve this machine's probe samples to llmtop on another machine "
+                     "(run it where the engine runs)", _agent_flags, "llmtop.commands.agent"),
 }
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
 
@@ -332,7 +363,23 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
         log_path=args.log, thresholds=args.thresholds, engine_pids=args.engine_pids,
+        agent=getattr(args, "agent", None),
     )
+
+
+def agent_target(args: argparse.Namespace) -> str | None:
+    """Set `args.agent` (a probes.remote.AgentTarget, or None without `--probes`); returns
+    the error line (exit 2) for a bad address or an unreadable token file, else None."""
+    args.agent = None
+    if not getattr(args, "probes", None):
+        return None
+    from llmtop.probes.remote import AgentError, AgentTarget  # httpx, pydantic: only when used
+
+    try:
+        args.agent = AgentTarget.from_flags(args.probes, getattr(args, "probes_token_file", None))
+    except AgentError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -346,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS.get(args.command) if args.command else None
     try:
         if command is None or command.reaches_engine:
-            problem = check_addresses(args)
+            problem = check_addresses(args) or agent_target(args)
             if problem is not None:
                 print(f"llmtop: {problem}", file=sys.stderr)
                 return ExitCode.USAGE

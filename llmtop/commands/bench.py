@@ -12,6 +12,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
+from llmtop.probes.remote import probes_note
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
@@ -56,12 +57,16 @@ async def _bench(args: argparse.Namespace) -> int:
         return exit_code_for(exc.failure.kind)
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+                                 agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
               file=sys.stderr, flush=True)
+        note = probes_note(getattr(args, "agent", None), conn.upstream.host)
+        if note:
+            print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:
@@ -82,10 +87,16 @@ async def _bench(args: argparse.Namespace) -> int:
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)
+    incomplete = runner.recorder.log.incomplete
+    if incomplete is not None:  # the report covers what reached the log
+        print(f"llmtop bench: {incomplete}; the report covers the records written",
+              file=sys.stderr)
     if outcome.analysis.ok_count == 0:
         print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
-    return ExitCode.NOISY if outcome.analysis.contaminated else ExitCode.OK
+    if outcome.analysis.contaminated:
+        return ExitCode.NOISY
+    return ExitCode.LOG_INCOMPLETE if incomplete is not None else ExitCode.OK
 
 
 def main(args: argparse.Namespace) -> int:

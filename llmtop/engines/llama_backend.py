@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+import psutil
+
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
 # repeat_penalty 1.0; seed −1 means random.
@@ -342,8 +344,6 @@ class LlamaBackend:
 
 def _physical_cores() -> int:
     try:
-        import psutil
-
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except Exception:  # noqa: BLE001
+    except (OSError, RuntimeError, psutil.Error):  # psutil cannot read /proc/cpuinfo here
         return os.cpu_count() or 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import sys
 from typing import Any, ClassVar
 
@@ -34,6 +35,8 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, exit_code_for
 from llmtop.exitcodes import ExitCode
+from llmtop.probes.engine_identity import is_local_host
+from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.bench import BenchConfig
@@ -85,7 +88,7 @@ class LlmtopApp(App[int]):
         self._injected = connection
         self.conn: Connection | None = None
         self.recorder: SessionRecorder | None = None
-        self.sampler: ProbeSampler | None = None
+        self.sampler: ProbeSampler | AgentSampler | None = None
         self.live: LiveRequest | None = None
         self.last_prompt: str | None = None
         self.connect_failure: EngineError | LogError | None = None
@@ -123,13 +126,16 @@ class LlmtopApp(App[int]):
         prompt.focus()
         self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
         if self.settings.probes:
-            self.sampler = ProbeSampler(
+            self.sampler = make_sampler(
+                self.settings.agent,
                 self.settings.probe_interval_s,
                 self._on_probe_thread,
                 engine_pids=lambda: self.conn.engine_pids if self.conn is not None else set(),
                 thresholds=self.settings.thresholds,
+                on_state=self._on_probe_state_thread,
             )
             self.sampler.start()
+        self._label_probes()
         self._connect()
 
     # ------------------------------------------------------------------ engine
@@ -162,6 +168,7 @@ class LlmtopApp(App[int]):
             await conn.close()
             return
         self.conn = conn
+        self._label_probes()
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
         try:
@@ -233,11 +240,13 @@ class LlmtopApp(App[int]):
         on screen (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
-        try:
-            assert self.recorder is not None
-            self.recorder.record(result)
-        except LogError as exc:
-            self.notify(f"{exc}", title="not recorded", severity="error", timeout=10)
+        assert self.recorder is not None
+        self.recorder.record(result)
+        incomplete = self.recorder.log.incomplete
+        if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
+            self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
+            self.notify(incomplete, title="session log incomplete", severity="error",
+                        timeout=30)
 
     def _set_probe_interval(self, streaming: bool) -> None:
         if self.sampler is not None:
@@ -259,6 +268,31 @@ class LlmtopApp(App[int]):
                 recorder.record_probe(sample)
         with contextlib.suppress(RuntimeError):  # the loop may be closing
             self.post_message(ProbeSampled(sample))
+
+    def _on_probe_state_thread(self, state: str, detail: str) -> None:
+        """Runs in the agent reader's thread: log the change, relabel the panel."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(LogError):
+                recorder.record_probe_state(state, detail)
+        self._probe_dirty = True  # the next frame redraws the title with the machine's name
+
+    def _label_probes(self) -> None:
+        """Name the machine the probe panel shows (`probe_label`)."""
+        with contextlib.suppress(NoMatches):
+            self.query_one(ProbePanel).label = self.probe_label()
+
+    def probe_label(self) -> str:
+        """The probe panel's title: the agent's machine (`--probes`), or, when the engine is
+        on another machine and no agent is given, that this machine is not the engine's."""
+        sampler = self.sampler
+        if isinstance(sampler, AgentSampler):
+            if sampler.state == "connected":
+                return f"engine's machine: {sampler.machine} (agent)"
+            return f"agent {sampler.target.url}: {sampler.state}"
+        if self.conn is None or self._injected is not None:  # an injected one: a test's fake
+            return "machine"
+        return machine_label(self.conn.upstream.host)
 
     def on_probe_sampled(self, message: ProbeSampled) -> None:
         self._probe_sample = message.sample
@@ -292,6 +326,7 @@ class LlmtopApp(App[int]):
                 self.query_one(MetricsStrip).show_live(live)
         if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
             self._probe_dirty = False
+            self._label_probes()
             self.query_one(ProbePanel).show(self._probe_sample)
 
     # ------------------------------------------------------------------ keys
@@ -407,6 +442,14 @@ class LlmtopApp(App[int]):
 
     async def on_unmount(self) -> None:
         await self._close_session()
+
+
+def machine_label(engine_host: str) -> str:
+    """The probe panel's title without an agent: "machine" when the engine at `engine_host`
+    runs here, else a plain statement that the panel shows this machine, not the engine's."""
+    if is_local_host(engine_host):
+        return "machine"
+    return f"this machine ({socket.gethostname()}), not the engine's ({engine_host})"
 
 
 def make_app(settings: TuiSettings, connection: Connection | None = None) -> LlmtopApp:
