@@ -29,6 +29,7 @@ from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
+from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
 
@@ -90,6 +91,22 @@ def whole_number(low: int, high: int, *, also: tuple[int, ...] = ()) -> Callable
         return value
 
     parse.__name__ = "whole number"
+    return parse
+
+
+def name_list(choices: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: "ttft,decode" → ("ttft", "decode"), each one of `choices`; raises
+    argparse.ArgumentTypeError naming the unknown items and the choices."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(p.strip() for p in text.split(",") if p.strip())
+        bad = [i for i in items if i not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or '(none given)'}: choose from "
+                f"{', '.join(choices)}")
+        return items
+
     return parse
 
 
@@ -230,6 +247,11 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
                    "0 skips it)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--format", choices=("md", "json", "html"), default=None,
+                   help="the report's format (default md; --json is --format json); html: one "
+                   "self-contained file with plots")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the report to FILE instead of standard output")
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
@@ -265,8 +287,33 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
-    p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
+    p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
+                   help="default md; html: one self-contained file with plots")
     p.add_argument("--out", help="write to FILE instead of standard output")
+
+
+def _compare_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="session logs: the first is the baseline A, each other is compared with it")
+    p.add_argument("--metric", default=DEFAULT_METRICS, type=name_list(tuple(METRICS), "metric"),
+                   metavar="LIST",
+                   help=f"comma-separated, from {','.join(METRICS)} (default all)")
+    p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help="%% slower (significantly) that counts as a regression: exit 1 "
+                   f"(default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--vary", default=(), type=name_list(VARY_CHOICES, "--vary item"),
+                   metavar="LIST",
+                   help="what differs on purpose, comma-separated, from "
+                   f"{', '.join(VARY_CHOICES)}; any other difference refuses the comparison")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+
+
+def _sessions_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="log files or folders (default: the user data dir's sessions folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
 
 
 def _relay_flags(p: argparse.ArgumentParser) -> None:
@@ -313,8 +360,13 @@ COMMANDS: dict[str, Command] = {
     "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
                          "2 cannot check", _preflight_flags, "llmtop.commands.preflight",
                          reaches_engine=True),
-    "report": Command("render a session log as markdown, CSV or JSON", _report_flags,
+    "report": Command("render a session log as markdown, CSV, JSON or HTML", _report_flags,
                       "llmtop.commands.report"),
+    "compare": Command("is B faster than A? both medians, B/A with its confidence interval, "
+                       "a verdict; exit 1 on a regression", _compare_flags,
+                       "llmtop.commands.compare"),
+    "sessions": Command("list the saved session logs: date, engine, model, kind, requests, "
+                        "verdict", _sessions_flags, "llmtop.commands.sessions"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
                      _relay_flags, "llmtop.commands.relay"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",

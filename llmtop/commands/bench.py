@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.output import emit
 from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
@@ -82,8 +83,9 @@ async def _bench(args: argparse.Namespace) -> int:
             print(f"llmtop bench: note: {note}", file=sys.stderr)
     finally:
         await conn.close()
-    report = build(outcome.log)
-    print(render(report, "json" if args.json else "md"), end="")
+    fmt = getattr(args, "format", None) or ("json" if args.json else "md")
+    if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
+        return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)

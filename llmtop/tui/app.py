@@ -53,7 +53,9 @@ from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
+from llmtop.tui.plots_screen import PlotsScreen
 from llmtop.tui.session_state import SessionState
+from llmtop.tui.sessions_screen import SessionsScreen
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.help_screen import HelpScreen
@@ -79,6 +81,8 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
+        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
+        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
@@ -422,6 +426,18 @@ class LlmtopApp(App[int]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
         await self.push_screen(BenchScreen(self, self.conn, str(self.recorder.log.path)))
+
+    def action_plots(self) -> None:
+        """The plots screen of this session's log so far."""
+        if self.recorder is None:
+            self.notify("no session log yet")
+            return
+        self.push_screen(PlotsScreen(str(self.recorder.log.path)))
+
+    def action_sessions(self) -> None:
+        """The saved logs, in the folder of this session's log (else the default one)."""
+        folder = () if self.recorder is None else (str(self.recorder.log.path.parent),)
+        self.push_screen(SessionsScreen(folder))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""

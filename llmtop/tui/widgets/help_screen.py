@@ -22,6 +22,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F2", "request history: show (focused) or hide; ↑/↓ pick a request"),
     ("  Enter", "history: put the picked request's tokens and figures on screen"),
     ("  c", "history: each figure of the picked request ÷ the request before it"),
+    ("Ctrl+G", "plots of this session: TTFT and decode per request, histograms"),
+    ("Ctrl+O", "saved sessions: report (Enter), plots (p), compare two (c, c)"),
     ("Esc", "stop the streaming request; when idle, leave the prompt box"),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only outside the prompt box or when it is empty)"),
