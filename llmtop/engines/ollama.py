@@ -59,6 +59,8 @@ class OllamaEngine:
     connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
+    limits: the connection pool's size (default httpx's: 100 connections, 20 kept alive);
+    a load generator sizes it to its concurrency (llmtop/sessions/load.py).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class OllamaEngine:
         name: str = "ollama",
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.host = resolve_host(host)
         self.name = name
@@ -80,8 +83,9 @@ class OllamaEngine:
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
+        pool = {"limits": limits} if limits is not None else {}
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy)
+                                          proxy=self.proxy, **pool)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
