@@ -17,7 +17,8 @@ The server counts prompt tokens like a tokenizer of one token per word plus
 ns; `total_duration` includes the wait for a slot, as Ollama's does (its handler times the
 whole request), so total − prompt eval − eval is the queueing.
 
-Serve it in a thread (`SlottedUpstream`, a context manager) or as a process
+Serve it in a thread (`SlottedUpstream`, a context manager), as a child process
+(`SlottedProcess`), or in the foreground
 (`python -m llmtop.testing.slotted --port P --slots 2 --prefill-ms 20 --tokens 9 --gap-ms 10`).
 """
 
@@ -36,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from llmtop.engines.child import ChildServer, watch_parent
 from llmtop.testing.scripted import ROUTES, Script, ServeInThread, chunk
 
 MODEL = "slotted"
@@ -160,6 +162,26 @@ class SlottedUpstream(ServeInThread):
         return self
 
 
+class SlottedProcess(ChildServer):
+    """The slotted server as a child process (its own interpreter, so its timers never wait
+    for the measuring process's GIL): `async with SlottedProcess(Service(slots=2)) as up:`,
+    `up.url`; or `start()` / `stop()`."""
+
+    label = "slotted test server"
+    log_name = "slotted"
+
+    def __init__(self, service: Service | None = None, port: int | None = None) -> None:
+        super().__init__(port)
+        self.service = service or Service()
+
+    def args(self) -> list[str]:
+        """`python -m llmtop.testing.slotted --port P --slots c --prefill-ms … …`."""
+        s = self.service
+        return ["llmtop.testing.slotted", "--port", str(self.port), "--slots", str(s.slots),
+                "--prefill-ms", repr(s.prefill_s * 1e3), "--tokens", str(s.tokens),
+                "--gap-ms", repr(s.gap_s * 1e3)]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve the slotted server in the foreground (for benchmarks and Locust tests)."""
     p = argparse.ArgumentParser(prog="python -m llmtop.testing.slotted")
@@ -168,7 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prefill-ms", type=float, default=20.0)
     p.add_argument("--tokens", type=int, default=9)
     p.add_argument("--gap-ms", type=float, default=10.0)
+    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     a = p.parse_args(argv)
+    if a.parent_pid:
+        watch_parent(a.parent_pid)
     service = Service(a.slots, a.prefill_ms / 1e3, a.tokens, a.gap_ms / 1e3)
     uvicorn.run(create_slotted_app(service), host="127.0.0.1", port=a.port, log_level="warning",
                 access_log=False)
