@@ -12,6 +12,7 @@ ends without `done`, a read timeout. Nothing here raises for a server's misbehav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -127,13 +128,10 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
-                        yield StreamEvent(
-                            t_ns,
-                            content or "",
-                            thinking or "",
-                            done=True,
-                            stats=ServerStats.from_mapping(part),
-                        )
+                        done = StreamEvent(t_ns, content or "", thinking or "", done=True,
+                                           stats=ServerStats.from_mapping(part))
+                        await _drain(parts)
+                        yield done
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
             failure = failure_truncated(self.peer)
@@ -228,6 +226,20 @@ class OllamaEngine:
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
         )
+
+
+DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane server
+
+
+async def _drain(parts: AsyncIterator[Any]) -> None:
+    """Read a reply to its end after the done line (the chunked body's last, empty chunk), so
+    httpx returns the connection to the pool instead of closing it: otherwise every request
+    opens a new TCP connection, which a load sweep pays for in CPU and latency. Gives up after
+    DRAIN_TIMEOUT_S (the connection is then closed, as before); never raises."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for _extra in parts:
+                pass
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

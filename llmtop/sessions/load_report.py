@@ -68,10 +68,12 @@ def markdown(a: LoadAnalysis) -> str:
             f"open loop, {cfg.get('arrivals', 'poisson')} arrivals (latencies from the scheduled send)")
     per_level = (f"{cfg['requests']} requests" if cfg.get("requests") is not None
                  else f"{cfg.get('duration_s')} s")
+    prompt = (f"~{cfg['prompt_tokens']} tokens" if cfg.get("prompt_tokens")
+              else f"{cfg.get('prompt_words', '?')} words")
     lines = [
         f"# llmtop load — {h.get('model', '?')} on {h.get('engine', '?')} ({h.get('host', '?')})",
         "",
-        (f"{loop}; {per_level} per level; prompt ~{cfg.get('prompt_tokens')} tokens, "
+        (f"{loop}; {per_level} per level; prompt {prompt}, "
          f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"),
         "",
         f"**Knee:** {a.knee.sentence}.",

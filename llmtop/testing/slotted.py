@@ -14,8 +14,10 @@ timer's lateness (epoll rounds timeouts up to 1 ms) never accumulates over a req
 
 The server counts prompt tokens like a tokenizer of one token per word plus
 `TEMPLATE_TOKENS`, so llmtop's calibration converges on it. Its stats are Ollama's names in
-ns; `total_duration` includes the wait for a slot, as Ollama's does (its handler times the
-whole request), so total − prompt eval − eval is the queueing.
+ns, measured on its own clock (prefill: slot acquired → first token; eval: first → last
+token); `total_duration` includes the wait for a slot, as Ollama's does (its handler times
+the whole request), so total − prompt eval − eval is the queueing. With `prefill_s` and
+`gap_s` 0 it never sleeps: a zero-latency server for measuring the client.
 
 Serve it in a thread (`SlottedUpstream`, a context manager), as a child process
 (`SlottedProcess`), or in the foreground
@@ -92,18 +94,23 @@ async def _serve(state: SlotState, body: dict[str, Any]) -> AsyncIterator[bytes]
         state.max_busy = max(state.max_busy, state.busy)
         try:
             start = loop.time()
+            first = start
             for i in range(tokens):
-                await asyncio.sleep(start + svc.prefill_s + i * svc.gap_s - loop.time())
+                delay = start + svc.prefill_s + i * svc.gap_s - loop.time()
+                if delay > 0:  # a zero-latency server never touches the timer (1 ms steps)
+                    await asyncio.sleep(delay)
+                if i == 0:
+                    first = loop.time()
                 if i < tokens - 1:
                     yield json.dumps(chunk(f" w{i}")).encode() + b"\n"
             end = loop.time()
-            stats: dict[str, Any] = {
-                "total_duration": round((end - arrived) * 1e9),
+            stats: dict[str, Any] = {  # measured on the server's clock, never below 1 ns
+                "total_duration": max(1, round((end - arrived) * 1e9)),
                 "load_duration": 0,
                 "prompt_eval_count": prompt_tokens(body),
-                "prompt_eval_duration": round(svc.prefill_s * 1e9),
+                "prompt_eval_duration": max(1, round((first - start) * 1e9)),
                 "eval_count": tokens,
-                "eval_duration": round((tokens - 1) * svc.gap_s * 1e9),
+                "eval_duration": max(1, round((end - first) * 1e9)),
             }
             last = chunk(f" w{tokens - 1}", done=True, done_reason="length", **stats)
             state.served += 1
