@@ -42,6 +42,7 @@ from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
+from llmtop.tui.load_screen import LoadScreen
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
 from llmtop.tui.settings import TuiSettings
@@ -67,6 +68,7 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
+        Binding("ctrl+l", "load", "Load", priority=True),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("escape", "stop", "Stop / leave prompt"),
@@ -328,6 +330,17 @@ class LlmtopApp(App[int]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
         await self.push_screen(BenchScreen(self, self.conn, str(self.recorder.log.path)))
+
+    async def action_load(self) -> None:
+        """Ctrl+L: the load screen (concurrency / rate sweeps) on this connection."""
+        if self.screen is not self.default_screen or self.conn is None or not self.ready:
+            self.notify("the load screen opens from the prompt once the engine is ready")
+            return
+        worker = self._stream_worker
+        if worker is not None and not worker.is_finished:
+            self.notify("a request is streaming: Esc stops it first")
+            return
+        await self.push_screen(LoadScreen(self.conn, self.settings))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
