@@ -24,7 +24,7 @@ import shtab
 from llmtop import DISTRIBUTION, __version__
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
 from llmtop.exitcodes import ExitCode
-from llmtop.probes.config import ConfigError, config_path, load_thresholds
+from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.load_config import Slo, parse_duration_ms, parse_levels
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
@@ -43,6 +43,13 @@ def parse_sizes(text: str) -> tuple[int, ...]:
                 f"prompt size {part!r} is not a whole number of tokens >= 8")
         sizes.append(int(part))
     return tuple(sizes)
+
+
+def pid_number(text: str) -> int:
+    """A process id (a whole number ≥ 1), or argparse.ArgumentTypeError saying so."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"pid {text!r} is not a whole number >= 1")
+    return int(text)
 
 
 def port_number(text: str) -> int:
@@ -76,6 +83,10 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    help="stream directly (default) or through llmtop's SSE relay")
     g.add_argument("--relay", metavar="URL", default=d(None),
                    help="a running relay to use with --via relay (default: start one)")
+    g.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   default=d(None), help="a pid of the measured engine (repeatable; its "
+                   "children count too) when llmtop cannot identify it itself; also the "
+                   "config file's [engine] pids")
     g.add_argument("--log", default=d(None),
                    help="session log file (JSONL; default: a new file in the user data dir)")
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
@@ -204,6 +215,8 @@ def _preflight_flags(p: argparse.ArgumentParser) -> None:
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
     p.add_argument("--model", default=argparse.SUPPRESS,
                    help="the model tag you will measure (for the engine checks)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   default=argparse.SUPPRESS, help="a pid of the measured engine (repeatable)")
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
@@ -308,7 +321,7 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
     return TuiSettings(
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
-        log_path=args.log, thresholds=args.thresholds,
+        log_path=args.log, thresholds=args.thresholds, engine_pids=args.engine_pids,
     )
 
 
@@ -336,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is None or command.needs_config:
             try:
                 args.thresholds = load_thresholds()  # a bad file fails before anything starts
+                args.engine_pids = tuple(args.engine_pid or ()) or load_engine_pids()
             except ConfigError as exc:
                 print(f"llmtop: {exc}", file=sys.stderr)
                 return ExitCode.USAGE

@@ -10,7 +10,7 @@ embedded engine as a child process on a free loopback port, and stop it on `clos
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from time import monotonic
 
 from llmtop.engines.base import EngineError
@@ -35,6 +35,7 @@ async def connect(
     model_path: str | None = None,
     via: str = "direct",
     relay_url: str | None = None,
+    engine_pids: Collection[int] = (),
 ) -> Connection:
     """Reach an engine per the `--engine` rule and pick the model.
 
@@ -43,6 +44,8 @@ async def connect(
     already running (`llmtop engine`), else llmtop starts one as a child process.
     via: "direct", or "relay" to stream through llmtop's SSE relay (the one at `relay_url`,
     else a relay child started in front of the engine).
+    engine_pids: pids of the measured engine the user named (`--engine-pid`, `[engine]
+    pids`), for the probes; else it is identified (`probes.engine_identity`).
     Raises EngineError (UNREACHABLE, MODEL_NOT_FOUND, BAD_REQUEST) with a remedy; whatever was
     started is stopped again when it raises or is cancelled.
     """
@@ -57,7 +60,7 @@ async def connect(
                           children=[child] if child else [])
         if via == "relay":
             conn = await via_relay(conn, relay_url)
-        conn.find_engine_pids = _pid_finder(conn)
+        conn.find_engine_pids = _pid_finder(conn, engine_pids)
         undo.pop_all()  # success: the connection owns everything now
         return conn
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
@@ -115,10 +118,11 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
                       upstream_client=conn.engine, children=children)
 
 
-def _pid_finder(conn: Connection) -> Callable[[], set[int]]:
-    """How the probes find the measured engine: the children llmtop started, else the local
-    process listening on the engine's port and its children (Ollama's runners), looked up at
-    most every PIDS_REFRESH_S seconds (a socket scan costs milliseconds)."""
+def _pid_finder(conn: Connection, pinned: Collection[int]) -> Callable[[], set[int]]:
+    """How the probes find the measured engine: the children llmtop started, else the pids
+    the user named or the engine identified without privileges (socket owner, socket user,
+    catalogue; `probes.engine_identity`), with their children (Ollama's runners), looked up
+    at most every PIDS_REFRESH_S seconds (an identification costs ~30 ms of CPU)."""
     host = conn.upstream.host
     started_engine = any(isinstance(c, EmbeddedProcess) for c in conn.children)
     cache: list[tuple[float, set[int]]] = []
@@ -131,7 +135,7 @@ def _pid_finder(conn: Connection) -> Callable[[], set[int]]:
             return children_pids()
         now = monotonic()
         if not cache or now - cache[0][0] > PIDS_REFRESH_S:
-            cache[:] = [(now, local_engine_pids(host))]
+            cache[:] = [(now, local_engine_pids(host, pinned or None))]
         return cache[0][1] | children_pids()
 
     return find

@@ -48,7 +48,8 @@ async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
         via = "relay" if args.compare_relay else args.via
-        conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay)
+        conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay,
+                             args.engine_pids)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         return exit_code_for(exc.failure.kind)

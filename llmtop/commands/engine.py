@@ -32,7 +32,9 @@ def main(args: argparse.Namespace) -> int:
 
             path, digest = str(bundled_model_path()), bundle.EXPECTED_SHA256
             name = args.model_name or BUNDLED_MODEL_NAME
-            chat_format = "gemma"  # a base model without a chat template in its GGUF
+            # a base model without a chat template: served as Ollama serves such a model,
+            # with its default template `{{ .Prompt }}` (the text itself)
+            chat_format = "raw"
         description = describe(path, name, digest)
     except (ModelFileError, ImportError) as exc:
         print(f"llmtop engine: {exc}", file=sys.stderr)

@@ -22,8 +22,9 @@ from typing import Any, TextIO
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import OllamaEngine, ollama_version
 from llmtop.probes.catalogue import Category
-from llmtop.probes.config import ConfigError, config_path, load_thresholds
-from llmtop.probes.engine_state import CouldNotCheck, engine_findings, local_engine_pids
+from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
+from llmtop.probes.engine_identity import identify_engine
+from llmtop.probes.engine_state import CouldNotCheck, engine_findings
 from llmtop.probes.preflight import (
     DEFAULT_INTERVAL_S,
     PreflightExit,
@@ -48,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
     cfg_file, _explicit = config_path()
     try:
         thresholds = load_thresholds()
+        pinned = tuple(getattr(args, "engine_pid", None) or ()) or load_engine_pids()
     except ConfigError as exc:
         return _cannot_check(f"config error: {exc}", as_json)
     config = {"path": str(cfg_file), "loaded": cfg_file.is_file()}
@@ -55,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     host = resolve_host(getattr(args, "host", None))
     model = getattr(args, "model", None)
     version = asyncio.run(ollama_version(host))
-    engine_pids = local_engine_pids(host) if version is not None else set()
+    identity = identify_engine(host, pinned) if version is not None else None
+    engine_pids = set(identity.pids) if identity is not None else set()
     try:
         samples, took = collect_samples(duration, interval, engine_pids)
     except Exception as exc:  # noqa: BLE001 - an unreadable machine state is "could not check"
@@ -64,6 +67,9 @@ def main(args: argparse.Namespace) -> int:
         samples, thresholds, duration_s=took, interval_s=interval, taken=len(samples) + 1
     )
     engine: dict[str, Any] = {"checked": False, "host": host, "version": version, "model": model}
+    if identity is not None:
+        result = result.with_findings([identity.finding()])
+        engine.update(identity=identity.to_dict(), described=identity.describe())
     if version is None:
         engine["reason"] = f"no engine answers at {host}"
     else:
@@ -153,6 +159,8 @@ def print_result(
         )
     else:
         lines.append(f"engine: no engine checked ({engine.get('reason', 'none answered')})")
+    if engine.get("described"):
+        lines.append(engine["described"])
     where = config["path"]
     lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
     if result.error:

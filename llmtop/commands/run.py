@@ -48,6 +48,7 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "load_ms": m.load_ms,
         "prompt_eval_ms": m.prompt_eval_ms,
         "overhead_ms": m.overhead_ms,
+        "buffered": m.buffered,
         "prompt_eval_count": s.prompt_eval_count if s else None,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
@@ -70,9 +71,10 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     """The human-readable metrics block printed after the streamed text."""
     m, s = result.metrics, result.stats
     basis = "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
     lines = [
         f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
-        f"TTFT          {_fmt(m.ttft_ms, 'ms')}",
+        f"TTFT          {_fmt(m.ttft_ms, 'ms')}{whole}",
         f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
         f"E2E           {_fmt(m.e2e_ms, 'ms')}",
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
@@ -82,12 +84,15 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
+    if m.buffered:
+        lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)
 
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
+        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via,
+                             args.relay, args.engine_pids)
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         return exit_code_for(exc.failure.kind)

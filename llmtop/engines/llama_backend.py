@@ -191,7 +191,7 @@ class LlamaBackend:
     def _make_formatter(self) -> Callable[..., Any]:
         from llama_cpp import llama_chat_format
 
-        if self.chat_format == "gemma":
+        if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
             return llama_chat_format.format_gemma
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
@@ -212,7 +212,16 @@ class LlamaBackend:
     # ------------------------------------------------------------------ prompts
 
     def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[str, ...]]:
-        """Render chat messages with the model's chat format; return (prompt, stop strings)."""
+        """Render chat messages with the model's chat format; return (prompt, stop strings).
+
+        chat_format "raw" is what Ollama does for a model that has no template: its default
+        template is `{{ .Prompt }}`, so the prompt is the users' text and nothing else (a base
+        model continues it as text; wrapped in a chat template it was never trained on, it
+        echoes the prompt and babbles).
+        """
+        if self.chat_format == "raw":
+            return "".join(str(m.get("content") or "") for m in messages
+                           if m.get("role") == "user"), ()
         formatted = self._formatter(messages=list(messages))
         stop = formatted.stop
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())

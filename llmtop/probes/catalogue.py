@@ -367,6 +367,7 @@ CATALOGUE: tuple[AppRule, ...] = (
         windows=("llama-server.exe", "llama-cli.exe"),
     ),
     AppRule("vLLM", _INFER, linux=("vllm*",), args=("vllm.entrypoints", "vllm serve")),
+    AppRule("llama-cpp-python", _INFER, args=("llama_cpp.server",)),
     AppRule(
         "LM Studio",
         _INFER,

@@ -12,6 +12,12 @@ The defaults, and the source each comes from, are documented on `Thresholds` its
     background_cpu_warn = 15     # % of the whole machine (default 25)
     app_cpu_warn = 5.0           # % of one core (default 10)
 
+A second optional table, ``[engine]``, names the measured engine's processes when llmtop
+cannot find them itself (the `--engine-pid` override; see `probes/engine_identity.py`)::
+
+    [engine]
+    pids = [900]                 # positive integers; their children count as the engine too
+
 Rules (a config error is never silently ignored):
 * the default file missing → defaults; a file named explicitly (argument or `$LLMTOP_CONFIG`)
   but missing → `ConfigError` (a typo in the path must not silently measure with defaults);
@@ -36,7 +42,8 @@ from llmtop.probes.verdict import DEFAULT, Thresholds
 ENV_VAR = "LLMTOP_CONFIG"
 FILE_NAME = "config.toml"
 SECTION = "thresholds"
-KNOWN_SECTIONS = (SECTION,)
+ENGINE_SECTION = "engine"
+KNOWN_SECTIONS = (SECTION, ENGINE_SECTION)
 
 # (warn, fail, "fail is above warn"): pairs that must be ordered for the levels to make sense.
 _ORDERED = (
@@ -71,6 +78,20 @@ def load_thresholds(path: str | os.PathLike[str] | None = None) -> Thresholds:
     Returns `verdict.DEFAULT` when the default file does not exist. Raises ConfigError
     (see the module docstring for every case).
     """
+    found = read_document(path)
+    return DEFAULT if found is None else thresholds_from_mapping(*found)
+
+
+def load_engine_pids(path: str | os.PathLike[str] | None = None) -> tuple[int, ...]:
+    """`[engine] pids` from `path` (default: see `config_path`); () when not set or when the
+    default file does not exist. Raises ConfigError like `load_thresholds`."""
+    found = read_document(path)
+    return () if found is None else engine_pids_from_mapping(*found)
+
+
+def read_document(path: str | os.PathLike[str] | None = None) -> tuple[dict[str, Any], str] | None:
+    """The parsed TOML document and its file name; None when the default file does not exist.
+    Raises ConfigError for an explicit file that is missing, unreadable, not UTF-8 or not TOML."""
     file, explicit = config_path(path)
     try:
         raw = file.read_bytes()
@@ -80,7 +101,7 @@ def load_thresholds(path: str | os.PathLike[str] | None = None) -> Thresholds:
                 f"config file {file} does not exist"
                 + (f" (named by ${ENV_VAR})" if path is None else "")
             ) from None
-        return DEFAULT
+        return None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
     try:
@@ -89,17 +110,42 @@ def load_thresholds(path: str | os.PathLike[str] | None = None) -> Thresholds:
         raise ConfigError(f"config file {file} is not UTF-8 text: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {file} is not valid TOML: {exc}") from exc
-    return thresholds_from_mapping(data, source=str(file))
+    return data, str(file)
 
 
-def thresholds_from_mapping(data: dict[str, Any], source: str = "<config>") -> Thresholds:
-    """Thresholds from parsed TOML (the whole document). Raises ConfigError naming `source`."""
+def engine_pids_from_mapping(data: dict[str, Any], source: str = "<config>") -> tuple[int, ...]:
+    """`[engine] pids` from parsed TOML (the whole document): a list of positive integers.
+    Raises ConfigError naming `source` for an unknown key or a value of the wrong kind."""
+    _check_tables(data, source)
+    table = data.get(ENGINE_SECTION, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: '{ENGINE_SECTION}' must be a table, got {_kind(table)}")
+    for key in table:
+        if key != "pids":
+            raise ConfigError(f"{source}: [{ENGINE_SECTION}] {key}: unknown key (known keys: pids)")
+    pids = table.get("pids", [])
+    ok = isinstance(pids, list) and all(
+        isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids
+    )
+    if not ok:
+        raise ConfigError(
+            f"{source}: [{ENGINE_SECTION}] pids: expected a list of positive integers, got {pids!r}"
+        )
+    return tuple(pids)
+
+
+def _check_tables(data: dict[str, Any], source: str) -> None:
     unknown = [k for k in data if k not in KNOWN_SECTIONS]
     if unknown:
         raise ConfigError(
             f"{source}: unknown table or key {unknown[0]!r} "
             f"(known tables: {', '.join(f'[{s}]' for s in KNOWN_SECTIONS)})"
         )
+
+
+def thresholds_from_mapping(data: dict[str, Any], source: str = "<config>") -> Thresholds:
+    """Thresholds from parsed TOML (the whole document). Raises ConfigError naming `source`."""
+    _check_tables(data, source)
     table = data.get(SECTION, {})
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: '{SECTION}' must be a table ([{SECTION}]), got {_kind(table)}")

@@ -22,14 +22,11 @@ An engine that does not answer `/api/ps` is not a finding: `engine_findings` ret
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import urlsplit
 
-import psutil
-
+from llmtop.probes.engine_identity import identify_engine
 from llmtop.probes.verdict import Finding, Level
 
 SOURCE = "/api/ps"
@@ -238,27 +235,9 @@ def _placement(m: LoadedModel, gpu_present: bool | None) -> Finding:
     )
 
 
-def local_engine_pids(host: str) -> set[int]:
-    """Best effort: pids of the local process listening on `host`'s port, plus its children
-    (Ollama's model runners are child processes of `ollama serve`), so the probes count them
-    as the measured engine rather than background load. Empty for a remote host or when the
-    OS does not let us list sockets (macOS without root: psutil raises AccessDenied)."""
-    parts = urlsplit(host)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
-        return set()
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return set()
-    pids = {
-        c.pid
-        for c in conns
-        if c.pid and c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port
-    }
-    return pids | set(_children(pids))
-
-
-def _children(pids: Iterable[int]) -> Iterable[int]:
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            yield from (child.pid for child in psutil.Process(pid).children(recursive=True))
+def local_engine_pids(host: str, override: Collection[int] | None = None) -> set[int]:
+    """Best effort: pids of the measured engine's local processes (children included), so the
+    probes count them as the engine rather than background load. `override`: pids the user
+    named (`--engine-pid`, `[engine] pids`); see `engine_identity.identify_engine` for the
+    ways tried without privileges. Empty for a remote host or when nothing identifies it."""
+    return set(identify_engine(host, override).pids)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.catalogue import Category
+from llmtop.probes.engine_identity import EngineIdentity
 from llmtop.probes.processes import AppUsage, PidSource, ProcessSample
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.probes.system import SystemSample, machine_percent
@@ -194,6 +195,7 @@ def run_preflight(
     engine_pids: PidSource | None = None,
     extra_findings: Iterable[Finding] = (),
     *,
+    engine: EngineIdentity | None = None,
     sampler: SamplerLike | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
@@ -201,15 +203,24 @@ def run_preflight(
     """Sample the machine for `duration_s` seconds and judge it (see the module docstring).
 
     engine_pids: the measured engine's pids (kept out of the background figure).
+    engine: how the engine was identified (`engine_identity.identify_engine(host, override)`);
+        its pids are used when `engine_pids` is None, its INFO finding is added and
+        `extra["engine_identity"]` records it.
     extra_findings: added to the verdict (e.g. `engine_state.engine_findings`).
     Blocks for about `duration_s`. Raises ValueError for a non-positive duration or interval.
     """
+    if engine is not None:
+        engine_pids = engine.pids if engine_pids is None else engine_pids
+        extra_findings = (*extra_findings, engine.finding())
     samples, took = collect_samples(
         duration_s, interval_s, engine_pids, sampler=sampler, sleep=sleep, clock=clock
     )
-    return aggregate(
+    result = aggregate(
         samples, thresholds, extra_findings, duration_s=took, interval_s=interval_s, taken=len(samples) + 1
     )
+    if engine is None:
+        return result
+    return replace(result, extra={**result.extra, "engine_identity": engine.to_dict()})
 
 
 def _usable(s: ProbeSample) -> bool:
@@ -328,6 +339,7 @@ def median_processes(samples: Sequence[ProcessSample]) -> ProcessSample:
         warming_up=False,
         n_procs=int(_median(s.n_procs for s in samples) or 0),
         logical_cpus=cpus,
+        engine_identified=any(s.engine_identified for s in samples),
     )
 
 

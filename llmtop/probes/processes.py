@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from typing import Any, Protocol
 import psutil
 
 from llmtop.probes.catalogue import Category, classify, needs_path
-from llmtop.probes.system import logical_cpus, machine_percent
+from llmtop.probes.system import container_limits, cpu_capacity, logical_cpus, machine_percent
 
 PidSource = Callable[[], Collection[int]] | Collection[int]
 """A set of pids, or a callable returning one (called at every sample, so it may change)."""
@@ -90,6 +92,8 @@ class ProcessSample:
         pids are given or none of them could be read yet.
     warming_up: True on a probe's first sample (no process has a CPU reading yet).
     n_procs: processes read; logical_cpus: divisor for machine %.
+    engine_identified: at least one of the measured engine's pids was seen in this sample;
+        False means an inference engine in `apps` may be the measured one (verdict hedges).
     """
 
     apps: tuple[AppUsage, ...]
@@ -97,7 +101,8 @@ class ProcessSample:
     engine_cpu_percent: float | None
     warming_up: bool
     n_procs: int = 0
-    logical_cpus: int = 1
+    logical_cpus: float = 1
+    engine_identified: bool = False
 
     def top(self, n: int) -> tuple[AppUsage, ...]:
         """The `n` busiest apps."""
@@ -217,7 +222,7 @@ def group(
     *,
     self_pids: Collection[int] = (),
     engine_pids: Collection[int] = (),
-    cpus: int = 1,
+    cpus: float = 1,
     warming_up: bool = False,
 ) -> ProcessSample:
     """Pure: group readings into apps and sort them (see `ProcessSample`).
@@ -228,6 +233,7 @@ def group(
     groups: dict[tuple[str, Category], list[ProcReading]] = {}
     self_cpu: list[float | None] = []
     engine_cpu: list[float | None] = []
+    engine_seen = False
     n = 0
     for reading, ident in rows:
         n += 1
@@ -238,6 +244,7 @@ def group(
         elif reading.pid in engine_pids:
             key = (ident.app, Category.ENGINE)
             engine_cpu.append(reading.cpu_percent)
+            engine_seen = True
         groups.setdefault(key, []).append(reading)
     apps = []
     for (app, category), members in groups.items():
@@ -262,6 +269,7 @@ def group(
         warming_up=warming_up,
         n_procs=n,
         logical_cpus=cpus,
+        engine_identified=engine_seen,
     )
 
 
@@ -293,29 +301,48 @@ class _Tracked:
         return self.readings < 3 or (self.readings + self.proc.pid) % NAME_RECHECK == 0
 
 
+class ProbeTimeout(Exception):
+    """Reading the process table did not finish in time (a process stuck in the kernel)."""
+
+
+_thread_ns: Callable[[], int] = getattr(time, "thread_time_ns", time.process_time_ns)
+READ_TIMEOUT_S = 2.0  # a full table read takes ~10-50 ms (bench/probe_cost.py); 2 s is a hang
+
+
 class ProcessProbe:
     """Takes `ProcessSample`s of the whole process table. Not thread-safe.
 
     self_pids: llmtop's own pids (default: this process); engine_pids: the measured engine's
     (default: none). Either may be a callable, re-read at every sample.
+    read_timeout_s: how long one sample may take. A process stuck in the kernel makes reading
+    its /proc/<pid>/cmdline block forever; the read runs in a worker thread, and after this
+    long `sample` raises ProbeTimeout naming the pid, which later samples skip. The worker is
+    abandoned (a daemon thread) and its partial table discarded; should it wake up, its reads
+    only shorten the CPU window of the next reading of the processes it touches.
     """
 
     def __init__(
         self,
         self_pids: PidSource | None = None,
         engine_pids: PidSource | None = None,
+        *,
+        read_timeout_s: float = READ_TIMEOUT_S,
     ) -> None:
         self._self_pids: PidSource = self_pids if self_pids is not None else {os.getpid()}
         self._engine_pids = engine_pids
         self._table: dict[int, _Tracked] = {}
-        self._cpus = logical_cpus()
+        self._cpus = cpu_capacity(container_limits(), cores=logical_cpus())
         self._samples = 0
+        self._timeout_s = read_timeout_s
+        self.stuck: set[int] = set()  # pids whose reads hung: never read again
+        self.last_read_cpu_ns = 0  # CPU time of the last read's worker thread (sample cost)
 
     def sample(self) -> ProcessSample:
-        """Read every process once and group them. Never raises for process races."""
+        """Read every process once and group them. Never raises for process races; raises
+        ProbeTimeout when the read takes longer than `read_timeout_s`."""
         warming_up = self._samples == 0
         self._samples += 1
-        rows = list(self._read_all())
+        rows = self._bounded_read()
         return group(
             rows,
             self_pids=_pids(self._self_pids),
@@ -324,13 +351,47 @@ class ProcessProbe:
             warming_up=warming_up,
         )
 
-    def _read_all(self) -> Iterator[tuple[ProcReading, Identity]]:
-        table = self._table
-        live = set(psutil.pids())
+    def _bounded_read(self) -> list[tuple[ProcReading, Identity]]:
+        """`_read_all` on a copy of the table in a daemon thread, waiting `read_timeout_s`."""
+        table = dict(self._table)
+        current = [0]  # the pid being read, for the timeout message
+        out: list[Any] = []
+
+        def work() -> None:
+            c0 = _thread_ns()
+            try:
+                out.append(list(self._read_all(table, current)))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                out.append(exc)
+            self.last_read_cpu_ns = _thread_ns() - c0
+
+        worker = threading.Thread(target=work, name="llmtop-proc-read", daemon=True)
+        worker.start()
+        worker.join(self._timeout_s)
+        if not out:
+            if not current[0]:
+                raise ProbeTimeout(f"listing processes took over {self._timeout_s:g} s")
+            self.stuck.add(current[0])
+            raise ProbeTimeout(
+                f"reading process {current[0]} took over {self._timeout_s:g} s (stuck in the "
+                "kernel?); it is skipped from now on"
+            )
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        self._table = table
+        rows: list[tuple[ProcReading, Identity]] = out[0]
+        return rows
+
+    def _read_all(
+        self, table: dict[int, _Tracked], current: list[int]
+    ) -> Iterator[tuple[ProcReading, Identity]]:
+        live = set(psutil.pids()) - self.stuck
+        live.discard(0)  # pid 0 is the idle task (Windows "System Idle Process", BSD "idle")
         for gone in table.keys() - live:
             del table[gone]
         for pid in sorted(live):
-            tracked = self._track(pid)
+            current[0] = pid
+            tracked = self._track(table, pid)
             if tracked is None:
                 continue
             reading = read_process(
@@ -345,9 +406,9 @@ class ProcessProbe:
                 tracked.ident = identify(tracked.proc, reading.name)
             yield reading, tracked.ident
 
-    def _track(self, pid: int) -> _Tracked | None:
+    def _track(self, table: dict[int, _Tracked], pid: int) -> _Tracked | None:
         """The cached entry for `pid`, replaced when the pid was recycled; None if gone."""
-        tracked = self._table.get(pid)
+        tracked = table.get(pid)
         if tracked is not None:
             # is_running() compares (pid, create_time) with a fresh read: a recycled pid
             # would otherwise inherit the old process's CPU baseline.
@@ -359,11 +420,11 @@ class ProcessProbe:
         try:
             proc = psutil.Process(pid)
         except psutil.Error:
-            self._table.pop(pid, None)
+            table.pop(pid, None)
             return None
         name = _safe_name(proc)
         tracked = _Tracked(proc=proc, ident=identify(proc, name), name=name)
-        self._table[pid] = tracked
+        table[pid] = tracked
         return tracked
 
 

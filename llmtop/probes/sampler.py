@@ -17,13 +17,14 @@ from enum import Enum
 from typing import Any
 
 from llmtop.probes.gpu import GpuProbe, GpuSample
-from llmtop.probes.processes import PidSource, ProcessProbe, ProcessSample
+from llmtop.probes.processes import PidSource, ProbeTimeout, ProcessProbe, ProcessSample
 from llmtop.probes.system import SystemProbe, SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict, evaluate
 
 log = logging.getLogger(__name__)
 
 _thread_ns: Callable[[], int] = getattr(time, "thread_time_ns", time.process_time_ns)
+STOP_WAIT_S = 0.5  # quitting must stay under 1 s even while a probe read hangs
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +168,7 @@ class ProbeSampler:
                 processes=processes,
                 gpu=gpu,
                 verdict=Verdict.of(found),
-                cost_ms=(_thread_ns() - c0) / 1e6,
+                cost_ms=(_thread_ns() - c0 + getattr(self._processes, "last_read_cpu_ns", 0)) / 1e6,
             )
             self._latest = sample
             return sample
@@ -176,6 +177,10 @@ class ProbeSampler:
     def _guard(what: str, fn: Callable[[], Any], errors: list[Finding]) -> Any:
         try:
             return fn()
+        except ProbeTimeout as exc:  # expected on a machine with a stuck process: no traceback
+            log.warning("%s probe gave up: %s", what, exc)
+            errors.append(_error(what, exc))
+            return None
         except Exception as exc:
             log.exception("%s probe failed", what)
             errors.append(_error(what, exc))
@@ -189,13 +194,15 @@ class ProbeSampler:
         self._thread = threading.Thread(target=self._run, name="llmtop-probes", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Stop and join the thread (default timeout: interval + 1 s)."""
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Stop and join the thread, waiting at most `timeout_s` (default STOP_WAIT_S): a
+        sample blocked in a probe read must not hold up quitting; the daemon thread then ends
+        on its own (or with the process)."""
         self._stop.set()
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(self._interval + 1.0 if timeout_s is None else timeout_s)
+            thread.join(timeout_s)
         self._thread = None
 
     def _run(self) -> None:

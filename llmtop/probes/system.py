@@ -1,18 +1,27 @@
 """Whole-machine state: CPU, memory, swap, load, frequency, power — one psutil reading each.
 
 Percentages are 0–100 of the whole machine unless named otherwise; sizes are bytes;
-frequencies MHz. A value the platform cannot give is None, never a made-up 0.
+frequencies MHz. A value the platform cannot give is None, never a made-up 0. Optional
+readings (clock, battery, temperatures) that return None, 0, nothing, or raise are None.
+
+In a container the machine is what its cgroup allows (`probes/cgroup.py`): with a CPU quota,
+CPU % is the cgroup's usage over the quota and `logical_cpus` is the quota; with a memory
+limit, total and available memory are the limit and what is left under it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
+
+from llmtop.probes.cgroup import CgroupLimits, CgroupMeter, read_limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +42,9 @@ class SystemSample:
         unknown (VMs and some ARM systems report nothing or a max of 0).
     on_battery: True on battery, False on mains, None when no battery is found or its state
         is unknown (desktops).
-    logical_cpus: logical CPU count, the divisor that turns per-process % (100 = one core)
-        into machine % (see `machine_percent`).
+    logical_cpus: CPUs this process may use (`cpu_capacity`: the logical CPU count lowered to
+        its affinity and cgroup quota; may be fractional, 1.5), the divisor that turns
+        per-process % (100 = one core) into machine % (see `machine_percent`).
     steal_percent: share of CPU time the hypervisor gave to other guests since the previous
         sample (Linux `steal` in /proc/stat), 0–100 %; None where the OS has no such counter
         and while warming up. A VM's "noisy neighbour" that no process list can show.
@@ -42,6 +52,9 @@ class SystemSample:
         `sin`/`sout`); None while warming up or where the OS does not count them.
     temperature_c, temperature_high_c: hottest sensor now and its "high" mark (°C, psutil
         `sensors_temperatures`); None where the OS exposes no sensors (VMs, macOS, Windows).
+    cpu_quota: the cgroup CPU quota in CPUs; memory_limit: the cgroup memory limit in bytes
+        (both None outside a limited container; then mem_total is the host's).
+    limit_problems: cgroup limit files that could not be parsed (`CgroupLimits.problems`).
     """
 
     cpu_percent: float | None
@@ -56,12 +69,15 @@ class SystemSample:
     cpu_freq_mhz: float | None
     cpu_freq_max_mhz: float | None
     on_battery: bool | None
-    logical_cpus: int = 1
+    logical_cpus: float = 1
     steal_percent: float | None = None
     swap_in_bps: float | None = None
     swap_out_bps: float | None = None
     temperature_c: float | None = None
     temperature_high_c: float | None = None
+    cpu_quota: float | None = None
+    memory_limit: int | None = None
+    limit_problems: tuple[str, ...] = ()
 
 
 def logical_cpus() -> int:
@@ -69,7 +85,32 @@ def logical_cpus() -> int:
     return psutil.cpu_count(logical=True) or os.cpu_count() or 1
 
 
-def machine_percent(per_process_percent: float | None, cpus: int) -> float | None:
+@functools.cache
+def container_limits() -> CgroupLimits | None:
+    """This process's cgroup limits, read once (`cgroup.read_limits`); None off Linux."""
+    return read_limits()
+
+
+def cpu_capacity(
+    limits: CgroupLimits | None = None, cores: int | None = None, allowed: int | None = None
+) -> float:
+    """How many CPUs this process may use: `cores` (default `logical_cpus()`), lowered to
+    `allowed`, the CPUs it may run on (default: its affinity / cpuset where the OS tells), and
+    to the cgroup quota in `limits`. An int-valued result is returned as int (4, not 4.0)."""
+    cap: float = cores if cores is not None else logical_cpus()
+    if allowed is None and hasattr(os, "sched_getaffinity"):
+        try:
+            allowed = len(os.sched_getaffinity(0))
+        except OSError:
+            allowed = None
+    if allowed:
+        cap = min(cap, allowed)
+    if limits is not None and limits.cpus is not None:
+        cap = min(cap, limits.cpus)
+    return int(cap) if float(cap).is_integer() else cap
+
+
+def machine_percent(per_process_percent: float | None, cpus: float) -> float | None:
     """Per-process CPU % (psutil semantics, 100 = one full core) → % of the whole machine.
 
     >>> machine_percent(100.0, 4)
@@ -89,9 +130,15 @@ class SystemProbe:
     bookkeeping, so its first sample is None rather than psutil's meaningless 0.0.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        limits: CgroupLimits | None | Callable[[], CgroupLimits | None] = container_limits,
+    ) -> None:
+        """limits: the cgroup limits to apply (default: this process's; None: none)."""
         self._primed = False
-        self._cpus = logical_cpus()
+        self._limits = limits() if callable(limits) else limits
+        self._meter = CgroupMeter(self._limits) if self._limits is not None else None
+        self._cpus = cpu_capacity(self._limits)
         self._prev: tuple[int, Any, tuple[int, int] | None] | None = None  # (t_ns, cpu_times, sin/sout)
 
     def _rates(self) -> tuple[float | None, float | None, float | None]:
@@ -118,21 +165,24 @@ class SystemProbe:
 
     def sample(self) -> SystemSample:
         """Read the machine now. Raises only if psutil cannot read memory at all."""
-        total = psutil.cpu_percent(interval=None)
+        total: float | None = psutil.cpu_percent(interval=None)
         per_cpu = psutil.cpu_percent(interval=None, percpu=True)
         primed, self._primed = self._primed, True
-        vm = psutil.virtual_memory()
+        if self._meter is not None and self._meter.limits.cpus is not None:
+            quota_percent = self._meter.cpu_percent()  # None: first call or counter unreadable
+            total = quota_percent if quota_percent is not None else total
+        mem_total, mem_available, mem_percent = self._memory()
         sw = _swap()
         freq, freq_max = _freq()
         steal, sin, sout = self._rates()
         temp, temp_high = _temperature()
         return SystemSample(
-            cpu_percent=float(total) if primed else None,
+            cpu_percent=float(total) if primed and total is not None else None,
             per_cpu=tuple(float(v) for v in per_cpu) if primed else (),
             load_avg_per_core=_load_per_core(self._cpus),
-            mem_total=int(vm.total),
-            mem_available=int(vm.available),
-            mem_percent=float(vm.percent),
+            mem_total=mem_total,
+            mem_available=mem_available,
+            mem_percent=mem_percent,
             swap_total=sw[0],
             swap_used=sw[1],
             swap_percent=sw[2],
@@ -145,7 +195,24 @@ class SystemProbe:
             swap_out_bps=sout,
             temperature_c=temp,
             temperature_high_c=temp_high,
+            cpu_quota=self._limits.cpus if self._limits else None,
+            memory_limit=self._limits.memory_bytes if self._limits else None,
+            limit_problems=self._limits.problems if self._limits else (),
         )
+
+    def _memory(self) -> tuple[int, int, float]:
+        """(total, available, used %): the host's, or the cgroup limit and what is left of it
+        (never more than the host has available)."""
+        vm = psutil.virtual_memory()
+        total, available = int(vm.total), int(vm.available)
+        limit = self._limits.memory_bytes if self._limits is not None else None
+        if limit is not None and limit < total and self._meter is not None:
+            used = self._meter.memory_used()
+            total = limit
+            left = limit - used if used is not None else limit
+            available = min(available, max(0, left))
+            return total, available, 100.0 * (total - available) / total
+        return total, available, float(vm.percent)
 
 
 def _swap() -> tuple[int, int, float]:
@@ -164,22 +231,31 @@ def _swap_io() -> tuple[int, int] | None:
     return (int(sw.sin), int(sw.sout)) if sw.sin or sw.sout or sw.total else None
 
 
-def _temperature() -> tuple[float | None, float | None]:
-    """The hottest sensor's current reading and its "high" mark, in °C."""
-    sensors = getattr(psutil, "sensors_temperatures", None)
-    if sensors is None:
-        return None, None
+def _optional(read: Callable[[], Any]) -> Any:
+    """An optional reading (clock, battery, sensors): any failure is "not available" (None).
+    These sensors differ per OS and driver and raise all kinds of errors; none is worth a crash
+    or a finding."""
     try:
-        readings = [t for group in (sensors() or {}).values() for t in group if t.current]
-    except (OSError, RuntimeError, AttributeError):
-        return None, None
+        return read()
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
+def _temperature() -> tuple[float | None, float | None]:
+    """The hottest sensor's current reading and its "high" mark, in °C; (None, None) when no
+    sensor reads above 0."""
+    groups = _optional(getattr(psutil, "sensors_temperatures", lambda: None))
+    readings = _optional(
+        lambda: [t for ts in (groups or {}).values() for t in ts if t.current and t.current > 0]
+    )
     if not readings:
         return None, None
     hottest = max(readings, key=lambda t: t.current)
-    return float(hottest.current), (float(hottest.high) if hottest.high else None)
+    high = getattr(hottest, "high", None)
+    return float(hottest.current), (float(high) if high and high > 0 else None)
 
 
-def _load_per_core(cpus: int) -> float | None:
+def _load_per_core(cpus: float) -> float | None:
     if sys.platform == "win32" or not hasattr(os, "getloadavg"):
         return None
     try:
@@ -190,25 +266,20 @@ def _load_per_core(cpus: int) -> float | None:
 
 
 def _freq() -> tuple[float | None, float | None]:
-    try:
-        f = psutil.cpu_freq()
-    except (OSError, RuntimeError, NotImplementedError, AttributeError):
-        return None, None
-    if f is None:
-        return None, None
-    current = float(f.current) if f.current and f.current > 0 else None
-    maximum = float(f.max) if f.max and f.max > 0 else None
-    return current, maximum
+    """(current, max) clock in MHz; None for a missing, zero or unreadable figure."""
+    f = _optional(psutil.cpu_freq) if hasattr(psutil, "cpu_freq") else None
+    current, maximum = (getattr(f, "current", None), getattr(f, "max", None)) if f else (None, None)
+    return _positive(current), _positive(maximum)
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return None
+    return float(value)
 
 
 def _on_battery() -> bool | None:
-    sensors = getattr(psutil, "sensors_battery", None)
-    if sensors is None:
-        return None
-    try:
-        battery = sensors()
-    except (OSError, RuntimeError, NotImplementedError):
-        return None
-    if battery is None or battery.power_plugged is None:
-        return None
-    return not battery.power_plugged
+    """True on battery, False on mains, None without a battery or when its state is unknown."""
+    battery = _optional(getattr(psutil, "sensors_battery", lambda: None))
+    plugged = getattr(battery, "power_plugged", None)
+    return None if plugged is None else not plugged

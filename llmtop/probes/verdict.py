@@ -118,6 +118,12 @@ REMEDIES: dict[Category, str] = {
 
 _JUDGED_OUT = (Category.SELF, Category.ENGINE)
 
+REMEDY_UNIDENTIFIED = (
+    "pass the engine's pid with --engine-pid PID (or `[engine] pids = [PID]` in the config file)"
+    " so its CPU is not counted as background"
+)
+"""What to do when the measured engine's processes were not identified (never "stop it")."""
+
 
 def evaluate(
     system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT
@@ -149,6 +155,7 @@ def evaluate(
     findings += _frequency(system, t)
     findings += _vm_and_paging(system, t)
     findings += _other_engines(processes)
+    findings += _container(system)
     return Verdict.of(findings)
 
 
@@ -170,6 +177,8 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     if value is None or value <= t.background_cpu_warn:
         return []
     fail = value > t.background_cpu_fail
+    maybe = ", ".join(a.app for a in _unidentified_engines(processes) if a.cpu_percent)
+    note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""
     return [
         Finding(
             "background-cpu",
@@ -177,10 +186,18 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             round(value, 1),
             t.background_cpu_fail if fail else t.background_cpu_warn,
             "% CPU (machine)",
-            f"other programs are using {value:.0f} % of the machine's CPU",
-            "close the busy applications listed below before measuring",
+            f"other programs are using {value:.0f} % of the machine's CPU{note}",
+            "close the busy applications listed below before measuring"
+            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
+
+
+def _unidentified_engines(processes: ProcessSample) -> list[AppUsage]:
+    """Inference engines that may be the measured one: its own pids were not identified."""
+    if processes.engine_identified:
+        return []
+    return [a for a in processes.apps if a.category is Category.INFERENCE]
 
 
 def _busy_apps(processes: ProcessSample, t: Thresholds) -> list[Finding]:
@@ -188,6 +205,8 @@ def _busy_apps(processes: ProcessSample, t: Thresholds) -> list[Finding]:
     for app in processes.apps:
         if app.category in _JUDGED_OUT or app.cpu_percent is None:
             continue
+        if app.category is Category.INFERENCE and not processes.engine_identified:
+            continue  # may be the measured engine: `_other_engines` says so, never "stop it"
         if app.cpu_percent <= t.app_cpu_warn:
             continue
         fail = app.cpu_percent > t.app_cpu_fail
@@ -306,6 +325,21 @@ def _vm_and_paging(system: SystemSample, t: Thresholds) -> list[Finding]:
 
 
 def _other_engines(processes: ProcessSample) -> list[Finding]:
+    if not processes.engine_identified:
+        return [
+            Finding(
+                "possible-engine",
+                Level.INFO,
+                app.cpu_percent,
+                None,
+                "% CPU",
+                f"an inference engine is running: {_who(app)}; it may be the measured engine,"
+                " whose processes were not identified (its CPU is counted as background)",
+                REMEDY_UNIDENTIFIED,
+            )
+            for app in processes.apps
+            if app.category is Category.INFERENCE
+        ]
     return [
         Finding(
             "other-engine",
@@ -319,3 +353,27 @@ def _other_engines(processes: ProcessSample) -> list[Finding]:
         for app in processes.apps
         if app.category is Category.INFERENCE
     ]
+
+
+def _container(system: SystemSample) -> list[Finding]:
+    """INFO: the cgroup limits the percentages are relative to, and limits that could not be
+    read (then the host's size is used, and the finding says so)."""
+    out = []
+    cpus, mem = system.cpu_quota, system.memory_limit
+    if cpus is not None or mem is not None:
+        parts = [f"{cpus:.1f} CPUs" if cpus is not None else "no CPU quota"]
+        parts.append(f"memory limit {mem / 1024**3:.3g} GiB" if mem is not None else "no memory limit")
+        out.append(Finding(
+            "container-limits", Level.INFO, cpus, None, "CPUs",
+            f"running under cgroup limits ({', '.join(parts)}): CPU and memory figures are"
+            " percentages of these limits, not of the host",
+            "nothing to do",
+        ))
+    for problem in system.limit_problems:
+        out.append(Finding(
+            "container-limits-unknown", Level.INFO, None, None, "",
+            f"a container limit could not be read ({problem}): figures use the host's size"
+            " for it",
+            "nothing to do; if llmtop runs in a container, report this with the file's content",
+        ))
+    return out

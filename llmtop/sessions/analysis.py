@@ -1,18 +1,25 @@
-"""Analysis of a bench run from its request records alone (so a report is reproducible from
-the session log): per-request bench status, per prompt size statistics, drift, verdict.
+"""Analysis of a bench run from its log records alone (so a report is reproducible from the
+session log): per-request bench status, per prompt size statistics, drift, verdict; then what
+the reports show beside it: which app slowed the slow requests, the relay's overhead in a
+--compare-relay run, the probe samples' noise and GPU figures.
 
-Works on the JSON request records of the log (see log.py), never on live objects.
+Works on the typed records of the log (records.py), never on live objects. Everything that
+computes lives here; report.py only renders.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT, Drift, Summary, drift, sparkline, summarize
+from llmtop.engines.events import ServerStats, Status
+from llmtop.sessions.attribution import Attribution, attribute
+from llmtop.sessions.records import ProbeRecord, RequestRecord
+from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT, Drift, Summary, drift, percentile, summarize
+from llmtop.sessions.textfmt import sparkline
 
 # (key in the request's "metrics", label, unit, higher_is_better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (
@@ -27,7 +34,7 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
 )
 
 # Thresholds chosen by llmtop (documented in README):
-TRUNCATED_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt size → the server cut it
+PROMPT_CUT_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt tokens: the server cut it
 CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → a cache hit
 COLD_START_MS = 1000.0  # load_duration over 1 s ...
 COLD_START_FACTOR = 10.0  # ... or over 10 × the warm median (and over 50 ms) is a (re)load
@@ -36,60 +43,65 @@ TIMING_GAP_SHARE = 0.25  # total − load − prompt eval − eval over 25 % of 
 
 
 class BenchStatus(StrEnum):
-    """A bench request's status; only OK requests enter the statistics."""
+    """A bench request's status; only OK requests enter the statistics.
+
+    Derived when a log is read, never written into it, so a value can change without a log
+    format bump. PROMPT_CUT was called TRUNCATED, value "truncated", until the typed records
+    came (a name that clashed with `Status.TRUNCATED`, a stream without a done chunk).
+    Reports now say "prompt-cut"; `BenchStatus("truncated")`, as in an older report's CSV or
+    JSON, still reads as PROMPT_CUT.
+    """
 
     OK = "ok"
     ERROR = "error"
-    TRUNCATED = "truncated"  # the server evaluated far fewer prompt tokens than calibrated
+    PROMPT_CUT = "prompt-cut"  # the server evaluated far fewer prompt tokens than calibrated
     CACHED = "cached"  # the server evaluated far fewer tokens than sent (prefix cache)
     NO_GENERATION = "no-generation"
     DEGENERATE = "degenerate"  # < 2 output tokens or non-positive durations
     COLD_START = "cold-start"  # the model was (re)loaded inside a measured request
 
-
-def _stats(record: Mapping[str, Any]) -> dict[str, Any]:
-    return record.get("stats") or {}
-
-
-def _metric(record: Mapping[str, Any], key: str) -> float | None:
-    value = (record.get("metrics") or {}).get(key)
-    return float(value) if isinstance(value, int | float) else None
+    @classmethod
+    def _missing_(cls, value: object) -> BenchStatus | None:
+        return cls.PROMPT_CUT if value == "truncated" else None
 
 
-def first_pass_status(record: Mapping[str, Any], expected_prompt_tokens: float | None) -> tuple[BenchStatus, str]:
+def first_pass_status(
+    record: RequestRecord, expected_prompt_tokens: float | None
+) -> tuple[BenchStatus, str]:
     """Status of one request judged on its own (the cached and cold-start checks need the
     whole run: see `analyze`). Returns (status, reason; "" for ok)."""
-    status = record.get("status")
-    if status in ("error", "truncated", "cancelled"):
-        return BenchStatus.ERROR, record.get("error") or f"request {status}"
-    if status == "no-generation":
-        return BenchStatus.NO_GENERATION, "the server loaded the model but generated nothing (done_reason load)"
-    s = _stats(record)
-    count = s.get("prompt_eval_count")
-    if expected_prompt_tokens and count is not None and count < TRUNCATED_FRACTION * expected_prompt_tokens:
-        return BenchStatus.TRUNCATED, (
-            f"the server evaluated {count} prompt tokens, calibration predicts ~{expected_prompt_tokens:.0f}: "
+    if record.status in (Status.ERROR, Status.TRUNCATED, Status.CANCELLED):
+        return BenchStatus.ERROR, record.error or f"request {record.status}"
+    if record.status == Status.NO_GENERATION:
+        return BenchStatus.NO_GENERATION, (
+            "the server loaded the model but generated nothing (done_reason load)"
+        )
+    s = record.stats or ServerStats()
+    count = s.prompt_eval_count
+    expected = expected_prompt_tokens
+    if expected and count is not None and count < PROMPT_CUT_FRACTION * expected:
+        return BenchStatus.PROMPT_CUT, (
+            f"the server evaluated {count} prompt tokens, calibration predicts ~{expected:.0f}: "
             "it cut the prompt — raise num_ctx"
         )
-    eval_count = s.get("eval_count")
-    if eval_count is None or eval_count < 2:
-        return BenchStatus.DEGENERATE, f"{eval_count or 0} output token(s): no decode rate can be measured"
-    for name in ("eval_duration", "prompt_eval_duration"):
-        if not s.get(name) or s[name] <= 0:
-            if name == "prompt_eval_duration":
-                return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
-            return BenchStatus.DEGENERATE, f"{name} missing or not positive"
+    if s.eval_count is None or s.eval_count < 2:
+        return BenchStatus.DEGENERATE, (
+            f"{s.eval_count or 0} output token(s): no decode rate can be measured"
+        )
+    if not s.eval_duration or s.eval_duration <= 0:
+        return BenchStatus.DEGENERATE, "eval_duration missing or not positive"
+    if not s.prompt_eval_duration or s.prompt_eval_duration <= 0:
+        return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
     return BenchStatus.OK, ""
 
 
-def timing_gap_share(record: Mapping[str, Any]) -> float | None:
+def timing_gap_share(record: RequestRecord) -> float | None:
     """(total − load − prompt eval − eval) / total, from the server's own durations."""
-    s = _stats(record)
-    total = s.get("total_duration")
-    if not total:
+    s = record.stats
+    if s is None or not s.total_duration:
         return None
-    parts = sum(s.get(k) or 0 for k in ("load_duration", "prompt_eval_duration", "eval_duration"))
-    return (total - parts) / total
+    parts = (s.load_duration or 0) + (s.prompt_eval_duration or 0) + (s.eval_duration or 0)
+    return (s.total_duration - parts) / s.total_duration
 
 
 @dataclass
@@ -102,7 +114,7 @@ class RequestVerdict:
     status: BenchStatus
     reason: str
     timing_gap_share: float | None
-    record: Mapping[str, Any] = field(repr=False)
+    record: RequestRecord = field(repr=False)
 
 
 @dataclass
@@ -147,12 +159,12 @@ class Analysis:
 
     sizes: list[SizeAnalysis]
     drift_threshold_pct: float
-    load_requests: list[Mapping[str, Any]] = field(default_factory=list)  # phase "load" records
+    load_requests: list[RequestRecord] = field(default_factory=list)  # phase "load" records
 
     @property
     def load_ms(self) -> float | None:
         """The model load the run paid (the first request's load_duration), in ms."""
-        loads = [float(x) for r in self.load_requests if (x := (r.get("metrics") or {}).get("load_ms")) is not None]
+        loads = [x for r in self.load_requests if (x := r.metrics.load_ms) is not None]
         return max(loads) if loads else None
 
     @property
@@ -187,35 +199,48 @@ class Analysis:
 
 
 def analyze(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[RequestRecord],
     expected_tokens: Mapping[int, float] | None = None,
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT,
 ) -> Analysis:
-    """Analyse bench request records (`type == "request"` with `phase`, `index`,
-    `prompt_tokens_target`); `expected_tokens` maps a target to the calibrated token count."""
+    """Analyse bench request records (with `phase`, `index`, `prompt_tokens_target`; an
+    interactive session's have none and count as measured); `expected_tokens` maps a target
+    to the calibrated token count."""
     expected_tokens = expected_tokens or {}
     by_size: dict[tuple[int | None, str | None], list[RequestVerdict]] = {}
     load_requests = []
     for rec in records:
-        if rec.get("type") != "request":
-            continue
-        if rec.get("phase") == "load":
+        if rec.phase == "load":
             load_requests.append(rec)
             continue
-        target = rec.get("prompt_tokens_target")
+        target = rec.prompt_tokens_target
         status, reason = first_pass_status(rec, expected_tokens.get(target) if target else None)
         verdict = RequestVerdict(
-            index=int(rec.get("index", rec.get("id", 0))),
-            phase=str(rec.get("phase", "measure")),
+            index=rec.position,
+            phase=rec.phase or "measure",
             prompt_tokens_target=target,
             status=status,
             reason=reason,
             timing_gap_share=timing_gap_share(rec),
             record=rec,
         )
-        by_size.setdefault((target, rec.get("path")), []).append(verdict)
-    sizes = [_analyze_size(key[0], reqs, drift_threshold_pct, key[1]) for key, reqs in by_size.items()]
-    return Analysis(sizes=sizes, drift_threshold_pct=drift_threshold_pct, load_requests=load_requests)
+        by_size.setdefault((target, rec.path), []).append(verdict)
+    sizes = [
+        _analyze_size(target, reqs, drift_threshold_pct, path)
+        for (target, path), reqs in by_size.items()
+    ]
+    return Analysis(sizes, drift_threshold_pct, load_requests)
+
+
+def calibrated_tokens(calibration: Mapping[str, Any] | None) -> dict[int, float]:
+    """Calibrated prompt tokens per target from a log's calibration record ({} without one,
+    and a target whose point has no numeric "tokens" is left out)."""
+    targets = (calibration or {}).get("targets") or {}
+    return {
+        int(t): float(p["tokens"])
+        for t, p in targets.items()
+        if str(t).isdigit() and isinstance(p, Mapping) and isinstance(p.get("tokens"), int | float)
+    }
 
 
 def _analyze_size(
@@ -225,7 +250,7 @@ def _analyze_size(
     _mark_cold_starts(measured)
     _mark_cached(measured)
     ok = [r for r in measured if r.status == BenchStatus.OK]
-    series = {key: [_metric(r.record, key) for r in ok] for key, *_ in METRICS}
+    series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
     summaries = {key: summarize(values) for key, values in series.items()}
     drifts = {
         key: drift(series[key], higher_is_better=better, threshold_pct=threshold) for key, _l, _u, better in METRICS
@@ -234,7 +259,7 @@ def _analyze_size(
 
 
 def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
-    loads = [(_stats(r.record).get("load_duration") or 0) / 1e6 for r in requests]
+    loads = [((r.record.stats or ServerStats()).load_duration or 0) / 1e6 for r in requests]
     if not loads:
         return
     warm = statistics.median(loads)
@@ -247,9 +272,9 @@ def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
 def _mark_cached(requests: list[RequestVerdict]) -> None:
     per_token = {}
     for r in requests:
-        s = _stats(r.record)
-        if s.get("prompt_eval_count") and s.get("prompt_eval_duration"):
-            per_token[id(r)] = s["prompt_eval_duration"] / s["prompt_eval_count"]
+        s = r.record.stats
+        if s is not None and s.prompt_eval_count and s.prompt_eval_duration:
+            per_token[id(r)] = s.prompt_eval_duration / s.prompt_eval_count
     if len(per_token) < 3:
         return
     median = statistics.median(per_token.values())
@@ -261,3 +286,139 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
                 f"prefill took {value / 1e6:.3f} ms/token, under {CACHED_FRACTION:.0%} of the run's median "
                 f"{median / 1e6:.3f} ms/token: most of the prompt came from the cache"
             )
+
+
+# ---------------------------------------------------------------------- beside the statistics
+
+# Which drifted metric decides "slow" for attribution, most telling first: decode rate is
+# where the source's browser showed (−30.8 %); overhead, a small difference, comes last.
+ATTRIBUTION_ORDER = (
+    "server_decode_tps", "client_decode_tps", "tpot_ms", "ttft_ms", "prompt_eval_ms",
+    "server_prefill_tps", "e2e_ms", "overhead_ms",
+)
+SLOW_MARGIN = 0.05  # slower than the first-5 median by over 5 %: the drift threshold's default
+
+
+def size_key(size: SizeAnalysis) -> int | str | None:
+    """How a size is keyed in attributions: its target, or "target:path" in a relay
+    comparison."""
+    return size.target if size.path is None else f"{size.target}:{size.path}"
+
+
+def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
+    """For a drifted size: the first drifted metric in ATTRIBUTION_ORDER, whether higher is
+    better for it, and the ids of the ok requests worse than its first-5 median by more than
+    SLOW_MARGIN. None when no metric drifted (or the drifted one has no first median)."""
+    drifted = [key for key in ATTRIBUTION_ORDER if size.drifts[key].worse]
+    if not drifted:
+        return None
+    key = drifted[0]
+    better = next(b for k, _l, _u, b in METRICS if k == key)
+    base = size.drifts[key].first_median
+    if base is None:
+        return None
+    limit = SLOW_MARGIN * abs(base)
+    slow = set()
+    for r in size.ok:
+        value = r.record.metric(key)
+        if value is None:
+            continue
+        if (better and value < base - limit) or (not better and value > base + limit):
+            slow.add(r.record.id)
+    return key, better, slow
+
+
+def attribute_size(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> Attribution:
+    """Which app likely slowed this size's slow requests: the drift's slow requests when it
+    drifted (`slow_by_drift`), else attribution's own outlier rule."""
+    requests = [r.record for r in size.ok]
+    by_drift = slow_by_drift(size)
+    if by_drift is not None:
+        key, better, slow = by_drift
+        return attribute(requests, probes, key, better, slow_ids=slow)
+    return attribute(requests, probes)
+
+
+@dataclass(frozen=True)
+class RelayComparison:
+    """Paired direct vs relayed requests of one prompt size (a --compare-relay run).
+
+    pairs: pairs where both requests were ok. ttft_diff_*: relay − direct client TTFT, ms
+    (median and the interquartile range, stats.percentile). overhead_*: median client TTFT
+    − (load + server prefill) per path, ms. decode_*: median client decode rate, tok/s.
+    """
+
+    target: int | None
+    pairs: int
+    ttft_diff_median: float | None
+    ttft_diff_p25: float | None
+    ttft_diff_p75: float | None
+    overhead_direct: float | None
+    overhead_relay: float | None
+    decode_direct: float | None
+    decode_relay: float | None
+
+
+def _ttft_by_pair(size: SizeAnalysis) -> dict[int, float]:
+    return {
+        r.record.pair if r.record.pair is not None else r.index: ttft
+        for r in size.ok
+        if (ttft := r.record.metrics.ttft_ms) is not None
+    }
+
+
+def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
+    """Pair each relayed request with the direct one of the same pair index and size."""
+    out = []
+    for target in dict.fromkeys(s.target for s in analysis.sizes if s.path):
+        by_path = {s.path: s for s in analysis.sizes if s.target == target and s.path}
+        direct, relay = by_path.get("direct"), by_path.get("relay")
+        if direct is None or relay is None:
+            continue
+        d, r = _ttft_by_pair(direct), _ttft_by_pair(relay)
+        diffs = [r[i] - d[i] for i in sorted(d.keys() & r.keys())]
+        out.append(RelayComparison(
+            target=target, pairs=len(diffs),
+            ttft_diff_median=statistics.median(diffs) if diffs else None,
+            ttft_diff_p25=percentile(diffs, 25) if diffs else None,
+            ttft_diff_p75=percentile(diffs, 75) if diffs else None,
+            overhead_direct=direct.summaries["overhead_ms"].median,
+            overhead_relay=relay.summaries["overhead_ms"].median,
+            decode_direct=direct.summaries["client_decode_tps"].median,
+            decode_relay=relay.summaries["client_decode_tps"].median,
+        ))
+    return out
+
+
+def noisy_samples(probes: Iterable[ProbeRecord]) -> tuple[int, int]:
+    """(NOISY probe samples, all probe samples) among those taken during a request."""
+    during = [p for p in probes if p.request_id is not None]
+    return sum(1 for p in during if p.noisy), len(during)
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """What the probe samples saw of the GPUs over the whole log (NVML readings).
+
+    util_median: median utilisation %, over every device of every sample (None: no reading).
+    peak_used: the largest memory used by one device in one sample, bytes.
+    """
+
+    util_median: float | None = None
+    peak_used: int | None = None
+
+
+def gpu_usage(probes: Iterable[ProbeRecord]) -> GpuUsage:
+    """The GPU figures of a log's probe samples (see GpuUsage)."""
+    devices = [d for p in probes if p.gpu is not None for d in p.gpu.devices]
+    utils = [d.util_percent for d in devices if d.util_percent is not None]
+    used = [d.memory_used for d in devices if d.memory_used is not None]
+    return GpuUsage(statistics.median(utils) if utils else None, max(used) if used else None)
+
+
+def warmup_load_ms(size: SizeAnalysis, analysis: Analysis) -> float | None:
+    """The largest load among the run's first request and this size's warm-ups, ms (None
+    when none of them reported one)."""
+    candidates = [r.record.metrics.load_ms for r in size.warmups] + [analysis.load_ms]
+    loads = [x for x in candidates if x is not None]
+    return max(loads) if loads else None

@@ -1,11 +1,10 @@
-"""Which application was busy while requests were slow? Pure: session-log records in, a named
-culprit (or an honest "nothing stands out") out.
+"""Which application was busy while requests were slow? Pure: typed session-log records
+(records.py) in, a named culprit (or an honest "nothing stands out") out.
 
 The source's false "thermal throttling" was an open browser tab (docs/method.md, "Quiet machine").
 The session log has what is needed to catch that: request records (`id`, `metrics`) and probe
-records tagged with the request they overlapped (`{"type": "probe", "request_id": N, ...}`,
-see log.py). This module compares, per application, its CPU during slow requests with its
-CPU during fast ones.
+records tagged with the request they overlapped (`ProbeRecord.request_id`, see log.py). This
+module compares, per application, its CPU during slow requests with its CPU during fast ones.
 
 Slow requests. Either given (`slow_ids`, e.g. the last-5 window of a drift verdict), or found
 with a robust outlier rule on `metric`: a request is slow when its value is worse than the
@@ -32,9 +31,12 @@ as `Thresholds.app_cpu_warn`). Otherwise no one is named: a suspect is never inv
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from llmtop.engines.events import Status
+from llmtop.sessions.records import AppCpu, ProbeRecord, RequestRecord
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality
 K_SPREAD = 2.0
@@ -131,15 +133,8 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _counted(rec: Mapping[str, Any]) -> bool:
-    if rec.get("type", "request") != "request" or not isinstance(rec.get("id"), int):
-        return False
-    return rec.get("phase", "measure") == "measure" and rec.get("status", "ok") == "ok"
-
-
-def _value(rec: Mapping[str, Any], metric: str) -> float | None:
-    v = (rec.get("metrics") or {}).get(metric)
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+def _counted(rec: RequestRecord) -> bool:
+    return rec.measured and rec.status == Status.OK
 
 
 def robust_slow(
@@ -164,41 +159,93 @@ def robust_slow(
     return slow, med, spread
 
 
-def _request_app_cpu(probes: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+def _request_app_cpu(probes: Iterable[ProbeRecord]) -> dict[str, float | None]:
     """Per app, the mean CPU over one request's probe samples (absent = 0, None skipped;
     None when every reading of a present app was unknown)."""
-    usable = [p for p in probes if _apps(p) is not None]
-    sums: dict[str, list[float]] = {}
-    names = {a["app"] for p in usable for a in _apps(p) or () if _judged(a)}
+    usable = [apps for p in probes if (apps := _apps(p)) is not None]
+    names = {a.app for apps in usable for a in apps}
+    means: dict[str, float | None] = {}
     for name in names:
         readings = []
-        for p in usable:
-            entries = [a for a in _apps(p) or () if a.get("app") == name and _judged(a)]
+        for apps in usable:
+            entries = [a for a in apps if a.app == name]
             if not entries:
                 readings.append(0.0)
                 continue
-            known = [float(a["cpu_percent"]) for a in entries if isinstance(a.get("cpu_percent"), int | float)]
+            known = [a.cpu_percent for a in entries if a.cpu_percent is not None]
             if known:
                 readings.append(sum(known))
-        sums[name] = readings
-    return {name: statistics.fmean(r) if r else None for name, r in sums.items()}
+        means[name] = statistics.fmean(readings) if readings else None
+    return means
 
 
-def _apps(probe: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
-    procs = probe.get("processes")
-    if not isinstance(procs, Mapping) or procs.get("warming_up"):
+def _apps(probe: ProbeRecord) -> list[AppCpu] | None:
+    """The sample's judged apps (llmtop and the engine left out); None when it has no
+    usable process reading (the probe failed, or it was warming up)."""
+    procs = probe.processes
+    if procs is None or procs.warming_up:
         return None
-    apps = procs.get("apps")
-    return apps if isinstance(apps, list) else None
+    return [a for a in procs.apps if a.category not in EXCLUDED_CATEGORIES]
 
 
-def _judged(app: Mapping[str, Any]) -> bool:
-    return isinstance(app.get("app"), str) and app.get("category") not in EXCLUDED_CATEGORIES
+@dataclass(frozen=True)
+class _Split:
+    """Which counted requests are slow and which fast, with the outlier rule's figures."""
+
+    slow: set[int]
+    fast: set[int]
+    median: float | None = None
+    spread: float | None = None
+
+
+def _split(
+    counted: list[RequestRecord], metric: str, higher_is_better: bool,
+    slow_ids: Collection[int] | None, k: float,
+) -> _Split:
+    if slow_ids is not None:
+        ids = {r.id for r in counted}
+        slow = ids & set(slow_ids)
+        return _Split(slow, ids - slow)
+    values = {r.id: v for r in counted if (v := r.metric(metric)) is not None}
+    slow, med, spread = robust_slow(values, higher_is_better, k)
+    return _Split(slow, set(values) - slow, med, spread)
+
+
+def _contrasts(probes: Sequence[ProbeRecord], split: _Split) -> tuple[AppContrast, ...] | None:
+    """Every app's slow vs fast CPU, largest difference first; None when no probe sample
+    overlaps a slow or a fast request."""
+    by_request: dict[int, list[ProbeRecord]] = {}
+    for p in probes:
+        if p.request_id is not None and p.request_id in split.slow | split.fast:
+            by_request.setdefault(p.request_id, []).append(p)
+    cpu = {rid: _request_app_cpu(ps) for rid, ps in by_request.items()}
+    slow_seen = [rid for rid in split.slow if rid in cpu]
+    fast_seen = [rid for rid in split.fast if rid in cpu]
+    if not slow_seen or not fast_seen:
+        return None
+    contrasts = []
+    for name in sorted({name for per in cpu.values() for name in per}):
+        s_vals = [v for rid in slow_seen if (v := cpu[rid].get(name, 0.0)) is not None]
+        f_vals = [v for rid in fast_seen if (v := cpu[rid].get(name, 0.0)) is not None]
+        contrasts.append(AppContrast(name, _mean(s_vals), _mean(f_vals), len(s_vals), len(f_vals)))
+    contrasts.sort(key=lambda c: (c.diff is None, -(c.diff or 0.0), c.app))
+    return tuple(contrasts)
+
+
+def _culprit(per_app: tuple[AppContrast, ...], min_diff: float) -> tuple[str | None, str]:
+    """(the app named, the evidence): the top app when its difference exceeds `min_diff`
+    and no other app ties with it; otherwise no one."""
+    top = per_app[0] if per_app else None
+    if top is None or top.diff is None or top.diff <= min_diff:
+        return None, NOTHING_STANDS_OUT
+    if len(per_app) > 1 and per_app[1].diff == top.diff:
+        return None, NOTHING_STANDS_OUT + f" alone ({top.app} and {per_app[1].app} tie)"
+    return top.app, top.evidence()
 
 
 def attribute(
-    requests: list[dict[str, Any]],
-    probes: list[dict[str, Any]],
+    requests: Sequence[RequestRecord],
+    probes: Sequence[ProbeRecord],
     metric: str = "server_decode_tps",
     higher_is_better: bool = True,
     *,
@@ -208,60 +255,34 @@ def attribute(
 ) -> Attribution:
     """Name the application whose CPU was higher during slow requests than fast ones, or say
     that none stands out (see the module docstring for every rule). Never raises for odd
-    records: those without the needed fields are skipped.
+    records: requests without the metric and probes without a process reading are skipped.
 
-    requests: request records (`id`, `metrics`, optional `phase`/`status`); other record
-    types are ignored. probes: probe records (`request_id`, `processes.apps`).
-    metric / higher_is_better: the figure that decides slow (ignored when `slow_ids` given).
+    requests: the requests to compare; only the measured ones with status ok count.
+    probes: probe records (`request_id`, `processes.apps`).
+    metric / higher_is_better: the figure that decides slow, a RequestMetrics field name
+    (ignored when `slow_ids` given).
     """
-    counted = [r for r in requests if _counted(r)]
-    med = spread = None
-    if slow_ids is not None:
-        ids = [r["id"] for r in counted]
-        slow = {i for i in ids if i in set(slow_ids)}
-        fast = set(ids) - slow
-    else:
-        values = {r["id"]: v for r in counted if (v := _value(r, metric)) is not None}
-        slow, med, spread = robust_slow(values, higher_is_better, k)
-        fast = set(values) - slow
+    split = _split([r for r in requests if _counted(r)], metric, higher_is_better, slow_ids, k)
 
-    def result(culprit: str | None, evidence: str, per_app: tuple[AppContrast, ...] = ()) -> Attribution:
+    def result(
+        culprit: str | None, evidence: str, per_app: tuple[AppContrast, ...] = ()
+    ) -> Attribution:
         return Attribution(
-            culprit, evidence, tuple(sorted(slow)), tuple(sorted(fast)), per_app,
-            metric, higher_is_better, med, spread, min_diff,
+            culprit, evidence, tuple(sorted(split.slow)), tuple(sorted(split.fast)), per_app,
+            metric, higher_is_better, split.median, split.spread, min_diff,
         )
 
-    if not slow:
+    if not split.slow:
         if slow_ids is not None:
             return result(None, "none of the given slow requests is among the counted requests")
-        return result(None, f"no slow requests: every {metric} is within {k:g} × spread of the median")
-    if not fast:
-        return result(None, "every request is slow: there are no fast requests to compare with")
-
-    by_request: dict[int, list[Mapping[str, Any]]] = {}
-    for p in probes:
-        rid = p.get("request_id")
-        if p.get("type", "probe") == "probe" and isinstance(rid, int) and rid in slow | fast:
-            by_request.setdefault(rid, []).append(p)
-    cpu = {rid: _request_app_cpu(ps) for rid, ps in by_request.items()}
-    slow_seen = [rid for rid in slow if rid in cpu]
-    fast_seen = [rid for rid in fast if rid in cpu]
-    if not slow_seen or not fast_seen:
-        return result(None, "no probe samples overlap the slow or the fast requests: cannot attribute")
-
-    names = sorted({name for per in cpu.values() for name in per})
-    contrasts = []
-    for name in names:
-        s_vals = [v for rid in slow_seen if (v := cpu[rid].get(name, 0.0)) is not None]
-        f_vals = [v for rid in fast_seen if (v := cpu[rid].get(name, 0.0)) is not None]
-        contrasts.append(
-            AppContrast(name, _mean(s_vals), _mean(f_vals), len(s_vals), len(f_vals))
+        return result(
+            None, f"no slow requests: every {metric} is within {k:g} × spread of the median"
         )
-    contrasts.sort(key=lambda c: (c.diff is None, -(c.diff or 0.0), c.app))
-    per_app = tuple(contrasts)
-    top = per_app[0] if per_app else None
-    if top is None or top.diff is None or top.diff <= min_diff:
-        return result(None, NOTHING_STANDS_OUT, per_app)
-    if len(per_app) > 1 and per_app[1].diff == top.diff:
-        return result(None, NOTHING_STANDS_OUT + f" alone ({top.app} and {per_app[1].app} tie)", per_app)
-    return result(top.app, top.evidence(), per_app)
+    if not split.fast:
+        return result(None, "every request is slow: there are no fast requests to compare with")
+    per_app = _contrasts(probes, split)
+    if per_app is None:
+        return result(
+            None, "no probe samples overlap the slow or the fast requests: cannot attribute"
+        )
+    return result(*_culprit(per_app, min_diff), per_app)

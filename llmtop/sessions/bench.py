@@ -28,10 +28,11 @@ from llmtop.probes.preflight import run_preflight
 from llmtop.probes.sampler import ProbeSampler
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
-from llmtop.sessions.log import LoadedLog, read_log
+from llmtop.sessions.log import read_log
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.records import RequestRecord, RunLog
 from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 
@@ -82,7 +83,7 @@ class BenchProgress:
     done: int = 0
     total: int = 0
     result: RequestResult | None = None
-    record: dict[str, Any] | None = None
+    record: RequestRecord | None = None
     message: str = ""
 
 
@@ -93,7 +94,7 @@ class BenchOutcome:
     analysis: Analysis
     calibration: Calibration
     log_path: str
-    log: LoadedLog
+    log: RunLog
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -225,7 +226,7 @@ class BenchRunner:
             self.recorder.log.write({"type": "environment", "phase": "end", **await engine_environment(self.conn)})
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
-            analysis = analyze(log.of_type("request"), expected, cfg.drift_threshold_pct)
+            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct)
             self.recorder.log.write(
                 {
                     "type": "summary",

@@ -24,12 +24,15 @@ def cpu_model() -> str:
 
 def environment() -> dict[str, Any]:
     """OS, CPU model and core counts, RAM (bytes), Python version, GPU (NVML when present, with
-    the tool named) and power source, as a JSON-ready dict (every session log's header)."""
+    the tool named), power source and container limits (`container_record`), as a JSON-ready
+    dict (every session log's header)."""
     from llmtop.probes.gpu import GpuProbe
-    from llmtop.probes.system import SystemProbe
+    from llmtop.probes.system import SystemProbe, container_limits
 
     gpu = GpuProbe().sample()
     battery = SystemProbe().sample().on_battery
+    limits = container_limits()
+    host_cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     return {
         "os": f"{platform.system()} {platform.release()}",
         "platform": platform.platform(),
@@ -49,4 +52,20 @@ def environment() -> dict[str, Any]:
             else {"available": False, "reason": gpu.reason}
         ),
         "power": "battery" if battery else ("mains" if battery is False else "unknown (no battery found)"),
+        "container": container_record(limits, host_cores),
+    }
+
+
+def container_record(limits: Any, host_cores: int) -> dict[str, Any] | None:
+    """The cgroup limits as a JSON-ready dict with a one-line description ("container: 2.0
+    CPUs of 16 host cores, memory limit 4 GiB"); None when no CPU quota or memory limit applies
+    (`limits`: a `probes.cgroup.CgroupLimits` or None)."""
+    if limits is None or not limits.limited:
+        return None
+    return {
+        "description": limits.describe(host_cores),
+        "cgroup_version": limits.version,
+        "cpus": limits.cpus,
+        "memory_limit_bytes": limits.memory_bytes,
+        "host_cores": host_cores,
     }

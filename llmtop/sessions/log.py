@@ -9,7 +9,8 @@ Record types (field `type`):
 * "end": `ended_at`, written when a session closes cleanly.
 
 A crash loses at most the line being written: every record is flushed (and fsync'd) on write,
-and the reader skips a torn last line, saying so.
+and the reader skips a torn last line, saying so. `read_log` returns the log as typed records
+(records.py: `RunLog`, `RequestRecord`, `ProbeRecord`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -26,9 +25,18 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import __version__
+from llmtop.sessions.records import Header, ProbeRecord, RecordError, RequestRecord, RunLog
 from llmtop.sessions.request import RequestResult
 
 FORMAT_VERSION = 1
+# History of the format. Bump it when a reader of the previous version would misread a new
+# log; a field that older readers ignore needs no bump, and readers default a missing one
+# (records.py), so every version-1 log reads.
+# 1 (llmtop 0.1): header / request / probe / end records. Added within version 1: bench
+#   logs (calibration, environment, summary, interrupted records; request fields phase,
+#   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
+#   upstream; request path, pair); the header's machine record moved from a bench-only
+#   `machine` field into `environment` for every log (older bench logs have both).
 SUPPORTED_FORMATS = (1,)
 
 
@@ -59,7 +67,11 @@ def request_record(result: RequestResult) -> dict[str, Any]:
         "metrics": result.metrics.to_dict(),
         "content": result.content,
         "thinking": result.thinking,
-        "chunks": [[e.t_ns - result.sent_ns, e.content, e.thinking] for e in result.events if not e.done or e.has_text],
+        "chunks": [
+            [e.t_ns - result.sent_ns, e.content, e.thinking]
+            for e in result.events
+            if not e.done or e.has_text
+        ],
     }
 
 
@@ -100,10 +112,6 @@ class SessionLog:
         except OSError as exc:
             raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
 
-    def write_request(self, result: RequestResult) -> None:
-        """Append a finished request."""
-        self.write(request_record(result))
-
     def write_probe(self, sample: dict[str, Any], request_id: int | None) -> None:
         """Append a probe sample (already JSON-ready), tagged with the overlapping request."""
         self.write({"type": "probe", "request_id": request_id, **sample})
@@ -119,34 +127,54 @@ class SessionLog:
             self._fh = None
 
 
-@dataclass
-class LoadedLog:
-    """A session log read back: the header, the records after it, and any problem lines."""
-
-    header: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def of_type(self, kind: str) -> Iterator[dict[str, Any]]:
-        """The records of one type, in file order."""
-        return (r for r in self.records if r.get("type") == kind)
-
-
-def read_log(path: str | os.PathLike[str]) -> LoadedLog:
-    """Read a session log. Raises LogError for a missing file, a file that is not an llmtop
-    log, or a format version this llmtop cannot read (naming the version it needs).
-    A torn or corrupt line is skipped and reported in `warnings`, never fatal."""
+def read_log(path: str | os.PathLike[str]) -> RunLog:
+    """Read a session log into typed records. Raises LogError for a missing file, a file that
+    is not an llmtop log, or a format version this llmtop cannot read (naming the version it
+    needs). A torn or corrupt line, or a record with a field of the wrong type, is skipped and
+    reported in `warnings` ("line N: …"), never fatal."""
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise LogError(f"cannot read {p}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise LogError(f"{p} is not text (byte {exc.start} is not UTF-8): not an llmtop session log") from exc
-    if not lines:
+        raise LogError(
+            f"{p} is not text (byte {exc.start} is not UTF-8): not an llmtop session log"
+        ) from exc
+    header = _read_header(p, lines[0] if lines else None)
+    requests: list[RequestRecord] = []
+    probes: list[ProbeRecord] = []
+    others: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            warnings.append(f"line {number}: unreadable (torn write?), skipped")
+            continue
+        if not isinstance(record, dict):
+            warnings.append(f"line {number}: not a JSON object, skipped")
+            continue
+        try:
+            if record.get("type") == "request":
+                requests.append(RequestRecord.from_json(line))
+            elif record.get("type") == "probe":
+                probes.append(ProbeRecord.from_json(line))
+            else:
+                others.append(record)
+        except RecordError as exc:
+            warnings.append(f"line {number}: {exc}; skipped")
+    return RunLog(header, tuple(requests), tuple(probes), tuple(others), tuple(warnings))
+
+
+def _read_header(p: Path, line: str | None) -> Header:
+    """The typed header of the log at `p` from its first line; raises LogError."""
+    if line is None:
         raise LogError(f"{p} is empty: not an llmtop session log")
     try:
-        header = json.loads(lines[0])
+        header = json.loads(line)
     except json.JSONDecodeError as exc:
         raise LogError(f"{p} does not start with an llmtop header record: {exc}") from exc
     if not isinstance(header, dict) or header.get("type") != "header":
@@ -154,17 +182,11 @@ def read_log(path: str | os.PathLike[str]) -> LoadedLog:
     fmt = header.get("format")
     if fmt not in SUPPORTED_FORMATS:
         raise LogError(
-            f"{p} is session-log format {fmt!r}, written by llmtop {header.get('llmtop_version', '?')}; "
-            f"this llmtop ({__version__}) reads formats {SUPPORTED_FORMATS}: upgrade llmtop to read it"
+            f"{p} is session-log format {fmt!r}, written by llmtop "
+            f"{header.get('llmtop_version', '?')}; this llmtop ({__version__}) reads formats "
+            f"{SUPPORTED_FORMATS}: upgrade llmtop to read it"
         )
-    loaded = LoadedLog(header=header)
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            loaded.warnings.append(f"line {number}: unreadable (torn write?), skipped")
-            continue
-        loaded.records.append(record)
-    return loaded
+    try:
+        return Header.from_json(line)
+    except RecordError as exc:
+        raise LogError(f"{p}: line 1: {exc}") from exc

@@ -13,6 +13,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
+from llmtop.sessions.records import RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
@@ -50,6 +51,8 @@ class SessionRecorder:
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
@@ -69,13 +72,14 @@ class SessionRecorder:
             self.conn.model, chat_messages(prompt), options=self.options, think=self.think
         )
 
-    def record(self, result: RequestResult, **extra: Any) -> dict[str, Any]:
+    def record(self, result: RequestResult, **extra: Any) -> RequestRecord:
         """Append a finished (or cancelled) request to the log, with `extra` fields (bench
-        phase, index...); returns the record as written."""
+        phase, index...); returns the record as it will read back (records.RequestRecord).
+        Raises RecordError when an `extra` field has the wrong type (after writing it)."""
         self.in_flight = None
         record = request_record(result) | extra
         self.log.write(record)
-        return record
+        return RequestRecord.from_json(record)
 
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""

@@ -8,22 +8,35 @@ request (docs/protocols.md, "The ollama Python client": its streams are lazy).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns
 from typing import Any
 
-from llmtop.engines.events import Failure, ServerStats, Status, StreamEvent
+from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
 from llmtop.sessions.timeline import RequestMetrics, compute_metrics
 
-# The options llmtop sends unless told otherwise (docs/method.md, "Fixed options"), written
-# down (temperature 0 and a seed make runs repeatable; num_ctx as the source's runs).
-DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "seed": 42, "num_predict": 200, "num_ctx": 8192}
+
+class EventText:
+    """The answer and thinking text of a request's `events` (the collector's so far, the
+    result's in full), joined in arrival order."""
+
+    events: Sequence[StreamEvent]
+
+    @property
+    def content(self) -> str:
+        """The answer text."""
+        return "".join(e.content for e in self.events)
+
+    @property
+    def thinking(self) -> str:
+        """The thinking text."""
+        return "".join(e.thinking for e in self.events)
 
 
 @dataclass
-class RequestCollector:
+class RequestCollector(EventText):
     """Accumulates one request's events as they arrive; `finish()` freezes the result.
 
     Kept outside the streaming loop so a caller that is cancelled mid-stream (a new prompt in
@@ -42,16 +55,6 @@ class RequestCollector:
         """Append one event (already stamped by the engine)."""
         self.events.append(event)
 
-    @property
-    def content(self) -> str:
-        """The answer text so far."""
-        return "".join(e.content for e in self.events)
-
-    @property
-    def thinking(self) -> str:
-        """The thinking text so far."""
-        return "".join(e.thinking for e in self.events)
-
     def finish(self, cancelled: bool = False) -> RequestResult:
         """Freeze into a RequestResult with its status and metrics."""
         final = self.events[-1] if self.events and self.events[-1].done else None
@@ -60,7 +63,7 @@ class RequestCollector:
         if cancelled:
             status = Status.CANCELLED
         elif failure is not None:
-            status = Status.TRUNCATED if failure.kind == "truncated" else Status.ERROR
+            status = Status.TRUNCATED if failure.kind == FailureKind.TRUNCATED else Status.ERROR
         elif final is None:
             status = Status.TRUNCATED
         elif stats is not None and stats.done_reason in ("load", "unload") and not any(e.has_text for e in self.events):
@@ -83,7 +86,7 @@ class RequestCollector:
 
 
 @dataclass(frozen=True)
-class RequestResult:
+class RequestResult(EventText):
     """A finished request. `events` keep every chunk's perf_counter_ns stamp (offsets from
     `sent_ns` go to the log); `metrics` are derived (ms, tokens/s); `stats` the server's own."""
 
@@ -98,16 +101,6 @@ class RequestResult:
     status: Status
     failure: Failure | None
     metrics: RequestMetrics
-
-    @property
-    def content(self) -> str:
-        """The full answer text."""
-        return "".join(e.content for e in self.events)
-
-    @property
-    def thinking(self) -> str:
-        """The full thinking text."""
-        return "".join(e.thinking for e in self.events)
 
 
 StreamFactory = Callable[[], AsyncIterator[StreamEvent]]

@@ -108,23 +108,3 @@ def drift(
     change = (last - first) / first * 100.0
     worse = change < -threshold_pct if higher_is_better else change > threshold_pct
     return Drift(first, last, change, worse)
-
-
-SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Sequence[float | None]) -> str:
-    """A text sparkline of an ordered series (missing values as a space)."""
-    xs = _clean(values)
-    if not xs:
-        return ""
-    lo, hi = min(xs), max(xs)
-    span = hi - lo
-    out = []
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(" ")
-        else:
-            level = 0 if span == 0 else round((v - lo) / span * (len(SPARK_BLOCKS) - 1))
-            out.append(SPARK_BLOCKS[level])
-    return "".join(out)

@@ -24,6 +24,15 @@ Definitions follow docs/method.md ("Metrics of one request") and Ollama's docs/a
   source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay).
 
 Every function returns None ("n/a") rather than inventing a value when an input is missing.
+
+Buffered streams (docs/method.md, "Buffered streams"): a server, a proxy or a compressing
+middleware can hold the text back and deliver it in one or a few pieces. The arrival stamps
+then say nothing about decoding: a client TPOT of microseconds and a decode rate of tens of
+thousands of tokens/s, and seconds of "overhead". `buffering()` detects it from the server's
+own counts — far fewer text chunks than `eval_count` tokens, or all the text arriving in a
+small part of `eval_duration` — and then the client TPOT, decode rate and overhead are n/a
+with the reason; TTFT stays, but it is the time to the whole answer, and the server's rates
+stay as they are.
 """
 
 from __future__ import annotations
@@ -37,6 +46,13 @@ from llmtop.engines.events import ServerStats, StreamEvent
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+# A stream is judged buffered only when the server generated enough tokens to tell (8), and
+# then when its text came in fewer chunks than a quarter of its tokens, or arrived within a
+# quarter of the server's decode time. An unbuffered Ollama stream sends about one chunk per
+# token (a multi-byte character can take two tokens), spread over the whole decode time, so a
+# factor of 4 on either side leaves a wide margin against false alarms.
+BUFFERED_MIN_TOKENS = 8
+BUFFERED_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,24 +61,27 @@ class RequestMetrics:
 
     tokens_basis: "eval_count" when `output_tokens` came from the server, "chunks" when it is
     the client's count of text chunks (the server gave no `eval_count`), None with no output.
+    Every field has a default ("n/a", no chunks) so a metrics record read back from an older
+    or partial log (records.py) keeps the fields it has; `compute_metrics` sets them all.
     """
 
-    ttft_ms: float | None
-    ttft_content_ms: float | None  # first non-empty *answer* content (after any thinking)
-    e2e_ms: float | None
-    itl_ms: tuple[float, ...]
-    output_tokens: int | None
-    tokens_basis: str | None
-    text_chunks: int
-    tpot_ms: float | None
-    client_decode_tps: float | None
-    server_prefill_tps: float | None
-    server_decode_tps: float | None
-    load_ms: float | None
-    prompt_eval_ms: float | None
-    eval_ms: float | None
-    total_ms: float | None
-    overhead_ms: float | None
+    ttft_ms: float | None = None
+    ttft_content_ms: float | None = None  # first non-empty *answer* content (after any thinking)
+    e2e_ms: float | None = None
+    itl_ms: tuple[float, ...] = ()
+    output_tokens: int | None = None
+    tokens_basis: str | None = None
+    text_chunks: int = 0
+    tpot_ms: float | None = None
+    client_decode_tps: float | None = None
+    server_prefill_tps: float | None = None
+    server_decode_tps: float | None = None
+    load_ms: float | None = None
+    prompt_eval_ms: float | None = None
+    eval_ms: float | None = None
+    total_ms: float | None = None
+    overhead_ms: float | None = None
+    buffered: str | None = None  # why the stream was judged buffered (client rates n/a); None = not
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the ITL tuple becomes a list)."""
@@ -115,11 +134,38 @@ def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, tokens: int | None) -> 
     return (e2e_ms - ttft_ms) / (tokens - 1)
 
 
-def live_decode_tps(first_text_ns: int | None, last_text_ns: int | None, chunks: int) -> float | None:
-    """Client decode rate so far, in chunks/s: (chunks − 1) / (last − first). None until 2 chunks."""
+def live_chunk_rate(
+    first_text_ns: int | None, last_text_ns: int | None, chunks: int
+) -> float | None:
+    """Text chunks per second so far: (chunks − 1) / (last − first), the live stand-in for the
+    client decode rate (a chunk is not a token; the token rate needs the server's eval_count,
+    known only at the end). None until 2 chunks."""
     if first_text_ns is None or last_text_ns is None or chunks < 2 or last_text_ns <= first_text_ns:
         return None
     return (chunks - 1) * NS_PER_S / (last_text_ns - first_text_ns)
+
+
+def buffering(text_stamps: Sequence[int], stats: ServerStats | None) -> str | None:
+    """Why the stream's text was delivered buffered (see the module docstring), or None.
+
+    text_stamps: perf_counter_ns of each text chunk; stats: the server's counts. Needs
+    `eval_count` ≥ BUFFERED_MIN_TOKENS; otherwise it cannot be told and is None.
+    """
+    tokens = stats.eval_count if stats is not None else None
+    if tokens is None or tokens < BUFFERED_MIN_TOKENS or not text_stamps:
+        return None
+    chunks = len(text_stamps)
+    if chunks < BUFFERED_SHARE * tokens:
+        return (f"{chunks} text chunk{'s' if chunks != 1 else ''} for {tokens} tokens: the "
+                "text was held back and delivered in pieces (by the server or something "
+                "between: a proxy, compression, a tool-calling mode)")
+    decode_ns = stats.eval_duration if stats is not None else None
+    span_ns = text_stamps[-1] - text_stamps[0]
+    if decode_ns and span_ns < BUFFERED_SHARE * decode_ns:
+        return (f"the text of {tokens} tokens arrived within {span_ns / NS_PER_MS:.1f} ms while "
+                f"the server took {decode_ns / NS_PER_MS:.1f} ms to generate it: it was held "
+                "back and delivered in a burst")
+    return None
 
 
 def compute_metrics(
@@ -132,7 +178,8 @@ def compute_metrics(
     stats: the server's statistics (defaults to those on the done event).
 
     E2E is measured to the done event; a stream without one (failure, truncation) has
-    E2E None, because the response never completed.
+    E2E None, because the response never completed. A buffered stream (`buffering`) has
+    client TPOT, client decode rate and overhead None, and `buffered` says why.
     """
     if stats is None:
         stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
@@ -152,11 +199,12 @@ def compute_metrics(
     else:
         tokens, basis = None, None
 
-    tpot = tpot_ms(ttft, e2e, tokens)
+    buffered = buffering(text_stamps, stats)
+    tpot = tpot_ms(ttft, e2e, tokens) if buffered is None else None
     load = ns_to_ms(stats.load_duration) if stats else None
     prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
     overhead = None
-    if ttft is not None and load is not None and prompt_eval is not None:
+    if ttft is not None and load is not None and prompt_eval is not None and buffered is None:
         overhead = ttft - (load + prompt_eval)
 
     return RequestMetrics(
@@ -176,5 +224,6 @@ def compute_metrics(
         eval_ms=ns_to_ms(stats.eval_duration) if stats else None,
         total_ms=ns_to_ms(stats.total_duration) if stats else None,
         overhead_ms=overhead,
+        buffered=buffered,
     )
 

@@ -137,7 +137,8 @@ class LlmtopApp(App[int]):
         """Connect (or start the embedded engine) without blocking the UI."""
         s = self.settings
         try:
-            conn = self._injected or await connect(s.engine, s.host, s.model, s.model_path, s.via, s.relay_url)
+            conn = self._injected or await connect(
+                s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids)
         except EngineError as exc:
             self.connect_failure = exc
             self.exit_code = exit_code_for(exc.failure.kind)

@@ -3,7 +3,7 @@
 `on_progress` / `on_event` are the runner's callbacks: they only update fields and set dirty
 flags; the screen's render timer draws what is dirty. Rows come from the runner's own results
 (client stamps and the server's statistics); after the run, `finish` re-marks each row with
-the analysis' status (cached, cold start, truncated… are only known from the whole run).
+the analysis' status (cached, cold start, prompt cut… are only known from the whole run).
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ class BenchState:
         return "\n".join(lines)
 
     def _add_row(self, p: BenchProgress) -> None:
-        result, record = p.result, p.record or {}
-        assert result is not None
+        result, record = p.result, p.record
+        assert result is not None and record is not None  # the runner sends both at the end
         status, reason = first_pass_status(record, None)
         m = result.metrics
         self.rows.append(
@@ -179,11 +179,6 @@ class BenchState:
         if changed:
             self.series_dirty = self.summary_dirty = True
         return changed
-
-    @property
-    def noisy_rows(self) -> list[BenchRow]:
-        """The requests during which a probe sample was NOISY."""
-        return [r for r in self.rows if r.noisy]
 
     def finish(self, outcome: BenchOutcome, report_md: str) -> None:
         """The run ended normally: keep the outcome and re-mark rows with the analysis."""

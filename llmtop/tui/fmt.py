@@ -3,10 +3,12 @@ for CPU readings that need a second sample), never as a made-up 0."""
 
 from __future__ import annotations
 
-NA = "n/a"
+from llmtop.sessions.textfmt import NA, size, spark_cell
+
+__all__ = ["NA", "WARMING", "bar", "ms", "pct", "rate", "size", "spark_char"]
+
 WARMING = "warming up"
 _BLOCKS = " ▏▎▍▌▋▊▉█"
-_SPARK = "▁▂▃▄▅▆▇█"
 
 
 def ms(value: float | None, digits: int = 1) -> str:
@@ -24,18 +26,6 @@ def pct(value: float | None) -> str:
     return WARMING if value is None else f"{value:.1f} %"
 
 
-def size(n_bytes: float | None) -> str:
-    """Bytes in binary units, e.g. "1.2 GiB"."""
-    if n_bytes is None:
-        return NA
-    value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
-        value /= 1024
-    return NA  # unreachable
-
-
 def bar(percent: float | None, width: int) -> str:
     """A horizontal bar `width` cells wide for 0–100 %, with eighth-cell resolution."""
     if percent is None:
@@ -47,7 +37,5 @@ def bar(percent: float | None, width: int) -> str:
 
 
 def spark_char(percent: float | None) -> str:
-    """One cell for 0–100 % ("▁" … "█"); "·" when unknown."""
-    if percent is None:
-        return "·"
-    return _SPARK[min(len(_SPARK) - 1, int(max(0.0, percent) / 100.0 * len(_SPARK)))]
+    """One sparkline cell for 0–100 % (`textfmt.spark_cell`); "·" when unknown."""
+    return spark_cell(percent, 0.0, 100.0, missing="·")

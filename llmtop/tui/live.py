@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.sessions.request import RequestCollector, RequestResult
-from llmtop.sessions.timeline import NS_PER_MS, live_decode_tps
+from llmtop.sessions.timeline import NS_PER_MS, live_chunk_rate
 
 THINKING = "thinking"
 CONTENT = "content"
@@ -110,8 +110,8 @@ class LiveRequest:
 
     @property
     def live_decode_cps(self) -> float | None:
-        """Client decode rate so far, text chunks/s (`timeline.live_decode_tps`)."""
-        return live_decode_tps(self.first_text_ns, self.last_text_ns, self.chunks)
+        """Client decode rate so far, text chunks/s (`timeline.live_chunk_rate`)."""
+        return live_chunk_rate(self.first_text_ns, self.last_text_ns, self.chunks)
 
 
 def request_span_ns(sent_ns: int, result: RequestResult | None) -> tuple[int, int | None]:

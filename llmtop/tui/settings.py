@@ -39,6 +39,7 @@ class TuiSettings:
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     probes: bool = True
     thresholds: Any = None  # verdict.Thresholds from the config file; None = the defaults
+    engine_pids: tuple[int, ...] = ()  # --engine-pid / [engine] pids: the measured engine
     bench_requests: int = BenchConfig.requests
     bench_warmup: int = BenchConfig.warmup
     bench_prompt_tokens: tuple[int, ...] = BenchConfig.prompt_tokens

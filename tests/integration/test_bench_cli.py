@@ -29,13 +29,13 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     (cal,) = loaded.of_type("calibration")
     point = cal["targets"]["64"]
     assert abs(point["tokens"] - 64) <= 0.05 * 64 and cal["template_tokens"] > 0
-    requests = list(loaded.of_type("request"))
+    requests = loaded.requests
     # a first short request pays any model load, then 1 warm-up and 8 measured requests
-    assert [r["phase"] for r in requests] == ["load", "warmup"] + ["measure"] * 8
+    assert [r.phase for r in requests] == ["load", "warmup"] + ["measure"] * 8
     bench = requests[1:]
-    assert len({r["prompt"] for r in bench}) == 9  # every prompt differs
-    assert all(r["options"] == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in bench)
-    assert list(loaded.of_type("probe")), "probe samples are logged during the run"
+    assert len({r.prompt for r in bench}) == 9  # every prompt differs
+    assert all(r.options == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in bench)
+    assert loaded.probes, "probe samples are logged during the run"
     # the result row: every cell filled
     row = next(line for line in md.splitlines() if line.startswith("| 64 tok"))
     cells = [c.strip() for c in row.strip("|").split("|")]

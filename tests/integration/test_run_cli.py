@@ -39,10 +39,10 @@ def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
     # the first request loaded the model; the second found it loaded
     assert first["load_ms"] > 100 and second["load_ms"] < first["load_ms"] / 10
     loaded = read_log(runs[1]["log"])
-    assert loaded.header["model"] == "gemma3:270m" and loaded.header["environment"]["cpu_cores_logical"] >= 1
-    (req,) = loaded.of_type("request")
-    assert req["stats"]["eval_count"] == 24 and len(req["chunks"]) >= 1
-    assert list(loaded.of_type("probe")), "probe samples are logged with the request"
+    assert loaded.header.model == "gemma3:270m" and loaded.header.environment["cpu_cores_logical"] >= 1
+    (req,) = loaded.requests
+    assert req.stats is not None and req.stats.eval_count == 24 and len(req.chunks) >= 1
+    assert loaded.probes, "probe samples are logged with the request"
 
 
 def test_run_text_mode_starts_and_stops_its_own_engine(tmp_path):

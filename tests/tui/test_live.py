@@ -6,6 +6,7 @@ from llmtop.engines.events import StreamEvent
 from llmtop.sessions.request import RequestCollector
 from llmtop.tui import fmt
 from llmtop.tui.live import CONTENT, THINKING, LiveRequest
+from llmtop.tui.widgets.metrics_strip import live_texts
 
 MS = 1_000_000
 
@@ -24,11 +25,17 @@ def test_live_numbers_from_stamps() -> None:
     assert live.chunks == 3
     assert live.live_decode_cps == 40.0  # 2 gaps in 50 ms
     assert live.parts == [(THINKING, ["hm"]), (CONTENT, ["a", "b"])]
+    # the metrics strip's live row from the same figures
+    assert {wid: str(text) for wid, text in live_texts(live).items()} == {
+        "ttft": "TTFT 100.0 ms",
+        "count": "chunks 3",
+        "decode": "decode 40.0 chunk/s",
+    }
 
 
 def test_formatters_never_invent_zero() -> None:
     assert fmt.pct(None) == "warming up"
     assert fmt.ms(None) == "n/a" and fmt.ms(123.44) == "123.4 ms"
     assert fmt.rate(None) == "n/a"
-    assert fmt.size(1536) == "2 KiB" and fmt.size(3 * 1024**3) == "3.0 GiB"
+    assert fmt.size(1536) == "1.5 KiB" and fmt.size(3 * 1024**3) == "3.0 GiB"
     assert fmt.bar(50.0, 4) == "██  " and fmt.bar(None, 3) == "···"

@@ -3,18 +3,21 @@
 import csv
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
+from llmtop.engines.events import Status
 from llmtop.sessions.analysis import BenchStatus, analyze, first_pass_status
 from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.report import build, render
+from llmtop.sessions.records import RequestRecord
+from llmtop.sessions.report import build, md_table, render
 from tests.unit.test_stats import CONTAMINATED
 
 MS = 1_000_000
 
 
-def record(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, prompt_eval_count=195,
+def record_json(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, prompt_eval_count=195,
            prompt_eval_ms=796.1, eval_count=100, status="ok"):
     eval_duration = round(eval_count / decode_tps * 1e9)
     stats = {"load_duration": round(load_ms * MS), "prompt_eval_count": prompt_eval_count,
@@ -29,9 +32,17 @@ def record(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, pro
             "status": status, "error": None if status == "ok" else "boom", "stats": stats, "metrics": metrics}
 
 
+def record(index, decode_tps=21.9, **kwargs):
+    return RequestRecord.from_json(record_json(index, decode_tps, **kwargs))
+
+
+def contaminated_json():
+    warm = record_json(0, phase="warmup", load_ms=2100.0, ttft=2950.0)
+    return [warm] + [record_json(i + 1, tps) for i, tps in enumerate(CONTAMINATED)]
+
+
 def contaminated_run():
-    warm = record(0, phase="warmup", load_ms=2100.0, ttft=2950.0)
-    return [warm] + [record(i + 1, tps) for i, tps in enumerate(CONTAMINATED)]
+    return [RequestRecord.from_json(r) for r in contaminated_json()]
 
 
 def test_source_contaminated_run_is_flagged():
@@ -51,11 +62,16 @@ def test_flat_run_is_clean():
 
 
 def test_statuses():
-    assert first_pass_status(record(1, prompt_eval_count=120), 198)[0] == BenchStatus.TRUNCATED
+    assert first_pass_status(record(1, prompt_eval_count=120), 198)[0] == BenchStatus.PROMPT_CUT
     assert "raise num_ctx" in first_pass_status(record(1, prompt_eval_count=120), 198)[1]
     assert first_pass_status(record(1, eval_count=1), 198)[0] == BenchStatus.DEGENERATE
     assert first_pass_status(record(1, status="error"), 198)[0] == BenchStatus.ERROR
-    assert first_pass_status({**record(1), "status": "no-generation"}, 198)[0] == BenchStatus.NO_GENERATION
+    assert first_pass_status(replace(record(1), status=Status.NO_GENERATION), 198)[0] == BenchStatus.NO_GENERATION
+
+
+def test_prompt_cut_is_written_as_such_and_the_old_value_still_reads():
+    assert str(BenchStatus.PROMPT_CUT) == "prompt-cut"
+    assert BenchStatus("truncated") is BenchStatus.PROMPT_CUT  # reports written before the rename
 
 
 def test_cache_hit_and_cold_start_are_excluded_with_reasons():
@@ -81,7 +97,7 @@ def bench_log(tmp_path):
                             "bench": {"drift_threshold_pct": 5.0}, "options": {"temperature": 0}})
     log.write({"type": "calibration", "template_tokens": 26, "targets": {"200": {"words": 105, "tokens": 198}},
                "probes": [[1, 27], [50, 120], [105, 198]], "from_cache": False})
-    for r in contaminated_run():
+    for r in contaminated_json():
         log.write(r)
     log.close()
     return read_log(path)
@@ -117,7 +133,7 @@ def test_unknown_format():
 def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
     path = tmp_path / "bench.jsonl"
     log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m", "bench": {"drift_threshold_pct": 5.0}})
-    for r in contaminated_run():
+    for r in contaminated_json():
         log.write(r)
         # decode drifted from a first-5 median of 22.0: slow = below 22.0 × 0.95 = 20.9 tok/s,
         # i.e. 14 of the 25 (16.9 … 20.3, 19.8, 16.7 … 15.6); chromium burns 38 % during those
@@ -139,3 +155,26 @@ def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
 def test_report_without_a_suspect_says_so(bench_log):
     att = build(bench_log).attributions[200]
     assert att.culprit is None and att.evidence
+
+
+def test_md_table_escapes_pipes_and_line_breaks():
+    lines = md_table(("status", "reason"), [("error", "exit 1 | last lines: a | b\nc"), ("ok", None)])
+    assert lines == [
+        "| status | reason |",
+        "|---|---|",
+        "| error | exit 1 \\| last lines: a \\| b c |",
+        "| ok | n/a |",
+    ]
+    with pytest.raises(ValueError, match="a row of 1 cells under 2 headers"):
+        md_table(("a", "b"), [("only one",)])
+
+
+def test_a_failure_reason_with_a_pipe_stays_in_its_row(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m"})
+    for i in range(3):
+        log.write(record_json(i))
+    log.write({**record_json(3, status="error"), "error": "engine exited | llama: bad magic"})
+    log.close()
+    md = render(build(read_log(path)), "md")
+    assert "| 200 | 4 | error | engine exited \\| llama: bad magic |" in md

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -13,6 +12,7 @@ from llmtop.sessions.attribution import (
     attribute,
     robust_slow,
 )
+from llmtop.sessions.records import ProbeRecord, RequestRecord
 
 # 23 measured requests, ids 1..23. Slow: 8-12 and 19-22 (9 requests, decode 14.0-17.5 tok/s,
 # values from the source's contaminated run); fast: the other 14 (21.9 / 22.0 / 22.1 cycled).
@@ -22,20 +22,22 @@ FAST = [i for i in range(1, 24) if i not in SLOW]
 FAST_TPS = [(21.9, 22.0, 22.1)[n % 3] for n in range(14)]  # 5 × 21.9, 5 × 22.0, 4 × 22.1
 
 
-def request(rid: int, tps: float, phase: str = "measure") -> dict[str, Any]:
-    return {"type": "request", "id": rid, "index": rid, "phase": phase, "status": "ok",
-            "metrics": {"server_decode_tps": tps, "ttft_ms": 1000.0 / tps}}
+def request(rid: int, tps: float, phase: str = "measure") -> RequestRecord:
+    return RequestRecord.from_json({
+        "type": "request", "id": rid, "index": rid, "phase": phase, "status": "ok",
+        "metrics": {"server_decode_tps": tps, "ttft_ms": 1000.0 / tps},
+    })
 
 
-def probe(rid: int | None, apps: list[tuple[str, str, float | None]], warming: bool = False) -> dict[str, Any]:
-    return {
+def probe(rid: int | None, apps: list[tuple[str, str, float | None]], warming: bool = False) -> ProbeRecord:
+    return ProbeRecord.from_json({
         "type": "probe",
         "request_id": rid,
         "processes": {
             "warming_up": warming,
             "apps": [{"app": a, "category": c, "cpu_percent": cpu} for a, c, cpu in apps],
         },
-    }
+    })
 
 
 def records(chromium_slow: tuple[float, float], chromium_fast: tuple[float, float]) -> tuple[list, list]:

@@ -64,9 +64,11 @@ def test_defaults_are_the_ones_defined_once() -> None:
 
 
 def test_tui_settings_carry_the_top_level_flags() -> None:
-    args = parse("--engine", "embedded", "--num-predict", "50", "--relay", "http://r:1")
-    args.thresholds = None
+    args = parse("--engine", "embedded", "--num-predict", "50", "--relay", "http://r:1",
+                 "--engine-pid", "900", "--engine-pid", "901")
+    args.thresholds, args.engine_pids = None, tuple(args.engine_pid)  # as main() loads them
     settings = tui_settings(args)
+    assert settings.engine_pids == (900, 901)
     assert (settings.engine, settings.relay_url, settings.options["num_predict"]) == (
         "embedded", "http://r:1", 50)
     assert (settings.bench_requests, settings.bench_max_tokens) == (25, 100)

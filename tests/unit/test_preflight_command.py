@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,12 +139,13 @@ def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_model
     assert code == 1  # the machine is quiet; the other loaded model makes it NOISY
     data = json.loads(capsys.readouterr().out)
     assert [(f["code"], f["level"]) for f in data["findings"]] == [
-        ("other-models-loaded", "warn"), ("model-loaded", "info")
+        ("other-models-loaded", "warn"), ("engine-identified", "info"), ("model-loaded", "info")
     ]
     assert data["engine"]["checked"] is True and data["engine"]["version"] == "0.0.0-scripted"
     assert data["engine"]["source"] == "/api/ps"
-    # the scripted server runs inside this test process: its listener pid is ours
-    assert isinstance(data["engine"]["pids"], list)
+    # the scripted server runs inside this test process: the listening socket's owner is us
+    assert os.getpid() in data["engine"]["pids"]
+    assert data["engine"]["identity"]["how"] == "socket owner"
 
 
 def test_engine_text_mentions_the_check(capsys: pytest.CaptureFixture[str], two_models: str) -> None:

@@ -91,7 +91,7 @@ def test_unknown_table_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "[threshold]\napp_cpu_warn = 5\n")
     with pytest.raises(ConfigError) as err:
         load_thresholds(path)
-    assert str(err.value) == f"{path}: unknown table or key 'threshold' (known tables: [thresholds])"
+    assert str(err.value) == f"{path}: unknown table or key 'threshold' (known tables: [thresholds], [engine])"
 
 
 def test_thresholds_must_be_a_table(tmp_path: Path) -> None:

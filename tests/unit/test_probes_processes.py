@@ -296,3 +296,82 @@ def test_linux_kernel_threads_are_one_app(monkeypatch):
     assert processes.identify(Ordinary(), "foo").app == "foo"
     monkeypatch.setattr(processes.sys, "platform", "darwin")
     assert processes.identify(KThread(), "kworker/0:1-events").app == "kworker"
+
+
+# --- machines unlike this one: pid 0, a process stuck in the kernel
+
+
+class StuckProc(FakeProc):
+    """Reading its name blocks until `gate` is set, as psutil's read of /proc/<pid>/cmdline
+    does for a process stuck in the kernel."""
+
+    def __init__(self, pid: int, gate: Any) -> None:
+        super().__init__(pid, "stuck")
+        self.gate = gate
+
+    def name(self) -> Any:
+        self.gate.wait()
+        return super().name()
+
+
+def test_pid_0_is_never_an_application(table: dict[int, FakeProc]) -> None:
+    # Windows reports idle time as "System Idle Process", pid 0, at ~100 % per core.
+    table[0] = FakeProc(0, "System Idle Process", cpu=[0.0, 1600.0])
+    table[7] = FakeProc(7, "bash", cpu=[0.0, 1.0])
+    probe = ProcessProbe(self_pids=set())
+    probe.sample()
+    assert [a.app for a in probe.sample().apps] == ["bash"]
+
+
+def test_stuck_process_read_gives_up_then_is_skipped(table: dict[int, FakeProc]) -> None:
+    import threading
+
+    gate = threading.Event()
+    table[7] = FakeProc(7, "bash", cpu=[0.0, 1.0])
+    probe = ProcessProbe(self_pids=set(), read_timeout_s=0.2)
+    probe.sample()
+    table[66] = StuckProc(66, gate)  # appears, and reading its name hangs
+    try:
+        with pytest.raises(procmod.ProbeTimeout, match="reading process 66 took over 0.2 s"):
+            probe.sample()
+        assert probe.stuck == {66}
+        later = probe.sample()  # pid 66 is skipped: the probe works again
+        assert [(a.app, a.cpu_percent) for a in later.apps] == [("bash", 1.0)]
+    finally:
+        gate.set()  # let the abandoned worker thread finish
+
+
+def test_sampler_reports_a_stuck_probe_and_quits_fast(table: dict[int, FakeProc]) -> None:
+    import threading
+    import time
+
+    from llmtop.probes.sampler import ProbeSampler
+    from llmtop.probes.system import SystemProbe
+
+    gate = threading.Event()
+    table[66] = StuckProc(66, gate)
+    probe = ProcessProbe(self_pids=set(), read_timeout_s=0.2)
+    sampler = ProbeSampler(0.05, process_probe=probe, gpu=False, system_probe=SystemProbe(None))
+    try:
+        sample = sampler.sample_once()
+        assert sample.processes is None
+        errors = [f for f in sample.verdict.findings if f.code == "probe-error"]
+        assert len(errors) == 1 and "process 66" in errors[0].message
+        # A probe blocked for good must not hold up quitting: stop() waits at most 0.5 s.
+        blocked = threading.Event()
+
+        class Hung:
+            def sample(self) -> Any:
+                blocked.set()
+                gate.wait()
+
+        hung = ProbeSampler(
+            0.05, process_probe=Hung(), gpu=False, system_probe=SystemProbe(None)  # type: ignore[arg-type]
+        )
+        hung.start()
+        assert blocked.wait(5.0)
+        t0 = time.perf_counter_ns()
+        hung.stop()
+        assert (time.perf_counter_ns() - t0) / 1e9 < 1.0
+    finally:
+        gate.set()

@@ -159,6 +159,7 @@ def test_slow_clock_warns_when_busy_and_informs_when_idle() -> None:
 
 def test_other_engine_is_reported_and_findings_sorted_worst_first() -> None:
     p = procs(app("Ollama", 0.0, Category.INFERENCE), app("Firefox", 200.0, Category.BROWSER))
+    p = dataclasses.replace(p, engine_identified=True)  # so Ollama is another engine
     verdict = evaluate(sys_(cpu_percent=20.0, on_battery=True), p)
     assert codes(verdict) == [
         ("browser-busy", Level.FAIL),

@@ -20,7 +20,7 @@ def bad_gateway() -> Starlette:
     """A proxy that answers 502 to everything (and counts what reached it)."""
     seen: list[str] = []
 
-    async def any_path(request):  # noqa: ANN001, ANN202
+    async def any_path(request):
         seen.append(str(request.url))
         return PlainTextResponse("bad gateway", status_code=502)
 
@@ -53,8 +53,8 @@ def test_a_malformed_ollama_host_is_one_line_not_a_traceback(tmp_path) -> None:
     p = llmtop("run", "--prompt", "hi", env=env)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        "llmtop: OLLAMA_HOST='[::1' cannot be used: '[::1' is not a host name or an IP address "
-        "(e.g. http://127.0.0.1:11434, localhost:11434 or [::1]:11434)"]
+        ("llmtop: OLLAMA_HOST='[::1' cannot be used: '[::1' is not a host name or an IP address "
+        "(e.g. http://127.0.0.1:11434, localhost:11434 or [::1]:11434)")]
     # with --host given, the variable is never read: the scripted engine answers
     with ScriptedUpstream() as engine:
         p = llmtop("--host", engine.url, "run", "--model", "ok", "--prompt", "hi", "--json",

@@ -5,7 +5,7 @@ import pytest
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.sessions.timeline import (
     compute_metrics,
-    live_decode_tps,
+    live_chunk_rate,
     server_decode_tps,
     server_prefill_tps,
 )
@@ -113,10 +113,10 @@ def test_failed_stream_has_no_e2e():
     assert m.ttft_ms == 100.0 and m.e2e_ms is None and m.tpot_ms is None
 
 
-def test_live_decode_rate():
+def test_live_chunk_rate():
     # 5 chunks over 200 ms → 4 gaps / 0.2 s = 20 chunks/s
-    assert live_decode_tps(0, 200 * MS, 5) == pytest.approx(20.0)
-    assert live_decode_tps(0, None, 1) is None
+    assert live_chunk_rate(0, 200 * MS, 5) == pytest.approx(20.0)
+    assert live_chunk_rate(0, None, 1) is None
 
 
 def test_server_stats_never_invent_zero():

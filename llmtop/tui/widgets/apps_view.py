@@ -14,14 +14,21 @@ BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
 
 
-def apps_text(processes: ProcessSample | None, cost_ms: float | None = None) -> Text:
+def apps_text(
+    processes: ProcessSample | None, cost_ms: float | None = None, stale_s: float | None = None
+) -> Text:
     """Top TOP_N apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
 
-    A None CPU reading is "warming up" (psutil needs two readings), never 0.0.
+    A None CPU reading is "warming up" (psutil needs two readings), never 0.0. `stale_s`: the
+    processes come from an earlier sample, this many seconds old (the last read gave up);
+    a "stale" line says so above them.
     """
     if processes is None:
         return Text("process probe failed (see the verdict)", style="red")
-    text = Text.assemble(("top apps      CPU (% of 1 core)  RSS", "bold underline"))
+    text = Text()
+    if stale_s is not None:
+        text.append(f"stale: process data from {stale_s:.1f} s ago\n", style="bold yellow")
+    text.append("top apps      CPU (% of 1 core)  RSS", style="bold underline")
     others = [a for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE)]
     for app in others[:TOP_N]:
         mark = BROWSER_MARK if app.is_browser else "  "
@@ -38,7 +45,7 @@ def apps_text(processes: ProcessSample | None, cost_ms: float | None = None) -> 
     text.append(fmt.pct(processes.self_cpu_percent), style="bold")
     text.append("\nengine:        ")
     if processes.engine_cpu_percent is None:
-        text.append("n/a (not a child of llmtop)", style="dim")
+        text.append("n/a (not identified)", style="dim")
     else:
         text.append(fmt.pct(processes.engine_cpu_percent), style="bold")
     if cost_ms is not None:
@@ -49,6 +56,11 @@ def apps_text(processes: ProcessSample | None, cost_ms: float | None = None) -> 
 class AppsView(QuietStatic):
     """Shows `apps_text` of the latest probe sample."""
 
-    def show(self, processes: ProcessSample | None, cost_ms: float | None = None) -> None:
-        """Render one sample's process part."""
-        self.set_text(apps_text(processes, cost_ms))
+    def show(
+        self,
+        processes: ProcessSample | None,
+        cost_ms: float | None = None,
+        stale_s: float | None = None,
+    ) -> None:
+        """Render one sample's process part (`stale_s`: see `apps_text`)."""
+        self.set_text(apps_text(processes, cost_ms, stale_s))

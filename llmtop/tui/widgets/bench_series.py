@@ -9,17 +9,17 @@ warm-up (a model load) does not flatten the rest; values outside that range are 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.widget import Widget
 
+from llmtop.sessions.textfmt import num, spark_cell
 from llmtop.tui.bench_state import WARMUP, BenchRow
 
-SPARK = "▁▂▃▄▅▆▇█"
-FLAT = "▄"  # a series whose counted values are all equal
 LABEL_WIDTH = 14
-SUFFIX_WIDTH = 30  # "  last 1234.5 · med 1234.5"
+SUFFIX_WIDTH = 32  # "  last 1,234.5 · med 1,234.5"
 SERIES: tuple[tuple[str, str], ...] = (
     ("ttft_ms", "TTFT ms"),
     ("prefill_ms", "prefill ms"),
@@ -31,27 +31,6 @@ LEGEND = "w warm-up, kept apart   ✗ does not count (see the report)   · count
 def _value(row: BenchRow, key: str) -> float | None:
     value: float | None = getattr(row, key)
     return value
-
-
-def _cell(value: float | None, lo: float | None, hi: float | None) -> str:
-    if value is None or lo is None or hi is None:
-        return " "
-    if hi == lo:
-        return FLAT
-    level = round((min(hi, max(lo, value)) - lo) / (hi - lo) * (len(SPARK) - 1))
-    return SPARK[level]
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
-
-
-def _median(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _mark(row: BenchRow) -> tuple[str, str]:
@@ -83,10 +62,11 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
             if row.phase != WARMUP and not row.counts:
                 text.append("✗", style="bold red")
                 continue
-            cell = _cell(_value(row, key), lo, hi)
+            cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
             text.append(cell, style="dim" if row.phase == WARMUP else "cyan")
         last = _value(rows[-1], key) if rows else None
-        text.append(f"  last {_num(last)} · med {_num(_median(counted))}\n", style="dim")
+        med = statistics.median(counted) if counted else None
+        text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
     text.append_text(_marks_row("status", shown, clipped, _mark))
     text.append(f"  {LEGEND}\n", style="dim")
     text.append_text(_marks_row("NOISY", shown, clipped, _noise_mark))
@@ -133,8 +113,3 @@ class BenchSeries(Widget):
 
     def render(self) -> Text:
         return series_text(self.rows, self.content_size.width)
-
-    @property
-    def plain(self) -> str:
-        """The series as plain text at 120 cells (for tests)."""
-        return series_text(self.rows, 120).plain

@@ -24,13 +24,14 @@ _BADGE = {
 _LABEL = {key: f"{label} {unit}" for key, label, unit, _better in METRICS}
 
 
+_WORD = {"contaminated": CONTAMINATED, "clean": CLEAN, "inconclusive": NA}
+
+
 def verdict(analysis: Analysis) -> str:
-    """CONTAMINATED when a metric drifted the wrong way past the threshold; n/a when no
-    drift could be computed (fewer than 2 × 5 ok requests per size); else CLEAN."""
-    if analysis.contaminated:
-        return CONTAMINATED
-    computed = any(d.change_pct is not None for s in analysis.sizes for d in s.drifts.values())
-    return CLEAN if computed else NA
+    """`Analysis.verdict` as the badge says it: CONTAMINATED when a metric drifted the wrong
+    way past the threshold; n/a when no drift could be computed (fewer than 2 × 5 ok requests
+    per size); else CLEAN."""
+    return _WORD[analysis.verdict]
 
 
 def drifting(size: SizeAnalysis) -> list[str]:
@@ -120,8 +121,3 @@ class BenchSummary(QuietStatic):
     def show_outcome(self, analysis: Analysis, rows: Sequence[BenchRow], log_path: str) -> None:
         """Show a finished run's verdict and where its log is."""
         self.set_text(summary_text(analysis, rows, log_path))
-
-    @property
-    def plain(self) -> str:
-        """The area's text (for tests)."""
-        return str(self.content)

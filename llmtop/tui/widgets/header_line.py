@@ -48,9 +48,3 @@ class HeaderLine(Horizontal):
     def show_failed(self, what: str) -> None:
         """Connecting failed; the token pane has the details."""
         self.query_one("#hdr-engine", Static).update(Text(f"llmtop · {what}", style="bold red"))
-
-    @property
-    def plain(self) -> str:
-        """The header's text (for tests)."""
-        engine = str(self.query_one("#hdr-engine", Static).content)
-        return f"{engine} log {self.query_one(PathLabel).path}"

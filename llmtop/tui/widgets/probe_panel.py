@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
@@ -10,35 +12,56 @@ from llmtop.tui.widgets.apps_view import AppsView
 from llmtop.tui.widgets.system_view import SystemView
 from llmtop.tui.widgets.verdict_badge import VerdictBadge
 
+STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
+
 
 class ProbePanel(VerticalScroll):
-    """Verdict badge, system view and apps view; `show` renders one sample into all three."""
+    """Verdict badge, system view and apps view; `show` renders one sample into all three.
+
+    When a sample has no process data (its read gave up, see `ProcessProbe`), the last good
+    process data is shown marked stale with its age. When no sample at all has arrived for
+    STALE_AFTER_S, the border title says how old the shown data is.
+    """
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "machine"
         self.sample: ProbeSample | None = None
+        self._good: ProbeSample | None = None  # the last sample with process data
+        self._shown_ns: int | None = None
 
     def compose(self) -> ComposeResult:
         yield VerdictBadge("probes starting…", id="verdict")
         yield SystemView("", id="system")
         yield AppsView("", id="apps")
 
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self.check_age, name="probe-age")
+
     def show(self, sample: ProbeSample) -> None:
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
-        self.query_one(VerdictBadge).show(sample.verdict)
+        self._shown_ns = time.perf_counter_ns()
+        self.border_title = "machine"
+        if sample.processes is not None:
+            self._good = sample
+        good = self._good
+        stale = good is not None and good is not sample
+        self.query_one(VerdictBadge).verdict = sample.verdict
         self.query_one(SystemView).show(sample.system, sample.gpu)
-        self.query_one(AppsView).show(sample.processes, sample.cost_ms)
-
-    @property
-    def plain(self) -> str:
-        """All the panel's text (for tests)."""
-        return "\n".join(
-            str(w.content)
-            for w in (
-                self.query_one(VerdictBadge),
-                self.query_one(SystemView),
-                self.query_one(AppsView),
-            )
+        self.query_one(AppsView).show(
+            good.processes if stale and good else sample.processes,
+            sample.cost_ms,
+            (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
         )
+
+    def check_age(self, now_ns: int | None = None) -> float | None:
+        """Seconds since the last sample was shown (`now_ns`: perf_counter_ns, default now);
+        past STALE_AFTER_S the border title reads "machine — stale, 7 s old". None before
+        the first sample."""
+        if self._shown_ns is None:
+            return None
+        age = ((now_ns if now_ns is not None else time.perf_counter_ns()) - self._shown_ns) / 1e9
+        stale = age > STALE_AFTER_S
+        self.border_title = f"machine — stale, {age:.0f} s old" if stale else "machine"
+        return age
