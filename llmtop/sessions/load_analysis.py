@@ -32,6 +32,7 @@ from typing import Any
 from llmtop.sessions.analysis import BenchStatus, first_pass_status
 from llmtop.sessions.load_config import Slo
 from llmtop.sessions.log import read_log
+from llmtop.sessions.records import RecordError, RequestRecord
 from llmtop.sessions.stats import P95_MIN_SAMPLES, percentile
 
 KNEE_SHARE = 0.90  # the issue's rule: goodput share stays ≥ 90 %
@@ -239,9 +240,9 @@ def _level(index: int, mode: str, value: float, requests: list[Mapping[str, Any]
     statuses: dict[str, int] = {}
     ok = []
     for r in requests:
-        status, _reason = first_pass_status(r, expected)
-        statuses[str(status)] = statuses.get(str(status), 0) + 1
-        if status is BenchStatus.OK:
+        status = _status(r, expected)
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == BenchStatus.OK:
             ok.append(r)
     wall_s = end["wall_ns"] / 1e9 if end and end.get("wall_ns") else None
     open_loop = mode == "rate"
@@ -274,6 +275,16 @@ def _level(index: int, mode: str, value: float, requests: list[Mapping[str, Any]
         generator_cpu_ms_per_request=cpu_ns / 1e6 / len(requests) if cpu_ns and requests else None,
         max_in_flight=end.get("max_in_flight") if end else None,
     )
+
+
+def _status(record: Mapping[str, Any], expected: float | None) -> str:
+    """The bench's status of one request record (analysis.first_pass_status over the typed
+    record); "unreadable" when the record does not validate."""
+    try:
+        typed = RequestRecord.from_json(record)
+    except RecordError:
+        return "unreadable"
+    return str(first_pass_status(typed, expected)[0])
 
 
 def probe_verdict(probes: Sequence[Mapping[str, Any]]) -> str:

@@ -20,7 +20,8 @@ def request(level: int, index: int, ttft: float, e2e: float, tokens: int = 11, l
             status: str = "ok", queue_ms: float = 0.0) -> dict:
     tpot = (e2e - ttft) / (tokens - 1)
     record = {
-        "type": "request", "phase": "measure", "level": level, "index": index, "status": status,
+        "type": "request", "id": 100 * level + index + 1, "phase": "measure", "level": level,
+        "index": index, "status": status,
         "stats": {"prompt_eval_count": 30, "prompt_eval_duration": 20 * MS, "eval_count": tokens,
                   "eval_duration": 80 * MS, "load_duration": 0,
                   "total_duration": round((100 + queue_ms) * MS)},
