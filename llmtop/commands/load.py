@@ -6,9 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from llmtop.connect import connect
-from llmtop.engines.base import EngineError
-from llmtop.engines.events import exit_code_for
+from llmtop.commands.connecting import connect_from_flags
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.load import LoadProgress, LoadRunner
@@ -49,11 +47,9 @@ def _printer(quiet: bool, config: LoadConfig):
 
 
 async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
-    try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via, args.relay)
-    except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+    conn = await connect_from_flags(args)
+    if isinstance(conn, int):
+        return conn
     try:
         try:
             runner = LoadRunner(conn, config, args.log, on_progress=_printer(args.json, config))

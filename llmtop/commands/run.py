@@ -8,8 +8,7 @@ import json
 import sys
 from typing import Any
 
-from llmtop.connect import connect
-from llmtop.engines.base import EngineError
+from llmtop.commands.connecting import connect_from_flags
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
@@ -90,12 +89,9 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via,
-                             args.relay, args.engine_pids)
-    except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+    conn = await connect_from_flags(args)
+    if isinstance(conn, int):
+        return conn
     try:
         try:
             recorder = SessionRecorder(conn, GenerationOptions.from_flags(args).to_ollama(), args.log)
