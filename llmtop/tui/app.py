@@ -68,7 +68,7 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
-        Binding("ctrl+l", "load", "Load", priority=True),
+        Binding("ctrl+l", "load", "Load", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("escape", "stop", "Stop / leave prompt"),
