@@ -98,9 +98,9 @@ def curve(levels: Sequence[LevelResult], width: int = PLOT_WIDTH, height: int = 
         row = height - 1 - min(height - 1, round(y / y_hi * (height - 1)))
         grid[row][col] = str(n % 10)
     out = Text()
-    for i, row in enumerate(grid):
+    for i, cells in enumerate(grid):
         label = f"{y_hi:>7.0f} ┤" if i == 0 else ("      0 ┤" if i == height - 1 else "        │")
-        out.append(label, style="dim").append("".join(row) + "\n", style="bold cyan")
+        out.append(label, style="dim").append("".join(cells) + "\n", style="bold cyan")
     out.append("        └" + "─" * width + "\n", style="dim")
     out.append(f"         0{' ' * (width - 12)}{x_hi:>8.2f} req/s   (y: TTFT p50 ms)", style="dim")
     return out
