@@ -98,8 +98,9 @@ def pooled_engine(conn: Connection, config: LoadConfig) -> tuple[Engine, bool]:
 class LoadRunner:
     """Runs one sweep on a connection, writing a "load" session log.
 
-    Raises LogError (log not writable), CalibrationError (prompt size unreachable) and
-    NoisyMachine is never raised (a sweep records the preflight verdict; it does not refuse).
+    Raises LogError (log not writable) and CalibrationError (prompt size unreachable). A
+    preflight verdict is recorded, never a reason to refuse: a sweep on a NOISY machine says
+    so per level (the probes' verdict column).
     """
 
     def __init__(
