@@ -3,7 +3,8 @@
 Order of a run (the bench protocol where it applies, docs/method.md, "The bench run"):
 1. the environment record, with the engine's parallel slots where it reveals them;
 2. an optional preflight, one load request (the model's load lands there), calibration of the
-   prompt size against the server's token counts (calibration.py);
+   prompt size against the server's token counts (calibration.py), and one warm-up round of
+   concurrent requests (kept in the log, in no level);
 3. per level: closed loop (N workers, each sends its next request when its last one ends) or
    open loop (requests leave on a seeded timetable; each is also timed from its *scheduled*
    send, so a generator that falls behind cannot hide queueing: coordinated omission, Gil
@@ -43,6 +44,7 @@ from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import chat_messages, run_request
 
+OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
 
 
@@ -138,6 +140,7 @@ class LoadRunner:
         try:
             words = await self._prepare()
             generator = PromptGenerator(self.config.seed)
+            await self._warm_up(words, generator)
             for index, value in enumerate(self.config.levels):
                 await self._level(index, value, words, generator)
             self.recorder.log.write({"type": "environment", "phase": "end",
@@ -181,6 +184,17 @@ class LoadRunner:
         self.on_progress(LoadProgress("calibrating", message=f"calibration: {cfg.prompt_tokens} tok → "
                                       f"{point.words} words ({point.tokens})"))
         return point.words
+
+    async def _warm_up(self, words: int, generator: PromptGenerator) -> None:
+        """One round of concurrent requests before the first level (phase "warmup", kept in
+        the log, in no level): it opens the pool's connections and runs the code paths a
+        fresh process runs slowly the first time, which would otherwise land in level 1."""
+        cfg = self.config
+        n = int(max(cfg.levels)) if cfg.mode == "concurrency" else OPEN_LOOP_WARMUP
+        self.on_progress(LoadProgress("warmup", message=f"warm-up: {n} concurrent requests, kept apart"))
+        fields = {"phase": "warmup", "prompt_tokens_target": cfg.prompt_tokens, "prompt_words": words}
+        await asyncio.gather(*(self._request(generator.make(words), {**fields, "index": k})
+                               for k in range(n)))
 
     async def _level(self, index: int, value: float, words: int, generator: PromptGenerator) -> None:
         cfg = self.config
