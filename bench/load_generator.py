@@ -11,7 +11,8 @@ rates are tried in order; a rate is sustained when the generator kept its timeta
 send lag under `LAG_WARN_MS`, llmtop's own warning threshold) and completed at least
 `SUSTAIN_SHARE` of the rate. The highest sustained rate is printed. The server answers every
 request with `--tokens` chunks and never waits (prefill and token gap 0), so each
-request's wall time is the client's and the loopback's.
+request's wall time is the client's, the server's and the loopback's; the server's own CPU
+per request is printed too, to tell which of the two is the limit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import os
 import platform
 import sys
 import tempfile
+
+import psutil
 
 from llmtop.connect import connect
 from llmtop.sessions.load import LoadRunner
@@ -53,7 +56,11 @@ async def main(args: argparse.Namespace) -> int:
     service = Service(slots=1024, prefill_s=0.0, tokens=args.tokens, gap_s=0.0)
     common = {"prompt_tokens": 30, "max_tokens": args.tokens + 10, "use_cache": False}
     async with SlottedProcess(service) as up:
+        server = psutil.Process(up.pid)
+        cpu0 = sum(server.cpu_times()[:2])
         closed = await sweep(up.url, LoadConfig(levels=args.concurrency, requests=args.requests, **common))
+        served = sum(lv.requests for lv in closed)
+        server_ms = (sum(server.cpu_times()[:2]) - cpu0) * 1000 / served  # + set-up requests
         best, rows = None, []
         for rate in args.rates:
             count = max(20, int(rate * args.seconds))
@@ -71,6 +78,8 @@ async def main(args: argparse.Namespace) -> int:
     for lv in closed:
         print(f"| {lv.label} | {lv.req_per_s:.0f} | {lv.generator_cpu_ms_per_request:.2f} | "
               f"{lv.generator_cpu_share:.0%} | {lv.ttft.p50:.2f} |")
+    print(f"\nthe server's own CPU: {server_ms:.2f} ms per request (one Python process: at "
+          f"{1000 / server_ms:.0f} req/s it needs a whole core)")
     print("\n| open loop | completed req/s | send lag p50 / p90 ms | CPU ms/req | sustained |")
     print("|---|---|---|---|---|")
     for lv in rows:
