@@ -184,10 +184,12 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
     _engine_flags(p, top=False, num_predict=False)
     s = p.add_argument_group("sweep (closed loop by --concurrency, or open loop by --rate)")
     levels = s.add_mutually_exclusive_group()
-    levels.add_argument("--concurrency", type=_checked(lambda t: parse_levels(t, True)), metavar="N[,N...]",
+    levels.add_argument("--concurrency", type=_checked(lambda t: parse_levels(t, True)),
+                        metavar="N[,N...]",
                         help="closed loop: N users, each sends when its last request ends "
                         "(default 1,2,4,8)")
-    levels.add_argument("--rate", type=_checked(lambda t: parse_levels(t, False)), metavar="R[,R...]",
+    levels.add_argument("--rate", type=_checked(lambda t: parse_levels(t, False)),
+                        metavar="R[,R...]",
                         help="open loop: requests/s on a timetable, whatever the engine does")
     s.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson",
                    help="open loop's timetable (default poisson, seeded by --seed)")
@@ -201,7 +203,8 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     s.add_argument("--slo", type=_checked(Slo.parse), default=Slo(), metavar="TERMS",
                    help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
-    s.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
+    s.add_argument("--think", choices=("on", "off"),
+                   help="send think true/false (default: not sent)")
     s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
     s.add_argument("--preflight-duration", type=float, default=0.0,
                    help="seconds of machine sampling before the sweep (default 0: none)")

@@ -15,8 +15,15 @@ async def connect_from_flags(args: argparse.Namespace, via: str | None = None) -
     """`connect()` with the parsed engine flags (`via` overrides `--via`). On EngineError it
     prints "llmtop: <failure>" to stderr and returns the failure's exit code instead."""
     try:
-        return await connect(args.engine, args.host, args.model, args.model_path, via or args.via,
-                             args.relay, args.engine_pids)
+        return await connect(
+            args.engine,
+            args.host,
+            args.model,
+            args.model_path,
+            via or args.via,
+            args.relay,
+            args.engine_pids,
+        )
     except EngineError as exc:
         print(f"llmtop: {exc.failure}", file=sys.stderr)
         return exit_code_for(exc.failure.kind)

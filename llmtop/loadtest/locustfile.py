@@ -49,13 +49,20 @@ READ_TIMEOUT_S = 300.0
 def _flags(parser: Any) -> None:
     group = parser.add_argument_group("llmtop")
     group.add_argument("--llmtop-model", required=True, help="model tag every request names")
-    group.add_argument("--llmtop-prompt-words", type=int, default=150,
-                       help="words per prompt (`llmtop load`'s calibration says how many make N tokens)")
+    group.add_argument(
+        "--llmtop-prompt-words",
+        type=int,
+        default=150,
+        help="words per prompt (`llmtop load`'s calibration says how many make N tokens)",
+    )
     group.add_argument("--llmtop-max-tokens", type=int, default=100, help="num_predict")
     group.add_argument("--llmtop-requests-per-user", type=int, default=10)
     group.add_argument("--llmtop-seed", type=int, default=42, help="the options' seed")
-    group.add_argument("--llmtop-log", default="llmtop-locust.jsonl",
-                       help="session log the master (or a local run) writes")
+    group.add_argument(
+        "--llmtop-log",
+        default="llmtop-locust.jsonl",
+        help="session log the master (or a local run) writes",
+    )
 
 
 def _options(opts: Any) -> dict[str, Any]:
@@ -70,8 +77,9 @@ class LlmtopUser(User):
     def on_start(self) -> None:
         """A connection of its own, and a prompt generator of its own (fresh prompts)."""
         host = self.host or ""
-        self.client = httpx.Client(base_url=host, trust_env=False,
-                                   timeout=httpx.Timeout(READ_TIMEOUT_S, connect=10.0))
+        self.client = httpx.Client(
+            base_url=host, trust_env=False, timeout=httpx.Timeout(READ_TIMEOUT_S, connect=10.0)
+        )
         self.peer = Peer(host, "an Ollama server", "check --host", READ_TIMEOUT_S)
         self.prompts = PromptGenerator(random.getrandbits(32))  # never the same prompt twice
         self.sent = 0
@@ -88,13 +96,18 @@ class LlmtopUser(User):
             raise StopUser()
         self.sent += 1
         words = opts.llmtop_prompt_words
-        collector = RequestCollector(prompt=self.prompts.make(words), options=_options(opts),
-                                     model=opts.llmtop_model)
+        collector = RequestCollector(
+            prompt=self.prompts.make(words), options=_options(opts), model=opts.llmtop_model
+        )
         sent_unix = time.time_ns()
         result = stream_chat(self.client, self.peer, collector)
         record = request_record(result) | {
-            "phase": "measure", "level": 0, "index": self.sent - 1, "prompt_words": words,
-            "sent_unix_ns": sent_unix, "end_unix_ns": time.time_ns(),
+            "phase": "measure",
+            "level": 0,
+            "index": self.sent - 1,
+            "prompt_words": words,
+            "sent_unix_ns": sent_unix,
+            "end_unix_ns": time.time_ns(),
             "client": f"{socket.gethostname()}:{os.getpid()}",
         }
         self._report(record, result.status == "ok", str(result.failure or ""))
@@ -109,11 +122,22 @@ class LlmtopUser(User):
         fire = self.environment.events.request.fire
         for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
             if ok and metrics.get(key) is not None:
-                fire(request_type="llmtop", name=name, response_time=metrics[key],
-                     response_length=0, exception=None, context={})
-        fire(request_type="llmtop", name="E2E", response_time=metrics.get("e2e_ms") or 0,
-             response_length=len(record.get("content") or ""),
-             exception=None if ok else RuntimeError(error), context={})
+                fire(
+                    request_type="llmtop",
+                    name=name,
+                    response_time=metrics[key],
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
+        fire(
+            request_type="llmtop",
+            name="E2E",
+            response_time=metrics.get("e2e_ms") or 0,
+            response_length=len(record.get("content") or ""),
+            exception=None if ok else RuntimeError(error),
+            context={},
+        )
 
 
 class LogSink:
@@ -129,16 +153,40 @@ class LogSink:
         """Write the header and the level's start record."""
         opts = env.parsed_options
         users = int(opts.num_users or 1)
-        self.environment, self.expected, self.records = env, users * opts.llmtop_requests_per_user, []
-        config = LoadConfig(levels=(users,), requests=self.expected, prompt_tokens=0,
-                            max_tokens=opts.llmtop_max_tokens, seed=opts.llmtop_seed)
+        self.environment, self.expected, self.records = (
+            env,
+            users * opts.llmtop_requests_per_user,
+            [],
+        )
+        config = LoadConfig(
+            levels=(users,),
+            requests=self.expected,
+            prompt_tokens=0,
+            max_tokens=opts.llmtop_max_tokens,
+            seed=opts.llmtop_seed,
+        )
         load = config.to_dict() | {"prompt_tokens": None, "prompt_words": opts.llmtop_prompt_words}
-        header = {"kind": "load", "generator": "locust", "engine": "locust", "host": env.host,
-                  "model": opts.llmtop_model, "options": _options(opts),
-                  "environment": machine_environment(), "load": load}
+        header = {
+            "kind": "load",
+            "generator": "locust",
+            "engine": "Ollama API via Locust",
+            "host": env.host,
+            "model": opts.llmtop_model,
+            "options": _options(opts),
+            "environment": machine_environment(),
+            "load": load,
+        }
         self.log = SessionLog(opts.llmtop_log, header)
-        self.log.write({"type": "level", "phase": "start", "level": 0, "mode": "concurrency",
-                        "value": users, "requests": self.expected})
+        self.log.write(
+            {
+                "type": "level",
+                "phase": "start",
+                "level": 0,
+                "mode": "concurrency",
+                "value": users,
+                "requests": self.expected,
+            }
+        )
 
     def add(self, record: dict[str, Any]) -> None:
         """Number and write one request record; after the last one, the level's end, and quit."""
@@ -156,9 +204,18 @@ class LogSink:
         if self.log is None:
             return
         if self.records:
-            wall = max(r["end_unix_ns"] for r in self.records) - min(r["sent_unix_ns"] for r in self.records)
-            self.log.write({"type": "level", "phase": "end", "level": 0, "wall_ns": wall,
-                            "value": self.environment.parsed_options.num_users})
+            wall = max(r["end_unix_ns"] for r in self.records) - min(
+                r["sent_unix_ns"] for r in self.records
+            )
+            self.log.write(
+                {
+                    "type": "level",
+                    "phase": "end",
+                    "level": 0,
+                    "wall_ns": wall,
+                    "value": self.environment.parsed_options.num_users,
+                }
+            )
         self.log.close()
         self.log = None
 

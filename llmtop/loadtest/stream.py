@@ -37,7 +37,9 @@ def _events(lines: Iterator[str], peer: Peer) -> Iterator[StreamEvent]:
         try:
             part: Any = json.loads(line)
             if "error" in part:
-                yield StreamEvent(t_ns, done=True, failure=failure_in_stream(str(part["error"]), peer=peer))
+                yield StreamEvent(
+                    t_ns, done=True, failure=failure_in_stream(str(part["error"]), peer=peer)
+                )
                 return
             message = part.get("message") or {}
             content, thinking = message.get("content") or "", message.get("thinking") or ""
@@ -46,34 +48,44 @@ def _events(lines: Iterator[str], peer: Peer) -> Iterator[StreamEvent]:
             yield StreamEvent(t_ns, done=True, failure=failure_protocol(detail, peer=peer))
             return
         if part.get("done"):
-            yield StreamEvent(t_ns, content, thinking, done=True, stats=ServerStats.from_mapping(part))
+            yield StreamEvent(
+                t_ns, content, thinking, done=True, stats=ServerStats.from_mapping(part)
+            )
             return
         yield StreamEvent(t_ns, content, thinking)
     yield StreamEvent(perf_counter_ns(), done=True, failure=failure_truncated(peer))
 
 
-def stream_chat(client: httpx.Client, peer: Peer, collector: RequestCollector,
-                think: bool | None = None) -> RequestResult:
+def stream_chat(
+    client: httpx.Client, peer: Peer, collector: RequestCollector, think: bool | None = None
+) -> RequestResult:
     """POST /api/chat for the collector's prompt, model and options, streamed into it.
 
     client: an httpx.Client whose base_url is the engine. The send stamp is taken just before
     the request is sent. Never raises for the server's or the network's misbehaviour: the
     result's status and failure say what happened.
     """
-    body: dict[str, Any] = {"model": collector.model, "messages": chat_messages(collector.prompt),
-                            "options": collector.options, "stream": True}
+    body: dict[str, Any] = {
+        "model": collector.model,
+        "messages": chat_messages(collector.prompt),
+        "options": collector.options,
+        "stream": True,
+    }
     if think is not None:
         body["think"] = think
     collector.sent_ns = perf_counter_ns()
     try:
         with client.stream("POST", "/api/chat", json=body) as response:
             if response.status_code != 200:
-                failure = failure_for_http(response.status_code, response.read(), peer=peer,
-                                           model=collector.model)
+                failure = failure_for_http(
+                    response.status_code, response.read(), peer=peer, model=collector.model
+                )
                 collector.add(StreamEvent(perf_counter_ns(), done=True, failure=failure))
                 return collector.finish()
             for event in _events(response.iter_lines(), peer):
                 collector.add(event)
     except httpx.HTTPError as exc:
-        collector.add(StreamEvent(perf_counter_ns(), done=True, failure=failure_for_transport(exc, peer=peer)))
+        collector.add(
+            StreamEvent(perf_counter_ns(), done=True, failure=failure_for_transport(exc, peer=peer))
+        )
     return collector.finish()

@@ -93,8 +93,9 @@ def pooled_engine(conn: Connection, config: LoadConfig) -> tuple[Engine, bool]:
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
     else:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=OPEN_LOOP_KEEPALIVE)
-    return OllamaEngine(engine.host, name=engine.name, read_timeout_s=engine.read_timeout_s,
-                        limits=limits), True
+    return OllamaEngine(
+        engine.host, name=engine.name, read_timeout_s=engine.read_timeout_s, limits=limits
+    ), True
 
 
 class LoadRunner:
@@ -115,9 +116,14 @@ class LoadRunner:
         self.conn = conn
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
-        self.recorder = SessionRecorder(conn, config.options(), log_path, kind="load",
-                                        extra_header={"load": config.to_dict()},
-                                        think=config.think)
+        self.recorder = SessionRecorder(
+            conn,
+            config.options(),
+            log_path,
+            kind="load",
+            extra_header={"load": config.to_dict()},
+            think=config.think,
+        )
         self.engine: Engine = conn.engine
         self.in_flight: set[int] = set()
         self.level: int | None = None
@@ -132,8 +138,12 @@ class LoadRunner:
 
     async def run(self) -> LoadOutcome:
         """Run the whole sweep; the log is closed when this returns or raises."""
-        sampler = ProbeSampler(PROBE_INTERVAL_S, self._probe, engine_pids=lambda: self.conn.engine_pids,
-                               thresholds=load_thresholds())
+        sampler = ProbeSampler(
+            PROBE_INTERVAL_S,
+            self._probe,
+            engine_pids=lambda: self.conn.engine_pids,
+            thresholds=load_thresholds(),
+        )
         self.engine, owned = pooled_engine(self.conn, self.config)
         interrupted = False
         sampler.start()
@@ -143,12 +153,14 @@ class LoadRunner:
             await self._warm_up(words, generator)
             for index, value in enumerate(self.config.levels):
                 await self._level(index, value, words, generator)
-            self.recorder.log.write({"type": "environment", "phase": "end",
-                                     **await engine_environment(self.conn)})
+            self.recorder.log.write(
+                {"type": "environment", "phase": "end", **await engine_environment(self.conn)}
+            )
         except asyncio.CancelledError:
             interrupted = True
-            self.recorder.log.write({"type": "interrupted",
-                                     "at": datetime.now().astimezone().isoformat()})
+            self.recorder.log.write(
+                {"type": "interrupted", "at": datetime.now().astimezone().isoformat()}
+            )
             raise
         finally:
             sampler.stop()
@@ -168,21 +180,35 @@ class LoadRunner:
         env["parallel"] = await asyncio.to_thread(engine_parallelism, self.conn)
         self.recorder.log.write({"type": "environment", "phase": "start", **env})
         if cfg.preflight_s > 0:
-            self.on_progress(LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s"))
+            self.on_progress(
+                LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s")
+            )
             preflight = await preflight_record(self.conn, cfg.preflight_s)
             self.recorder.log.write(preflight)
             self.on_progress(LoadProgress("preflight", message=f"preflight {preflight['verdict']}"))
-        self.on_progress(LoadProgress("warmup", message="first request (pays the model load, if any)"))
+        self.on_progress(
+            LoadProgress("warmup", message="first request (pays the model load, if any)")
+        )
         await self._request("Hello", {"phase": "load", "index": 0}, options={"num_predict": 2})
         self.on_progress(LoadProgress("calibrating", message="calibrating the prompt size"))
         calibration = await calibrate(
-            self.conn.engine, self.conn.model, [cfg.prompt_tokens], {**cfg.options(), "num_predict": 1},
-            seed=cfg.seed, cache=CalibrationCache() if cfg.use_cache else None, think=cfg.think,
+            self.conn.engine,
+            self.conn.model,
+            [cfg.prompt_tokens],
+            {**cfg.options(), "num_predict": 1},
+            seed=cfg.seed,
+            cache=CalibrationCache() if cfg.use_cache else None,
+            think=cfg.think,
         )
         self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
         point = calibration.targets[cfg.prompt_tokens]
-        self.on_progress(LoadProgress("calibrating", message=f"calibration: {cfg.prompt_tokens} tok → "
-                                      f"{point.words} words ({point.tokens})"))
+        self.on_progress(
+            LoadProgress(
+                "calibrating",
+                message=f"calibration: {cfg.prompt_tokens} tok → "
+                f"{point.words} words ({point.tokens})",
+            )
+        )
         return point.words
 
     async def _warm_up(self, words: int, generator: PromptGenerator) -> None:
@@ -191,23 +217,52 @@ class LoadRunner:
         fresh process runs slowly the first time, which would otherwise land in level 1."""
         cfg = self.config
         n = int(max(cfg.levels)) if cfg.mode == "concurrency" else OPEN_LOOP_WARMUP
-        self.on_progress(LoadProgress("warmup", message=f"warm-up: {n} concurrent requests, kept apart"))
-        fields = {"phase": "warmup", "prompt_tokens_target": cfg.prompt_tokens, "prompt_words": words}
-        await asyncio.gather(*(self._request(generator.make(words), {**fields, "index": k})
-                               for k in range(n)))
+        self.on_progress(
+            LoadProgress("warmup", message=f"warm-up: {n} concurrent requests, kept apart")
+        )
+        fields = {
+            "phase": "warmup",
+            "prompt_tokens_target": cfg.prompt_tokens,
+            "prompt_words": words,
+        }
+        await asyncio.gather(
+            *(self._request(generator.make(words), {**fields, "index": k}) for k in range(n))
+        )
 
-    async def _level(self, index: int, value: float, words: int, generator: PromptGenerator) -> None:
+    async def _level(
+        self, index: int, value: float, words: int, generator: PromptGenerator
+    ) -> None:
         cfg = self.config
         total = cfg.requests
         if total is None and cfg.mode == "rate":
             total = max(1, round(value * (cfg.duration_s or 0)))
         self.level, self._max_in_flight, self._done = index, 0, 0
-        self.recorder.log.write({"type": "level", "phase": "start", "level": index, "mode": cfg.mode,
-                                 "value": value, "requests": total, "duration_s": cfg.duration_s})
-        self.on_progress(LoadProgress("level", index, value, total=total,
-                                      message=f"level {index + 1}/{len(cfg.levels)}: {cfg.level_label(value)}"))
-        fields = {"phase": "measure", "level": index, "prompt_tokens_target": cfg.prompt_tokens,
-                  "prompt_words": words}
+        self.recorder.log.write(
+            {
+                "type": "level",
+                "phase": "start",
+                "level": index,
+                "mode": cfg.mode,
+                "value": value,
+                "requests": total,
+                "duration_s": cfg.duration_s,
+            }
+        )
+        self.on_progress(
+            LoadProgress(
+                "level",
+                index,
+                value,
+                total=total,
+                message=f"level {index + 1}/{len(cfg.levels)}: {cfg.level_label(value)}",
+            )
+        )
+        fields = {
+            "phase": "measure",
+            "level": index,
+            "prompt_tokens_target": cfg.prompt_tokens,
+            "prompt_words": words,
+        }
         cpu0, t0 = thread_time_ns(), perf_counter_ns()
         if cfg.mode == "concurrency":
             await self._closed(int(value), total, t0, fields, lambda: generator.make(words))
@@ -216,15 +271,30 @@ class LoadRunner:
             await self._open(value, total, t0, fields, lambda: generator.make(words))
         wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
         await asyncio.gather(*self._writes)
-        end = {"type": "level", "phase": "end", "level": index, "value": value, "wall_ns": wall_ns,
-               "generator_cpu_ns": cpu_ns, "max_in_flight": self._max_in_flight}
+        end = {
+            "type": "level",
+            "phase": "end",
+            "level": index,
+            "value": value,
+            "wall_ns": wall_ns,
+            "generator_cpu_ns": cpu_ns,
+            "max_in_flight": self._max_in_flight,
+        }
         self.recorder.log.write(end)
         self.level = None
         result = analyze_load(self.log_path).level(index)
-        self.on_progress(LoadProgress("level-done", index, value, done=self._done, total=total, result=result))
+        self.on_progress(
+            LoadProgress("level-done", index, value, done=self._done, total=total, result=result)
+        )
 
-    async def _closed(self, workers: int, total: int | None, t0: int, fields: dict[str, Any],
-                      make_prompt: Callable[[], str]) -> None:
+    async def _closed(
+        self,
+        workers: int,
+        total: int | None,
+        t0: int,
+        fields: dict[str, Any],
+        make_prompt: Callable[[], str],
+    ) -> None:
         """N workers; each takes the next index until `total` are taken (or, by duration, until
         the level's time is up) and sends its next request when its last one ended."""
         numbers = itertools.count()
@@ -233,29 +303,55 @@ class LoadRunner:
         async def worker() -> None:
             while True:
                 k = next(numbers)
-                if (total is not None and k >= total) or (total is None and perf_counter_ns() >= deadline):
+                if (total is not None and k >= total) or (
+                    total is None and perf_counter_ns() >= deadline
+                ):
                     return
                 await self._request(make_prompt(), {**fields, "index": k}, t0=t0, total=total)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
 
-    async def _open(self, rate: float, total: int, t0: int, fields: dict[str, Any],
-                    make_prompt: Callable[[], str]) -> None:
+    async def _open(
+        self,
+        rate: float,
+        total: int,
+        t0: int,
+        fields: dict[str, Any],
+        make_prompt: Callable[[], str],
+    ) -> None:
         """Send request k at t0 + offset_k whatever is in flight; each runs in its own task."""
-        offsets = arrival_offsets(rate, total, self.config.arrivals, self.config.seed + (self.level or 0))
+        offsets = arrival_offsets(
+            rate, total, self.config.arrivals, self.config.seed + (self.level or 0)
+        )
         tasks = []
         for k, offset in enumerate(offsets):
             scheduled = t0 + round(offset * 1e9)
             wait_ns = scheduled - perf_counter_ns()
             if wait_ns > 0:
                 await asyncio.sleep(wait_ns / 1e9)
-            tasks.append(asyncio.create_task(self._request(
-                make_prompt(), {**fields, "index": k}, t0=t0, scheduled_ns=scheduled, total=total)))
+            tasks.append(
+                asyncio.create_task(
+                    self._request(
+                        make_prompt(),
+                        {**fields, "index": k},
+                        t0=t0,
+                        scheduled_ns=scheduled,
+                        total=total,
+                    )
+                )
+            )
         await asyncio.gather(*tasks)
 
-    async def _request(self, prompt: str, fields: dict[str, Any], *, t0: int | None = None,
-                       scheduled_ns: int | None = None, total: int | None = None,
-                       options: dict[str, Any] | None = None) -> None:
+    async def _request(
+        self,
+        prompt: str,
+        fields: dict[str, Any],
+        *,
+        t0: int | None = None,
+        scheduled_ns: int | None = None,
+        total: int | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         """Stream one request, log it with `fields` plus its send offset from t0 (and its
         scheduled offset and lag, open loop)."""
         collector = self.recorder.new_request(prompt)
@@ -265,9 +361,12 @@ class LoadRunner:
         opts = {**self.recorder.options, **(options or {})}
         collector.options = opts
         try:
-            result = await run_request(lambda: self.engine.stream_chat(
-                self.conn.model, chat_messages(prompt), options=opts,
-                think=self.config.think), collector)
+            result = await run_request(
+                lambda: self.engine.stream_chat(
+                    self.conn.model, chat_messages(prompt), options=opts, think=self.config.think
+                ),
+                collector,
+            )
         except asyncio.CancelledError:
             self.recorder.record(collector.finish(cancelled=True), **fields)
             raise
@@ -276,7 +375,10 @@ class LoadRunner:
         if t0 is not None:
             fields = {**fields, "sent_offset_ns": result.sent_ns - t0}
         if t0 is not None and scheduled_ns is not None:
-            fields |= {"scheduled_offset_ns": scheduled_ns - t0, "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
+            fields |= {
+                "scheduled_offset_ns": scheduled_ns - t0,
+                "lag_ms": (result.sent_ns - scheduled_ns) / 1e6,
+            }
         record = request_record(result) | fields
         # Written (and fsync'd) in a thread, off the worker's path: a closed-loop worker sends
         # its next request at once, not after the disk. `_level` waits for the writes.
@@ -284,10 +386,20 @@ class LoadRunner:
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
         self._done += 1
-        self.on_progress(LoadProgress("request", self.level, None, len(self.in_flight), self._done, total,
-                                      record=record))
+        self.on_progress(
+            LoadProgress(
+                "request", self.level, None, len(self.in_flight), self._done, total, record=record
+            )
+        )
 
     def _probe(self, sample: ProbeSample) -> None:
         """Log a probe sample with the level and the ids in flight (sampler thread)."""
-        self.recorder.log.write({"type": "probe", "request_id": None, "level": self.level,
-                                 "request_ids": sorted(self.in_flight), **sample.to_dict()})
+        self.recorder.log.write(
+            {
+                "type": "probe",
+                "request_id": None,
+                "level": self.level,
+                "request_ids": sorted(self.in_flight),
+                **sample.to_dict(),
+            }
+        )

@@ -120,7 +120,7 @@ class LevelResult:
 
     @property
     def label(self) -> str:
-        """"4 users" or "2 req/s"."""
+        """ "4 users" or "2 req/s"."""
         return f"{self.value:g} users" if self.mode == "concurrency" else f"{self.value:g} req/s"
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,7 +154,9 @@ class LoadAnalysis:
         return next((lv for lv in self.levels if lv.level == index), None)
 
 
-def read_load_log(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+def read_load_log(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """The header, every record as a plain dict, and the reader's warnings. `read_log` checks
     the file (header, format version; raises LogError); the records are then taken as written,
     so the sweep's own fields (level, lag_ms, request_ids) reach the analysis whatever shape
@@ -189,26 +191,55 @@ def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
     return analyze_records(header, records, read_warnings)
 
 
-def analyze_records(header: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
-                    read_warnings: Sequence[str] = ()) -> LoadAnalysis:
+def analyze_records(
+    header: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    read_warnings: Sequence[str] = (),
+) -> LoadAnalysis:
     """Analyse a load log's header and records (plain dicts, file order)."""
     config = header.get("load") or {}
     mode = config.get("mode", "concurrency")
     slo = Slo.from_dict(config.get("slo"))
     expected = _expected_tokens(records, config.get("prompt_tokens"))
     ends = {r["level"]: r for r in records if r.get("type") == "level" and r.get("phase") == "end"}
-    starts = {r["level"]: r for r in records if r.get("type") == "level" and r.get("phase") == "start"}
+    starts = {
+        r["level"]: r for r in records if r.get("type") == "level" and r.get("phase") == "start"
+    }
     levels = []
     for index, start in sorted(starts.items()):
-        requests = [r for r in records if r.get("type") == "request" and r.get("level") == index
-                    and r.get("phase") == "measure"]
+        requests = [
+            r
+            for r in records
+            if r.get("type") == "request"
+            and r.get("level") == index
+            and r.get("phase") == "measure"
+        ]
         probes = [r for r in records if r.get("type") == "probe" and r.get("level") == index]
-        levels.append(_level(index, mode, float(start.get("value", 0)), requests, probes,
-                             ends.get(index), slo, expected))
-    env = next((r for r in records if r.get("type") == "environment" and r.get("phase") == "start"), {})
+        levels.append(
+            _level(
+                index,
+                mode,
+                float(start.get("value", 0)),
+                requests,
+                probes,
+                ends.get(index),
+                slo,
+                expected,
+            )
+        )
+    env = next(
+        (r for r in records if r.get("type") == "environment" and r.get("phase") == "start"), {}
+    )
     warnings = [*read_warnings, *_warnings(levels)]
-    return LoadAnalysis(dict(header), mode, slo, tuple(levels), find_knee(levels, slo, mode),
-                        tuple(warnings), dict(env))
+    return LoadAnalysis(
+        dict(header),
+        mode,
+        slo,
+        tuple(levels),
+        find_knee(levels, slo, mode),
+        tuple(warnings),
+        dict(env),
+    )
 
 
 def _expected_tokens(records: Sequence[Mapping[str, Any]], target: Any) -> float | None:
@@ -233,9 +264,16 @@ def _queue_ms(record: Mapping[str, Any]) -> float | None:
     return max(0.0, float(total - (stats.get("load_duration") or 0) - prefill - decode) / 1e6)
 
 
-def _level(index: int, mode: str, value: float, requests: list[Mapping[str, Any]],
-           probes: list[Mapping[str, Any]], end: Mapping[str, Any] | None, slo: Slo,
-           expected: float | None) -> LevelResult:
+def _level(
+    index: int,
+    mode: str,
+    value: float,
+    requests: list[Mapping[str, Any]],
+    probes: list[Mapping[str, Any]],
+    end: Mapping[str, Any] | None,
+    slo: Slo,
+    expected: float | None,
+) -> LevelResult:
     """One level's figures from its request, probe and end records."""
     statuses: dict[str, int] = {}
     ok = []
@@ -257,9 +295,15 @@ def _level(index: int, mode: str, value: float, requests: list[Mapping[str, Any]
     tokens = sum(_metric(r, "output_tokens") or 0 for r in ok)
     cpu_ns = end.get("generator_cpu_ns") if end else None
     return LevelResult(
-        level=index, mode=mode, value=value, requests=len(requests), ok=len(ok),
-        statuses=statuses, wall_s=wall_s,
-        ttft=Percentiles.of(ttft), tpot=Percentiles.of(tpot),
+        level=index,
+        mode=mode,
+        value=value,
+        requests=len(requests),
+        ok=len(ok),
+        statuses=statuses,
+        wall_s=wall_s,
+        ttft=Percentiles.of(ttft),
+        tpot=Percentiles.of(tpot),
         itl=Percentiles.of(x for r in ok for x in (r.get("metrics") or {}).get("itl_ms") or ()),
         e2e=Percentiles.of(e2e),
         ttft_scheduled=Percentiles.of(ttft_s) if open_loop else None,
@@ -271,7 +315,9 @@ def _level(index: int, mode: str, value: float, requests: list[Mapping[str, Any]
         goodput_per_s=None if slo.empty or not wall_s else met / wall_s,
         goodput_share=None if slo.empty or not requests else met / len(requests),
         verdict=probe_verdict(probes),
-        generator_cpu_share=cpu_ns / end["wall_ns"] if end and cpu_ns and end.get("wall_ns") else None,
+        generator_cpu_share=cpu_ns / end["wall_ns"]
+        if end and cpu_ns and end.get("wall_ns")
+        else None,
         generator_cpu_ms_per_request=cpu_ns / 1e6 / len(requests) if cpu_ns and requests else None,
         max_in_flight=end.get("max_in_flight") if end else None,
     )
@@ -288,7 +334,7 @@ def _status(record: Mapping[str, Any], expected: float | None) -> str:
 
 
 def probe_verdict(probes: Sequence[Mapping[str, Any]]) -> str:
-    """"QUIET" when every sample's verdict was quiet, "NOISY: code, code" naming the findings
+    """ "QUIET" when every sample's verdict was quiet, "NOISY: code, code" naming the findings
     that were not, "no samples" when the level had none."""
     if not probes:
         return "no samples"
@@ -308,17 +354,23 @@ def _warnings(levels: Sequence[LevelResult]) -> list[str]:
     for lv in levels:
         share = lv.generator_cpu_share
         if share is not None and share >= GENERATOR_CPU_WARN:
-            out.append(f"at {lv.label} the generator used {share:.0%} of a core: it may be the "
-                       "bottleneck, not the engine; spread the load over machines (llmtop's "
-                       "Locust user class, see README)")
+            out.append(
+                f"at {lv.label} the generator used {share:.0%} of a core: it may be the "
+                "bottleneck, not the engine; spread the load over machines (llmtop's "
+                "Locust user class, see README)"
+            )
         if lv.lag_ms is not None and lv.lag_ms.p50 is not None and lv.lag_ms.p50 > LAG_WARN_MS:
             worst = max(x for x in (lv.lag_ms.p50, lv.lag_ms.p90, lv.lag_ms.p95) if x is not None)
-            out.append(f"at {lv.label} sends lagged their schedule by {lv.lag_ms.p50:.1f} ms "
-                       f"(median; up to {worst:.1f} ms): latencies from the scheduled send "
-                       "include it")
+            out.append(
+                f"at {lv.label} sends lagged their schedule by {lv.lag_ms.p50:.1f} ms "
+                f"(median; up to {worst:.1f} ms): latencies from the scheduled send "
+                "include it"
+            )
         if lv.failed:
-            out.append(f"at {lv.label} {lv.failed} of {lv.requests} requests failed: "
-                       + ", ".join(f"{n} {s}" for s, n in lv.statuses.items() if s != "ok"))
+            out.append(
+                f"at {lv.label} {lv.failed} of {lv.requests} requests failed: "
+                + ", ".join(f"{n} {s}" for s, n in lv.statuses.items() if s != "ok")
+            )
     return out
 
 
@@ -336,19 +388,32 @@ def find_knee(levels: Sequence[LevelResult], slo: Slo, mode: str) -> Knee:
         return Knee(None, "none", "no level completed")
     if not slo.empty:
         rule = f"highest level with goodput share ≥ {KNEE_SHARE:.0%} ({slo.describe()})"
-        good = [lv for lv in ordered if lv.goodput_share is not None and lv.goodput_share >= KNEE_SHARE]
+        good = [
+            lv for lv in ordered if lv.goodput_share is not None and lv.goodput_share >= KNEE_SHARE
+        ]
         if not good:
-            return Knee(None, rule, f"no level met {slo.describe()} for {KNEE_SHARE:.0%} of its "
-                        f"requests (lowest tried: {who(ordered[0].value)})")
+            return Knee(
+                None,
+                rule,
+                f"no level met {slo.describe()} for {KNEE_SHARE:.0%} of its "
+                f"requests (lowest tried: {who(ordered[0].value)})",
+            )
         best = good[-1]
         return Knee(best, rule, f"this engine {verb} {who(best.value)} within {slo.describe()}")
     rule = f"first level after which throughput rises by less than {KNEE_GAIN:.0%}"
     for here, above in itertools.pairwise(ordered):
         if here.req_per_s and (above.req_per_s or 0) < here.req_per_s * (1 + KNEE_GAIN):
-            return Knee(here, rule, f"throughput stops rising at {who(here.value)} "
-                        f"({here.req_per_s:.2f} req/s); more only adds latency")
+            return Knee(
+                here,
+                rule,
+                f"throughput stops rising at {who(here.value)} "
+                f"({here.req_per_s:.2f} req/s); more only adds latency",
+            )
     top = ordered[-1]
     rate = f" ({top.req_per_s:.2f} req/s)" if top.req_per_s else ""
-    return Knee(top, rule, f"throughput still rises at {who(top.value)}{rate}, the highest level "
-                "tried: sweep higher to find the knee")
-
+    return Knee(
+        top,
+        rule,
+        f"throughput still rises at {who(top.value)}{rate}, the highest level "
+        "tried: sweep higher to find the knee",
+    )

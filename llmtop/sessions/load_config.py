@@ -26,7 +26,7 @@ _UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def parse_duration_ms(text: str, default_unit: str = "ms") -> float:
-    """"500ms" → 500.0, "10s" → 10000.0, "1.5m" → 90000.0, "250" → in `default_unit`.
+    """ "500ms" → 500.0, "10s" → 10000.0, "1.5m" → 90000.0, "250" → in `default_unit`.
     Raises ValueError naming the text for anything else (negative, empty, other units)."""
     m = _DURATION.match(text)
     if not m:
@@ -44,14 +44,16 @@ class Slo:
 
     @classmethod
     def parse(cls, text: str) -> Slo:
-        """"ttft=500ms,tpot=50ms,e2e=10s" (any subset, bare numbers in ms). Raises ValueError
+        """ "ttft=500ms,tpot=50ms,e2e=10s" (any subset, bare numbers in ms). Raises ValueError
         naming the bad term."""
         limits: dict[str, float] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, sep, value = part.partition("=")
             name = name.strip().lower()
             if not sep or name not in SLO_TERMS:
-                raise ValueError(f"SLO term {part!r}: use ttft=…, tpot=… or e2e=… (e.g. ttft=500ms)")
+                raise ValueError(
+                    f"SLO term {part!r}: use ttft=…, tpot=… or e2e=… (e.g. ttft=500ms)"
+                )
             if name in limits:
                 raise ValueError(f"SLO term {name!r} is given twice")
             limits[name] = parse_duration_ms(value)
@@ -65,16 +67,26 @@ class Slo:
     def met(self, ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None) -> bool:
         """Whether a completed request's latencies (ms) meet every set term; a set term whose
         value is missing (n/a) is not met."""
-        for limit, value in ((self.ttft_ms, ttft_ms), (self.tpot_ms, tpot_ms), (self.e2e_ms, e2e_ms)):
+        for limit, value in (
+            (self.ttft_ms, ttft_ms),
+            (self.tpot_ms, tpot_ms),
+            (self.e2e_ms, e2e_ms),
+        ):
             if limit is not None and (value is None or value > limit):
                 return False
         return True
 
     def describe(self) -> str:
-        """"TTFT ≤ 500 ms / TPOT ≤ 50 ms" (the set terms), or "no SLO"."""
-        terms = [f"{name} ≤ {limit:g} ms" for name, limit in
-                 (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2E", self.e2e_ms))
-                 if limit is not None]
+        """ "TTFT ≤ 500 ms / TPOT ≤ 50 ms" (the set terms), or "no SLO"."""
+        terms = [
+            f"{name} ≤ {limit:g} ms"
+            for name, limit in (
+                ("TTFT", self.ttft_ms),
+                ("TPOT", self.tpot_ms),
+                ("E2E", self.e2e_ms),
+            )
+            if limit is not None
+        ]
         return " / ".join(terms) or "no SLO"
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,11 +140,15 @@ class LoadConfig:
 
     def options(self) -> dict[str, Any]:
         """The Ollama `options` every request of the sweep sends."""
-        return GenerationOptions(temperature=self.temperature, seed=self.seed,
-                                 num_ctx=self.num_ctx, num_predict=self.max_tokens).to_ollama()
+        return GenerationOptions(
+            temperature=self.temperature,
+            seed=self.seed,
+            num_ctx=self.num_ctx,
+            num_predict=self.max_tokens,
+        ).to_ollama()
 
     def level_label(self, value: float) -> str:
-        """"4 users" or "2 req/s"."""
+        """ "4 users" or "2 req/s"."""
         return f"{value:g} users" if self.mode == "concurrency" else f"{value:g} req/s"
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +181,7 @@ def arrival_offsets(rate: float, count: int, arrivals: str, seed: int) -> list[f
 
 
 def parse_levels(text: str, whole: bool) -> tuple[float, ...]:
-    """"1,2,4,8" → (1, 2, 4, 8); "0.5,1,2" → (0.5, 1.0, 2.0). `whole`: concurrency levels must
+    """ "1,2,4,8" → (1, 2, 4, 8); "0.5,1,2" → (0.5, 1.0, 2.0). `whole`: concurrency levels must
     be whole numbers ≥ 1. Levels are sorted and deduplicated. Raises ValueError naming the bad
     part."""
     levels = set()

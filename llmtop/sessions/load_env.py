@@ -40,5 +40,7 @@ def engine_parallelism(conn: Connection) -> dict[str, Any]:
         if "OLLAMA_NUM_PARALLEL" in env and env["OLLAMA_NUM_PARALLEL"].strip().isdigit():
             found["slots"] = int(env["OLLAMA_NUM_PARALLEL"])
         return {**found, "source": f"environment of the engine process (pid {pid})"}
-    return {"source": "not revealed: the engine's API does not report its parallel slots and "
-                      "no local engine process could be read"}
+    return {
+        "source": "not revealed: the engine's API does not report its parallel slots and "
+        "no local engine process could be read"
+    }

@@ -34,7 +34,7 @@ def _n(value: float | None, digits: int = 1) -> str:
 
 
 def _pcts(p: Percentiles | None) -> str:
-    """"p50 / p90 / p95" with n/a where the sample is too small."""
+    """ "p50 / p90 / p95" with n/a where the sample is too small."""
     if p is None or p.n == 0:
         return "n/a"
     return " / ".join(_n(x) for x in (p.p50, p.p90, p.p95))
@@ -48,33 +48,75 @@ def level_row(lv: LevelResult) -> list[str]:
     """The markdown cells of one level (same order as TABLE_HEAD)."""
     ttft = lv.ttft_scheduled if lv.ttft_scheduled is not None else lv.ttft
     e2e = lv.e2e_scheduled if lv.e2e_scheduled is not None else lv.e2e
-    goodput = "n/a" if lv.goodput_per_s is None else f"{lv.goodput_per_s:.2f} ({_share(lv.goodput_share)})"
-    cpu = "n/a" if lv.generator_cpu_share is None else (
-        f"{lv.generator_cpu_share:.0%} ({_n(lv.generator_cpu_ms_per_request, 2)} ms/req)")
-    return [lv.label, f"{lv.ok}/{lv.failed}", _pcts(ttft), _pcts(lv.tpot), _pcts(lv.itl), _pcts(e2e),
-            _n(lv.req_per_s, 2), _n(lv.tok_per_s), goodput, _n(lv.queue_ms.p50), lv.verdict, cpu]
+    goodput = (
+        "n/a"
+        if lv.goodput_per_s is None
+        else f"{lv.goodput_per_s:.2f} ({_share(lv.goodput_share)})"
+    )
+    cpu = (
+        "n/a"
+        if lv.generator_cpu_share is None
+        else (f"{lv.generator_cpu_share:.0%} ({_n(lv.generator_cpu_ms_per_request, 2)} ms/req)")
+    )
+    return [
+        lv.label,
+        f"{lv.ok}/{lv.failed}",
+        _pcts(ttft),
+        _pcts(lv.tpot),
+        _pcts(lv.itl),
+        _pcts(e2e),
+        _n(lv.req_per_s, 2),
+        _n(lv.tok_per_s),
+        goodput,
+        _n(lv.queue_ms.p50),
+        lv.verdict,
+        cpu,
+    ]
 
 
-TABLE_HEAD = ["level", "ok/failed", "TTFT ms p50/p90/p95", "TPOT ms", "ITL ms", "E2E ms",
-              "req/s", "tok/s", "goodput req/s (share)", "queue ms p50", "probes", "generator CPU"]
+TABLE_HEAD = [
+    "level",
+    "ok/failed",
+    "TTFT ms p50/p90/p95",
+    "TPOT ms",
+    "ITL ms",
+    "E2E ms",
+    "req/s",
+    "tok/s",
+    "goodput req/s (share)",
+    "queue ms p50",
+    "probes",
+    "generator CPU",
+]
 
 
 def markdown(a: LoadAnalysis) -> str:
     """The markdown report."""
     h = a.header
     cfg = h.get("load") or {}
-    loop = ("closed loop (each user sends its next request when the last one ends)"
-            if a.mode == "concurrency" else
-            f"open loop, {cfg.get('arrivals', 'poisson')} arrivals (latencies from the scheduled send)")
-    per_level = (f"{cfg['requests']} requests" if cfg.get("requests") is not None
-                 else f"{cfg.get('duration_s')} s")
-    prompt = (f"~{cfg['prompt_tokens']} tokens" if cfg.get("prompt_tokens")
-              else f"{cfg.get('prompt_words', '?')} words")
+    loop = (
+        "closed loop (each user sends its next request when the last one ends)"
+        if a.mode == "concurrency"
+        else f"open loop, {cfg.get('arrivals', 'poisson')} arrivals "
+        "(latencies from the scheduled send)"
+    )
+    per_level = (
+        f"{cfg['requests']} requests"
+        if cfg.get("requests") is not None
+        else f"{cfg.get('duration_s')} s"
+    )
+    prompt = (
+        f"~{cfg['prompt_tokens']} tokens"
+        if cfg.get("prompt_tokens")
+        else f"{cfg.get('prompt_words', '?')} words"
+    )
     lines = [
         f"# llmtop load — {h.get('model', '?')} on {h.get('engine', '?')} ({h.get('host', '?')})",
         "",
-        (f"{loop}; {per_level} per level; prompt {prompt}, "
-         f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"),
+        (
+            f"{loop}; {per_level} per level; prompt {prompt}, "
+            f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"
+        ),
         "",
         f"**Knee:** {a.knee.sentence}.",
         f"(rule: {a.knee.rule})",
@@ -98,14 +140,39 @@ def markdown(a: LoadAnalysis) -> str:
 def _lag_line(lv: LevelResult) -> str:
     lag = lv.lag_ms
     assert lag is not None
-    return (f"- {lv.label}: sends lagged the timetable by {_n(lag.p50, 2)} ms (median), "
-            f"{_n(lag.p90, 2)} ms (p90); TTFT from the actual send {_pcts(lv.ttft)} ms")
+    return (
+        f"- {lv.label}: sends lagged the timetable by {_n(lag.p50, 2)} ms (median), "
+        f"{_n(lag.p90, 2)} ms (p90); TTFT from the actual send {_pcts(lv.ttft)} ms"
+    )
 
 
-CSV_FIELDS = ("level", "mode", "value", "requests", "ok", "failed", "wall_s", "req_per_s",
-              "tok_per_s", "goodput_per_s", "goodput_share", "verdict", "generator_cpu_share",
-              "generator_cpu_ms_per_request", "max_in_flight")
-CSV_METRICS = ("ttft", "tpot", "itl", "e2e", "ttft_scheduled", "e2e_scheduled", "lag_ms", "queue_ms")
+CSV_FIELDS = (
+    "level",
+    "mode",
+    "value",
+    "requests",
+    "ok",
+    "failed",
+    "wall_s",
+    "req_per_s",
+    "tok_per_s",
+    "goodput_per_s",
+    "goodput_share",
+    "verdict",
+    "generator_cpu_share",
+    "generator_cpu_ms_per_request",
+    "max_in_flight",
+)
+CSV_METRICS = (
+    "ttft",
+    "tpot",
+    "itl",
+    "e2e",
+    "ttft_scheduled",
+    "e2e_scheduled",
+    "lag_ms",
+    "queue_ms",
+)
 
 
 def _csv(a: LoadAnalysis) -> str:
@@ -130,9 +197,12 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
         "mode": a.mode,
         "slo": a.slo.to_dict(),
         "levels": [lv.to_dict() for lv in a.levels],
-        "knee": {"level": a.knee.level.level if a.knee.level else None,
-                 "value": a.knee.level.value if a.knee.level else None,
-                 "rule": a.knee.rule, "sentence": a.knee.sentence},
+        "knee": {
+            "level": a.knee.level.level if a.knee.level else None,
+            "value": a.knee.level.value if a.knee.level else None,
+            "rule": a.knee.rule,
+            "sentence": a.knee.sentence,
+        },
         "environment": a.environment,
         "warnings": list(a.warnings),
     }

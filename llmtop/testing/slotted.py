@@ -123,22 +123,46 @@ async def _chat(request: Request) -> Response:
     body = await request.json()
     if body.get("model") != MODEL:
         return JSONResponse({"error": f"model '{body.get('model')}' not found"}, status_code=404)
-    return StreamingResponse(_serve(request.app.state.slots, body),
-                             media_type="application/x-ndjson")
+    return StreamingResponse(
+        _serve(request.app.state.slots, body), media_type="application/x-ndjson"
+    )
 
 
 async def _tags(_: Request) -> Response:
-    return JSONResponse({"models": [{"name": MODEL, "model": MODEL, "size": 1, "digest": "s",
-                                     "modified_at": "2026-01-01T00:00:00Z", "details": {}}]})
+    return JSONResponse(
+        {
+            "models": [
+                {
+                    "name": MODEL,
+                    "model": MODEL,
+                    "size": 1,
+                    "digest": "s",
+                    "modified_at": "2026-01-01T00:00:00Z",
+                    "details": {},
+                }
+            ]
+        }
+    )
 
 
 async def _show(request: Request) -> Response:
     if (await request.json()).get("model") != MODEL:
         return JSONResponse({"error": "model not found"}, status_code=404)
-    return JSONResponse({"modelfile": "", "parameters": "", "template": "",
-                         "modified_at": "2026-01-01T00:00:00Z", "model_info": {},
-                         "details": {"family": "slotted", "parameter_size": "0M",
-                                     "quantization_level": "none", "format": "none"}})
+    return JSONResponse(
+        {
+            "modelfile": "",
+            "parameters": "",
+            "template": "",
+            "modified_at": "2026-01-01T00:00:00Z",
+            "model_info": {},
+            "details": {
+                "family": "slotted",
+                "parameter_size": "0M",
+                "quantization_level": "none",
+                "format": "none",
+            },
+        }
+    )
 
 
 def create_slotted_app(service: Service) -> Starlette:
@@ -146,8 +170,11 @@ def create_slotted_app(service: Service) -> Starlette:
     and `/` are the scripted server's."""
     ours = {"/api/chat": _chat, "/api/tags": _tags, "/api/show": _show}
     routes = [r for r in ROUTES if isinstance(r, Route) and r.path not in ours]
-    routes += [Route("/api/chat", _chat, methods=["POST"]), Route("/api/tags", _tags),
-               Route("/api/show", _show, methods=["POST"])]
+    routes += [
+        Route("/api/chat", _chat, methods=["POST"]),
+        Route("/api/tags", _tags),
+        Route("/api/show", _show, methods=["POST"]),
+    ]
     app = Starlette(routes=routes)
     app.state.script = Script()
     app.state.slots = SlotState(service)
@@ -184,9 +211,19 @@ class SlottedProcess(ChildServer):
     def args(self) -> list[str]:
         """`python -m llmtop.testing.slotted --port P --slots c --prefill-ms … …`."""
         s = self.service
-        return ["llmtop.testing.slotted", "--port", str(self.port), "--slots", str(s.slots),
-                "--prefill-ms", repr(s.prefill_s * 1e3), "--tokens", str(s.tokens),
-                "--gap-ms", repr(s.gap_s * 1e3)]
+        return [
+            "llmtop.testing.slotted",
+            "--port",
+            str(self.port),
+            "--slots",
+            str(s.slots),
+            "--prefill-ms",
+            repr(s.prefill_s * 1e3),
+            "--tokens",
+            str(s.tokens),
+            "--gap-ms",
+            repr(s.gap_s * 1e3),
+        ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,8 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     if a.parent_pid:
         watch_parent(a.parent_pid)
     service = Service(a.slots, a.prefill_ms / 1e3, a.tokens, a.gap_ms / 1e3)
-    uvicorn.run(create_slotted_app(service), host="127.0.0.1", port=a.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        create_slotted_app(service),
+        host="127.0.0.1",
+        port=a.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":

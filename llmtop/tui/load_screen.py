@@ -31,8 +31,9 @@ from llmtop.tui.settings import TuiSettings
 RENDER_HZ = 10
 
 
-def config_from_form(settings: TuiSettings, mode: Mode, levels: str, requests: str, slo: str,
-                     prompt_tokens: str) -> LoadConfig:
+def config_from_form(
+    settings: TuiSettings, mode: Mode, levels: str, requests: str, slo: str, prompt_tokens: str
+) -> LoadConfig:
     """The LoadConfig the form asks for, with the app's generation options. Raises
     ValueError with a message for the user."""
     if not requests.strip().isdigit() or int(requests) < 1:
@@ -40,10 +41,16 @@ def config_from_form(settings: TuiSettings, mode: Mode, levels: str, requests: s
     if not prompt_tokens.strip().isdigit() or int(prompt_tokens) < 8:
         raise ValueError("prompt tokens must be a whole number >= 8")
     options = settings.options
-    return LoadConfig(mode=mode, levels=parse_levels(levels, mode == "concurrency"),
-                      requests=int(requests), slo=Slo.parse(slo), prompt_tokens=int(prompt_tokens),
-                      temperature=options.get("temperature", 0.0), seed=options.get("seed", 42),
-                      num_ctx=options.get("num_ctx", 8192))
+    return LoadConfig(
+        mode=mode,
+        levels=parse_levels(levels, mode == "concurrency"),
+        requests=int(requests),
+        slo=Slo.parse(slo),
+        prompt_tokens=int(prompt_tokens),
+        temperature=options.get("temperature", 0.0),
+        seed=options.get("seed", 42),
+        num_ctx=options.get("num_ctx", 8192),
+    )
 
 
 class LoadScreen(Screen[None]):
@@ -70,11 +77,17 @@ class LoadScreen(Screen[None]):
         self.worker: Worker[None] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"llmtop load · {self.conn.engine.name} · {self.conn.model}", style="bold"),
-                     id="load-title")
+        yield Static(
+            Text(f"llmtop load · {self.conn.engine.name} · {self.conn.model}", style="bold"),
+            id="load-title",
+        )
         with Horizontal(id="load-form"):
-            yield Select([("concurrency", "concurrency"), ("rate (req/s)", "rate")],
-                         value="concurrency", allow_blank=False, id="load-mode")
+            yield Select(
+                [("concurrency", "concurrency"), ("rate (req/s)", "rate")],
+                value="concurrency",
+                allow_blank=False,
+                id="load-mode",
+            )
             yield Input("1,2,4", placeholder="levels", id="load-levels")
             yield Input("20", placeholder="requests per level", id="load-requests")
             yield Input("200", placeholder="prompt tokens", id="load-prompt")
@@ -101,13 +114,22 @@ class LoadScreen(Screen[None]):
         """Start a sweep with the form's values (a bad value is shown, nothing starts)."""
         if self.running:
             return
+
         def value(name: str) -> str:
             return self.query_one(f"#load-{name}", Input).value
 
-        mode: Mode = "rate" if self.query_one("#load-mode", Select).value == "rate" else "concurrency"
+        mode: Mode = (
+            "rate" if self.query_one("#load-mode", Select).value == "rate" else "concurrency"
+        )
         try:
-            config = config_from_form(self.settings, mode, value("levels"), value("requests"),
-                                      value("slo"), value("prompt"))
+            config = config_from_form(
+                self.settings,
+                mode,
+                value("levels"),
+                value("requests"),
+                value("slo"),
+                value("prompt"),
+            )
         except ValueError as exc:
             self.query_one("#load-knee", Static).update(Text(f"✗ {exc}", style="bold red"))
             return
@@ -123,10 +145,15 @@ class LoadScreen(Screen[None]):
     async def _run(self, config: LoadConfig) -> None:
         knee = self.query_one("#load-knee", Static)
         try:
-            runner = await asyncio.to_thread(LoadRunner, self.conn, config, None, self.live.on_progress)
+            runner = await asyncio.to_thread(
+                LoadRunner, self.conn, config, None, self.live.on_progress
+            )
             outcome = await runner.run()
-            knee.update(Text(f"Knee: {outcome.analysis.knee.sentence}.\nlog {outcome.log_path}",
-                             style="bold"))
+            knee.update(
+                Text(
+                    f"Knee: {outcome.analysis.knee.sentence}.\nlog {outcome.log_path}", style="bold"
+                )
+            )
         except asyncio.CancelledError:
             knee.update(Text("sweep cancelled (recorded in its log)", style="yellow"))
             raise

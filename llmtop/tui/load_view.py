@@ -53,7 +53,8 @@ class LoadLive:
             self.in_flight = 0
 
     def live_line(self) -> Text:
-        """"level 2/4: 4 users · 3 in flight · 12/40 done · TTFT p50/p90 … · TPOT … · 5.2 req/s"."""
+        """The level running: its label, requests in flight, done/total, live TTFT p50/p90,
+        TPOT p50 and ok requests/s so far."""
         if self.phase not in ("level", "request"):
             return Text(self.message or self.phase, style="dim")
         ok = [r for r in self.records if r.get("status") == "ok"]
@@ -62,9 +63,11 @@ class LoadLive:
         elapsed_s = (perf_counter_ns() - self.started_ns) / 1e9
         rate = len(ok) / elapsed_s if elapsed_s > 0 else 0.0
         total = "?" if self.total is None else str(self.total)
-        return Text(f"{self.level_label} · {self.in_flight} in flight · {self.done}/{total} done · "
-                    f"TTFT p50/p90 {_p(ttft.p50)}/{_p(ttft.p90)} ms · TPOT p50 {_p(tpot.p50)} ms · "
-                    f"{rate:.2f} req/s")
+        return Text(
+            f"{self.level_label} · {self.in_flight} in flight · {self.done}/{total} done · "
+            f"TTFT p50/p90 {_p(ttft.p50)}/{_p(ttft.p90)} ms · TPOT p50 {_p(tpot.p50)} ms · "
+            f"{rate:.2f} req/s"
+        )
 
 
 def _p(value: float | None) -> str:
@@ -74,8 +77,17 @@ def _p(value: float | None) -> str:
 def levels_table(levels: Sequence[LevelResult]) -> Table:
     """The finished levels, as `llmtop report` shows them."""
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name in ("level", "ok/failed", "TTFT p50/p90/p95", "TPOT", "E2E", "req/s", "tok/s",
-                 "goodput (share)", "probes"):
+    for name in (
+        "level",
+        "ok/failed",
+        "TTFT p50/p90/p95",
+        "TPOT",
+        "E2E",
+        "req/s",
+        "tok/s",
+        "goodput (share)",
+        "probes",
+    ):
         table.add_column(name)
     for lv in levels:
         cells = level_row(lv)
@@ -83,11 +95,16 @@ def levels_table(levels: Sequence[LevelResult]) -> Table:
     return table
 
 
-def curve(levels: Sequence[LevelResult], width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT) -> Text:
+def curve(
+    levels: Sequence[LevelResult], width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT
+) -> Text:
     """The throughput–latency curve: each finished level is a point at (req/s, TTFT p50 ms),
     marked with its position (1, 2, …); the axes say their ranges. Empty until a level ends."""
-    points = [(lv.req_per_s, lv.ttft.p50) for lv in levels
-              if lv.req_per_s is not None and lv.ttft.p50 is not None]
+    points = [
+        (lv.req_per_s, lv.ttft.p50)
+        for lv in levels
+        if lv.req_per_s is not None and lv.ttft.p50 is not None
+    ]
     if not points:
         return Text("the throughput–latency curve appears as levels finish", style="dim")
     x_hi = max(x for x, _ in points) or 1.0

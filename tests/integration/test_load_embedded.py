@@ -22,10 +22,35 @@ PER_USER = 0.35  # TTFT added per extra user within ±35 % of one service time
 
 def test_one_slot_flat_throughput_and_ttft_grows_a_service_time_per_user(engine_url, tmp_path):
     p = subprocess.run(
-        [sys.executable, "-m", "llmtop", "load", "--engine", "embedded", "--host", engine_url,
-         "--concurrency", "1,2,3", "--requests", "6", "--prompt-tokens", "50", "--max-tokens", "16",
-         "--num-ctx", "2048", "--log", str(tmp_path / "load.jsonl"), "--json", "--no-cache"],
-        capture_output=True, text=True, check=False, timeout=800)
+        [
+            sys.executable,
+            "-m",
+            "llmtop",
+            "load",
+            "--engine",
+            "embedded",
+            "--host",
+            engine_url,
+            "--concurrency",
+            "1,2,3",
+            "--requests",
+            "6",
+            "--prompt-tokens",
+            "50",
+            "--max-tokens",
+            "16",
+            "--num-ctx",
+            "2048",
+            "--log",
+            str(tmp_path / "load.jsonl"),
+            "--json",
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=800,
+    )
     assert p.returncode == ExitCode.OK, p.stderr
     report = json.loads(p.stdout)
     assert report["environment"]["parallel"]["slots"] == 1

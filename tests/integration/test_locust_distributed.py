@@ -46,15 +46,17 @@ def locust(*args: str, log: Path) -> subprocess.Popen[bytes]:
     exe = shutil.which("locust", path=str(Path(sys.executable).parent)) or "locust"
     env = {**os.environ, "PYTHONPATH": str(LOCUSTFILE.parents[2])}
     with log.open("wb") as out:
-        return subprocess.Popen([exe, "-f", str(LOCUSTFILE), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            [exe, "-f", str(LOCUSTFILE), *args], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
 
 
 async def llmtop_load(url: str, path: Path):
     conn = await connect("ollama", url, "slotted")
     try:
-        config = LoadConfig(levels=(4,), requests=16, prompt_tokens=WORDS + 10, max_tokens=50,
-                            use_cache=False)
+        config = LoadConfig(
+            levels=(4,), requests=16, prompt_tokens=WORDS + 10, max_tokens=50, use_cache=False
+        )
         return (await LoadRunner(conn, config, str(path)).run()).analysis
     finally:
         await conn.close()
@@ -66,15 +68,42 @@ def test_master_and_two_workers_agree_with_llmtop_load(tmp_path):
     try:
         ours = asyncio.run(llmtop_load(up.url, tmp_path / "llmtop.jsonl")).levels[0]
         port = str(free_port())
-        common = ["--headless", "--host", up.url, "--llmtop-model", "slotted",
-                  "--llmtop-prompt-words", str(WORDS), "--llmtop-max-tokens", "50"]
-        master = locust(*common, "--master", "--master-bind-port", port, "--expect-workers", "2",
-                        "-u", "4", "-r", "100", "--llmtop-requests-per-user", "4",
-                        "--llmtop-log", str(tmp_path / "locust.jsonl"), "-t", "120s",
-                        "--csv", str(tmp_path / "locust"),
-                        log=tmp_path / "master.log")
-        workers = [locust(*common, "--worker", "--master-port", port,
-                          log=tmp_path / f"worker{i}.log") for i in range(2)]
+        common = [
+            "--headless",
+            "--host",
+            up.url,
+            "--llmtop-model",
+            "slotted",
+            "--llmtop-prompt-words",
+            str(WORDS),
+            "--llmtop-max-tokens",
+            "50",
+        ]
+        master = locust(
+            *common,
+            "--master",
+            "--master-bind-port",
+            port,
+            "--expect-workers",
+            "2",
+            "-u",
+            "4",
+            "-r",
+            "100",
+            "--llmtop-requests-per-user",
+            "4",
+            "--llmtop-log",
+            str(tmp_path / "locust.jsonl"),
+            "-t",
+            "120s",
+            "--csv",
+            str(tmp_path / "locust"),
+            log=tmp_path / "master.log",
+        )
+        workers = [
+            locust(*common, "--worker", "--master-port", port, log=tmp_path / f"worker{i}.log")
+            for i in range(2)
+        ]
         try:
             assert master.wait(180) == 0, (tmp_path / "master.log").read_text()[-2000:]
         finally:
@@ -83,7 +112,9 @@ def test_master_and_two_workers_agree_with_llmtop_load(tmp_path):
     finally:
         up.stop()
     theirs = analyze_load(tmp_path / "locust.jsonl").levels[0]
-    clients = {json.loads(line).get("client") for line in (tmp_path / "locust.jsonl").open()} - {None}
+    clients = {json.loads(line).get("client") for line in (tmp_path / "locust.jsonl").open()} - {
+        None
+    }
     assert len(clients) == 2  # both workers sent records
     assert (theirs.requests, theirs.ok) == (ours.requests, ours.ok) == (16, 16)
     gap_ms = SERVICE.gap_s * 1000
@@ -94,8 +125,11 @@ def test_master_and_two_workers_agree_with_llmtop_load(tmp_path):
     # Locust's own statistics (its request events) count the same requests.
     with (tmp_path / "locust_stats.csv").open() as fh:
         rows = {row["Name"]: row for row in csv.DictReader(fh)}
-    assert {name: int(rows[name]["Request Count"]) for name in ("TTFT", "TPOT", "E2E")} == \
-        {"TTFT": 16, "TPOT": 16, "E2E": 16}
+    assert {name: int(rows[name]["Request Count"]) for name in ("TTFT", "TPOT", "E2E")} == {
+        "TTFT": 16,
+        "TPOT": 16,
+        "E2E": 16,
+    }
     assert int(rows["E2E"]["Failure Count"]) == 0
     # Locust rounds medians over 100 ms to 10 ms: compare within that.
     assert float(rows["E2E"]["Median Response Time"]) == pytest.approx(theirs.e2e.p50, abs=10)

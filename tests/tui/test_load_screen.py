@@ -64,8 +64,31 @@ def test_form_errors_are_messages():
 def level(n: int, value: float, rate: float, ttft: float) -> LevelResult:
     p = Percentiles(1, ttft, None, None, None)
     empty = Percentiles(0, None, None, None, None)
-    return LevelResult(n, "concurrency", value, 1, 1, {"ok": 1}, 1.0, p, empty, empty, empty,
-                       None, None, None, empty, rate, None, None, None, "QUIET", None, None, None)
+    return LevelResult(
+        n,
+        "concurrency",
+        value,
+        1,
+        1,
+        {"ok": 1},
+        1.0,
+        p,
+        empty,
+        empty,
+        empty,
+        None,
+        None,
+        None,
+        empty,
+        rate,
+        None,
+        None,
+        None,
+        "QUIET",
+        None,
+        None,
+        None,
+    )
 
 
 def test_curve_puts_each_level_at_its_throughput_and_latency():

@@ -16,17 +16,39 @@ from llmtop.sessions.load_report import render_load
 MS = 1_000_000
 
 
-def request(level: int, index: int, ttft: float, e2e: float, tokens: int = 11, lag: float | None = None,
-            status: str = "ok", queue_ms: float = 0.0) -> dict:
+def request(
+    level: int,
+    index: int,
+    ttft: float,
+    e2e: float,
+    tokens: int = 11,
+    lag: float | None = None,
+    status: str = "ok",
+    queue_ms: float = 0.0,
+) -> dict:
     tpot = (e2e - ttft) / (tokens - 1)
     record = {
-        "type": "request", "id": 100 * level + index + 1, "phase": "measure", "level": level,
-        "index": index, "status": status,
-        "stats": {"prompt_eval_count": 30, "prompt_eval_duration": 20 * MS, "eval_count": tokens,
-                  "eval_duration": 80 * MS, "load_duration": 0,
-                  "total_duration": round((100 + queue_ms) * MS)},
-        "metrics": {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "output_tokens": tokens,
-                    "itl_ms": [tpot] * (tokens - 1)},
+        "type": "request",
+        "id": 100 * level + index + 1,
+        "phase": "measure",
+        "level": level,
+        "index": index,
+        "status": status,
+        "stats": {
+            "prompt_eval_count": 30,
+            "prompt_eval_duration": 20 * MS,
+            "eval_count": tokens,
+            "eval_duration": 80 * MS,
+            "load_duration": 0,
+            "total_duration": round((100 + queue_ms) * MS),
+        },
+        "metrics": {
+            "ttft_ms": ttft,
+            "e2e_ms": e2e,
+            "tpot_ms": tpot,
+            "output_tokens": tokens,
+            "itl_ms": [tpot] * (tokens - 1),
+        },
     }
     if lag is not None:
         record["lag_ms"] = lag
@@ -34,16 +56,36 @@ def request(level: int, index: int, ttft: float, e2e: float, tokens: int = 11, l
 
 
 def level_records(level: int, value: float, wall_s: float, requests: list[dict]) -> list[dict]:
-    return [{"type": "level", "phase": "start", "level": level, "value": value}, *requests,
-            {"type": "level", "phase": "end", "level": level, "value": value,
-             "wall_ns": round(wall_s * 1e9), "generator_cpu_ns": round(wall_s * 0.1e9),
-             "max_in_flight": int(value)}]
+    return [
+        {"type": "level", "phase": "start", "level": level, "value": value},
+        *requests,
+        {
+            "type": "level",
+            "phase": "end",
+            "level": level,
+            "value": value,
+            "wall_ns": round(wall_s * 1e9),
+            "generator_cpu_ns": round(wall_s * 0.1e9),
+            "max_in_flight": int(value),
+        },
+    ]
 
 
 def header(mode: str = "concurrency", slo: Slo | None = None) -> dict:
-    return {"type": "header", "kind": "load", "model": "m", "engine": "e", "host": "h",
-            "load": {"mode": mode, "slo": (slo or Slo()).to_dict(), "prompt_tokens": 30,
-                     "requests": 4, "max_tokens": 11}}
+    return {
+        "type": "header",
+        "kind": "load",
+        "model": "m",
+        "engine": "e",
+        "host": "h",
+        "load": {
+            "mode": mode,
+            "slo": (slo or Slo()).to_dict(),
+            "prompt_tokens": 30,
+            "requests": 4,
+            "max_tokens": 11,
+        },
+    }
 
 
 def test_percentiles_follow_the_sample_size_rule():
@@ -105,8 +147,12 @@ def test_queueing_from_the_servers_durations():
 
 def test_probe_verdict_names_the_findings():
     quiet = {"verdict": {"quiet": True, "findings": []}}
-    noisy = {"verdict": {"quiet": False, "findings": [{"code": "app-busy", "level": "warn"},
-                                                      {"code": "x", "level": "info"}]}}
+    noisy = {
+        "verdict": {
+            "quiet": False,
+            "findings": [{"code": "app-busy", "level": "warn"}, {"code": "x", "level": "info"}],
+        }
+    }
     assert probe_verdict([]) == "no samples"
     assert probe_verdict([quiet]) == "QUIET"
     assert probe_verdict([quiet, noisy, noisy]) == "NOISY: app-busy"
@@ -114,7 +160,9 @@ def test_probe_verdict_names_the_findings():
 
 def test_renderings_carry_the_table_and_the_knee():
     slo = Slo(ttft_ms=100)
-    a = analyze_records(header(slo=slo), level_records(0, 1, 0.6, [request(0, i, 50, 150) for i in range(4)]))
+    a = analyze_records(
+        header(slo=slo), level_records(0, 1, 0.6, [request(0, i, 50, 150) for i in range(4)])
+    )
     md = render_load(a, "md")
     assert "**Knee:** this engine serves 1 concurrent user within TTFT ≤ 100 ms." in md
     assert "| 1 users | 4/0 | 50.0 / n/a / n/a |" in md

@@ -23,9 +23,31 @@ def slotted():
 
 def test_load_prints_json_and_report_renders_its_log(slotted, tmp_path, capsys):
     log = tmp_path / "load.jsonl"
-    rc = main(["load", "--engine", "ollama", "--host", slotted.url, "--model", "slotted",
-               "--concurrency", "1,2", "--requests", "4", "--prompt-tokens", "20",
-               "--max-tokens", "5", "--slo", "ttft=1s", "--log", str(log), "--json", "--no-cache"])
+    rc = main(
+        [
+            "load",
+            "--engine",
+            "ollama",
+            "--host",
+            slotted.url,
+            "--model",
+            "slotted",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--prompt-tokens",
+            "20",
+            "--max-tokens",
+            "5",
+            "--slo",
+            "ttft=1s",
+            "--log",
+            str(log),
+            "--json",
+            "--no-cache",
+        ]
+    )
     assert rc == ExitCode.OK
     report = json.loads(capsys.readouterr().out)
     assert [lv["value"] for lv in report["levels"]] == [1, 2]
@@ -38,19 +60,48 @@ def test_load_prints_json_and_report_renders_its_log(slotted, tmp_path, capsys):
 
 
 def test_open_loop_by_duration(slotted, tmp_path, capsys):
-    rc = main(["load", "--engine", "ollama", "--host", slotted.url, "--model", "slotted",
-               "--rate", "20", "--arrivals", "constant", "--duration", "0.3s",
-               "--prompt-tokens", "20", "--max-tokens", "5", "--log", str(tmp_path / "l.jsonl"),
-               "--json", "--no-cache"])
+    rc = main(
+        [
+            "load",
+            "--engine",
+            "ollama",
+            "--host",
+            slotted.url,
+            "--model",
+            "slotted",
+            "--rate",
+            "20",
+            "--arrivals",
+            "constant",
+            "--duration",
+            "0.3s",
+            "--prompt-tokens",
+            "20",
+            "--max-tokens",
+            "5",
+            "--log",
+            str(tmp_path / "l.jsonl"),
+            "--json",
+            "--no-cache",
+        ]
+    )
     assert rc == ExitCode.OK
     (level,) = json.loads(capsys.readouterr().out)["levels"]
     assert level["requests"] == 6  # 20 req/s × 0.3 s
     assert level["lag_ms"]["n"] == 6
 
 
-@pytest.mark.parametrize("flags", [["--concurrency", "1.5"], ["--rate", "0"], ["--slo", "p99=1s"],
-                                   ["--concurrency", "1", "--rate", "1"], ["--requests", "0"],
-                                   ["--requests", "3", "--duration", "5s"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--concurrency", "1.5"],
+        ["--rate", "0"],
+        ["--slo", "p99=1s"],
+        ["--concurrency", "1", "--rate", "1"],
+        ["--requests", "0"],
+        ["--requests", "3", "--duration", "5s"],
+    ],
+)
 def test_bad_flags_are_usage_errors(flags, capsys):
     with pytest.raises(SystemExit) as exc:
         rc = main(["load", "--engine", "ollama", "--host", "127.0.0.1:9", *flags])

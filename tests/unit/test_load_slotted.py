@@ -45,8 +45,15 @@ def closed(tmp_path_factory):
     up = SlottedProcess(SERVICE)
     try:
         asyncio.run(up.start())
-        outcome = asyncio.run(sweep(up.url, tmp_path_factory.mktemp("closed"), levels=(1, 2, 4),
-                                    requests=8, slo=Slo(ttft_ms=150)))
+        outcome = asyncio.run(
+            sweep(
+                up.url,
+                tmp_path_factory.mktemp("closed"),
+                levels=(1, 2, 4),
+                requests=8,
+                slo=Slo(ttft_ms=150),
+            )
+        )
     finally:
         up.stop()
     return outcome.analysis
@@ -95,11 +102,14 @@ def test_closed_loop_queueing_adds_a_whole_service_time_to_ttft(closed):
 async def test_open_loop_past_saturation_latency_from_the_schedule_keeps_growing(tmp_path):
     service = Service(slots=1, prefill_s=0.04, tokens=9, gap_s=0.02)  # S = 200 ms, 5 req/s max
     async with SlottedProcess(service) as up:
-        outcome = await sweep(up.url, tmp_path, mode="rate", levels=(10,), requests=6,
-                              arrivals="constant")
+        outcome = await sweep(
+            up.url, tmp_path, mode="rate", levels=(10,), requests=6, arrivals="constant"
+        )
     (lv,) = outcome.analysis.levels
     records = sorted(
-        (r for r in _records(outcome.log_path) if r["type"] == "request" and r.get("level") == 0), key=lambda r: r["index"])
+        (r for r in _records(outcome.log_path) if r["type"] == "request" and r.get("level") == 0),
+        key=lambda r: r["index"],
+    )
     from_schedule = [r["metrics"]["ttft_ms"] + r["lag_ms"] for r in records]
     # Request k is scheduled at k × 100 ms but served from k × S: it waits k × (S − 100 ms).
     growth = S_MS - 100
@@ -114,12 +124,17 @@ async def test_open_loop_past_saturation_latency_from_the_schedule_keeps_growing
 
 async def test_open_loop_below_saturation_nothing_queues(tmp_path):
     async with SlottedProcess(SERVICE) as up:
-        outcome = await sweep(up.url, tmp_path, mode="rate", levels=(4,), requests=6,
-                              arrivals="constant")
+        outcome = await sweep(
+            up.url, tmp_path, mode="rate", levels=(4,), requests=6, arrivals="constant"
+        )
     (lv,) = outcome.analysis.levels
     # 250 ms apart, 200 ms each, 2 slots: no request waits for a slot.
     assert lv.queue_ms.p50 < 2
-    assert SERVICE.prefill_s * 1000 <= lv.ttft_scheduled.p50 <= SERVICE.prefill_s * 1000 + CLIENT_MAX_MS
+    assert (
+        SERVICE.prefill_s * 1000
+        <= lv.ttft_scheduled.p50
+        <= SERVICE.prefill_s * 1000 + CLIENT_MAX_MS
+    )
 
 
 def _records(path):
