@@ -130,7 +130,11 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"log           {recorder.log.path}")
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
-        return result_exit_code(result)
+        code = result_exit_code(result)
+        if recorder.log.incomplete is not None:
+            print(f"llmtop: {recorder.log.incomplete}", file=sys.stderr)
+            return ExitCode.LOG_INCOMPLETE if code == ExitCode.OK else code
+        return code
     finally:
         await conn.close()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -103,7 +103,7 @@ class OllamaEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream `/api/chat`. The request is sent on the first iteration (take the send stamp
         just before it). Yields text events, then exactly one final event with `done=True`
         (server stats, or a `failure`)."""
@@ -120,7 +120,7 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
+    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncGenerator[StreamEvent, None]:
         try:
             parts = await start()
             async with contextlib.aclosing(parts):
@@ -225,6 +225,7 @@ class OllamaEngine:
             size_vram=size_vram,
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
+            chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
 
 
@@ -240,6 +241,14 @@ async def _drain(parts: AsyncIterator[Any]) -> None:
         async with asyncio.timeout(DRAIN_TIMEOUT_S):
             async for _extra in parts:
                 pass
+
+
+def _has_chat_template(template: Any) -> bool | None:
+    """Whether /api/show's `template` is a chat template: False for none or Ollama's default
+    `{{ .Prompt }}` (the prompt alone), None when the server gave no template field."""
+    if not isinstance(template, str):
+        return None
+    return template.replace(" ", "") not in ("", "{{.Prompt}}")
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

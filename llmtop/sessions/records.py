@@ -17,6 +17,7 @@ preflight, summary, interrupted, end) stay JSON objects in `RunLog.records`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,22 @@ class RecordError(ValueError):
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # built on first use: a few ms per record type
 
 
+def _refuse_non_finite(kind: str, text: str | bytes) -> None:
+    """Raise RecordError for a bare NaN/Infinity/-Infinity in a record: Python's json writes
+    and reads them, JSON does not have them, and no figure llmtop shows may be one (a NaN
+    crashes Textual's Sparkline and poisons every median). Strings containing the words are
+    fine: only a full parse, done when the words appear at all, can tell the two apart."""
+    probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if "NaN" not in probe and "Infinity" not in probe:
+        return
+
+    def refuse(constant: str) -> float:
+        raise RecordError(kind, "", f"holds {constant}, which no measurement can be")
+
+    with contextlib.suppress(json.JSONDecodeError):  # not JSON at all: validation says so
+        json.loads(probe, parse_constant=refuse)
+
+
 def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
     """Validate one JSON record (a line, or an object already decoded) into `cls`.
 
@@ -61,6 +78,7 @@ def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
     strict mode).
     """
     text = data if isinstance(data, str | bytes) else json.dumps(data, default=str)
+    _refuse_non_finite(kind, text)
     adapter = _ADAPTERS.get(cls) or _ADAPTERS.setdefault(cls, TypeAdapter(cls))
     try:
         record: T = adapter.validate_json(text, strict=True)
@@ -226,6 +244,7 @@ class Header:
 
     format: int
     llmtop_version: str | None = None
+    distribution: str | None = None  # the package's name on the index: "llmtop-latency"
     started_at: str | None = None
     kind: str = "session"
     engine: str | None = None

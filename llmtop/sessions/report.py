@@ -187,6 +187,13 @@ def _markdown(report: Report) -> str:
     if noisy:
         lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
                      "requests: see \"Was the machine quiet?\" before trusting these numbers.")
+    buffered = [r for r in report.log.requests if r.metrics.buffered]
+    if buffered:
+        lines.append(
+            f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
+            f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
+            f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
+            "n/a and left out of the statistics; their TTFT is the time to the whole answer.")
     if report.log.warnings:
         lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
     if report.interrupted:

@@ -66,6 +66,9 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "llmtop.tui.bench_screen.bench_log_path",
         lambda session: bench_config.bench_log_path(session, BENCH_TIME),
     )
+    # samples are posted by hand, and a loaded machine can take longer than the panel's
+    # staleness limit (real time) to draw a bench: "stale, 6 s old" must not enter a snapshot
+    monkeypatch.setattr("llmtop.tui.widgets.probe_panel.STALE_AFTER_S", 1e9)
 
 
 def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:

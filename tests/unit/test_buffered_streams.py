@@ -50,3 +50,40 @@ def test_too_few_tokens_cannot_be_judged() -> None:
     few = ServerStats(eval_count=5, eval_duration=100 * MS)
     m = compute_metrics(SENT, stream([50.0], 51.0, few), few)
     assert m.buffered is None and m.tpot_ms == (51.0 - 50.0) / 4
+
+
+def test_a_log_record_holding_nan_is_skipped_not_shown(tmp_path) -> None:
+    # Python's json writes NaN; JSON has no NaN; a NaN would crash a Sparkline and poison medians
+    import json
+
+    from llmtop.sessions.log import read_log
+
+    good = {"type": "request", "id": 1, "status": "ok", "metrics": {"ttft_ms": 12.5}}
+    bad = {"type": "request", "id": 2, "status": "ok", "metrics": {"ttft_ms": float("nan")}}
+    words = {"type": "request", "id": 3, "status": "ok", "prompt": "NaN and Infinity as words"}
+    path = tmp_path / "s.jsonl"
+    header = {"type": "header", "format": 1}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (header, good, bad, words)))
+    log = read_log(str(path))
+    assert [r.id for r in log.requests] == [1, 3]
+    assert any("line 3" in w and "NaN" in w for w in log.warnings), log.warnings
+
+
+def test_the_report_says_which_requests_were_buffered(tmp_path) -> None:
+    import json
+
+    from llmtop.sessions.log import read_log
+    from llmtop.sessions.report import build, render
+
+    reason = "1 text chunk for 100 tokens: held back"
+    records = [
+        {"type": "header", "format": 1, "kind": "session"},
+        {"type": "request", "id": 1, "status": "ok", "metrics": {"ttft_ms": 3000.0,
+                                                                 "buffered": reason}},
+        {"type": "request", "id": 2, "status": "ok", "metrics": {"ttft_ms": 120.0}},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = render(build(read_log(str(path))), "md")
+    assert (f"**1 request was a buffered stream** (e.g. request 1: {reason}): their client "
+            "TPOT, decode rate and overhead are n/a") in text

@@ -17,6 +17,8 @@ def identity(conn: Connection) -> str:
     parts = [conn.engine.name, conn.engine.host, conn.model]
     if info is not None:
         parts += [p for p in (info.quantization, info.parameter_size) if p]
+        if info.chat_template is False:  # it continues text rather than answering
+            parts.append("base model")
     if conn.version:
         parts.append(f"v{conn.version}")
     return " · ".join(parts)
