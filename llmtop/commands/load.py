@@ -85,12 +85,17 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
     if not any(lv.ok for lv in outcome.analysis.levels):
         print("llmtop load: no request completed ok", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
+    incomplete = runner.recorder.log.incomplete
+    if incomplete is not None:  # the report covers what reached the log
+        print(f"llmtop load: {incomplete}; the report covers the records written", file=sys.stderr)
+        return ExitCode.LOG_INCOMPLETE
     return ExitCode.OK
 
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop load`: check the flags, run the sweep, print the report; returns an ExitCode
-    (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed)."""
+    (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed, 6 the
+    log stops early)."""
     if (
         (args.requests is not None and args.requests < 1)
         or args.max_tokens < 2

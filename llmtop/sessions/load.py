@@ -129,7 +129,7 @@ class LoadRunner:
         self.level: int | None = None
         self._max_in_flight = 0
         self._done = 0
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Task[bool]] = set()
 
     @property
     def log_path(self) -> str:
