@@ -36,6 +36,7 @@ SUSTAIN_SHARE = 0.95  # completed ≥ 95 % of the asked rate
 
 
 async def sweep(url: str, config: LoadConfig) -> tuple[LevelResult, ...]:
+    """Run one `llmtop load` sweep against `url` (log in a temporary folder); its levels."""
     conn = await connect("ollama", url, "slotted")
     try:
         with tempfile.TemporaryDirectory() as folder:
@@ -46,6 +47,7 @@ async def sweep(url: str, config: LoadConfig) -> tuple[LevelResult, ...]:
 
 
 def sustained(lv: LevelResult) -> bool:
+    """The generator kept the level's timetable and the level completed its rate."""
     lag = lv.lag_ms.p50 if lv.lag_ms else None
     return (
         lag is not None
@@ -57,6 +59,7 @@ def sustained(lv: LevelResult) -> bool:
 
 
 async def main(args: argparse.Namespace) -> int:
+    """Closed-loop levels, then rates until one is not sustained; print both tables."""
     service = Service(slots=1024, prefill_s=0.0, tokens=args.tokens, gap_s=0.0)
     common = {"prompt_tokens": 30, "max_tokens": args.tokens + 10, "use_cache": False}
     async with SlottedProcess(service) as up:
@@ -112,6 +115,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=300, help="closed-loop requests per level")
     p.add_argument("--concurrency", type=lambda t: parse_levels(t, True), default=(1, 4, 16))

@@ -232,6 +232,9 @@ class LoadRunner:
     async def _level(
         self, index: int, value: float, words: int, generator: PromptGenerator
     ) -> None:
+        """Run level `index` (concurrency or rate `value`) between a "level" start record and
+        an end record with its wall time and the loop thread's CPU time; then report its
+        LevelResult (analysed from the log, as a report would)."""
         cfg = self.config
         total = cfg.requests
         if total is None and cfg.mode == "rate":
