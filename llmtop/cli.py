@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import math
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -43,6 +44,52 @@ def parse_sizes(text: str) -> tuple[int, ...]:
                 f"prompt size {part!r} is not a whole number of tokens >= 8")
         sizes.append(int(part))
     return tuple(sizes)
+
+
+INT32_MAX = 2**31 - 1  # llama.cpp keeps n_ctx and n_predict in C ints
+INT64_MAX = 2**63 - 1  # Ollama's seed is a Go int
+
+
+def finite_number(low: float, high: float = math.inf, *, above_low: bool = False
+                  ) -> Callable[[str], float]:
+    """An argparse type: a finite number from `low` (excluded when `above_low`) to `high`.
+    "nan", "inf" and numbers that overflow to inf are refused (argparse.ArgumentTypeError,
+    exit 2) before anything is sent."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not (value > low if above_low else value >= low) \
+                or value > high:
+            rules = [f"{'>' if above_low else '>='} {low:g}"] if low > -math.inf else []
+            rules += [f"<= {high:g}"] if high < math.inf else []
+            rule = "".join(f" {r}" if i == 0 else f" and {r}" for i, r in enumerate(rules))
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{rule}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def whole_number(low: int, high: int, *, also: tuple[int, ...] = ()) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (or one of `also`, e.g. -1 for
+    "no limit"); anything else is argparse.ArgumentTypeError (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not (low <= value <= high or value in also):
+            extra = "".join(f" or {a}" for a in also)
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low} to {high}{extra}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
 
 
 def pid_number(text: str) -> int:
@@ -89,16 +136,26 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    "config file's [engine] pids")
     g.add_argument("--log", default=d(None),
                    help="session log file (JSONL; default: a new file in the user data dir)")
+    _probes_flags(g, d)
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
-    o.add_argument("--temperature", type=float, default=d(DEFAULT_OPTIONS.temperature),
+    o.add_argument("--temperature", type=finite_number(0.0), default=d(DEFAULT_OPTIONS.temperature),
                    help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
-    o.add_argument("--seed", type=int, default=d(DEFAULT_OPTIONS.seed),
+    o.add_argument("--seed", type=whole_number(-INT64_MAX - 1, INT64_MAX), default=d(DEFAULT_OPTIONS.seed),
                    help=f"default {DEFAULT_OPTIONS.seed}")
-    o.add_argument("--num-ctx", type=int, default=d(DEFAULT_OPTIONS.num_ctx),
+    o.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=d(DEFAULT_OPTIONS.num_ctx),
                    help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})")
     if num_predict:
-        o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
+        o.add_argument("--num-predict", type=whole_number(1, INT32_MAX, also=(-1,)), default=d(DEFAULT_OPTIONS.num_predict),
                        help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+
+
+def _probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:
+    """`--probes URL` and its token: probe samples from `llmtop agent` on the engine's machine."""
+    g.add_argument("--probes", metavar="URL", default=d(None),
+                   help="take the probe samples from `llmtop agent` at URL (the engine's "
+                   "machine) instead of this machine")
+    g.add_argument("--probes-token-file", metavar="PATH", default=d(None),
+                   help="the agent's token (default: $LLMTOP_AGENT_TOKEN)")
 
 
 # ---------------------------------------------------------------------------- --version
@@ -144,17 +201,17 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 def _bench_flags(p: argparse.ArgumentParser) -> None:
     _engine_flags(p, top=False, num_predict=False)
     b = p.add_argument_group("protocol")
-    b.add_argument("--requests", type=int, default=BENCH.requests,
+    b.add_argument("--requests", type=whole_number(1, 1_000_000), default=BENCH.requests,
                    help=f"measured requests per prompt size (default {BENCH.requests})")
-    b.add_argument("--warmup", type=int, default=BENCH.warmup,
+    b.add_argument("--warmup", type=whole_number(0, 1_000_000), default=BENCH.warmup,
                    help=f"warm-up requests per size, kept apart (default {BENCH.warmup})")
     b.add_argument("--prompt-tokens", type=parse_sizes, default=BENCH.prompt_tokens,
                    metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
                    f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
-    b.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+    b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=BENCH.max_tokens,
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
-    b.add_argument("--drift-threshold", type=float, default=BENCH.drift_threshold_pct,
+    b.add_argument("--drift-threshold", type=finite_number(0.0, above_low=True), default=BENCH.drift_threshold_pct,
                    help="%% worsening first-5 → last-5 that marks the run contaminated "
                    f"(default {BENCH.drift_threshold_pct:g})")
     b.add_argument("--compare-relay", action="store_true",
@@ -163,7 +220,7 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help="recalibrate even when a cached calibration exists")
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
-    b.add_argument("--preflight-duration", type=float, default=BENCH.preflight_s,
+    b.add_argument("--preflight-duration", type=finite_number(0.0, 86_400.0), default=BENCH.preflight_s,
                    help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
                    "0 skips it)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -212,7 +269,8 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
+    p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--host", default=argparse.SUPPRESS,
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
@@ -220,6 +278,25 @@ def _preflight_flags(p: argparse.ArgumentParser) -> None:
                    help="the model tag you will measure (for the engine checks)")
     p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
                    default=argparse.SUPPRESS, help="a pid of the measured engine (repeatable)")
+    _probes_flags(p.add_argument_group("probes"), lambda _v: argparse.SUPPRESS)
+
+
+def _agent_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; any other needs --token-file)")
+    p.add_argument("--port", type=port_number, default=11500, help="port (default 11500)")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--engine-host", metavar="URL", help="the engine on this machine "
+                   "(default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   help="a pid of the engine (repeatable) when it cannot be identified")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="seconds between samples (default 0.5)")
+    p.add_argument("--share-cmdlines", action="store_true",
+                   help="send the busiest apps' command lines (they can hold secrets)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--clock-offset-ns", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
@@ -234,7 +311,7 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
                    "127.0.0.1:11434 if it answers, else the embedded engine)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 def _engine_server_flags(p: argparse.ArgumentParser) -> None:
@@ -243,9 +320,9 @@ def _engine_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
     p.add_argument("--model-name",
                    help="tag to serve it under (default: gemma3:270m for the bundled model)")
-    p.add_argument("--num-ctx", type=int, default=4096,
+    p.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=4096,
                    help="context when a request sets none (default 4096)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)
@@ -277,6 +354,8 @@ COMMANDS: dict[str, Command] = {
                      _relay_flags, "llmtop.commands.relay"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",
                       _engine_server_flags, "llmtop.commands.engine"),
+    "agent": Command("serve this machine's probe samples to llmtop on another machine "
+                     "(run it where the engine runs)", _agent_flags, "llmtop.commands.agent"),
 }
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
 
@@ -325,7 +404,23 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
         log_path=args.log, thresholds=args.thresholds, engine_pids=args.engine_pids,
+        agent=getattr(args, "agent", None),
     )
+
+
+def agent_target(args: argparse.Namespace) -> str | None:
+    """Set `args.agent` (a probes.remote.AgentTarget, or None without `--probes`); returns
+    the error line (exit 2) for a bad address or an unreadable token file, else None."""
+    args.agent = None
+    if not getattr(args, "probes", None):
+        return None
+    from llmtop.probes.remote import AgentError, AgentTarget  # httpx, pydantic: only when used
+
+    try:
+        args.agent = AgentTarget.from_flags(args.probes, getattr(args, "probes_token_file", None))
+    except AgentError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS.get(args.command) if args.command else None
     try:
         if command is None or command.reaches_engine:
-            problem = check_addresses(args)
+            problem = check_addresses(args) or agent_target(args)
             if problem is not None:
                 print(f"llmtop: {problem}", file=sys.stderr)
                 return ExitCode.USAGE

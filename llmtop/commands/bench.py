@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
+from llmtop.probes.remote import probes_note
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
@@ -49,12 +50,16 @@ async def _bench(args: argparse.Namespace) -> int:
         return conn
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+                                 agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
               file=sys.stderr, flush=True)
+        note = probes_note(getattr(args, "agent", None), conn.upstream.host)
+        if note:
+            print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:
@@ -88,7 +93,8 @@ async def _bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
-    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok)."""
+    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok), or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
@@ -102,4 +108,4 @@ def main(args: argparse.Namespace) -> int:
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_bench(args))
+    return run_stoppable(_bench(args), "llmtop bench")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.load import LoadProgress, LoadRunner
@@ -95,7 +95,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
 def main(args: argparse.Namespace) -> int:
     """`llmtop load`: check the flags, run the sweep, print the report; returns an ExitCode
     (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed, 6 the
-    log stops early)."""
+    log stops early; 128 + the signal after SIGTERM/SIGHUP, as run and bench)."""
     if (
         (args.requests is not None and args.requests < 1)
         or args.max_tokens < 2
@@ -115,4 +115,4 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    return asyncio.run(_load(args, config_from_args(args)))
+    return run_stoppable(_load(args, config_from_args(args)), "llmtop load")

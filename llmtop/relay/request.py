@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.engines.guard import wrong_type
 from llmtop.engines.http import BadRequest
+from llmtop.engines.requests import parse_keep_alive, parse_options
 
 REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
 ACCEPTED_KEYS = frozenset(
@@ -46,36 +48,39 @@ def parse_stream_request(body: Any) -> StreamJob:
     Accepted: model (str), exactly one of messages (list of objects) or prompt (str),
     options (object), think (bool or "low"/"medium"/"high"), keep_alive (str or number).
     Fields that would name another host are refused as such; any other unknown field is
-    refused too (a misplaced `num_predict` must not silently generate 200 tokens).
+    refused too (a misplaced `num_predict` must not silently generate 200 tokens). Options
+    and keep_alive are held to the embedded engine's types and ranges before anything is
+    forwarded (`llmtop.engines.requests`: num_thread at most this machine's cores, C integer
+    ranges, keep_alive within a Go duration).
     """
     _check_keys(body)
     model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
+    if model is None or (isinstance(model, str) and not model.strip()):
         raise BadRequest("model is required (a non-empty string)")
+    if not isinstance(model, str):
+        raise wrong_type("model", "a string", model)
     out: dict[str, Any] = {"model": model}
     path = _text_field(body, out)
     out["stream"] = True
     options = body.get("options")
     if options is not None:
-        if not isinstance(options, dict):
-            raise BadRequest("options must be an object")
+        parse_options(options)
         out["options"] = options
     think = body.get("think")
     if think is not None:
         if not (isinstance(think, bool) or think in THINK_LEVELS):
-            raise BadRequest("think must be true, false, 'low', 'medium' or 'high'")
+            raise wrong_type("think", "true, false, 'low', 'medium' or 'high'", think)
         out["think"] = think
     keep_alive = body.get("keep_alive")
     if keep_alive is not None:
-        if isinstance(keep_alive, bool) or not isinstance(keep_alive, str | int | float):
-            raise BadRequest("keep_alive must be a duration string or a number of seconds")
+        parse_keep_alive(keep_alive)
         out["keep_alive"] = keep_alive
     return StreamJob(path, model, dumps(out).encode())
 
 
 def _check_keys(body: Any) -> None:
     if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
+        raise wrong_type("the request body", "a JSON object", body)
     for key in REDIRECT_KEYS:
         if key in body:
             raise BadRequest(
@@ -95,11 +100,14 @@ def _text_field(body: dict[str, Any], out: dict[str, Any]) -> str:
     if (messages is None) == (prompt is None):
         raise BadRequest("send exactly one of 'messages' (a list) or 'prompt' (a string)")
     if messages is not None:
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("messages must be a list of objects")
+        if not isinstance(messages, list):
+            raise wrong_type("messages", "a list of objects", messages)
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise wrong_type(f"messages[{i}]", "an object", message)
         out["messages"] = messages
         return "/api/chat"
     if not isinstance(prompt, str):
-        raise BadRequest("prompt must be a string")
+        raise wrong_type("prompt", "a string", prompt)
     out["prompt"] = prompt
     return "/api/generate"
