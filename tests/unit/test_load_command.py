@@ -21,33 +21,16 @@ def slotted():
     up.stop()
 
 
+def load(url: str, log, *flags: str) -> int:
+    """`llmtop load` on the slotted server with small prompts, printing JSON."""
+    common = ["--engine", "ollama", "--host", url, "--model", "slotted", "--prompt-tokens", "20",
+              "--max-tokens", "5", "--log", str(log), "--json", "--no-cache"]
+    return main(["load", *common, *flags])
+
+
 def test_load_prints_json_and_report_renders_its_log(slotted, tmp_path, capsys):
     log = tmp_path / "load.jsonl"
-    rc = main(
-        [
-            "load",
-            "--engine",
-            "ollama",
-            "--host",
-            slotted.url,
-            "--model",
-            "slotted",
-            "--concurrency",
-            "1,2",
-            "--requests",
-            "4",
-            "--prompt-tokens",
-            "20",
-            "--max-tokens",
-            "5",
-            "--slo",
-            "ttft=1s",
-            "--log",
-            str(log),
-            "--json",
-            "--no-cache",
-        ]
-    )
+    rc = load(slotted.url, log, "--concurrency", "1,2", "--requests", "4", "--slo", "ttft=1s")
     assert rc == ExitCode.OK
     report = json.loads(capsys.readouterr().out)
     assert [lv["value"] for lv in report["levels"]] == [1, 2]
@@ -60,31 +43,8 @@ def test_load_prints_json_and_report_renders_its_log(slotted, tmp_path, capsys):
 
 
 def test_open_loop_by_duration(slotted, tmp_path, capsys):
-    rc = main(
-        [
-            "load",
-            "--engine",
-            "ollama",
-            "--host",
-            slotted.url,
-            "--model",
-            "slotted",
-            "--rate",
-            "20",
-            "--arrivals",
-            "constant",
-            "--duration",
-            "0.3s",
-            "--prompt-tokens",
-            "20",
-            "--max-tokens",
-            "5",
-            "--log",
-            str(tmp_path / "l.jsonl"),
-            "--json",
-            "--no-cache",
-        ]
-    )
+    rc = load(slotted.url, tmp_path / "l.jsonl", "--rate", "20", "--arrivals", "constant",
+              "--duration", "0.3s")
     assert rc == ExitCode.OK
     (level,) = json.loads(capsys.readouterr().out)["levels"]
     assert level["requests"] == 6  # 20 req/s × 0.3 s
