@@ -12,6 +12,7 @@ ends without `done`, a read timeout. Nothing here raises for a server's misbehav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -59,6 +60,8 @@ class OllamaEngine:
     connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
+    limits: the connection pool's size (default httpx's: 100 connections, 20 kept alive);
+    a load generator sizes it to its concurrency (llmtop/sessions/load.py).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class OllamaEngine:
         name: str = "ollama",
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.host = resolve_host(host)
         self.name = name
@@ -80,8 +84,9 @@ class OllamaEngine:
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
+        pool = {"limits": limits} if limits is not None else {}
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy)
+                                          proxy=self.proxy, **pool)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -123,13 +128,10 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
-                        yield StreamEvent(
-                            t_ns,
-                            content or "",
-                            thinking or "",
-                            done=True,
-                            stats=ServerStats.from_mapping(part),
-                        )
+                        done = StreamEvent(t_ns, content or "", thinking or "", done=True,
+                                           stats=ServerStats.from_mapping(part))
+                        await _drain(parts)
+                        yield done
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
             failure = failure_truncated(self.peer)
@@ -225,6 +227,20 @@ class OllamaEngine:
             model_info=dict(shown.modelinfo or {}),
             chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
+
+
+DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane server
+
+
+async def _drain(parts: AsyncIterator[Any]) -> None:
+    """Read a reply to its end after the done line (the chunked body's last, empty chunk), so
+    httpx returns the connection to the pool instead of closing it: otherwise every request
+    opens a new TCP connection, which a load sweep pays for in CPU and latency. Gives up after
+    DRAIN_TIMEOUT_S (the connection is then closed, as before); never raises."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for _extra in parts:
+                pass
 
 
 def _has_chat_template(template: Any) -> bool | None:
