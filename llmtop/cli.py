@@ -29,6 +29,8 @@ from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
+from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
+from llmtop.sessions.load_config import Slo, parse_duration_ms, parse_levels
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
 
@@ -90,6 +92,22 @@ def whole_number(low: int, high: int, *, also: tuple[int, ...] = ()) -> Callable
         return value
 
     parse.__name__ = "whole number"
+    return parse
+
+
+def name_list(choices: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: "ttft,decode" → ("ttft", "decode"), each one of `choices`; raises
+    argparse.ArgumentTypeError naming the unknown items and the choices."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(p.strip() for p in text.split(",") if p.strip())
+        bad = [i for i in items if i not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or '(none given)'}: choose from "
+                f"{', '.join(choices)}")
+        return items
+
     return parse
 
 
@@ -230,6 +248,53 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
                    "0 skips it)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--format", choices=("md", "json", "html"), default=None,
+                   help="the report's format (default md; --json is --format json); html: one "
+                   "self-contained file with plots")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the report to FILE instead of standard output")
+
+
+def _checked(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse `type` from a parser that raises ValueError (shown as the usage error)."""
+
+    def check(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return check
+
+
+def _load_flags(p: argparse.ArgumentParser) -> None:
+    _engine_flags(p, top=False, num_predict=False)
+    s = p.add_argument_group("sweep (closed loop by --concurrency, or open loop by --rate)")
+    levels = s.add_mutually_exclusive_group()
+    levels.add_argument("--concurrency", type=_checked(lambda t: parse_levels(t, True)),
+                        metavar="N[,N...]",
+                        help="closed loop: N users, each sends when its last request ends "
+                        "(default 1,2,4,8)")
+    levels.add_argument("--rate", type=_checked(lambda t: parse_levels(t, False)),
+                        metavar="R[,R...]",
+                        help="open loop: requests/s on a timetable, whatever the engine does")
+    s.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson",
+                   help="open loop's timetable (default poisson, seeded by --seed)")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, help="requests per level (default 40)")
+    size.add_argument("--duration", type=_checked(lambda t: parse_duration_ms(t, "s") / 1000),
+                      metavar="TIME", help="time per level instead, e.g. 60s or 2m")
+    s.add_argument("--prompt-tokens", type=int, default=BENCH.prompt_tokens[0],
+                   help=f"calibrated prompt size (default {BENCH.prompt_tokens[0]})")
+    s.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+                   help=f"num_predict of every request (default {BENCH.max_tokens})")
+    s.add_argument("--slo", type=_checked(Slo.parse), default=Slo(), metavar="TERMS",
+                   help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
+    s.add_argument("--think", choices=("on", "off"),
+                   help="send think true/false (default: not sent)")
+    s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
+    s.add_argument("--preflight-duration", type=float, default=0.0,
+                   help="seconds of machine sampling before the sweep (default 0: none)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
@@ -265,8 +330,33 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
-    p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
+    p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
+                   help="default md; html: one self-contained file with plots")
     p.add_argument("--out", help="write to FILE instead of standard output")
+
+
+def _compare_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="session logs: the first is the baseline A, each other is compared with it")
+    p.add_argument("--metric", default=DEFAULT_METRICS, type=name_list(tuple(METRICS), "metric"),
+                   metavar="LIST",
+                   help=f"comma-separated, from {','.join(METRICS)} (default all)")
+    p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help="%% slower (significantly) that counts as a regression: exit 1 "
+                   f"(default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--vary", default=(), type=name_list(VARY_CHOICES, "--vary item"),
+                   metavar="LIST",
+                   help="what differs on purpose, comma-separated, from "
+                   f"{', '.join(VARY_CHOICES)}; any other difference refuses the comparison")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+
+
+def _sessions_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="log files or folders (default: the user data dir's sessions folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
 
 
 def _relay_flags(p: argparse.ArgumentParser) -> None:
@@ -313,8 +403,15 @@ COMMANDS: dict[str, Command] = {
     "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
                          "2 cannot check", _preflight_flags, "llmtop.commands.preflight",
                          reaches_engine=True),
-    "report": Command("render a session log as markdown, CSV or JSON", _report_flags,
+    "load": Command("sweep concurrency or request rate: throughput vs latency, goodput, the knee",
+                    _load_flags, "llmtop.commands.load", needs_config=True, reaches_engine=True),
+    "report": Command("render a session log as markdown, CSV, JSON or HTML", _report_flags,
                       "llmtop.commands.report"),
+    "compare": Command("is B faster than A? both medians, B/A with its confidence interval, "
+                       "a verdict; exit 1 on a regression", _compare_flags,
+                       "llmtop.commands.compare"),
+    "sessions": Command("list the saved session logs: date, engine, model, kind, requests, "
+                        "verdict", _sessions_flags, "llmtop.commands.sessions"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
                      _relay_flags, "llmtop.commands.relay"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.output import emit
 from llmtop.commands.stopping import run_stoppable
-from llmtop.connect import connect
-from llmtop.engines.base import EngineError
-from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
@@ -47,13 +46,9 @@ def _progress_printer(quiet: bool):
 
 async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    try:
-        via = "relay" if args.compare_relay else args.via
-        conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay,
-                             args.engine_pids)
-    except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+    conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
+    if isinstance(conn, int):
+        return conn
     try:
         try:
             runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
@@ -82,8 +77,9 @@ async def _bench(args: argparse.Namespace) -> int:
             print(f"llmtop bench: note: {note}", file=sys.stderr)
     finally:
         await conn.close()
-    report = build(outcome.log)
-    print(render(report, "json" if args.json else "md"), end="")
+    fmt = getattr(args, "format", None) or ("json" if args.json else "md")
+    if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
+        return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)

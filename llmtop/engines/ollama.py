@@ -63,6 +63,8 @@ class OllamaEngine:
     connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
+    limits: the connection pool's size (default httpx's: 100 connections, 20 kept alive);
+    a load generator sizes it to its concurrency (llmtop/sessions/load.py).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class OllamaEngine:
         name: str = "ollama",
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.host = resolve_host(host)
         self.name = name
@@ -84,8 +87,9 @@ class OllamaEngine:
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
+        pool = {"limits": limits} if limits is not None else {}
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy, event_hooks=stamp_hooks())
+                                          proxy=self.proxy, event_hooks=stamp_hooks(), **pool)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -127,14 +131,10 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
+                        done = StreamEvent(t_ns, content or "", thinking or "", done=True,
+                                           stats=ServerStats.from_mapping(part))
                         await drain(parts)
-                        yield StreamEvent(
-                            t_ns,
-                            content or "",
-                            thinking or "",
-                            done=True,
-                            stats=ServerStats.from_mapping(part),
-                        )
+                        yield done
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
             failure = failure_truncated(self.peer)

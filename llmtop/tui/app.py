@@ -52,9 +52,12 @@ from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
+from llmtop.tui.load_screen import LoadScreen
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
+from llmtop.tui.plots_screen import PlotsScreen
 from llmtop.tui.session_state import SessionState
+from llmtop.tui.sessions_screen import SessionsScreen
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.help_screen import HelpScreen
@@ -85,6 +88,9 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
+        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
+        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
+        Binding("ctrl+l", "load", "Load", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
@@ -435,6 +441,29 @@ class LlmtopApp(App[int]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
         await self.push_screen(BenchScreen(self, self.conn, str(self.recorder.log.path)))
+
+    def action_plots(self) -> None:
+        """The plots screen of this session's log so far."""
+        if self.recorder is None:
+            self.notify("no session log yet")
+            return
+        self.push_screen(PlotsScreen(str(self.recorder.log.path)))
+
+    def action_sessions(self) -> None:
+        """The saved logs, in the folder of this session's log (else the default one)."""
+        folder = () if self.recorder is None else (str(self.recorder.log.path.parent),)
+        self.push_screen(SessionsScreen(folder))
+
+    async def action_load(self) -> None:
+        """Ctrl+L: the load screen (concurrency / rate sweeps) on this connection."""
+        if self.screen is not self.default_screen or self.conn is None or not self.ready:
+            self.notify("the load screen opens from the prompt once the engine is ready")
+            return
+        worker = self._stream_worker
+        if worker is not None and not worker.is_finished:
+            self.notify("a request is streaming: Esc stops it first")
+            return
+        await self.push_screen(LoadScreen(self.conn, self.settings))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
