@@ -6,6 +6,8 @@ Record types (field `type`):
 * "request": prompt, options, status, error, the server's stats (Ollama names, ns), derived
   metrics (ms, tokens/s), and `chunks`: [[offset_ns from send, content, thinking], ...].
 * "probe": one probe sample (see llmtop.probes), with the id of the request it overlapped.
+* "canary": one machine-speed canary run between requests (probes/canary.py), with the id of
+  the request that followed it.
 * "end": `ended_at`, written when a session closes cleanly.
 
 A crash loses at most the line being written: every record is flushed (and fsync'd) on write,
@@ -25,7 +27,14 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import __version__
-from llmtop.sessions.records import Header, ProbeRecord, RecordError, RequestRecord, RunLog
+from llmtop.sessions.records import (
+    CanaryRecord,
+    Header,
+    ProbeRecord,
+    RecordError,
+    RequestRecord,
+    RunLog,
+)
 from llmtop.sessions.request import RequestResult
 
 FORMAT_VERSION = 1
@@ -36,7 +45,8 @@ FORMAT_VERSION = 1
 #   logs (calibration, environment, summary, interrupted records; request fields phase,
 #   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
 #   upstream; request path, pair); the header's machine record moved from a bench-only
-#   `machine` field into `environment` for every log (older bench logs have both).
+#   `machine` field into `environment` for every log (older bench logs have both); canary
+#   records and the request field `machine` (the machine-speed canary and readings).
 SUPPORTED_FORMATS = (1,)
 
 
@@ -144,6 +154,7 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
     header = _read_header(p, lines[0] if lines else None)
     requests: list[RequestRecord] = []
     probes: list[ProbeRecord] = []
+    canaries: list[CanaryRecord] = []
     others: list[dict[str, Any]] = []
     warnings: list[str] = []
     for number, line in enumerate(lines[1:], start=2):
@@ -162,11 +173,15 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
                 requests.append(RequestRecord.from_json(line))
             elif record.get("type") == "probe":
                 probes.append(ProbeRecord.from_json(line))
+            elif record.get("type") == "canary":
+                canaries.append(CanaryRecord.from_json(line))
             else:
                 others.append(record)
         except RecordError as exc:
             warnings.append(f"line {number}: {exc}; skipped")
-    return RunLog(header, tuple(requests), tuple(probes), tuple(others), tuple(warnings))
+    return RunLog(
+        header, tuple(requests), tuple(probes), tuple(others), tuple(warnings), tuple(canaries)
+    )
 
 
 def _read_header(p: Path, line: str | None) -> Header:

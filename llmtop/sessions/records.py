@@ -83,6 +83,57 @@ class Chunk(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class GpuClocksRecord:
+    """One GPU's clocks (MHz) and active throttle reasons at the end of a request (NVML)."""
+
+    index: int
+    graphics_mhz: int | None = None
+    sm_mhz: int | None = None
+    memory_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRecord:
+    """The machine over one bench request (probes.machine_speed.MachineInterval, read right
+    before and right after it): seconds spanned; CPU steal, 0–100 %; each core's clock at
+    the end, MHz; cgroup CPU throttling, ms and periods; GPU clocks. None: not readable."""
+
+    seconds: float | None = None
+    steal_percent: float | None = None
+    freq_mhz: tuple[float | None, ...] = ()
+    throttled_ms: float | None = None
+    throttled_periods: int | None = None
+    gpu: tuple[GpuClocksRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRecord:
+    """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
+
+    before_request: the id of the request that ran next (None: none followed, the run's
+    last canary). cpu_ms / mem_ms: the fastest of `repeats` timings of each part. t_ns:
+    perf_counter_ns when it began.
+    """
+
+    cpu_ms: float
+    mem_ms: float
+    before_request: int | None = None
+    repeats: int = 1
+    t_ns: int | None = None
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CanaryRecord:
+        """Validate a canary record (see `parse`); raises RecordError."""
+        return parse(cls, "canary", data)
+
+    @property
+    def total_ms(self) -> float:
+        """cpu_ms + mem_ms."""
+        return self.cpu_ms + self.mem_ms
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One request as logged (`type: "request"`; log.request_record writes it).
 
@@ -92,7 +143,8 @@ class RequestRecord:
     (timeline.RequestMetrics: ms, tokens/s). chunks: arrival offsets and text.
     Bench fields (None in an interactive session): phase; index, the position within its
     prompt size (0-based, warm-ups first); prompt_tokens_target and prompt_words, the
-    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
+    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run;
+    machine, the machine's speed readings over the request (None in older logs).
     """
 
     id: int
@@ -114,6 +166,7 @@ class RequestRecord:
     prompt_words: int | None = None
     path: str | None = None
     pair: int | None = None
+    machine: MachineRecord | None = None
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RequestRecord:
@@ -260,7 +313,8 @@ class Header:
 class RunLog:
     """A whole session log read back (log.read_log).
 
-    requests / probes: the typed records in file order. records: every other record as its
+    requests / probes / canaries: the typed records in file order (no canaries in logs written
+    before llmtop had the canary). records: every other record as its
     JSON object, in file order. warnings: one line per record that was skipped (torn,
     unreadable, or with a field of the wrong type), "line N: …".
     """
@@ -270,11 +324,12 @@ class RunLog:
     probes: tuple[ProbeRecord, ...] = ()
     records: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
+    canaries: tuple[CanaryRecord, ...] = ()
 
     def of_type(self, kind: str) -> Iterator[dict[str, Any]]:
         """The untyped records of one type, in file order. Raises ValueError for "request"
         and "probe": those are `requests` and `probes`."""
-        if kind in ("request", "probe", "header"):
+        if kind in ("request", "probe", "header", "canary"):
             raise ValueError(f"{kind} records are typed: use RunLog.{kind}s or .header")
         return (r for r in self.records if r.get("type") == kind)
 

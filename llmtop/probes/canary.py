@@ -1,0 +1,162 @@
+"""The machine-speed canary: a tiny fixed workload timed between requests, never during one.
+
+When an engine slows down and no program on the machine explains it, the machine itself may
+have slowed: a lower CPU clock, a thermal limit, a virtual machine's neighbours, a cgroup
+quota. The canary tells that apart from the engine's own state: it runs the same fixed work
+every time, so its time moves only when the machine does (docs/method.md, "The machine-speed
+canary").
+
+Two parts, each timed with `time.perf_counter_ns()`:
+* cpu: `CPU_LOOP_ITERATIONS` steps of a pure-Python integer recurrence (one thread, a few
+  ms; bound by the core's clock and its share of that core);
+* mem: reading one byte per 64-byte cache line across a `MEM_BUFFER_BYTES` buffer (a C-level
+  strided slice copy, a few ms; bound by memory bandwidth and latency: the buffer is larger
+  than common last-level caches).
+Each part runs `repeats` times and keeps its fastest time (timeit's advice: the fastest run
+is the one least disturbed; a lasting slowdown slows every run). Pure standard library.
+
+`CanaryCache` keeps the last bench's canary figures so `llmtop preflight` can say "this
+machine is 15 % slower than at your last bench".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+CPU_LOOP_ITERATIONS = 40_000  # ~3 ms on a 2.6 GHz EPYC core (CPython 3.11)
+MEM_BUFFER_BYTES = 64 << 20  # over a 32 MiB L3: the reads go to memory
+CACHE_LINE = 64
+REPEATS = 3
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryResult:
+    """One canary run: the fastest of `repeats` timings of each part, in ms."""
+
+    cpu_ms: float
+    mem_ms: float
+    repeats: int = REPEATS
+
+    @property
+    def total_ms(self) -> float:
+        """cpu_ms + mem_ms: the figure compared between runs."""
+        return self.cpu_ms + self.mem_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (ms rounded to µs)."""
+        return {"cpu_ms": round(self.cpu_ms, 3), "mem_ms": round(self.mem_ms, 3),
+                "repeats": self.repeats}
+
+
+def _cpu_loop(iterations: int) -> int:
+    x = 1
+    for _ in range(iterations):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF  # the C standard's example LCG
+    return x
+
+
+class Canary:
+    """Runs the canary. The memory buffer is allocated (and its pages touched) on the first
+    run and kept until `close()`, so a run never pays page faults. Not thread-safe.
+
+    repeats: timings per part (the fastest is kept); raises ValueError when < 1.
+    """
+
+    def __init__(self, repeats: int = REPEATS, buffer_bytes: int = MEM_BUFFER_BYTES) -> None:
+        if repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        self.repeats = repeats
+        self._size = buffer_bytes
+        self._buffer: bytearray | None = None
+
+    def run(self) -> CanaryResult:
+        """Time both parts now; takes about 2 × repeats × a few ms on an idle core."""
+        if self._buffer is None:
+            self._buffer = bytearray(b"\x01") * self._size  # written: every page is real
+        buffer = self._buffer
+        cpu = mem = float("inf")
+        for _ in range(self.repeats):
+            t0 = time.perf_counter_ns()
+            _cpu_loop(CPU_LOOP_ITERATIONS)
+            t1 = time.perf_counter_ns()
+            _ = buffer[::CACHE_LINE]
+            t2 = time.perf_counter_ns()
+            cpu, mem = min(cpu, (t1 - t0) / 1e6), min(mem, (t2 - t1) / 1e6)
+        return CanaryResult(cpu, mem, self.repeats)
+
+    def close(self) -> None:
+        """Release the buffer (a later `run` allocates it again)."""
+        self._buffer = None
+
+
+def slower_pct(now_ms: float, then_ms: float) -> float:
+    """How much slower `now` is than `then`, % (negative: faster): (now / then − 1) × 100.
+    Raises ValueError when then_ms is not positive."""
+    if not then_ms > 0:
+        raise ValueError(f"a previous canary time must be > 0 ms, got {then_ms}")
+    return (now_ms / then_ms - 1.0) * 100.0
+
+
+def default_cache_path() -> Path:
+    """<user cache dir>/llmtop/canary.json."""
+    return Path(platformdirs.user_cache_dir("llmtop")) / "canary.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CachedCanary:
+    """The canary figures of a previous run: median cpu / mem ms, when (ISO wall time), and
+    what measured them ("bench" plus the log path, or "preflight")."""
+
+    cpu_ms: float
+    mem_ms: float
+    at: str
+    source: str
+
+    @property
+    def total_ms(self) -> float:
+        """cpu_ms + mem_ms."""
+        return self.cpu_ms + self.mem_ms
+
+
+class CanaryCache:
+    """The previous run's canary figures on disk (JSON). A missing, corrupt or unwritable
+    file is never fatal: `load` gives None and `store` gives False."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+
+    def load(self) -> CachedCanary | None:
+        """The stored figures, None when absent or malformed."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.pop("format", None) != CACHE_FORMAT:
+                return None
+            cached = CachedCanary(**data)
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+        ok = all(isinstance(v, int | float) and v > 0 for v in (cached.cpu_ms, cached.mem_ms))
+        return cached if ok else None
+
+    def store(self, cpu_ms: float, mem_ms: float, source: str) -> bool:
+        """Replace the stored figures (written atomically); True when written."""
+        entry = CachedCanary(cpu_ms, mem_ms, datetime.now().astimezone().isoformat(), source)
+        text = json.dumps({"format": CACHE_FORMAT, **asdict(entry)}, indent=1)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".canary-", suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, self.path)
+        except OSError:
+            return False
+        return True
