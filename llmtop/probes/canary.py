@@ -160,3 +160,46 @@ class CanaryCache:
         except OSError:
             return False
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryCheck:
+    """The canary now against the previous run's. now: the median of `runs` canary runs;
+    last: the cached figures (None: no previous bench); slower: how much slower the machine
+    is now, % of the total canary time (negative: faster; None without `last`)."""
+
+    now: CanaryResult
+    last: CachedCanary | None
+    slower: float | None
+
+    def sentence(self) -> str:
+        """"this machine is 15 % slower than at your last bench (…)" or why no comparison."""
+        now = f"canary {self.now.cpu_ms:.2f} ms CPU loop + {self.now.mem_ms:.2f} ms memory stride"
+        if self.last is None or self.slower is None:
+            return f"{now}; no previous bench to compare with"
+        how = f"{abs(self.slower):.0f} % {'slower' if self.slower >= 0 else 'faster'}"
+        return f"{now}: this machine is {how} than at your last bench ({self.last.at})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"now": self.now.to_dict(), "last": asdict(self.last) if self.last else None,
+                "slower_pct": None if self.slower is None else round(self.slower, 1),
+                "sentence": self.sentence()}
+
+
+def check_against_last(runs: int = 5, cache: CanaryCache | None = None) -> CanaryCheck:
+    """Run the canary `runs` times (median of each part) and compare its total time with the
+    last bench's cached one (`CanaryCache`). Raises ValueError when runs < 1."""
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
+    canary = Canary()
+    try:
+        results = [canary.run() for _ in range(runs)]
+    finally:
+        canary.close()
+    cpu = sorted(r.cpu_ms for r in results)[runs // 2]
+    mem = sorted(r.mem_ms for r in results)[runs // 2]
+    now = CanaryResult(cpu, mem, canary.repeats)
+    last = (cache or CanaryCache()).load()
+    slower = slower_pct(now.total_ms, last.total_ms) if last is not None else None
+    return CanaryCheck(now, last, slower)
