@@ -163,10 +163,10 @@ def print_result(
         lines.append(f"engine: no engine checked ({engine.get('reason', 'none answered')})")
     if engine.get("described"):
         lines.append(engine["described"])
-    if result.extra.get("canary"):
-        lines.append(f"machine speed: {result.extra['canary']['sentence']}")
     where = config["path"]
     lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
+    if result.extra.get("canary"):
+        lines.append(f"machine speed: {result.extra['canary']['sentence']}")
     if result.error:
         lines.append(f"could not check: {result.error}")
     print("\n".join(lines), file=out)
