@@ -21,9 +21,9 @@ from tests.integration.test_bench_burner import measured_requests
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROOT = Path("/sys/fs/cgroup")
-SWITCH_AT = 7  # measured requests done before the quota drops
-PERIOD_US = 10_000  # a short period: even a few-ms canary meets the quota
-SLOW_QUOTA_US = 1_000  # 0.1 CPU: engine and canary both run many times slower
+SWITCH_AT = 5  # measured requests done before the quota drops: the first 5 run free
+PERIOD_US = 20_000  # a short period: even a few-ms canary meets the quota
+SLOW_QUOTA_US = 1_000  # 0.05 CPU (1 ms, the smallest quota v1 takes): both slow many times
 
 
 class CpuCgroup:
@@ -95,8 +95,8 @@ def test_a_cgroup_quota_halfway_is_the_machine_itself(fresh_engine, cgroup, tmp_
     try:
         p = subprocess.run(
             [sys.executable, "-m", "llmtop", "bench", "--engine", "embedded",
-             "--host", fresh_engine.host, "--requests", "14", "--warmup", "1",
-             "--prompt-tokens", "32", "--max-tokens", "16", "--num-ctx", "2048",
+             "--host", fresh_engine.host, "--requests", "10", "--warmup", "1",
+             "--prompt-tokens", "32", "--max-tokens", "8", "--num-ctx", "2048",
              "--preflight-duration", "0", "--no-cache", "--log", str(log), "--json"],
             capture_output=True, text=True, check=False, timeout=560,
             preexec_fn=lambda: cgroup.add(os.getpid()),  # llmtop runs in the cgroup too
