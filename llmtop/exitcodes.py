@@ -28,6 +28,11 @@ class ExitCode(IntEnum):
     REQUEST_FAILED = 5
     """The request started but did not complete: an error mid-stream, a truncated stream, no generation."""
 
+    LOG_INCOMPLETE = 6
+    """The measurement completed and its result was printed, but the session log could not be
+    written to the end (disk full, a file size limit): the records before the failure are
+    intact, and the message says where the log stops."""
+
     INTERRUPTED = 130
     """Stopped by the user (Ctrl+C), as shells report SIGINT."""
 

@@ -80,10 +80,16 @@ async def _bench(args: argparse.Namespace) -> int:
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)
+    incomplete = runner.recorder.log.incomplete
+    if incomplete is not None:  # the report covers what reached the log
+        print(f"llmtop bench: {incomplete}; the report covers the records written",
+              file=sys.stderr)
     if outcome.analysis.ok_count == 0:
         print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
-    return ExitCode.NOISY if outcome.analysis.contaminated else ExitCode.OK
+    if outcome.analysis.contaminated:
+        return ExitCode.NOISY
+    return ExitCode.LOG_INCOMPLETE if incomplete is not None else ExitCode.OK
 
 
 def main(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ from llmtop.exitcodes import ExitCode
 from llmtop.sessions.log import LogError, read_log
 from llmtop.sessions.report import build, render
 
+SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
+
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
@@ -19,8 +21,11 @@ def main(args: argparse.Namespace) -> int:
     except LogError as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    for warning in log.warnings:
+    for warning in log.warnings[:SHOWN_WARNINGS]:
         print(f"llmtop report: {args.log_file}: {warning}", file=sys.stderr)
+    if len(log.warnings) > SHOWN_WARNINGS:
+        print(f"llmtop report: {args.log_file}: … {len(log.warnings) - SHOWN_WARNINGS} more bad "
+              f"lines skipped ({len(log.warnings)} in all)", file=sys.stderr)
     if args.out:
         try:
             with open(args.out, "w", encoding="utf-8") as fh:

@@ -48,6 +48,7 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "load_ms": m.load_ms,
         "prompt_eval_ms": m.prompt_eval_ms,
         "overhead_ms": m.overhead_ms,
+        "buffered": m.buffered,
         "prompt_eval_count": s.prompt_eval_count if s else None,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
@@ -70,9 +71,10 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     """The human-readable metrics block printed after the streamed text."""
     m, s = result.metrics, result.stats
     basis = "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
     lines = [
         f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
-        f"TTFT          {_fmt(m.ttft_ms, 'ms')}",
+        f"TTFT          {_fmt(m.ttft_ms, 'ms')}{whole}",
         f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
         f"E2E           {_fmt(m.e2e_ms, 'ms')}",
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
@@ -82,6 +84,8 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
+    if m.buffered:
+        lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)
 
 
@@ -130,7 +134,11 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"log           {recorder.log.path}")
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
-        return result_exit_code(result)
+        code = result_exit_code(result)
+        if recorder.log.incomplete is not None:
+            print(f"llmtop: {recorder.log.incomplete}", file=sys.stderr)
+            return ExitCode.LOG_INCOMPLETE if code == ExitCode.OK else code
+        return code
     finally:
         await conn.close()
 

@@ -8,7 +8,7 @@ with a `StreamEvent(done=True, failure=...)`. Metadata calls raise `EngineError`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ class Engine(Protocol):
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat request; lazy (sent on the first iteration). Yields text events
         stamped at arrival, then exactly one `done` event (server stats, or a failure)."""
         ...
@@ -69,6 +69,9 @@ class ModelInfo:
     size_vram: int | None = None
     context_length: int | None = None
     model_info: dict[str, Any] = field(default_factory=dict)
+    # False: the model has no chat template of its own (Ollama's default `{{ .Prompt }}`),
+    # i.e. a base model that continues text; None: unknown
+    chat_template: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""
@@ -81,6 +84,7 @@ class ModelInfo:
             "size": self.size,
             "size_vram": self.size_vram,
             "context_length": self.context_length,
+            "chat_template": self.chat_template,
         }
 
 

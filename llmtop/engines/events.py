@@ -86,6 +86,7 @@ class FailureKind(StrEnum):
     MODEL_NOT_FOUND = "model-not-found"
     BAD_REQUEST = "bad-request"  # the server rejected the request (4xx)
     SERVER_ERROR = "server-error"  # 5xx or an `{"error": ...}` line mid-stream
+    BUSY = "busy"  # 429/503, "server busy", "no slots available": the engine's queue is full
     TRUNCATED = "truncated"
     PROTOCOL = "protocol"  # the server sent something that is not Ollama's protocol
 

@@ -192,4 +192,6 @@ def _bypassed(hostname: str, port: int | None, no_proxy: str) -> bool:
     if no_proxy.strip() == "*":
         return True
     target = f"{hostname}:{port}" if port else hostname
-    return bool(urllib.request.proxy_bypass_environment(target, {"no": no_proxy}))
+    # urllib's own NO_PROXY matcher (public in the module, absent from its type stubs)
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    return bool(bypass(target, {"no": no_proxy}))

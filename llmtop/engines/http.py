@@ -88,9 +88,14 @@ def failure_for_http(
     * 404 whose text names the model → MODEL_NOT_FOUND. Ollama answers a missing model with
       404 `{"error": "model 'x' not found"}` (docs/protocols.md, "Errors"), which names it.
     * any other 404 → PROTOCOL: the route is missing, so the server is not `peer.kind`.
+    * 429, 503, or a text saying the server is busy (Ollama: "server busy … maximum pending
+      requests exceeded"; llama.cpp: "no slot available") → BUSY: the engine's queue is
+      full, never a latency sample.
     * other 4xx → BAD_REQUEST; 5xx and anything else → SERVER_ERROR.
     """
     text = error_text(status, body)
+    if status in (429, 503) or is_busy_text(text):
+        return failure_busy(f"HTTP {status}: {text}", peer=peer)
     if status == 404 and model and model in text:
         listing = ", ".join(installed) if installed else "none"
         return Failure(
@@ -113,9 +118,29 @@ def failure_for_http(
     )
 
 
+BUSY_WORDS = ("server busy", "no slot available", "no slots available", "too many requests",
+              "maximum pending requests", "server overloaded")
+BUSY_REMEDY = ("the engine's queue is full: send fewer requests at once, or raise its limits "
+               "(Ollama: OLLAMA_NUM_PARALLEL and OLLAMA_MAX_QUEUE; llama-server: --parallel)")
+
+
+def is_busy_text(text: str) -> bool:
+    """True when an error text says the server is too busy to take the request."""
+    lowered = text.lower()
+    return any(word in lowered for word in BUSY_WORDS)
+
+
+def failure_busy(detail: str, *, peer: Peer) -> Failure:
+    """The Failure for an engine that refused a request because it is busy (BUSY)."""
+    return Failure(FailureKind.BUSY, f"{peer.url} is busy and refused the request ({detail})",
+                   BUSY_REMEDY)
+
+
 def failure_in_stream(error: str, *, peer: Peer) -> Failure:
     """The Failure for an `{"error": ...}` line after streaming began (Ollama's way of
-    reporting a failure once the 200 status is sent)."""
+    reporting a failure once the 200 status is sent); BUSY when the text says so."""
+    if is_busy_text(error):
+        return failure_busy(error, peer=peer)
     return Failure(
         FailureKind.SERVER_ERROR,
         f"{peer.url} reported an error mid-stream: {error}",

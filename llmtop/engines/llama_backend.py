@@ -192,7 +192,8 @@ class LlamaBackend:
         from llama_cpp import llama_chat_format
 
         if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
-            return llama_chat_format.format_gemma
+            formatter: Callable[..., Any] = llama_chat_format.format_gemma
+            return formatter
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise GenerationError(
@@ -201,7 +202,7 @@ class LlamaBackend:
         vocab = self._llm._model
 
         def piece(token_id: int) -> str:
-            return vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore")
+            return str(vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore"))
 
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
@@ -229,7 +230,7 @@ class LlamaBackend:
 
     def tokenize(self, text: str) -> list[int]:
         """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`)."""
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
 
     # ------------------------------------------------------------------ generation
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -98,7 +98,7 @@ class OllamaEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream `/api/chat`. The request is sent on the first iteration (take the send stamp
         just before it). Yields text events, then exactly one final event with `done=True`
         (server stats, or a `failure`)."""
@@ -115,7 +115,7 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncIterator[StreamEvent]:
+    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncGenerator[StreamEvent, None]:
         try:
             parts = await start()
             async with contextlib.aclosing(parts):
@@ -223,7 +223,16 @@ class OllamaEngine:
             size_vram=size_vram,
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
+            chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
+
+
+def _has_chat_template(template: Any) -> bool | None:
+    """Whether /api/show's `template` is a chat template: False for none or Ollama's default
+    `{{ .Prompt }}` (the prompt alone), None when the server gave no template field."""
+    if not isinstance(template, str):
+        return None
+    return template.replace(" ", "") not in ("", "{{.Prompt}}")
 
 
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -102,7 +102,7 @@ class RelayEngine:
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: float | str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream a chat through the relay (`POST /api/stream` → upstream `/api/chat`).
 
         Lazy: the request is sent on the first iteration. Yields text events, then exactly
@@ -117,7 +117,7 @@ class RelayEngine:
             body["keep_alive"] = keep_alive
         return self._stream(json.dumps(body).encode())
 
-    async def _stream(self, payload: bytes) -> AsyncIterator[StreamEvent]:
+    async def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
         failure: Failure | None = None
         headers = {"Content-Type": "application/json"}
         try:

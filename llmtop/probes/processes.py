@@ -198,7 +198,7 @@ def _is_kernel_thread(proc: ProcLike) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return proc.ppid() == 2  # type: ignore[attr-defined]
+        return bool(proc.ppid() == 2)  # type: ignore[attr-defined]
     except (AttributeError, psutil.Error):
         return False
 

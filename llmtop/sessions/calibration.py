@@ -24,10 +24,11 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import platformdirs
 
+from llmtop.engines.base import Engine
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.prompts import PromptGenerator, prompt_format_id
 from llmtop.sessions.request import chat_messages
@@ -207,28 +208,11 @@ class CalibrationCache:
 # --------------------------------------------------------------------------- calibration
 
 
-class ChatEngine(Protocol):
-    """What calibration needs from an engine (`OllamaEngine` fits)."""
-
-    host: str
-    name: str
-
-    def stream_chat(
-        self,
-        model: str,
-        messages: list[Mapping[str, Any]],
-        *,
-        options: Mapping[str, Any] | None = None,
-        think: bool | str | None = None,
-        keep_alive: float | str | None = None,
-    ) -> Any: ...
-
-
 @dataclass
 class _Prober:
     """Sends probe requests and keeps the table of every probe (words, prompt_eval_count)."""
 
-    engine: ChatEngine
+    engine: Engine
     model: str
     options: dict[str, Any]
     think: bool | str | None
@@ -384,7 +368,7 @@ class _Start:
 
 
 async def calibrate(
-    engine: ChatEngine,
+    engine: Engine,
     model: str,
     targets: Iterable[int],
     options: Mapping[str, Any],

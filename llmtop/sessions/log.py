@@ -11,22 +11,29 @@ Record types (field `type`):
 * "end": `ended_at`, written when a session closes cleanly.
 
 A crash loses at most the line being written: every record is flushed (and fsync'd) on write,
-and the reader skips a torn last line, saying so. `read_log` returns the log as typed records
+and the reader skips a torn last line, saying so. A write that fails mid-run (disk full, a
+file size limit) never interrupts the measurement: the log stops there, `incomplete` says
+where and why, and the command reports it once after printing its result.
+
+Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
+a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log` returns the log as typed records
 (records.py: `RunLog`, `RequestRecord`, `ProbeRecord`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 import platformdirs
 
-from llmtop import __version__
+from llmtop import DISTRIBUTION, __version__
 from llmtop.sessions.records import (
     CanaryRecord,
     Header,
@@ -48,6 +55,9 @@ FORMAT_VERSION = 1
 #   `machine` field into `environment` for every log (older bench logs have both); canary
 #   records and the request field `machine` (the machine-speed canary and readings).
 SUPPORTED_FORMATS = (1,)
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a request record with 10k chunks is ~1 MB
+MAX_SKIP_BYTES = 64 * 1024 * 1024  # reading on for the end of an over-long line, at most
+READ_CHUNK_BYTES = 1024 * 1024
 
 
 class LogError(Exception):
@@ -93,34 +103,52 @@ class SessionLog:
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         self.path = Path(path)
+        self.written = 0  # records written whole
+        self.lost = 0  # records not written after the log became incomplete
+        self.incomplete: str | None = None  # why and where the log stops, once a write failed
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
             self._lock = threading.Lock()  # probe samples arrive from the sampler thread
         except OSError as exc:
             raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
-        self.write(
+        if not self.write(
             {
                 "type": "header",
                 "format": FORMAT_VERSION,
                 "llmtop_version": __version__,
+                "distribution": DISTRIBUTION,
                 "started_at": datetime.now().astimezone().isoformat(),
                 **header,
             }
-        )
+        ):
+            raise LogError(f"cannot write the session log {self.path}: {self.incomplete}")
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record as one line, flushed to disk before returning."""
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append one record as one line, flushed to disk before returning. Returns False when
+        it could not be written: the first failure sets `incomplete` (where the log stops and
+        why) and every later record is counted in `lost`, never raising mid-measurement.
+        Raises LogError only for a log already closed (a programming error)."""
         line = json.dumps(record, ensure_ascii=False, default=str)
-        try:
-            with self._lock:
-                if self._fh is None:
-                    raise LogError(f"the session log {self.path} is closed")
+        with self._lock:
+            if self._fh is None:
+                raise LogError(f"the session log {self.path} is closed")
+            if self.incomplete is not None:
+                self.lost += 1
+                return False
+            try:
                 self._fh.write(line + "\n")
                 self._fh.flush()
                 os.fsync(self._fh.fileno())
-        except OSError as exc:
-            raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
+            except OSError as exc:
+                self.lost += 1
+                self.incomplete = (
+                    f"{exc.strerror or exc}: the session log {self.path} stops after its first "
+                    f"{self.written} records (intact); record {self.written + 1} "
+                    f"({record.get('type', '?')}) and what came after were not written")
+                return False
+            self.written += 1
+            return True
 
     def write_probe(self, sample: dict[str, Any], request_id: int | None) -> None:
         """Append a probe sample (already JSON-ready), tagged with the overlapping request."""
@@ -133,7 +161,8 @@ class SessionLog:
         try:
             self.write({"type": "end", "ended_at": datetime.now().astimezone().isoformat()})
         finally:
-            self._fh.close()
+            with contextlib.suppress(OSError):  # a failed flush is already in `incomplete`
+                self._fh.close()
             self._fh = None
 
 
@@ -143,45 +172,99 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
     needs). A torn or corrupt line, or a record with a field of the wrong type, is skipped and
     reported in `warnings` ("line N: …"), never fatal."""
     p = Path(path)
+    warnings: list[str] = []
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = _bounded_lines(p, warnings)
+        _, first = next(lines, (1, b""))
+        if first is None:
+            raise LogError(f"{p} does not start with an llmtop header record (its first line "
+                           f"is over {MAX_LINE_BYTES // 2**20} MiB)")
+        header = _read_header(p, _text(p, first) if first else None)
+        requests: list[RequestRecord] = []
+        probes: list[ProbeRecord] = []
+        others: list[dict[str, Any]] = []
+        canaries: list[CanaryRecord] = []
+        for number, raw in lines:
+            if raw is None:
+                warnings.append(f"line {number}: longer than {MAX_LINE_BYTES // 2**20} MiB "
+                                "(not a record), skipped")
+                continue
+            _one_record(_text(p, raw), number, requests, probes, others, warnings, canaries)
     except OSError as exc:
         raise LogError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise LogError(
-            f"{p} is not text (byte {exc.start} is not UTF-8): not an llmtop session log"
-        ) from exc
-    header = _read_header(p, lines[0] if lines else None)
-    requests: list[RequestRecord] = []
-    probes: list[ProbeRecord] = []
-    canaries: list[CanaryRecord] = []
-    others: list[dict[str, Any]] = []
-    warnings: list[str] = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            warnings.append(f"line {number}: unreadable (torn write?), skipped")
-            continue
-        if not isinstance(record, dict):
-            warnings.append(f"line {number}: not a JSON object, skipped")
-            continue
-        try:
-            if record.get("type") == "request":
-                requests.append(RequestRecord.from_json(line))
-            elif record.get("type") == "probe":
-                probes.append(ProbeRecord.from_json(line))
-            elif record.get("type") == "canary":
-                canaries.append(CanaryRecord.from_json(line))
-            else:
-                others.append(record)
-        except RecordError as exc:
-            warnings.append(f"line {number}: {exc}; skipped")
     return RunLog(
         header, tuple(requests), tuple(probes), tuple(others), tuple(warnings), tuple(canaries)
     )
+
+
+def _text(p: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LogError(
+            f"{p} is not text (byte {exc.start} of a line is not UTF-8): not an llmtop session log"
+        ) from exc
+
+
+def _bounded_lines(p: Path, warnings: list[str]) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, the line without its newline — None when over MAX_LINE_BYTES) for each
+    line of `p`, in bounded memory; stops with a warning when an over-long line does not end
+    within MAX_SKIP_BYTES (an endless stream such as /dev/zero)."""
+    with p.open("rb") as fh:
+        number = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+                yield number, raw.rstrip(b"\r\n")
+                continue
+            skipped = len(raw)
+            while not raw.endswith(b"\n") and skipped < MAX_SKIP_BYTES:
+                raw = fh.readline(READ_CHUNK_BYTES)
+                if not raw:
+                    break
+                skipped += len(raw)
+            if not raw.endswith(b"\n") and raw:
+                warnings.append(f"line {number}: no end of line within {skipped // 2**20} MiB; "
+                                "the rest of the file was not read")
+                yield number, None
+                return
+            yield number, None
+
+
+def _one_record(
+    line: str,
+    number: int,
+    requests: list[RequestRecord],
+    probes: list[ProbeRecord],
+    others: list[dict[str, Any]],
+    warnings: list[str],
+    canaries: list[CanaryRecord],
+) -> None:
+    """Parse one line into its typed list, or add a warning naming the line."""
+    if not line.strip():
+        return
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        warnings.append(f"line {number}: unreadable (torn write?), skipped")
+        return
+    if not isinstance(record, dict):
+        warnings.append(f"line {number}: not a JSON object, skipped")
+        return
+    try:
+        if record.get("type") == "request":
+            requests.append(RequestRecord.from_json(line))
+        elif record.get("type") == "probe":
+            probes.append(ProbeRecord.from_json(line))
+        elif record.get("type") == "canary":
+            canaries.append(CanaryRecord.from_json(line))
+        else:
+            others.append(record)
+    except RecordError as exc:
+        warnings.append(f"line {number}: {exc}; skipped")
 
 
 def _read_header(p: Path, line: str | None) -> Header:

@@ -6,7 +6,7 @@ Shared by the TUI and `llmtop run` so both record the same things the same way.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from llmtop.engines.connection import Connection
@@ -51,6 +51,8 @@ class SessionRecorder:
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
@@ -63,7 +65,7 @@ class SessionRecorder:
         self.in_flight = self.requests
         return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str, engine: Any = None) -> AsyncIterator[StreamEvent]:
+    def stream(self, prompt: str, engine: Any = None) -> AsyncGenerator[StreamEvent, None]:
         """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
         connection's own: the relay client when streaming through the relay)."""
         return (engine or self.conn.engine).stream_chat(

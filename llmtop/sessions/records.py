@@ -17,6 +17,7 @@ preflight, summary, interrupted, end) stay JSON objects in `RunLog.records`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,22 @@ class RecordError(ValueError):
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # built on first use: a few ms per record type
 
 
+def _refuse_non_finite(kind: str, text: str | bytes) -> None:
+    """Raise RecordError for a bare NaN/Infinity/-Infinity in a record: Python's json writes
+    and reads them, JSON does not have them, and no figure llmtop shows may be one (a NaN
+    crashes Textual's Sparkline and poisons every median). Strings containing the words are
+    fine: only a full parse, done when the words appear at all, can tell the two apart."""
+    probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if "NaN" not in probe and "Infinity" not in probe:
+        return
+
+    def refuse(constant: str) -> float:
+        raise RecordError(kind, "", f"holds {constant}, which no measurement can be")
+
+    with contextlib.suppress(json.JSONDecodeError):  # not JSON at all: validation says so
+        json.loads(probe, parse_constant=refuse)
+
+
 def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
     """Validate one JSON record (a line, or an object already decoded) into `cls`.
 
@@ -61,6 +78,7 @@ def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
     strict mode).
     """
     text = data if isinstance(data, str | bytes) else json.dumps(data, default=str)
+    _refuse_non_finite(kind, text)
     adapter = _ADAPTERS.get(cls) or _ADAPTERS.setdefault(cls, TypeAdapter(cls))
     try:
         record: T = adapter.validate_json(text, strict=True)
@@ -269,7 +287,8 @@ class Header:
 
     format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
     engine / engine_version / host / model: what was measured; via: "direct" or "relay",
-    upstream: the engine behind the relay. model_details: /api/show's summary. options: the
+    upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
+    through (None: direct; never for a loopback engine). model_details: /api/show's summary. options: the
     Ollama options sent with every request. environment: the machine
     (sessions.environment). bench: a bench's BenchConfig.to_dict(), else None. machine:
     only in bench logs written before the machine record moved into `environment` (it held
@@ -278,6 +297,7 @@ class Header:
 
     format: int
     llmtop_version: str | None = None
+    distribution: str | None = None  # the package's name on the index: "llmtop-latency"
     started_at: str | None = None
     kind: str = "session"
     engine: str | None = None
@@ -285,6 +305,7 @@ class Header:
     host: str | None = None
     via: str | None = None
     upstream: str | None = None
+    proxy: str | None = None
     model: str | None = None
     model_details: dict[str, Any] | None = None
     options: dict[str, Any] | None = None

@@ -200,6 +200,13 @@ def _markdown(report: Report) -> str:
     if noisy:
         lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
                      "requests: see \"Was the machine quiet?\" before trusting these numbers.")
+    buffered = [r for r in report.log.requests if r.metrics.buffered]
+    if buffered:
+        lines.append(
+            f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
+            f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
+            f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
+            "n/a and left out of the statistics; their TTFT is the time to the whole answer.")
     if report.log.warnings:
         lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
     if report.interrupted:
@@ -348,7 +355,9 @@ def _markdown_environment(report: Report) -> list[str]:
     note = f" — {loaded['note']}" if loaded.get("note") else ""
     rows = [
         ("llmtop", h.llmtop_version),
-        ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"),
+        ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"
+                   + (f" through the proxy {h.proxy} (it adds its hop to every TTFT)"
+                      if h.proxy else "")),
         ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
                    f"{md.get('quantization')}")),
         ("loaded (/api/ps)",
@@ -360,6 +369,8 @@ def _markdown_environment(report: Report) -> list[str]:
         ("RAM", _bytes(m.get("ram_bytes"))),
         ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),
         ("power", m.get("power", "unknown")),
+        *([("container", c["description"])] if isinstance(c := m.get("container"), dict)
+          and c.get("description") else []),
         ("Python", m.get("python")),
         ("started", h.started_at),
         ("ended", report.log.ended_at or "n/a (log not closed)"),

@@ -8,7 +8,7 @@ request (docs/protocols.md, "The ollama Python client": its streams are lazy).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns
@@ -103,7 +103,7 @@ class RequestResult(EventText):
     metrics: RequestMetrics
 
 
-StreamFactory = Callable[[], AsyncIterator[StreamEvent]]
+StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
 
 
 async def run_request(
@@ -120,7 +120,7 @@ async def run_request(
     """
     stream = start_stream()
     collector.sent_ns = perf_counter_ns()
-    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+    async with contextlib.aclosing(stream):
         async for event in stream:
             collector.add(event)
             if on_event is not None:

@@ -24,6 +24,15 @@ Definitions follow docs/method.md ("Metrics of one request") and Ollama's docs/a
   source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay).
 
 Every function returns None ("n/a") rather than inventing a value when an input is missing.
+
+Buffered streams (docs/method.md, "Buffered streams"): a server, a proxy or a compressing
+middleware can hold the text back and deliver it in one or a few pieces. The arrival stamps
+then say nothing about decoding: a client TPOT of microseconds and a decode rate of tens of
+thousands of tokens/s, and seconds of "overhead". `buffering()` detects it from the server's
+own counts — far fewer text chunks than `eval_count` tokens, or all the text arriving in a
+small part of `eval_duration` — and then the client TPOT, decode rate and overhead are n/a
+with the reason; TTFT stays, but it is the time to the whole answer, and the server's rates
+stay as they are.
 """
 
 from __future__ import annotations
@@ -37,6 +46,13 @@ from llmtop.engines.events import ServerStats, StreamEvent
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+# A stream is judged buffered only when the server generated enough tokens to tell (8), and
+# then when its text came in fewer chunks than a quarter of its tokens, or arrived within a
+# quarter of the server's decode time. An unbuffered Ollama stream sends about one chunk per
+# token (a multi-byte character can take two tokens), spread over the whole decode time, so a
+# factor of 4 on either side leaves a wide margin against false alarms.
+BUFFERED_MIN_TOKENS = 8
+BUFFERED_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +81,7 @@ class RequestMetrics:
     eval_ms: float | None = None
     total_ms: float | None = None
     overhead_ms: float | None = None
+    buffered: str | None = None  # why the stream was judged buffered (client rates n/a); None = not
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the ITL tuple becomes a list)."""
@@ -128,6 +145,29 @@ def live_chunk_rate(
     return (chunks - 1) * NS_PER_S / (last_text_ns - first_text_ns)
 
 
+def buffering(text_stamps: Sequence[int], stats: ServerStats | None) -> str | None:
+    """Why the stream's text was delivered buffered (see the module docstring), or None.
+
+    text_stamps: perf_counter_ns of each text chunk; stats: the server's counts. Needs
+    `eval_count` ≥ BUFFERED_MIN_TOKENS; otherwise it cannot be told and is None.
+    """
+    tokens = stats.eval_count if stats is not None else None
+    if tokens is None or tokens < BUFFERED_MIN_TOKENS or not text_stamps:
+        return None
+    chunks = len(text_stamps)
+    if chunks < BUFFERED_SHARE * tokens:
+        return (f"{chunks} text chunk{'s' if chunks != 1 else ''} for {tokens} tokens: the "
+                "text was held back and delivered in pieces (by the server or something "
+                "between: a proxy, compression, a tool-calling mode)")
+    decode_ns = stats.eval_duration if stats is not None else None
+    span_ns = text_stamps[-1] - text_stamps[0]
+    if decode_ns and span_ns < BUFFERED_SHARE * decode_ns:
+        return (f"the text of {tokens} tokens arrived within {span_ns / NS_PER_MS:.1f} ms while "
+                f"the server took {decode_ns / NS_PER_MS:.1f} ms to generate it: it was held "
+                "back and delivered in a burst")
+    return None
+
+
 def compute_metrics(
     sent_ns: int, events: Sequence[StreamEvent], stats: ServerStats | None = None
 ) -> RequestMetrics:
@@ -138,7 +178,8 @@ def compute_metrics(
     stats: the server's statistics (defaults to those on the done event).
 
     E2E is measured to the done event; a stream without one (failure, truncation) has
-    E2E None, because the response never completed.
+    E2E None, because the response never completed. A buffered stream (`buffering`) has
+    client TPOT, client decode rate and overhead None, and `buffered` says why.
     """
     if stats is None:
         stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
@@ -158,11 +199,12 @@ def compute_metrics(
     else:
         tokens, basis = None, None
 
-    tpot = tpot_ms(ttft, e2e, tokens)
+    buffered = buffering(text_stamps, stats)
+    tpot = tpot_ms(ttft, e2e, tokens) if buffered is None else None
     load = ns_to_ms(stats.load_duration) if stats else None
     prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
     overhead = None
-    if ttft is not None and load is not None and prompt_eval is not None:
+    if ttft is not None and load is not None and prompt_eval is not None and buffered is None:
         overhead = ttft - (load + prompt_eval)
 
     return RequestMetrics(
@@ -182,5 +224,6 @@ def compute_metrics(
         eval_ms=ns_to_ms(stats.eval_duration) if stats else None,
         total_ms=ns_to_ms(stats.total_duration) if stats else None,
         overhead_ms=overhead,
+        buffered=buffered,
     )
 

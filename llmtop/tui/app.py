@@ -229,11 +229,13 @@ class LlmtopApp(App[int]):
         on screen (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
-        try:
-            assert self.recorder is not None
-            self.recorder.record(result)
-        except LogError as exc:
-            self.notify(f"{exc}", title="not recorded", severity="error", timeout=10)
+        assert self.recorder is not None
+        self.recorder.record(result)
+        incomplete = self.recorder.log.incomplete
+        if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
+            self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
+            self.notify(incomplete, title="session log incomplete", severity="error",
+                        timeout=30)
 
     def _set_probe_interval(self, streaming: bool) -> None:
         if self.sampler is not None:

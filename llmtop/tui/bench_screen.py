@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import work
@@ -280,12 +280,3 @@ class BenchScreen(Screen[None]):
         button = Button("Report (R)", id="bench-report")
         self.query_one(BenchForm).mount(button)
         button.focus()
-
-    @property
-    def plain(self) -> dict[str, Any]:
-        """The screen's texts, for tests: phase, summary, series."""
-        return {
-            "phase": str(self.query_one("#bench-phase", Static).content),
-            "summary": self.query_one(BenchSummary).plain,
-            "series": self.query_one(BenchSeries).plain,
-        }

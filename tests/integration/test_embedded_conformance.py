@@ -158,3 +158,26 @@ def test_client_leaving_a_non_streaming_request_stops_generation(engine_url):
     assert left, jobs
     # ~1 s of decoding at tens of tokens/s plus the poll interval: far below 3000
     assert left[-1]["eval_count"] < 500
+
+
+def test_the_base_model_is_served_as_ollama_serves_a_template_less_model(engine_url):
+    # Ollama's default template is `{{ .Prompt }}`: the model sees the text alone, and a base
+    # model continues it as prose instead of echoing it inside a chat template it never saw
+    from llmtop.engines.ollama import OllamaEngine
+
+    async def details():
+        engine = OllamaEngine(engine_url)
+        try:
+            return await engine.model_info(MODEL)
+        finally:
+            await engine.aclose()
+
+    assert asyncio.run(details()).chat_template is False
+    prompt = "Explain in detail why the sky is blue"
+    reply = ollama.Client(host=engine_url).chat(
+        model=MODEL, messages=[{"role": "user", "content": prompt}],
+        options={"temperature": 0, "seed": 42, "num_predict": 40},
+    )
+    text = reply.message.content
+    assert prompt.lower() not in text.lower()  # no echo
+    assert len(text.split()) >= 10 and "sky" in text.lower()  # prose about the prompt

@@ -19,13 +19,18 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textual.dom import DOMNode
 from textual.keys import _character_to_key
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from llmtop.engines.base import ModelInfo
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
+from llmtop.probes.catalogue import Category
+from llmtop.probes.processes import AppUsage, ProcessSample
 from llmtop.probes.sampler import ProbeSample
+from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import Finding, Level, Verdict
 
 SENT_NS = 10**12
@@ -205,6 +210,23 @@ def fake_connection(engine: FakeEngine | None = None) -> Connection:
     )
 
 
+GIB = 1024**3
+BROWSER_BUSY = "Chromium (14 processes) is using 38 % CPU"
+
+
+def browser_busy() -> Finding:
+    """The WARN finding of a busy browser (38 % CPU against a 10 % threshold)."""
+    return Finding(
+        "browser-busy",
+        Level.WARN,
+        38.0,
+        10.0,
+        "% CPU",
+        BROWSER_BUSY,
+        "close the browser or its busy tabs",
+    )
+
+
 def probe_sample(t_ns: int, noisy: str | None = None) -> ProbeSample:
     """A probe sample taken at `t_ns` (perf_counter_ns): NOISY with the finding `noisy`, else
     QUIET. Its system/process parts are absent (the panel says the probe failed)."""
@@ -220,6 +242,78 @@ def probe_sample(t_ns: int, noisy: str | None = None) -> ProbeSample:
         verdict=Verdict.of(findings),
         cost_ms=1.0,
     )
+
+
+def system_sample(cpu: float | None, per_cpu: tuple[float, ...] = ()) -> SystemSample:
+    """A 16 GiB machine with 12 GiB available (25 %), 2 GiB of unused swap, load 0.5/core."""
+    return SystemSample(
+        cpu_percent=cpu,
+        per_cpu=per_cpu,
+        load_avg_per_core=0.5,
+        mem_total=16 * GIB,
+        mem_available=12 * GIB,
+        mem_percent=25.0,
+        swap_total=2 * GIB,
+        swap_used=0,
+        swap_percent=0.0,
+        cpu_freq_mhz=None,
+        cpu_freq_max_mhz=None,
+        on_battery=None,
+        logical_cpus=len(per_cpu) or 4,
+    )
+
+
+def app_usage(
+    name: str, cpu: float | None, category: Category = Category.OTHER, n: int = 1
+) -> AppUsage:
+    """An app of `n` processes using `cpu` % of one core (None: warming up) and 1 GiB RSS."""
+    return AppUsage(
+        app=name,
+        category=category,
+        cpu_percent=cpu,
+        rss_bytes=GIB,
+        n_procs=n,
+        pids=tuple(range(n)),
+        is_browser=category is Category.BROWSER,
+    )
+
+
+def busy_apps() -> tuple[AppUsage, ...]:
+    """Chromium's 14 processes at 38 %, llmtop itself, the engine, and slack warming up."""
+    return (
+        app_usage("Chromium", 38.0, Category.BROWSER, 14),
+        app_usage("llmtop", 3.2, Category.SELF),
+        app_usage("llama", 95.0, Category.ENGINE),
+        app_usage("slack", None),
+    )
+
+
+def machine_sample(
+    t_ns: int,
+    cpu: float | None,
+    apps: tuple[AppUsage, ...],
+    verdict: Verdict,
+    self_cpu: float | None,
+) -> ProbeSample:
+    """A complete sample with fixed figures (no psutil): `system_sample(cpu)` on 4 cores at
+    10/90/0/50 %, these apps, the engine at 95 %, a probe cost of 2.5 ms."""
+    procs = ProcessSample(
+        apps=apps, self_cpu_percent=self_cpu, engine_cpu_percent=95.0, warming_up=self_cpu is None
+    )
+    return ProbeSample(
+        t_ns=t_ns,
+        wall_time="t",
+        system=system_sample(cpu, (10.0, 90.0, 0.0, 50.0)),
+        processes=procs,
+        gpu=None,
+        verdict=verdict,
+        cost_ms=2.5,
+    )
+
+
+def shown(node: DOMNode, selector: str) -> str:
+    """The text a Static under `node` shows (its content, as Textual renders it)."""
+    return str(node.query_one(selector, Static).content)
 
 
 async def wait_for(

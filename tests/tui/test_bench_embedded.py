@@ -13,7 +13,7 @@ from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
-from .fakes import wait_for
+from .fakes import shown, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
         assert state.outcome is not None and state.outcome.analysis.ok_count == 3
         bar = screen.query_one(ProgressBar)
         assert bar.total == 4 and bar.progress == 4
-        summary = screen.plain["summary"]
+        summary = shown(screen, "#bench-summary")
         assert summary.startswith(" n/a ") and "this run has 3" in summary
         assert "32 tok  n 3" in summary and "TTFT " in summary
         assert state.report_md is not None and "## Results" in state.report_md

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from llmtop.sessions.log import read_log
@@ -18,10 +19,12 @@ from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.bench_form import BenchForm
+from llmtop.tui.widgets.bench_series import BenchSeries, series_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.report_screen import ReportScreen
 
-from .fakes import FakeEngine, Timing, fake_connection, probe_sample, wait_for
+from .fakes import FakeEngine, Timing, fake_connection, probe_sample, shown, wait_for
 
 NOISE = "Chromium (14 processes) is using 38 % CPU"
 
@@ -57,12 +60,22 @@ async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[
     return screen
 
 
+def drawn(screen: BenchScreen) -> bool:
+    """The run ended and the screen drew all of it (progress, series, verdict)."""
+    state = screen.state
+    if state is None or not state.finished:
+        return False
+    return not (state.progress_dirty or state.series_dirty or state.summary_dirty)
+
+
 async def finish(pilot, screen: BenchScreen, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll every 0.1 s until the run ended, then let one render tick draw it."""
-    await wait_for(
-        pilot, lambda: screen.state is not None and screen.state.finished, timeout_s, "the bench"
-    )
-    await pilot.pause(0.3)
+    """Poll until the run ended and the screen drew it."""
+    await wait_for(pilot, lambda: drawn(screen), timeout_s, "the bench drawn")
+
+
+def series_lines(screen: BenchScreen) -> list[str]:
+    """The series the screen was given, as `series_text` draws it 120 cells wide."""
+    return series_text(screen.query_one(BenchSeries).rows, 120).plain.splitlines()
 
 
 async def test_flat_series_is_clean_with_report_and_log(
@@ -78,15 +91,14 @@ async def test_flat_series_is_clean_with_report_and_log(
         assert calibration == "calibration measured: 64 tok → 38 words (64)"
         bar = screen.query_one(ProgressBar)
         assert bar.total == 11 and bar.progress == 11  # 1 warm-up + 10 requests
-        text = screen.plain
-        assert text["phase"] == "done"
-        summary = text["summary"]
+        assert shown(screen, "#bench-phase") == "done"
+        summary = shown(screen, "#bench-summary")
         assert summary.startswith(" CLEAN ")
         assert "64 tok  n 10 · 1 warm-up kept apart · 0 excluded" in summary
         for part in ("TTFT 39.0 ms", "prefill 32.0 ms", "decode 100.0 tok/s", "E2E 110.0 ms"):
             assert part in summary
         assert "no request ran during a NOISY probe sample" in summary
-        rows = text["series"].splitlines()
+        rows = series_lines(screen)
         assert rows[3].startswith("status        w··········  ")  # the warm-up, then 10 ok
         assert rows[4] == "NOISY" + " " * 20 + "  no NOISY probe sample during a request"
         log_path = Path(screen.log_path or "")
@@ -125,7 +137,7 @@ async def test_decode_slowing_down_is_contaminated(
     async with app.run_test(size=(160, 45)) as pilot:
         screen = await open_and_start(pilot, app)
         await finish(pilot, screen)
-        summary = screen.plain["summary"]
+        summary = shown(screen, "#bench-summary")
         assert summary.startswith(" CONTAMINATED ")
         headline = summary.splitlines()[0]
         # TPOT drifts too but does not decide (1000 / client decode: docs/method.md)
@@ -152,14 +164,11 @@ async def test_request_with_a_noisy_sample_is_marked(
     async with app.run_test(size=(160, 45)) as pilot:
         screen = await open_and_start(pilot, app)
         await finish(pilot, screen)
-        text = screen.plain
-        noisy_row = text["series"].splitlines()[4]
+        noisy_row = series_lines(screen)[4]
         assert noisy_row == "NOISY            !         1 ran while the machine was NOISY"
-        assert (
-            f"! 1 request ran while the machine was NOISY: {NOISE} (#4 in run order)"
-            in (text["summary"])
-        )
-        assert screen.plain["summary"].startswith(" CLEAN ")  # noise is marked, not hidden
+        summary = shown(screen, "#bench-summary")
+        assert f"! 1 request ran while the machine was NOISY: {NOISE} (#4 in run order)" in summary
+        assert summary.startswith(" CLEAN ")  # noise is marked, not hidden
 
 
 async def test_esc_cancels_the_run_and_the_log_records_it(
@@ -186,8 +195,16 @@ async def test_esc_cancels_the_run_and_the_log_records_it(
 
 
 async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form hands its raw texts to the screen (`BenchForm.StartRequested`, the contract
+    between the two); the screen refuses a value that cannot run and says why."""
+    requested: list[BenchForm.StartRequested] = []
+
+    def hook(message: Message) -> None:  # sees a message at each node it bubbles through
+        if isinstance(message, BenchForm.StartRequested) and message not in requested:
+            requested.append(message)
+
     app = build(tmp_path, FakeEngine(), monkeypatch)
-    async with app.run_test(size=(160, 45)) as pilot:
+    async with app.run_test(size=(160, 45), message_hook=hook) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
@@ -195,9 +212,12 @@ async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         assert isinstance(screen, BenchScreen)
         screen.query_one("#bench-max-tokens").value = "1"  # type: ignore[attr-defined]
         await pilot.click("#bench-start")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: shown(screen, "#bench-summary").startswith("✗"), what="✗")
+        assert [m.values for m in requested] == [  # the form defaults (build), one field edited
+            {"requests": "10", "warmup": "1", "prompt-tokens": "64", "max-tokens": "1"}
+        ]
         assert screen.worker is None
-        assert "max tokens must be ≥ 2, got 1" in screen.plain["summary"]
+        assert shown(screen, "#bench-summary") == "✗ max tokens must be ≥ 2, got 1"
 
 
 async def test_ctrl_b_stops_the_streaming_request_first(
@@ -245,8 +265,10 @@ async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
         screen = app.screen
-        app.post_message(ProbeSampled(probe_sample(1, NOISE)))
-        await pilot.pause(0.3)
+        sample = probe_sample(1, NOISE)
+        app.post_message(ProbeSampled(sample))
+        panel = screen.query_one(ProbePanel)
+        await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
         assert not screen.query_one(ProbePanel).display
         badge = screen.query_one("#bench-badge", Static)
         assert badge.display and str(badge.content) == f" NOISY  {NOISE}"

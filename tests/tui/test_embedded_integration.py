@@ -11,11 +11,10 @@ import pytest
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import make_app
 from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.token_pane import TokenPane
 
-from .fakes import type_text, wait_for
+from .fakes import shown, type_text, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +47,12 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
         assert result.status == "ok", result.failure
         answer = app.query_one(TokenPane).text.plain.split(PROMPT, 1)[1].strip()
         assert answer and answer == result.content.strip()
-        ttft = app.query_one(MetricsStrip).plain("ttft")
+        ttft = shown(app, "#ttft")
         assert re.fullmatch(r"TTFT \d+\.\d ms", ttft), ttft
         await wait_for(
             pilot, lambda: app.query_one(ProbePanel).sample is not None, 10, "a probe sample"
         )
-        assert "llmtop itself:" in app.query_one(ProbePanel).plain
+        assert "llmtop itself:" in shown(app, "#apps")
     log = read_log(log_path)
     (req,) = log.requests
     assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(

@@ -13,12 +13,13 @@ from llmtop.engines.connection import Connection
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.header_line import HeaderLine
-from llmtop.tui.widgets.help_screen import HelpScreen
-from llmtop.tui.widgets.metrics_strip import MetricsStrip
+from llmtop.tui.widgets.header_line import identity
+from llmtop.tui.widgets.help_screen import METRICS, HelpScreen
+from llmtop.tui.widgets.metrics_strip import result_texts
+from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.token_pane import TokenPane
 
-from .fakes import SENT_NS, FakeEngine, ev, fake_connection, type_text, wait_for
+from .fakes import SENT_NS, FakeEngine, ev, fake_connection, shown, type_text, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +45,12 @@ def done(app: LlmtopApp, n: int = 1) -> bool:
     )
 
 
+def drawn(app: LlmtopApp, n: int = 1) -> bool:
+    """`done`, and the render timer drew its end (text and numbers)."""
+    live = app.live
+    return done(app, n) and live is not None and not (live.dirty or live.numbers_dirty)
+
+
 async def send(pilot, app: LlmtopApp, prompt: str) -> None:  # type: ignore[no-untyped-def]
     await wait_for(pilot, lambda: app.ready, what="connection")
     app.query_one("#prompt", Input).focus()
@@ -55,28 +62,25 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
     app, conn = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "hello")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)  # one render tick after done
-        strip = app.query_one(MetricsStrip)
-        assert strip.plain("ttft") == "TTFT 123.4 ms"
-        assert strip.plain("count") == "tokens 3"
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
+        assert app.live is not None and app.live.result is not None
+        texts = {wid: str(text) for wid, text in result_texts(app.live.result).items()}
+        assert texts["ttft"] == "TTFT 123.4 ms"
+        assert texts["count"] == "tokens 3"
         # client decode = (3 − 1) / (200 − 123.4 ms) = 26.1 tok/s
-        assert strip.plain("decode") == "decode 26.1 tok/s"
-        assert "TPOT 38.30 ms" in strip.plain("client") and "E2E 200.0 ms" in strip.plain("client")
+        assert texts["decode"] == "decode 26.1 tok/s"
+        assert texts["client"] == " ok   TPOT 38.30 ms · E2E 200.0 ms"
         # prefill 20 / 0.1 s = 200; decode 3 / 0.04 s = 75; overhead 123.4 − (10 + 100) = 13.4
-        server = strip.plain("server")
-        for part in (
-            "prefill 200.0 tok/s",
-            "decode 75.0 tok/s",
-            "load 10.0 ms",
-            "overhead 13.4 ms",
-        ):
-            assert part in server
-        assert "ok" in strip.plain("client")
+        assert texts["server"] == (
+            "server  prefill 200.0 tok/s · decode 75.0 tok/s · load 10.0 ms · overhead 13.4 ms"
+        )
+        for wid in ("ttft", "count", "decode", "client", "server"):  # what the strip shows
+            assert shown(app, f"#{wid}") == texts[wid], wid
         assert "Hello world!" in app.query_one(TokenPane).text.plain
-        header = app.query_one(HeaderLine).plain
-        assert "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M" in header
-        assert str(tmp_path / "s.jsonl") in header
+        engine = identity(conn)  # type: ignore[arg-type]
+        assert engine == "fake · http://fake:1 · fake-model · Q4_K_M · 1.0M · v9.9"
+        assert shown(app, "#hdr-engine") == f"llmtop · {engine}"
+        assert app.query_one(PathLabel).path == str(tmp_path / "s.jsonl")
     assert conn.engine.closed  # type: ignore[attr-defined]  # the app closed the connection on exit
     log = read_log(tmp_path / "s.jsonl")
     (req,) = log.requests
@@ -88,8 +92,7 @@ async def test_thinking_is_dim_italic(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "think")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         text: Text = app.query_one(TokenPane).text
         start = text.plain.index("Let me think.")
         answer = text.plain.index("Answer.")
@@ -105,15 +108,15 @@ async def test_failure_message_and_remedy(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "fail")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         pane = app.query_one(TokenPane).text.plain
         assert "partial" in pane and "the runner crashed" in pane and "restart the engine" in pane
-        strip = app.query_one(MetricsStrip)
-        assert "the runner crashed" in strip.plain(
-            "failure"
-        ) and "restart the engine" in strip.plain("failure")
-        assert "error" in strip.plain("client")
+        assert app.live is not None and app.live.result is not None
+        texts = result_texts(app.live.result)
+        assert str(texts["failure"]) == "✗ the runner crashed\n→ restart the engine"
+        assert str(texts["client"]).startswith(" error ")
+        assert shown(app, "#failure") == str(texts["failure"])
+        assert shown(app, "#client") == str(texts["client"])
 
 
 async def test_new_prompt_cancels_running_one(tmp_path: Path) -> None:
@@ -146,8 +149,7 @@ async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None
             pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
         )
         await pilot.press("escape")
-        await wait_for(pilot, lambda: done(app), what="cancelled")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="cancelled and drawn")
         assert "[cancelled]" in app.query_one(TokenPane).text.plain
         await send(pilot, app, "slow")
         await wait_for(
@@ -176,9 +178,8 @@ async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
         assert prompt.has_focus
         await pilot.press("question_mark")  # empty prompt: help
         assert isinstance(app.screen, HelpScreen)
-        help_text = app.screen.plain
-        for word in ("TTFT", "TPOT", "ITL", "prefill", "overhead"):
-            assert word in help_text
+        defined = {name for name, _ in METRICS}  # what it shows: test_snapshots.py
+        assert {"TTFT", "TPOT", "ITL", "prefill", "overhead"} <= defined
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await type_text(pilot, "q? quit")  # "q" and "?" typed into a prompt stay there
@@ -212,10 +213,11 @@ async def test_render_is_throttled(tmp_path: Path) -> None:
 
         pane.show_live = counting  # type: ignore[method-assign]
         await send(pilot, app, "many")
-        await wait_for(pilot, lambda: done(app), what="request done")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         assert "t299" in pane.text.plain
-        assert app.query_one(MetricsStrip).plain("count") == "chunks 300"
+        assert app.live is not None and app.live.result is not None
+        assert str(result_texts(app.live.result)["count"]) == "chunks 300"  # no eval_count
+        assert shown(app, "#count") == "chunks 300"
         assert 1 <= calls < 30, calls
 
 
@@ -235,7 +237,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.05)
-            assert "starting engine" in app.query_one(HeaderLine).plain
+            assert shown(app, "#hdr-engine") == "llmtop · starting engine… (fake)"
             await type_text(pilot, "hello")
             await pilot.press("enter")
             gate.set()
@@ -261,7 +263,7 @@ async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> No
         failure = app.connect_failure.failure  # type: ignore[union-attr]
         pane = app.query_one(TokenPane).text.plain
         assert failure.message in pane and failure.remedy and failure.remedy in pane
-        assert "no engine" in app.query_one(HeaderLine).plain
+        assert shown(app, "#hdr-engine") == "llmtop · no engine"
         await type_text(pilot, "hello")
         await pilot.press("enter")  # refused politely, the app stays usable
         await pilot.press("ctrl+q")

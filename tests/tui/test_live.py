@@ -6,6 +6,7 @@ from llmtop.engines.events import StreamEvent
 from llmtop.sessions.request import RequestCollector
 from llmtop.tui import fmt
 from llmtop.tui.live import CONTENT, THINKING, LiveRequest
+from llmtop.tui.widgets.metrics_strip import live_texts
 
 MS = 1_000_000
 
@@ -24,6 +25,12 @@ def test_live_numbers_from_stamps() -> None:
     assert live.chunks == 3
     assert live.live_decode_cps == 40.0  # 2 gaps in 50 ms
     assert live.parts == [(THINKING, ["hm"]), (CONTENT, ["a", "b"])]
+    # the metrics strip's live row from the same figures
+    assert {wid: str(text) for wid, text in live_texts(live).items()} == {
+        "ttft": "TTFT 100.0 ms",
+        "count": "chunks 3",
+        "decode": "decode 40.0 chunk/s",
+    }
 
 
 def test_formatters_never_invent_zero() -> None:

@@ -10,9 +10,8 @@ import pytest
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker, noisy_message
-from llmtop.tui.widgets.metrics_strip import MetricsStrip
 
-from .fakes import MS, SENT_NS, probe_sample, wait_for
+from .fakes import MS, SENT_NS, probe_sample, shown, wait_for
 from .test_fake_engine import build, done, send
 
 NOISE = "Chromium (14 processes) is using 38 % CPU"
@@ -37,8 +36,18 @@ def test_tracker_spans_and_messages() -> None:
 
 
 async def post(pilot, app: LlmtopApp, t_ms: float, noisy: str | None) -> None:  # type: ignore[no-untyped-def]
-    app.post_message(ProbeSampled(probe_sample(SENT_NS + int(t_ms * MS), noisy)))
-    await pilot.pause(0.3)  # the message, then a numbers tick
+    """Post a sample taken `t_ms` after the send; return once the app took it and redrew the
+    request's numbers (a NOISY mark it changed is then on screen)."""
+    sample = probe_sample(SENT_NS + int(t_ms * MS), noisy)
+    app.post_message(ProbeSampled(sample))
+    await wait_for(pilot, lambda: app.latest_probe is sample, what="the sample taken")
+    await numbers_drawn(pilot, app)
+
+
+async def numbers_drawn(pilot, app: LlmtopApp) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the render timer drew the request's numbers (its NOISY mark included)."""
+    live = app.live
+    await wait_for(pilot, lambda: live is None or not live.numbers_dirty, what="numbers drawn")
 
 
 async def test_noisy_sample_during_the_request_is_shown_with_its_figures(tmp_path: Path) -> None:
@@ -46,18 +55,17 @@ async def test_noisy_sample_during_the_request_is_shown_with_its_figures(tmp_pat
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "hello")  # sent at SENT_NS, done at +200 ms
         await wait_for(pilot, lambda: done(app), what="request done")
-        strip = app.query_one(MetricsStrip)
         await post(pilot, app, 500.0, NOISE)  # after the request: not its noise
         await post(pilot, app, 100.0, None)  # during it, but QUIET
-        assert strip.plain("noise") == ""
+        assert shown(app, "#noise") == ""
         await post(pilot, app, 100.0, NOISE)  # taken during it, arrived late: still its noise
-        assert strip.plain("noise") == f"⚠ machine NOISY during this request: {NOISE}"
-        assert "ok" in strip.plain("client")  # shown beside the final figures
+        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        assert shown(app, "#client").startswith(" ok ")  # shown beside the final figures
         await send(pilot, app, "think")  # sent at SENT_NS too, but done at +70 ms
         await wait_for(pilot, lambda: done(app, 2), what="second request")
-        await pilot.pause(0.3)
+        await numbers_drawn(pilot, app)
         assert app.live is not None and app.live.noisy is None  # +100 and +500 ms: after it
-        assert strip.plain("noise") == ""
+        assert shown(app, "#noise") == ""
 
 
 async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> None:
@@ -66,10 +74,9 @@ async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> Non
         await send(pilot, app, "slow")  # first chunk at +10 ms, then hangs
         await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
         await post(pilot, app, 20.0, NOISE)
-        strip = app.query_one(MetricsStrip)
-        assert strip.plain("noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {NOISE}"
         await pilot.press("escape")  # cancel: the mark stays with the cancelled request
         await wait_for(pilot, lambda: done(app), what="cancelled")
-        await pilot.pause(0.3)
+        await numbers_drawn(pilot, app)
         assert app.live is not None and app.live.noisy is None  # ended at +10 ms, sample at +20
-        assert strip.plain("noise") == ""
+        assert shown(app, "#noise") == ""

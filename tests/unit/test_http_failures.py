@@ -12,10 +12,12 @@ import pytest
 
 from llmtop.engines.events import FailureKind
 from llmtop.engines.http import (
+    BUSY_REMEDY,
     Peer,
     error_text,
     failure_for_http,
     failure_for_transport,
+    failure_in_stream,
     server_error,
 )
 
@@ -53,8 +55,18 @@ CHECK_PEER = f"check that {URL} is an Ollama server"
          "check the server's log and retry"),
         (502, b"", FailureKind.SERVER_ERROR, f"{URL} failed (HTTP 502): Bad Gateway",
          "check the server's log and retry"),
-        (503, b'{"error": 7}', FailureKind.SERVER_ERROR, f'{URL} failed (HTTP 503): {{"error": 7}}',
-         "check the server's log and retry"),
+        # busy engines: never latency samples, and the remedy names the queue settings
+        (503, b'{"error": 7}', FailureKind.BUSY,
+         f'{URL} is busy and refused the request (HTTP 503: {{"error": 7}})', BUSY_REMEDY),
+        (429, b"", FailureKind.BUSY,
+         f"{URL} is busy and refused the request (HTTP 429: Too Many Requests)", BUSY_REMEDY),
+        # Ollama's ErrMaxQueue text (server/sched.go) with its 503
+        (503, b'{"error":"server busy, please try again.  maximum pending requests exceeded"}',
+         FailureKind.BUSY, (f"{URL} is busy and refused the request (HTTP 503: server busy, "
+         "please try again.  maximum pending requests exceeded)"), BUSY_REMEDY),
+        # llama.cpp's server says it in a 500 when every slot is taken
+        (500, b'{"error":"no slot available"}', FailureKind.BUSY,
+         f"{URL} is busy and refused the request (HTTP 500: no slot available)", BUSY_REMEDY),
     ],
 )
 def test_status_and_body_give_kind_message_and_remedy(status, body, kind, message, remedy):
@@ -104,3 +116,9 @@ def test_transport_errors_give_kind_and_message(exc, kind, message):
     assert (failure.kind, failure.message) == (kind, message)
     if kind is FailureKind.UNREACHABLE:
         assert failure.remedy == "start it with `ollama serve`"
+
+
+def test_a_busy_error_mid_stream_is_busy():
+    failure = failure_in_stream("server busy, please try again", peer=PEER)
+    assert failure.kind == FailureKind.BUSY and "OLLAMA_NUM_PARALLEL" in failure.remedy
+    assert failure_in_stream("boom", peer=PEER).kind == FailureKind.SERVER_ERROR

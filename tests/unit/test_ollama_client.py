@@ -111,3 +111,13 @@ def test_resolve_host_follows_ollama_rules(monkeypatch, given, expected, env):
     else:
         monkeypatch.setenv("OLLAMA_HOST", env)
     assert resolve_host(given) == expected
+
+
+@pytest.mark.parametrize(("template", "chat"), [
+    ("{{ .Prompt }}", False), ("{{.Prompt}}", False), ("", False), (None, None),
+    ("{{- range .Messages }}<|im_start|>{{ .Role }}{{ end }}", True),
+])
+def test_a_template_that_is_the_prompt_alone_is_no_chat_template(template, chat):
+    from llmtop.engines.ollama import _has_chat_template
+
+    assert _has_chat_template(template) is chat

@@ -113,8 +113,3 @@ class BenchSeries(Widget):
 
     def render(self) -> Text:
         return series_text(self.rows, self.content_size.width)
-
-    @property
-    def plain(self) -> str:
-        """The series as plain text at 120 cells (for tests)."""
-        return series_text(self.rows, 120).plain

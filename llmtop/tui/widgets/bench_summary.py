@@ -122,8 +122,3 @@ class BenchSummary(QuietStatic):
     def show_outcome(self, analysis: Analysis, rows: Sequence[BenchRow], log_path: str) -> None:
         """Show a finished run's verdict and where its log is."""
         self.set_text(summary_text(analysis, rows, log_path))
-
-    @property
-    def plain(self) -> str:
-        """The area's text (for tests)."""
-        return str(self.content)

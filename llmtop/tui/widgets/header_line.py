@@ -17,6 +17,8 @@ def identity(conn: Connection) -> str:
     parts = [conn.engine.name, conn.engine.host, conn.model]
     if info is not None:
         parts += [p for p in (info.quantization, info.parameter_size) if p]
+        if info.chat_template is False:  # it continues text rather than answering
+            parts.append("base model")
     if conn.version:
         parts.append(f"v{conn.version}")
     return " · ".join(parts)
@@ -48,9 +50,3 @@ class HeaderLine(Horizontal):
     def show_failed(self, what: str) -> None:
         """Connecting failed; the token pane has the details."""
         self.query_one("#hdr-engine", Static).update(Text(f"llmtop · {what}", style="bold red"))
-
-    @property
-    def plain(self) -> str:
-        """The header's text (for tests)."""
-        engine = str(self.query_one("#hdr-engine", Static).content)
-        return f"{engine} log {self.query_one(PathLabel).path}"

@@ -64,8 +64,3 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table("Keys", KEYS), id="help-keys")
             yield Static(_table("What the numbers mean", METRICS), id="help-metrics")
             yield Static(Text("Esc closes this help", style="dim"))
-
-    @property
-    def plain(self) -> str:
-        """The help as plain lines (for tests and logs)."""
-        return "\n".join(f"{k}: {v}" for k, v in KEYS + METRICS)

@@ -49,6 +49,49 @@ def server_text(result: RequestResult) -> Text:
     )
 
 
+def live_texts(live: LiveRequest) -> dict[str, Text]:
+    """The live row while a request streams, by label id: "ttft" (ms, client), "count" (text
+    chunks so far) and "decode" (client chunks/s so far, `LiveRequest.live_decode_cps`)."""
+    return {
+        "ttft": Text.assemble("TTFT ", (fmt.ms(live.ttft_ms), "bold")),
+        "count": Text.assemble("chunks ", (str(live.chunks), "bold")),
+        "decode": Text.assemble("decode ", (fmt.rate(live.live_decode_cps, "chunk/s"), "bold")),
+    }
+
+
+def result_texts(result: RequestResult) -> dict[str, Text | str]:
+    """A finished request's rows, by label id: "ttft" (ms), "count" (the server's eval_count,
+    or the client's chunks when it sent none), "decode" (client tok/s), "client" (status,
+    TPOT and E2E, ms), "server" (`server_text`) and "failure" ("" when there is none)."""
+    m = result.metrics
+    # "chunks" when the server sent no eval_count: the count is the client's, not tokens
+    label = "chunks " if m.tokens_basis == "chunks" else "tokens "
+    tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
+    status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
+    return {
+        # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
+        "ttft": Text.assemble("whole answer " if m.buffered else "TTFT ",
+                              (fmt.ms(m.ttft_ms), "bold")),
+        "count": Text.assemble(label, (tokens, "bold")),
+        "decode": Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")),
+        "client": Text.assemble(
+            status,
+            "  TPOT ",
+            (fmt.ms(m.tpot_ms, 2), "bold"),
+            " · E2E ",
+            (fmt.ms(m.e2e_ms), "bold"),
+        ),
+        "server": (
+            Text("server  no statistics (no done chunk)", style="dim")
+            if result.stats is None
+            else server_text(result)
+        ),
+        "failure": failure_text(result.failure) if result.failure else (
+            Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
+            if m.buffered else ""),
+    }
+
+
 class MetricsStrip(Vertical):
     """TTFT/tokens/decode/ITL while streaming; server prefill/decode/load/overhead/status after."""
 
@@ -80,14 +123,10 @@ class MetricsStrip(Vertical):
 
     def show_live(self, live: LiveRequest) -> None:
         """Update from the live buffers (capped render timer only)."""
-        self._put("ttft", Text.assemble("TTFT ", (fmt.ms(live.ttft_ms), "bold")))
         result = live.result
         if result is None:
-            self._put("count", Text.assemble("chunks ", (str(live.chunks), "bold")))
-            self._put(
-                "decode",
-                Text.assemble("decode ", (fmt.rate(live.live_decode_cps, "chunk/s"), "bold")),
-            )
+            for wid, content in live_texts(live).items():
+                self._put(wid, content)
             if self._shown is not live:
                 self._shown = live
                 self._put("client", Text("streaming…", style="dim"))
@@ -106,30 +145,5 @@ class MetricsStrip(Vertical):
 
     def show_result(self, result: RequestResult) -> None:
         """The finished request's metrics (client and server side) and its status."""
-        m = result.metrics
-        # "chunks" when the server sent no eval_count: the count is the client's, not tokens
-        label = "chunks " if m.tokens_basis == "chunks" else "tokens "
-        tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
-        self._put("count", Text.assemble(label, (tokens, "bold")))
-        self._put("decode", Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")))
-        status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
-        self._put(
-            "client",
-            Text.assemble(
-                status,
-                "  TPOT ",
-                (fmt.ms(m.tpot_ms, 2), "bold"),
-                " · E2E ",
-                (fmt.ms(m.e2e_ms), "bold"),
-            ),
-        )
-        if result.stats is None:
-            self._put("server", Text("server  no statistics (no done chunk)", style="dim"))
-        else:
-            self._put("server", server_text(result))
-        self._put("failure", failure_text(result.failure) if result.failure else "")
-
-    def plain(self, wid: str) -> str:
-        """The text of one label: "ttft", "count", "decode", "client", "server", "failure"
-        or "noise"."""
-        return str(self._static(wid).content)
+        for wid, content in result_texts(result).items():
+            self._put(wid, content)

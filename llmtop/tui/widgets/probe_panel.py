@@ -47,7 +47,7 @@ class ProbePanel(VerticalScroll):
             self._good = sample
         good = self._good
         stale = good is not None and good is not sample
-        self.query_one(VerdictBadge).show(sample.verdict)
+        self.query_one(VerdictBadge).verdict = sample.verdict
         self.query_one(SystemView).show(sample.system, sample.gpu)
         self.query_one(AppsView).show(
             good.processes if stale and good else sample.processes,
@@ -65,15 +65,3 @@ class ProbePanel(VerticalScroll):
         stale = age > STALE_AFTER_S
         self.border_title = f"machine — stale, {age:.0f} s old" if stale else "machine"
         return age
-
-    @property
-    def plain(self) -> str:
-        """All the panel's text (for tests)."""
-        return "\n".join(
-            str(w.content)
-            for w in (
-                self.query_one(VerdictBadge),
-                self.query_one(SystemView),
-                self.query_one(AppsView),
-            )
-        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.reactive import var
 
 from llmtop.probes.verdict import Level, Verdict
 from llmtop.tui.widgets.quiet_static import QuietStatic
@@ -32,8 +33,12 @@ def verdict_text(verdict: Verdict) -> Text:
 
 
 class VerdictBadge(QuietStatic):
-    """Shows `verdict_text` of the latest probe sample."""
+    """Shows `verdict_text` of `verdict` ("probes starting…" until the first one)."""
 
-    def show(self, verdict: Verdict) -> None:
-        """Render a verdict."""
-        self.set_text(verdict_text(verdict))
+    verdict: var[Verdict | None] = var(None, init=False)
+    """The latest probe sample's verdict. Drawn when it changes: an equal verdict (a machine
+    that stays QUIET, sample after sample) repaints nothing."""
+
+    def watch_verdict(self, verdict: Verdict | None) -> None:
+        if verdict is not None:
+            self.set_text(verdict_text(verdict))

@@ -1,0 +1,49 @@
+"""The composition root's rules that need no engine: model names compared as Ollama compares
+them (case-insensitive; no tag means `:latest`), and the bundled model preferred."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtop.connect import _choose_model, _same_model
+from llmtop.engines.base import EngineError
+from llmtop.engines.events import FailureKind
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("qwen2.5", "qwen2.5:latest", True),
+    ("Qwen2.5:7B", "qwen2.5:7b", True),
+    ("library/qwen2.5", "library/qwen2.5:latest", True),
+    ("host:5000/ns/model", "host:5000/ns/model:latest", True),  # a registry port is no tag
+    ("qwen2.5:7b", "qwen2.5:14b", False),
+    ("qwen2.5", "qwen2.5:7b", False),
+])
+def test_model_names_compare_as_ollama_compares_them(a: str, b: str, same: bool) -> None:
+    assert _same_model(a, b) is same
+
+
+class Installed:
+    """A client whose `/api/tags` lists `names` (all `_choose_model` asks of it)."""
+
+    host = "http://127.0.0.1:11434"
+
+    def __init__(self, *names: str) -> None:
+        self.names = list(names)
+
+    async def list_models(self) -> list[str]:
+        return self.names
+
+
+async def test_the_engine_spelling_is_used() -> None:
+    client = Installed("Qwen2.5:latest", "gemma3:270m")
+    assert await _choose_model(client, "qwen2.5") == "Qwen2.5:latest"  # type: ignore[arg-type]
+    assert await _choose_model(client, None) == "gemma3:270m"  # type: ignore[arg-type]
+    assert await _choose_model(Installed("b", "a"), None) == "b"  # type: ignore[arg-type]
+
+
+async def test_a_missing_model_lists_what_is_installed() -> None:
+    with pytest.raises(EngineError) as err:
+        await _choose_model(Installed("a:1", "b:2"), "c")  # type: ignore[arg-type]
+    failure = err.value.failure
+    assert failure.kind == FailureKind.MODEL_NOT_FOUND
+    assert failure.message == "model 'c' not found at http://127.0.0.1:11434 (installed: a:1, b:2)"
