@@ -35,6 +35,7 @@ from llmtop.sessions.analysis import (
 from llmtop.sessions.attribution import Attribution, Cause
 from llmtop.sessions.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.records import RequestRecord, RunLog
+from llmtop.sessions.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.textfmt import num as _num
 from llmtop.sessions.textfmt import size as _bytes
 
@@ -193,7 +194,9 @@ def _markdown(report: Report) -> str:
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
     lines.append(
         f"**Verdict: {a.verdict.upper()}**{why.get(a.verdict, '')} (drift threshold "
-        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests). "
+        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
+        f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
+        f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
         f"{a.ok_count} requests in the statistics."
     )
     noisy, total = report.noisy
