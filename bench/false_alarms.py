@@ -3,6 +3,7 @@ embedded engine with the default protocol, each judged by the drift rule and by 
 threshold-only rule.
 
     python bench/false_alarms.py [--runs 10] [--out DIR] [-- extra llmtop bench flags]
+    python bench/false_alarms.py --rejudge LOG [LOG ...]   # bench logs already written
 
 Each run is `llmtop bench --engine embedded --json` (25 requests, ~200-token prompts, 100
 output tokens) against one embedded engine started here. Per run it prints the verdict, the
@@ -39,6 +40,10 @@ def bench_once(host: str, log: Path, extra: list[str]) -> dict[str, Any]:
     return report
 
 
+OLD_RULE_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps",
+                    "client_decode_tps", "server_decode_tps", "tpot_ms", "overhead_ms")
+
+
 def judge(report: dict[str, Any]) -> dict[str, Any]:
     """Per run: verdict, the metrics that counted, the old rule's metrics, the cause."""
     counted, old = [], []
@@ -54,16 +59,49 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": report["verdict"], "counted": counted, "old_rule": old, "causes": causes}
 
 
-OLD_RULE_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps",
-                    "client_decode_tps", "server_decode_tps", "tpot_ms", "overhead_ms")
+
+def rejudge(paths: list[Path]) -> list[dict[str, Any]]:
+    """Judge bench logs already written (the report is computed from the log alone)."""
+    from llmtop.sessions.log import read_log
+    from llmtop.sessions.report import build, render
+
+    out = []
+    for path in paths:
+        result = judge(json.loads(render(build(read_log(path)), "json")))
+        out.append(result)
+        show(path.name, result)
+    return out
+
+
+def show(name: str, result: dict[str, Any]) -> None:
+    """One run's line (and its cause lines)."""
+    print(f"{name}: {result['verdict'].upper():12s} counted: {', '.join(result['counted']) or '-'}"
+          f" | old rule: {', '.join(result['old_rule']) or '-'}", flush=True)
+    for cause in result["causes"]:
+        print(f"        cause: {cause}", flush=True)
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    """"k of N runs CONTAMINATED by the drift rule (by metric …; causes …); the old rule: m"."""
+    contaminated = sum(r["verdict"] == "contaminated" for r in results)
+    old = sum(bool(r["old_rule"]) for r in results)
+    by_metric = Counter(m.split()[0] for r in results for m in r["counted"])
+    kinds = Counter(c.split(":")[0] for r in results for c in r["causes"])
+    return (f"{contaminated} of {len(results)} runs CONTAMINATED by the drift rule "
+            f"(by metric: {dict(by_metric) or 'none'}; causes: {dict(kinds) or 'none'}); "
+            f"the old threshold-only rule: {old} of {len(results)}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="folder for the run logs")
+    parser.add_argument("--rejudge", type=Path, nargs="+", help="judge these bench logs instead")
     parser.add_argument("extra", nargs="*", help="more `llmtop bench` flags (after --)")
     args = parser.parse_args()
+    if args.rejudge:
+        print("\n" + summary(rejudge(args.rejudge)))
+        return 0
     out = args.out or Path(tempfile.mkdtemp(prefix="llmtop-false-alarms-"))
     out.mkdir(parents=True, exist_ok=True)
     proc = EmbeddedProcess()
@@ -75,21 +113,11 @@ def main() -> int:
         for i in range(args.runs):
             result = judge(bench_once(proc.host, out / f"run-{i + 1:02d}.jsonl", args.extra))
             results.append(result)
-            print(f"run {i + 1:2d}: {result['verdict'].upper():12s} counted: "
-                  f"{', '.join(result['counted']) or '-'} | old rule: "
-                  f"{', '.join(result['old_rule']) or '-'}", flush=True)
-            for cause in result["causes"]:
-                print(f"        cause: {cause}", flush=True)
+            show(f"run {i + 1:2d}", result)
     finally:
         proc.stop()
     print(f"load average after: {os.getloadavg()}")
-    contaminated = sum(r["verdict"] == "contaminated" for r in results)
-    old = sum(bool(r["old_rule"]) for r in results)
-    by_metric = Counter(m.split()[0] for r in results for m in r["counted"])
-    kinds = Counter(c.split(":")[0] for r in results for c in r["causes"])
-    print(f"\n{contaminated} of {len(results)} runs CONTAMINATED by the drift rule "
-          f"(by metric: {dict(by_metric) or 'none'}; causes: {dict(kinds) or 'none'}); "
-          f"the old threshold-only rule: {old} of {len(results)}")
+    print("\n" + summary(results))
     return 0
 
 
