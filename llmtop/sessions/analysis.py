@@ -296,7 +296,9 @@ def _analyze_size(
     # The canary is timed around pure computation, not an event loop: no absolute floor.
     floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
     drifts = {
-        key: drift(series[key], higher_is_better=better, threshold_pct=threshold, floor=floors.get(key, 0.0))
+        key: drift(
+            series[key], higher_is_better=better, threshold_pct=threshold, floor=floors.get(key, 0.0)
+        )
         for key, _l, unit, better in METRICS + CANARY_METRICS + READINGS
     }
     return SizeAnalysis(target=target, requests=requests, summaries=summaries, drifts=drifts, series=series, path=path)

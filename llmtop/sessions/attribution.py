@@ -366,11 +366,17 @@ def _moved(machine: MachineEvidence) -> list[str]:
 
     out = []
     if (t := pair("throttled_ms")) and t[1] - t[0] > THROTTLE_RISE_MS:
-        out.append(f"the cgroup's CPU quota throttled it ({t[0]:.0f} → {t[1]:.0f} ms per request)")
+        out.append(
+            f"the cgroup's CPU quota throttled it ({t[0]:.0f} → {t[1]:.0f} ms per request)"
+        )
     if (st := pair("steal_pct")) and st[1] - st[0] > STEAL_RISE_POINTS:
-        out.append(f"a virtual machine's neighbours took the CPU (steal {st[0]:.1f} → {st[1]:.1f} %)")
+        out.append(
+            f"a virtual machine's neighbours took the CPU (steal {st[0]:.1f} → {st[1]:.1f} %)"
+        )
     if (f := pair("cpu_mhz")) and f[1] < (1 - CLOCK_FALL) * f[0]:
-        out.append(f"the CPU clock fell ({f[0]:.0f} → {f[1]:.0f} MHz: frequency or thermal limit)")
+        out.append(
+            f"the CPU clock fell ({f[0]:.0f} → {f[1]:.0f} MHz: frequency or thermal limit)"
+        )
     gpu = pair("gpu_mhz")
     if (gpu and gpu[1] < (1 - CLOCK_FALL) * gpu[0]) or machine.gpu_reasons:
         clocks = f" {gpu[0]:.0f} → {gpu[1]:.0f} MHz" if gpu else ""

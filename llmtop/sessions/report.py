@@ -176,7 +176,8 @@ def _notes(size: SizeAnalysis) -> str:
     worse = [f"{label} {d.change_pct:+.1f} %" for key, label, _unit, _ in METRICS
              if key in size.drifted and (d := size.drifts[key]).change_pct is not None]
     shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
-             if key not in size.drifted and (d := size.drifts[key]).worse and d.change_pct is not None]
+             if key not in size.drifted and (d := size.drifts[key]).worse
+             and d.change_pct is not None]
     notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
     if shown:
         notes.append("derived: " + ", ".join(shown))

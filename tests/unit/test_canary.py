@@ -122,7 +122,8 @@ def test_throttling_v1_reads_the_cpu_hierarchy_in_ns(tmp_path: Path):
 def test_canary_records_read_back_and_older_logs_have_none(tmp_path: Path):
     path = tmp_path / "bench.jsonl"
     log = SessionLog(path, {"kind": "bench"})
-    log.write({"type": "canary", "before_request": 2, "t_ns": 5, **CanaryResult(3.0, 4.0).to_dict()})
+    canary = CanaryResult(3.0, 4.0).to_dict()
+    log.write({"type": "canary", "before_request": 2, "t_ns": 5, **canary})
     log.write({"type": "canary", "before_request": None, "cpu_ms": 5.0, "mem_ms": 6.0})
     log.close()
     run = read_log(path)

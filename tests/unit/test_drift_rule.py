@@ -55,7 +55,8 @@ def canary_json(before: int, cpu: float, mem: float = 5.0) -> dict:
 def run(decode: list[float], cpu: list[float], ttft: list[float] | None = None):
     """Requests (ids 1..n) with these decode rates and TTFTs, one canary before each."""
     ttft = ttft or [813.9] * len(decode)
-    reqs = [RequestRecord.from_json(record_json(i, decode[i], ttft=ttft[i])) for i in range(len(decode))]
+    reqs = [RequestRecord.from_json(record_json(i, decode[i], ttft=ttft[i]))
+            for i in range(len(decode))]
     canaries = [CanaryRecord.from_json(canary_json(i + 1, cpu[i])) for i in range(len(decode))]
     return reqs, canaries
 
