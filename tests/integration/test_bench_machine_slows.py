@@ -18,12 +18,14 @@ import pytest
 
 from tests.integration.test_bench_burner import measured_requests
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path("/sys/fs/cgroup")
 SWITCH_AT = 5  # measured requests done before the quota drops: the first 5 run free
-PERIOD_US = 20_000  # a short period: even a few-ms canary meets the quota
-SLOW_QUOTA_US = 1_000  # 0.05 CPU (1 ms, the smallest quota v1 takes): both slow many times
+# 1 ms of CPU (the smallest quota v1 takes) every 4 ms: 0.25 CPU. The quota must be under one
+# canary part (~3 ms), else the canary fits in a period's quota while the engine is idle.
+PERIOD_US = 4_000
+SLOW_QUOTA_US = 1_000
 
 
 class CpuCgroup:
@@ -98,7 +100,7 @@ def test_a_cgroup_quota_halfway_is_the_machine_itself(fresh_engine, cgroup, tmp_
              "--host", fresh_engine.host, "--requests", "10", "--warmup", "1",
              "--prompt-tokens", "32", "--max-tokens", "8", "--num-ctx", "2048",
              "--preflight-duration", "0", "--no-cache", "--log", str(log), "--json"],
-            capture_output=True, text=True, check=False, timeout=560,
+            capture_output=True, text=True, check=False, timeout=860,
             preexec_fn=lambda: cgroup.add(os.getpid()),  # llmtop runs in the cgroup too
         )
     finally:
