@@ -12,8 +12,11 @@ Two parts, each timed with `time.perf_counter_ns()`:
 * mem: reading one byte per 64-byte cache line across a `MEM_BUFFER_BYTES` buffer (a C-level
   strided slice copy, a few ms; bound by memory bandwidth and latency: the buffer is larger
   than common last-level caches).
-Each part runs `repeats` times and keeps its fastest time (timeit's advice: the fastest run
-is the one least disturbed; a lasting slowdown slows every run). Pure standard library.
+Each part runs `repeats` times and keeps its median time: one run disturbed by a momentary
+interruption does not move it, while a lasting slowdown (a lower clock, a neighbour, a CPU
+quota) slows most runs and does. The fastest run would hide a quota: the kernel accounts CPU
+time per scheduler tick (often 4 ms), so a 3 ms run sometimes slips through a period's quota
+unthrottled (seen in tests/integration/test_bench_machine_slows.py). Pure standard library.
 
 `CanaryCache` keeps the last bench's canary figures so `llmtop preflight` can say "this
 machine is 15 % slower than at your last bench".
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -41,7 +45,7 @@ CACHE_FORMAT = 1
 
 @dataclass(frozen=True, slots=True)
 class CanaryResult:
-    """One canary run: the fastest of `repeats` timings of each part, in ms."""
+    """One canary run: the median of `repeats` timings of each part, in ms."""
 
     cpu_ms: float
     mem_ms: float
@@ -69,7 +73,7 @@ class Canary:
     """Runs the canary. The memory buffer is allocated (and its pages touched) on the first
     run and kept until `close()`, so a run never pays page faults. Not thread-safe.
 
-    repeats: timings per part (the fastest is kept); raises ValueError when < 1.
+    repeats: timings per part (the median is kept); raises ValueError when < 1.
     """
 
     def __init__(self, repeats: int = REPEATS, buffer_bytes: int = MEM_BUFFER_BYTES) -> None:
@@ -84,15 +88,16 @@ class Canary:
         if self._buffer is None:
             self._buffer = bytearray(b"\x01") * self._size  # written: every page is real
         buffer = self._buffer
-        cpu = mem = float("inf")
+        cpu, mem = [], []
         for _ in range(self.repeats):
             t0 = time.perf_counter_ns()
             _cpu_loop(CPU_LOOP_ITERATIONS)
             t1 = time.perf_counter_ns()
             _ = buffer[::CACHE_LINE]
             t2 = time.perf_counter_ns()
-            cpu, mem = min(cpu, (t1 - t0) / 1e6), min(mem, (t2 - t1) / 1e6)
-        return CanaryResult(cpu, mem, self.repeats)
+            cpu.append((t1 - t0) / 1e6)
+            mem.append((t2 - t1) / 1e6)
+        return CanaryResult(statistics.median(cpu), statistics.median(mem), self.repeats)
 
     def close(self) -> None:
         """Release the buffer (a later `run` allocates it again)."""

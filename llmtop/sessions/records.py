@@ -130,7 +130,7 @@ class CanaryRecord:
     """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
 
     before_request: the id of the request that ran next (None: none followed, the run's
-    last canary). cpu_ms / mem_ms: the fastest of `repeats` timings of each part. t_ns:
+    last canary). cpu_ms / mem_ms: the median of `repeats` timings of each part. t_ns:
     perf_counter_ns when it began.
     """
 

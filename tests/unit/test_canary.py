@@ -16,7 +16,7 @@ from llmtop.sessions.machine import canary_medians
 from tests.unit.test_probes_gpu import FakeNvml
 
 
-def test_canary_times_both_parts_with_the_fastest_of_its_repeats():
+def test_canary_times_both_parts_with_the_median_of_its_repeats():
     canary = Canary(repeats=2, buffer_bytes=1 << 20)
     result = canary.run()
     assert result.repeats == 2 and result.cpu_ms > 0 and result.mem_ms > 0
