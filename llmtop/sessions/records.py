@@ -129,9 +129,9 @@ class MachineRecord:
 class CanaryRecord:
     """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
 
-    before_request: the id of the request that ran next (None: none followed, the run's
-    last canary). cpu_ms / mem_ms: the median of `repeats` timings of each part. t_ns:
-    perf_counter_ns when it began.
+    before_request: the id of the request that ran next (None: not tied to a request).
+    cpu_ms / mem_ms: the median of `repeats` timings of each part. t_ns: perf_counter_ns
+    when it began.
     """
 
     cpu_ms: float
