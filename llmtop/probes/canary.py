@@ -7,8 +7,8 @@ every time, so its time moves only when the machine does (docs/method.md, "The m
 canary").
 
 Two parts, each timed with `time.perf_counter_ns()`:
-* cpu: `CPU_LOOP_ITERATIONS` steps of a pure-Python integer recurrence (one thread, a few
-  ms; bound by the core's clock and its share of that core);
+* cpu: `CPU_LOOP_ITERATIONS` steps of a pure-Python integer recurrence (one thread, ~9 ms;
+  bound by the core's clock and its share of that core);
 * mem: reading one byte per 64-byte cache line across a `MEM_BUFFER_BYTES` buffer (a C-level
   strided slice copy, a few ms; bound by memory bandwidth and latency: the buffer is larger
   than common last-level caches).
@@ -36,7 +36,9 @@ from typing import Any
 
 import platformdirs
 
-CPU_LOOP_ITERATIONS = 40_000  # ~3 ms on a 2.6 GHz EPYC core (CPython 3.11)
+# ~9 ms on a 2.6 GHz EPYC core (CPython 3.11): over two 4 ms scheduler ticks, so a CPU quota
+# (accounted per tick) cannot let a whole run slip through unthrottled.
+CPU_LOOP_ITERATIONS = 120_000
 MEM_BUFFER_BYTES = 64 << 20  # over a 32 MiB L3: the reads go to memory
 CACHE_LINE = 64
 REPEATS = 3

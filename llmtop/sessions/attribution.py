@@ -27,13 +27,15 @@ over the slow and over the fast requests. The app with the largest slow − fast
 named when that difference exceeds `min_diff` (10 % of one core by default, the same figure
 as `Thresholds.app_cpu_warn`). Otherwise no one is named: a suspect is never invented.
 
-Naming the cause of a drift (`name_cause`, docs/method.md, "Naming the cause"): an
-application when the rule above names one; else **the machine itself** when the
-machine-speed canary drifted by the drift rule (slower, beyond the threshold, the first and
-last 5 really different) or a reading taken over each request moved between the first 5 and
-the last 5 (cgroup throttling up by over 1 ms per request, CPU steal up by over 2 points, a
-CPU or GPU clock down by over 5 %, a GPU throttle reason new in the last 5), which then names
-the machine's part; else **unexplained**: the canary held steady while the engine slowed, so
+Naming the cause of a drift (`name_cause`, docs/method.md, "Naming the cause"): **the
+machine itself** when a reading taken over each request moved between the first 5 and the
+last 5 (cgroup throttling up by over 1 ms per request, CPU steal up by over 2 points, a CPU
+or GPU clock down by over 5 %, a GPU throttle reason new in the last 5): a direct measurement
+of the machine taking time from the engine, named before an application whose CPU only
+correlates (the app is kept as evidence); else an application when the rule above names one
+(a busy app slows the canary too); else the machine itself when the machine-speed canary
+drifted by the drift rule (slower, beyond the threshold, the first and last 5 really
+different); else **unexplained**: the canary held steady while the engine slowed, so
 look at the engine. A canary slowdown under a third of the engine's is said to explain a part
 only (a one-thread canary cannot slow as much as a many-thread engine under the same limit).
 """
@@ -390,10 +392,11 @@ def name_cause(
 ) -> Cause:
     """Name who slowed a drifted run (the rule in the module docstring). Pure; never raises."""
     slowed = f"the engine's {engine.label} ran {engine.slower_pct:.0f} % slower"
-    if attribution.culprit is not None:
-        return Cause(CauseKind.APP, f"{attribution.culprit} was busy while the requests were "
-                     f"slow: {attribution.evidence}", (slowed,))
     moved = _moved(machine)
+    app = attribution.culprit
+    if app is not None and not moved:  # a busy app also explains a slower canary
+        return Cause(CauseKind.APP, f"{app} was busy while the requests were "
+                     f"slow: {attribution.evidence}", (slowed,))
     canary = machine.canary_slower_pct
     if canary is not None or moved:
         which = "; ".join(moved) if moved else GENERIC_MACHINE
@@ -402,7 +405,8 @@ def name_cause(
         summary = f"{ran}; no program explains it — {which}"
         if canary is not None and canary < PARTLY * engine.slower_pct:
             summary += f"; that is a part of the engine's slowdown only: {LOOK_AT_ENGINE}"
-        return Cause(CauseKind.MACHINE, summary, (slowed, NOTHING_STANDS_OUT))
+        also = f"also busier: {attribution.evidence}" if app else NOTHING_STANDS_OUT
+        return Cause(CauseKind.MACHINE, summary, (slowed, also))
     if machine.canary_change_pct is None:
         return Cause(CauseKind.UNEXPLAINED, "no program explains it, and the log has no "
                      "machine-speed canary to tell the machine from the engine", (slowed,))

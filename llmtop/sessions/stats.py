@@ -35,7 +35,7 @@ DRIFT_WINDOW = 5
 DRIFT_THRESHOLD_PCT = 5.0
 DRIFT_ALPHA = 0.05  # one-sided level of the first-5 vs last-5 rank test
 # A TTFT is stamped when the event loop reads the chunk: on a busy machine that read can come
-# a millisecond or two late (bench/false_alarms.py saw ±3 ms wobbles in an 8.7 ms overhead).
+# a millisecond or two late (a quiet run's overhead wobbled by 3 ms around 8.7 ms).
 # A time metric must move by more than this to drift, whatever its percentage.
 DRIFT_FLOOR_MS = 2.0
 

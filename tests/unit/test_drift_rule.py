@@ -138,17 +138,33 @@ def test_a_busy_app_is_named_before_the_machine():
                              "CPU during the 10 slow requests, 0 % during the 10 fast ones")
 
 
-def test_throttling_readings_name_the_cgroup_quota():
+def throttled_run() -> tuple[list, list]:
+    """Decode −12 % in the second half, whose requests the cgroup throttled 400 ms each."""
     reqs = []
     for i, tps in enumerate(wobbled(ENGINE_FAST, ENGINE_SLOW)):
         rec = record_json(i, tps)
         rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
                           "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
         reqs.append(RequestRecord.from_json(rec))
-    canaries = [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(20)]
-    (cause,) = build_from(reqs, canaries).causes.values()
+    return reqs, [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(20)]
+
+
+def test_throttling_readings_name_the_cgroup_quota():
+    (cause,) = build_from(*throttled_run()).causes.values()
     assert cause.kind == "machine"
     assert "the cgroup's CPU quota throttled it (0 → 400 ms per request)" in cause.summary
+
+
+def test_a_reading_that_moved_comes_before_a_busy_app():
+    reqs, canaries = throttled_run()
+    probes = [ProbeRecord.from_json({"type": "probe", "request_id": i, "processes": {"apps": [
+        {"app": "python", "category": "other", "cpu_percent": 40.0 if i > 10 else 20.0}]}})
+        for i in range(1, 21)]
+    (cause,) = build_from(reqs, canaries, probes).causes.values()
+    assert cause.kind == "machine" and "cgroup's CPU quota" in cause.summary
+    # python: 40 % during the 10 slow requests, 20 % during the 10 fast ones: kept as evidence
+    assert ("also busier: python: 40 % CPU during the 10 slow requests, 20 % during the 10 fast "
+            "ones") in cause.evidence
 
 
 def test_engine_slowdown_of_a_rate_is_measured_in_time():
