@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import math
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -23,9 +25,11 @@ import shtab
 
 from llmtop import DISTRIBUTION, __version__
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
+from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
+from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
 
@@ -42,6 +46,68 @@ def parse_sizes(text: str) -> tuple[int, ...]:
                 f"prompt size {part!r} is not a whole number of tokens >= 8")
         sizes.append(int(part))
     return tuple(sizes)
+
+
+INT32_MAX = 2**31 - 1  # llama.cpp keeps n_ctx and n_predict in C ints
+INT64_MAX = 2**63 - 1  # Ollama's seed is a Go int
+
+
+def finite_number(low: float, high: float = math.inf, *, above_low: bool = False
+                  ) -> Callable[[str], float]:
+    """An argparse type: a finite number from `low` (excluded when `above_low`) to `high`.
+    "nan", "inf" and numbers that overflow to inf are refused (argparse.ArgumentTypeError,
+    exit 2) before anything is sent."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not (value > low if above_low else value >= low) \
+                or value > high:
+            rules = [f"{'>' if above_low else '>='} {low:g}"] if low > -math.inf else []
+            rules += [f"<= {high:g}"] if high < math.inf else []
+            rule = "".join(f" {r}" if i == 0 else f" and {r}" for i, r in enumerate(rules))
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number{rule}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def whole_number(low: int, high: int, *, also: tuple[int, ...] = ()) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (or one of `also`, e.g. -1 for
+    "no limit"); anything else is argparse.ArgumentTypeError (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not (low <= value <= high or value in also):
+            extra = "".join(f" or {a}" for a in also)
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low} to {high}{extra}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def name_list(choices: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: "ttft,decode" → ("ttft", "decode"), each one of `choices`; raises
+    argparse.ArgumentTypeError naming the unknown items and the choices."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(p.strip() for p in text.split(",") if p.strip())
+        bad = [i for i in items if i not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or '(none given)'}: choose from "
+                f"{', '.join(choices)}")
+        return items
+
+    return parse
 
 
 def pid_number(text: str) -> int:
@@ -70,10 +136,15 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
         return value if top else argparse.SUPPRESS
 
     g = parser.add_argument_group("engine")
-    g.add_argument("--engine", choices=("auto", "ollama", "embedded"), default=d("auto"),
-                   help="auto (default): Ollama if it answers within 0.5 s, else the embedded engine")
+    g.add_argument("--engine", choices=("auto", "ollama", "embedded", "openai"), default=d("auto"),
+                   help="auto (default): Ollama if it answers within 0.5 s, else an "
+                   "OpenAI-compatible server at --host (/v1/models), else the embedded engine; "
+                   "openai: llama-server, LM Studio, vLLM, llama-cpp-python, Ollama's /v1")
     g.add_argument("--host", default=d(None),
-                   help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+                   help="the engine's address (default: $OLLAMA_HOST or 127.0.0.1:11434; "
+                   "for --engine openai e.g. http://127.0.0.1:8080/v1)")
+    g.add_argument("--api-key", default=d(None),
+                   help=f"bearer token for --engine openai (default: ${API_KEY_ENV})")
     g.add_argument("--model", default=d(None),
                    help="model tag (default: gemma3:270m when present, else the first installed)")
     g.add_argument("--model-path", default=d(None),
@@ -88,16 +159,26 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    "config file's [engine] pids")
     g.add_argument("--log", default=d(None),
                    help="session log file (JSONL; default: a new file in the user data dir)")
+    _probes_flags(g, d)
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
-    o.add_argument("--temperature", type=float, default=d(DEFAULT_OPTIONS.temperature),
+    o.add_argument("--temperature", type=finite_number(0.0), default=d(DEFAULT_OPTIONS.temperature),
                    help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
-    o.add_argument("--seed", type=int, default=d(DEFAULT_OPTIONS.seed),
+    o.add_argument("--seed", type=whole_number(-INT64_MAX - 1, INT64_MAX), default=d(DEFAULT_OPTIONS.seed),
                    help=f"default {DEFAULT_OPTIONS.seed}")
-    o.add_argument("--num-ctx", type=int, default=d(DEFAULT_OPTIONS.num_ctx),
+    o.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=d(DEFAULT_OPTIONS.num_ctx),
                    help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})")
     if num_predict:
-        o.add_argument("--num-predict", type=int, default=d(DEFAULT_OPTIONS.num_predict),
+        o.add_argument("--num-predict", type=whole_number(1, INT32_MAX, also=(-1,)), default=d(DEFAULT_OPTIONS.num_predict),
                        help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+
+
+def _probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:
+    """`--probes URL` and its token: probe samples from `llmtop agent` on the engine's machine."""
+    g.add_argument("--probes", metavar="URL", default=d(None),
+                   help="take the probe samples from `llmtop agent` at URL (the engine's "
+                   "machine) instead of this machine")
+    g.add_argument("--probes-token-file", metavar="PATH", default=d(None),
+                   help="the agent's token (default: $LLMTOP_AGENT_TOKEN)")
 
 
 # ---------------------------------------------------------------------------- --version
@@ -143,17 +224,17 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 def _bench_flags(p: argparse.ArgumentParser) -> None:
     _engine_flags(p, top=False, num_predict=False)
     b = p.add_argument_group("protocol")
-    b.add_argument("--requests", type=int, default=BENCH.requests,
+    b.add_argument("--requests", type=whole_number(1, 1_000_000), default=BENCH.requests,
                    help=f"measured requests per prompt size (default {BENCH.requests})")
-    b.add_argument("--warmup", type=int, default=BENCH.warmup,
+    b.add_argument("--warmup", type=whole_number(0, 1_000_000), default=BENCH.warmup,
                    help=f"warm-up requests per size, kept apart (default {BENCH.warmup})")
     b.add_argument("--prompt-tokens", type=parse_sizes, default=BENCH.prompt_tokens,
                    metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
                    f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
-    b.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+    b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=BENCH.max_tokens,
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
-    b.add_argument("--drift-threshold", type=float, default=BENCH.drift_threshold_pct,
+    b.add_argument("--drift-threshold", type=finite_number(0.0, above_low=True), default=BENCH.drift_threshold_pct,
                    help="%% worsening first-5 → last-5 that marks the run contaminated "
                    f"(default {BENCH.drift_threshold_pct:g})")
     b.add_argument("--compare-relay", action="store_true",
@@ -162,14 +243,20 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help="recalibrate even when a cached calibration exists")
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
-    b.add_argument("--preflight-duration", type=float, default=BENCH.preflight_s,
+    b.add_argument("--preflight-duration", type=finite_number(0.0, 86_400.0), default=BENCH.preflight_s,
                    help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
                    "0 skips it)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--format", choices=("md", "json", "html"), default=None,
+                   help="the report's format (default md; --json is --format json); html: one "
+                   "self-contained file with plots")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the report to FILE instead of standard output")
 
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=3.0, help="seconds to sample (default 3)")
+    # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
+    p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--host", default=argparse.SUPPRESS,
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
@@ -177,12 +264,56 @@ def _preflight_flags(p: argparse.ArgumentParser) -> None:
                    help="the model tag you will measure (for the engine checks)")
     p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
                    default=argparse.SUPPRESS, help="a pid of the measured engine (repeatable)")
+    _probes_flags(p.add_argument_group("probes"), lambda _v: argparse.SUPPRESS)
+
+
+def _agent_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; any other needs --token-file)")
+    p.add_argument("--port", type=port_number, default=11500, help="port (default 11500)")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--engine-host", metavar="URL", help="the engine on this machine "
+                   "(default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   help="a pid of the engine (repeatable) when it cannot be identified")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="seconds between samples (default 0.5)")
+    p.add_argument("--share-cmdlines", action="store_true",
+                   help="send the busiest apps' command lines (they can hold secrets)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--clock-offset-ns", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
-    p.add_argument("--format", choices=("md", "csv", "json"), default="md", help="default md")
+    p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
+                   help="default md; html: one self-contained file with plots")
     p.add_argument("--out", help="write to FILE instead of standard output")
+
+
+def _compare_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="session logs: the first is the baseline A, each other is compared with it")
+    p.add_argument("--metric", default=DEFAULT_METRICS, type=name_list(tuple(METRICS), "metric"),
+                   metavar="LIST",
+                   help=f"comma-separated, from {','.join(METRICS)} (default all)")
+    p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help="%% slower (significantly) that counts as a regression: exit 1 "
+                   f"(default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--vary", default=(), type=name_list(VARY_CHOICES, "--vary item"),
+                   metavar="LIST",
+                   help="what differs on purpose, comma-separated, from "
+                   f"{', '.join(VARY_CHOICES)}; any other difference refuses the comparison")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
+
+
+def _sessions_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="log files or folders (default: the user data dir's sessions folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
 
 
 def _relay_flags(p: argparse.ArgumentParser) -> None:
@@ -191,7 +322,10 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", help="Ollama-API URL (default: Ollama at $OLLAMA_HOST or "
                    "127.0.0.1:11434 if it answers, else the embedded engine)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--upstream-api", choices=("ollama", "openai"), default="ollama",
+                   help="what the upstream speaks (default ollama; openai: an OpenAI-compatible "
+                   "server, e.g. --upstream http://127.0.0.1:8080/v1)")
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 def _engine_server_flags(p: argparse.ArgumentParser) -> None:
@@ -200,9 +334,9 @@ def _engine_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="GGUF file (default: the bundled Gemma 3 270M)")
     p.add_argument("--model-name",
                    help="tag to serve it under (default: gemma3:270m for the bundled model)")
-    p.add_argument("--num-ctx", type=int, default=4096,
+    p.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=4096,
                    help="context when a request sets none (default 4096)")
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)
@@ -226,12 +360,19 @@ COMMANDS: dict[str, Command] = {
     "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
                          "2 cannot check", _preflight_flags, "llmtop.commands.preflight",
                          reaches_engine=True),
-    "report": Command("render a session log as markdown, CSV or JSON", _report_flags,
+    "report": Command("render a session log as markdown, CSV, JSON or HTML", _report_flags,
                       "llmtop.commands.report"),
+    "compare": Command("is B faster than A? both medians, B/A with its confidence interval, "
+                       "a verdict; exit 1 on a regression", _compare_flags,
+                       "llmtop.commands.compare"),
+    "sessions": Command("list the saved session logs: date, engine, model, kind, requests, "
+                        "verdict", _sessions_flags, "llmtop.commands.sessions"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
                      _relay_flags, "llmtop.commands.relay"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",
                       _engine_server_flags, "llmtop.commands.engine"),
+    "agent": Command("serve this machine's probe samples to llmtop on another machine "
+                     "(run it where the engine runs)", _agent_flags, "llmtop.commands.agent"),
 }
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
 
@@ -280,7 +421,23 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
         log_path=args.log, thresholds=args.thresholds, engine_pids=args.engine_pids,
+        agent=getattr(args, "agent", None),
     )
+
+
+def agent_target(args: argparse.Namespace) -> str | None:
+    """Set `args.agent` (a probes.remote.AgentTarget, or None without `--probes`); returns
+    the error line (exit 2) for a bad address or an unreadable token file, else None."""
+    args.agent = None
+    if not getattr(args, "probes", None):
+        return None
+    from llmtop.probes.remote import AgentError, AgentTarget  # httpx, pydantic: only when used
+
+    try:
+        args.agent = AgentTarget.from_flags(args.probes, getattr(args, "probes_token_file", None))
+    except AgentError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -289,12 +446,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(version_report(verbose=args.verbose))
         return ExitCode.OK
+    if getattr(args, "api_key", None):  # every client llmtop builds reads it from there
+        os.environ[API_KEY_ENV] = args.api_key
     if getattr(args, "relay", None) and getattr(args, "via", "direct") == "direct":
         args.via = "relay"  # naming a relay means streaming through it
     command = COMMANDS.get(args.command) if args.command else None
     try:
         if command is None or command.reaches_engine:
-            problem = check_addresses(args)
+            problem = check_addresses(args) or agent_target(args)
             if problem is not None:
                 print(f"llmtop: {problem}", file=sys.stderr)
                 return ExitCode.USAGE

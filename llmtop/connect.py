@@ -20,11 +20,13 @@ from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.engines.ollama import OllamaEngine, ollama_version
+from llmtop.engines.openai import OpenAIEngine, api_base
+from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
 from llmtop.probes.engine_state import local_engine_pids
 from llmtop.relay.process import RelayProcess
 
-ENGINES = ("auto", "ollama", "embedded")
+ENGINES = ("auto", "ollama", "embedded", "openai")
 PIDS_REFRESH_S = 5.0  # how long a socket-owner lookup of the engine's pids is reused
 
 
@@ -36,12 +38,16 @@ async def connect(
     via: str = "direct",
     relay_url: str | None = None,
     engine_pids: Collection[int] = (),
+    api_key: str | None = None,
 ) -> Connection:
     """Reach an engine per the `--engine` rule and pick the model.
 
-    engine: "auto" (Ollama if it answers within 0.5 s, else embedded), "ollama" or "embedded".
-    host: Ollama's address; with engine "embedded", the address of an embedded engine that is
-    already running (`llmtop engine`), else llmtop starts one as a child process.
+    engine: "auto" (Ollama if `GET /api/version` answers within 0.5 s, else an
+    OpenAI-compatible server if `GET {host}/v1/models` does, else embedded), "ollama",
+    "embedded" or "openai" (llama-server, LM Studio, vLLM, llama-cpp-python, Ollama's /v1).
+    host: the engine's address; with engine "embedded", the address of an embedded engine that
+    is already running (`llmtop engine`), else llmtop starts one as a child process.
+    api_key: the OpenAI engine's bearer token (default $OPENAI_API_KEY).
     via: "direct", or "relay" to stream through llmtop's SSE relay (the one at `relay_url`,
     else a relay child started in front of the engine).
     engine_pids: pids of the measured engine the user named (`--engine-pid`, `[engine]
@@ -51,9 +57,10 @@ async def connect(
     """
     if engine not in ENGINES:
         raise EngineError(Failure(FailureKind.BAD_REQUEST, f"unknown engine {engine!r}",
-                                  "use auto, ollama or embedded"))
+                                  "use auto, ollama, embedded or openai"))
     async with contextlib.AsyncExitStack() as undo:
-        client, version, child = await _reach(engine, host, model_path, undo)
+        found = await _reach_openai(engine, host, api_key, undo)
+        client, version, child = found or await _reach(engine, host, model_path, undo)
         chosen = await _choose_model(client, model)
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
@@ -64,6 +71,31 @@ async def connect(
         undo.pop_all()  # success: the connection owns everything now
         return conn
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
+
+
+async def _reach_openai(
+    engine: str, host: str | None, api_key: str | None, undo: contextlib.AsyncExitStack
+) -> tuple[OpenAIEngine, str | None, None] | None:
+    """The OpenAI engine when `engine` is "openai", or "auto" found no Ollama at `host` but an
+    OpenAI-compatible server listing models at `{host}/v1/models`; else None. The engine's
+    name says what answered ("openai: llama-server", "auto → openai: vllm")."""
+    if engine not in ("openai", "auto"):
+        return None
+    base = api_base(resolve_host(host))
+    if engine == "auto" and (await ollama_version(resolve_host(host)) is not None
+                             or await openai_models(base, api_key) is None):
+        return None
+    client = OpenAIEngine(base, api_key=api_key)
+    undo.push_async_callback(client.aclose)
+    try:
+        version = await client.version()
+    except EngineError as exc:
+        if exc.failure.kind != FailureKind.UNREACHABLE:
+            raise
+        raise EngineError(client.unreachable(f"no answer to {base}/models")) from exc
+    kind = client.kind.kind if client.kind is not None else "openai-compatible"
+    client.name = f"{'auto → ' if engine == 'auto' else ''}openai: {kind}"
+    return client, version, None
 
 
 async def _reach(
@@ -104,8 +136,9 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
     """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
     a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
     children = list(conn.children)
+    openai = isinstance(conn.engine, OpenAIEngine)
     if relay_url is None:
-        relay = RelayProcess(conn.engine.host)
+        relay = RelayProcess(conn.engine.host, api="openai" if openai else "ollama")
         try:
             await relay.start()
         except BaseException:
@@ -113,7 +146,8 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
             raise
         children.append(relay)
         relay_url = relay.url
-    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host)
+    client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host,
+                         metadata=conn.engine if openai else None)
     return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
                       upstream_client=conn.engine, children=children)
 
@@ -152,7 +186,7 @@ def _same_model(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:
+async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None) -> str:
     """The installed model matching `wanted` (as the engine spells it), else the bundled model
     when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there."""
     installed = await client.list_models()
@@ -161,10 +195,12 @@ async def _choose_model(client: OllamaEngine, wanted: str | None) -> str:
             if _same_model(name, wanted):
                 return name
         listing = ", ".join(installed) or "none"
+        remedy = ("pick a served one with --model (the server chose what it serves when it "
+                  "started)" if isinstance(client, OpenAIEngine) else
+                  f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
         raise EngineError(Failure(
             FailureKind.MODEL_NOT_FOUND,
-            f"model '{wanted}' not found at {client.host} (installed: {listing})",
-            f"pull it with `ollama pull {wanted}` or pick an installed one with --model",
+            f"model '{wanted}' not found at {client.host} (installed: {listing})", remedy,
         ))
     if not installed:
         raise EngineError(Failure(

@@ -4,6 +4,7 @@ A shared basic: it imports nothing of llmtop, so every layer may use it. The one
 failure to an exit code is `llmtop.engines.events.exit_code_for`.
 """
 
+import signal
 from enum import IntEnum
 
 
@@ -35,4 +36,20 @@ class ExitCode(IntEnum):
 
     INTERRUPTED = 130
     """Stopped by the user (Ctrl+C), as shells report SIGINT."""
+
+    TERMINATED = 143
+    """Stopped by SIGTERM (`kill`, a service manager), handled as Ctrl+C: 128 + 15."""
+
+    HANGUP = 129
+    """Stopped by SIGHUP (the terminal closed), handled as Ctrl+C: 128 + 1."""
+
+
+# The signals that end `run`, `bench` and the TUI the way Ctrl+C does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def signal_exit_code(signum: int) -> int:
+    """The exit status a shell reports for a process ended by signal `signum`: 128 + it
+    (ExitCode.TERMINATED for SIGTERM, ExitCode.HANGUP for SIGHUP)."""
+    return 128 + int(signum)
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
+from llmtop.commands.output import emit
+from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
+from llmtop.probes.remote import probes_note
 from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.calibration import CalibrationError
 from llmtop.sessions.log import LogError
@@ -55,12 +57,16 @@ async def _bench(args: argparse.Namespace) -> int:
         return exit_code_for(exc.failure.kind)
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json))
+            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+                                 agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
               file=sys.stderr, flush=True)
+        note = probes_note(getattr(args, "agent", None), conn.upstream.host)
+        if note:
+            print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:
@@ -73,10 +79,13 @@ async def _bench(args: argparse.Namespace) -> int:
             print(f"llmtop bench: not started ({exc}); --require-quiet was given. Log: {runner.log_path}",
                   file=sys.stderr)
             return ExitCode.NOISY
+        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+            print(f"llmtop bench: note: {note}", file=sys.stderr)
     finally:
         await conn.close()
-    report = build(outcome.log)
-    print(render(report, "json" if args.json else "md"), end="")
+    fmt = getattr(args, "format", None) or ("json" if args.json else "md")
+    if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
+        return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
         print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
               "(--requests 10 or more)", file=sys.stderr)
@@ -94,7 +103,8 @@ async def _bench(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
-    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok)."""
+    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok), or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
@@ -108,4 +118,4 @@ def main(args: argparse.Namespace) -> int:
     if args.require_quiet and args.preflight_duration == 0:
         print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_bench(args))
+    return run_stoppable(_bench(args), "llmtop bench")

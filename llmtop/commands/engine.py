@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 
-import uvicorn
-
+from llmtop.commands.serving import leave, serve
 from llmtop.engines.child import port_problem, watch_parent
 from llmtop.engines.embedded import EmbeddedEngine, create_app
+from llmtop.engines.guard import Guard
 from llmtop.engines.model_files import (
     BUNDLED_MODEL_NAME,
     ModelFileError,
@@ -21,7 +21,13 @@ from llmtop.exitcodes import ExitCode
 
 def main(args: argparse.Namespace) -> int:
     """Describe the model, then serve Ollama's API on args.host:args.port (blocks until
-    SIGTERM/Ctrl+C). Returns an ExitCode: USAGE for a bad model file or a busy port."""
+    SIGTERM, SIGHUP or Ctrl+C: `serving.serve`). Returns an ExitCode: USAGE for a bad model
+    file, a busy port or a bad $LLMTOP_MAX_BODY_BYTES; OK once stopped."""
+    try:
+        guard = Guard.from_env(args.host)
+    except ValueError as exc:
+        print(f"llmtop engine: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     try:
         if args.model_path:
             path, digest = args.model_path, None
@@ -55,5 +61,8 @@ def main(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning", access_log=False)
-    return ExitCode.OK
+    # The app's lifespan has stopped the generation (waiting up to CLOSE_WAIT_S); if llama.cpp
+    # still holds the thread, leave without waiting for it.
+    serve(create_app(engine, guard), args.host, args.port, "llmtop engine",
+          on_stopped=lambda: engine.close(wait_s=0))
+    leave(ExitCode.OK)

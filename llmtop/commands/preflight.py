@@ -33,6 +33,7 @@ from llmtop.probes.preflight import (
     aggregate,
     collect_samples,
 )
+from llmtop.probes.remote import AgentSampler
 from llmtop.probes.verdict import Finding
 
 PROG = "llmtop preflight"
@@ -58,12 +59,17 @@ def main(args: argparse.Namespace) -> int:
     host = resolve_host(getattr(args, "host", None))
     model = getattr(args, "model", None)
     version = asyncio.run(ollama_version(host))
-    identity = identify_engine(host, pinned) if version is not None else None
+    agent = getattr(args, "agent", None)
+    sampler = AgentSampler(agent, thresholds=thresholds) if agent is not None else None
+    # With --probes the agent identifies the engine on its machine; here it is not local.
+    identity = identify_engine(host, pinned) if version is not None and agent is None else None
     engine_pids = set(identity.pids) if identity is not None else set()
     try:
-        samples, took = collect_samples(duration, interval, engine_pids)
+        samples, took = collect_samples(duration, interval, engine_pids, sampler=sampler)
     except Exception as exc:  # noqa: BLE001 - an unreadable machine state is "could not check"
         return _cannot_check(f"could not sample the machine: {type(exc).__name__}: {exc}", as_json)
+    if sampler is not None:
+        config["probes"] = _agent_summary(sampler)
     result = aggregate(
         samples, thresholds, duration_s=took, interval_s=interval, taken=len(samples) + 1
     )
@@ -100,6 +106,15 @@ async def _engine_state(host: str, model: str | None, gpu_present: bool | None) 
     finally:
         await engine.aclose()
     return found.reason if isinstance(found, CouldNotCheck) else found
+
+
+def _agent_summary(sampler: AgentSampler) -> dict[str, Any]:
+    """Where the samples came from (`--probes`): the agent, its machine, the engine it
+    identified there, and the clock offset with its uncertainty."""
+    info = sampler.info or {}
+    clock = sampler.clock.to_dict() if sampler.clock is not None else {}
+    return {"source": "agent", "url": sampler.target.url, "machine": info.get("machine"),
+            "engine": (info.get("engine") or {}).get("description"), **clock}
 
 
 def _with_error(result: PreflightResult, error: str) -> PreflightResult:
@@ -163,6 +178,11 @@ def print_result(
         lines.append(f"engine: no engine checked ({engine.get('reason', 'none answered')})")
     if engine.get("described"):
         lines.append(engine["described"])
+    probes = config.get("probes")
+    if probes:
+        lines.append(f"probes: {probes['machine']} through the agent at {probes['url']} "
+                     f"(clock ± {probes.get('clock_uncertainty_ns', 0) / 1e6:.1f} ms); "
+                     f"{probes['engine']}")
     where = config["path"]
     lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
     if result.extra.get("canary"):

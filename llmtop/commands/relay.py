@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
+import os
 import sys
 
-import uvicorn
-
+from llmtop.commands.serving import leave, serve
 from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
+from llmtop.engines.guard import Guard
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import ollama_version
+from llmtop.engines.openai import API_KEY_ENV, api_base
+from llmtop.engines.openai_server import openai_models
 from llmtop.exitcodes import ExitCode
 from llmtop.relay.server import create_app
 
@@ -28,11 +30,16 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def main(args: argparse.Namespace) -> int:
     """Serve the relay on args.host:args.port in front of args.upstream (blocks).
 
-    Returns an ExitCode: OK after a normal stop (SIGTERM or Ctrl+C included), USAGE when the
-    port cannot be bound, ENGINE_UNREACHABLE when no upstream was given and the embedded
-    engine failed to start.
+    Returns an ExitCode: OK after a normal stop (SIGTERM, SIGHUP or Ctrl+C: `serving.serve`),
+    USAGE when the port cannot be bound or $LLMTOP_MAX_BODY_BYTES is not a size,
+    ENGINE_UNREACHABLE when no upstream was given and the embedded engine failed to start.
     """
     host, port = args.host, args.port
+    try:
+        guard = Guard.from_env(host)
+    except ValueError as exc:
+        print(f"llmtop relay: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     problem = port_problem(host, port)
     if problem is not None:
         print(f"llmtop relay: cannot listen on {host}:{port} ({problem}); pick another --port",
@@ -43,25 +50,22 @@ def main(args: argparse.Namespace) -> int:
               "anyone who can reach it can make the upstream generate", file=sys.stderr)
     if args.parent_pid:
         watch_parent(args.parent_pid)
-
-    # SIGTERM is the normal way to stop the relay (RelayProcess.stop, the parent watcher).
-    # uvicorn shuts down gracefully on it and then re-raises it with the handler that was in
-    # place before; with this one the process leaves through `_serve`'s `finally` (stopping
-    # an embedded engine it started) and exits 0, instead of dying of the default action.
-    def _terminated(_signum: int, _frame: object) -> None:
-        raise SystemExit(ExitCode.OK)
-
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        return _serve(args.upstream, host, port)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    code = _serve(args.upstream, host, port, guard, getattr(args, "upstream_api", "ollama"))
+    if code == ExitCode.OK:
+        leave(code)  # served, stopped and cleaned up (serving.leave: a faster exit)
+    return code
 
 
-def _serve(upstream_arg: str | None, host: str, port: int) -> int:
+def _serve(upstream_arg: str | None, host: str, port: int, guard: Guard,
+           api: str = "ollama") -> int:
     engine: EmbeddedProcess | None = None
     try:
-        if upstream_arg:
+        if api == "openai":  # an OpenAI-compatible upstream (llama-server, vLLM, …)
+            upstream = api_base(upstream_arg or resolve_host(None))
+            if asyncio.run(openai_models(upstream, os.environ.get(API_KEY_ENV), 2.0)) is None:
+                print(f"llmtop relay: warning: nothing lists models at {upstream}/models yet; "
+                      "requests will get an error event until it does", file=sys.stderr)
+        elif upstream_arg:
             upstream = resolve_host(upstream_arg)
             if asyncio.run(ollama_version(upstream, timeout_s=2.0)) is None:
                 print(f"llmtop relay: warning: nothing answers at {upstream} yet; requests will "
@@ -82,8 +86,7 @@ def _serve(upstream_arg: str | None, host: str, port: int) -> int:
         shown = f"[{host}]" if ":" in host else host
         print(f"llmtop relay: http://{shown}:{port}/ → upstream {upstream}", file=sys.stderr,
               flush=True)
-        uvicorn.run(create_app(upstream), host=host, port=port, log_level="warning",
-                    access_log=False, timeout_graceful_shutdown=2)
+        serve(create_app(upstream, guard=guard, api=api), host, port, "llmtop relay")
         return ExitCode.OK
     finally:
         if engine is not None:

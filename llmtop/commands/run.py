@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from llmtop.commands.stopping import run_stoppable
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
-from llmtop.probes.sampler import ProbeSampler
+from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.log import LogError
 from llmtop.sessions.options import GenerationOptions
 from llmtop.sessions.recorder import SessionRecorder
@@ -89,6 +92,18 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     print("\n".join(lines), file=out)
 
 
+def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str], None]:
+    """An agent's state changes (`--probes`): logged, and said on stderr unless `quiet`."""
+
+    def changed(state: str, detail: str) -> None:
+        with contextlib.suppress(LogError):
+            recorder.record_probe_state(state, detail)
+        if not quiet and state != "connected":
+            print(f"\nllmtop: probes {state}: {detail}", file=sys.stderr, flush=True)
+
+    return changed
+
+
 async def _run(args: argparse.Namespace) -> int:
     try:
         conn = await connect(args.engine, args.host, args.model, args.model_path, args.via,
@@ -102,12 +117,17 @@ async def _run(args: argparse.Namespace) -> int:
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
-        sampler = ProbeSampler(PROBE_INTERVAL_S, recorder.record_probe, engine_pids=lambda: conn.engine_pids,
-                               thresholds=args.thresholds)
+        agent = getattr(args, "agent", None)
+        sampler = make_sampler(agent, PROBE_INTERVAL_S, recorder.record_probe,
+                               lambda: conn.engine_pids, args.thresholds,
+                               on_state=_probe_state(recorder, args.json))
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
             print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr)
+            note = probes_note(agent, conn.upstream.host)
+            if note:
+                print(f"# {note}", file=sys.stderr)
 
         def show(event: StreamEvent) -> None:
             if not args.json and (event.content or event.thinking):
@@ -132,6 +152,8 @@ async def _run(args: argparse.Namespace) -> int:
             print("\n")
             print_metrics(result)
             print(f"log           {recorder.log.path}")
+        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+            print(f"llmtop: note: {note}", file=sys.stderr)
         if result.failure is not None and not args.json:
             print(f"llmtop: {result.failure}", file=sys.stderr)
         code = result_exit_code(result)
@@ -144,10 +166,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode.
+    """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode, or
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`).
     `args.thresholds` (the loaded config) is set by the CLI."""
     if not args.prompt.strip():
         print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the "
               "sky blue?'", file=sys.stderr)
         return ExitCode.USAGE
-    return asyncio.run(_run(args))
+    return run_stoppable(_run(args), "llmtop run")

@@ -20,24 +20,30 @@ import contextlib
 import json
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from time import perf_counter_ns
 from typing import Any
 
+import psutil
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from llmtop import __version__
+from llmtop.engines.guard import Guard, LocalOnly, read_body, wrong_type
 from llmtop.engines.llama_backend import (
     GenerationError,
     GenerationResult,
     LlamaBackend,
     LoadSettings,
+    OutOfMemory,
+    context_memory,
 )
 from llmtop.engines.model_files import ModelDescription
 from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
@@ -50,7 +56,28 @@ except ImportError:  # pragma: no cover - a future anyio may move it
 
 NDJSON = "application/x-ndjson"
 DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
+CLOSE_WAIT_S = 0.3  # at shutdown, how long the running generation gets to stop (a token
+# takes ~15 ms on 2 cores for the bundled model: the rest is room for a loaded machine)
+QUEUED_AND_GONE = "the client disconnected while the request waited for the model; not run"
 _END = object()
+Prompt = tuple[list[int], tuple[str, ...]]  # token ids, stop strings
+
+
+def _failed(exc: Exception) -> dict[str, Any]:
+    """The error chunk for a request refused or failed before its stream began."""
+    if isinstance(exc, BadRequest):
+        return {"error": str(exc), "_status": exc.status}
+    return {"error": str(exc), "_status": 400 if isinstance(exc, OutOfMemory) else 500}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    """Run fn, ignoring its failure (a warm-up whose error the first request reports)."""
+    with contextlib.suppress(Exception):
+        fn()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +110,12 @@ class EmbeddedEngine:
         self.history: deque[JobRecord] = deque(maxlen=200)
         self._lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        # Rendering and tokenizing prompts, before the slot (the vocabulary loads there now,
+        # so the first request does not wait for it).
+        self._prep = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-prep")
+        self._prep.submit(_quietly, self.backend.n_vocab)
+        self._running: dict[Future[GenerationResult], threading.Event] = {}
+        self.waiting = 0  # requests waiting for the generation slot
         self._expires_at: datetime | None = None
         self._unload_timer: asyncio.TimerHandle | None = None
 
@@ -120,72 +153,165 @@ class EmbeddedEngine:
                 await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
                 self._expires_at = None
 
-    def close(self) -> None:
-        """Free the model and the worker thread (server shutdown)."""
-        self.backend.unload()
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> bool:
+        """Server shutdown: stop the running generation (its cancel flag: within one token),
+        drop queued work, and free the model once the worker thread is idle. Waits at most
+        `wait_s` seconds; returns False when the thread is still busy then (a long prompt
+        evaluation inside llama.cpp cannot be interrupted), so the caller can exit hard.
+        Idempotent."""
+        for cancel in list(self._running.values()):
+            cancel.set()
+        running = list(self._running)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._prep.shutdown(wait=False, cancel_futures=True)
+        if futures_wait(running, timeout=wait_s).not_done:
+            return False
+        self.backend.close()
+        return True
 
     # ------------------------------------------------------------------ one request
 
-    async def run(self, job: ParsedRequest, endpoint: str, t_start: int) -> AsyncGenerator[dict[str, Any], None]:
-        """Yield Ollama chunk objects for one request; the last one has `done: true` or `error`.
+    async def run(self, job: ParsedRequest, endpoint: str, t_start: int,
+                  gone: Callable[[], Awaitable[bool]] | None = None,
+                  ) -> AsyncGenerator[dict[str, Any], None]:
+        """Yield Ollama chunk objects for one request; the last one has `done: true` or `error`
+        (with `_status`, the HTTP status to answer when nothing was sent yet).
 
-        Acquires the generation lock and releases it only when the worker thread is finished,
-        even if the consumer goes away (a disconnect sets the cancel flag, checked per token).
+        Before the generation slot: the prompt is rendered and tokenized, and refused (400)
+        when it is longer than the context or the context cannot fit in memory. In the slot:
+        a request whose client left while it waited (`gone()` true) is dropped unstarted and
+        recorded as cancelled. The slot's lock is released only when the worker thread is
+        finished, even if the consumer goes away (which sets the cancel flag, checked per token).
         """
         t_parsed = perf_counter_ns()
-        await self._lock.acquire()
+        try:
+            prompt = await self._prepare(job)
+        except (BadRequest, GenerationError) as exc:
+            yield _failed(exc)
+            return
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
         released = False
         try:
+            if gone is not None and await gone():
+                self.history.append(JobRecord(endpoint, "cancelled", 0, True, QUEUED_AND_GONE))
+                yield {"error": QUEUED_AND_GONE, "_status": 499}
+                return
             try:
                 load_ns = await self._load(job)
             except GenerationError as exc:
-                yield {"error": str(exc), "_status": 500}
+                yield _failed(exc)
                 return
-            load_duration = (t_parsed - t_start) + load_ns
-            if job.load_only:
+            if prompt is None:
                 yield await self._load_only(job, endpoint)
                 return
-
-            loop = asyncio.get_running_loop()
-            queue: asyncio.Queue[Any] = asyncio.Queue()
-            cancel = threading.Event()
-
-            def emit(text: str) -> None:
-                loop.call_soon_threadsafe(queue.put_nowait, text)
-
-            def work() -> GenerationResult:
-                try:
-                    return self._generate(job, emit, cancel)
-                finally:
-                    loop.call_soon_threadsafe(queue.put_nowait, _END)
-
-            future = loop.run_in_executor(self._executor, work)
-            # From here the lock belongs to the worker: release it when the thread is done,
-            # and record what the thread did even if the consumer has gone away.
-            future.add_done_callback(lambda f: self._finished(f, endpoint))
-            released = True
+            released = True  # the worker thread owns the lock now (released by _finished)
+            chunks = self._stream(job, prompt, endpoint, t_start, (t_parsed - t_start) + load_ns)
             try:
-                while (item := await queue.get()) is not _END:
-                    yield self._chunk(job, item)
-                try:
-                    result = await future
-                except GenerationError as exc:
-                    yield {"error": str(exc), "_status": 500}
-                    return
-                except Exception as exc:  # noqa: BLE001 - a crash in llama.cpp mid-stream
-                    yield {"error": f"an error was encountered while running the model: {exc}", "_status": 500}
-                    return
-                if job.keep_alive_s == 0:
-                    loop.run_in_executor(self._executor, self.backend.unload)
-                else:
-                    self._schedule_unload(job.keep_alive_s)
-                yield self._final(job, result, t_start, load_duration)
+                async for item in chunks:
+                    yield item
             finally:
-                cancel.set()  # the consumer left (disconnect) or finished: stop within one token
+                await chunks.aclose()
         finally:
             if not released:
                 self._lock.release()
+
+    async def _prepare(self, job: ParsedRequest) -> Prompt | None:
+        """The checks made before a request takes the slot, on the prep thread: the context
+        must fit in memory, the prompt (rendered, tokenized) in the context. Returns the
+        prompt's tokens and stop strings, or None for a load-only request. Raises BadRequest."""
+        loop = asyncio.get_running_loop()
+        settings = self._settings(job)
+        await loop.run_in_executor(self._prep, self._check_memory, settings)
+        if job.load_only:
+            return None
+        prompt = await loop.run_in_executor(self._prep, self._render, job)
+        if len(prompt[0]) > settings.num_ctx:
+            raise BadRequest(
+                f"the prompt is {len(prompt[0])} tokens, longer than the context (num_ctx "
+                f"{settings.num_ctx}): shorten it or raise num_ctx")
+        return prompt
+
+    def _check_memory(self, settings: LoadSettings) -> None:
+        """BadRequest naming num_ctx when its KV cache and logits buffer cannot fit:
+        the KV cache (and the model, when not loaded) must fit in the available memory, the
+        logits buffer in RAM + swap (Linux's heuristic overcommit refuses one allocation
+        larger than that). Sizes: llama_backend.context_memory."""
+        if settings == self.backend.loaded:
+            return
+        kv, logits = context_memory(settings.num_ctx, self.description.model_info,
+                                    self.backend.n_vocab())
+        memory = psutil.virtual_memory()
+        room = memory.available - (0 if self.backend.loaded else self.description.size)
+        ceiling = memory.total + psutil.swap_memory().total
+        if kv <= room and logits <= ceiling:
+            return
+        per_token = (kv + logits) / settings.num_ctx
+        largest = int(min(room / max(kv / settings.num_ctx, 1), ceiling / max(logits / settings.num_ctx, 1)))
+        raise BadRequest(
+            f"option 'num_ctx' {settings.num_ctx} needs about {_gib(kv + logits)} of memory "
+            f"(KV cache {_gib(kv)}, logits buffer {_gib(logits)}; {per_token / 1024:.0f} KiB "
+            f"per token), more than this machine can give ({_gib(memory.available)} available, "
+            f"{_gib(ceiling)} RAM + swap): use a num_ctx of at most about {max(largest, 0)}")
+
+    def _render(self, job: ParsedRequest) -> Prompt:
+        """The prompt text as the model sees it (chat template applied), tokenized, and the
+        template's stop strings."""
+        if job.messages is not None:
+            text, stops = self.backend.chat_prompt(job.messages)
+        elif job.raw:
+            text, stops = job.prompt, ()
+        else:
+            turns = ([{"role": "system", "content": job.system}] if job.system else []) + [
+                {"role": "user", "content": job.prompt}
+            ]
+            text, stops = self.backend.chat_prompt(turns)
+        return self.backend.tokenize(text), tuple(stops)
+
+    async def _stream(self, job: ParsedRequest, prompt: Prompt, endpoint: str, t_start: int,
+                      load_duration: int) -> AsyncGenerator[dict[str, Any], None]:
+        """The generation on the worker thread, as chunks; holds the slot's lock until the
+        thread is done (`_finished`), and sets the cancel flag when closed early."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def emit(text: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+
+        def work() -> GenerationResult:
+            try:
+                return self._generate(job, prompt, emit, cancel)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed: server shutdown
+                    loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+        job_future = self._executor.submit(work)
+        self._running[job_future] = cancel
+        future = asyncio.wrap_future(job_future)
+        # Record what the thread did even if the consumer has gone away.
+        future.add_done_callback(lambda f: self._finished(f, endpoint, job_future))
+        try:
+            while (item := await queue.get()) is not _END:
+                yield self._chunk(job, item)
+            try:
+                result = await future
+            except GenerationError as exc:
+                yield {"error": str(exc), "_status": 500}
+                return
+            except Exception as exc:  # noqa: BLE001 - a crash in llama.cpp mid-stream
+                yield {"error": f"an error was encountered while running the model: {exc}", "_status": 500}
+                return
+            if job.keep_alive_s == 0:
+                loop.run_in_executor(self._executor, self.backend.unload)
+            else:
+                self._schedule_unload(job.keep_alive_s)
+            yield self._final(job, result, t_start, load_duration)
+        finally:
+            cancel.set()  # the consumer left (disconnect) or finished: stop within one token
 
     async def _load_only(self, job: ParsedRequest, endpoint: str) -> dict[str, Any]:
         """The answer to a request with nothing to generate, the model now loaded: Ollama's
@@ -198,7 +324,9 @@ class EmbeddedEngine:
         self.history.append(JobRecord(endpoint, done_reason, 0, False, None))
         return self._chunk(job, "", done=True) | {"done_reason": done_reason}
 
-    def _finished(self, future: asyncio.Future[GenerationResult], endpoint: str) -> None:
+    def _finished(self, future: asyncio.Future[GenerationResult], endpoint: str,
+                  job_future: Future[GenerationResult]) -> None:
+        self._running.pop(job_future, None)
         self._lock.release()
         exc = None if future.cancelled() else future.exception()
         if exc is not None or future.cancelled():
@@ -207,18 +335,11 @@ class EmbeddedEngine:
             r = future.result()
             self.history.append(JobRecord(endpoint, r.done_reason, r.eval_count, r.cancelled, None))
 
-    def _generate(self, job: ParsedRequest, emit: Any, cancel: threading.Event) -> GenerationResult:
-        if job.messages is not None:
-            prompt, stops = self.backend.chat_prompt(job.messages)
-        elif job.raw:
-            prompt, stops = job.prompt, ()
-        else:
-            turns = ([{"role": "system", "content": job.system}] if job.system else []) + [
-                {"role": "user", "content": job.prompt}
-            ]
-            prompt, stops = self.backend.chat_prompt(turns)
+    def _generate(self, job: ParsedRequest, prompt: Prompt, emit: Any, cancel: threading.Event
+                  ) -> GenerationResult:
+        tokens, stops = prompt
         sampling = replace(job.sampling, stop=tuple(job.sampling.stop) + stops)
-        return self.backend.generate(self.backend.tokenize(prompt), sampling, emit, cancel)
+        return self.backend.generate(tokens, sampling, emit, cancel)
 
     def _chunk(self, job: ParsedRequest, text: str, *, done: bool = False) -> dict[str, Any]:
         base: dict[str, Any] = {"model": self.name, "created_at": _now_label()}
@@ -304,8 +425,10 @@ async def version(_: Request) -> Response:
 
 async def jobs(request: Request) -> Response:
     """`GET /llmtop/jobs`: llmtop's own diagnostic route, what the engine did for the 50 most
-    recent requests (newest last)."""
-    return JSONResponse({"jobs": [asdict(j) for j in list(request.app.state.engine.history)[-50:]]})
+    recent requests (newest last), and how many wait for the generation slot now."""
+    engine: EmbeddedEngine = request.app.state.engine
+    return JSONResponse({"jobs": [asdict(j) for j in list(engine.history)[-50:]],
+                         "waiting": engine.waiting})
 
 
 async def tags(request: Request) -> Response:
@@ -322,12 +445,14 @@ async def show(request: Request) -> Response:
     """`POST /api/show`: the model's details; 404 for another model."""
     engine: EmbeddedEngine = request.app.state.engine
     try:
-        body = parse_body(await request.body())
+        body = parse_body(await read_body(request, request.app.state.guard.max_body_bytes))
     except BadRequest as exc:
         return _error(str(exc), exc.status)
     model = body.get("model") or body.get("name")
-    if not isinstance(model, str) or not model:
+    if not model:
         return _error("model is required", 400)
+    if not isinstance(model, str):
+        return _error(str(wrong_type("model", "a string", model)), 400)
     if model not in (engine.name, engine.name.removesuffix(":latest")):
         return _error(f"model '{model}' not found", 404)
     d = engine.description
@@ -353,10 +478,11 @@ async def generate_or_chat(request: Request) -> Response:
     endpoint = request.url.path
     chat = endpoint == "/api/chat"
     try:
-        job = parse_request(parse_body(await request.body()), chat=chat, model_name=engine.name)
+        raw = await read_body(request, request.app.state.guard.max_body_bytes)
+        job = parse_request(parse_body(raw), chat=chat, model_name=engine.name)
     except BadRequest as exc:
         return _error(str(exc), exc.status)
-    chunks = engine.run(job, endpoint, t_start)
+    chunks = engine.run(job, endpoint, t_start, gone=request.is_disconnected)
     # Like Ollama, send headers with the first chunk: an error before any text is a status.
     first = await anext(chunks)
     if "error" in first:
@@ -408,17 +534,21 @@ ROUTES = [
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    """Free the model and its worker thread when the server stops."""
+    """Stop the generation and free the model when the server stops (`EmbeddedEngine.close`)."""
     try:
         yield
     finally:
         app.state.engine.close()
 
 
-def create_app(engine: EmbeddedEngine) -> Starlette:
-    """The Starlette app serving `engine` on Ollama's routes."""
-    app = Starlette(routes=ROUTES, lifespan=lifespan)
+def create_app(engine: EmbeddedEngine, guard: Guard | None = None) -> Starlette:
+    """The Starlette app serving `engine` on Ollama's routes, behind `guard`'s Host, Origin
+    and size rules (default: a loopback server's, `Guard()`)."""
+    guard = guard or Guard()
+    app = Starlette(routes=ROUTES, lifespan=lifespan,
+                    middleware=[Middleware(LocalOnly, guard=guard)])
     app.state.engine = engine
+    app.state.guard = guard
     return app
 
 

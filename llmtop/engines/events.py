@@ -32,6 +32,11 @@ class ServerStats:
 
     Durations in ns, counts in tokens; None where the server omitted the field.
     `done_reason` is "stop", "length", "load", "unload" or None.
+    prompt_cached_count: prompt tokens the server reused from its cache (llama.cpp's
+    `cache_n`, OpenAI's `usage.prompt_tokens_details.cached_tokens`); None when not reported.
+    source: where the figures came from — None for Ollama's own done chunk, else a label such
+    as "usage", "usage + llama.cpp timings", "LM Studio stats" or "none" (an OpenAI-compatible
+    server that sent no figures: engines/openai_stream.py).
     """
 
     total_duration: int | None = None
@@ -41,6 +46,8 @@ class ServerStats:
     eval_count: int | None = None
     eval_duration: int | None = None
     done_reason: str | None = None
+    prompt_cached_count: int | None = None
+    source: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Any) -> ServerStats:
@@ -50,16 +57,24 @@ class ServerStats:
         can never produce a fake measurement.
         """
         values: dict[str, Any] = {}
-        for name in STAT_FIELDS:
+        for name in (*STAT_FIELDS, "prompt_cached_count"):
             raw = _get(data, name)
             values[name] = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
         reason = _get(data, "done_reason")
         values["done_reason"] = reason if isinstance(reason, str) and reason else None
+        source = _get(data, "source")
+        values["source"] = source if isinstance(source, str) and source else None
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (None kept, so "absent" survives a round-trip)."""
-        return asdict(self)
+        """The fields as a plain dict (None kept, so "absent" survives a round-trip; the two
+        fields only OpenAI-compatible engines fill are left out while None, so an Ollama
+        record is written as before)."""
+        data = asdict(self)
+        for name in ("prompt_cached_count", "source"):
+            if data[name] is None:
+                del data[name]
+        return data
 
 
 def _get(data: Any, name: str) -> Any:

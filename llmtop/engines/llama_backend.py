@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+import psutil
+
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
 # repeat_penalty 1.0; seed −1 means random.
@@ -38,6 +40,38 @@ DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0,
 
 class GenerationError(Exception):
     """The model could not run the request (load failure, context overflow...)."""
+
+
+class OutOfMemory(GenerationError):
+    """Loading with the asked settings needs more memory than the machine could give."""
+
+
+KV_ENTRY_BYTES = 2  # llama.cpp's default K and V cache type is f16
+LOGIT_BYTES = 4  # llama-cpp-python's `scores` array is float32
+
+
+def context_memory(num_ctx: int, model_info: Mapping[str, Any], n_vocab: int) -> tuple[int, int]:
+    """(KV cache bytes, logits buffer bytes) that a load with `num_ctx` tokens allocates.
+
+    KV cache: num_ctx × layers × KV heads × (key length + value length) × 2 bytes (f16), from
+    the GGUF's `<arch>.block_count`, `.attention.head_count_kv`, `.attention.key_length` and
+    `.value_length` (an upper bound for models with sliding-window layers). Logits buffer:
+    llama-cpp-python allocates `scores` as n_batch × n_vocab float32 at load, and this backend
+    sets n_batch = num_ctx (module docstring), so num_ctx × n_vocab × 4 bytes: 1 MiB per
+    context token for Gemma 3's 262,144-token vocabulary.
+    """
+    arch = model_info.get("general.architecture", "")
+
+    def number(key: str, default: int = 0) -> int:
+        value = model_info.get(f"{arch}.{key}", default)
+        return int(max(value) if isinstance(value, list | tuple) and value else value or 0)
+
+    heads = number("attention.head_count", 1) or 1
+    heads_kv = number("attention.head_count_kv", heads) or heads
+    head_dim = number("embedding_length") // heads
+    key, value = number("attention.key_length", head_dim), number("attention.value_length", head_dim)
+    kv = num_ctx * number("block_count") * heads_kv * (key + value) * KV_ENTRY_BYTES
+    return kv, num_ctx * n_vocab * LOGIT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +163,8 @@ class LlamaBackend:
         self._llm: Any = None
         self._settings: LoadSettings | None = None
         self._formatter: Any = None
+        self._vocab: Any = None  # a vocab-only load: tokenizes before (and without) the model
+        self._vocab_lock = threading.Lock()
 
     @property
     def loaded(self) -> LoadSettings | None:
@@ -158,11 +194,14 @@ class LlamaBackend:
                 n_threads_batch=threads,
                 verbose=False,
             )
+        except MemoryError as exc:  # numpy's "Unable to allocate ... for an array" included
+            self._llm = None
+            raise OutOfMemory(f"num_ctx {settings.num_ctx} needs more memory than this "
+                              f"machine could give ({exc}); use a smaller num_ctx") from exc
         except Exception as exc:
             self._llm = None
             raise GenerationError(f"cannot load {settings.model_path}: {exc}") from exc
         self._settings = settings
-        self._formatter = self._make_formatter()
         self._warm_up()
         return perf_counter_ns() - t0
 
@@ -182,32 +221,63 @@ class LlamaBackend:
         llm.reset()
 
     def unload(self) -> None:
-        """Free the model (a no-op when none is loaded)."""
+        """Free the model (a no-op when none is loaded); the vocabulary stays."""
         if self._llm is not None:
             self._llm.close()
         self._llm = None
         self._settings = None
 
-    def _make_formatter(self) -> Callable[..., Any]:
+    def close(self) -> None:
+        """Free the model and the vocabulary."""
+        self.unload()
+        with self._vocab_lock:
+            if self._vocab is not None:
+                self._vocab.close()
+            self._vocab = None
+
+    def vocab(self) -> Any:
+        """The vocabulary-only llama.cpp load (no weights, ~1 s once): tokenizing and chat
+        templates work without the model, so a prompt can be measured before it takes the
+        generation slot. Thread-safe; raises GenerationError when the file cannot be read."""
+        with self._vocab_lock:
+            if self._vocab is None:
+                try:
+                    import llama_cpp
+
+                    self._vocab = llama_cpp.Llama(model_path=self.model_path, vocab_only=True,
+                                                  verbose=False)
+                except Exception as exc:
+                    raise GenerationError(f"cannot load {self.model_path}: {exc}") from exc
+                self._formatter = self._make_formatter(self._vocab)
+            return self._vocab
+
+    def n_vocab(self) -> int:
+        """The vocabulary's size in tokens."""
+        return int(self.vocab().n_vocab())
+
+    def _make_formatter(self, llm: Any) -> Callable[..., Any]:
         from llama_cpp import llama_chat_format
 
         if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
             formatter: Callable[..., Any] = llama_chat_format.format_gemma
             return formatter
-        template = self._llm.metadata.get("tokenizer.chat_template")
+        template = llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise GenerationError(
-                f"{self.model_path} has no chat template; use /api/generate or --chat-format gemma"
-            )
-        vocab = self._llm._model
+            return self._no_template
+        vocab = llm._model
 
         def piece(token_id: int) -> str:
             return str(vocab.token_to_piece(token_id, special=True).decode("utf-8", "ignore"))
 
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
-            eos_token=piece(self._llm.token_eos()),
-            bos_token=piece(self._llm.token_bos()),
+            eos_token=piece(llm.token_eos()),
+            bos_token=piece(llm.token_bos()),
+        )
+
+    def _no_template(self, **_: Any) -> Any:
+        raise GenerationError(
+            f"{self.model_path} has no chat template; use /api/generate or --chat-format gemma"
         )
 
     # ------------------------------------------------------------------ prompts
@@ -218,19 +288,22 @@ class LlamaBackend:
         chat_format "raw" is what Ollama does for a model that has no template: its default
         template is `{{ .Prompt }}`, so the prompt is the users' text and nothing else (a base
         model continues it as text; wrapped in a chat template it was never trained on, it
-        echoes the prompt and babbles).
+        echoes the prompt and babbles). Raises GenerationError for a model without a chat
+        template under chat_format "auto".
         """
         if self.chat_format == "raw":
             return "".join(str(m.get("content") or "") for m in messages
                            if m.get("role") == "user"), ()
+        self.vocab()
         formatted = self._formatter(messages=list(messages))
         stop = formatted.stop
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         return formatted.prompt, stops
 
     def tokenize(self, text: str) -> list[int]:
-        """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`)."""
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+        """Prompt text → token ids, with BOS and special tokens parsed (`<start_of_turn>`).
+        Uses the vocabulary-only load, so it runs without the model and outside its slot."""
+        return list(self.vocab().tokenize(text.encode("utf-8"), add_bos=True, special=True))
 
     # ------------------------------------------------------------------ generation
 
@@ -264,7 +337,7 @@ class LlamaBackend:
         # 1-token decode would be booked by llama.cpp as generation, not prompt eval.
         llm.n_tokens = min(llm.n_tokens, max(0, len(prompt_tokens) - 2))
         seed = sampling.seed if sampling.seed is not None and sampling.seed >= 0 else random.getrandbits(31)
-        llm.set_seed(seed)
+        llm.set_seed(seed & 0xFFFFFFFF)  # llama.cpp's sampler seed is a uint32; Ollama's an int64
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
         output = self._decode(prompt_tokens, sampling, budget, emit, cancel, result)
 
@@ -342,8 +415,6 @@ class LlamaBackend:
 
 def _physical_cores() -> int:
     try:
-        import psutil
-
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except Exception:  # noqa: BLE001
+    except (OSError, RuntimeError, psutil.Error):  # psutil cannot read /proc/cpuinfo here
         return os.cpu_count() or 1

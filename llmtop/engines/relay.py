@@ -26,21 +26,21 @@ from time import perf_counter_ns
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError, aconnect_sse
+from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
-from llmtop.engines.base import EngineError, ModelInfo
+from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     Peer,
     failure_for_http,
-    failure_for_transport,
     failure_protocol,
     failure_truncated,
     failure_unreachable,
 )
 from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.sse import end_stream
 
 
 def _base_url(url: str) -> str:
@@ -54,6 +54,9 @@ class RelayEngine:
     relay_url: the relay's base URL, e.g. "http://127.0.0.1:8000".
     name: the engine's label for headers and logs.
     upstream: the upstream's URL for metadata calls; by default asked from the relay.
+    metadata: the client metadata calls go to (e.g. an `OpenAIEngine` for an OpenAI
+    upstream; not closed by `aclose`); by default an `OllamaEngine` at `upstream`. When it
+    can count a prompt's tokens (`count_prompt_tokens`), so can this client (calibration).
     Timeouts in seconds; the read timeout applies between two SSE events (the relay's own
     comment pings every 15 s count as data, so a cold load does not trip it; a hung upstream
     is reported by the relay with an error event).
@@ -65,6 +68,7 @@ class RelayEngine:
         name: str = "relay",
         *,
         upstream: str | None = None,
+        metadata: Engine | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
@@ -84,12 +88,15 @@ class RelayEngine:
             trust_env=False,
         )
         self._upstream_url = upstream
-        self._upstream: OllamaEngine | None = None
+        self._upstream: Engine | None = metadata
+        self._owns_upstream = metadata is None
+        if hasattr(metadata, "count_prompt_tokens"):  # calibration's count, asked directly
+            self.count_prompt_tokens = metadata.count_prompt_tokens  # type: ignore[union-attr]
 
     async def aclose(self) -> None:
         """Close the HTTP connection pools (relay and upstream metadata)."""
         await self._client.aclose()
-        if self._upstream is not None:
+        if self._upstream is not None and self._owns_upstream:
             await self._upstream.aclose()
 
     # ------------------------------------------------------------------ streaming
@@ -117,30 +124,22 @@ class RelayEngine:
             body["keep_alive"] = keep_alive
         return self._stream(json.dumps(body).encode())
 
-    async def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
-        failure: Failure | None = None
+    def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
+        return end_stream(self._attempt(payload), self.peer)
+
+    async def _attempt(self, payload: bytes) -> AsyncGenerator[StreamEvent | Failure, None]:
+        """POST /api/stream: the relay's events, or a Failure for a status other than 200."""
         headers = {"Content-Type": "application/json"}
-        try:
-            async with aconnect_sse(
-                self._client, "POST", "/api/stream", content=payload, headers=headers
-            ) as source:
-                if source.response.status_code != 200:
-                    body = await source.response.aread()
-                    failure = failure_for_http(source.response.status_code, body, peer=self.peer)
-                else:
-                    async with contextlib.aclosing(self._events(source)) as events:
-                        async for event in events:
-                            if isinstance(event, Failure):
-                                failure = event
-                                break
-                            yield event
-                            if event.done:
-                                return
-        except SSEError as exc:  # a 200 that is not text/event-stream
-            failure = failure_protocol(str(exc), peer=self.peer)
-        except httpx.HTTPError as exc:
-            failure = failure_for_transport(exc, peer=self.peer)
-        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+        async with aconnect_sse(
+            self._client, "POST", "/api/stream", content=payload, headers=headers
+        ) as source:
+            if source.response.status_code != 200:
+                body = await source.response.aread()
+                yield failure_for_http(source.response.status_code, body, peer=self.peer)
+                return
+            async with contextlib.aclosing(self._events(source)) as events:
+                async for event in events:
+                    yield event
 
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
@@ -198,7 +197,7 @@ class RelayEngine:
                 raise EngineError(failure_protocol(detail, peer=self.peer)) from exc
         return self._upstream_url
 
-    async def _delegate(self) -> OllamaEngine:
+    async def _delegate(self) -> Engine:
         if self._upstream is None:
             self._upstream = OllamaEngine(
                 await self.upstream_url(),

@@ -246,6 +246,12 @@ def _user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def is_local_host(host: str) -> bool:
+    """True when the engine URL `host` is on this machine (loopback, or one of its addresses);
+    False for another machine or a name that does not parse as an address."""
+    return _local_port(host)[1]
+
+
 def _local_port(host: str) -> tuple[int | None, bool, str]:
     """(port, whether host is this machine, why not). An unknown name counts as remote."""
     try:

@@ -15,20 +15,22 @@ RELAY_START_TIMEOUT_S = 30.0
 
 class RelayProcess(ChildServer):
     """The relay as a child process on a loopback port, in front of `upstream` (a base URL or
-    anything `OLLAMA_HOST` accepts). `url` (also `host`) is its base URL once started."""
+    anything `OLLAMA_HOST` accepts) speaking `api` ("ollama" or "openai"). `url` (also `host`) is its base URL once started."""
 
     label = "relay"
     log_name = "relay"
     remedy = "check the upstream URL"
 
-    def __init__(self, upstream: str, port: int | None = None) -> None:
+    def __init__(self, upstream: str, port: int | None = None, api: str = "ollama") -> None:
         super().__init__(port)
         self.upstream = resolve_host(upstream)
+        self.api = api
 
     def args(self) -> list[str]:
-        """`python -m llmtop relay --host 127.0.0.1 --port P --upstream U`."""
+        """`python -m llmtop relay --host 127.0.0.1 --port P --upstream U [--upstream-api A]`."""
+        api = ["--upstream-api", self.api] if self.api != "ollama" else []
         return ["llmtop", "relay", "--host", "127.0.0.1", "--port", str(self.port),
-                "--upstream", self.upstream]
+                "--upstream", self.upstream, *api]
 
     async def start(self, timeout_s: float = RELAY_START_TIMEOUT_S) -> None:
         """Start and wait until the relay answers."""

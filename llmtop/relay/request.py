@@ -11,7 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.engines.guard import wrong_type
 from llmtop.engines.http import BadRequest
+from llmtop.engines.openai_options import request_body
+from llmtop.engines.requests import parse_keep_alive, parse_options
 
 REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
 ACCEPTED_KEYS = frozenset(
@@ -30,9 +33,10 @@ dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 class StreamJob:
     """A validated `/api/stream` request: the upstream path and the exact body to send."""
 
-    path: str  # "/api/chat" or "/api/generate"
+    path: str  # "/api/chat", "/api/generate", or "/chat/completions" (an OpenAI upstream)
     model: str
     payload: bytes
+    notes: tuple[str, ...] = ()  # what an OpenAI upstream could not be sent (openai_options)
 
     @property
     def chat(self) -> bool:
@@ -40,42 +44,61 @@ class StreamJob:
         return self.path == "/api/chat"
 
 
-def parse_stream_request(body: Any) -> StreamJob:
+def parse_stream_request(body: Any, api: str = "ollama") -> StreamJob:
     """Validate a `/api/stream` body and build the upstream request. Raises BadRequest.
+
+    api "openai": the same body becomes a streamed `chat/completions` request with usage
+    asked for (`llmtop.engines.openai_options.request_body`); `prompt` is refused there.
 
     Accepted: model (str), exactly one of messages (list of objects) or prompt (str),
     options (object), think (bool or "low"/"medium"/"high"), keep_alive (str or number).
     Fields that would name another host are refused as such; any other unknown field is
-    refused too (a misplaced `num_predict` must not silently generate 200 tokens).
+    refused too (a misplaced `num_predict` must not silently generate 200 tokens). Options
+    and keep_alive are held to the embedded engine's types and ranges before anything is
+    forwarded (`llmtop.engines.requests`: num_thread at most this machine's cores, C integer
+    ranges, keep_alive within a Go duration).
     """
     _check_keys(body)
     model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
+    if model is None or (isinstance(model, str) and not model.strip()):
         raise BadRequest("model is required (a non-empty string)")
+    if not isinstance(model, str):
+        raise wrong_type("model", "a string", model)
     out: dict[str, Any] = {"model": model}
     path = _text_field(body, out)
     out["stream"] = True
     options = body.get("options")
     if options is not None:
-        if not isinstance(options, dict):
-            raise BadRequest("options must be an object")
+        parse_options(options)
         out["options"] = options
     think = body.get("think")
     if think is not None:
         if not (isinstance(think, bool) or think in THINK_LEVELS):
-            raise BadRequest("think must be true, false, 'low', 'medium' or 'high'")
+            raise wrong_type("think", "true, false, 'low', 'medium' or 'high'", think)
         out["think"] = think
     keep_alive = body.get("keep_alive")
     if keep_alive is not None:
-        if isinstance(keep_alive, bool) or not isinstance(keep_alive, str | int | float):
-            raise BadRequest("keep_alive must be a duration string or a number of seconds")
+        parse_keep_alive(keep_alive)
         out["keep_alive"] = keep_alive
+    if api == "openai":
+        return _openai_job(out)
     return StreamJob(path, model, dumps(out).encode())
+
+
+def _openai_job(out: dict[str, Any]) -> StreamJob:
+    """The validated Ollama-shaped request `out` as an OpenAI streamed chat."""
+    if "messages" not in out:
+        raise BadRequest("'prompt' needs an Ollama-API upstream: send 'messages' to an OpenAI "
+                         "upstream")
+    body, notes = request_body(out["model"], out["messages"], out.get("options"),
+                               think=out.get("think"), keep_alive=out.get("keep_alive"))
+    body["stream_options"] = {"include_usage": True}
+    return StreamJob("/chat/completions", out["model"], dumps(body).encode(), tuple(notes))
 
 
 def _check_keys(body: Any) -> None:
     if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
+        raise wrong_type("the request body", "a JSON object", body)
     for key in REDIRECT_KEYS:
         if key in body:
             raise BadRequest(
@@ -95,11 +118,14 @@ def _text_field(body: dict[str, Any], out: dict[str, Any]) -> str:
     if (messages is None) == (prompt is None):
         raise BadRequest("send exactly one of 'messages' (a list) or 'prompt' (a string)")
     if messages is not None:
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("messages must be a list of objects")
+        if not isinstance(messages, list):
+            raise wrong_type("messages", "a list of objects", messages)
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise wrong_type(f"messages[{i}]", "an object", message)
         out["messages"] = messages
         return "/api/chat"
     if not isinstance(prompt, str):
-        raise BadRequest("prompt must be a string")
+        raise wrong_type("prompt", "a string", prompt)
     out["prompt"] = prompt
     return "/api/generate"

@@ -23,7 +23,8 @@ Routes (all JSON unless said):
     "upstream", "relay_offset_ms"}`. kind is a `FailureKind` value; "error" is the upstream's
     own message when it sent one (e.g. its 404 text for an unknown model), "status" its HTTP
     status when it answered with one. Tokens already relayed stay relayed.
-  A body that is not a valid request is answered `400 {"error": ...}` (no stream).
+  A body that is not a valid request is answered `400 {"error": ...}` (no stream), one over
+  the size limit `413`; a request from a foreign Host or Origin `403` (llmtop/engines/guard.py).
 * `GET /api/models`: `{"models": [...], "default": name, "upstream": url}` from the
   upstream's `/api/tags` (502 with `{"error"}` when it does not answer).
 * `GET /api/relay`: `{"upstream": url, "version": llmtop's version}`.
@@ -54,7 +55,6 @@ Design choices, each for the ≤ 1 ms TTFT target or for honesty:
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from time import perf_counter_ns
@@ -63,11 +63,13 @@ import httpx
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from llmtop import __version__
+from llmtop.engines.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, BadRequest
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.relay.request import parse_stream_request
@@ -140,12 +142,10 @@ async def stream(request: Request) -> Response:
     t0 = perf_counter_ns()
     relay: Relay = request.app.state.relay
     try:
-        job = parse_stream_request(json.loads(await request.body()))
+        raw = await read_body(request, request.app.state.guard.max_body_bytes)
+        job = parse_stream_request(parse_json(raw), relay.api)
     except BadRequest as exc:
-        return JSONResponse({"error": str(exc)}, status_code=400)
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        message = f"the request body is not JSON ({exc})"
-        return JSONResponse({"error": message}, status_code=400)
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
     call = relay.start(job, t0)
     return EventSourceResponse(
         events(relay, call),
@@ -184,14 +184,21 @@ def create_app(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ping_interval_s: float = PING_INTERVAL_S,
+    guard: Guard | None = None,
+    api: str = "ollama",
 ) -> Starlette:
-    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`).
+    """The relay app for one fixed upstream (an Ollama-API base URL, see `resolve_host`; or
+    with api "openai" an OpenAI-compatible server, whose SSE chunks become the same frames).
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
-    interval (0 disables it with sse-starlette ≥ 3).
+    interval (0 disables it with sse-starlette ≥ 3). guard: the Host, Origin and size rules
+    (`llmtop.engines.guard`; default: a loopback server's).
     """
-    app = Starlette(routes=ROUTES, lifespan=lifespan)
-    app.state.relay = Relay(upstream_url, connect_timeout_s=connect_timeout_s,
+    guard = guard or Guard()
+    app = Starlette(routes=ROUTES, lifespan=lifespan,
+                    middleware=[Middleware(LocalOnly, guard=guard)])
+    app.state.guard = guard
+    app.state.relay = Relay(upstream_url, api=api, connect_timeout_s=connect_timeout_s,
                             read_timeout_s=read_timeout_s)
     app.state.page = PAGE_PATH.read_text(encoding="utf-8")
     app.state.ping_interval_s = ping_interval_s

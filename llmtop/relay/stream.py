@@ -1,4 +1,5 @@
-"""The relay's stream: upstream NDJSON lines in, preformatted SSE frames out.
+"""The relay's stream: upstream NDJSON lines (or an OpenAI upstream's SSE) in, preformatted
+SSE frames out.
 
 Upstream bytes are split into lines here and parsed with `json.loads`; events are written as
 preformatted bytes (no pydantic, no per-event objects), each one ASGI body message written to
@@ -16,6 +17,7 @@ from typing import Any
 
 import anyio
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
 
 from llmtop.engines.events import Failure
 from llmtop.engines.http import (
@@ -26,6 +28,7 @@ from llmtop.engines.http import (
     failure_truncated,
     server_error,
 )
+from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.relay.request import dumps
 from llmtop.relay.upstream import Relay, UpstreamCall
 
@@ -144,7 +147,8 @@ async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
         if response.status_code != 200:
             yield await status_frame(relay, call, response)
             return
-        async for out in _relay_lines(relay, call, response):
+        relayed = _relay_sse if relay.api == "openai" else _relay_lines
+        async for out in relayed(relay, call, response):
             yield out
     except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
         yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
@@ -189,3 +193,69 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Respons
         if final:
             return
     yield error_frame(relay, failure_truncated(relay.peer), call.t0)
+
+
+# ---------------------------------------------------------------------- an OpenAI upstream
+
+
+async def _relay_sse(relay: Relay, call: UpstreamCall, response: httpx.Response,
+                     ) -> AsyncIterator[bytes]:
+    """The frames of a 200 OpenAI-compatible stream (SSE parsed by httpx-sse, chunks read
+    by `ChunkReader`), ending with its final frame: `done` at `[DONE]` (or at the body's end
+    after a finish_reason), with the server's figures mapped onto Ollama's names; else an
+    error or truncation frame."""
+    reader = ChunkReader()
+    sse_events = EventSource(response).aiter_sse()
+    async for sse in sse_events:
+        t = perf_counter_ns()
+        out, final = sse_frame(relay, call, reader, sse, t)
+        if out is not None:
+            yield out
+        if final:
+            with anyio.move_on_after(DRAIN_TIMEOUT_S):  # keep the pooled connection reusable
+                async for _ in sse_events:
+                    pass
+            return
+    if reader.finish_reason is not None:  # closed after its finish chunk, without [DONE]
+        yield _openai_done(relay, call, reader, perf_counter_ns())
+        return
+    yield error_frame(relay, failure_truncated(relay.peer), call.t0)
+
+
+def _openai_done(relay: Relay, call: UpstreamCall, reader: ChunkReader, t: int) -> bytes:
+    stats = {**reader.stats().to_dict(), "done": True, "notes": list(call.job.notes)}
+    return _done_frame(relay, call, stats, ("", ""), t)
+
+
+def sse_frame(relay: Relay, call: UpstreamCall, reader: ChunkReader, sse: ServerSentEvent,
+              t: int) -> tuple[bytes | None, bool]:
+    """One upstream SSE event, yielded by httpx-sse at perf_counter ns `t` → (frame or None
+    for an event that carries no text, final?)."""
+    if sse.event == "error":
+        error = error_body_text(sse.data)
+        return error_frame(relay, failure_in_stream(error, peer=relay.peer), call.t0,
+                           error=error), True
+    if not sse.data:
+        return None, False
+    if sse.data.strip() == "[DONE]":
+        if reader.finish_reason is None:
+            return error_frame(relay, failure_truncated(relay.peer), call.t0), True
+        return _openai_done(relay, call, reader, t), True
+    try:
+        texts = reader.read(json.loads(sse.data))
+    except StreamError as exc:
+        return error_frame(relay, failure_in_stream(str(exc), peer=relay.peer), call.t0,
+                           error=str(exc)), True
+    except (ValueError, TypeError, AttributeError, IndexError) as exc:
+        detail = f"an event that is not OpenAI's protocol: {type(exc).__name__}: {exc}"
+        return error_frame(relay, failure_protocol(detail, peer=relay.peer), call.t0), True
+    if call.first_ns is None:
+        call.first_ns = t
+    if not (texts[0] or texts[1]):
+        return None, False
+    if call.text_ns is None:
+        call.text_ns = t
+    call.sent += 1
+    data = {"content": texts[0], "thinking": texts[1], "relay_recv_ns": t,
+            "relay_offset_ms": ms_since(t, call.t0)}
+    return _TOKEN + dumps(data).encode() + _END, False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from time import perf_counter_ns
 from typing import Any
 
@@ -19,6 +20,7 @@ import httpx
 
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Peer
+from llmtop.engines.openai import API_KEY_ENV, api_base
 from llmtop.relay.request import StreamJob
 
 CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left
@@ -84,20 +86,24 @@ class Relay:
     """The relay's state: the fixed upstream and the one HTTP client used to reach it.
 
     upstream_url: anything `resolve_host` accepts; timeouts in seconds apply upstream.
+    api: what the upstream speaks — "ollama" (NDJSON `/api/chat`) or "openai" (SSE
+    `{base}/chat/completions`, the base as `llmtop.engines.openai.api_base` makes it).
     """
 
     def __init__(
         self,
         upstream_url: str,
         *,
+        api: str = "ollama",
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
-        self.upstream = resolve_host(upstream_url)
+        self.api = api
+        self.upstream = api_base(upstream_url) if api == "openai" else resolve_host(upstream_url)
         self.read_timeout_s = read_timeout_s
         self.peer = Peer(
             self.upstream,
-            "an Ollama-API server",
+            "an OpenAI-compatible server" if api == "openai" else "an Ollama-API server",
             "start the upstream (`ollama serve` or `llmtop engine`), or restart the relay "
             "with --upstream URL",
             read_timeout_s,
@@ -107,10 +113,14 @@ class Relay:
 
     async def open(self) -> None:
         """Create the connection pool (app startup)."""
+        headers = {"Accept-Encoding": "identity"}
+        key = os.environ.get(API_KEY_ENV) if self.api == "openai" else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         self.client = httpx.AsyncClient(
             base_url=self.upstream,
             timeout=self.timeout,
-            headers={"Accept-Encoding": "identity"},
+            headers=headers,
             trust_env=False,
         )
 
@@ -134,9 +144,14 @@ class Relay:
             return []
 
     async def tags(self) -> list[str]:
-        """The upstream's installed models (`/api/tags`). Raises httpx errors, or ValueError
-        and friends for a reply that is not Ollama's."""
+        """The upstream's installed models (`/api/tags`, or `{base}/models` for an OpenAI
+        upstream). Raises httpx errors, or ValueError and friends for a reply of another
+        shape."""
         assert self.client is not None, "the relay app was not started (lifespan)"
+        if self.api == "openai":  # `{base}/models`: {"data": [{"id": ...}, ...]}
+            resp = await self.client.get("/models", timeout=TAGS_TIMEOUT_S)
+            resp.raise_for_status()
+            return [str(m["id"]) for m in resp.json().get("data", []) if m.get("id")]
         resp = await self.client.get("/api/tags", timeout=TAGS_TIMEOUT_S)
         resp.raise_for_status()
         models = resp.json().get("models", [])

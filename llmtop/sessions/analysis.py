@@ -112,13 +112,21 @@ def first_pass_status(
             f"the server evaluated {count} prompt tokens, calibration predicts ~{expected:.0f}: "
             "it cut the prompt — raise num_ctx"
         )
-    if s.eval_count is None or s.eval_count < 2:
+    # An OpenAI-compatible server (stats `source` set) may offer no count or durations at
+    # all: then the client's chunk count stands in and absent durations are n/a, not 0.
+    absent_is_na = s.source not in (None, "ollama")
+    eval_count = s.eval_count
+    if eval_count is None and absent_is_na:
+        eval_count = record.metrics.output_tokens
+    if eval_count is None or eval_count < 2:
         return BenchStatus.DEGENERATE, (
-            f"{s.eval_count or 0} output token(s): no decode rate can be measured"
+            f"{eval_count or 0} output token(s): no decode rate can be measured"
         )
-    if not s.eval_duration or s.eval_duration <= 0:
+    if not (absent_is_na and s.eval_duration is None) and (
+            not s.eval_duration or s.eval_duration <= 0):
         return BenchStatus.DEGENERATE, "eval_duration missing or not positive"
-    if not s.prompt_eval_duration or s.prompt_eval_duration <= 0:
+    if not (absent_is_na and s.prompt_eval_duration is None) and (
+            not s.prompt_eval_duration or s.prompt_eval_duration <= 0):
         return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
     return BenchStatus.OK, ""
 

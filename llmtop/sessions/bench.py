@@ -31,7 +31,7 @@ from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.preflight import run_preflight
-from llmtop.probes.sampler import ProbeSampler
+from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget, make_sampler
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import read_log
@@ -138,13 +138,24 @@ class NoisyMachine(Exception):
         self.preflight = preflight
 
 
-async def preflight_record(conn: Connection, duration_s: float) -> dict[str, Any]:
+async def preflight_record(conn: Connection, duration_s: float,
+                           agent: AgentTarget | None = None) -> dict[str, Any]:
     """The preflight verdict (probes over `duration_s` + the engine's /api/ps findings), as
-    the log's "preflight" record. Thresholds come from the config file (probes/config.py)."""
+    the log's "preflight" record. Thresholds come from the config file (probes/config.py).
+    agent: sample the engine's machine through `llmtop agent` (`--probes`) instead of this one."""
     thresholds = load_thresholds()
-    result = await asyncio.to_thread(
-        run_preflight, duration_s, thresholds=thresholds, engine_pids=lambda: conn.engine_pids
-    )
+    sampler = None if agent is None else AgentSampler(agent, thresholds=thresholds)
+    try:
+        result = await asyncio.to_thread(
+            run_preflight, duration_s, thresholds=thresholds,
+            engine_pids=lambda: conn.engine_pids, sampler=sampler,
+        )
+    except AgentError as exc:  # the bench goes on; --require-quiet then refuses (not quiet)
+        finding = {"code": "probe-error", "level": "warn", "value": None, "threshold": None,
+                   "unit": "", "message": str(exc),
+                   "remedy": "start `llmtop agent` on the engine's machine, or drop --probes"}
+        return {"type": "preflight", "verdict": "CANNOT CHECK", "quiet": False,
+                "error": str(exc), "duration_s": 0.0, "samples": 0, "findings": [finding]}
     upstream = conn.upstream
     if isinstance(upstream, EngineLike):
         engine = await engine_findings(upstream, conn.model, gpu_present=result.gpu_present)
@@ -169,8 +180,10 @@ class BenchRunner:
         on_progress: Callable[[BenchProgress], None] | None = None,
         on_event: Callable[[StreamEvent], None] | None = None,
         extra_header: dict[str, Any] | None = None,
+        agent: AgentTarget | None = None,
     ) -> None:
         self.conn = conn
+        self.agent = agent  # --probes: probe samples from the engine's machine
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
@@ -193,15 +206,16 @@ class BenchRunner:
         cfg = self.config
         interrupted = False
         # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
-        sampler = ProbeSampler(PROBE_INTERVAL_S, self.recorder.record_probe, engine_pids=lambda: self.conn.engine_pids,
-                               thresholds=load_thresholds())
+        sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
+                               lambda: self.conn.engine_pids, load_thresholds(),
+                               on_state=self.recorder.record_probe_state)
         sampler.start()
         try:
             self.on_progress(BenchProgress("environment", message="reading the engine's environment"))
             self.recorder.log.write({"type": "environment", "phase": "start", **await engine_environment(self.conn)})
             if cfg.preflight_s > 0:
                 self.on_progress(BenchProgress("preflight", message=f"preflight: sampling the machine for {cfg.preflight_s:g} s"))
-                preflight = await preflight_record(self.conn, cfg.preflight_s)
+                preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
                 self.recorder.log.write(preflight)
                 verdict = f"preflight {preflight['verdict']}" + "".join(
                     f"\n  {f['level'].upper()} {f['message']} — {f['remedy']}"

@@ -4,7 +4,9 @@ docs/method.md, "Calibration": token counts are measured, never estimated from w
 finds, for each target prompt size in tokens, the word count whose server-reported
 `prompt_eval_count` lands within a tolerance of the target, by sending short probe requests
 (the bench's options with `num_predict` 1, one fresh `PromptGenerator` prompt each) and
-stepping the word count until the measurement hits. Results are cached per engine kind +
+stepping the word count until the measurement hits. An engine whose streams carry no
+prompt count (llama-cpp-python's OpenAI server) is asked for it with `count_prompt_tokens`
+(the server's usage of a non-streamed request: `llmtop.engines.openai`). Results are cached per engine kind +
 model (+ digest) in `<user cache dir>/llmtop/calibration.json`; a cached calibration is still
 checked with one probe before it is trusted. `predicted_tokens` reads a calibration's probe
 table back as a prediction.
@@ -28,7 +30,7 @@ from typing import Any
 
 import platformdirs
 
-from llmtop.engines.base import Engine
+from llmtop.engines.base import Engine, EngineError
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.prompts import PromptGenerator, prompt_format_id
 from llmtop.sessions.request import chat_messages
@@ -239,6 +241,9 @@ class _Prober:
         if final.failure is not None:
             raise CalibrationError(f"calibration probe ({words} words) failed: {final.failure}")
         tokens = final.stats.prompt_eval_count if final.stats is not None else None
+        count = getattr(self.engine, "count_prompt_tokens", None)
+        if tokens is None and count is not None:
+            tokens = await self._counted(count, words, prompt)
         if tokens is None:
             raise CalibrationError(
                 f"{self.engine.host} did not report prompt_eval_count for a {words}-word probe: "
@@ -246,6 +251,17 @@ class _Prober:
             )
         self.probes.append((words, tokens))
         return tokens
+
+
+    async def _counted(self, count: Any, words: int, prompt: str) -> int:
+        """The server's count of the probe's prompt when its stream carried none (an OpenAI
+        server without usage in streams: `count_prompt_tokens`, its non-streamed usage)."""
+        try:
+            return int(await count(self.model, chat_messages(prompt)))
+        except EngineError as exc:
+            raise CalibrationError(
+                f"calibration probe ({words} words): counting its tokens failed: {exc.failure}"
+            ) from exc
 
 
 def _within(tokens: int, target: int, tolerance: float) -> bool:

@@ -9,6 +9,9 @@ from typing import Any
 
 import psutil
 
+from llmtop.probes.gpu import GpuProbe
+from llmtop.probes.system import SystemProbe, container_limits
+
 
 def cpu_model() -> str:
     """The CPU's marketing name where the OS tells it (Linux /proc/cpuinfo, else platform)."""
@@ -26,9 +29,6 @@ def environment() -> dict[str, Any]:
     """OS, CPU model and core counts, RAM (bytes), Python version, GPU (NVML when present, with
     the tool named), power source and container limits (`container_record`), as a JSON-ready
     dict (every session log's header)."""
-    from llmtop.probes.gpu import GpuProbe
-    from llmtop.probes.system import SystemProbe, container_limits
-
     gpu = GpuProbe().sample()
     battery = SystemProbe().sample().on_battery
     limits = container_limits()

@@ -6,6 +6,7 @@ Shared by the TUI and `llmtop run` so both record the same things the same way.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -15,6 +16,8 @@ from llmtop.sessions.environment import environment
 from llmtop.sessions.log import SessionLog, default_log_path, request_record
 from llmtop.sessions.records import RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
+
+LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
 
 
 class SessionRecorder:
@@ -82,8 +85,16 @@ class SessionRecorder:
         return RequestRecord.from_json(record)
 
     def record_probe(self, sample: Any) -> None:
-        """Append a probe sample (a ProbeSample); safe to call from the sampler thread."""
-        self.log.write_probe(sample.to_dict(), self.in_flight)
+        """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
+        `source` says where it was taken: LOCAL_SOURCE, or the agent's (probes.remote)."""
+        record = sample.to_dict()
+        if record.get("source") is None:
+            record["source"] = LOCAL_SOURCE
+        self.log.write_probe(record, self.in_flight)
+
+    def record_probe_state(self, state: str, detail: str) -> None:
+        """Log a change of the probe source (an agent "connected", "lost", "refused")."""
+        self.log.write({"type": "probe_source", "state": state, "detail": detail})
 
     def close(self) -> None:
         """Write the end record and close the log."""

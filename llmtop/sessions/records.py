@@ -254,12 +254,27 @@ class ProbeVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeSource:
+    """Where a probe sample was taken: kind "local" (this machine) or "agent" (`llmtop agent`
+    at `url` on `machine`, its stamps mapped onto ours with `clock_offset_ns` ±
+    `clock_uncertainty_ns`; received_ns: our perf_counter_ns when it arrived)."""
+
+    kind: str = "local"
+    machine: str | None = None
+    url: str | None = None
+    clock_offset_ns: int | None = None
+    clock_uncertainty_ns: int | None = None
+    received_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeRecord:
     """One probe sample as logged (`type: "probe"`; probes.sampler.ProbeSample.to_dict).
 
     request_id: the request it overlapped (None between requests). t_ns: perf_counter_ns
     when sampling began. processes / gpu / verdict: None when that probe failed (or, for an
-    older log, was not written). cost_ms: the sampling thread's CPU time, ms.
+    older log, was not written). cost_ms: the sampling thread's CPU time, ms. source: where
+    it was taken (None in logs written before llmtop recorded it: this machine).
     """
 
     request_id: int | None = None
@@ -269,6 +284,7 @@ class ProbeRecord:
     gpu: GpuRecord | None = None
     verdict: ProbeVerdict | None = None
     cost_ms: float | None = None
+    source: ProbeSource | None = None
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> ProbeRecord:

@@ -39,7 +39,7 @@ from llmtop.sessions.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.textfmt import num as _num
 from llmtop.sessions.textfmt import size as _bytes
 
-FORMATS = ("md", "csv", "json")
+FORMATS = ("md", "csv", "json", "html")
 
 
 @dataclass
@@ -93,7 +93,12 @@ def build(log: RunLog) -> Report:
 
 
 def render(report: Report, fmt: str) -> str:
-    """The report as text in `fmt` ("md", "csv" or "json"). Raises ValueError otherwise."""
+    """The report as text in `fmt` ("md", "csv", "json" or "html": html_report.py's
+    self-contained page). Raises ValueError otherwise."""
+    if fmt == "html":
+        from llmtop.sessions.html_report import report_html  # plotly: only when asked for
+
+        return report_html(report)
     if fmt == "md":
         return _markdown(report)
     if fmt == "csv":

@@ -10,6 +10,11 @@ sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
 `ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
 it fell in ("⚠ machine NOISY during this request") here and on the bench screen.
 
+The session (`SessionState`): every finished request joins it; the TTFT sparkline across
+requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from it by the same
+timer, only when its `version` or the request on screen changed. Enter on a history row puts
+that request on screen (`viewing`) until the next prompt.
+
 Ctrl+B opens the bench screen (`llmtop.tui.bench_screen`): `llmtop bench`'s protocol on this
 connection, after stopping any request still streaming here.
 """
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import socket
 import sys
 from typing import Any, ClassVar
 
@@ -33,7 +40,9 @@ from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, exit_code_for
-from llmtop.exitcodes import ExitCode
+from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
+from llmtop.probes.engine_identity import is_local_host
+from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.bench import BenchConfig
@@ -44,17 +53,22 @@ from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
+from llmtop.tui.plots_screen import PlotsScreen
+from llmtop.tui.session_state import SessionState
+from llmtop.tui.sessions_screen import SessionsScreen
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.help_screen import HelpScreen
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
+from llmtop.tui.widgets.request_history import RequestHistory
+from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers and the ITL sparkline: every 4th tick (5 Hz), readable
+NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (5 Hz), readable
 STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
 SHUTDOWN_WAIT_S = 5.0
 
@@ -67,8 +81,11 @@ class LlmtopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
+        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
+        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
+        Binding("f2", "history", "History"),
         Binding("escape", "stop", "Stop / leave prompt"),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         Binding("q", "quit", "Quit", show=False),
@@ -81,8 +98,10 @@ class LlmtopApp(App[int]):
         self._injected = connection
         self.conn: Connection | None = None
         self.recorder: SessionRecorder | None = None
-        self.sampler: ProbeSampler | None = None
+        self.sampler: ProbeSampler | AgentSampler | None = None
         self.live: LiveRequest | None = None
+        self.session = SessionState()
+        self.viewing: LiveRequest | None = None  # a past request picked in the history
         self.last_prompt: str | None = None
         self.connect_failure: EngineError | LogError | None = None
         self._pending: str | None = None
@@ -103,9 +122,12 @@ class LlmtopApp(App[int]):
             with Vertical(id="left"):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
+                yield SessionStrip(id="session")
+                yield RequestHistory(id="history")
             yield ProbePanel(id="probes")
         yield PromptInput(
-            placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F1 help", id="prompt"
+            placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
+            id="prompt",
         )
         yield Footer()
 
@@ -117,15 +139,19 @@ class LlmtopApp(App[int]):
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, forever
         prompt.focus()
+        self.query_one(RequestHistory).display = False  # F2 shows it
         self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
         if self.settings.probes:
-            self.sampler = ProbeSampler(
+            self.sampler = make_sampler(
+                self.settings.agent,
                 self.settings.probe_interval_s,
                 self._on_probe_thread,
                 engine_pids=lambda: self.conn.engine_pids if self.conn is not None else set(),
                 thresholds=self.settings.thresholds,
+                on_state=self._on_probe_state_thread,
             )
             self.sampler.start()
+        self._label_probes()
         self._connect()
 
     # ------------------------------------------------------------------ engine
@@ -158,6 +184,7 @@ class LlmtopApp(App[int]):
             await conn.close()
             return
         self.conn = conn
+        self._label_probes()
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
         try:
@@ -214,6 +241,7 @@ class LlmtopApp(App[int]):
                 return
             collector = recorder.new_request(prompt)
             live = self.live = LiveRequest(collector)
+            self.viewing = None
             self._set_probe_interval(streaming=True)
             try:
                 result = await run_request(lambda: recorder.stream(prompt), collector, live.add)
@@ -229,6 +257,7 @@ class LlmtopApp(App[int]):
         on screen (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
+        self.session.add(live)
         assert self.recorder is not None
         self.recorder.record(result)
         incomplete = self.recorder.log.incomplete
@@ -258,12 +287,42 @@ class LlmtopApp(App[int]):
         with contextlib.suppress(RuntimeError):  # the loop may be closing
             self.post_message(ProbeSampled(sample))
 
+    def _on_probe_state_thread(self, state: str, detail: str) -> None:
+        """Runs in the agent reader's thread: log the change, relabel the panel."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(LogError):
+                recorder.record_probe_state(state, detail)
+        self._probe_dirty = True  # the next frame redraws the title with the machine's name
+
+    def _label_probes(self) -> None:
+        """Name the machine the probe panel shows (`probe_label`)."""
+        with contextlib.suppress(NoMatches):
+            self.query_one(ProbePanel).label = self.probe_label()
+
+    def probe_label(self) -> str:
+        """The probe panel's title: the agent's machine (`--probes`), or, when the engine is
+        on another machine and no agent is given, that this machine is not the engine's."""
+        sampler = self.sampler
+        if isinstance(sampler, AgentSampler):
+            if sampler.state == "connected":
+                return f"engine's machine: {sampler.machine} (agent)"
+            return f"agent {sampler.target.url}: {sampler.state}"
+        if self.conn is None or self._injected is not None:  # an injected one: a test's fake
+            return "machine"
+        return machine_label(self.conn.upstream.host)
+
     def on_probe_sampled(self, message: ProbeSampled) -> None:
         self._probe_sample = message.sample
         self._probe_dirty = True
         live = self.live
-        if self.noise.add(message.sample) and live is not None:
-            live.mark_noisy(self.noise.first_during(*live.span_ns))
+        if not self.noise.add(message.sample):
+            return
+        # the request streaming now, and the last one ended: a sample taken during it may
+        # arrive after the next one started
+        recent = {id(r): r for r in (live, *self.session.requests[-1:]) if r is not None}
+        for request in recent.values():
+            self.session.mark_noisy(request, self.noise.first_during(*request.span_ns))
 
     @property
     def latest_probe(self) -> ProbeSample | None:
@@ -277,9 +336,15 @@ class LlmtopApp(App[int]):
         with contextlib.suppress(NoMatches):  # the widgets are gone while shutting down
             self._render_widgets()
 
+    @property
+    def shown(self) -> LiveRequest | None:
+        """The request on screen: the one picked in the history, else the latest."""
+        return self.viewing or self.live
+
     def _render_widgets(self) -> None:
         self._frame += 1
-        live = self.live
+        live = self.shown
+        urgent = False
         if live is not None:
             urgent = live.urgent  # first chunk or the end: draw now
             if live.dirty and (urgent or self._frame % TEXT_EVERY == 0):
@@ -287,15 +352,45 @@ class LlmtopApp(App[int]):
                 self.query_one(TokenPane).show_live(live)
             if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
                 live.numbers_dirty = live.urgent = False
-                self.query_one(MetricsStrip).show_live(live)
+                self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
+        on_main = self.screen is self.default_screen  # not under help or the bench screen
+        if on_main and (urgent or self._frame % NUMBERS_EVERY == 0):
+            self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
+            history = self.query_one(RequestHistory)
+            if history.display:
+                history.sync(self.session)
         if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
             self._probe_dirty = False
+            self._label_probes()
             self.query_one(ProbePanel).show(self._probe_sample)
 
     # ------------------------------------------------------------------ keys
 
     def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
         self.action_help()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """F2 (the history) belongs to the main screen: not shown, not run elsewhere."""
+        if action == "history":
+            return self.screen is self.default_screen
+        return True
+
+    def action_history(self) -> None:
+        """F2: show the request history (focused) or hide it (back to the prompt)."""
+        history = self.query_one(RequestHistory)
+        history.display = not history.display
+        if history.display:
+            history.sync(self.session)
+            history.table.move_cursor(row=len(history.rows) - 1)  # the latest request
+            history.table.focus()
+        else:
+            self.action_focus_prompt()
+
+    def on_request_history_selected(self, message: RequestHistory.Selected) -> None:
+        """Enter on a history row: put that request's tokens and figures on screen."""
+        picked = self.session.requests[message.number - 1]
+        self.viewing = None if picked is self.live else picked
+        picked.dirty = picked.numbers_dirty = picked.urgent = True
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""
@@ -331,6 +426,18 @@ class LlmtopApp(App[int]):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.wait(), SHUTDOWN_WAIT_S)
         await self.push_screen(BenchScreen(self, self.conn, str(self.recorder.log.path)))
+
+    def action_plots(self) -> None:
+        """The plots screen of this session's log so far."""
+        if self.recorder is None:
+            self.notify("no session log yet")
+            return
+        self.push_screen(PlotsScreen(str(self.recorder.log.path)))
+
+    def action_sessions(self) -> None:
+        """The saved logs, in the folder of this session's log (else the default one)."""
+        folder = () if self.recorder is None else (str(self.recorder.log.path.parent),)
+        self.push_screen(SessionsScreen(folder))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
@@ -395,6 +502,14 @@ class LlmtopApp(App[int]):
         await self._close_session()
 
 
+def machine_label(engine_host: str) -> str:
+    """The probe panel's title without an agent: "machine" when the engine at `engine_host`
+    runs here, else a plain statement that the panel shows this machine, not the engine's."""
+    if is_local_host(engine_host):
+        return "machine"
+    return f"this machine ({socket.gethostname()}), not the engine's ({engine_host})"
+
+
 def make_app(settings: TuiSettings, connection: Connection | None = None) -> LlmtopApp:
     """Build the TUI from plain settings (the CLI and tests).
 
@@ -412,7 +527,24 @@ def main(settings: TuiSettings) -> int:
               "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
         return int(ExitCode.USAGE)
     app = make_app(settings)
-    code = app.run()
+    received: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        # SIGTERM/SIGHUP quit as the quit key does: on_unmount records the stream as cancelled
+        # and stops the engine. The handler runs on the app's own (main) thread.
+        received.append(signum)
+        with contextlib.suppress(RuntimeError):  # no loop yet: nothing to stop
+            asyncio.get_running_loop().call_soon_threadsafe(app.exit)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        code = app.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        print(f"llmtop: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
+        return signal_exit_code(received[0])
     return int(code if code is not None else app.exit_code)
 
 

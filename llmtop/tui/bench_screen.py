@@ -180,7 +180,8 @@ class BenchScreen(Screen[None]):
 
         def make() -> BenchRunner:
             return BenchRunner(
-                self.conn, config, str(path) if path else None, state.on_progress, state.on_event
+                self.conn, config, str(path) if path else None, state.on_progress, state.on_event,
+                agent=self.host.settings.agent,
             )
 
         task = asyncio.ensure_future(asyncio.to_thread(make))

@@ -21,6 +21,7 @@ class TuiSettings:
     log_path: the session log (JSONL); None = a new file in the user data directory.
     probe_interval_s: seconds between probe samples while idle; halved while a request streams.
     probes: False runs no probe sampler (tests post samples themselves).
+    agent: `llmtop agent` to take the probe samples from (`--probes URL`); None = this machine.
     bench_*: the bench screen's (Ctrl+B) form defaults — measured requests per prompt size,
     warm-up requests, prompt sizes (tokens, calibrated) and max output tokens; the source's
     protocol (25 · 1 · 200 · 100). bench_use_cache: reuse a cached prompt calibration.
@@ -40,6 +41,7 @@ class TuiSettings:
     probes: bool = True
     thresholds: Any = None  # verdict.Thresholds from the config file; None = the defaults
     engine_pids: tuple[int, ...] = ()  # --engine-pid / [engine] pids: the measured engine
+    agent: Any = None  # probes.remote.AgentTarget (--probes): samples from the engine's machine
     bench_requests: int = BenchConfig.requests
     bench_warmup: int = BenchConfig.warmup
     bench_prompt_tokens: tuple[int, ...] = BenchConfig.prompt_tokens

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from textual.widgets import Sparkline
 
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import make_app
@@ -53,8 +54,18 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
             pilot, lambda: app.query_one(ProbePanel).sample is not None, 10, "a probe sample"
         )
         assert "llmtop itself:" in shown(app, "#apps")
+        # the session's TTFT sparkline: one bar per request, the first request's TTFT
+        ttfts = app.query_one("#session-ttft", Sparkline)
+        await wait_for(pilot, lambda: len(ttfts.data or ()) == 1, 10, "one TTFT bar")
+        assert tuple(ttfts.data or ()) == (result.metrics.ttft_ms,)
+        await pilot.press("ctrl+r")  # the same prompt again: a second bar
+        await wait_for(pilot, lambda: len(app.session.requests) == 2, 120, "the second request")
+        await wait_for(pilot, lambda: len(ttfts.data or ()) == 2, 10, "two TTFT bars")
+        second = app.session.requests[1].result
+        assert second is not None and second.status == "ok", second
+        assert tuple(ttfts.data or ()) == (result.metrics.ttft_ms, second.metrics.ttft_ms)
     log = read_log(log_path)
-    (req,) = log.requests
+    req, _ = log.requests
     assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(
         result.metrics.ttft_ms
     )

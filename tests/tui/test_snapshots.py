@@ -1,5 +1,6 @@
 """Snapshot tests (pytest-textual-snapshot): the main screen after a request, the probe panel
-NOISY with a grouped browser, the bench verdict (CLEAN and CONTAMINATED) and the help screen.
+NOISY with a grouped browser, the main screen with a session of three requests and its history,
+the bench verdict (CLEAN and CONTAMINATED) and the help screen.
 
 Everything on screen is seeded: the scripted engine on its virtual clock (fakes.py), fixed probe
 samples (no psutil), the session log at a relative path inside a temporary working directory,
@@ -44,9 +45,11 @@ from .test_bench_screen import build as bench_build
 from .test_bench_screen import finish, open_and_start
 from .test_fake_engine import build as main_build
 from .test_fake_engine import drawn, send
+from .test_session_view import run_three, session_app
 
 MAIN_SIZE = (140, 36)
-HELP_SIZE = (140, 50)  # tall enough for the whole help
+SESSION_SIZE = (140, 44)  # room for the history under the metrics
+HELP_SIZE = (140, 54)  # tall enough for the whole help
 BENCH_SIZE = (160, 45)  # wide enough for the bench screen's probe panel
 THEME = "textual-dark"
 BENCH_TIME = datetime(2026, 1, 2, 3, 4, 5)  # the bench log's name: s.bench-20260102-030405
@@ -66,6 +69,9 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "llmtop.tui.bench_screen.bench_log_path",
         lambda session: bench_config.bench_log_path(session, BENCH_TIME),
     )
+    # samples are posted by hand, and a loaded machine can take longer than the panel's
+    # staleness limit (real time) to draw a bench: "stale, 6 s old" must not enter a snapshot
+    monkeypatch.setattr("llmtop.tui.widgets.probe_panel.STALE_AFTER_S", 1e9)
 
 
 def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
@@ -120,6 +126,26 @@ def test_probe_panel_noisy_with_a_grouped_browser(
     app = main_app(monkeypatch)
     noisy = Verdict.of([browser_busy()])
     assert snap_compare(app, terminal_size=MAIN_SIZE, run_before=hello_with(100.0, noisy))
+
+
+def test_main_screen_with_a_session(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three requests (test_session_view.py derives their figures), the 2nd during a NOISY
+    sample: the TTFT sparkline with "!" under the 2nd and "▲" under the 3rd, the 3rd's token
+    gaps with the 2nd's TPOT as reference, and the history (F2) with the 3rd compared to the 2nd
+    (c); a QUIET sample last in the probe panel."""
+    app = seeded(session_app(Path(), monkeypatch))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await run_three(pilot, app)
+        live = app.live
+        await wait_for(pilot, lambda: live is not None and not live.numbers_dirty, what="drawn")
+        quiet = machine_sample(SENT_NS + 10**12, 12.0, busy_apps()[1:], Verdict.of([]), 3.2)
+        await show_probe(pilot, app, quiet)
+        await pilot.press("f2", "c")
+        compared = app.screen.query_one("#history-compare")
+        await wait_for(pilot, lambda: "#3 ÷ #2" in str(compared.content), what="comparison")
+
+    assert snap_compare(app, terminal_size=SESSION_SIZE, run_before=run_before)
 
 
 def test_help_screen(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:

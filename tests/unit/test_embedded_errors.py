@@ -31,6 +31,12 @@ class ScriptedBackend:
     def unload(self):
         self.loaded = None
 
+    def close(self):
+        self.loaded = None
+
+    def n_vocab(self):
+        return 1000
+
     def chat_prompt(self, messages):
         return "p", ()
 
@@ -48,7 +54,7 @@ class ScriptedBackend:
 def client_for(backend) -> httpx.AsyncClient:
     engine = EmbeddedEngine(DESC)
     engine.backend = backend
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(engine)), base_url="http://engine")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(engine)), base_url="http://127.0.0.1:11434")
 
 
 BODY = {"model": "m:1", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,9 +1,12 @@
 """Live numbers under the token pane, then the server's own figures once the request is done.
 
-Row 1 (live): TTFT (ms) · text chunks, then tokens · decode rate. Row 2: a Sparkline of ITL
-(ms per gap between chunks), growing per chunk. Row 3 (after done): status, client TPOT and
-E2E (ms). Row 4: server prefill/decode (tok/s), load and overhead (ms). Row 5: the failure
-and its remedy, when there is one. Row 6: "⚠ machine NOISY during this request: …" when a
+Row 1 (live): TTFT (ms) · text chunks, then tokens · decode rate. Row 2: what the sparkline
+below shows — chunk gaps while streaming (a chunk is not known to be a token until the server's
+count arrives), token gaps once the server counted one token per chunk, chunk gaps with the
+tokens per chunk otherwise — with the running TPOT and decode rate (per chunk while streaming,
+per token after) and the previous request's TPOT, faint. Row 3: a Sparkline of those gaps (ms),
+growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5: server prefill/decode (tok/s), load and overhead (ms). Row 6: the failure
+and its remedy, when there is one. Row 7: "⚠ machine NOISY during this request: …" when a
 probe sample taken while the request streamed was NOISY.
 """
 
@@ -18,9 +21,11 @@ from llmtop.engines.events import Status
 from llmtop.sessions.request import RequestResult
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
+from llmtop.tui.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.token_pane import failure_text
 
 _FIXED = frozenset({"ttft", "count", "decode"})
+_HIDE_EMPTY = frozenset({"failure", "noise"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
 NOISY_PREFIX = "⚠ machine NOISY during this request: "
@@ -59,6 +64,23 @@ def live_texts(live: LiveRequest) -> dict[str, Text]:
     }
 
 
+def gaps_text(view: GapsView) -> Text:
+    """The gaps row: "token gaps ms  TPOT 10.14 ms/tok · 98.6 tok/s · prev 15.14 ms/tok"
+    (`GapsView`; per chunk and chunk/s while streaming; "prev" dim)."""
+    tpot = fmt.NA if view.tpot_ms is None else f"{fmt.ms(view.tpot_ms, 2)}/{view.unit}"
+    text = Text.assemble(
+        (view.label, "bold"),
+        "  TPOT ",
+        (tpot, "bold"),
+        " · ",
+        (fmt.rate(view.rate, f"{view.unit}/s"), "bold"),
+    )
+    if view.previous_tpot_ms is not None:
+        previous = f" · prev {fmt.ms(view.previous_tpot_ms, 2)}/{view.previous_unit}"
+        text.append(previous, "dim")
+    return text
+
+
 def result_texts(result: RequestResult) -> dict[str, Text | str]:
     """A finished request's rows, by label id: "ttft" (ms), "count" (the server's eval_count,
     or the client's chunks when it sent none), "decode" (client tok/s), "client" (status,
@@ -93,7 +115,7 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
 
 
 class MetricsStrip(Vertical):
-    """TTFT/tokens/decode/ITL while streaming; server prefill/decode/load/overhead/status after."""
+    """TTFT/tokens/decode/gaps while streaming; server prefill/decode/load/overhead/status after."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -105,13 +127,16 @@ class MetricsStrip(Vertical):
             yield Static("TTFT —", id="ttft")
             yield Static("tokens —", id="count")
             yield Static("decode —", id="decode")
-        with Horizontal(id="itl-row"):
-            yield Static("ITL ms", id="itl-label")
-            yield Sparkline([], id="itl")
+        yield Static("chunk gaps ms", id="itl-label")
+        yield Sparkline([], id="itl")
         yield Static("", id="client")
         yield Static("", id="server")
         yield Static("", id="failure")
         yield Static("", id="noise")
+
+    def on_mount(self) -> None:
+        for wid in _HIDE_EMPTY:
+            self._static(wid).display = False
 
     def _static(self, wid: str) -> Static:
         return self.query_one(f"#{wid}", Static)
@@ -119,10 +144,14 @@ class MetricsStrip(Vertical):
     def _put(self, wid: str, content: Text | str) -> None:
         """Update a label. The live labels have fixed widths (CSS), so they repaint in place;
         the rows below change height, and are only set when a request starts or ends."""
-        self._static(wid).update(content, layout=wid not in _FIXED)
+        static = self._static(wid)
+        static.update(content, layout=wid not in _FIXED)
+        if wid in _HIDE_EMPTY:
+            static.display = bool(str(content))  # no blank line where there is nothing to say
 
-    def show_live(self, live: LiveRequest) -> None:
-        """Update from the live buffers (capped render timer only)."""
+    def show_live(self, live: LiveRequest, previous: RequestResult | None = None) -> None:
+        """Update from the live buffers (capped render timer only); `previous` is the request
+        before it (its TPOT is drawn as a reference)."""
         result = live.result
         if result is None:
             for wid, content in live_texts(live).items():
@@ -138,10 +167,14 @@ class MetricsStrip(Vertical):
         if live.noisy != self._noise_shown:
             self._noise_shown = live.noisy
             self._put("noise", noise_text(live.noisy))
+        view = gaps_view(live, previous)
+        head = gaps_text(view)
+        label = self._static("itl-label")
+        if label.content != head:
+            label.update(head, layout=False)  # one line, full width: repaints in place
         spark = self.query_one("#itl", Sparkline)
-        data = tuple(live.itl_ms)
-        if spark.data != data:
-            spark.data = data
+        if spark.data != view.gaps_ms:
+            spark.data = view.gaps_ms
 
     def show_result(self, result: RequestResult) -> None:
         """The finished request's metrics (client and server side) and its status."""

@@ -7,12 +7,14 @@ import time
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
+from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.widgets.apps_view import AppsView
 from llmtop.tui.widgets.system_view import SystemView
 from llmtop.tui.widgets.verdict_badge import VerdictBadge
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
+SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
 
 
 class ProbePanel(VerticalScroll):
@@ -21,11 +23,16 @@ class ProbePanel(VerticalScroll):
     When a sample has no process data (its read gave up, see `ProcessProbe`), the last good
     process data is shown marked stale with its age. When no sample at all has arrived for
     STALE_AFTER_S, the border title says how old the shown data is.
+
+    label: the border title, naming the machine shown ("machine"; the app names the agent's
+    machine, or says this is not the engine's). A sample from an agent (`RemoteSample`) is
+    aged from when it was taken (its stamp, mapped onto our clock), not from when it came.
     """
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.border_title = "machine"
+        self.label = "machine"
+        self.border_title = self.label
         self.sample: ProbeSample | None = None
         self._good: ProbeSample | None = None  # the last sample with process data
         self._shown_ns: int | None = None
@@ -42,7 +49,9 @@ class ProbePanel(VerticalScroll):
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
         self._shown_ns = time.perf_counter_ns()
-        self.border_title = "machine"
+        if isinstance(sample, RemoteSample):
+            self._shown_ns = min(self._shown_ns, sample.t_ns)
+        self.border_title = self.label
         if sample.processes is not None:
             self._good = sample
         good = self._good
@@ -56,12 +65,17 @@ class ProbePanel(VerticalScroll):
         )
 
     def check_age(self, now_ns: int | None = None) -> float | None:
-        """Seconds since the last sample was shown (`now_ns`: perf_counter_ns, default now);
-        past STALE_AFTER_S the border title reads "machine — stale, 7 s old". None before
-        the first sample."""
+        """Seconds since the last sample was shown, or for an agent's since it was taken
+        (`now_ns`: perf_counter_ns, default now);
+        past STALE_AFTER_S the border title reads "machine — stale, 7 s old"; an agent's
+        sample past SLOW_AFTER_S (a slow agent) reads "… — 3 s old". None before the first."""
         if self._shown_ns is None:
             return None
         age = ((now_ns if now_ns is not None else time.perf_counter_ns()) - self._shown_ns) / 1e9
-        stale = age > STALE_AFTER_S
-        self.border_title = f"machine — stale, {age:.0f} s old" if stale else "machine"
+        title = self.label
+        if age > STALE_AFTER_S:
+            title = f"{self.label} — stale, {age:.0f} s old"
+        elif age > SLOW_AFTER_S and isinstance(self.sample, RemoteSample):
+            title = f"{self.label} — {age:.0f} s old"
+        self.border_title = title
         return age

@@ -18,14 +18,15 @@ class ReportScreen(ModalScreen[None]):
         Binding("escape,q,r", "dismiss", "Close report"),
     ]
 
-    def __init__(self, markdown: str, log_path: str) -> None:
+    def __init__(self, markdown: str, log_path: str, title: str = "bench report") -> None:
         super().__init__()
         self.markdown = markdown
         self.log_path = log_path
+        self.title_text = title
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report-box") as box:
-            box.border_title = "bench report"
+            box.border_title = self.title_text
             box.border_subtitle = "Esc closes"
             yield Markdown(self.markdown, id="report-md")
             yield Static(f"from {self.log_path} (llmtop report {self.log_path})", classes="dim")

@@ -1,0 +1,1 @@
+"""`llmtop agent`: serves this machine's probe samples to an llmtop on another machine."""

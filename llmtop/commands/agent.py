@@ -1,0 +1,103 @@
+"""`llmtop agent`: serve this machine's probe samples to llmtop on another machine (blocks).
+
+Run it where the engine runs; point llmtop at it with `--probes http://THIS-HOST:11500`. It
+binds loopback unless told otherwise, and refuses (exit 2, saying why) to listen on any other
+address without `--token-file`; with a token, every request must carry it. It exits when the
+process given as `--parent-pid` is gone (tests) and on SIGTERM or Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from llmtop.agent.server import Agent, create_app
+from llmtop.engines.child import port_problem, watch_parent
+from llmtop.engines.hosts import HostError, resolve_host
+from llmtop.exitcodes import ExitCode
+
+PROG = "llmtop agent"
+MIN_TOKEN_CHARS = 16  # a guessable token is no protection; `openssl rand -hex 16` gives 32
+
+
+def is_loopback(host: str) -> bool:
+    """True for "localhost" and loopback IP addresses (127.0.0.0/8, ::1); False for anything
+    else, "0.0.0.0" and names included (a name may resolve off this machine)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: str | None) -> str | None:
+    """The token in `path` (surrounding whitespace removed); None without a path. Raises
+    ValueError saying why a file cannot serve as one (unreadable, empty, short)."""
+    if path is None:
+        return None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read --token-file {path}: {exc}") from None
+    if len(token) < MIN_TOKEN_CHARS or not token.isascii() or not token.isprintable():
+        raise ValueError(f"the token in {path} must be at least {MIN_TOKEN_CHARS} printable "
+                         "ASCII characters (e.g. `openssl rand -hex 16 > FILE`)")
+    return token
+
+
+def check(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(token, "") when the agent may start as asked, else (None, why not)."""
+    try:
+        token = read_token(args.token_file)
+    except ValueError as exc:
+        return None, str(exc)
+    if not args.interval > 0:
+        return None, f"--interval must be > 0 seconds, got {args.interval}"
+    if token is None and not is_loopback(args.host):
+        return None, (f"refusing to listen on {args.host} without --token-file: anyone who can "
+                      "reach it could read this machine's state; give a token file (and the "
+                      "same token to llmtop with --probes-token-file), or bind 127.0.0.1")
+    problem = port_problem(args.host, args.port)
+    if problem is not None:
+        return None, f"cannot listen on {args.host}:{args.port} ({problem}); pick another --port"
+    return token, ""
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until stopped. Returns an ExitCode: OK after SIGTERM or Ctrl+C, USAGE when it
+    refuses to start (no token off loopback, bad token file, port taken, bad --engine-host)."""
+    token, why = check(args)
+    if why:
+        print(f"{PROG}: {why}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        engine_host = resolve_host(args.engine_host)
+    except HostError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
+    agent = Agent(engine_host, args.interval, engine_pids=tuple(args.engine_pid or ()),
+                  share_cmdlines=args.share_cmdlines, clock_offset_ns=args.clock_offset_ns)
+
+    def _terminated(_signum: int, _frame: object) -> None:
+        raise SystemExit(ExitCode.OK)
+
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"{PROG}: serving {agent.machine}'s probes at http://{shown}:{args.port}/ "
+          f"(engine {engine_host}; {'token required' if token else 'no token: loopback only'}"
+          f"{'; sharing command lines' if args.share_cmdlines else ''})", file=sys.stderr,
+          flush=True)
+    try:
+        uvicorn.run(create_app(agent, token), host=args.host, port=args.port,
+                    log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return ExitCode.OK

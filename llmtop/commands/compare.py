@@ -1,0 +1,54 @@
+"""`llmtop compare A.jsonl B.jsonl [C.jsonl …]`: is B (and C …) faster than the baseline A?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmtop.commands.output import emit
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.compare import compare_logs
+from llmtop.sessions.compare_report import markdown, to_json
+from llmtop.sessions.log import LogError, read_log
+from llmtop.sessions.records import RunLog
+
+REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
+
+
+def main(args: argparse.Namespace) -> int:
+    """Compare each log after the first with the first. Returns 0 (no regression), 1 (a
+    metric significantly slower beyond --threshold), or 2 (fewer than two logs, an unreadable
+    log, runs that are not comparable, or an unwritable --out)."""
+    if len(args.logs) < 2:
+        print("llmtop compare: give at least two logs (the baseline first)", file=sys.stderr)
+        return ExitCode.USAGE
+    logs: list[RunLog] = []
+    try:
+        for path in args.logs:
+            logs.append(read_log(path))
+    except LogError as exc:
+        print(f"llmtop compare: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    for path, log in zip(args.logs, logs, strict=True):
+        for warning in log.warnings:
+            print(f"llmtop compare: {path}: {warning}", file=sys.stderr)
+    comparisons = [
+        compare_logs(logs[0], log, (args.logs[0], path), args.metric, args.vary,
+                     args.threshold, args.seed)
+        for path, log in zip(args.logs[1:], logs[1:], strict=True)
+    ]
+    if args.format == "html":
+        from llmtop.sessions.html_report import compare_html
+
+        text = compare_html(comparisons, logs)
+    else:
+        text = to_json(comparisons) if args.format == "json" else markdown(comparisons)
+    if not emit(text, args.out, "llmtop compare"):
+        return ExitCode.USAGE
+    for c in comparisons:
+        if c.refused:
+            print(f"llmtop compare: {args.logs[0]} and {c.name_b} are not comparable: "
+                  + "; ".join(c.checks.problems), file=sys.stderr)
+    if any(c.refused for c in comparisons):
+        return ExitCode.USAGE
+    return REGRESSION if any(c.regression for c in comparisons) else ExitCode.OK

@@ -1,0 +1,48 @@
+"""The end of an SSE-based stream, shared by `RelayEngine` and `OpenAIEngine`.
+
+Both read their server's events with httpx-sse in a generator of `StreamEvent`s and
+`Failure`s; `end_stream` turns that into the `Engine` contract: the text events, then exactly
+one done event — the server's own, or one carrying the first Failure (an HTTP error, an
+error event, a truncation) or the transport error that cut the stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from time import perf_counter_ns
+
+import httpx
+from httpx_sse import SSEError
+
+from llmtop.engines.events import Failure, StreamEvent
+from llmtop.engines.http import Peer, failure_for_transport, failure_protocol
+
+
+async def end_stream(
+    items: AsyncGenerator[StreamEvent | Failure, None],
+    peer: Peer,
+    before_failure: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncGenerator[StreamEvent, None]:
+    """Yield `items`' StreamEvents until the done one; a Failure among them, an SSEError (a
+    200 that is not `text/event-stream`: PROTOCOL) or an httpx error (`failure_for_transport`)
+    ends the stream with `StreamEvent(done=True, failure=...)`, stamped when it happened.
+    `before_failure` runs after that stamp, before the event is yielded (e.g. a re-scrape)."""
+    failure: Failure | None = None
+    try:
+        async with contextlib.aclosing(items) as events:
+            async for item in events:
+                if isinstance(item, Failure):
+                    failure = item
+                    break
+                yield item
+                if item.done:
+                    return
+    except SSEError as exc:
+        failure = failure_protocol(str(exc), peer=peer)
+    except httpx.HTTPError as exc:
+        failure = failure_for_transport(exc, peer=peer)
+    t_ns = perf_counter_ns()
+    if before_failure is not None:
+        await before_failure()
+    yield StreamEvent(t_ns, done=True, failure=failure)

@@ -1,0 +1,240 @@
+"""A scripted OpenAI-compatible server: each model name replays one stream shape byte for byte.
+
+Not an engine: it replays fixed SSE bodies (`SCENARIOS`) written after the shapes in
+docs/protocols.md — llama-server with `timings` (§3.4–3.6), vLLM's trailing and continuous
+usage (§4.3), LM Studio's `stats` (§4.4), Ollama's `/v1` with `delta.reasoning` (§4.2),
+llama-cpp-python's usage-less stream (§5.3) — plus the SSE details that break naive clients
+(comments, CRLF, `data:` without a space, errors mid-stream, early `[DONE]`). A few names
+answer with an HTTP error instead: "http-400", "http-500", "refuses-usage" (400 while the
+request carries `stream_options`, the "no-usage" stream without it); an unknown name gets 404.
+
+A non-streamed request answers `usage.prompt_tokens` = `PROMPT_BASE_TOKENS` + the number of
+words in the messages, so calibration through it has an exact, known token count.
+`kind` picks the routes that identify a server (`/props`, `/version`, `/api/v0/models`,
+`/openapi.json`); kind "vllm" also serves `/metrics`, whose histograms grow by
+`VLLM_SECONDS` per streamed reply. Serve it with `ScriptedOpenAI` (a context manager, a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Self
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from llmtop.testing.scripted import Recorder, ServeInThread
+
+PROMPT_BASE_TOKENS = 7  # the template's share of the scripted prompt count
+GAP_S = 0.002  # between two writes of a scripted body
+TIMINGS = {"cache_n": 2, "prompt_n": 9, "prompt_ms": 30.5, "prompt_per_token_ms": 3.39,
+           "prompt_per_second": 295.1, "predicted_n": 3, "predicted_ms": 20.25,
+           "predicted_per_token_ms": 10.125, "predicted_per_second": 98.8}
+
+
+def data(obj: Any) -> bytes:
+    """One SSE event `data: JSON` and its blank line (the OpenAI framing)."""
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(content: str | None = None, *, finish: str | None = None, role: str | None = None,
+          **delta_extra: Any) -> dict[str, Any]:
+    """A `chat.completion.chunk` with one choice; `delta_extra` adds delta fields
+    (`reasoning_content`, `reasoning`)."""
+    delta: dict[str, Any] = {**({"role": role} if role else {}), **delta_extra}
+    if content is not None:
+        delta["content"] = content
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    """An OpenAI `usage` object (with `prompt_tokens_details` when `cached` is given)."""
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
+
+
+DONE = b"data: [DONE]\n\n"
+HELLO = [data(chunk("Hel", role="assistant")), data(chunk("lo")), data(chunk("!"))]
+SCENARIOS: dict[str, list[bytes]] = {
+    # llama-server (§3.6): role + first text in one write; usage chunk carries `timings`
+    "llama-server": [
+        data(chunk(None, role="assistant")) + data(chunk("Hel")), data(chunk("lo")),
+        data(chunk("!")), data(chunk(None, finish="length")),
+        data({"choices": [], "usage": usage(11, 3, cached=2), "timings": TIMINGS}), DONE],
+    # vLLM (§4.3): trailing usage chunk; or cumulative usage on every chunk
+    "vllm": [*HELLO, data(chunk(None, finish="stop")),
+             data({"choices": [], "usage": usage(12, 3)}), DONE],
+    "vllm-continuous": [
+        data({**chunk("Hel", role="assistant"), "usage": usage(12, 1)}),
+        data({**chunk("lo"), "usage": usage(12, 2)}), data({**chunk("!"), "usage": usage(12, 3)}),
+        data({**chunk(None, finish="stop"), "usage": usage(12, 3)}), DONE],
+    # LM Studio (§4.4): standard usage plus `stats` (seconds)
+    "lm-studio": [*HELLO, data({**chunk(None, finish="stop"), "usage": usage(13, 3),
+                                "stats": {"tokens_per_second": 150.0,
+                                          "time_to_first_token": 0.125,
+                                          "generation_time": 0.02, "stop_reason": "eosFound"}}),
+                  DONE],
+    # Ollama /v1 (§4.2): thinking under delta.reasoning, finish chunk, usage chunk
+    "ollama-v1": [data(chunk("", role="assistant", reasoning="Let me")),
+                  data(chunk("", reasoning=" think")), data(chunk("Yes")),
+                  data(chunk("", finish="stop")), data({"choices": [], "usage": usage(14, 3)}),
+                  DONE],
+    "reasoning-content": [data(chunk(None, role="assistant", reasoning_content="Hm")),
+                          data(chunk("Ok")), data(chunk(None, finish="stop")), DONE],
+    # llama-cpp-python (§5.2b/5.3): role-only first chunk, no usage at all
+    "no-usage": [data(chunk(None, role="assistant")), data(chunk("")), *HELLO[1:],
+                 data(chunk(None, finish="stop")), DONE],
+    "comments": [b": ping\n\n", b":\n\n", *HELLO, b": ping - 2026-01-01 00:00:00\n\n",
+                 data(chunk(None, finish="stop")), DONE],
+    "crlf": [d.replace(b"\n", b"\r\n") for d in [*HELLO, data(chunk(None, finish="stop")), DONE]],
+    "no-space": [d.replace(b"data: ", b"data:") for d in
+                 [*HELLO, data(chunk(None, finish="stop")), DONE]],
+    "error-object": [*HELLO[:2], data({"error": {"message": "slot crashed", "type": "server_error",
+                                                 "code": 500}})],
+    "event-error": [*HELLO[:2], b'event: error\ndata: {"error": {"message": "out of memory"}}\n\n',
+                    DONE],
+    "done-early": [*HELLO[:2], DONE],  # llama-cpp-python interrupting for a waiting request
+    "no-done": [*HELLO, data(chunk(None, finish="stop"))],
+    "cut-off": HELLO[:2],
+    "garbage": [HELLO[0], b"data: {not json\n\n"],
+}
+HTTP_ERRORS = {
+    "http-400": (400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                                 "message": "request (6027 tokens) exceeds the available context "
+                                            "size (512 tokens), try increasing it"}}),
+    "http-500": (500, {"error": {"message": "internal failure", "type": "server_error"}}),
+}
+MODELS = ("llama-server", "vllm", "no-usage", "ollama-v1")
+
+
+async def _replay(rec: Recorder, frames: list[bytes]) -> Any:
+    finished = False
+    try:
+        for frame in frames:
+            await asyncio.sleep(GAP_S)
+            yield frame
+        finished = True
+    finally:
+        rec.cut_short.append(not finished)
+        rec.closed.set()
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return PROMPT_BASE_TOKENS + words
+
+
+async def _chat(request: Request) -> Response:
+    body = await request.json()
+    rec: Recorder = request.app.state.recorder
+    rec.requests.append((request.url.path, body))
+    model = body.get("model")
+    if not body.get("stream"):
+        return JSONResponse({"object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "x"},
+             "finish_reason": "length"}], "usage": usage(_prompt_tokens(body), 1)})
+    if model == "refuses-usage":
+        if "stream_options" in body:
+            return JSONResponse({"error": {"message": "unknown field: stream_options",
+                                           "type": "invalid_request_error"}}, status_code=400)
+        model = "no-usage"
+    if model in HTTP_ERRORS:
+        status, err = HTTP_ERRORS[model]
+        return JSONResponse(err, status_code=status)
+    if model not in SCENARIOS:
+        return JSONResponse({"error": {"message": f"model '{model}' not found",
+                                       "type": "not_found_error", "code": 404}}, status_code=404)
+    request.app.state.served += 1
+    return StreamingResponse(_replay(rec, SCENARIOS[model]), media_type="text/event-stream")
+
+
+# vLLM's histograms grow by these seconds per served stream (vllm kind only)
+VLLM_SECONDS = {"vllm:request_prefill_time_seconds": 0.0305,
+                "vllm:request_decode_time_seconds": 0.02025,
+                "vllm:e2e_request_latency_seconds": 0.0625}
+
+
+async def _metrics(request: Request) -> Response:
+    """Prometheus text as vLLM writes it: each histogram's `_sum` and `_count` so far."""
+    n = request.app.state.served
+    lines = []
+    for name, seconds in VLLM_SECONDS.items():
+        lines += [f"# HELP {name} scripted", f"# TYPE {name} histogram",
+                  f'{name}_bucket{{le="+Inf",model_name="vllm"}} {n}.0',
+                  f'{name}_sum{{model_name="vllm"}} {n * seconds!r}',
+                  f'{name}_count{{model_name="vllm"}} {n}.0']
+    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+async def _models(request: Request) -> Response:
+    meta = {"n_ctx": 4096, "n_params": 268098176, "size": 253231104, "ftype": "Q4_K - Medium"}
+    return JSONResponse({"object": "list", "data": [
+        {"id": m, "object": "model", **({"meta": meta} if request.app.state.kind ==
+                                        "llama-server" else {})} for m in MODELS]})
+
+
+TEMPLATE = "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"
+
+
+async def _apply_template(request: Request) -> Response:
+    """llama-server's `/apply-template`: the messages' text in a Gemma-like template."""
+    messages = (await request.json()).get("messages", [])
+    return JSONResponse({"prompt": "".join(TEMPLATE.format(m.get("content", ""))
+                                           for m in messages)})
+
+
+async def _tokenize(request: Request) -> Response:
+    """llama-server's `/tokenize`: one scripted token per whitespace-separated piece (the
+    template's markers included), plus a BOS when `add_special` is set."""
+    body = await request.json()
+    pieces = str(body.get("content", "")).replace("\n", " ").split()
+    bos = [2] if body.get("add_special") else []
+    return JSONResponse({"tokens": bos + list(range(100, 100 + len(pieces)))})
+
+
+IDENTITY_ROUTES = {
+    "llama-server": ("/props", {"build_info": "b1-scripted", "total_slots": 1}),
+    "vllm": ("/version", {"version": "0.0.0-scripted"}),
+    "lm-studio": ("/api/v0/models", {"object": "list", "data": []}),
+    "llama-cpp-python": ("/openapi.json", {"info": {"title": "🦙 llama.cpp Python API",
+                                                    "version": "0.0.0"}}),
+}
+
+
+def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None = None
+                      ) -> Starlette:
+    """The scripted OpenAI server's app, answering as `kind` (a key of IDENTITY_ROUTES, or
+    anything else for a server that identifies as none of them)."""
+    routes = [Route("/v1/models", _models), Route("/v1/chat/completions", _chat, methods=["POST"])]
+    if kind in IDENTITY_ROUTES:
+        path, answer = IDENTITY_ROUTES[kind]
+        routes.append(Route(path, lambda _r, a=answer: JSONResponse(a)))
+    if kind == "vllm":
+        routes.append(Route("/metrics", _metrics))
+    if kind == "llama-server":
+        routes += [Route("/apply-template", _apply_template, methods=["POST"]),
+                   Route("/tokenize", _tokenize, methods=["POST"])]
+    app = Starlette(routes=routes)
+    app.state.kind = kind
+    app.state.served = 0
+    app.state.recorder = recorder or Recorder()
+    return app
+
+
+class ScriptedOpenAI(ServeInThread):
+    """`with ScriptedOpenAI(kind) as up:` — `up.url` its root URL, `up.recorder` what it saw."""
+
+    def __init__(self, kind: str = "openai-compatible") -> None:
+        self.recorder = Recorder()
+        super().__init__(create_openai_app(kind, self.recorder))
+
+    def __enter__(self) -> Self:  # type: ignore[override]
+        super().__enter__()
+        return self

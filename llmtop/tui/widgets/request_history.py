@@ -1,0 +1,144 @@
+"""The request history: one DataTable row per finished request of the session (collapsible).
+
+F2 shows it (and focuses the table) or hides it; in the table ↑/↓ move, Enter shows the
+request's tokens and figures in the panes above (`Selected`), `c` compares it with the request
+before (each figure's ratio, `session_state.compare`). Rows are added when a request ends and
+a row's NOISY cell is rewritten when its mark changes — nothing is redrawn otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from llmtop.engines.events import Status
+from llmtop.tui import fmt
+from llmtop.tui.session_state import COMPARED, HistoryRow, SessionState, compare
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("n", "#"),
+    ("time", "time"),
+    ("prompt", "prompt"),
+    ("ttft", "TTFT ms"),
+    ("tpot", "TPOT ms"),
+    ("decode", "decode cl/srv"),
+    ("tokens", "tokens"),
+    ("status", "status"),
+    ("noisy", "noisy"),
+)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return fmt.NA if value is None else f"{value:.{digits}f}"
+
+
+def noisy_cell(noisy: str | None) -> Text:
+    """"⚠" (yellow) when a probe sample taken during the request was NOISY, else ""."""
+    return Text("⚠", style="bold yellow") if noisy else Text("")
+
+
+def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
+    """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
+    as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk count."""
+    tokens = fmt.NA if row.tokens is None else str(row.tokens)
+    if row.tokens_basis == "chunks":
+        tokens += " ch"
+    status_style = "green" if row.status == Status.OK else "yellow"
+    return (
+        str(row.number),
+        row.time,
+        row.prompt,
+        _num(row.ttft_ms),
+        _num(row.tpot_ms, 2),
+        f"{_num(row.decode_tps)}/{_num(row.server_decode_tps)}",
+        tokens,
+        Text(row.status, style=status_style),
+        noisy_cell(row.noisy),
+    )
+
+
+def compare_text(row: HistoryRow, before: HistoryRow | None) -> Text:
+    """"#3 ÷ #2  TTFT ×1.03  TPOT ×1.33  …": each figure of `row` over `before`'s."""
+    if before is None:
+        return Text(f"#{row.number} is the first request: nothing before it to compare", "dim")
+    ratios = compare(row, before)
+    text = Text.assemble((f"#{row.number} ÷ #{before.number}", "bold"))
+    for name, _ in COMPARED:
+        value = ratios[name]
+        text.append(f"  {name} ")
+        text.append(fmt.NA if value is None else f"×{value:.2f}", "bold")
+    return text
+
+
+class RequestHistory(Vertical):
+    """The session's requests (see the module docstring). Hidden until F2."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "compare", "Compare with previous"),
+    ]
+
+    class Selected(Message):
+        """Enter on a row: show request `number` (1-based) in the panes above."""
+
+        def __init__(self, number: int) -> None:
+            super().__init__()
+            self.number = number
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "history · Enter shows · c compares with the one before · F2 hides"
+        self.rows: list[HistoryRow] = []
+        self._version = -1
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[str | Text] = DataTable(id="history-table", cursor_type="row")
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield Static("", id="history-compare")
+
+    @property
+    def table(self) -> DataTable[str | Text]:
+        """The rows' DataTable."""
+        return self.query_one("#history-table", DataTable)
+
+    def sync(self, session: SessionState) -> bool:
+        """Add the rows of requests that ended, rewrite NOISY cells that changed; only when
+        `session.version` moved. True when something was drawn."""
+        if session.version == self._version:
+            return False
+        self._version = session.version
+        table = self.table
+        for number in range(1, len(session.requests) + 1):
+            row = session.row(number)
+            if number > len(self.rows):
+                self.rows.append(row)
+                table.add_row(*row_cells(row), key=str(number))
+            elif row.noisy != self.rows[number - 1].noisy:
+                self.rows[number - 1] = row
+                table.update_cell(str(number), "noisy", noisy_cell(row.noisy))
+        return True
+
+    def selected(self) -> HistoryRow | None:
+        """The row under the cursor (None when there is none)."""
+        index = self.table.cursor_row
+        return self.rows[index] if 0 <= index < len(self.rows) else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if 0 <= event.cursor_row < len(self.rows):
+            self.post_message(self.Selected(self.rows[event.cursor_row].number))
+
+    def action_compare(self) -> None:
+        """c: the selected request's figures over the previous request's (ratios)."""
+        row = self.selected()
+        if row is None:
+            return
+        before = self.rows[row.number - 2] if row.number >= 2 else None
+        self.query_one("#history-compare", Static).update(compare_text(row, before))

@@ -1,0 +1,98 @@
+"""The plots screen (Ctrl+G) and the sessions screen (Ctrl+O) on logs built for the test, and
+the keys that open them from the app."""
+
+from __future__ import annotations
+
+import random
+
+from textual.app import App
+from textual.widgets import DataTable, Markdown, Static
+from textual_plotext import PlotextPlot
+
+from llmtop.tui.app import make_app
+from llmtop.tui.plots_screen import PlotsScreen
+from llmtop.tui.sessions_screen import SessionsScreen
+from llmtop.tui.settings import TuiSettings
+from llmtop.tui.widgets.report_screen import ReportScreen
+from tests.unit.compare_logs import lognormal, write_log
+
+from .fakes import FakeEngine, fake_connection, wait_for
+
+
+class Host(App[None]):
+    """An empty app that opens one screen."""
+
+    def __init__(self, screen) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.first = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self.first)
+
+
+def _text(widget: Static) -> str:
+    return str(widget.render())
+
+
+async def test_plots_show_the_series_and_histograms_of_a_log(tmp_path):
+    path = write_log(tmp_path / "a.jsonl", [400.0 + i for i in range(12)], target=200)
+    screen = PlotsScreen(str(path))
+    async with Host(screen).run_test(size=(140, 44)) as pilot:
+        await wait_for(pilot, lambda: screen.series != [], what="series")
+        await pilot.pause()
+        assert _text(screen.query_one("#plots-title", Static)).startswith("200 tok (1 of 1")
+        ttft = screen.query_one("#plot-ttft", PlotextPlot)
+        # the ok series: request ids 2..13 (id 1 is the warm-up), TTFT 400..411 ms
+        (series,) = screen.series
+        assert [(i, t) for i, t, _ in series.points["ok"]] == [(i + 2, 400.0 + i) for i in range(12)]
+        assert [i for i, _t, _d in series.points["warmup"]] == [1]
+        drawn = str(ttft.render())
+        assert "TTFT ms per request" in drawn and "•" in drawn  # the ok series' dot markers
+        assert "inter-token gaps" in str(screen.query_one("#plot-itl-hist", PlotextPlot).render())
+
+
+async def test_a_log_that_cannot_be_read_says_why(tmp_path):
+    bad = tmp_path / "old.jsonl"
+    bad.write_text('{"type": "header", "format": 99}\n')
+    screen = PlotsScreen(str(bad))
+    async with Host(screen).run_test() as pilot:
+        await pilot.pause()
+        assert "session-log format 99" in _text(screen.query_one("#plots-title", Static))
+
+
+async def test_sessions_list_report_and_compare(tmp_path):
+    rng = random.Random(1)
+    a = write_log(tmp_path / "a.jsonl", lognormal(rng, 400, 20))
+    b = write_log(tmp_path / "b.jsonl", lognormal(rng, 480, 20))
+    screen = SessionsScreen([str(tmp_path)])
+    async with Host(screen).run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: len(screen.entries) == 2, what="the list")
+        table = screen.query_one("#sessions-table", DataTable)
+        assert table.row_count == 2 and {e.path for e in screen.entries} == {str(a), str(b)}
+        first = screen.entries[0].path
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ReportScreen), what="report")
+        assert pilot.app.screen.log_path == first
+        await pilot.press("escape")
+        await pilot.press("c", "down", "c")  # baseline A = the first row, B = the second
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ReportScreen), what="compare")
+        md = pilot.app.screen.query_one(Markdown).source
+        assert md.startswith("# llmtop compare") and f"against {first}" in md
+        await pilot.press("escape")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, PlotsScreen), what="plots")
+
+
+async def test_ctrl_g_and_ctrl_o_open_the_screens_from_the_app(tmp_path):
+    write_log(tmp_path / "old.jsonl", [400.0] * 5)
+    settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection(FakeEngine()))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlotsScreen), what="plots")
+        assert app.screen.log_path == str(tmp_path / "s.jsonl")
+        await pilot.press("escape")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen), what="sessions")
+        await wait_for(pilot, lambda: len(app.screen.entries) == 2, what="both logs")

@@ -1,0 +1,166 @@
+"""SessionState (pure): the TTFT series across requests, the labelled gaps, history rows and
+compare ratios, from exact stamps. Expected values are worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llmtop.engines.events import ServerStats, StreamEvent
+from llmtop.sessions.request import RequestCollector
+from llmtop.tui.live import LiveRequest
+from llmtop.tui.session_state import (
+    MAX_BARS,
+    SessionState,
+    clock_time,
+    compare,
+    finite,
+    gaps_view,
+    prompt_start,
+    ratio,
+)
+from llmtop.tui.widgets.metrics_strip import gaps_text
+from llmtop.tui.widgets.request_history import compare_text, row_cells
+from llmtop.tui.widgets.session_strip import marks_text, summary_text
+
+MS = 1_000_000
+SENT = 1_000 * MS
+
+
+def request(
+    ttft_ms: float | None,
+    gap_ms: float = 10.0,
+    chunks: int = 3,
+    eval_count: int | None = 3,
+    prompt: str = "p",
+    done: bool = True,
+) -> LiveRequest:
+    """A request sent at SENT: `chunks` text chunks from `ttft_ms`, `gap_ms` apart, then (when
+    `done`) the done chunk 1 ms after the last one, with the server's eval_count."""
+    collector = RequestCollector(
+        prompt=prompt, options={}, model="m", wall_start="2026-01-02T03:04:05+01:00", sent_ns=SENT
+    )
+    live = LiveRequest(collector)
+    t = 0.0
+    for i in range(chunks if ttft_ms is not None else 0):
+        t = ttft_ms + i * gap_ms  # type: ignore[operator]
+        event = StreamEvent(SENT + round(t * MS), content=f"w{i}")
+        collector.add(event)
+        live.add(event)
+    if done:
+        end = StreamEvent(SENT + round((t + 1.0) * MS), done=True, stats=ServerStats(
+            eval_count=eval_count, eval_duration=None if eval_count is None else 40 * MS))
+        collector.add(end)
+        live.add(end)
+        live.finish(collector.finish())
+    return live
+
+
+def test_ttft_series_marks_the_request_on_screen_and_the_noisy_ones() -> None:
+    session = SessionState()
+    for ttft in (100.0, 150.0, None, 120.0):  # the third got no text: no TTFT, no bar
+        session.add(request(ttft))
+    session.mark_noisy(session.requests[1], "Chromium is busy")
+    streaming = request(200.0, done=False)
+    view = session.ttft_view(streaming)
+    assert view.values == (100.0, 150.0, 120.0, 200.0)
+    assert view.numbers == (1, 2, 4, 5)
+    assert view.noisy == (False, True, False, False)
+    assert view.current == 3  # the streaming request, once its first chunk came
+    # median of 100, 120, 150, 200 = (120 + 150) / 2 = 135
+    assert (view.median_ms, view.min_ms, view.max_ms, view.n) == (135.0, 100.0, 200.0, 4)
+    assert view.current_vs_median == pytest.approx(200.0 / 135.0)
+    assert marks_text(view).plain == " ! ▲"  # one cell per bar
+    assert summary_text(view).plain == "median 135.0 ms · 100.0–200.0 · n 4 · #5 ×1.48"
+    # a request picked in the history is the one marked; the streaming one is not shown then
+    view = session.ttft_view(session.requests[1])
+    assert view.current == 1 and view.values == (100.0, 150.0, 120.0)
+    assert marks_text(view).plain == " ▲ "
+
+
+def test_ttft_series_keeps_the_last_bars_and_counts_the_version() -> None:
+    session = SessionState()
+    assert session.ttft_view(None).n == 0 and summary_text(session.ttft_view(None)).plain == (
+        "no request yet"
+    )
+    for i in range(MAX_BARS + 5):
+        session.add(request(100.0 + i))
+    view = session.ttft_view(None)
+    assert len(view.values) == MAX_BARS and view.values[0] == 105.0 and view.numbers[0] == 6
+    assert view.n == MAX_BARS + 5 and view.current is None
+    version = session.version
+    assert session.mark_noisy(session.requests[0], "x") and session.version == version + 1
+    assert not session.mark_noisy(session.requests[0], "x") and session.version == version + 1
+    with pytest.raises(ValueError):
+        session.add(request(1.0, done=False))
+
+
+def test_gaps_are_chunks_while_streaming_and_tokens_once_counted() -> None:
+    session = SessionState()
+    first = request(100.0, gap_ms=20.0, chunks=3, eval_count=3)  # TPOT (141 − 100) / 2 = 20.5
+    session.add(first)
+    live = request(50.0, gap_ms=25.0, chunks=3, done=False)
+    view = gaps_view(live, session.previous(live))
+    # 3 chunks, 2 gaps of 25 ms: 40 chunk/s, 25 ms per chunk; the label says chunks
+    assert view.gaps_ms == (25.0, 25.0) and view.rate == 40.0 and view.tpot_ms == 25.0
+    assert gaps_text(view).plain == (
+        "chunk gaps ms  TPOT 25.00 ms/chunk · 40.0 chunk/s · prev 20.50 ms/tok"
+    )
+    done = request(50.0, gap_ms=25.0, chunks=3, eval_count=3)
+    session.add(done)
+    view = gaps_view(done, session.previous(done))
+    # eval_count 3 = 3 chunks: token gaps; TPOT (101 − 50) / 2 = 25.5 ms, 1000 / 25.5 tok/s
+    assert view.per_token and view.label == "token gaps ms"
+    assert gaps_text(view).plain == (
+        "token gaps ms  TPOT 25.50 ms/tok · 39.2 tok/s · prev 20.50 ms/tok"
+    )
+    assert gaps_view(first, session.previous(first)).previous_tpot_ms is None
+
+
+def test_gaps_say_how_many_tokens_a_chunk_carried() -> None:
+    two_each = request(10.0, gap_ms=20.0, chunks=3, eval_count=6)
+    view = gaps_view(two_each, None)
+    # 6 tokens in 3 chunks; TPOT (51 − 10) / (6 − 1) = 8.2 ms per token
+    assert not view.per_token and view.tokens_per_chunk == 2.0
+    assert gaps_text(view).plain == "chunk gaps ms (2.0 tok/chunk)  TPOT 8.20 ms/tok · 122.0 tok/s"
+    uncounted = request(10.0, gap_ms=20.0, chunks=3, eval_count=None)
+    # no eval_count: the chunk count stands in, TPOT (51 − 10) / 2 = 20.5 ms per chunk
+    assert gaps_text(gaps_view(uncounted, None)).plain == (
+        "chunk gaps ms  TPOT 20.50 ms/chunk · 48.8 chunk/s"
+    )
+    one_chunk = request(10.0, chunks=1, done=False)
+    assert gaps_text(gaps_view(one_chunk, None)).plain == "chunk gaps ms  TPOT n/a · n/a"
+
+
+def test_history_rows_and_compare_ratios() -> None:
+    session = SessionState()
+    session.add(request(100.0, gap_ms=20.0, prompt="why is the sky blue? tell me in detail"))
+    session.add(request(150.0, gap_ms=30.0, prompt="second"))
+    session.mark_noisy(session.requests[1], "Chromium is busy")
+    first, second = session.row(1), session.row(2)
+    # TPOT: (141 − 100) / 2 = 20.5 and (211 − 150) / 2 = 30.5; server decode 3 / 0.04 s = 75
+    assert row_cells(first)[:7] == (
+        "1", "03:04:05", "why is the sky bl…", "100.0", "20.50", "48.8/75.0", "3"
+    )
+    assert str(row_cells(second)[7]) == "ok" and str(row_cells(second)[8]) == "⚠"
+    ratios = compare(second, first)
+    assert ratios["TTFT"] == 1.5 and ratios["TPOT"] == pytest.approx(30.5 / 20.5)
+    assert ratios["decode"] == pytest.approx(20.5 / 30.5) and ratios["srv decode"] == 1.0
+    assert ratios["tokens"] == 1.0 and ratios["E2E"] == pytest.approx(211.0 / 141.0)
+    assert compare_text(second, first).plain == (
+        "#2 ÷ #1  TTFT ×1.50  TPOT ×1.49  decode ×0.67  srv decode ×1.00  tokens ×1.00"
+        "  E2E ×1.50"
+    )
+    assert compare_text(first, None).plain.startswith("#1 is the first request")
+    with pytest.raises(IndexError):
+        session.row(3)
+
+
+def test_small_helpers() -> None:
+    assert finite([1.0, None, math.nan, math.inf, -math.inf, 2.0]) == (1.0, 2.0)
+    assert ratio(3.0, 2.0) == 1.5 and ratio(1.0, 0.0) is None and ratio(None, 1.0) is None
+    assert clock_time("2026-01-02T03:04:05.123+01:00") == "03:04:05"
+    assert clock_time("not a time") == "not a time"
+    assert prompt_start("a\nb  c") == "a b c"
+    assert prompt_start("x" * 30, 5) == "xxxx…"

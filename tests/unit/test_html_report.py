@@ -1,0 +1,102 @@
+"""HTML reports: one self-contained page with the tables and the plotly figures; the plots
+carry the marks the issue asks for (warm-ups, excluded, NOISY shading, the app's CPU)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from llmtop import cli
+from llmtop.sessions.html_report import load_curve_section, report_html
+from llmtop.sessions.log import read_log
+from llmtop.sessions.plots import (
+    LoadPoint,
+    TimeAxis,
+    compare_figure,
+    load_curve_figure,
+    series_figure,
+)
+from llmtop.sessions.report import build
+from llmtop.sessions.series import chunk_gaps_ms, run_series
+from tests.unit.compare_logs import lognormal, write_log
+
+APPS = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0},
+        {"app": "llmtop", "category": "llmtop", "cpu_percent": 90.0}]
+
+
+def _log(tmp_path):
+    probes = [{"request_id": 3, "wall_time": "2026-11-30T10:00:03.5+00:00",
+               "processes": {"apps": APPS}, "verdict": {"quiet": False}},
+              {"request_id": 4, "wall_time": "2026-11-30T10:00:04.5+00:00",
+               "processes": {"apps": APPS[1:]}, "verdict": {"quiet": True}}]
+    path = write_log(tmp_path / "run.jsonl", lognormal(random.Random(1), 400, 12), probes=probes,
+                     model="<script>alert(1)</script>")
+    return read_log(path)
+
+
+def _plot_ids(page: str) -> list[str]:
+    """The ids of the plotly figures' divs, in page order."""
+    return re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
+
+
+def test_the_page_is_self_contained_and_escapes_the_log(tmp_path):
+    page = report_html(build(_log(tmp_path)))
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page
+    assert not re.search(r'<script[^>]+src=|<link[^>]+href="http', page)  # nothing to fetch
+    assert page.count("<script>alert(1)</script>") == 0  # the model name is text, not code
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert _plot_ids(page) == ["series-1", "itl"]
+    assert page.count("Plotly.newPlot(") == 2
+
+
+def test_series_marks_warmups_shades_noisy_requests_and_draws_the_apps_cpu(tmp_path):
+    log = _log(tmp_path)
+    size = build(log).analysis.sizes[0]
+    fig = series_figure(size, "t", log.probes, TimeAxis.of(log.requests), None)
+    names = {t.name for t in fig.data}
+    assert {"ok", "warmup", "chromium CPU (busiest other app)"} <= names
+    cpu = next(t for t in fig.data if t.name.startswith("chromium"))
+    # request 1 (the warm-up) started at 10:00:00; the samples at +3.5 s and +4.5 s; chromium
+    # is absent from the second one: 0 % (the log keeps the busiest apps)
+    assert list(cpu.x) == [3.5, 4.5] and list(cpu.y) == [38.0, 0.0]
+    # only request id 3 (started at +2 s) overlapped a NOISY sample: one band in each panel
+    e2e_ms = next(r.record.metrics.e2e_ms for r in size.requests if r.record.id == 3)
+    assert [(s.x0, s.x1) for s in fig.layout.shapes] == [(2.0, 2.0 + e2e_ms / 1000)] * 3
+
+
+def test_itl_is_the_gaps_between_chunks(tmp_path):
+    log = _log(tmp_path)
+    assert chunk_gaps_ms(log.requests[1]) == [10.0, 10.0, 10.0, 10.0]  # chunks 10 ms apart
+    (series,) = run_series(build(log).analysis)
+    assert len(series.gaps) == 12 * 4 and len(series.points["warmup"]) == 1
+
+
+def test_load_curve_from_plain_points():
+    points = [LoadPoint("c=1", 1.0, 300.0), LoadPoint("c=2", 1.9, 350.0, 500.0),
+              LoadPoint("c=4", 2.1, 900.0, 1400.0)]
+    fig = load_curve_figure(points, slo_ms=1000.0)
+    assert list(fig.data[0].x) == [1.0, 1.9, 2.1] and list(fig.data[1].y) == [500.0, 1400.0]
+    assert fig.layout.shapes[0].y0 == 1000.0  # the SLO line
+    assert 'id="load-curve"' in load_curve_section(points, 1000.0)
+
+
+def test_report_and_compare_write_html_files(tmp_path):
+    log = _log(tmp_path)
+    out = tmp_path / "r.html"
+    assert cli.main(["report", str(tmp_path / "run.jsonl"), "--format", "html", "--out",
+                     str(out)]) == 0
+    assert _plot_ids(out.read_text()) == ["series-1", "itl"]
+    other = write_log(tmp_path / "b.jsonl", lognormal(random.Random(2), 400, 12),
+                      model=log.header.model)
+    out = tmp_path / "c.html"
+    assert cli.main(["compare", str(tmp_path / "run.jsonl"), str(other), "--format", "html",
+                     "--out", str(out)]) == 0
+    page = out.read_text()
+    assert _plot_ids(page) == ["compare-1"] and "no regression" in page
+
+
+def test_compare_figure_has_a_box_per_run_and_metric():
+    fig = compare_figure("t", [("ttft_ms", "TTFT (ms)"), ("e2e_ms", "E2E (ms)")],
+                         {"ttft_ms": [1.0, 2.0], "e2e_ms": [3.0]}, {"ttft_ms": [4.0]})
+    assert [(t.name, list(t.y)) for t in fig.data] == [
+        ("A", [1.0, 2.0]), ("B", [4.0]), ("A", [3.0]), ("B", [])]
