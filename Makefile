@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.llmtop-installed
 
-.PHONY: run test setup clean
+.PHONY: run test setup clean bench
 
 setup: $(STAMP)
 
@@ -22,6 +22,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# What llmtop itself costs (bench/run_all.py): every benchmark, then one table of metric,
+# measured, target, met. About 5-8 minutes on 2 cores; BENCH_ARGS=--quick for a shorter run.
+bench: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

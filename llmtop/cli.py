@@ -30,6 +30,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
+from llmtop.sessions.load_config import Slo, parse_duration_ms, parse_levels
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
 
@@ -254,6 +255,48 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    help="write the report to FILE instead of standard output")
 
 
+def _checked(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse `type` from a parser that raises ValueError (shown as the usage error)."""
+
+    def check(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return check
+
+
+def _load_flags(p: argparse.ArgumentParser) -> None:
+    _engine_flags(p, top=False, num_predict=False)
+    s = p.add_argument_group("sweep (closed loop by --concurrency, or open loop by --rate)")
+    levels = s.add_mutually_exclusive_group()
+    levels.add_argument("--concurrency", type=_checked(lambda t: parse_levels(t, True)),
+                        metavar="N[,N...]",
+                        help="closed loop: N users, each sends when its last request ends "
+                        "(default 1,2,4,8)")
+    levels.add_argument("--rate", type=_checked(lambda t: parse_levels(t, False)),
+                        metavar="R[,R...]",
+                        help="open loop: requests/s on a timetable, whatever the engine does")
+    s.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson",
+                   help="open loop's timetable (default poisson, seeded by --seed)")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, help="requests per level (default 40)")
+    size.add_argument("--duration", type=_checked(lambda t: parse_duration_ms(t, "s") / 1000),
+                      metavar="TIME", help="time per level instead, e.g. 60s or 2m")
+    s.add_argument("--prompt-tokens", type=int, default=BENCH.prompt_tokens[0],
+                   help=f"calibrated prompt size (default {BENCH.prompt_tokens[0]})")
+    s.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+                   help=f"num_predict of every request (default {BENCH.max_tokens})")
+    s.add_argument("--slo", type=_checked(Slo.parse), default=Slo(), metavar="TERMS",
+                   help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
+    s.add_argument("--think", choices=("on", "off"),
+                   help="send think true/false (default: not sent)")
+    s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
+    s.add_argument("--preflight-duration", type=float, default=0.0,
+                   help="seconds of machine sampling before the sweep (default 0: none)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
     # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
     p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
@@ -360,6 +403,8 @@ COMMANDS: dict[str, Command] = {
     "preflight": Command("is this machine quiet enough to measure? exit 0 QUIET, 1 NOISY, "
                          "2 cannot check", _preflight_flags, "llmtop.commands.preflight",
                          reaches_engine=True),
+    "load": Command("sweep concurrency or request rate: throughput vs latency, goodput, the knee",
+                    _load_flags, "llmtop.commands.load", needs_config=True, reaches_engine=True),
     "report": Command("render a session log as markdown, CSV, JSON or HTML", _report_flags,
                       "llmtop.commands.report"),
     "compare": Command("is B faster than A? both medians, B/A with its confidence interval, "

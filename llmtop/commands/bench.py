@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.output import emit
 from llmtop.commands.stopping import run_stoppable
-from llmtop.connect import connect
-from llmtop.engines.base import EngineError
-from llmtop.engines.events import exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
@@ -48,13 +46,9 @@ def _progress_printer(quiet: bool):
 
 async def _bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    try:
-        via = "relay" if args.compare_relay else args.via
-        conn = await connect(args.engine, args.host, args.model, args.model_path, via, args.relay,
-                             args.engine_pids)
-    except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+    conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
+    if isinstance(conn, int):
+        return conn
     try:
         try:
             runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),

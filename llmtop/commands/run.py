@@ -10,9 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
-from llmtop.connect import connect
-from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
@@ -105,12 +104,9 @@ def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str],
 
 
 async def _run(args: argparse.Namespace) -> int:
-    try:
-        conn = await connect(args.engine, args.host, args.model, args.model_path, args.via,
-                             args.relay, args.engine_pids)
-    except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+    conn = await connect_from_flags(args)
+    if isinstance(conn, int):
+        return conn
     try:
         try:
             recorder = SessionRecorder(conn, GenerationOptions.from_flags(args).to_ollama(), args.log)

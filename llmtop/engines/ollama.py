@@ -3,6 +3,9 @@
 Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
 Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
 chunk (JSON line parsed, before any UI work: ~4 µs; docs/protocols.md, "The ollama Python client").
+The send stamp is httpcore's "request body written" trace event (engines/stamps.py). After the
+`done` chunk the response is read to its end before the done event is handed on, so the
+connection goes back to the pool and the next request does not reconnect inside its TTFT.
 
 Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
 message and remedy — connection refused, unknown model (with the installed ones listed), an
@@ -47,6 +50,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
+from llmtop.engines.stamps import drain, stamp_hooks
 
 
 class OllamaEngine:
@@ -59,6 +63,8 @@ class OllamaEngine:
     connect_timeout_s / read_timeout_s: httpx timeouts in seconds (the client's default is
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
+    limits: the connection pool's size (default httpx's: 100 connections, 20 kept alive);
+    a load generator sizes it to its concurrency (llmtop/sessions/load.py).
     """
 
     def __init__(
@@ -68,6 +74,7 @@ class OllamaEngine:
         name: str = "ollama",
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.host = resolve_host(host)
         self.name = name
@@ -80,8 +87,9 @@ class OllamaEngine:
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
+        pool = {"limits": limits} if limits is not None else {}
         self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy)
+                                          proxy=self.proxy, event_hooks=stamp_hooks(), **pool)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -123,13 +131,10 @@ class OllamaEngine:
                     t_ns = perf_counter_ns()
                     content, thinking = texts(part)
                     if part.done:
-                        yield StreamEvent(
-                            t_ns,
-                            content or "",
-                            thinking or "",
-                            done=True,
-                            stats=ServerStats.from_mapping(part),
-                        )
+                        done = StreamEvent(t_ns, content or "", thinking or "", done=True,
+                                           stats=ServerStats.from_mapping(part))
+                        await drain(parts)
+                        yield done
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
             failure = failure_truncated(self.peer)

@@ -53,6 +53,7 @@ from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.engines.sse import end_stream
+from llmtop.engines.stamps import stamp_hooks
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"
@@ -98,7 +99,7 @@ class OpenAIEngine:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             headers={"Authorization": f"Bearer {key}"} if key else {},
-            trust_env=False, proxy=proxy_for(self.host),
+            trust_env=False, proxy=proxy_for(self.host), event_hooks=stamp_hooks(),
         )
         self._usage_refused = False
         self._metrics: Scrape | None = None  # vLLM's last /metrics reading
@@ -165,7 +166,8 @@ class OpenAIEngine:
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The SSE events as StreamEvents (text chunks, then one done event) or a Failure."""
         reader = ChunkReader()
-        async for sse in source.aiter_sse():
+        sses = source.aiter_sse()
+        async for sse in sses:
             t_ns = perf_counter_ns()
             if sse.event == "error":
                 yield failure_in_stream(error_body_text(sse.data.encode()), peer=self.peer)
@@ -174,6 +176,8 @@ class OpenAIEngine:
                 continue
             if sse.data.strip() == DONE:
                 yield await self._end(reader, t_ns)
+                async for _ in sses:  # the response's end, when pulled (stamps.drain)
+                    pass
                 return
             try:
                 content, thinking = reader.read(json.loads(sse.data))

@@ -41,6 +41,7 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.sse import end_stream
+from llmtop.engines.stamps import stamp_hooks
 
 
 def _base_url(url: str) -> str:
@@ -86,6 +87,7 @@ class RelayEngine:
             base_url=self.host,
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             trust_env=False,
+            event_hooks=stamp_hooks(),
         )
         self._upstream_url = upstream
         self._upstream: Engine | None = metadata
@@ -145,7 +147,8 @@ class RelayEngine:
         """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
         one (its blank line read), then a Failure when the stream ends badly. The last item
         is a done StreamEvent or a Failure."""
-        async for sse in source.aiter_sse():
+        sses = source.aiter_sse()
+        async for sse in sses:
             t_ns = perf_counter_ns()
             if not sse.data:
                 continue  # the SSE spec dispatches no event without data
@@ -157,6 +160,8 @@ class RelayEngine:
             if event is not None:
                 yield event
                 if isinstance(event, Failure) or event.done:
+                    async for _ in sses:  # the response's end, when pulled (stamps.drain)
+                        pass
                     return
         yield failure_truncated(self.peer)
 

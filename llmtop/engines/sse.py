@@ -2,7 +2,8 @@
 
 Both read their server's events with httpx-sse in a generator of `StreamEvent`s and
 `Failure`s; `end_stream` turns that into the `Engine` contract: the text events, then exactly
-one done event — the server's own, or one carrying the first Failure (an HTTP error, an
+one done event (handed on once the response has been read to its end, so its connection is
+reused: engines/stamps.py) — the server's own, or one carrying the first Failure (an HTTP error, an
 error event, a truncation) or the transport error that cut the stream.
 """
 
@@ -17,6 +18,7 @@ from httpx_sse import SSEError
 
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.engines.http import Peer, failure_for_transport, failure_protocol
+from llmtop.engines.stamps import drain
 
 
 async def end_stream(
@@ -35,6 +37,8 @@ async def end_stream(
                 if isinstance(item, Failure):
                     failure = item
                     break
+                if item.done:
+                    await drain(events)  # `items` reads the rest of the response when pulled
                 yield item
                 if item.done:
                     return

@@ -15,8 +15,14 @@ of `cpu_percent()` on those objects would reset this probe's baselines, and it c
 fields per process. Instead one pass over `psutil.pids()` reads, per known process, its
 identity (`is_running`, one /proc/<pid>/stat read) and then CPU and RSS in one `oneshot()`
 (stat + statm); exe/cmdline only once per process lifetime and only for generic names; the
-name on a process's first samples and every `NAME_RECHECK`-th after. `bench/probe_cost.py`
-measures the result.
+name on a process's first samples and every `NAME_RECHECK`-th after.
+
+On Linux the probe reads less still (`procstat.py`): one `/proc/<pid>/stat` read per process
+per sample gives CPU ticks, RSS, the command name and the start time. A process is identified
+once (name, command line, app) through psutil, keyed by (pid, start time), and again only
+when its command name changes (an exec). CPU % is then computed here from the tick difference
+over the perf_counter_ns difference between two reads, which is psutil's own formula.
+`bench/probe_cost.py` measures both paths.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from llmtop.probes import procstat
 from llmtop.probes.catalogue import Category, classify, needs_path
 from llmtop.probes.system import container_limits, cpu_capacity, logical_cpus, machine_percent
 
@@ -301,6 +308,24 @@ class _Tracked:
         return self.readings < 3 or (self.readings + self.proc.pid) % NAME_RECHECK == 0
 
 
+@dataclass(slots=True)
+class _StatTracked:
+    """A process known to the Linux fast path: identified once, then only its counters."""
+
+    start_ticks: int
+    comm: str
+    ident: Identity
+    cpu_ticks: int
+    t_ns: int
+
+
+def default_proc_root() -> str | None:
+    """The procfs the fast path reads (`/proc` on Linux), or None elsewhere (psutil path)."""
+    if sys.platform.startswith("linux") and procstat.available():
+        return procstat.PROC_ROOT
+    return None
+
+
 class ProbeTimeout(Exception):
     """Reading the process table did not finish in time (a process stuck in the kernel)."""
 
@@ -319,6 +344,8 @@ class ProcessProbe:
     long `sample` raises ProbeTimeout naming the pid, which later samples skip. The worker is
     abandoned (a daemon thread) and its partial table discarded; should it wake up, its reads
     only shorten the CPU window of the next reading of the processes it touches.
+    proc_root: the procfs of the Linux fast path (default `default_proc_root()`: /proc on
+    Linux, else None and psutil alone).
     """
 
     def __init__(
@@ -327,10 +354,12 @@ class ProcessProbe:
         engine_pids: PidSource | None = None,
         *,
         read_timeout_s: float = READ_TIMEOUT_S,
+        proc_root: str | None = None,
     ) -> None:
         self._self_pids: PidSource = self_pids if self_pids is not None else {os.getpid()}
         self._engine_pids = engine_pids
-        self._table: dict[int, _Tracked] = {}
+        self._table: dict[int, Any] = {}  # pid → _Tracked (psutil) or _StatTracked (procfs)
+        self._proc_root = proc_root or default_proc_root()
         self._cpus = cpu_capacity(container_limits(), cores=logical_cpus())
         self._samples = 0
         self._timeout_s = read_timeout_s
@@ -356,11 +385,12 @@ class ProcessProbe:
         table = dict(self._table)
         current = [0]  # the pid being read, for the timeout message
         out: list[Any] = []
+        read_all = self._read_all if self._proc_root is None else self._read_all_stat
 
         def work() -> None:
             c0 = _thread_ns()
             try:
-                out.append(list(self._read_all(table, current)))
+                out.append(list(read_all(table, current)))
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller
                 out.append(exc)
             self.last_read_cpu_ns = _thread_ns() - c0
@@ -406,6 +436,42 @@ class ProcessProbe:
                 tracked.ident = identify(tracked.proc, reading.name)
             yield reading, tracked.ident
 
+    def _read_all_stat(
+        self, table: dict[int, Any], current: list[int]
+    ) -> Iterator[tuple[ProcReading, Identity]]:
+        """The Linux fast path: one `/proc/<pid>/stat` read per process (module docstring)."""
+        root = self._proc_root or procstat.PROC_ROOT
+        live = set(procstat.list_pids(root)) - self.stuck
+        live.discard(0)
+        for gone in table.keys() - live:
+            del table[gone]
+        for pid in sorted(live):
+            current[0] = pid
+            try:
+                st = procstat.read_stat(pid, root)
+            except procstat.Unreadable:  # a hidepid mount: listed, never readable
+                if pid not in table:
+                    table[pid] = _StatTracked(-1, "", _identify_pid(pid, None), 0, 0)
+                yield ProcReading(pid, None, None, None), table[pid].ident
+                continue
+            t_ns = time.perf_counter_ns()
+            if st is None:
+                table.pop(pid, None)
+                continue
+            tracked = table.get(pid)
+            if tracked is None or tracked.start_ticks != st.start_ticks:
+                # new, or a recycled pid: identify it; its first CPU reading is unknown
+                ident = _identify_pid(pid, st.comm)
+                table[pid] = _StatTracked(st.start_ticks, st.comm, ident, st.cpu_ticks, t_ns)
+                yield ProcReading(pid, st.comm, None, st.rss_bytes), ident
+                continue
+            if st.comm != tracked.comm:  # exec: same pid and start time, another program
+                tracked.comm, tracked.ident = st.comm, _identify_pid(pid, st.comm)
+            yield ProcReading(pid, st.comm, _cpu_percent(tracked, st, t_ns), st.rss_bytes), (
+                tracked.ident
+            )
+            tracked.cpu_ticks, tracked.t_ns = st.cpu_ticks, t_ns
+
     def _track(self, table: dict[int, _Tracked], pid: int) -> _Tracked | None:
         """The cached entry for `pid`, replaced when the pid was recycled; None if gone."""
         tracked = table.get(pid)
@@ -426,6 +492,26 @@ class ProcessProbe:
         tracked = _Tracked(proc=proc, ident=identify(proc, name), name=name)
         table[pid] = tracked
         return tracked
+
+
+def _cpu_percent(tracked: _StatTracked, st: procstat.StatLine, t_ns: int) -> float | None:
+    """% of one core between two reads: CPU seconds used / wall seconds elapsed × 100 (the
+    formula of psutil's `Process.cpu_percent`); None when no time has passed."""
+    elapsed_s = (t_ns - tracked.t_ns) / 1e9
+    if elapsed_s <= 0:
+        return None
+    used_s = (st.cpu_ticks - tracked.cpu_ticks) / procstat.CLK_TCK
+    return max(0.0, used_s / elapsed_s * 100.0)
+
+
+def _identify_pid(pid: int, comm: str | None) -> Identity:
+    """Identify a process once through psutil (name beyond 15 characters, exe, cmdline,
+    parent); a process that vanishes meanwhile is named by its command name."""
+    try:
+        proc = psutil.Process(pid)
+        return identify(proc, _safe_name(proc) or comm)
+    except psutil.Error:
+        return Identity(_group_name(comm), Category.OTHER)
 
 
 def _safe_name(proc: psutil.Process) -> str | None:

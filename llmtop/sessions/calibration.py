@@ -31,7 +31,7 @@ from typing import Any
 import platformdirs
 
 from llmtop.engines.base import Engine, EngineError
-from llmtop.engines.events import StreamEvent
+from llmtop.engines.events import FailureKind, StreamEvent
 from llmtop.sessions.prompts import PromptGenerator, prompt_format_id
 from llmtop.sessions.request import chat_messages
 
@@ -239,7 +239,15 @@ class _Prober:
                 "the stream ended without a done chunk"
             )
         if final.failure is not None:
-            raise CalibrationError(f"calibration probe ({words} words) failed: {final.failure}")
+            failure = final.failure
+            if failure.kind == FailureKind.BAD_REQUEST and "num_ctx" in failure.message:
+                # an engine that refuses a prompt longer than its context (llmtop's own does)
+                raise CalibrationError(
+                    f"a {words}-word calibration probe does not fit the context "
+                    f"({failure.message}); raise --num-ctx "
+                    f"(options num_ctx={self.options.get('num_ctx')}) or ask for smaller "
+                    "--prompt-tokens")
+            raise CalibrationError(f"calibration probe ({words} words) failed: {failure}")
         tokens = final.stats.prompt_eval_count if final.stats is not None else None
         count = getattr(self.engine, "count_prompt_tokens", None)
         if tokens is None and count is not None:

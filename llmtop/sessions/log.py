@@ -4,16 +4,22 @@ Record types (field `type`):
 * "header": first line. `format` (FORMAT_VERSION), `llmtop_version`, `engine`, `host`, `model`,
   `model_details`, `options`, `environment` (OS/CPU/RAM), `started_at` (wall-clock label).
 * "request": prompt, options, status, error, the server's stats (Ollama names, ns), derived
-  metrics (ms, tokens/s), and `chunks`: [[offset_ns from send, content, thinking], ...].
+  metrics (ms, tokens/s), `client_prep_ms` (the client's time before its request was on the
+  socket; None from an engine that cannot tell), and `chunks`: [[offset_ns from send,
+  content, thinking], ...].
 * "probe": one probe sample (see llmtop.probes), with the id of the request it overlapped.
 * "canary": one machine-speed canary run between requests (probes/canary.py), with the id of
   the request that followed it.
 * "end": `ended_at`, written when a session closes cleanly.
 
-A crash loses at most the line being written: every record is flushed (and fsync'd) on write,
-and the reader skips a torn last line, saying so. A write that fails mid-run (disk full, a
-file size limit) never interrupts the measurement: the log stops there, `incomplete` says
-where and why, and the command reports it once after printing its result.
+A crash loses at most the line being written: every record is flushed on write (a crash of
+llmtop loses nothing flushed), and the reader skips a torn last line, saying so. Header,
+request and end records are also fsync'd (they survive a crash of the machine); probe
+records, one or two a second, are not: an fsync costs milliseconds of I/O wait, and losing
+the last seconds of probe samples in a power cut is not worth that on every sample. A write
+that fails mid-run (disk full, a file size limit) never interrupts the measurement: the log
+stops there, `incomplete` says where and why, and the command reports it once after printing
+its result.
 
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
 a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log` returns the log as typed records
@@ -85,6 +91,7 @@ def request_record(result: RequestResult) -> dict[str, Any]:
         "error_kind": str(result.failure.kind) if result.failure else None,
         "stats": result.stats.to_dict() if result.stats else None,
         "metrics": result.metrics.to_dict(),
+        "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
         "content": result.content,
         "thinking": result.thinking,
         "chunks": [
@@ -96,7 +103,8 @@ def request_record(result: RequestResult) -> dict[str, Any]:
 
 
 class SessionLog:
-    """Append-only writer. Opening writes the header; each `write_*` flushes and fsyncs.
+    """Append-only writer. Opening writes the header; each write flushes (and fsyncs all but
+    probe records).
 
     Raises LogError when the file cannot be created or written (with the path and the reason).
     """
@@ -124,11 +132,12 @@ class SessionLog:
         ):
             raise LogError(f"cannot write the session log {self.path}: {self.incomplete}")
 
-    def write(self, record: dict[str, Any]) -> bool:
-        """Append one record as one line, flushed to disk before returning. Returns False when
-        it could not be written: the first failure sets `incomplete` (where the log stops and
-        why) and every later record is counted in `lost`, never raising mid-measurement.
-        Raises LogError only for a log already closed (a programming error)."""
+    def write(self, record: dict[str, Any], *, sync: bool = True) -> bool:
+        """Append one record as one line, flushed before returning; `sync`: fsync'd too (on
+        disk, not only in the OS's cache). Returns False when it could not be written: the
+        first failure sets `incomplete` (where the log stops and why) and every later record
+        is counted in `lost`, never raising mid-measurement. Raises LogError only for a log
+        already closed (a programming error)."""
         line = json.dumps(record, ensure_ascii=False, default=str)
         with self._lock:
             if self._fh is None:
@@ -139,7 +148,8 @@ class SessionLog:
             try:
                 self._fh.write(line + "\n")
                 self._fh.flush()
-                os.fsync(self._fh.fileno())
+                if sync:
+                    os.fsync(self._fh.fileno())
             except OSError as exc:
                 self.lost += 1
                 self.incomplete = (
@@ -151,8 +161,9 @@ class SessionLog:
             return True
 
     def write_probe(self, sample: dict[str, Any], request_id: int | None) -> None:
-        """Append a probe sample (already JSON-ready), tagged with the overlapping request."""
-        self.write({"type": "probe", "request_id": request_id, **sample})
+        """Append a probe sample (already JSON-ready), tagged with the overlapping request;
+        flushed, not fsync'd (module docstring)."""
+        self.write({"type": "probe", "request_id": request_id, **sample}, sync=False)
 
     def close(self) -> None:
         """Write the end record and close. Safe to call twice."""

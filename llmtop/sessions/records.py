@@ -161,8 +161,11 @@ class RequestRecord:
     (timeline.RequestMetrics: ms, tokens/s). chunks: arrival offsets and text.
     Bench fields (None in an interactive session): phase; index, the position within its
     prompt size (0-based, warm-ups first); prompt_tokens_target and prompt_words, the
-    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run;
-    machine, the machine's speed readings over the request (None in older logs).
+    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
+    client_prep_ms: the client's own time from asking for the request until its body was on
+    the socket (ms; outside TTFT since the send stamp is that socket write); None in older
+    logs and from engines that cannot stamp the write. machine: the machine's speed readings
+    over a bench request (None in older logs).
     """
 
     id: int
@@ -184,6 +187,7 @@ class RequestRecord:
     prompt_words: int | None = None
     path: str | None = None
     pair: int | None = None
+    client_prep_ms: float | None = None
     machine: MachineRecord | None = None
 
     @classmethod

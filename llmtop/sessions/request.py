@@ -1,8 +1,11 @@
 """One measured request: stream it, collect its events, decide its status, derive metrics.
 
-Shared by the TUI and `llmtop run`, so both measure the same way. The send stamp is taken
-immediately before the stream's first iteration, which is when the `ollama` client sends the
-request (docs/protocols.md, "The ollama Python client": its streams are lazy).
+Shared by the TUI and `llmtop run`, so both measure the same way. The send stamp is the
+moment the request body was written to the socket (engines/stamps.py, taken by the engine's
+HTTP client); the time from asking for the request until then is kept apart as `prep_ns`.
+An engine that cannot stamp the socket write leaves the stamp taken just before the stream's
+first iteration, when the `ollama` client sends the request (docs/protocols.md: its streams
+are lazy), and `prep_ns` None.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
+from llmtop.engines.stamps import SendStamp, stamping
 from llmtop.sessions.timeline import RequestMetrics, compute_metrics
 
 
@@ -49,11 +53,16 @@ class RequestCollector(EventText):
     request_id: int = 0
     wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
     sent_ns: int = 0
+    prep_ns: int | None = None
     events: list[StreamEvent] = field(default_factory=list)
 
     def add(self, event: StreamEvent) -> None:
         """Append one event (already stamped by the engine)."""
         self.events.append(event)
+
+    def sent(self, stamp: SendStamp) -> None:
+        """Take the send stamp (and the client's preparation time) from `stamp`."""
+        self.sent_ns, self.prep_ns = stamp.send_ns, stamp.prep_ns
 
     def finish(self, cancelled: bool = False) -> RequestResult:
         """Freeze into a RequestResult with its status and metrics."""
@@ -77,6 +86,7 @@ class RequestCollector(EventText):
             prompt=self.prompt,
             options=dict(self.options),
             sent_ns=self.sent_ns,
+            prep_ns=self.prep_ns,
             events=tuple(self.events),
             stats=stats,
             status=status,
@@ -88,7 +98,9 @@ class RequestCollector(EventText):
 @dataclass(frozen=True)
 class RequestResult(EventText):
     """A finished request. `events` keep every chunk's perf_counter_ns stamp (offsets from
-    `sent_ns` go to the log); `metrics` are derived (ms, tokens/s); `stats` the server's own."""
+    `sent_ns` go to the log); `metrics` are derived (ms, tokens/s); `stats` the server's own.
+    `prep_ns`: the client's time from asking for the request to its body on the socket (ns),
+    None when the engine could not stamp the socket write."""
 
     request_id: int
     wall_start: str
@@ -101,6 +113,7 @@ class RequestResult(EventText):
     status: Status
     failure: Failure | None
     metrics: RequestMetrics
+    prep_ns: int | None = None
 
 
 StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
@@ -118,15 +131,18 @@ async def run_request(
     marks itself dirty here; rendering happens on its own capped timer).
     Cancellation (CancelledError) propagates; call `collector.finish(cancelled=True)` then.
     """
-    stream = start_stream()
-    collector.sent_ns = perf_counter_ns()
-    async with contextlib.aclosing(stream):
-        async for event in stream:
-            collector.add(event)
-            if on_event is not None:
-                on_event(event)
-            if event.done:
-                break
+    stream = start_stream()  # lazy: nothing is built or sent before the first iteration
+    with stamping(perf_counter_ns()) as stamp:
+        collector.sent(stamp)  # provisional: the socket stamp comes with the first event
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                if not collector.events:
+                    collector.sent(stamp)
+                collector.add(event)
+                if on_event is not None:
+                    on_event(event)
+                if event.done:
+                    break
     return collector.finish()
 
 

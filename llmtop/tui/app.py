@@ -3,8 +3,9 @@
 Throttling (the monitor must not be the noise): stream events only append to a
 `LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. One
 `set_interval(1 / RENDER_HZ)` timer draws what is dirty, however fast tokens come: the text
-every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, and the first chunk
-(TTFT) and the end (final figures) at the next tick. Each Textual frame costs a few ms of
+every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, the probe panel at
+most every PANEL_EVERY-th, and the first chunk (TTFT) and the end (final figures) at the
+next tick. Each Textual frame costs a few ms of
 CPU on a small machine, so frames, not tokens, are what the monitor spends. Probes are
 sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
 `ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
@@ -51,6 +52,7 @@ from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
+from llmtop.tui.load_screen import LoadScreen
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker
 from llmtop.tui.plots_screen import PlotsScreen
@@ -66,10 +68,15 @@ from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
-RENDER_HZ = 20  # the render timer: nothing is drawn more often than this
-TEXT_EVERY = 2  # streamed text: every 2nd tick (10 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (5 Hz), readable
+# Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): each
+# frame costs Textual several ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of
+# a core; at 5 Hz and 2 Hz ~9 %, and text still reads as a stream.
+RENDER_HZ = 10  # the render timer: nothing is drawn more often than this
+TEXT_EVERY = 2  # streamed text: every 2nd tick (5 Hz); the first chunk at the next tick
+NUMBERS_EVERY = 5  # live numbers, sparklines, history: every 5th tick (2 Hz), readable
 STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
+PANEL_EVERY = RENDER_HZ  # the probe panel: at most every 10th tick (1 Hz), however fast the
+# probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 SHUTDOWN_WAIT_S = 5.0
 
 
@@ -83,6 +90,7 @@ class LlmtopApp(App[int]):
         Binding("ctrl+b", "bench", "Bench", priority=True),
         Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
         Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
+        Binding("ctrl+l", "load", "Load", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
@@ -111,6 +119,7 @@ class LlmtopApp(App[int]):
         self._probe_dirty = False
         self.noise = NoiseTracker()
         self._frame = 0  # render timer ticks
+        self._panel_frame = -PANEL_EVERY  # the tick the probe panel was last drawn
         self._closed = False
         self.exit_code = ExitCode.OK
 
@@ -359,8 +368,14 @@ class LlmtopApp(App[int]):
             history = self.query_one(RequestHistory)
             if history.display:
                 history.sync(self.session)
-        if self._probe_dirty and self._probe_sample is not None and self.bench_screen is None:
+        if (
+            self._probe_dirty
+            and self._probe_sample is not None
+            and self.bench_screen is None
+            and self._frame - self._panel_frame >= PANEL_EVERY
+        ):
             self._probe_dirty = False
+            self._panel_frame = self._frame
             self._label_probes()
             self.query_one(ProbePanel).show(self._probe_sample)
 
@@ -438,6 +453,17 @@ class LlmtopApp(App[int]):
         """The saved logs, in the folder of this session's log (else the default one)."""
         folder = () if self.recorder is None else (str(self.recorder.log.path.parent),)
         self.push_screen(SessionsScreen(folder))
+
+    async def action_load(self) -> None:
+        """Ctrl+L: the load screen (concurrency / rate sweeps) on this connection."""
+        if self.screen is not self.default_screen or self.conn is None or not self.ready:
+            self.notify("the load screen opens from the prompt once the engine is ready")
+            return
+        worker = self._stream_worker
+        if worker is not None and not worker.is_finished:
+            self.notify("a request is streaming: Esc stops it first")
+            return
+        await self.push_screen(LoadScreen(self.conn, self.settings))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""

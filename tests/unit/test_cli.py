@@ -78,7 +78,7 @@ def test_every_subcommand_is_declared_in_one_table() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(COMMANDS) == [
-        "agent", "bench", "compare", "engine", "preflight", "relay", "report", "run",
+        "agent", "bench", "compare", "engine", "load", "preflight", "relay", "report", "run",
         "sessions"]
     for command in COMMANDS.values():
         assert command.module.startswith("llmtop.commands.")

@@ -194,6 +194,7 @@ def table(monkeypatch: pytest.MonkeyPatch) -> dict[int, FakeProc]:
     monkeypatch.setattr(psutil, "pids", lambda: sorted(procs))
     monkeypatch.setattr(psutil, "Process", make)
     monkeypatch.setattr(procmod, "logical_cpus", lambda: 2)
+    monkeypatch.setattr(procmod, "default_proc_root", lambda: None)  # the psutil path
     return procs
 
 

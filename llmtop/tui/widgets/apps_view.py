@@ -12,6 +12,9 @@ from llmtop.tui.widgets.quiet_static import QuietStatic
 TOP_N = 5
 BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
+# llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming, README
+# "What llmtop costs"); above it llmtop is named as the noisy program it then is.
+SELF_BUDGET_PERCENT = 5.0
 
 
 def apps_text(
@@ -42,7 +45,11 @@ def apps_text(
     if not others:
         text.append("\n(none)", style="dim")
     text.append("\nllmtop itself: ")
-    text.append(fmt.pct(processes.self_cpu_percent), style="bold")
+    own = processes.self_cpu_percent
+    over = own is not None and own > SELF_BUDGET_PERCENT
+    text.append(fmt.pct(own), style="bold yellow" if over else "bold")
+    if over:
+        text.append(f" ⚠ over its {SELF_BUDGET_PERCENT:g} % budget", style="yellow")
     text.append("\nengine:        ")
     if processes.engine_cpu_percent is None:
         text.append("n/a (not identified)", style="dim")

@@ -51,7 +51,8 @@ class ProbePanel(VerticalScroll):
         self._shown_ns = time.perf_counter_ns()
         if isinstance(sample, RemoteSample):
             self._shown_ns = min(self._shown_ns, sample.t_ns)
-        self.border_title = self.label
+        if self.border_title != self.label:  # setting it repaints the whole panel
+            self.border_title = self.label
         if sample.processes is not None:
             self._good = sample
         good = self._good

@@ -3,6 +3,12 @@
 A Line-API `ScrollView`: streamed text is wrapped incrementally (`llmtop.tui.wrap`) and only
 the pane's own lines are repainted, so a frame costs what arrived since the last one instead
 of a re-layout of the whole screen.
+
+A change of the pane's virtual size is a layout of the whole screen (every widget re-rendered:
+the largest cost of the streaming TUI, profiled with py-spy, bench/tui_cost.py). While a
+request streams, the virtual height therefore grows a page (the pane's height) at a time
+rather than a line at a time, and is trimmed to the text when the request ends; following
+the text scrolls to its last line, not to the end of that page.
 """
 
 from __future__ import annotations
@@ -63,25 +69,30 @@ class TokenPane(ScrollView, can_focus=True):
         self._wrap = IncrementalWrap()
         self._strips: list[Strip] = []
 
-    def _set(self, text: Text, doc: object) -> None:
-        at_end = self.scroll_y >= self.max_scroll_y
+    def _set(self, text: Text, doc: object, *, growing: bool = False) -> None:
+        at_end = self.scroll_y >= self._last_top()
         if doc is not self._doc:
             self._doc = doc
             self._wrap.reset()
         self.text = text
-        first = self._rewrap()
+        first = self._rewrap(growing)
         if first is None:
             return
         scroll_y = self.scroll_y
         if at_end:
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            self.scroll_to(y=self._last_top(), animate=False, immediate=True)
         if self.scroll_y != scroll_y or first == 0:
             self.refresh()  # the view moved or everything changed
         else:  # repaint only the lines that changed (usually the last one)
             self.refresh_lines(first, len(self._strips) - first)
 
-    def _rewrap(self) -> int | None:
-        """Re-wrap what changed; the first changed line, or None before the first layout."""
+    def _last_top(self) -> int:
+        """The scroll position that shows the text's last line at the bottom of the pane."""
+        return max(0, len(self._strips) - self.scrollable_content_region.height)
+
+    def _rewrap(self, growing: bool = False) -> int | None:
+        """Re-wrap what changed; the first changed line, or None before the first layout.
+        `growing`: more text is coming, so the virtual height grows a page at a time."""
         width = self.scrollable_content_region.width
         if width <= 0:
             return None  # not laid out yet: on_resize wraps
@@ -90,9 +101,15 @@ class TokenPane(ScrollView, can_focus=True):
         del self._strips[first:]
         for line in self._wrap.lines[first:]:
             self._strips.append(Strip(list(line.render(console)), line.cell_len))
-        size = Size(width, len(self._strips))
+        lines = len(self._strips)
+        if growing:
+            page = max(1, self.scrollable_content_region.height)
+            if self.virtual_size.width == width and lines <= self.virtual_size.height:
+                return first  # still inside the page already laid out
+            lines = -(-lines // page) * page
+        size = Size(width, lines)
         if size != self.virtual_size:
-            self.virtual_size = size  # a layout, but only when the line count changes
+            self.virtual_size = size  # a layout: only per page while streaming
         return first
 
     def on_resize(self, _: Resize) -> None:
@@ -120,4 +137,4 @@ class TokenPane(ScrollView, can_focus=True):
 
     def show_live(self, live: LiveRequest) -> None:
         """Render the request so far (called by the app's capped render timer only)."""
-        self._set(live_text(live), live)
+        self._set(live_text(live), live, growing=live.result is None)

@@ -1,0 +1,97 @@
+"""`make bench`: every benchmark of llmtop's own cost, then one table of metric, measured,
+target, met.
+
+    python bench/run_all.py [--quick] [--skip NAME ...] [--markdown FILE]
+
+Each benchmark runs as its own process (so none inherits another's warm state) and writes its
+result rows as JSON; this script prints them as one table and says which targets were met.
+The machine's load average is printed before and after: every CPU figure here is process CPU
+time, and every comparison is paired or interleaved, the only fair measures on a shared
+machine, but a heavily loaded one still slows the engine and widens the spread.
+The whole run takes about 5–8 minutes on 2 cores (`--quick`: fewer repetitions, ~3 min).
+Exit status 0 when every target was met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# name → (argv after the script, quick argv); every one gets --json FILE appended
+BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
+    "clock": ("clock_truth.py", ["--requests", "20", "--runs", "8"],
+              ["--requests", "10", "--runs", "4"]),
+    "probe": ("probe_cost.py", ["-n", "40", "--interval", "0.1"], ["-n", "15", "--interval", "0.1"]),
+    "probe-270": ("probe_cost.py", ["-n", "40", "--interval", "0.1", "--spawn", "200"],
+                  ["-n", "15", "--interval", "0.1", "--spawn", "200"]),
+    "relay": ("relay_overhead.py", ["--no-engine", "--rounds", "30"],
+              ["--no-engine", "--rounds", "12"]),
+    "tui-scripted": ("tui_cost.py", ["--scripted", "--pairs", "3", "--num-predict", "300"],
+                     ["--scripted", "--pairs", "1", "--num-predict", "200"]),
+    "tui-engine": ("tui_cost.py", ["--pairs", "4", "--num-predict", "96"],
+                   ["--pairs", "2", "--num-predict", "48"]),
+}
+
+
+def run_one(name: str, quick: bool, folder: str) -> list[dict[str, Any]]:
+    """Run one benchmark; its rows, or one row saying it failed."""
+    script, full, short = BENCHES[name]
+    out = os.path.join(folder, f"{name}.json")
+    argv = [sys.executable, str(HERE / script), *(short if quick else full), "--json", out]
+    print(f"\n=== {name}: {' '.join(argv[1:])}", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, check=False, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    print(f"=== {name}: {time.perf_counter() - t0:.0f} s, exit {proc.returncode}", flush=True)
+    if not os.path.exists(out):
+        return [{"metric": f"{name} (did not finish: exit {proc.returncode})", "measured": None,
+                 "unit": "", "target": None, "met": False}]
+    rows: list[dict[str, Any]] = json.loads(Path(out).read_text())
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table: metric | measured | target | met."""
+    lines = ["| metric | measured | target | met |", "|---|---|---|---|"]
+    for r in rows:
+        unit = r.get("unit", "")
+        measured = "—" if r["measured"] is None else f"{r['measured']:.2f} {unit}".strip()
+        op = r.get("target_op", "<=").replace("<=", "≤").replace(">=", "≥")
+        target = "—" if r["target"] is None else f"{op} {r['target']:g} {unit}".strip()
+        lines.append(f"| {r['metric']} | {measured} | {target} | {'yes' if r['met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks, print the table; exit 0 when every target was met."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--skip", nargs="*", default=[], choices=sorted(BENCHES))
+    ap.add_argument("--markdown", help="also write the table here")
+    args = ap.parse_args(argv)
+    start = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="llmtop-bench-") as folder:
+        for name in BENCHES:
+            if name not in args.skip:
+                rows.extend(run_one(name, args.quick, folder))
+    end = os.getloadavg()
+    text = table(rows)
+    load = (f"load average {start[0]:.2f} at the start, {end[0]:.2f} at the end; "
+            f"{os.cpu_count()} logical CPUs")
+    print(f"\n{text}\n\n{load}")
+    if args.markdown:
+        Path(args.markdown).write_text(f"{text}\n\n{load}\n", encoding="utf-8")
+    return 0 if all(r["met"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

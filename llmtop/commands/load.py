@@ -1,0 +1,118 @@
+"""`llmtop load`: run a concurrency or request-rate sweep headless and print its report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.stopping import run_stoppable
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.calibration import CalibrationError
+from llmtop.sessions.load import LoadProgress, LoadRunner
+from llmtop.sessions.load_config import LoadConfig, Mode
+from llmtop.sessions.load_report import level_row, render_load
+from llmtop.sessions.log import LogError
+
+DEFAULT_CONCURRENCY = (1, 2, 4, 8)
+DEFAULT_REQUESTS = 40
+
+
+def config_from_args(args: argparse.Namespace) -> LoadConfig:
+    """The LoadConfig a command line asks for. Raises ValueError for an impossible one."""
+    mode: Mode = "rate" if args.rate else "concurrency"
+    requests = args.requests if args.requests is not None or args.duration else DEFAULT_REQUESTS
+    return LoadConfig(
+        mode=mode,
+        levels=args.rate or args.concurrency or DEFAULT_CONCURRENCY,
+        requests=requests,
+        duration_s=args.duration,
+        arrivals=args.arrivals,
+        prompt_tokens=args.prompt_tokens,
+        max_tokens=args.max_tokens,
+        num_ctx=args.num_ctx,
+        temperature=args.temperature,
+        seed=args.seed,
+        think=None if args.think is None else args.think == "on",
+        slo=args.slo,
+        use_cache=not args.no_cache,
+        preflight_s=args.preflight_duration,
+    )
+
+
+def _printer(quiet: bool, config: LoadConfig):
+    def show(p: LoadProgress) -> None:
+        if quiet or p.phase == "request":
+            return
+        if p.phase == "level-done" and p.result is not None:
+            cells = level_row(p.result)
+            print(
+                f"llmtop load: {cells[0]}: ok/failed {cells[1]} · TTFT p50/p90/p95 {cells[2]} ms"
+                f" · {cells[6]} req/s · {cells[7]} tok/s · goodput {cells[8]} · probes {cells[10]}",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif p.message and p.phase != "done":
+            print(f"llmtop load: {p.message}", file=sys.stderr, flush=True)
+
+    return show
+
+
+async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
+    conn = await connect_from_flags(args)
+    if isinstance(conn, int):
+        return conn
+    try:
+        try:
+            runner = LoadRunner(conn, config, args.log, on_progress=_printer(args.json, config))
+        except LogError as exc:
+            print(f"llmtop: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        print(
+            f"llmtop load: {conn.engine.name} at {conn.engine.host} · {conn.model} · "
+            f"log {runner.log_path}",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            outcome = await runner.run()
+        except CalibrationError as exc:
+            print(f"llmtop load: calibration failed: {exc}", file=sys.stderr)
+            return ExitCode.REQUEST_FAILED
+    finally:
+        await conn.close()
+    print(render_load(outcome.analysis, "json" if args.json else "md"), end="")
+    if not any(lv.ok for lv in outcome.analysis.levels):
+        print("llmtop load: no request completed ok", file=sys.stderr)
+        return ExitCode.REQUEST_FAILED
+    incomplete = runner.recorder.log.incomplete
+    if incomplete is not None:  # the report covers what reached the log
+        print(f"llmtop load: {incomplete}; the report covers the records written", file=sys.stderr)
+        return ExitCode.LOG_INCOMPLETE
+    return ExitCode.OK
+
+
+def main(args: argparse.Namespace) -> int:
+    """`llmtop load`: check the flags, run the sweep, print the report; returns an ExitCode
+    (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed, 6 the
+    log stops early; 128 + the signal after SIGTERM/SIGHUP, as run and bench)."""
+    if (
+        (args.requests is not None and args.requests < 1)
+        or args.max_tokens < 2
+        or args.prompt_tokens < 8
+        or (args.duration is not None and args.duration <= 0)
+    ):
+        print(
+            "llmtop load: --requests must be >= 1, --duration > 0, --max-tokens >= 2 and "
+            "--prompt-tokens >= 8",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    if args.prompt_tokens + args.max_tokens > args.num_ctx:
+        print(
+            f"llmtop load: {args.prompt_tokens} prompt + {args.max_tokens} output tokens need more "
+            f"than --num-ctx {args.num_ctx}: raise --num-ctx or lower the sizes",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    return run_stoppable(_load(args, config_from_args(args)), "llmtop load")

@@ -1,0 +1,106 @@
+"""The send stamp (when a request's body has been written to the socket) and connection reuse.
+
+TTFT runs from the send stamp to the first chunk with text (docs/method.md, "TTFT and E2E").
+Taking that stamp before the client library builds the request puts the client's own work —
+building the request object, serialising it, opening a connection when none is pooled — inside
+TTFT (about 1 ms with the `ollama` client and httpx; /work/shared/docs/perf-evidence.md). The
+stamp is therefore taken by httpcore's trace event `http11.send_request_body.complete`, the
+moment the last byte of the request has been handed to the socket, and the time before it is
+kept as its own figure (`SendStamp.prep_ns`, logged as `client_prep_ms`).
+
+How the stamp travels: the measuring code opens a `SendStamp` with `stamping()` (a context
+variable, so the engine's stream, iterated in the same task, sees it) and every HTTP client
+that takes part installs `stamp_hook` as an httpx `request` event hook, which adds the trace
+callback to each request's extensions. An engine without the hook leaves `sent_ns` unset and
+the measuring code keeps the stamp it took before the request (the earlier definition).
+
+Connection reuse: a stream closed at its `done` chunk before the response's end was read
+cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
+loopback). Every engine therefore `drain`s its stream after the done chunk (normally only the
+chunked terminator, already on its way) before handing the done event on; a load sweep
+would otherwise pay a new TCP connection per request too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import httpx
+
+BODY_WRITTEN = "http11.send_request_body.complete"  # httpcore's trace event name
+DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane server
+
+
+@dataclass(slots=True)
+class SendStamp:
+    """One request's send stamps, perf_counter_ns.
+
+    prepare_ns: when the caller asked for the request (before the client library built it).
+    sent_ns: when httpcore had written the request body to the socket; None until then, and
+        for engines that do not install `stamp_hook`.
+    """
+
+    prepare_ns: int
+    sent_ns: int | None = None
+
+    @property
+    def prep_ns(self) -> int | None:
+        """The client's own time before the request left (ns): build, connect, write."""
+        return None if self.sent_ns is None else self.sent_ns - self.prepare_ns
+
+    @property
+    def send_ns(self) -> int:
+        """The stamp TTFT starts from: the socket stamp when there is one, else prepare_ns."""
+        return self.prepare_ns if self.sent_ns is None else self.sent_ns
+
+
+_CURRENT: contextvars.ContextVar[SendStamp | None] = contextvars.ContextVar(
+    "llmtop_send_stamp", default=None
+)
+
+
+@contextmanager
+def stamping(prepare_ns: int | None = None) -> Iterator[SendStamp]:
+    """Open a SendStamp for the request about to be made in this task (`prepare_ns`:
+    perf_counter_ns when it was asked for; default now)."""
+    stamp = SendStamp(perf_counter_ns() if prepare_ns is None else prepare_ns)
+    token = _CURRENT.set(stamp)
+    try:
+        yield stamp
+    finally:
+        _CURRENT.reset(token)
+
+
+async def _trace(name: str, _info: dict[str, Any]) -> None:
+    if name == BODY_WRITTEN:
+        stamp = _CURRENT.get()
+        if stamp is not None and stamp.sent_ns is None:
+            stamp.sent_ns = perf_counter_ns()
+
+
+async def stamp_hook(request: httpx.Request) -> None:
+    """httpx `request` event hook: trace this request's body write into the open SendStamp.
+    A request that already carries its own trace callback is left alone."""
+    request.extensions.setdefault("trace", _trace)
+
+
+def stamp_hooks() -> dict[str, list[Any]]:
+    """The `event_hooks` argument for an httpx.AsyncClient whose requests are measured."""
+    return {"request": [stamp_hook]}
+
+
+async def drain(items: AsyncIterator[Any]) -> None:
+    """Pull `items` to their end (what follows a done chunk) so the response is read whole and
+    its connection returns to the pool; give up after DRAIN_TIMEOUT_S, when the connection is
+    simply closed. Errors here are not the request's: ignored."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for _ in items:
+                pass

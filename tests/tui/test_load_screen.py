@@ -1,0 +1,100 @@
+"""The load screen (Ctrl+L) on a real connection to the slotted server: a two-level sweep
+runs from the form, the table and the curve fill in, the knee is stated."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+from textual.app import App
+from textual.widgets import Input, Static
+
+from llmtop.connect import connect
+from llmtop.sessions.load_analysis import LevelResult, Percentiles
+from llmtop.testing.slotted import Service, SlottedUpstream
+from llmtop.tui.load_screen import LoadScreen, config_from_form
+from llmtop.tui.load_view import curve, levels_table
+from llmtop.tui.settings import TuiSettings
+
+
+class Host(App[None]):
+    def __init__(self, screen: LoadScreen) -> None:
+        super().__init__()
+        self.load_screen = screen
+
+    async def on_mount(self) -> None:
+        await self.push_screen(self.load_screen)
+
+
+async def test_a_sweep_from_the_form(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # the sweep's log goes there
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with SlottedUpstream(Service(slots=2, prefill_s=0.005, tokens=4, gap_s=0.002)) as up:
+        conn = await connect("ollama", up.url, "slotted")
+        screen = LoadScreen(conn, TuiSettings())
+        try:
+            async with Host(screen).run_test(size=(140, 50)) as pilot:
+                screen.query_one("#load-levels", Input).value = "1,2"
+                screen.query_one("#load-requests", Input).value = "4"
+                screen.query_one("#load-prompt", Input).value = "20"
+                screen.query_one("#load-slo", Input).value = "ttft=5s"
+                await pilot.click("#load-start")
+                await screen.worker.wait()
+                await pilot.pause(0.3)
+                knee = str(screen.query_one("#load-knee", Static).render())
+                assert "Knee: this engine serves 2 concurrent users within TTFT ≤ 5000 ms" in knee
+                assert [lv.value for lv in screen.live.levels] == [1, 2]
+                console = Console(width=140, record=True)
+                console.print(levels_table(screen.live.levels))  # what #load-table shows
+                table = console.export_text()
+                assert "1 users" in table and "2 users" in table and "4/0" in table
+        finally:
+            await conn.close()
+
+
+def test_form_errors_are_messages():
+    with pytest.raises(ValueError, match="whole number"):
+        config_from_form(TuiSettings(), "concurrency", "1,2", "0", "", "200")
+    with pytest.raises(ValueError, match="SLO term"):
+        config_from_form(TuiSettings(), "concurrency", "1,2", "5", "p99=1", "200")
+    cfg = config_from_form(TuiSettings(options={"seed": 7}), "rate", "0.5,1", "5", "", "64")
+    assert (cfg.mode, cfg.levels, cfg.seed, cfg.prompt_tokens) == ("rate", (0.5, 1.0), 7, 64)
+
+
+def level(n: int, value: float, rate: float, ttft: float) -> LevelResult:
+    p = Percentiles(1, ttft, None, None, None)
+    empty = Percentiles(0, None, None, None, None)
+    return LevelResult(
+        n,
+        "concurrency",
+        value,
+        1,
+        1,
+        {"ok": 1},
+        1.0,
+        p,
+        empty,
+        empty,
+        empty,
+        None,
+        None,
+        None,
+        empty,
+        rate,
+        None,
+        None,
+        None,
+        "QUIET",
+        None,
+        None,
+        None,
+    )
+
+
+def test_curve_puts_each_level_at_its_throughput_and_latency():
+    text = curve([level(0, 1, 5.0, 100.0), level(1, 2, 10.0, 200.0)], width=11, height=3)
+    rows = text.plain.splitlines()
+    # level 2 at (max x, max y): top row, last column; level 1 at (x/2, y/2): middle row, col 5
+    assert rows[0].endswith("2") and rows[0].startswith("    200 ┤")
+    assert rows[1].index("1") == len("        │") + 5
+    assert isinstance(curve([]), Text) and "appears as levels finish" in curve([]).plain

@@ -1,0 +1,69 @@
+"""`llmtop load` end to end through the CLI against the slotted server, and `llmtop report`
+of its log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from llmtop.cli import main
+from llmtop.exitcodes import ExitCode
+from llmtop.testing.slotted import Service, SlottedProcess
+
+
+@pytest.fixture(scope="module")
+def slotted():
+    up = SlottedProcess(Service(slots=2, prefill_s=0.01, tokens=5, gap_s=0.005))
+    asyncio.run(up.start())
+    yield up
+    up.stop()
+
+
+def load(url: str, log, *flags: str) -> int:
+    """`llmtop load` on the slotted server with small prompts, printing JSON."""
+    common = ["--engine", "ollama", "--host", url, "--model", "slotted", "--prompt-tokens", "20",
+              "--max-tokens", "5", "--log", str(log), "--json", "--no-cache"]
+    return main(["load", *common, *flags])
+
+
+def test_load_prints_json_and_report_renders_its_log(slotted, tmp_path, capsys):
+    log = tmp_path / "load.jsonl"
+    rc = load(slotted.url, log, "--concurrency", "1,2", "--requests", "4", "--slo", "ttft=1s")
+    assert rc == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    assert [lv["value"] for lv in report["levels"]] == [1, 2]
+    assert [lv["ok"] for lv in report["levels"]] == [4, 4]
+    assert report["knee"]["value"] == 2  # every request meets TTFT ≤ 1 s
+    assert main(["report", str(log), "--format", "md"]) == ExitCode.OK
+    md = capsys.readouterr().out
+    assert "**Knee:** this engine serves 2 concurrent users within TTFT ≤ 1000 ms." in md
+    assert "| 2 users | 4/0 |" in md
+
+
+def test_open_loop_by_duration(slotted, tmp_path, capsys):
+    rc = load(slotted.url, tmp_path / "l.jsonl", "--rate", "20", "--arrivals", "constant",
+              "--duration", "0.3s")
+    assert rc == ExitCode.OK
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    assert level["requests"] == 6  # 20 req/s × 0.3 s
+    assert level["lag_ms"]["n"] == 6
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--concurrency", "1.5"],
+        ["--rate", "0"],
+        ["--slo", "p99=1s"],
+        ["--concurrency", "1", "--rate", "1"],
+        ["--requests", "0"],
+        ["--requests", "3", "--duration", "5s"],
+    ],
+)
+def test_bad_flags_are_usage_errors(flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        rc = main(["load", "--engine", "ollama", "--host", "127.0.0.1:9", *flags])
+        raise SystemExit(rc)
+    assert exc.value.code == ExitCode.USAGE

@@ -1,0 +1,61 @@
+"""The send stamp is the socket write of the request body, and connections are reused.
+
+Against the scripted Ollama-API server (llmtop/testing/scripted.py): the expected relations
+follow from the order of events on one task — asking for the request, then httpcore writing
+its body, then the first chunk — not from any timing.
+"""
+
+import pytest
+
+from llmtop.engines.ollama import OllamaEngine
+from llmtop.engines.stamps import SendStamp, stamping
+from llmtop.sessions.log import request_record
+from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.testing.scripted import ScriptedUpstream
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ScriptedUpstream() as upstream:
+        yield upstream.url
+
+
+async def _one(engine: OllamaEngine, prompt: str = "hi"):
+    collector = RequestCollector(prompt=prompt, options={}, model="ok")
+    return await run_request(lambda: engine.stream_chat("ok", chat_messages(prompt)), collector)
+
+
+def _pool(engine: OllamaEngine):
+    return engine._client._client._transport._pool.connections
+
+
+async def test_send_stamp_is_after_preparation_and_before_the_first_chunk(server):
+    engine = OllamaEngine(server)
+    try:
+        result = await _one(engine)
+    finally:
+        await engine.aclose()
+    assert result.prep_ns is not None and result.prep_ns > 0
+    assert result.events[0].t_ns > result.sent_ns
+    record = request_record(result)
+    assert record["client_prep_ms"] == round(result.prep_ns / 1e6, 3)
+
+
+async def test_the_connection_goes_back_to_the_pool_and_is_reused(server):
+    engine = OllamaEngine(server)
+    try:
+        await _one(engine)
+        first = list(_pool(engine))
+        assert len(first) == 1 and first[0].is_idle()  # the body was read to its end
+        await _one(engine)
+        assert list(_pool(engine)) == first  # the same connection, not a new one
+    finally:
+        await engine.aclose()
+
+
+def test_without_a_socket_stamp_the_prepare_stamp_stands():
+    with stamping() as stamp:
+        assert isinstance(stamp, SendStamp)
+    assert stamp.prep_ns is None and stamp.send_ns == stamp.prepare_ns
+    stamp.sent_ns = stamp.prepare_ns + 1500
+    assert stamp.prep_ns == 1500 and stamp.send_ns == stamp.prepare_ns + 1500
