@@ -50,6 +50,7 @@ from typing import Any
 
 from llmtop.engines.events import Status
 from llmtop.sessions.records import AppCpu, ProbeRecord, RequestRecord
+from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality
 K_SPREAD = 2.0
@@ -410,6 +411,10 @@ def name_cause(
     if machine.canary_change_pct is None:
         return Cause(CauseKind.UNEXPLAINED, "no program explains it, and the log has no "
                      "machine-speed canary to tell the machine from the engine", (slowed,))
-    held = (f"the machine held steady (canary: {machine.canary_part} "
-            f"{machine.canary_change_pct:+.0f} %) while {slowed}")
+    change = machine.canary_change_pct
+    held = (f"the machine held steady (canary: {machine.canary_part} {change:+.0f} %) while "
+            f"{slowed}")
+    if abs(change) > DRIFT_THRESHOLD_PCT:  # moved, but the drift rule did not count it
+        held = (f"the canary moved ({machine.canary_part} {change:+.0f} %) but within its own "
+                f"spread, so it cannot say the machine slowed, while {slowed}")
     return Cause(CauseKind.UNEXPLAINED, f"{held}: {LOOK_AT_ENGINE}", (NOTHING_STANDS_OUT,))

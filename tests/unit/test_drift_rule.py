@@ -125,6 +125,15 @@ def test_canary_flat_engine_slower_is_unexplained():
     )
 
 
+def test_a_noisy_canary_is_not_called_steady():
+    # canary medians 3.0 → 3.6 (+20 %) but the first and last 5 overlap (rank test p ≥ 0.05)
+    noisy = [3.0, 3.1, 2.9, 3.6, 3.0] + [3.3] * 10 + [3.6, 3.0, 3.7, 3.6, 2.9]
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), noisy)
+    (cause,) = build_from(reqs, canaries).causes.values()
+    assert cause.kind == "unexplained"
+    assert cause.summary.startswith("the canary moved (CPU loop +20 %) but within its own spread")
+
+
 def test_a_busy_app_is_named_before_the_machine():
     reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), wobbled(CANARY_FAST, CANARY_SLOW))
     # chromium at 50 % of a core during the last 10 requests (ids 11..20), 0 % before
