@@ -27,9 +27,13 @@ from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 MODEL = "gemma3:270m"
 
 
-async def one(engine: OllamaEngine, prompt: str, options: dict) -> tuple[float | None, float | None]:
+async def one(
+    engine: OllamaEngine, prompt: str, options: dict
+) -> tuple[float | None, float | None]:
     collector = RequestCollector(prompt=prompt, options=options, model=MODEL)
-    result = await run_request(lambda: engine.stream_chat(MODEL, chat_messages(prompt), options=options), collector)
+    result = await run_request(
+        lambda: engine.stream_chat(MODEL, chat_messages(prompt), options=options), collector
+    )
     return result.metrics.server_decode_tps, result.metrics.ttft_ms
 
 
@@ -56,7 +60,9 @@ async def main(args: argparse.Namespace) -> int:
                 result = await one(engine, prompts.make(40), options)
                 if watched:
                     sampler.stop()
-                    sampler = ProbeSampler(args.interval, lambda s: costs.append(s.cost_ms), engine_pids={proc.pid})
+                    sampler = ProbeSampler(
+                        args.interval, lambda s: costs.append(s.cost_ms), engine_pids={proc.pid}
+                    )
                 (on if watched else off).append(result)
     finally:
         await engine.aclose()
@@ -66,14 +72,20 @@ async def main(args: argparse.Namespace) -> int:
         return statistics.median(r[k] for r in rows if r[k] is not None)
 
     ratios = [a[0] / b[0] for a, b in zip(on, off, strict=True) if a[0] and b[0]]
-    print(f"pairs {args.pairs}, sampler every {args.interval} s, {args.num_predict} tokens per request")
+    print(
+        f"pairs {args.pairs}, sampler every {args.interval} s, {args.num_predict} tokens per "
+        "request"
+    )
     print(f"  decode tok/s (server) median: off {med(off, 0):.2f} | on {med(on, 0):.2f}")
     print(f"  TTFT ms median:               off {med(off, 1):.2f} | on {med(on, 1):.2f}")
     print(f"  paired decode ratio on/off: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
     if costs:
-        print(f"  sampler CPU per sample: median {statistics.median(costs):.1f} ms over {len(costs)} samples "
-              f"= {statistics.median(costs) / (args.interval * 1000) * 100:.1f} % of one core")
+        print(
+            f"  sampler CPU per sample: median {statistics.median(costs):.1f} ms over {len(costs)} "
+            "samples "
+            f"= {statistics.median(costs) / (args.interval * 1000) * 100:.1f} % of one core"
+        )
     return 0
 
 

@@ -75,9 +75,13 @@ def _decode(stamps: list[int]) -> float | None:
     return (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9)
 
 
-async def _via_engine(engine: OllamaEngine | RelayEngine, model: str, prompt: str, options: dict) -> Sample:
+async def _via_engine(
+    engine: OllamaEngine | RelayEngine, model: str, prompt: str, options: dict
+) -> Sample:
     collector = RequestCollector(prompt=prompt, options=options, model=model)
-    r = await run_request(lambda: engine.stream_chat(model, chat_messages(prompt), options=options), collector)
+    r = await run_request(
+        lambda: engine.stream_chat(model, chat_messages(prompt), options=options), collector
+    )
     if r.metrics.ttft_ms is None or r.failure is not None:
         raise RuntimeError(f"{engine.name}: request failed: {r.failure}")
     stamps = [e.t_ns for e in r.events if e.has_text]
@@ -167,7 +171,8 @@ def _q(values: list[float]) -> tuple[float, float, float]:
 
 
 def report(title: str, series: Series) -> bool:
-    """Print one setup's table; False when the relay clearly missed the ≤ 1 ms target (engine paths)."""
+    """Print one setup's table; False when the relay clearly missed the ≤ 1 ms target (engine
+    paths)."""
     s = series.samples
     n = len(s[PATHS[0]])
     print(f"\n{title}  (n = {n} rounds after warm-up)")
@@ -176,17 +181,26 @@ def report(title: str, series: Series) -> bool:
         ttft = [x.ttft_ms for x in s[path]]
         dec = [x.decode_cps for x in s[path] if x.decode_cps]
         dec_txt = f"{statistics.median(dec):.1f}" if dec else "–"
-        print(f"  {path:<16} {statistics.median(ttft):>8.2f}ms {min(ttft):>7.2f}ms {max(ttft):>7.2f}ms"
-              f"   {dec_txt:>22}")
+        print(
+            f"  {path:<16} {statistics.median(ttft):>8.2f}ms {min(ttft):>7.2f}ms "
+            f"{max(ttft):>7.2f}ms"
+            f"   {dec_txt:>22}"
+        )
     verdict = "inconclusive"
     for kind in ("engine", "raw"):
-        d = [b.ttft_ms - a.ttft_ms for a, b in zip(s[f"direct/{kind}"], s[f"relayed/{kind}"], strict=True)]
+        d = [
+            b.ttft_ms - a.ttft_ms
+            for a, b in zip(s[f"direct/{kind}"], s[f"relayed/{kind}"], strict=True)
+        ]
         q1, med, q3 = _q(d)
         dd = [a.decode_cps for a in s[f"direct/{kind}"] if a.decode_cps]
         rd = [b.decode_cps for b in s[f"relayed/{kind}"] if b.decode_cps]
         ratio = statistics.median(rd) / statistics.median(dd) if dd and rd else float("nan")
-        print(f"  relayed − direct ({kind:>6}): TTFT median {med:+.3f} ms, IQR [{q1:+.3f}, {q3:+.3f}] ms;"
-              f" decode relayed/direct {ratio:.3f}")
+        print(
+            f"  relayed − direct ({kind:>6}): TTFT median {med:+.3f} ms, IQR [{q1:+.3f}, "
+            f"{q3:+.3f}] ms;"
+            f" decode relayed/direct {ratio:.3f}"
+        )
         if kind == "engine":
             verdict = _verdict(q1, med, q3)
             if title.startswith("(a)"):
@@ -196,8 +210,11 @@ def report(title: str, series: Series) -> bool:
     sd = [x.server_decode_tps for x in s["direct/engine"] if x.server_decode_tps]
     sr = [x.server_decode_tps for x in s["relayed/engine"] if x.server_decode_tps]
     if sd and sr:
-        print(f"  server decode (eval_count/eval_duration) p50: direct {statistics.median(sd):.1f} tok/s,"
-              f" relayed {statistics.median(sr):.1f} tok/s")
+        print(
+            f"  server decode (eval_count/eval_duration) p50: direct {statistics.median(sd):.1f} "
+            "tok/s,"
+            f" relayed {statistics.median(sr):.1f} tok/s"
+        )
     if series.relay_cpu_ms is not None:
         relayed = s["relayed/engine"] + s["relayed/raw"]
         per_request = series.relay_cpu_ms / len(relayed)
@@ -218,15 +235,31 @@ def _verdict(q1: float, med: float, q3: float) -> str:
         return "met"
     if med > TARGET_MS and q1 > TARGET_MS:
         return "NOT met"
-    return f"inconclusive (IQR {q3 - q1:.1f} ms wide: rerun on a quieter machine or with more rounds)"
+    return (
+        f"inconclusive (IQR {q3 - q1:.1f} ms wide: rerun on a quieter machine or with more rounds)"
+    )
 
 
-def _start_scripted(first_ms: float, chunks: int, gap_ms: float) -> tuple[subprocess.Popen[bytes], str]:
+def _start_scripted(
+    first_ms: float, chunks: int, gap_ms: float
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop.testing.scripted", "--port", str(port), "--first-ms", str(first_ms),
-         "--chunks", str(chunks), "--gap-ms", str(gap_ms)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "llmtop.testing.scripted",
+            "--port",
+            str(port),
+            "--first-ms",
+            str(first_ms),
+            "--chunks",
+            str(chunks),
+            "--gap-ms",
+            str(gap_ms),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -241,15 +274,22 @@ def _start_scripted(first_ms: float, chunks: int, gap_ms: float) -> tuple[subpro
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    print("relay overhead:", platform.python_version(), platform.machine(), f"{os.cpu_count()} CPUs,",
-          "loopback; relay, upstream and this client are separate processes")
+    print(
+        "relay overhead:",
+        platform.python_version(),
+        platform.machine(),
+        f"{os.cpu_count()} CPUs,",
+        "loopback; relay, upstream and this client are separate processes",
+    )
     print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     all_ok = True
     scripted, url = _start_scripted(50.0, 20, 10.0)
     try:
         async with RelayProcess(url) as relay:
             series = await measure(url, relay, "timed", args.rounds, args.warmup, {}, None)
-        all_ok &= report("(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series)
+        all_ok &= report(
+            "(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series
+        )
     finally:
         scripted.terminate()
         scripted.wait(5)
@@ -264,7 +304,12 @@ async def main_async(args: argparse.Namespace) -> int:
         try:
             async with RelayProcess(upstream) as relay:
                 gen = PromptGenerator(seed=7, salt="relay-bench")
-                options = {"temperature": 0.0, "seed": 42, "num_predict": args.num_predict, "num_ctx": 2048}
+                options = {
+                    "temperature": 0.0,
+                    "seed": 42,
+                    "num_predict": args.num_predict,
+                    "num_ctx": 2048,
+                }
                 series = await measure(upstream, relay, args.model, args.engine_rounds, args.warmup,
                                        options, lambda: gen.make(24))
             all_ok &= report(f"(b) embedded engine ({args.model}), 24-word prompts, num_predict "
@@ -278,14 +323,23 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=40, help="measured rounds, scripted upstream (default 40)")
-    ap.add_argument("--engine-rounds", type=int, default=30, help="measured rounds, real engine (default 30)")
+    ap.add_argument(
+        "--rounds", type=int, default=40, help="measured rounds, scripted upstream (default 40)"
+    )
+    ap.add_argument(
+        "--engine-rounds", type=int, default=30, help="measured rounds, real engine (default 30)"
+    )
     ap.add_argument("--warmup", type=int, default=3, help="discarded rounds first (default 3)")
     ap.add_argument("--no-engine", action="store_true", help="only the scripted upstream")
-    ap.add_argument("--engine-url", help="an Ollama-API server already running (default: start the embedded engine)")
+    ap.add_argument(
+        "--engine-url",
+        help="an Ollama-API server already running (default: start the embedded engine)",
+    )
     ap.add_argument("--model", default="gemma3:270m", help="model for (b) (default gemma3:270m)")
     ap.add_argument("--json", help="write the scripted upstream's result rows here")
-    ap.add_argument("--num-predict", type=int, default=16, help="output tokens per request in (b) (default 16)")
+    ap.add_argument(
+        "--num-predict", type=int, default=16, help="output tokens per request in (b) (default 16)"
+    )
     args = ap.parse_args(argv)
     code = asyncio.run(main_async(args))
     if args.json:

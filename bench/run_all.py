@@ -28,17 +28,36 @@ HERE = Path(__file__).resolve().parent
 
 # name → (argv after the script, quick argv); every one gets --json FILE appended
 BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
-    "clock": ("clock_truth.py", ["--requests", "20", "--runs", "8"],
-              ["--requests", "10", "--runs", "4"]),
-    "probe": ("probe_cost.py", ["-n", "40", "--interval", "0.1"], ["-n", "15", "--interval", "0.1"]),
-    "probe-270": ("probe_cost.py", ["-n", "40", "--interval", "0.1", "--spawn", "200"],
-                  ["-n", "15", "--interval", "0.1", "--spawn", "200"]),
-    "relay": ("relay_overhead.py", ["--no-engine", "--rounds", "30"],
-              ["--no-engine", "--rounds", "12"]),
-    "tui-scripted": ("tui_cost.py", ["--scripted", "--pairs", "3", "--num-predict", "300"],
-                     ["--scripted", "--pairs", "1", "--num-predict", "200"]),
-    "tui-engine": ("tui_cost.py", ["--pairs", "4", "--num-predict", "96"],
-                   ["--pairs", "2", "--num-predict", "48"]),
+    "clock": (
+        "clock_truth.py",
+        ["--requests", "20", "--runs", "8"],
+        ["--requests", "10", "--runs", "4"],
+    ),
+    "probe": (
+        "probe_cost.py",
+        ["-n", "40", "--interval", "0.1"],
+        ["-n", "15", "--interval", "0.1"],
+    ),
+    "probe-270": (
+        "probe_cost.py",
+        ["-n", "40", "--interval", "0.1", "--spawn", "200"],
+        ["-n", "15", "--interval", "0.1", "--spawn", "200"],
+    ),
+    "relay": (
+        "relay_overhead.py",
+        ["--no-engine", "--rounds", "30"],
+        ["--no-engine", "--rounds", "12"],
+    ),
+    "tui-scripted": (
+        "tui_cost.py",
+        ["--scripted", "--pairs", "3", "--num-predict", "300"],
+        ["--scripted", "--pairs", "1", "--num-predict", "200"],
+    ),
+    "tui-engine": (
+        "tui_cost.py",
+        ["--pairs", "4", "--num-predict", "96"],
+        ["--pairs", "2", "--num-predict", "48"],
+    ),
 }
 
 

@@ -7,7 +7,8 @@ Ollama writes it. For each `/api/chat` request it appends one JSON line to LOG:
 `{"prompt", "recv_ns", "first_ns", "done_ns"}` — `perf_counter_ns()` (CLOCK_MONOTONIC on
 Linux: the same clock in every process, so a client's stamps compare directly) when the
 request's last byte had been read, just before the first text chunk's `send`, and just
-before the done chunk's `send` (the line is written before the done chunk is sent). A client's TTFT error is then
+before the done chunk's `send` (the line is written before the done chunk is sent). A client's TTFT
+error is then
 (its first-text stamp − its send stamp) − (first_ns − recv_ns): what the wire and both
 processes' wake-ups add, plus whatever the client counts that is not the server's time.
 Metadata routes (`/api/version`, `/api/tags`, `/api/show`, `/api/ps`) answer minimally so
@@ -35,7 +36,9 @@ def _chunked(obj: dict) -> bytes:
 
 
 def _headers(status: str, ctype: str, length: int | None = None) -> bytes:
-    size = f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
+    size = (
+        f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
+    )
     return f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n{size}\r\n".encode()
 
 

@@ -164,13 +164,25 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
     o.add_argument("--temperature", type=finite_number(0.0), default=d(DEFAULT_OPTIONS.temperature),
                    help=f"default {DEFAULT_OPTIONS.temperature:g} (repeatable runs)")
-    o.add_argument("--seed", type=whole_number(-INT64_MAX - 1, INT64_MAX), default=d(DEFAULT_OPTIONS.seed),
-                   help=f"default {DEFAULT_OPTIONS.seed}")
-    o.add_argument("--num-ctx", type=whole_number(16, INT32_MAX), default=d(DEFAULT_OPTIONS.num_ctx),
-                   help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})")
+    o.add_argument(
+        "--seed",
+        type=whole_number(-INT64_MAX - 1, INT64_MAX),
+        default=d(DEFAULT_OPTIONS.seed),
+        help=f"default {DEFAULT_OPTIONS.seed}",
+    )
+    o.add_argument(
+        "--num-ctx",
+        type=whole_number(16, INT32_MAX),
+        default=d(DEFAULT_OPTIONS.num_ctx),
+        help=f"context tokens (default {DEFAULT_OPTIONS.num_ctx})",
+    )
     if num_predict:
-        o.add_argument("--num-predict", type=whole_number(1, INT32_MAX, also=(-1,)), default=d(DEFAULT_OPTIONS.num_predict),
-                       help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})")
+        o.add_argument(
+            "--num-predict",
+            type=whole_number(1, INT32_MAX, also=(-1,)),
+            default=d(DEFAULT_OPTIONS.num_predict),
+            help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})",
+        )
 
 
 def _probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:
@@ -234,19 +246,32 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
     b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=BENCH.max_tokens,
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
-    b.add_argument("--think", choices=("on", "off"), help="send think true/false (default: not sent)")
-    b.add_argument("--drift-threshold", type=finite_number(0.0, above_low=True), default=BENCH.drift_threshold_pct,
-                   help="%% worsening first-5 → last-5 that marks the run contaminated "
-                   f"(default {BENCH.drift_threshold_pct:g})")
-    b.add_argument("--compare-relay", action="store_true",
-                   help="interleave direct and relayed requests and report the relay's TTFT overhead")
+    b.add_argument(
+        "--think", choices=("on", "off"), help="send think true/false (default: not sent)"
+    )
+    b.add_argument(
+        "--drift-threshold",
+        type=finite_number(0.0, above_low=True),
+        default=BENCH.drift_threshold_pct,
+        help="%% worsening first-5 → last-5 that marks the run contaminated "
+        f"(default {BENCH.drift_threshold_pct:g})",
+    )
+    b.add_argument(
+        "--compare-relay",
+        action="store_true",
+        help="interleave direct and relayed requests and report the relay's TTFT overhead",
+    )
     b.add_argument("--no-cache", action="store_true",
                    help="recalibrate even when a cached calibration exists")
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
-    b.add_argument("--preflight-duration", type=finite_number(0.0, 86_400.0), default=BENCH.preflight_s,
-                   help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
-                   "0 skips it)")
+    b.add_argument(
+        "--preflight-duration",
+        type=finite_number(0.0, 86_400.0),
+        default=BENCH.preflight_s,
+        help=f"seconds of machine sampling before the run (default {BENCH.preflight_s:g}; "
+        "0 skips it)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--format", choices=("md", "json", "html"), default=None,
                    help="the report's format (default md; --json is --format json); html: one "
@@ -299,7 +324,12 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
 
 def _preflight_flags(p: argparse.ArgumentParser) -> None:
     # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
-    p.add_argument("--duration", type=finite_number(-math.inf, 86_400.0), default=3.0, help="seconds to sample (default 3)")
+    p.add_argument(
+        "--duration",
+        type=finite_number(-math.inf, 86_400.0),
+        default=3.0,
+        help="seconds to sample (default 3)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--host", default=argparse.SUPPRESS,
                    help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
@@ -426,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser for `llmtop` and every subcommand."""
     parser = argparse.ArgumentParser(
         prog="llmtop",
-        description="Honest latency numbers for LLMs on your own machine. With no command: the TUI.",
+        description="Honest latency numbers for LLMs on your own machine. With no command: the "
+        "TUI.",
     )
     parser.add_argument("--version", action="store_true",
                         help="print the version and exit; with -v also the versions of the "

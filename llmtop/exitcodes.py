@@ -21,13 +21,15 @@ class ExitCode(IntEnum):
     """Bad command line or bad input (unreadable file, invalid option); nothing was measured."""
 
     ENGINE_UNREACHABLE = 3
-    """No engine answered: Ollama is not running at the host, or the embedded engine failed to start."""
+    """No engine answered: Ollama is not running at the host, or the embedded engine failed to
+    start."""
 
     MODEL_NOT_FOUND = 4
     """The engine answered but does not have the requested model."""
 
     REQUEST_FAILED = 5
-    """The request started but did not complete: an error mid-stream, a truncated stream, no generation."""
+    """The request started but did not complete: an error mid-stream, a truncated stream, no
+    generation."""
 
     LOG_INCOMPLETE = 6
     """The measurement completed and its result was printed, but the session log could not be

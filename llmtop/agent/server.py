@@ -2,7 +2,8 @@
 
 One `ProbeSampler` runs for the agent's lifetime (so every client gets primed CPU readings):
 every `interval_s` while a stream is open, every IDLE_INTERVAL_S otherwise (the agent's own
-cost on the machine it watches); each sample is encoded once and fanned out to every stream. The measured engine is the
+cost on the machine it watches); each sample is encoded once and fanned out to every stream. The
+measured engine is the
 one at `engine_host` on this machine: its processes are identified (`identify_engine`) and
 its `/api/ps` read every ENGINE_POLL_S, and both go into every sample as they would locally.
 

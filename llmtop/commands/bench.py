@@ -21,10 +21,18 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """The BenchConfig a command line asks for."""
     think = None if args.think is None else args.think == "on"
     return BenchConfig(
-        requests=args.requests, warmup=args.warmup, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
-        num_ctx=args.num_ctx, temperature=args.temperature, seed=args.seed, think=think,
-        drift_threshold_pct=args.drift_threshold, use_cache=not args.no_cache,
-        preflight_s=args.preflight_duration, require_quiet=args.require_quiet,
+        requests=args.requests,
+        warmup=args.warmup,
+        prompt_tokens=args.prompt_tokens,
+        max_tokens=args.max_tokens,
+        num_ctx=args.num_ctx,
+        temperature=args.temperature,
+        seed=args.seed,
+        think=think,
+        drift_threshold_pct=args.drift_threshold,
+        use_cache=not args.no_cache,
+        preflight_s=args.preflight_duration,
+        require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,
     )
 
@@ -37,8 +45,12 @@ def _progress_printer(quiet: bool):
             m = p.result.metrics
             ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
-            print(f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · decode {rate}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · "
+                f"decode {rate}",
+                file=sys.stderr,
+                flush=True,
+            )
         elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup"):
             print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
     return show
@@ -56,8 +68,12 @@ async def _bench(args: argparse.Namespace) -> int:
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
-        print(f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
-              file=sys.stderr, flush=True)
+        print(
+            f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log "
+            f"{runner.log_path}",
+            file=sys.stderr,
+            flush=True,
+        )
         note = probes_note(getattr(args, "agent", None), conn.upstream.host)
         if note:
             print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
@@ -70,8 +86,11 @@ async def _bench(args: argparse.Namespace) -> int:
             print(f"llmtop bench: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         except NoisyMachine as exc:
-            print(f"llmtop bench: not started ({exc}); --require-quiet was given. Log: {runner.log_path}",
-                  file=sys.stderr)
+            print(
+                f"llmtop bench: not started ({exc}); --require-quiet was given. Log: "
+                f"{runner.log_path}",
+                file=sys.stderr,
+            )
             return ExitCode.NOISY
         for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
             print(f"llmtop bench: note: {note}", file=sys.stderr)
@@ -81,8 +100,12 @@ async def _bench(args: argparse.Namespace) -> int:
     if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
         return ExitCode.USAGE
     if outcome.analysis.verdict == "inconclusive":
-        print("llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt size "
-              "(--requests 10 or more)", file=sys.stderr)
+        print(
+            "llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt "
+            "size "
+            "(--requests 10 or more)",
+            file=sys.stderr,
+        )
     incomplete = runner.recorder.log.incomplete
     if incomplete is not None:  # the report covers what reached the log
         print(f"llmtop bench: {incomplete}; the report covers the records written",
@@ -105,11 +128,19 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     needed = max(args.prompt_tokens) + args.max_tokens
     if needed > args.num_ctx:
-        print(f"llmtop bench: a {max(args.prompt_tokens)}-token prompt plus {args.max_tokens} output tokens needs "
-              f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up to the "
-              "model's training context) or use smaller --prompt-tokens", file=sys.stderr)
+        print(
+            f"llmtop bench: a {max(args.prompt_tokens)}-token prompt plus {args.max_tokens} output "
+            "tokens needs "
+            f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up "
+            "to the "
+            "model's training context) or use smaller --prompt-tokens",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     if args.require_quiet and args.preflight_duration == 0:
-        print("llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)", file=sys.stderr)
+        print(
+            "llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     return run_stoppable(_bench(args), "llmtop bench")

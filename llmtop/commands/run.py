@@ -72,7 +72,9 @@ def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
 def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     """The human-readable metrics block printed after the streamed text."""
     m, s = result.metrics, result.stats
-    basis = "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    basis = (
+        "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
+    )
     whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
     lines = [
         f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
@@ -80,9 +82,14 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
         f"E2E           {_fmt(m.e2e_ms, 'ms')}",
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
-        f"decode        {_fmt(m.client_decode_tps, 'tok/s')} client, {_fmt(m.server_decode_tps, 'tok/s')} server",
+        (f"decode        {_fmt(m.client_decode_tps, 'tok/s')} client, "
+        f"{_fmt(m.server_decode_tps, 'tok/s')} server"),
         f"prefill       {_fmt(m.server_prefill_tps, 'tok/s')} server"
-        + (f" ({s.prompt_eval_count} tokens in {_fmt(m.prompt_eval_ms, 'ms')})" if s and s.prompt_eval_count else ""),
+        + (
+            f" ({s.prompt_eval_count} tokens in {_fmt(m.prompt_eval_ms, 'ms')})"
+            if s and s.prompt_eval_count
+            else ""
+        ),
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
@@ -109,7 +116,9 @@ async def _run(args: argparse.Namespace) -> int:
         return conn
     try:
         try:
-            recorder = SessionRecorder(conn, GenerationOptions.from_flags(args).to_ollama(), args.log)
+            recorder = SessionRecorder(
+                conn, GenerationOptions.from_flags(args).to_ollama(), args.log
+            )
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
@@ -120,7 +129,9 @@ async def _run(args: argparse.Namespace) -> int:
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
-            print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr)
+            print(
+                f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr
+            )
             note = probes_note(agent, conn.upstream.host)
             if note:
                 print(f"# {note}", file=sys.stderr)

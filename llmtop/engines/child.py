@@ -58,7 +58,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_problem(host: str, port: int) -> str | None:
-    """None when host:port can be bound now, else the OS's reason (e.g. "Address already in use")."""
+    """None when host:port can be bound now, else the OS's reason (e.g. "Address already in
+    use")."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -114,7 +115,9 @@ class ChildServer(ABC):
                 if self.proc.poll() is not None:
                     failure = self._failed(f"exited with code {self.proc.returncode}")
                     if self.proc.returncode == 2:  # ExitCode.USAGE: the child refused its input
-                        failure = Failure(FailureKind.BAD_REQUEST, failure.message, self.bad_input_remedy)
+                        failure = Failure(
+                            FailureKind.BAD_REQUEST, failure.message, self.bad_input_remedy
+                        )
                     raise EngineError(failure)
                 try:
                     if (await client.get("/")).status_code == 200:
@@ -128,7 +131,9 @@ class ChildServer(ABC):
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log_path.open("wb") as log:
-            return subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
 
     def _failed(self, what: str) -> Failure:
         try:
@@ -136,7 +141,11 @@ class ChildServer(ABC):
         except OSError:
             tail = []
         detail = (": " + " | ".join(tail)) if tail else ""
-        return Failure(FailureKind.UNREACHABLE, f"the {self.label} {what}{detail}", f"see {self.log_path}; {self.remedy}")
+        return Failure(
+            FailureKind.UNREACHABLE,
+            f"the {self.label} {what}{detail}",
+            f"see {self.log_path}; {self.remedy}",
+        )
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""

@@ -103,7 +103,13 @@ class EmbeddedEngine:
     on the shared llama.cpp context.
     """
 
-    def __init__(self, description: ModelDescription, *, chat_format: str = "gemma", default_num_ctx: int = 4096) -> None:
+    def __init__(
+        self,
+        description: ModelDescription,
+        *,
+        chat_format: str = "gemma",
+        default_num_ctx: int = 4096,
+    ) -> None:
         self.description = description
         self.default_num_ctx = default_num_ctx
         self.backend = LlamaBackend(description.path, chat_format=chat_format)
@@ -134,7 +140,9 @@ class EmbeddedEngine:
 
     async def _load(self, job: ParsedRequest) -> int:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.backend.ensure_loaded, self._settings(job))
+        return await loop.run_in_executor(
+            self._executor, self.backend.ensure_loaded, self._settings(job)
+        )
 
     def _schedule_unload(self, keep_alive_s: float) -> None:
         if self._unload_timer is not None:
@@ -145,12 +153,16 @@ class EmbeddedEngine:
             return
         self._expires_at = datetime.now(UTC) + timedelta(seconds=keep_alive_s)
         loop = asyncio.get_running_loop()
-        self._unload_timer = loop.call_later(keep_alive_s, lambda: asyncio.ensure_future(self._expire()))
+        self._unload_timer = loop.call_later(
+            keep_alive_s, lambda: asyncio.ensure_future(self._expire())
+        )
 
     async def _expire(self) -> None:
         async with self._lock:
             if self._expires_at is not None and datetime.now(UTC) >= self._expires_at:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self.backend.unload)
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self.backend.unload
+                )
                 self._expires_at = None
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> bool:
@@ -250,7 +262,9 @@ class EmbeddedEngine:
         if kv <= room and logits <= ceiling:
             return
         per_token = (kv + logits) / settings.num_ctx
-        largest = int(min(room / max(kv / settings.num_ctx, 1), ceiling / max(logits / settings.num_ctx, 1)))
+        largest = int(
+            min(room / max(kv / settings.num_ctx, 1), ceiling / max(logits / settings.num_ctx, 1))
+        )
         raise BadRequest(
             f"option 'num_ctx' {settings.num_ctx} needs about {_gib(kv + logits)} of memory "
             f"(KV cache {_gib(kv)}, logits buffer {_gib(logits)}; {per_token / 1024:.0f} KiB "
@@ -303,7 +317,10 @@ class EmbeddedEngine:
                 yield {"error": str(exc), "_status": 500}
                 return
             except Exception as exc:  # noqa: BLE001 - a crash in llama.cpp mid-stream
-                yield {"error": f"an error was encountered while running the model: {exc}", "_status": 500}
+                yield {
+                    "error": f"an error was encountered while running the model: {exc}",
+                    "_status": 500,
+                }
                 return
             if job.keep_alive_s == 0:
                 loop.run_in_executor(self._executor, self.backend.unload)
@@ -350,7 +367,9 @@ class EmbeddedEngine:
         base["done"] = done
         return base
 
-    def _final(self, job: ParsedRequest, result: GenerationResult, t_start: int, load_ns: int) -> dict[str, Any]:
+    def _final(
+        self, job: ParsedRequest, result: GenerationResult, t_start: int, load_ns: int
+    ) -> dict[str, Any]:
         final = self._chunk(job, "", done=True)
         final["done_reason"] = result.done_reason
         if job.messages is None and not job.raw:
@@ -552,7 +571,9 @@ def create_app(engine: EmbeddedEngine, guard: Guard | None = None) -> Starlette:
     return app
 
 
-async def _collect(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
+async def _collect(
+    first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]], chat: bool
+) -> dict[str, Any]:
     """Fold a stream into Ollama's non-streaming reply (full text on the done object)."""
     texts: list[str] = []
     item: dict[str, Any] | None = first

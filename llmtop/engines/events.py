@@ -59,7 +59,9 @@ class ServerStats:
         values: dict[str, Any] = {}
         for name in (*STAT_FIELDS, "prompt_cached_count"):
             raw = _get(data, name)
-            values[name] = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
+            values[name] = (
+                raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
+            )
         reason = _get(data, "done_reason")
         values["done_reason"] = reason if isinstance(reason, str) and reason else None
         source = _get(data, "source")

@@ -35,7 +35,13 @@ import psutil
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
 # repeat_penalty 1.0; seed −1 means random.
-DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.0}
+DEFAULT_SAMPLING = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.9,
+    "min_p": 0.0,
+    "repeat_penalty": 1.0,
+}
 
 
 class GenerationError(Exception):
@@ -69,7 +75,10 @@ def context_memory(num_ctx: int, model_info: Mapping[str, Any], n_vocab: int) ->
     heads = number("attention.head_count", 1) or 1
     heads_kv = number("attention.head_count_kv", heads) or heads
     head_dim = number("embedding_length") // heads
-    key, value = number("attention.key_length", head_dim), number("attention.value_length", head_dim)
+    key, value = (
+        number("attention.key_length", head_dim),
+        number("attention.value_length", head_dim),
+    )
     kv = num_ctx * number("block_count") * heads_kv * (key + value) * KV_ENTRY_BYTES
     return kv, num_ctx * n_vocab * LOGIT_BYTES
 
@@ -336,7 +345,11 @@ class LlamaBackend:
         # Keep a prefix-cache hit from leaving fewer than 2 prompt tokens to evaluate: a
         # 1-token decode would be booked by llama.cpp as generation, not prompt eval.
         llm.n_tokens = min(llm.n_tokens, max(0, len(prompt_tokens) - 2))
-        seed = sampling.seed if sampling.seed is not None and sampling.seed >= 0 else random.getrandbits(31)
+        seed = (
+            sampling.seed
+            if sampling.seed is not None and sampling.seed >= 0
+            else random.getrandbits(31)
+        )
         llm.set_seed(seed & 0xFFFFFFFF)  # llama.cpp's sampler seed is a uint32; Ollama's an int64
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
         output = self._decode(prompt_tokens, sampling, budget, emit, cancel, result)

@@ -95,7 +95,9 @@ def file_type_name(file_type: int) -> str:
     return f"ftype-{file_type}"
 
 
-def describe(path: str | os.PathLike[str], name: str, digest: str | None = None) -> ModelDescription:
+def describe(
+    path: str | os.PathLike[str], name: str, digest: str | None = None
+) -> ModelDescription:
     """Read a GGUF's metadata (vocab-only load: ~0.6 s, no weights) into a ModelDescription.
 
     digest: the file's sha256 when already known (else computed, ~1 s per 250 MB).
@@ -111,7 +113,9 @@ def describe(path: str | os.PathLike[str], name: str, digest: str | None = None)
     except Exception as exc:
         raise ModelFileError(f"cannot read {p} as a GGUF model: {exc}") from exc
     try:
-        meta = {k: _typed(v) for k, v in vocab.metadata.items() if not k.startswith("tokenizer.chat")}
+        meta = {
+            k: _typed(v) for k, v in vocab.metadata.items() if not k.startswith("tokenizer.chat")
+        }
         params = int(vocab._model.n_params())
     finally:
         vocab.close()

@@ -123,7 +123,9 @@ class OllamaEngine:
 
         return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
 
-    async def _stream(self, model: str, start: Any, texts: Any) -> AsyncGenerator[StreamEvent, None]:
+    async def _stream(
+        self, model: str, start: Any, texts: Any
+    ) -> AsyncGenerator[StreamEvent, None]:
         try:
             parts = await start()
             async with contextlib.aclosing(parts):

@@ -2,7 +2,8 @@
 
 | Ollama option   | OpenAI field   |
 |-----------------|----------------|
-| num_predict     | max_tokens (the field every local server takes; `max_completion_tokens` is newer and llama-cpp-python ignores it) |
+| num_predict     | max_tokens (the field every local server takes; `max_completion_tokens` is newer
+and llama-cpp-python ignores it) |
 | temperature     | temperature    |
 | seed            | seed           |
 | top_p           | top_p          |

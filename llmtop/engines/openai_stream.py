@@ -9,14 +9,21 @@ docs/protocols.md §3.4–3.5 (llama-server), §4.1 (OpenAI), §4.2 (Ollama `/v1
 
 The mapping, field by field (absent stays None, never 0):
 
-| ServerStats            | usage                       | llama.cpp `timings`   | LM Studio `stats`          |
+| ServerStats            | usage                       | llama.cpp `timings`   | LM Studio `stats`
+|
 |------------------------|-----------------------------|-----------------------|----------------------------|
-| prompt_eval_count      | prompt_tokens               | prompt_n + cache_n    | input_tokens               |
-| prompt_eval_duration   | –                           | prompt_ms × 1e6       | time_to_first_token(_seconds) × 1e9 |
-| eval_count             | completion_tokens           | predicted_n           | total_output_tokens        |
-| eval_duration          | –                           | predicted_ms × 1e6    | generation_time × 1e9      |
-| prompt_cached_count    | prompt_tokens_details.cached_tokens | cache_n       | –                          |
-| done_reason            | the last `finish_reason` ("stop", "length", …)                                  |
+| prompt_eval_count      | prompt_tokens               | prompt_n + cache_n    | input_tokens
+|
+| prompt_eval_duration   | –                           | prompt_ms × 1e6       |
+time_to_first_token(_seconds) × 1e9 |
+| eval_count             | completion_tokens           | predicted_n           | total_output_tokens
+|
+| eval_duration          | –                           | predicted_ms × 1e6    | generation_time ×
+1e9      |
+| prompt_cached_count    | prompt_tokens_details.cached_tokens | cache_n       | –
+|
+| done_reason            | the last `finish_reason` ("stop", "length", …)
+|
 
 `usage` wins over the other two for counts (it is the OpenAI field every server fills the same
 way); `prompt_eval_count` counts cached tokens too, as Ollama's does. Load and total
@@ -131,7 +138,9 @@ class ChunkReader:
         if isinstance(details, Mapping) and _count(details.get("cached_tokens")) is not None:
             cached = _count(details.get("cached_tokens"))
         prompt_n = _count(timings.get("prompt_n"))
-        timed_prompt = prompt_n + (_count(timings.get("cache_n")) or 0) if prompt_n is not None else None
+        timed_prompt = (
+            prompt_n + (_count(timings.get("cache_n")) or 0) if prompt_n is not None else None
+        )
         first = lm.get("time_to_first_token", lm.get("time_to_first_token_seconds"))
         return ServerStats(
             prompt_eval_count=_first(_count(usage.get("prompt_tokens")), timed_prompt,

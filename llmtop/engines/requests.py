@@ -164,7 +164,9 @@ def parse_options(options: Any) -> tuple[Sampling, int | None, int | None]:
         top_k=_int_option(options, "top_k", DEFAULT_SAMPLING["top_k"]),
         top_p=_option(options, "top_p", float, DEFAULT_SAMPLING["top_p"]),
         min_p=_option(options, "min_p", float, DEFAULT_SAMPLING["min_p"]),
-        repeat_penalty=_option(options, "repeat_penalty", float, DEFAULT_SAMPLING["repeat_penalty"]),
+        repeat_penalty=_option(
+            options, "repeat_penalty", float, DEFAULT_SAMPLING["repeat_penalty"]
+        ),
         seed=_int_option(options, "seed", None),
         num_predict=_int_option(options, "num_predict", -1),
         stop=stops,
@@ -225,7 +227,9 @@ def _parse_generate(body: dict[str, Any], common: dict[str, Any]) -> ParsedReque
         raise wrong_type("raw", "true or false", raw)
     if raw and (system or body.get("template") or body.get("context")):
         raise BadRequest("raw mode does not support template, system, or context")
-    return ParsedRequest(prompt=prompt or "", system=system, raw=raw, load_only=not prompt, **common)
+    return ParsedRequest(
+        prompt=prompt or "", system=system, raw=raw, load_only=not prompt, **common
+    )
 
 
 def _refuse_unsupported(body: dict[str, Any], model_name: str, chat: bool) -> None:

@@ -1,1 +1,2 @@
-"""Machine state: CPU, memory, processes grouped by application, GPU, and the verdict. No Textual."""
+"""Machine state: CPU, memory, processes grouped by application, GPU, and the verdict. No
+Textual."""

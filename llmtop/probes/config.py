@@ -148,7 +148,9 @@ def thresholds_from_mapping(data: dict[str, Any], source: str = "<config>") -> T
     _check_tables(data, source)
     table = data.get(SECTION, {})
     if not isinstance(table, dict):
-        raise ConfigError(f"{source}: '{SECTION}' must be a table ([{SECTION}]), got {_kind(table)}")
+        raise ConfigError(
+            f"{source}: '{SECTION}' must be a table ([{SECTION}]), got {_kind(table)}"
+        )
     fields = {f.name: f for f in dataclasses.fields(Thresholds)}
     values: dict[str, float] = {}
     for key, value in table.items():

@@ -174,7 +174,9 @@ def collect_samples(
     Returns (samples, seconds the window lasted). Raises ValueError unless both are > 0.
     """
     if not duration_s > 0 or not interval_s > 0:
-        raise ValueError(f"duration_s and interval_s must be > 0, got {duration_s!r}, {interval_s!r}")
+        raise ValueError(
+            f"duration_s and interval_s must be > 0, got {duration_s!r}, {interval_s!r}"
+        )
     probe: SamplerLike = sampler or ProbeSampler(interval_s, engine_pids=engine_pids)
     n = max(1, round(duration_s / interval_s))
     t0 = clock()
@@ -216,7 +218,12 @@ def run_preflight(
         duration_s, interval_s, engine_pids, sampler=sampler, sleep=sleep, clock=clock
     )
     result = aggregate(
-        samples, thresholds, extra_findings, duration_s=took, interval_s=interval_s, taken=len(samples) + 1
+        samples,
+        thresholds,
+        extra_findings,
+        duration_s=took,
+        interval_s=interval_s,
+        taken=len(samples) + 1,
     )
     if engine is None:
         return result
@@ -330,7 +337,9 @@ def median_processes(samples: Sequence[ProcessSample]) -> ProcessSample:
                 cpu_percent_machine=machine_percent(cpu, cpus),
             )
         )
-    apps.sort(key=lambda a: (a.cpu_percent is None, -(a.cpu_percent or 0.0), -(a.rss_bytes or 0), a.app))
+    apps.sort(
+        key=lambda a: (a.cpu_percent is None, -(a.cpu_percent or 0.0), -(a.rss_bytes or 0), a.app)
+    )
     engine_known = any(s.engine_cpu_percent is not None for s in samples)
     return ProcessSample(
         apps=tuple(apps),
@@ -344,7 +353,9 @@ def median_processes(samples: Sequence[ProcessSample]) -> ProcessSample:
 
 
 def _absent(samples: Sequence[ProcessSample], name: str, category: Category) -> int:
-    return sum(1 for s in samples if not any(a.app == name and a.category is category for a in s.apps))
+    return sum(
+        1 for s in samples if not any(a.app == name and a.category is category for a in s.apps)
+    )
 
 
 def _int_or_none(value: float | None) -> int | None:

@@ -71,7 +71,11 @@ class AgentTarget:
             port = parsed.port or wire.DEFAULT_PORT
         except (httpx.InvalidURL, ValueError) as exc:
             raise AgentError(f"--probes {url!r} is not an address: {exc}") from None
-        if parsed.scheme not in ("http", "https") or not parsed.host or parsed.path not in ("", "/"):
+        if (
+            parsed.scheme not in ("http", "https")
+            or not parsed.host
+            or parsed.path not in ("", "/")
+        ):
             raise AgentError(f"--probes {url!r}: give http://HOST[:PORT] of `llmtop agent`")
         host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
         token = os.environ.get(wire.TOKEN_ENV) or None

@@ -89,7 +89,8 @@ class ProbeSampler:
     from that thread (callers hop to their own loop, e.g. Textual's `call_from_thread`).
 
     self_pids / engine_pids: see `ProcessProbe`. The probes can be injected (tests).
-    thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config file's).
+    thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config
+    file's).
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
     """
@@ -157,7 +158,9 @@ class ProbeSampler:
             processes = self._guard("process", self._processes.sample, errors)
             gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
             if system is not None and processes is not None:
-                verdict = self._guard("verdict", lambda: evaluate(system, processes, self._thresholds), errors)
+                verdict = self._guard(
+                    "verdict", lambda: evaluate(system, processes, self._thresholds), errors
+                )
             else:
                 verdict = None
             found = (verdict.findings if verdict else ()) + tuple(errors)

@@ -302,18 +302,32 @@ def _vm_and_paging(system: SystemSample, t: Thresholds) -> list[Finding]:
     """CPU steal (a VM's neighbours), swap traffic, and a sensor over its own high mark."""
     out = []
     if system.steal_percent is not None and system.steal_percent > t.steal_warn:
-        out.append(Finding(
-            "cpu-steal", Level.WARN, round(system.steal_percent, 1), t.steal_warn, "% CPU time",
-            f"the hypervisor gave {system.steal_percent:.0f} % of this VM's CPU time to other guests",
-            "measure on a dedicated host or at a quieter time; steal cannot be fixed from inside the VM",
-        ))
+        out.append(
+            Finding(
+                "cpu-steal",
+                Level.WARN,
+                round(system.steal_percent, 1),
+                t.steal_warn,
+                "% CPU time",
+                f"the hypervisor gave {system.steal_percent:.0f} % of this VM's CPU time to other "
+                "guests",
+                "measure on a dedicated host or at a quieter time; steal cannot be fixed from "
+                "inside the VM",
+            )
+        )
     swapping = max(system.swap_in_bps or 0.0, system.swap_out_bps or 0.0)
     if swapping > t.swap_io_warn_bps:
-        out.append(Finding(
-            "swapping", Level.WARN, round(swapping / 1024 / 1024, 2), t.swap_io_warn_bps / 1024 / 1024, "MiB/s",
-            f"the machine is paging to swap at {swapping / 1024 / 1024:.1f} MiB/s",
-            "free memory: close large applications or use a smaller model",
-        ))
+        out.append(
+            Finding(
+                "swapping",
+                Level.WARN,
+                round(swapping / 1024 / 1024, 2),
+                t.swap_io_warn_bps / 1024 / 1024,
+                "MiB/s",
+                f"the machine is paging to swap at {swapping / 1024 / 1024:.1f} MiB/s",
+                "free memory: close large applications or use a smaller model",
+            )
+        )
     temp, high = system.temperature_c, system.temperature_high_c
     if temp is not None and high is not None and temp >= high:
         out.append(Finding(
@@ -362,7 +376,9 @@ def _container(system: SystemSample) -> list[Finding]:
     cpus, mem = system.cpu_quota, system.memory_limit
     if cpus is not None or mem is not None:
         parts = [f"{cpus:.1f} CPUs" if cpus is not None else "no CPU quota"]
-        parts.append(f"memory limit {mem / 1024**3:.3g} GiB" if mem is not None else "no memory limit")
+        parts.append(
+            f"memory limit {mem / 1024**3:.3g} GiB" if mem is not None else "no memory limit"
+        )
         out.append(Finding(
             "container-limits", Level.INFO, cpus, None, "CPUs",
             f"running under cgroup limits ({', '.join(parts)}): CPU and memory figures are"

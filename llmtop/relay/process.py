@@ -15,7 +15,8 @@ RELAY_START_TIMEOUT_S = 30.0
 
 class RelayProcess(ChildServer):
     """The relay as a child process on a loopback port, in front of `upstream` (a base URL or
-    anything `OLLAMA_HOST` accepts) speaking `api` ("ollama" or "openai"). `url` (also `host`) is its base URL once started."""
+    anything `OLLAMA_HOST` accepts) speaking `api` ("ollama" or "openai"). `url` (also
+    `host`) is its base URL once started."""
 
     label = "relay"
     log_name = "relay"

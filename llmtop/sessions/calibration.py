@@ -6,7 +6,8 @@ finds, for each target prompt size in tokens, the word count whose server-report
 (the bench's options with `num_predict` 1, one fresh `PromptGenerator` prompt each) and
 stepping the word count until the measurement hits. An engine whose streams carry no
 prompt count (llama-cpp-python's OpenAI server) is asked for it with `count_prompt_tokens`
-(the server's usage of a non-streamed request: `llmtop.engines.openai`). Results are cached per engine kind +
+(the server's usage of a non-streamed request: `llmtop.engines.openai`). Results are cached per
+engine kind +
 model (+ digest) in `<user cache dir>/llmtop/calibration.json`; a cached calibration is still
 checked with one probe before it is trusted. `predicted_tokens` reads a calibration's probe
 table back as a prediction.

@@ -51,7 +51,9 @@ def environment() -> dict[str, Any]:
             if gpu.available
             else {"available": False, "reason": gpu.reason}
         ),
-        "power": "battery" if battery else ("mains" if battery is False else "unknown (no battery found)"),
+        "power": "battery"
+        if battery
+        else ("mains" if battery is False else "unknown (no battery found)"),
         "container": container_record(limits, host_cores),
     }
 

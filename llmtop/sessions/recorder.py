@@ -66,7 +66,9 @@ class SessionRecorder:
         """A collector for the next request (ids count from 1)."""
         self.requests += 1
         self.in_flight = self.requests
-        return RequestCollector(prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests)
+        return RequestCollector(
+            prompt=prompt, options=self.options, model=self.conn.model, request_id=self.requests
+        )
 
     def stream(self, prompt: str, engine: Any = None) -> AsyncGenerator[StreamEvent, None]:
         """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the

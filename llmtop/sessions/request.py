@@ -75,7 +75,11 @@ class RequestCollector(EventText):
             status = Status.TRUNCATED if failure.kind == FailureKind.TRUNCATED else Status.ERROR
         elif final is None:
             status = Status.TRUNCATED
-        elif stats is not None and stats.done_reason in ("load", "unload") and not any(e.has_text for e in self.events):
+        elif (
+            stats is not None
+            and stats.done_reason in ("load", "unload")
+            and not any(e.has_text for e in self.events)
+        ):
             status = Status.NO_GENERATION
         else:
             status = Status.OK

@@ -83,7 +83,10 @@ class SessionsScreen(Screen[None]):
             table.add_row(*cells(e), key=str(i))
         where = ", ".join(self.paths) or "the sessions folder"
         self.query_one("#sessions-hint", Static).update(
-            f"{len(entries)} log{'s' * (len(entries) != 1)} in {where}. {HINT}" if entries else f"no session logs in {where}")
+            f"{len(entries)} log{'s' * (len(entries) != 1)} in {where}. {HINT}"
+            if entries
+            else f"no session logs in {where}"
+        )
         table.focus()
 
     @property

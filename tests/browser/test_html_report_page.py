@@ -20,7 +20,9 @@ from tests.browser.test_relay_page import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.integration
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (make setup does)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="pip install playwright (make setup does)"
+)
 Image = pytest.importorskip("PIL.Image", reason="pip install pillow (make setup does)")
 
 if not CHROMIUM.exists():

@@ -33,7 +33,9 @@ if not CHROMIUM.exists():
         f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` (.ci/run does)",
         allow_module_level=True,
     )
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (make setup does)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="pip install playwright (make setup does)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,9 @@ def test_first_token_shows_before_the_stream_ends_and_ttft_is_shown(page):
     ttft_shown = page.text_content("#ttft")
     assert re.fullmatch(r"\d+\.\d ms", ttft_shown or ""), ttft_shown
 
-    page.wait_for_function("() => window.llmtopRun && window.llmtopRun.outcome !== null", timeout=120_000)
+    page.wait_for_function(
+        "() => window.llmtopRun && window.llmtopRun.outcome !== null", timeout=120_000
+    )
     run = page.evaluate("window.llmtopRun")
     assert run["outcome"] == "done", page.text_content("#status")
     assert 0 < run["firstTokenMs"] <= run["firstRenderMs"] < run["doneMs"]
@@ -98,7 +102,9 @@ def test_first_token_shows_before_the_stream_ends_and_ttft_is_shown(page):
     assert re.fullmatch(r"\d+\.\d ms", page.text_content("#e2e") or "")
     tokens = page.text_content("#tokens")
     assert tokens and tokens.isdigit() and int(tokens) == run["stats"]["eval_count"] > 0
-    assert float(page.text_content("#ttft").split()[0]) == pytest.approx(run["firstTokenMs"], abs=0.06)
+    assert float(page.text_content("#ttft").split()[0]) == pytest.approx(
+        run["firstTokenMs"], abs=0.06
+    )
 
 
 def test_an_unknown_model_shows_the_relays_error(page):
@@ -106,6 +112,8 @@ def test_an_unknown_model_shows_the_relays_error(page):
     page.fill("#model", "no-such-model:1b")
     page.fill("#prompt", "hi")
     page.click("#send")
-    page.wait_for_function("() => window.llmtopRun && window.llmtopRun.outcome !== null", timeout=30_000)
+    page.wait_for_function(
+        "() => window.llmtopRun && window.llmtopRun.outcome !== null", timeout=30_000
+    )
     status = page.text_content("#status") or ""
     assert status.startswith("error:") and "no-such-model:1b" in status and "not found" in status

@@ -64,7 +64,10 @@ def _start_agent(tmp_path: Path, engine: str, *extra: str) -> Agent:
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         try:
-            if httpx.get(agent.url + wire.PATH_CLOCK, headers=headers, timeout=1).status_code == 200:
+            if (
+                httpx.get(agent.url + wire.PATH_CLOCK, headers=headers, timeout=1).status_code
+                == 200
+            ):
                 return agent
         except httpx.HTTPError:
             time.sleep(0.1)

@@ -55,10 +55,36 @@ def test_burner_halfway_is_named(engine_url, tmp_path):
     watcher.start()
     try:
         p = subprocess.run(
-            [sys.executable, "-m", "llmtop", "bench", "--engine", "embedded", "--host", engine_url,
-             "--requests", "14", "--warmup", "1", "--prompt-tokens", "32", "--max-tokens", "32",
-             "--num-ctx", "2048", "--preflight-duration", "0", "--no-cache", "--log", str(log), "--json"],
-            capture_output=True, text=True, check=False, timeout=280,
+            [
+                sys.executable,
+                "-m",
+                "llmtop",
+                "bench",
+                "--engine",
+                "embedded",
+                "--host",
+                engine_url,
+                "--requests",
+                "14",
+                "--warmup",
+                "1",
+                "--prompt-tokens",
+                "32",
+                "--max-tokens",
+                "32",
+                "--num-ctx",
+                "2048",
+                "--preflight-duration",
+                "0",
+                "--no-cache",
+                "--log",
+                str(log),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=280,
         )
     finally:
         done.set()

@@ -15,13 +15,37 @@ pytestmark = pytest.mark.integration
 
 
 def llmtop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmtop", *args], capture_output=True, text=True, check=False, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "llmtop", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
 
 
 def test_small_bench_on_the_real_model(engine_url, tmp_path):
     log = tmp_path / "bench.jsonl"
-    p = llmtop("bench", "--engine", "embedded", "--host", engine_url, "--requests", "8", "--warmup", "1",
-               "--prompt-tokens", "64", "--max-tokens", "16", "--num-ctx", "2048", "--log", str(log), "--no-cache")
+    p = llmtop(
+        "bench",
+        "--engine",
+        "embedded",
+        "--host",
+        engine_url,
+        "--requests",
+        "8",
+        "--warmup",
+        "1",
+        "--prompt-tokens",
+        "64",
+        "--max-tokens",
+        "16",
+        "--num-ctx",
+        "2048",
+        "--log",
+        str(log),
+        "--no-cache",
+    )
     # 0 clean or 1 contaminated (a shared CI machine may drift); anything else is a failure
     assert p.returncode in (ExitCode.OK, ExitCode.NOISY), p.stderr
     md = p.stdout
@@ -34,7 +58,10 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     assert [r.phase for r in requests] == ["load", "warmup"] + ["measure"] * 8
     bench = requests[1:]
     assert len({r.prompt for r in bench}) == 9  # every prompt differs
-    assert all(r.options == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048} for r in bench)
+    assert all(
+        r.options == {"temperature": 0.0, "seed": 42, "num_predict": 16, "num_ctx": 2048}
+        for r in bench
+    )
     assert loaded.probes, "probe samples are logged during the run"
     # the result row: every cell filled
     row = next(line for line in md.splitlines() if line.startswith("| 64 tok"))
@@ -47,7 +74,9 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     again = llmtop("report", str(log), "--format", "json")
     assert again.returncode == 0
     data = json.loads(again.stdout)
-    assert data["sizes"][0]["prompt_tokens_target"] == 64 and data["sizes"][0]["n_ok"] == int(cells[1])
+    assert data["sizes"][0]["prompt_tokens_target"] == 64 and data["sizes"][0]["n_ok"] == int(
+        cells[1]
+    )
     csv_out = llmtop("report", str(log), "--format", "csv").stdout.splitlines()
     assert len(csv_out) == 1 + 9  # header + warm-up + 8 measured
 

@@ -39,7 +39,12 @@ def test_sync_chat_stream_matches_non_stream(engine_url):
 def test_generate_stream_and_non_stream(engine_url):
     client = ollama.Client(engine_url)
     r = client.generate(MODEL, "Name three colors.", options=OPTS)
-    assert r.response.strip() and r.done and r.context and len(r.context) == r.prompt_eval_count + r.eval_count
+    assert (
+        r.response.strip()
+        and r.done
+        and r.context
+        and len(r.context) == r.prompt_eval_count + r.eval_count
+    )
     parts = list(client.generate(MODEL, "Name three colors.", options=OPTS, stream=True))
     assert "".join(p.response for p in parts) == r.response
 
@@ -62,7 +67,12 @@ def test_list_show_ps(engine_url):
     assert m.model == MODEL and m.size > 200_000_000 and m.details.quantization_level == "Q4_K_M"
     shown = client.show(MODEL)
     d = shown.details
-    assert (d.family, d.parameter_size, d.quantization_level, d.format) == ("gemma3", "268.10M", "Q4_K_M", "gguf")
+    assert (d.family, d.parameter_size, d.quantization_level, d.format) == (
+        "gemma3",
+        "268.10M",
+        "Q4_K_M",
+        "gguf",
+    )
     assert shown.modelinfo["general.architecture"] == "gemma3"
     assert shown.modelinfo["general.parameter_count"] == 268_098_176
     (p,) = client.ps().models
@@ -85,7 +95,9 @@ def test_errors_as_ollama_gives_them(engine_url):
     bad = httpx.post(f"{engine_url}/api/chat", content=b"{not json")
     assert bad.status_code == 400 and bad.json()["error"].startswith("invalid JSON")
     bad = httpx.post(f"{engine_url}/api/generate", json={"model": MODEL, "prompt": 5})
-    assert bad.status_code == 400 and bad.json() == {"error": "prompt must be a string, got 5 (a number)"}
+    assert bad.status_code == 400 and bad.json() == {
+        "error": "prompt must be a string, got 5 (a number)"
+    }
 
 
 def test_liveness_and_version(engine_url):
@@ -109,7 +121,11 @@ def test_stop_option_cuts_the_text(engine_url):
 
 
 def test_non_ascii_text_arrives_whole(engine_url):
-    parts = list(ollama.Client(engine_url).generate(MODEL, "하늘은 왜 파란가요? 🌤️", options={**OPTS, "num_predict": 30}, stream=True))
+    parts = list(
+        ollama.Client(engine_url).generate(
+            MODEL, "하늘은 왜 파란가요? 🌤️", options={**OPTS, "num_predict": 30}, stream=True
+        )
+    )
     text = "".join(p.response for p in parts)
     assert text and "\ufffd" not in text
 
@@ -133,7 +149,11 @@ async def test_concurrent_requests_queue_and_never_interleave(engine_url):
 
 
 def test_client_disconnect_stops_generation(engine_url):
-    body = {"model": MODEL, "prompt": "Tell me a long story.", "options": {"num_predict": 2000, "temperature": 0}}
+    body = {
+        "model": MODEL,
+        "prompt": "Tell me a long story.",
+        "options": {"num_predict": 2000, "temperature": 0},
+    }
     with httpx.stream("POST", f"{engine_url}/api/generate", json=body) as r:
         lines = r.iter_lines()
         for _ in range(3):

@@ -30,7 +30,9 @@ def test_refusals_leave_the_engine_serving(engine_url):
     long = httpx.post(engine_url + "/api/chat", timeout=60, json={
         **CHAT, "messages": [{"role": "user", "content": words}],
         "options": {**CHAT["options"], "num_ctx": 64}})
-    assert long.status_code == 400 and "longer than the context (num_ctx 64)" in long.json()["error"]
+    assert (
+        long.status_code == 400 and "longer than the context (num_ctx 64)" in long.json()["error"]
+    )
     ok = httpx.post(engine_url + "/api/chat", json=CHAT, timeout=60)
     assert ok.status_code == 200 and ok.json()["done"] is True
 

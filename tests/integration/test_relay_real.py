@@ -104,8 +104,21 @@ async def test_leaving_mid_stream_stops_the_engine_generating(relay, engine_url)
 def test_binding_beyond_loopback_warns(engine_url):
     port = free_port("0.0.0.0")
     p = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", "relay", "--host", "0.0.0.0", "--port", str(port), "--upstream", engine_url],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "llmtop",
+            "relay",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--upstream",
+            engine_url,
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20
@@ -123,8 +136,20 @@ def test_binding_beyond_loopback_warns(engine_url):
 
 def test_port_in_use_is_a_usage_error(relay, engine_url):
     p = subprocess.run(
-        [sys.executable, "-m", "llmtop", "relay", "--port", str(relay.port), "--upstream", engine_url],
-        capture_output=True, text=True, timeout=30, check=False,
+        [
+            sys.executable,
+            "-m",
+            "llmtop",
+            "relay",
+            "--port",
+            str(relay.port),
+            "--upstream",
+            engine_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert p.returncode == ExitCode.USAGE
     assert str(relay.port) in p.stderr and "--port" in p.stderr

@@ -17,7 +17,13 @@ pytestmark = pytest.mark.integration
 
 
 def llmtop(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmtop", *args], capture_output=True, text=True, check=False, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "llmtop", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
@@ -25,8 +31,20 @@ def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
     runs = []
     for i in range(2):
         log = tmp_path / f"run{i}.jsonl"
-        p = llmtop("run", "--engine", "embedded", "--host", host, "--prompt", "Why is the sky blue?",
-                   "--num-predict", "24", "--json", "--log", str(log))
+        p = llmtop(
+            "run",
+            "--engine",
+            "embedded",
+            "--host",
+            host,
+            "--prompt",
+            "Why is the sky blue?",
+            "--num-predict",
+            "24",
+            "--json",
+            "--log",
+            str(log),
+        )
         assert p.returncode == ExitCode.OK, p.stderr
         runs.append(json.loads(p.stdout))
     first, second = runs
@@ -39,14 +57,26 @@ def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
     # the first request loaded the model; the second found it loaded
     assert first["load_ms"] > 100 and second["load_ms"] < first["load_ms"] / 10
     loaded = read_log(runs[1]["log"])
-    assert loaded.header.model == "gemma3:270m" and loaded.header.environment["cpu_cores_logical"] >= 1
+    assert (
+        loaded.header.model == "gemma3:270m" and loaded.header.environment["cpu_cores_logical"] >= 1
+    )
     (req,) = loaded.requests
     assert req.stats is not None and req.stats.eval_count == 24 and len(req.chunks) >= 1
     assert loaded.probes, "probe samples are logged with the request"
 
 
 def test_run_text_mode_starts_and_stops_its_own_engine(tmp_path):
-    p = llmtop("run", "--engine", "embedded", "--prompt", "Hello", "--num-predict", "8", "--log", str(tmp_path / "l.jsonl"))
+    p = llmtop(
+        "run",
+        "--engine",
+        "embedded",
+        "--prompt",
+        "Hello",
+        "--num-predict",
+        "8",
+        "--log",
+        str(tmp_path / "l.jsonl"),
+    )
     assert p.returncode == ExitCode.OK, p.stderr
     assert "TTFT" in p.stdout and "status        ok" in p.stdout
     assert "embedded at http://127.0.0.1:" in p.stderr
@@ -60,7 +90,17 @@ def test_unreachable_ollama_is_exit_3_with_a_remedy():
 
 
 def test_unknown_model_is_exit_4_and_lists_installed(engine_url):
-    p = llmtop("run", "--engine", "embedded", "--host", engine_url, "--model", "llama3:8b", "--prompt", "hi")
+    p = llmtop(
+        "run",
+        "--engine",
+        "embedded",
+        "--host",
+        engine_url,
+        "--model",
+        "llama3:8b",
+        "--prompt",
+        "hi",
+    )
     assert p.returncode == ExitCode.MODEL_NOT_FOUND
     assert "llama3:8b" in p.stderr and "installed: gemma3:270m" in p.stderr
 
@@ -75,13 +115,25 @@ def test_a_bad_config_file_is_refused_before_anything_runs(tmp_path, command):
     config = tmp_path / "bad.toml"
     config.write_text("[thresholds]\napp_cpu_warn = \"ten\"\n")
     env = {**os.environ, "LLMTOP_CONFIG": str(config)}
-    p = subprocess.run([sys.executable, "-m", "llmtop", *command], capture_output=True, text=True, check=False,
-                       env=env, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "llmtop", *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == ExitCode.USAGE, p.stderr
     assert str(config) in p.stderr and "app_cpu_warn" in p.stderr
 
 
 def test_the_app_without_a_terminal_points_to_the_headless_commands():
-    p = subprocess.run([sys.executable, "-m", "llmtop"], stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, check=False, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "llmtop"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert p.returncode == ExitCode.USAGE and "llmtop run --prompt" in p.stderr

@@ -44,7 +44,9 @@ async def test_plots_show_the_series_and_histograms_of_a_log(tmp_path):
         ttft = screen.query_one("#plot-ttft", PlotextPlot)
         # the ok series: request ids 2..13 (id 1 is the warm-up), TTFT 400..411 ms
         (series,) = screen.series
-        assert [(i, t) for i, t, _ in series.points["ok"]] == [(i + 2, 400.0 + i) for i in range(12)]
+        assert [(i, t) for i, t, _ in series.points["ok"]] == [
+            (i + 2, 400.0 + i) for i in range(12)
+        ]
         assert [i for i, _t, _d in series.points["warmup"]] == [1]
         drawn = str(ttft.render())
         assert "TTFT ms per request" in drawn and "•" in drawn  # the ok series' dot markers

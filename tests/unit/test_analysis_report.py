@@ -17,19 +17,49 @@ from tests.unit.test_stats import CONTAMINATED
 MS = 1_000_000
 
 
-def record_json(index, decode_tps=21.9, phase="measure", ttft=813.9, load_ms=1.0, prompt_eval_count=195,
-           prompt_eval_ms=796.1, eval_count=100, status="ok"):
+def record_json(
+    index,
+    decode_tps=21.9,
+    phase="measure",
+    ttft=813.9,
+    load_ms=1.0,
+    prompt_eval_count=195,
+    prompt_eval_ms=796.1,
+    eval_count=100,
+    status="ok",
+):
     eval_duration = round(eval_count / decode_tps * 1e9)
-    stats = {"load_duration": round(load_ms * MS), "prompt_eval_count": prompt_eval_count,
-             "prompt_eval_duration": round(prompt_eval_ms * MS), "eval_count": eval_count,
-             "eval_duration": eval_duration,
-             "total_duration": round(load_ms * MS) + round(prompt_eval_ms * MS) + eval_duration + 2 * MS}
-    metrics = {"ttft_ms": ttft, "e2e_ms": ttft + eval_duration / MS, "prompt_eval_ms": prompt_eval_ms,
-               "server_prefill_tps": prompt_eval_count / prompt_eval_ms * 1000, "client_decode_tps": decode_tps,
-               "server_decode_tps": decode_tps, "tpot_ms": 1000 / decode_tps, "overhead_ms": ttft - load_ms - prompt_eval_ms,
-               "load_ms": load_ms}
-    return {"type": "request", "id": index + 1, "index": index, "phase": phase, "prompt_tokens_target": 200, "prompt_words": 105,
-            "status": status, "error": None if status == "ok" else "boom", "stats": stats, "metrics": metrics}
+    stats = {
+        "load_duration": round(load_ms * MS),
+        "prompt_eval_count": prompt_eval_count,
+        "prompt_eval_duration": round(prompt_eval_ms * MS),
+        "eval_count": eval_count,
+        "eval_duration": eval_duration,
+        "total_duration": round(load_ms * MS) + round(prompt_eval_ms * MS) + eval_duration + 2 * MS,
+    }
+    metrics = {
+        "ttft_ms": ttft,
+        "e2e_ms": ttft + eval_duration / MS,
+        "prompt_eval_ms": prompt_eval_ms,
+        "server_prefill_tps": prompt_eval_count / prompt_eval_ms * 1000,
+        "client_decode_tps": decode_tps,
+        "server_decode_tps": decode_tps,
+        "tpot_ms": 1000 / decode_tps,
+        "overhead_ms": ttft - load_ms - prompt_eval_ms,
+        "load_ms": load_ms,
+    }
+    return {
+        "type": "request",
+        "id": index + 1,
+        "index": index,
+        "phase": phase,
+        "prompt_tokens_target": 200,
+        "prompt_words": 105,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "stats": stats,
+        "metrics": metrics,
+    }
 
 
 def record(index, decode_tps=21.9, **kwargs):
@@ -66,7 +96,10 @@ def test_statuses():
     assert "raise num_ctx" in first_pass_status(record(1, prompt_eval_count=120), 198)[1]
     assert first_pass_status(record(1, eval_count=1), 198)[0] == BenchStatus.DEGENERATE
     assert first_pass_status(record(1, status="error"), 198)[0] == BenchStatus.ERROR
-    assert first_pass_status(replace(record(1), status=Status.NO_GENERATION), 198)[0] == BenchStatus.NO_GENERATION
+    assert (
+        first_pass_status(replace(record(1), status=Status.NO_GENERATION), 198)[0]
+        == BenchStatus.NO_GENERATION
+    )
 
 
 def test_prompt_cut_is_written_as_such_and_the_old_value_still_reads():
@@ -93,10 +126,26 @@ def test_p95_is_not_the_max_below_20():
 @pytest.fixture
 def bench_log(tmp_path):
     path = tmp_path / "bench.jsonl"
-    log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "gemma3:270m", "host": "h",
-                            "bench": {"drift_threshold_pct": 5.0}, "options": {"temperature": 0}})
-    log.write({"type": "calibration", "template_tokens": 26, "targets": {"200": {"words": 105, "tokens": 198}},
-               "probes": [[1, 27], [50, 120], [105, 198]], "from_cache": False})
+    log = SessionLog(
+        path,
+        {
+            "kind": "bench",
+            "engine": "embedded",
+            "model": "gemma3:270m",
+            "host": "h",
+            "bench": {"drift_threshold_pct": 5.0},
+            "options": {"temperature": 0},
+        },
+    )
+    log.write(
+        {
+            "type": "calibration",
+            "template_tokens": 26,
+            "targets": {"200": {"words": 105, "tokens": 198}},
+            "probes": [[1, 27], [50, 120], [105, 198]],
+            "from_cache": False,
+        }
+    )
     for r in contaminated_json():
         log.write(r)
     log.close()
@@ -122,7 +171,9 @@ def test_csv_has_one_row_per_request_including_warmups(bench_log):
 def test_json_report(bench_log):
     data = json.loads(render(build(bench_log), "json"))
     assert data["verdict"] == "contaminated"
-    assert data["sizes"][0]["drift"]["server_decode_tps"]["change_pct"] == pytest.approx(-30.9, abs=0.05)
+    assert data["sizes"][0]["drift"]["server_decode_tps"]["change_pct"] == pytest.approx(
+        -30.9, abs=0.05
+    )
 
 
 def test_unknown_format():
@@ -132,7 +183,15 @@ def test_unknown_format():
 
 def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
     path = tmp_path / "bench.jsonl"
-    log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m", "bench": {"drift_threshold_pct": 5.0}})
+    log = SessionLog(
+        path,
+        {
+            "kind": "bench",
+            "engine": "embedded",
+            "model": "m",
+            "bench": {"drift_threshold_pct": 5.0},
+        },
+    )
     for r in contaminated_json():
         log.write(r)
         # decode drifted from a first-5 median of 22.0: slow = below 22.0 × 0.95 = 20.9 tok/s,
@@ -140,13 +199,22 @@ def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
         slow = r["phase"] == "measure" and r["metrics"]["server_decode_tps"] < 20.9
         apps = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0 if slow else 1.0},
                 {"app": "llmtop", "category": "llmtop", "cpu_percent": 50.0}]
-        log.write({"type": "probe", "request_id": r["id"], "processes": {"apps": apps, "warming_up": False},
-                   "verdict": {"quiet": not slow}})
+        log.write(
+            {
+                "type": "probe",
+                "request_id": r["id"],
+                "processes": {"apps": apps, "warming_up": False},
+                "verdict": {"quiet": not slow},
+            }
+        )
     log.close()
     report = build(read_log(path))
     att = report.attributions[200]
     assert att.culprit == "chromium"
-    assert att.evidence == "chromium: 38 % CPU during the 14 slow requests, 1 % during the 11 fast ones"
+    assert (
+        att.evidence
+        == "chromium: 38 % CPU during the 14 slow requests, 1 % during the 11 fast ones"
+    )
     md = render(report, "md")
     assert "likely culprit **chromium**" in md
     assert "During the requests: 14 of 26 probe samples found the machine NOISY." in md
@@ -158,7 +226,9 @@ def test_report_without_a_suspect_says_so(bench_log):
 
 
 def test_md_table_escapes_pipes_and_line_breaks():
-    lines = md_table(("status", "reason"), [("error", "exit 1 | last lines: a | b\nc"), ("ok", None)])
+    lines = md_table(
+        ("status", "reason"), [("error", "exit 1 | last lines: a | b\nc"), ("ok", None)]
+    )
     assert lines == [
         "| status | reason |",
         "|---|---|",

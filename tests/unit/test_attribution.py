@@ -29,7 +29,9 @@ def request(rid: int, tps: float, phase: str = "measure") -> RequestRecord:
     })
 
 
-def probe(rid: int | None, apps: list[tuple[str, str, float | None]], warming: bool = False) -> ProbeRecord:
+def probe(
+    rid: int | None, apps: list[tuple[str, str, float | None]], warming: bool = False
+) -> ProbeRecord:
     return ProbeRecord.from_json({
         "type": "probe",
         "request_id": rid,
@@ -40,7 +42,9 @@ def probe(rid: int | None, apps: list[tuple[str, str, float | None]], warming: b
     })
 
 
-def records(chromium_slow: tuple[float, float], chromium_fast: tuple[float, float]) -> tuple[list, list]:
+def records(
+    chromium_slow: tuple[float, float], chromium_fast: tuple[float, float]
+) -> tuple[list, list]:
     """Two probe samples per request. llmtop and the engine differ wildly but are excluded."""
     reqs = [request(0, 5.0, phase="warmup")]  # the cold warm-up: never counted
     tps = dict(zip(SLOW, SLOW_TPS, strict=True)) | dict(zip(FAST, FAST_TPS, strict=True))
@@ -77,7 +81,9 @@ def test_chromium_is_named_with_exact_evidence() -> None:
     got = attribute(reqs, probes)
     # chromium: (36 + 40) / 2 = 38 % in every slow request, (0 + 2) / 2 = 1 % in every fast one
     assert got.culprit == "chromium"
-    assert got.evidence == "chromium: 38 % CPU during the 9 slow requests, 1 % during the 14 fast ones"
+    assert (
+        got.evidence == "chromium: 38 % CPU during the 9 slow requests, 1 % during the 14 fast ones"
+    )
     assert list(got.slow_ids) == SLOW and list(got.fast_ids) == FAST
     assert [(a.app, a.slow_mean, a.fast_mean, a.diff) for a in got.per_app] == [
         ("chromium", 38.0, 1.0, 37.0),
@@ -93,7 +99,11 @@ def test_nothing_stands_out_names_no_one() -> None:
     got = attribute(reqs, probes)
     # chromium 5 % vs 3 %: 2 points ≤ 10 → no culprit, even though the requests were slow
     assert got.culprit is None
-    assert got.evidence == NOTHING_STANDS_OUT == "no application's CPU differs between slow and fast requests"
+    assert (
+        got.evidence
+        == NOTHING_STANDS_OUT
+        == "no application's CPU differs between slow and fast requests"
+    )
     assert got.per_app[0].app == "chromium" and got.per_app[0].diff == 2.0
     assert len(got.slow_ids) == 9
 
@@ -105,7 +115,10 @@ def test_explicit_slow_ids_from_a_drift_window() -> None:
     # fast side: 18 requests; 8-12 at 38 %, 13 others at 1 % → (5 × 38 + 13) / 18 = 11.277…
     # difference 19.32 > 10 → chromium
     assert got.culprit == "chromium"
-    assert got.evidence == "chromium: 31 % CPU during the 5 slow requests, 11 % during the 18 fast ones"
+    assert (
+        got.evidence
+        == "chromium: 31 % CPU during the 5 slow requests, 11 % during the 18 fast ones"
+    )
     assert got.median is None and got.spread is None
 
 
@@ -113,7 +126,10 @@ def test_no_slow_requests() -> None:
     reqs = [request(i, 22.0 + (i % 2) * 0.1) for i in range(1, 11)]
     got = attribute(reqs, [probe(i, [("chromium", "browser", 50.0)]) for i in range(1, 11)])
     assert got.culprit is None and got.slow_ids == ()
-    assert got.evidence == "no slow requests: every server_decode_tps is within 2 × spread of the median"
+    assert (
+        got.evidence
+        == "no slow requests: every server_decode_tps is within 2 × spread of the median"
+    )
 
 
 def test_lower_is_better_metric() -> None:
@@ -126,7 +142,9 @@ def test_no_probe_records_cannot_attribute() -> None:
     reqs, _ = records(chromium_slow=(36.0, 40.0), chromium_fast=(0.0, 2.0))
     got = attribute(reqs, [])
     assert got.culprit is None
-    assert got.evidence == "no probe samples overlap the slow or the fast requests: cannot attribute"
+    assert (
+        got.evidence == "no probe samples overlap the slow or the fast requests: cannot attribute"
+    )
 
 
 def test_absent_app_counts_as_zero_and_unknown_is_skipped() -> None:

@@ -14,8 +14,18 @@ from llmtop.engines.embedded import EmbeddedEngine, create_app
 from llmtop.engines.llama_backend import GenerationError, GenerationResult
 from llmtop.engines.model_files import ModelDescription
 
-DESC = ModelDescription(name="m:1", path="/nonexistent.gguf", size=1, digest="d", modified_at="t", family="f",
-                        parameter_count=1, parameter_size="1", quantization_level="Q", context_length=512)
+DESC = ModelDescription(
+    name="m:1",
+    path="/nonexistent.gguf",
+    size=1,
+    digest="d",
+    modified_at="t",
+    family="f",
+    parameter_count=1,
+    parameter_size="1",
+    quantization_level="Q",
+    context_length=512,
+)
 
 
 class ScriptedBackend:
@@ -48,7 +58,9 @@ class ScriptedBackend:
             if self.fail_after is not None and i == self.fail_after:
                 raise RuntimeError("GGML_ASSERT failed")
             emit(piece)
-        return GenerationResult(prompt_eval_count=3, prompt_eval_duration=1000, eval_count=3, eval_duration=2000)
+        return GenerationResult(
+            prompt_eval_count=3, prompt_eval_duration=1000, eval_count=3, eval_duration=2000
+        )
 
 
 def client_for(backend) -> httpx.AsyncClient:
@@ -66,13 +78,17 @@ async def test_failure_after_streaming_began_is_a_final_error_line():
     lines = [json.loads(x) for x in r.text.splitlines()]
     assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
     assert [x["message"]["content"] for x in lines[:2]] == ["one", " two"]
-    assert lines[-1] == {"error": "an error was encountered while running the model: GGML_ASSERT failed"}
+    assert lines[-1] == {
+        "error": "an error was encountered while running the model: GGML_ASSERT failed"
+    }
 
 
 async def test_failure_before_any_text_is_an_http_error():
     async with client_for(ScriptedBackend(fail_load=True)) as c:
         r = await c.post("/api/chat", json=BODY)
-    assert r.status_code == 500 and r.json() == {"error": "cannot load /nonexistent.gguf: bad magic"}
+    assert r.status_code == 500 and r.json() == {
+        "error": "cannot load /nonexistent.gguf: bad magic"
+    }
 
 
 async def test_zero_stats_are_omitted_and_durations_are_ns():
@@ -80,7 +96,11 @@ async def test_zero_stats_are_omitted_and_durations_are_ns():
         r = await c.post("/api/chat", json={**BODY, "stream": False})
     reply = r.json()
     assert reply["message"]["content"] == "one two three" and reply["done"] is True
-    assert reply["prompt_eval_duration"] == 1000 and reply["eval_duration"] == 2000 and reply["eval_count"] == 3
+    assert (
+        reply["prompt_eval_duration"] == 1000
+        and reply["eval_duration"] == 2000
+        and reply["eval_count"] == 3
+    )
     assert reply["load_duration"] >= 5 and reply["total_duration"] >= reply["load_duration"]
 
 

@@ -97,7 +97,9 @@ def chat(content: str = "hi", **extra) -> dict:
 async def post(body, path="/api/chat", backend=None, **kw) -> httpx.Response:
     async with client(engine_with(backend or CountingBackend())) as c:
         if isinstance(body, bytes):
-            return await c.post(path, content=body, headers={"Content-Type": "application/json"}, **kw)
+            return await c.post(
+                path, content=body, headers={"Content-Type": "application/json"}, **kw
+            )
         return await c.post(path, json=body, **kw)
 
 
@@ -106,29 +108,51 @@ CORES = os.cpu_count() or 1
 # (what was sent, HTTP status, a fragment the error must contain). One row per kind in
 # docs/hostile-input.md; each status and message is the policy written there.
 REFUSED = [
-    (chat(options={"num_thread": CORES + 1}), 400, f"more than this machine's {CORES} logical cores"),
+    (
+        chat(options={"num_thread": CORES + 1}),
+        400,
+        f"more than this machine's {CORES} logical cores",
+    ),
     (chat(options={"num_thread": 100_000}), 400, "option 'num_thread' is 100000"),
     (chat(keep_alive=1e300), 400, "keep_alive 1e+300 is out of range"),
     (chat(keep_alive="9999999999h"), 400, "out of range"),
     (chat(options={"seed": 2**63}), 400, "option 'seed' must be from"),
     (chat(options={"num_ctx": 2**31}), 400, "option 'num_ctx' must be from 16 to 2147483647"),
     (chat(options={"top_k": 2**40}), 400, "option 'top_k' must be from"),
-    (b'{"model": "m:1", "messages": [], "options": {"temperature": NaN}}', 400, "NaN is not valid JSON"),
-    (b'{"model": "m:1", "messages": [], "options": {"temperature": Infinity}}', 400, "Infinity is not valid JSON"),
-    (b'{"model": "m:1", "messages": [], "options": {"temperature": 1e400}}', 400, "options.temperature is not a finite number"),
+    (
+        b'{"model": "m:1", "messages": [], "options": {"temperature": NaN}}',
+        400,
+        "NaN is not valid JSON",
+    ),
+    (
+        b'{"model": "m:1", "messages": [], "options": {"temperature": Infinity}}',
+        400,
+        "Infinity is not valid JSON",
+    ),
+    (
+        b'{"model": "m:1", "messages": [], "options": {"temperature": 1e400}}',
+        400,
+        "options.temperature is not a finite number",
+    ),
     ({"model": 42, "messages": []}, 400, "model must be a string, got 42 (a number)"),
     ({"model": ["m:1"], "messages": []}, 400, "model must be a string, got ['m:1'] (a list)"),
     (chat(stream="yes"), 400, "stream must be true or false, got 'yes' (a string)"),
     ({"model": "m:1", "messages": {"role": "user"}}, 400, "messages must be a list"),
     (chat(options=[1]), 400, "options must be a JSON object, got [1] (a list)"),
-    (b'{"model": "m:1", "messages": [{"role": "user", "content": "\\ud800"}]}', 400,
-     "messages[0].content has a lone surrogate ('\\ud800')"),
+    (
+        b'{"model": "m:1", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        400,
+        "messages[0].content has a lone surrogate ('\\ud800')",
+    ),
     (b'{"model": "m:1", "\\udfff": 1}', 400, "a key in the body has a lone surrogate"),
-    ({"model": "m:1", "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}, 400,
-     "does not support images (messages[0].images)"),
+    (
+        {"model": "m:1", "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]},
+        400,
+        "does not support images (messages[0].images)",
+    ),
     (chat(format="json"), 400, 'does not support structured output (field "format")'),
     (chat(format={"type": "object"}), 400, 'field "format"'),
-    (chat(tools=[{"type": "function"}]), 400, 'does not support tools'),
+    (chat(tools=[{"type": "function"}]), 400, "does not support tools"),
     (b"[" * 100 + b"]" * 100, 400, "JSON nested deeper than 32 levels"),
     (b"[" * 100_000, 400, "JSON nested deeper than 32 levels"),  # RecursionError in json
     (b'{"model": "m:1", "messages": ' + b"[" * 40 + b"]" * 40 + b"}", 400, "nested deeper"),
@@ -146,13 +170,19 @@ async def test_refused_before_any_work(body, status, fragment):
     assert backend.loaded is None and backend.generations == 0  # nothing was loaded or run
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({"model": "m:1", "prompt": "hi", "images": ["aGk="]}, 'does not support images (field "images")'),
-    ({"model": "m:1", "prompt": "hi", "format": "json"}, 'field "format"'),
-    ({"model": 7, "prompt": "hi"}, "model must be a string, got 7 (a number)"),
-    ({"model": "m:1", "prompt": 7}, "prompt must be a string, got 7 (a number)"),
-    ({"model": "m:1", "prompt": "hi", "raw": 1}, "raw must be true or false, got 1 (a number)"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (
+            {"model": "m:1", "prompt": "hi", "images": ["aGk="]},
+            'does not support images (field "images")',
+        ),
+        ({"model": "m:1", "prompt": "hi", "format": "json"}, 'field "format"'),
+        ({"model": 7, "prompt": "hi"}, "model must be a string, got 7 (a number)"),
+        ({"model": "m:1", "prompt": 7}, "prompt must be a string, got 7 (a number)"),
+        ({"model": "m:1", "prompt": "hi", "raw": 1}, "raw must be true or false, got 1 (a number)"),
+    ],
+)
 async def test_generate_refusals_name_the_field(body, fragment):
     r = await post(body, path="/api/generate")
     assert r.status_code == 400 and fragment in r.json()["error"], r.text
@@ -240,8 +270,19 @@ def test_a_client_gone_while_queued_is_dropped_unstarted():
     assert first[0].status_code == 200 and first[0].json()["message"]["content"] == "xxx"
     assert backend.generations == 1  # none of the three that left was run
     assert jobs["waiting"] == 0
-    assert jobs["jobs"][1:] == [{"endpoint": "/api/chat", "done_reason": "cancelled", "eval_count": 0,
-                                 "cancelled": True, "error": QUEUED_AND_GONE}] * 3
+    assert (
+        jobs["jobs"][1:]
+        == [
+            {
+                "endpoint": "/api/chat",
+                "done_reason": "cancelled",
+                "eval_count": 0,
+                "cancelled": True,
+                "error": QUEUED_AND_GONE,
+            }
+        ]
+        * 3
+    )
 
 
 async def test_close_stops_the_running_generation():

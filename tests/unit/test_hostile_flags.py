@@ -26,7 +26,11 @@ BAD = [
     (RUN + ["--temperature", "-0.5"], "--temperature", "'-0.5' is not a finite number >= 0"),
     (RUN + ["--seed", str(2**63)], "--seed", "is not a whole number from -9223372036854775808"),
     (RUN + ["--seed", "4.2"], "--seed", "'4.2' is not a whole number"),
-    (RUN + ["--num-ctx", "-4096"], "--num-ctx", "'-4096' is not a whole number from 16 to 2147483647"),
+    (
+        RUN + ["--num-ctx", "-4096"],
+        "--num-ctx",
+        "'-4096' is not a whole number from 16 to 2147483647",
+    ),
     (RUN + ["--num-ctx", "0"], "--num-ctx", "from 16"),
     (RUN + ["--num-predict", "0"], "--num-predict", "from 1 to 2147483647 or -1"),
     (BENCH + ["--requests", "0"], "--requests", "'0' is not a whole number from 1 to 1000000"),
@@ -54,9 +58,23 @@ def test_bad_flag_values_exit_2_before_anything_is_sent(upstream, capsys, argv, 
     assert upstream.recorder.requests == []
 
 
-@pytest.mark.parametrize("argv", [
-    RUN + ["--temperature", "0", "--seed", str(2**63 - 1), "--num-ctx", "16", "--num-predict", "-1"],
-    BENCH + ["--requests", "1", "--warmup", "0", "--max-tokens", "2", "--drift-threshold", "0.5"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        RUN
+        + [
+            "--temperature",
+            "0",
+            "--seed",
+            str(2**63 - 1),
+            "--num-ctx",
+            "16",
+            "--num-predict",
+            "-1",
+        ],
+        BENCH
+        + ["--requests", "1", "--warmup", "0", "--max-tokens", "2", "--drift-threshold", "0.5"],
+    ],
+)
 def test_boundary_values_are_accepted(argv):
     build_parser().parse_args(argv)  # no SystemExit: each value is at its range's edge

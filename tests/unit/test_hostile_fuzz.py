@@ -44,8 +44,13 @@ def malformed(rng: random.Random, model: str) -> tuple[bytes, dict[str, str]]:
         depth = rng.randrange(33, 5000)
         return b"[" * depth + b"]" * depth, {}
     if kind == 3:  # JavaScript's numbers and escapes that are not text
-        token = rng.choice([b"NaN", b"Infinity", b"-Infinity", b"1e999", b'"\\ud800"', b'"\\udfff"'])
-        return b'{"model": "%s", "prompt": "x", "options": {"seed": %s}}' % (model.encode(), token), {}
+        token = rng.choice(
+            [b"NaN", b"Infinity", b"-Infinity", b"1e999", b'"\\ud800"', b'"\\udfff"']
+        )
+        return b'{"model": "%s", "prompt": "x", "options": {"seed": %s}}' % (
+            model.encode(),
+            token,
+        ), {}
     if kind == 4:  # wrong types everywhere
         body = {f: weird(rng) for f in rng.sample(FIELDS, rng.randrange(1, 5))}
         return json.dumps(body).encode(), {}
@@ -73,7 +78,9 @@ def fire(url: str, path: str, model: str) -> list[int]:
 
 def events(r: httpx.Response) -> list[str]:
     """The SSE event names of a relay reply, in order."""
-    return [line.removeprefix("event: ") for line in r.text.splitlines() if line.startswith("event: ")]
+    return [
+        line.removeprefix("event: ") for line in r.text.splitlines() if line.startswith("event: ")
+    ]
 
 
 def timed(fn) -> tuple[float, object]:

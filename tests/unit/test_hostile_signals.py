@@ -39,8 +39,14 @@ def upstream():
 
 
 def llmtop(*argv: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "llmtop", *argv], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmtop", *argv],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
 
 
 def requests_in(log: Path) -> list[dict]:

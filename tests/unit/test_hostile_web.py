@@ -145,18 +145,32 @@ async def test_body_limit_from_the_environment_is_413(server):
 CORES = os.cpu_count() or 1
 RELAY_REFUSED = [
     (b'{"model": "m", "prompt": "x", "options": {"temperature": NaN}}', "NaN is not valid JSON"),
-    (b'{"model": "m", "prompt": "x", "options": {"seed": 1e999}}', "options.seed is not a finite number"),
+    (
+        b'{"model": "m", "prompt": "x", "options": {"seed": 1e999}}',
+        "options.seed is not a finite number",
+    ),
     (b'{"model": "m", "prompt": "\\ud83d"}', "prompt has a lone surrogate ('\\ud83d')"),
     (b"[" * 100_000, "JSON nested deeper than 32 levels"),
     (b'{"model": 42, "prompt": "x"}', "model must be a string, got 42 (a number)"),
     (b'{"model": "m", "prompt": 42}', "prompt must be a string, got 42 (a number)"),
     (b'{"model": "m", "messages": ["hi"]}', "messages[0] must be an object, got 'hi' (a string)"),
-    (b'{"model": "m", "prompt": "x", "options": {"num_thread": 100000}}', "option 'num_thread' is 100000"),
-    (b'{"model": "m", "prompt": "x", "options": {"seed": 9223372036854775808}}', "option 'seed' must be from"),
-    (b'{"model": "m", "prompt": "x", "options": {"num_ctx": "big"}}',
-     "option 'num_ctx' must be an integer, got 'big' (a string)"),
+    (
+        b'{"model": "m", "prompt": "x", "options": {"num_thread": 100000}}',
+        "option 'num_thread' is 100000",
+    ),
+    (
+        b'{"model": "m", "prompt": "x", "options": {"seed": 9223372036854775808}}',
+        "option 'seed' must be from",
+    ),
+    (
+        b'{"model": "m", "prompt": "x", "options": {"num_ctx": "big"}}',
+        "option 'num_ctx' must be an integer, got 'big' (a string)",
+    ),
     (b'{"model": "m", "prompt": "x", "keep_alive": 1e300}', "keep_alive 1e+300 is out of range"),
-    (b'{"model": "m", "prompt": "x", "keep_alive": "forever"}', "keep_alive 'forever' is not a duration"),
+    (
+        b'{"model": "m", "prompt": "x", "keep_alive": "forever"}',
+        "keep_alive 'forever' is not a duration",
+    ),
     (b'{"model": "m", "prompt": "x", "images": ["aGk="]}', "unknown field(s) images"),
 ]
 

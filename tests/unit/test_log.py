@@ -13,12 +13,20 @@ MS = 1_000_000
 
 
 def finished_request():
-    c = RequestCollector(prompt="Why?", options={"temperature": 0.0, "seed": 42}, model="m", request_id=1)
+    c = RequestCollector(
+        prompt="Why?", options={"temperature": 0.0, "seed": 42}, model="m", request_id=1
+    )
     c.sent_ns = 10_000 * MS
     c.add(StreamEvent(c.sent_ns + 500 * MS, content="Be"))
     c.add(StreamEvent(c.sent_ns + 520 * MS, content="cause"))
-    stats = ServerStats(eval_count=2, eval_duration=20 * MS, prompt_eval_count=5, prompt_eval_duration=400 * MS,
-                        load_duration=2 * MS, done_reason="stop")
+    stats = ServerStats(
+        eval_count=2,
+        eval_duration=20 * MS,
+        prompt_eval_count=5,
+        prompt_eval_duration=400 * MS,
+        load_duration=2 * MS,
+        done_reason="stop",
+    )
     c.add(StreamEvent(c.sent_ns + 520 * MS, done=True, stats=stats))
     return c.finish()
 

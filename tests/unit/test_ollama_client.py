@@ -77,7 +77,10 @@ async def test_load_only_reply_is_not_a_sample(server):
 async def test_unknown_model_lists_installed_ones(server):
     r = await stream(server, "llama9:70b")
     assert r.status == Status.ERROR and r.failure.kind == FailureKind.MODEL_NOT_FOUND
-    assert "llama9:70b" in r.failure.message and "installed: ok, timed, thinking, slow" in r.failure.message
+    assert (
+        "llama9:70b" in r.failure.message
+        and "installed: ok, timed, thinking, slow" in r.failure.message
+    )
     assert "ollama pull llama9:70b" in r.failure.remedy
 
 

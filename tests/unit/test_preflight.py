@@ -68,19 +68,45 @@ def noisy_window() -> list[ProbeSample]:
     """A warm-up sample, then 5 samples (4 logical CPUs, 1000 bytes of memory)."""
     return [
         sample(None, (app("chromium", None, Category.BROWSER, 3),), warm=True),
-        sample(20.0, (app("chromium", 40.0, Category.BROWSER, 3), app("indexer", 15.0), OLLAMA, SELF),
-               self_cpu=4.0, avail=900),
-        sample(30.0, (app("chromium", 38.0, Category.BROWSER, 2), OLLAMA, SELF), self_cpu=2.0, avail=80),
-        sample(10.0, (app("chromium", None, Category.BROWSER, 3), app("make", 120.0, Category.BUILD),
-                      app("indexer", 12.0), OLLAMA, SELF), self_cpu=6.0, avail=70),
-        sample(40.0, (app("chromium", 2.0, Category.BROWSER, 3), app("indexer", 20.0), OLLAMA, SELF),
-               self_cpu=8.0, avail=900),
-        sample(35.0, (app("chromium", 50.0, Category.BROWSER, 3), OLLAMA, SELF), self_cpu=1.0, avail=60),
+        sample(
+            20.0,
+            (app("chromium", 40.0, Category.BROWSER, 3), app("indexer", 15.0), OLLAMA, SELF),
+            self_cpu=4.0,
+            avail=900,
+        ),
+        sample(
+            30.0, (app("chromium", 38.0, Category.BROWSER, 2), OLLAMA, SELF), self_cpu=2.0, avail=80
+        ),
+        sample(
+            10.0,
+            (
+                app("chromium", None, Category.BROWSER, 3),
+                app("make", 120.0, Category.BUILD),
+                app("indexer", 12.0),
+                OLLAMA,
+                SELF,
+            ),
+            self_cpu=6.0,
+            avail=70,
+        ),
+        sample(
+            40.0,
+            (app("chromium", 2.0, Category.BROWSER, 3), app("indexer", 20.0), OLLAMA, SELF),
+            self_cpu=8.0,
+            avail=900,
+        ),
+        sample(
+            35.0, (app("chromium", 50.0, Category.BROWSER, 3), OLLAMA, SELF), self_cpu=1.0, avail=60
+        ),
     ]
 
 
 def test_exit_codes_match_the_shared_ones() -> None:
-    assert [(m.name, int(m)) for m in PreflightExit] == [("QUIET", 0), ("NOISY", 1), ("CANNOT_CHECK", 2)]
+    assert [(m.name, int(m)) for m in PreflightExit] == [
+        ("QUIET", 0),
+        ("NOISY", 1),
+        ("CANNOT_CHECK", 2),
+    ]
     assert (PreflightExit.QUIET, PreflightExit.NOISY, PreflightExit.CANNOT_CHECK) == (
         ExitCode.OK, ExitCode.NOISY, ExitCode.USAGE
     )
@@ -134,7 +160,9 @@ def test_extra_findings_join_the_verdict() -> None:
 
 
 def test_probe_errors_are_counted_and_kept() -> None:
-    err = Finding("probe-error", Level.WARN, None, None, "", "gpu probe failed: RuntimeError: x", "r")
+    err = Finding(
+        "probe-error", Level.WARN, None, None, "", "gpu probe failed: RuntimeError: x", "r"
+    )
     window = [sample(None, (), warm=True), sample(5.0, (), findings=(err,)), sample(5.0, ())]
     result = aggregate(window)
     assert [(f.code, f.message) for f in result.findings] == [
@@ -145,10 +173,16 @@ def test_probe_errors_are_counted_and_kept() -> None:
 
 def test_no_usable_sample_cannot_check() -> None:
     err = Finding("probe-error", Level.WARN, None, None, "", "system probe failed: OSError: y", "r")
-    window = [sample(5.0, (), broken=True, findings=(err,)), sample(5.0, (), broken=True, findings=(err,))]
+    window = [
+        sample(5.0, (), broken=True, findings=(err,)),
+        sample(5.0, (), broken=True, findings=(err,)),
+    ]
     result = aggregate(window)
     assert result.exit_code is PreflightExit.CANNOT_CHECK and result.verdict == "CANNOT CHECK"
-    assert result.error == "no usable probe sample out of 2: system probe failed: OSError: y (in 2 of 2 samples)"
+    assert (
+        result.error
+        == "no usable probe sample out of 2: system probe failed: OSError: y (in 2 of 2 samples)"
+    )
     assert result.samples == 0 and result.background_cpu_median is None
     only_warm = aggregate([sample(None, (), warm=True)])
     assert only_warm.error == "no usable probe sample out of 1: every sample was still warming up"
@@ -178,7 +212,12 @@ def test_to_dict_is_json_ready() -> None:
         "message": "chromium (3 processes) is using 39 % CPU",
         "remedy": "close the browser or its busy tabs",
     }
-    assert data["apps"][0] == {"app": "chromium", "category": "browser", "cpu_percent_median": 39.0, "n_procs": 3}
+    assert data["apps"][0] == {
+        "app": "chromium",
+        "category": "browser",
+        "cpu_percent_median": 39.0,
+        "n_procs": 3,
+    }
     assert data["thresholds"]["app_cpu_warn"] == 10.0
 
 

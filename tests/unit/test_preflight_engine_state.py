@@ -26,7 +26,9 @@ class FakeEngine:
 
     host = HOST
 
-    def __init__(self, reply: Any = None, error: Exception | None = None, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, reply: Any = None, error: Exception | None = None, delay_s: float = 0.0
+    ) -> None:
         self.reply, self.error, self.delay_s = reply, error, delay_s
 
     async def ps(self) -> Any:
@@ -96,7 +98,10 @@ def test_cpu_only_warns_only_when_a_gpu_is_present() -> None:
     assert (with_gpu.code, with_gpu.level, with_gpu.value, with_gpu.threshold) == (
         "cpu-only", Level.WARN, 100.0, 0.0
     )
-    assert with_gpu.message == "gemma3:270m runs entirely on the CPU: 0 of 0.3 GB in VRAM (from /api/ps)"
+    assert (
+        with_gpu.message
+        == "gemma3:270m runs entirely on the CPU: 0 of 0.3 GB in VRAM (from /api/ps)"
+    )
     unknown = run(engine(reply), "gemma3:270m")[0]
     assert (unknown.code, unknown.level, unknown.threshold) == ("cpu-only", Level.INFO, None)
     no_gpu = run(engine(reply), "gemma3:270m", gpu_present=False)[0]
@@ -106,7 +111,10 @@ def test_cpu_only_warns_only_when_a_gpu_is_present() -> None:
 def test_measured_model_not_loaded_is_info() -> None:
     found = run(engine(ps()), "qwen2.5:7b")
     assert [(f.code, f.level) for f in found] == [("model-not-loaded", Level.INFO)]
-    assert found[0].message == "qwen2.5:7b is not loaded yet (from /api/ps): the first request will load it"
+    assert (
+        found[0].message
+        == "qwen2.5:7b is not loaded yet (from /api/ps): the first request will load it"
+    )
 
 
 def test_latest_tag_is_implied() -> None:
@@ -122,7 +130,9 @@ def test_no_model_named() -> None:
     assert [(f.code, f.level) for f in one] == [("model-loaded", Level.INFO)]
     two = run(engine(ps(("a:1", 1_000_000_000, 1_000_000_000), ("b:1", 2_000_000_000, 0))), None)
     assert [(f.code, f.level, f.value) for f in two] == [("other-models-loaded", Level.WARN, 3.0)]
-    assert two[0].message.startswith("2 models are loaded at once: a:1 (1.0 GB, 100 % in VRAM), b:1 ")
+    assert two[0].message.startswith(
+        "2 models are loaded at once: a:1 (1.0 GB, 100 % in VRAM), b:1 "
+    )
     assert run(engine(ps()), None) == []
 
 
@@ -151,7 +161,10 @@ def test_hung_engine_times_out() -> None:
 def test_reply_without_models_list_is_could_not_check() -> None:
     got = run(engine({"error": "nope"}), "m")
     assert isinstance(got, CouldNotCheck)
-    assert got.reason == f"cannot read /api/ps at {HOST} (TypeError: /api/ps reply has no 'models' list)"
+    assert (
+        got.reason
+        == f"cannot read /api/ps at {HOST} (TypeError: /api/ps reply has no 'models' list)"
+    )
 
 
 def test_local_engine_pids_only_for_loopback() -> None:

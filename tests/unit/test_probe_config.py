@@ -15,7 +15,9 @@ from llmtop.probes.verdict import DEFAULT, Thresholds
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No $LLMTOP_CONFIG, and the default location inside tmp_path (never the user's file)."""
     monkeypatch.delenv(config.ENV_VAR, raising=False)
-    monkeypatch.setattr(config.platformdirs, "user_config_dir", lambda app: str(tmp_path / "cfg" / app))
+    monkeypatch.setattr(
+        config.platformdirs, "user_config_dir", lambda app: str(tmp_path / "cfg" / app)
+    )
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -61,7 +63,9 @@ def test_explicit_missing_file_is_an_error(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ConfigError, match=r"nope\.toml does not exist$"):
         load_thresholds(missing)
     monkeypatch.setenv(config.ENV_VAR, str(missing))
-    with pytest.raises(ConfigError, match=r"nope\.toml does not exist \(named by \$LLMTOP_CONFIG\)"):
+    with pytest.raises(
+        ConfigError, match=r"nope\.toml does not exist \(named by \$LLMTOP_CONFIG\)"
+    ):
         load_thresholds()
 
 
@@ -70,7 +74,9 @@ def test_unknown_key_names_file_key_and_known_keys(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_thresholds(path)
     msg = str(err.value)
-    assert msg.startswith(f"{path}: [thresholds] app_cpu_wrn: unknown key (known keys: background_cpu_warn,")
+    assert msg.startswith(
+        f"{path}: [thresholds] app_cpu_wrn: unknown key (known keys: background_cpu_warn,"
+    )
     assert "app_cpu_warn" in msg
 
 
@@ -78,12 +84,17 @@ def test_wrong_type_names_file_key_and_expected_type(tmp_path: Path) -> None:
     path = write(tmp_path, '[thresholds]\napp_cpu_warn = "ten"\n')
     with pytest.raises(ConfigError) as err:
         load_thresholds(path)
-    assert str(err.value) == f"{path}: [thresholds] app_cpu_warn: expected a number (float), got string 'ten'"
+    assert (
+        str(err.value)
+        == f"{path}: [thresholds] app_cpu_warn: expected a number (float), got string 'ten'"
+    )
 
 
 def test_bool_is_not_a_number(tmp_path: Path) -> None:
     path = write(tmp_path, "[thresholds]\napp_cpu_warn = true\n")
-    with pytest.raises(ConfigError, match=r"app_cpu_warn: expected a number \(float\), got boolean True"):
+    with pytest.raises(
+        ConfigError, match=r"app_cpu_warn: expected a number \(float\), got boolean True"
+    ):
         load_thresholds(path)
 
 
@@ -91,12 +102,17 @@ def test_unknown_table_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "[threshold]\napp_cpu_warn = 5\n")
     with pytest.raises(ConfigError) as err:
         load_thresholds(path)
-    assert str(err.value) == f"{path}: unknown table or key 'threshold' (known tables: [thresholds], [engine])"
+    assert (
+        str(err.value)
+        == f"{path}: unknown table or key 'threshold' (known tables: [thresholds], [engine])"
+    )
 
 
 def test_thresholds_must_be_a_table(tmp_path: Path) -> None:
     path = write(tmp_path, "thresholds = 3\n")
-    with pytest.raises(ConfigError, match=r"'thresholds' must be a table \(\[thresholds\]\), got int"):
+    with pytest.raises(
+        ConfigError, match=r"'thresholds' must be a table \(\[thresholds\]\), got int"
+    ):
         load_thresholds(path)
 
 
@@ -107,11 +123,17 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
 
 
 def test_negative_and_out_of_range_values(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"app_cpu_warn: expected a finite number >= 0 \(float\), got -1"):
+    with pytest.raises(
+        ConfigError, match=r"app_cpu_warn: expected a finite number >= 0 \(float\), got -1"
+    ):
         load_thresholds(write(tmp_path, "[thresholds]\napp_cpu_warn = -1\n"))
-    with pytest.raises(ConfigError, match=r"app_cpu_warn: expected a finite number >= 0 \(float\), got nan"):
+    with pytest.raises(
+        ConfigError, match=r"app_cpu_warn: expected a finite number >= 0 \(float\), got nan"
+    ):
         load_thresholds(write(tmp_path, "[thresholds]\napp_cpu_warn = nan\n", "n.toml"))
-    with pytest.raises(ConfigError, match=r"freq_ratio_warn: expected a ratio between 0 and 1 \(float\), got 1.5"):
+    with pytest.raises(
+        ConfigError, match=r"freq_ratio_warn: expected a ratio between 0 and 1 \(float\), got 1.5"
+    ):
         load_thresholds(write(tmp_path, "[thresholds]\nfreq_ratio_warn = 1.5\n", "f.toml"))
 
 
@@ -124,7 +146,9 @@ def test_warn_must_not_be_stricter_than_fail(tmp_path: Path) -> None:
     )
     # memory: less available is worse, so the fail level must be the lower one
     path = write(tmp_path, "[thresholds]\nmem_available_fail = 20\n", "m.toml")
-    with pytest.raises(ConfigError, match=r"mem_available_warn = 10 must be >= mem_available_fail = 20$"):
+    with pytest.raises(
+        ConfigError, match=r"mem_available_warn = 10 must be >= mem_available_fail = 20$"
+    ):
         load_thresholds(path)
 
 

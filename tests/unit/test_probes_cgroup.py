@@ -173,7 +173,9 @@ def test_unparsable_limit_is_named_in_a_finding(tmp_path: Path) -> None:
     from llmtop.probes.verdict import Level, evaluate
 
     root = tmp_path / "odd"
-    write(root, {"cgroup.controllers": "", "cpu.max": "lots 100000\n", "memory.max": "2147483648\n"})
+    write(
+        root, {"cgroup.controllers": "", "cpu.max": "lots 100000\n", "memory.max": "2147483648\n"}
+    )
     limits = read_limits(root, str(tmp_path / "none"))
     assert limits is not None and (limits.cpus, limits.memory_bytes) == (None, 2 * GIB)
     assert limits.problems == (f"{root}/cpu.max: cannot parse 'lots 100000'",)

@@ -31,7 +31,11 @@ Freq = SimpleNamespace
         (lambda: None, lambda: None, dict),
         (lambda: Freq(current=0.0, min=0.0, max=0.0), lambda: Freq(power_plugged=None), dict),
         (boom, boom, boom),
-        (lambda: Freq(current=None, max=None), lambda: Freq(), lambda: {"acpi": [Freq(current=0.0, high=None)]}),
+        (
+            lambda: Freq(current=None, max=None),
+            lambda: Freq(),
+            lambda: {"acpi": [Freq(current=0.0, high=None)]},
+        ),
         (lambda: Freq(current=-1.0, max=float("nan")), lambda: 0, lambda: {"x": []}),
     ],
     ids=["none", "zeros", "raise", "missing-fields", "negative-nan"],
@@ -72,9 +76,18 @@ def test_engine_pids_from_config(doc: dict[str, Any], pids: tuple[int, ...]) -> 
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"engine": {"pids": 900}}, "c.toml: [engine] pids: expected a list of positive integers, got 900"),
-        ({"engine": {"pids": [0]}}, "c.toml: [engine] pids: expected a list of positive integers, got [0]"),
-        ({"engine": {"pids": [True]}}, "c.toml: [engine] pids: expected a list of positive integers, got [True]"),
+        (
+            {"engine": {"pids": 900}},
+            "c.toml: [engine] pids: expected a list of positive integers, got 900",
+        ),
+        (
+            {"engine": {"pids": [0]}},
+            "c.toml: [engine] pids: expected a list of positive integers, got [0]",
+        ),
+        (
+            {"engine": {"pids": [True]}},
+            "c.toml: [engine] pids: expected a list of positive integers, got [True]",
+        ),
         ({"engine": {"pid": [1]}}, "c.toml: [engine] pid: unknown key (known keys: pids)"),
         ({"engine": 3}, "c.toml: 'engine' must be a table, got int"),
     ],

@@ -182,19 +182,40 @@ def test_steal_swapping_and_heat_rules():
     from llmtop.probes.system import SystemSample
     from llmtop.probes.verdict import evaluate
 
-    base = SystemSample(cpu_percent=10.0, per_cpu=(10.0,), load_avg_per_core=0.1, mem_total=100, mem_available=90,
-                        mem_percent=10.0, swap_total=0, swap_used=0, swap_percent=0.0, cpu_freq_mhz=None,
-                        cpu_freq_max_mhz=None, on_battery=False)
+    base = SystemSample(
+        cpu_percent=10.0,
+        per_cpu=(10.0,),
+        load_avg_per_core=0.1,
+        mem_total=100,
+        mem_available=90,
+        mem_percent=10.0,
+        swap_total=0,
+        swap_used=0,
+        swap_percent=0.0,
+        cpu_freq_mhz=None,
+        cpu_freq_max_mhz=None,
+        on_battery=False,
+    )
     procs = ProcessSample(apps=(), self_cpu_percent=0.0, engine_cpu_percent=None, warming_up=False)
     assert evaluate(base, procs).quiet
     # 7.5 % steal > 5 %; 3 MiB/s swapped in > 1 MiB/s; 96 °C >= its 95 °C high mark
-    noisy = dataclasses.replace(base, steal_percent=7.5, swap_in_bps=3 * 1024 * 1024, temperature_c=96.0,
-                                temperature_high_c=95.0)
+    noisy = dataclasses.replace(
+        base,
+        steal_percent=7.5,
+        swap_in_bps=3 * 1024 * 1024,
+        temperature_c=96.0,
+        temperature_high_c=95.0,
+    )
     found = {f.code: f for f in evaluate(noisy, procs).findings}
     assert found["cpu-steal"].value == 7.5 and found["cpu-steal"].threshold == 5.0
     assert found["swapping"].value == 3.0 and found["swapping"].unit == "MiB/s"
     assert found["hot"].value == 96.0 and found["hot"].threshold == 95.0
     # just under each threshold: quiet
-    calm = dataclasses.replace(base, steal_percent=5.0, swap_out_bps=1024 * 1024, temperature_c=94.0,
-                               temperature_high_c=95.0)
+    calm = dataclasses.replace(
+        base,
+        steal_percent=5.0,
+        swap_out_bps=1024 * 1024,
+        temperature_c=94.0,
+        temperature_high_c=95.0,
+    )
     assert evaluate(calm, procs).quiet

@@ -130,7 +130,9 @@ def test_events_are_framed_one_token_per_chunk_then_done(relay):
 
 
 def test_stream_headers_keep_it_streaming_even_when_gzip_is_offered(relay):
-    r = post(relay, {"model": "ok", "messages": MSG}, headers={"Accept-Encoding": "gzip, deflate, br"})
+    r = post(
+        relay, {"model": "ok", "messages": MSG}, headers={"Accept-Encoding": "gzip, deflate, br"}
+    )
     assert r.headers["content-type"].startswith("text/event-stream")
     assert "no-cache" in r.headers["cache-control"]
     assert r.headers["x-accel-buffering"] == "no"
@@ -147,7 +149,9 @@ def test_done_event_carries_upstream_stats_unchanged_plus_relay_timings(relay):
     assert done["done_reason"] == "stop" and done["done"] is True
     assert done["model"] == "m" and done["created_at"] == "2026-01-01T00:00:00Z"
     assert "message" not in done and done["content"] == "" and done["relay_chunks"] == 3
-    assert 0 <= done["relay_parse_ms"] <= done["upstream_headers_ms"] <= done["relay_first_chunk_ms"]
+    assert (
+        0 <= done["relay_parse_ms"] <= done["upstream_headers_ms"] <= done["relay_first_chunk_ms"]
+    )
     assert done["relay_first_chunk_ms"] == done["relay_ttft_ms"] <= done["relay_request_ms"]
     assert done["upstream_connection"] in ("new", "reused")
     assert done["upstream"].startswith("http://127.0.0.1:")
@@ -173,7 +177,9 @@ def test_thinking_text_is_relayed_apart_from_content(relay):
 
 def test_prompt_goes_to_generate_with_options(relay, upstream):
     upstream.recorder.reset()
-    events = parse_sse(post(relay, {"model": "ok", "prompt": "hello", "options": {"num_predict": 5}}))
+    events = parse_sse(
+        post(relay, {"model": "ok", "prompt": "hello", "options": {"num_predict": 5}})
+    )
     assert "".join(d["content"] for n, d in events if n == "token") == "Hello!"
     path, body = upstream.recorder.requests[-1]
     assert path == "/api/generate"
@@ -255,11 +261,16 @@ def test_a_hung_upstream_ends_the_stream_with_a_timeout_error(upstream):
     [
         (b"not json", "not JSON"),
         (json.dumps({"prompt": "x"}).encode(), "model is required"),
-        (json.dumps({"model": "ok", "prompt": "x", "host": "http://127.0.0.1:1"}).encode(), "fixed"),
+        (
+            json.dumps({"model": "ok", "prompt": "x", "host": "http://127.0.0.1:1"}).encode(),
+            "fixed",
+        ),
     ],
 )
 def test_bad_requests_get_400_json_and_no_stream(relay, content, fragment):
-    r = httpx.post(relay + "/api/stream", content=content, headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        relay + "/api/stream", content=content, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400 and fragment in r.json()["error"]
 
 
@@ -286,7 +297,9 @@ async def test_client_disconnect_closes_the_upstream_stream_within_a_second():
                         if tokens == 2:
                             break
             t_closed = perf_counter_ns()  # the response (and its connection) is closed here
-        assert await asyncio.to_thread(upstream.recorder.closed.wait, 3.0), "upstream stream never closed"
+        assert await asyncio.to_thread(upstream.recorder.closed.wait, 3.0), (
+            "upstream stream never closed"
+        )
         assert upstream.recorder.cut_short == [True]  # cancelled, not run to its end (30 s)
         assert (upstream.recorder.closed_ns[0] - t_closed) / 1e9 < 1.0
 
@@ -325,13 +338,18 @@ def test_relay_route_names_the_upstream(relay, upstream):
 async def test_client_leaving_before_the_first_token_closes_the_upstream_too():
     # the upstream would wait 5 s before its first chunk (a long prefill); the client leaves
     # as soon as it has the SSE headers
-    with ScriptedUpstream(Timing(first_s=5.0)) as upstream, ServeInThread(create_app(upstream.url)) as relay:
+    with (
+        ScriptedUpstream(Timing(first_s=5.0)) as upstream,
+        ServeInThread(create_app(upstream.url)) as relay,
+    ):
         async with httpx.AsyncClient(timeout=10) as client:
             async with client.stream("POST", relay + "/api/stream",
                                      json={"model": "timed", "messages": MSG}) as r:
                 assert r.status_code == 200
                 assert await asyncio.to_thread(upstream.recorder.started.wait, 3.0)
             t_closed = perf_counter_ns()
-        assert await asyncio.to_thread(upstream.recorder.closed.wait, 3.0), "upstream stream never closed"
+        assert await asyncio.to_thread(upstream.recorder.closed.wait, 3.0), (
+            "upstream stream never closed"
+        )
         assert upstream.recorder.cut_short == [True]
         assert (upstream.recorder.closed_ns[0] - t_closed) / 1e9 < 1.0

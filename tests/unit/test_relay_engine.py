@@ -40,12 +40,25 @@ async def collect(engine, model, **kw):
 
 def shape(events):
     """What must match between direct and relayed: everything but the stamps and messages."""
-    return [(e.content, e.thinking, e.done, e.stats, e.failure.kind if e.failure else None) for e in events]
+    return [
+        (e.content, e.thinking, e.done, e.stats, e.failure.kind if e.failure else None)
+        for e in events
+    ]
 
 
 @pytest.mark.parametrize(
     "model",
-    ["ok", "sparse", "thinking", "timed", "midstream-error", "truncated", "garbage", "load", "nope"],
+    [
+        "ok",
+        "sparse",
+        "thinking",
+        "timed",
+        "midstream-error",
+        "truncated",
+        "garbage",
+        "load",
+        "nope",
+    ],
 )
 async def test_relayed_events_match_direct_events(upstream, relay, model):
     direct = await collect(OllamaEngine(upstream.url), model)

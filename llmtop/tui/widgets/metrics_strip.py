@@ -5,7 +5,8 @@ below shows — chunk gaps while streaming (a chunk is not known to be a token u
 count arrives), token gaps once the server counted one token per chunk, chunk gaps with the
 tokens per chunk otherwise — with the running TPOT and decode rate (per chunk while streaming,
 per token after) and the previous request's TPOT, faint. Row 3: a Sparkline of those gaps (ms),
-growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5: server prefill/decode (tok/s), load and overhead (ms). Row 6: the failure
+growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5: server
+prefill/decode (tok/s), load and overhead (ms). Row 6: the failure
 and its remedy, when there is one. Row 7: "⚠ machine NOISY during this request: …" when a
 probe sample taken while the request streamed was NOISY.
 """

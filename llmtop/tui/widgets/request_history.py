@@ -45,7 +45,8 @@ def noisy_cell(noisy: str | None) -> Text:
 
 def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
     """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
-    as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk count."""
+    as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk
+    count."""
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
