@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import OllamaEngine, ollama_version
+from llmtop.probes.canary import check_against_last
 from llmtop.probes.catalogue import Category
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.probes.engine_identity import identify_engine
@@ -86,7 +87,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             engine.update(checked=True, source="/api/ps", pids=sorted(engine_pids))
             result = result.with_findings(state)
-    result = _with_extra(result, {"engine": engine, "config": config})
+    canary = check_against_last()  # after sampling: its few hundred ms of CPU stay out of it
+    result = _with_extra(result, {"engine": engine, "config": config, "canary": canary.to_dict()})
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:
@@ -183,6 +185,8 @@ def print_result(
                      f"{probes['engine']}")
     where = config["path"]
     lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
+    if result.extra.get("canary"):
+        lines.append(f"machine speed: {result.extra['canary']['sentence']}")
     if result.error:
         lines.append(f"could not check: {result.error}")
     print("\n".join(lines), file=out)

@@ -271,3 +271,48 @@ def _stat(path: Path) -> dict[str, int]:
         if value.strip().isdigit():
             out[key] = int(value)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Throttling:
+    """CPU throttling of cgroups by their CPU quota, cumulative since each cgroup was made.
+
+    periods: enforcement periods in which a cgroup ran out of quota (`nr_throttled`).
+    throttled_ns: time its tasks waited for the next period (v2 `throttled_usec` × 1000, v1
+    `throttled_time`). Summed over every cgroup read (each level of a hierarchy counts the
+    throttling of its own quota). cgroups: how many cpu.stat files were read.
+    """
+
+    periods: int
+    throttled_ns: int
+    cgroups: int
+
+
+def read_throttling(
+    pids: tuple[int, ...] = (), root: str | os.PathLike[str] = ROOT, proc: str = "/proc"
+) -> Throttling | None:
+    """Throttling of this process's cgroup and of `pids`' (the engine's), each with its parents
+    up to the mount (a quota set on a parent throttles its children); a cgroup shared by several
+    of them counts once. Reads v2 `cpu.stat` (`nr_throttled`, `throttled_usec`) or v1
+    `cpu/…/cpu.stat` (`nr_throttled`, `throttled_time` in ns); no privileges needed. None when
+    no cpu.stat file could be read (no cgroups, macOS, Windows). Never raises."""
+    base = Path(root)
+    v2 = (base / "cgroup.controllers").is_file()
+    mount = base if v2 else _v1_mount(base, "cpu")
+    if mount is None:
+        return None
+    dirs: dict[Path, None] = {}
+    for who in ("self", *(str(p) for p in pids)):
+        own = _own_paths(f"{proc}/{who}/cgroup")
+        path = own.get("") if v2 else own.get("cpu")
+        if path is not None:
+            dirs.update(dict.fromkeys(_chain(mount, path)))
+    periods = waited = read = 0
+    for d in dirs:
+        stat = _stat(d / "cpu.stat")
+        if "nr_throttled" not in stat:
+            continue
+        read += 1
+        periods += stat["nr_throttled"]
+        waited += stat["throttled_usec"] * 1000 if v2 else stat.get("throttled_time", 0)
+    return Throttling(periods, waited, read) if read else None

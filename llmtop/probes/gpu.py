@@ -84,6 +84,21 @@ class GpuSample:
     devices: tuple[GpuDevice, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class GpuClocks:
+    """One GPU's clocks now (NVML), the light reading taken around every bench request.
+
+    graphics_mhz / sm_mhz / memory_mhz: current clocks; throttle_reasons: active clock-event
+    reasons (`THROTTLE_REASONS` names; empty: none). None where the board does not say.
+    """
+
+    index: int
+    graphics_mhz: int | None
+    sm_mhz: int | None
+    memory_mhz: int | None
+    throttle_reasons: tuple[str, ...] | None
+
+
 _init_lock = threading.Lock()
 # library object (the pynvml module, or a test's stand-in) → None (ready) or the failure reason
 _init_result: dict[Any, str | None] = {}
@@ -164,6 +179,26 @@ class GpuProbe:
         devices = tuple(self._device(i, h) for i, h in enumerate(self._handles))
         return GpuSample(available=True, driver_version=self._driver, devices=devices)
 
+    def clocks(self) -> tuple[GpuClocks, ...]:
+        """Every GPU's clocks and throttle reasons now: a few NVML calls per device, no
+        process listing. Empty when NVML cannot be used (no GPU is a normal state)."""
+        if self._setup() is not None or self._handles is None:
+            return ()
+        lib = self._lib
+        kinds = [getattr(lib, name, default) for name, default in
+                 (("NVML_CLOCK_GRAPHICS", 0), ("NVML_CLOCK_SM", 1), ("NVML_CLOCK_MEM", 2))]
+        out = []
+        for i, h in enumerate(self._handles):
+            g, sm, mem = (_int(self._call("nvmlDeviceGetClockInfo", h, k)) for k in kinds)
+            out.append(GpuClocks(i, g, sm, mem, self._throttle(h)))
+        return tuple(out)
+
+    def _throttle(self, h: Any) -> tuple[str, ...] | None:
+        mask = self._call("nvmlDeviceGetCurrentClocksEventReasons", h)
+        if mask is None:
+            mask = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return decode_throttle(int(mask)) if mask is not None else None
+
     def _call(self, fn: str, *args: Any) -> Any:
         try:
             return getattr(self._lib, fn)(*args)
@@ -183,9 +218,6 @@ class GpuProbe:
             getattr(lib, "NVML_CLOCK_GRAPHICS", 0),
             getattr(lib, "NVML_CLOCK_MEM", 2),
         )
-        mask = self._call("nvmlDeviceGetCurrentClocksEventReasons", h)
-        if mask is None:
-            mask = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
         power_mw = self._call("nvmlDeviceGetPowerUsage", h)
         return GpuDevice(
             index=index,
@@ -199,7 +231,7 @@ class GpuProbe:
             clock_memory_mhz=_int(self._call("nvmlDeviceGetClockInfo", h, m_clock)),
             clock_graphics_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, g_clock)),
             clock_memory_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, m_clock)),
-            throttle_reasons=decode_throttle(int(mask)) if mask is not None else None,
+            throttle_reasons=self._throttle(h),
             power_w=power_mw / 1000.0 if isinstance(power_mw, int | float) else None,
             processes=self._processes(h),
         )

@@ -283,3 +283,24 @@ def _on_battery() -> bool | None:
     battery = _optional(getattr(psutil, "sensors_battery", lambda: None))
     plugged = getattr(battery, "power_plugged", None)
     return None if plugged is None else not plugged
+
+
+def core_frequencies() -> tuple[float | None, ...]:
+    """Each logical CPU's current clock in MHz, now (psutil `cpu_freq(percpu=True)`: Linux
+    cpufreq files, else /proc/cpuinfo "cpu MHz"); a core whose figure is missing or 0 is None;
+    empty where the OS gives no per-core figure (macOS, many VMs). No privileges needed."""
+    if not hasattr(psutil, "cpu_freq"):
+        return ()
+    cores = _optional(lambda: psutil.cpu_freq(percpu=True)) or []
+    return tuple(_positive(getattr(c, "current", None)) for c in cores)
+
+
+def steal_seconds() -> tuple[float, float] | None:
+    """(steal, total) CPU seconds over all CPUs since boot (psutil `cpu_times()`; Linux
+    `steal` in /proc/stat: time the hypervisor ran other guests while this one had work). The
+    change between two readings gives the steal share of that interval. None where the OS
+    has no steal counter."""
+    times = _optional(psutil.cpu_times)
+    if times is None or not hasattr(times, "steal"):
+        return None
+    return float(times.steal), float(sum(times))

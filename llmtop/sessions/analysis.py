@@ -16,9 +16,25 @@ from enum import StrEnum
 from typing import Any
 
 from llmtop.engines.events import ServerStats, Status
-from llmtop.sessions.attribution import Attribution, attribute
-from llmtop.sessions.records import ProbeRecord, RequestRecord
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT, Drift, Summary, drift, percentile, summarize
+from llmtop.sessions.attribution import (
+    Attribution,
+    Cause,
+    EngineSlowdown,
+    MachineEvidence,
+    attribute,
+    name_cause,
+)
+from llmtop.sessions.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
+from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.stats import (
+    DRIFT_FLOOR_MS,
+    DRIFT_THRESHOLD_PCT,
+    Drift,
+    Summary,
+    drift,
+    percentile,
+    summarize,
+)
 from llmtop.sessions.textfmt import sparkline
 
 # (key in the request's "metrics", label, unit, higher_is_better)
@@ -32,6 +48,18 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("tpot_ms", "TPOT", "ms", False),
     ("overhead_ms", "overhead", "ms", False),
 )
+# Derived small quantities: their drift is shown but never decides the verdict alone
+# (docs/method.md, "The drift rule"). TPOT is 1000 / client decode rate, which decides in its
+# stead; overhead is TTFT − (load + prefill), a small difference of two measurements whose
+# few-ms wobble is a large percentage.
+DERIVED_METRICS = frozenset({"tpot_ms", "overhead_ms"})
+
+
+def drift_floor(unit: str) -> float:
+    """The absolute floor a drift must exceed, in the metric's unit: DRIFT_FLOOR_MS for
+    times; 0 for rates, whose server durations span whole generations (ns clocks, hundreds
+    of ms), so the clock's resolution is far below the 5 % threshold."""
+    return DRIFT_FLOOR_MS if unit == "ms" else 0.0
 
 # Thresholds chosen by llmtop (documented in README):
 PROMPT_CUT_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt tokens: the server cut it
@@ -127,7 +155,12 @@ class RequestVerdict:
 
 @dataclass
 class SizeAnalysis:
-    """Everything about one prompt size: requests, statistics of the OK ones, drift."""
+    """Everything about one prompt size: requests, statistics of the OK ones, drift.
+
+    summaries / drifts / series are keyed by METRICS keys and by machine.CANARY_METRICS and
+    machine.READINGS keys (the machine's series beside the engine's; all None in a log
+    without them). Only METRICS outside DERIVED_METRICS decide `contaminated`.
+    """
 
     target: int | None
     requests: list[RequestVerdict]
@@ -153,8 +186,13 @@ class SizeAnalysis:
 
     @property
     def contaminated(self) -> bool:
-        """True when any metric worsened by more than the drift threshold."""
-        return any(d.worse for d in self.drifts.values())
+        """True when a deciding metric (not in DERIVED_METRICS) drifted by the drift rule."""
+        return bool(self.drifted)
+
+    @property
+    def drifted(self) -> list[str]:
+        """The deciding metrics whose drift counts, in METRICS order."""
+        return [k for k, *_ in METRICS if k not in DERIVED_METRICS and self.drifts[k].worse]
 
     def sparkline(self, key: str) -> str:
         """The ordered per-request series of a metric as a text sparkline."""
@@ -210,10 +248,11 @@ def analyze(
     records: Iterable[RequestRecord],
     expected_tokens: Mapping[int, float] | None = None,
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT,
+    canaries: Sequence[CanaryRecord] = (),
 ) -> Analysis:
     """Analyse bench request records (with `phase`, `index`, `prompt_tokens_target`; an
     interactive session's have none and count as measured); `expected_tokens` maps a target
-    to the calibrated token count."""
+    to the calibrated token count; `canaries`, the log's canary records."""
     expected_tokens = expected_tokens or {}
     by_size: dict[tuple[int | None, str | None], list[RequestVerdict]] = {}
     load_requests = []
@@ -234,7 +273,7 @@ def analyze(
         )
         by_size.setdefault((target, rec.path), []).append(verdict)
     sizes = [
-        _analyze_size(target, reqs, drift_threshold_pct, path)
+        _analyze_size(target, reqs, drift_threshold_pct, path, canaries)
         for (target, path), reqs in by_size.items()
     ]
     return Analysis(sizes, drift_threshold_pct, load_requests)
@@ -252,16 +291,23 @@ def calibrated_tokens(calibration: Mapping[str, Any] | None) -> dict[int, float]
 
 
 def _analyze_size(
-    target: int | None, requests: list[RequestVerdict], threshold: float, path: str | None = None
+    target: int | None, requests: list[RequestVerdict], threshold: float, path: str | None = None,
+    canaries: Sequence[CanaryRecord] = (),
 ) -> SizeAnalysis:
     measured = [r for r in requests if r.phase == "measure" and r.status == BenchStatus.OK]
     _mark_cold_starts(measured)
     _mark_cached(measured)
     ok = [r for r in measured if r.status == BenchStatus.OK]
     series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
+    series.update(machine_series([r.record for r in ok], canaries))
     summaries = {key: summarize(values) for key, values in series.items()}
+    # The canary is timed around pure computation, not an event loop: no absolute floor.
+    floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
     drifts = {
-        key: drift(series[key], higher_is_better=better, threshold_pct=threshold) for key, _l, _u, better in METRICS
+        key: drift(
+            series[key], higher_is_better=better, threshold_pct=threshold, floor=floors.get(key, 0.0)
+        )
+        for key, _l, unit, better in METRICS + CANARY_METRICS + READINGS
     }
     return SizeAnalysis(target=target, requests=requests, summaries=summaries, drifts=drifts, series=series, path=path)
 
@@ -299,10 +345,10 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
 # ---------------------------------------------------------------------- beside the statistics
 
 # Which drifted metric decides "slow" for attribution, most telling first: decode rate is
-# where the source's browser showed (−30.8 %); overhead, a small difference, comes last.
+# where the source's browser showed (−30.8 %). Derived metrics never decide (DERIVED_METRICS).
 ATTRIBUTION_ORDER = (
-    "server_decode_tps", "client_decode_tps", "tpot_ms", "ttft_ms", "prompt_eval_ms",
-    "server_prefill_tps", "e2e_ms", "overhead_ms",
+    "server_decode_tps", "client_decode_tps", "ttft_ms", "prompt_eval_ms",
+    "server_prefill_tps", "e2e_ms",
 )
 SLOW_MARGIN = 0.05  # slower than the first-5 median by over 5 %: the drift threshold's default
 
@@ -334,6 +380,49 @@ def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
         if (better and value < base - limit) or (not better and value > base + limit):
             slow.add(r.record.id)
     return key, better, slow
+
+
+def engine_slowdown(size: SizeAnalysis) -> EngineSlowdown | None:
+    """The drift a cause must explain: the first drifted metric in ATTRIBUTION_ORDER and how
+    much slower the engine ran, % of time (a rate's fall r0 → r1 is r0 / r1 − 1 slower).
+    None when no deciding metric drifted."""
+    key = next((k for k in ATTRIBUTION_ORDER if size.drifts[k].worse), None)
+    if key is None:
+        return None
+    d = size.drifts[key]
+    label, better = next((lab, b) for k, lab, _u, b in METRICS if k == key)
+    if d.first_median is None or d.last_median is None or d.change_pct is None:
+        return None
+    slower = d.first_median / d.last_median - 1 if better and d.last_median else d.change_pct / 100
+    return EngineSlowdown(key, label, 100.0 * slower)
+
+
+def machine_evidence(size: SizeAnalysis) -> MachineEvidence:
+    """The canary's drift and the readings' first-5 → last-5 medians of a size."""
+    judged = [(size.drifts[k], label) for k, label, *_ in CANARY_METRICS
+              if size.drifts[k].change_pct is not None]
+    counted = [(d, label) for d, label in judged if d.worse]
+    slower = max(counted, key=lambda x: x[0].change_pct or 0.0, default=None)
+    largest = max(judged, key=lambda x: x[0].change_pct or 0.0, default=None)
+    shown = slower or largest
+    readings = {k: (size.drifts[k].first_median, size.drifts[k].last_median) for k, *_ in READINGS}
+    recs = [r.record for r in size.ok]
+    new_reasons = gpu_reasons(recs[-5:]) - gpu_reasons(recs[:5])
+    return MachineEvidence(
+        canary_slower_pct=slower[0].change_pct if slower else None,
+        canary_change_pct=largest[0].change_pct if largest else None,
+        canary_part=shown[1].removeprefix("canary: ") if shown else None,
+        readings=readings,
+        gpu_reasons=tuple(sorted(new_reasons)),
+    )
+
+
+def cause_of(size: SizeAnalysis, attribution: Attribution) -> Cause | None:
+    """Who slowed a drifted size (attribution.name_cause); None when it did not drift."""
+    engine = engine_slowdown(size)
+    if engine is None:
+        return None
+    return name_cause(attribution, engine, machine_evidence(size))
 
 
 def attribute_size(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> Attribution:

@@ -26,17 +26,31 @@ them), an unknown reading (None) is skipped — then the mean of those per-reque
 over the slow and over the fast requests. The app with the largest slow − fast difference is
 named when that difference exceeds `min_diff` (10 % of one core by default, the same figure
 as `Thresholds.app_cpu_warn`). Otherwise no one is named: a suspect is never invented.
+
+Naming the cause of a drift (`name_cause`, docs/method.md, "Naming the cause"): **the
+machine itself** when a reading taken over each request moved between the first 5 and the
+last 5 (cgroup throttling up by over 1 ms per request, CPU steal up by over 2 points, a CPU
+or GPU clock down by over 5 %, a GPU throttle reason new in the last 5): a direct measurement
+of the machine taking time from the engine, named before an application whose CPU only
+correlates (the app is kept as evidence); else an application when the rule above names one
+(a busy app slows the canary too); else the machine itself when the machine-speed canary
+drifted by the drift rule (slower, beyond the threshold, the first and last 5 really
+different); else **unexplained**: the canary held steady while the engine slowed, so
+look at the engine. A canary slowdown under a third of the engine's is said to explain a part
+only (a one-thread canary cannot slow as much as a many-thread engine under the same limit).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from llmtop.engines.events import Status
 from llmtop.sessions.records import AppCpu, ProbeRecord, RequestRecord
+from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality
 K_SPREAD = 2.0
@@ -286,3 +300,121 @@ def attribute(
             None, "no probe samples overlap the slow or the fast requests: cannot attribute"
         )
     return result(*_culprit(per_app, min_diff), per_app)
+
+
+# When a reading moved enough between the first 5 and the last 5 requests to name it:
+STEAL_RISE_POINTS = 2.0  # CPU steal up by over 2 % of all CPU time
+CLOCK_FALL = 0.05  # a clock down by over 5 % (the drift threshold's default)
+THROTTLE_RISE_MS = 1.0  # cgroup throttling up by over 1 ms per request
+PARTLY = 1 / 3  # a canary slowdown under a third of the engine's explains only a part
+GENERIC_MACHINE = "CPU frequency, thermal limits or a virtual machine's neighbours"
+LOOK_AT_ENGINE = "look at the engine — its cache, its GPU, its own state"
+
+
+class CauseKind(StrEnum):
+    """Who slowed a drifted run: an application, the machine itself, or no one found."""
+
+    APP = "app"
+    MACHINE = "machine"
+    UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSlowdown:
+    """The engine's drift that needs a cause: the metric (key and label) and how much slower
+    the engine ran in the last 5 requests than in the first 5, % of time (a rate that fell
+    from 22 to 15.2 tok/s is 44.7 % slower: 22 / 15.2 − 1)."""
+
+    metric: str
+    label: str
+    slower_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class MachineEvidence:
+    """What the machine did over the same requests.
+
+    canary_slower_pct: the canary part that drifted by the drift rule (its change, %), None
+    when neither did; canary_change_pct: the larger change of the two parts either way (None:
+    no canary in the log); canary_part: which part those figures are. readings: per
+    machine.READINGS key, (first-5 median, last-5 median), None where unknown.
+    gpu_reasons: GPU throttle reasons seen in the last 5 requests but not the first 5.
+    """
+
+    canary_slower_pct: float | None = None
+    canary_change_pct: float | None = None
+    canary_part: str | None = None
+    readings: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    gpu_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A drift's cause: kind, one sentence for the verdict, and the evidence lines."""
+
+    kind: CauseKind
+    summary: str
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"kind": str(self.kind), "summary": self.summary, "evidence": list(self.evidence)}
+
+
+def _moved(machine: MachineEvidence) -> list[str]:
+    """The readings that moved enough to name, as phrases ("CPU steal rose 0.1 → 9.8 %")."""
+    def pair(key: str) -> tuple[float, float] | None:
+        a, b = machine.readings.get(key, (None, None))
+        return None if a is None or b is None else (a, b)
+
+    out = []
+    if (t := pair("throttled_ms")) and t[1] - t[0] > THROTTLE_RISE_MS:
+        out.append(
+            f"the cgroup's CPU quota throttled it ({t[0]:.0f} → {t[1]:.0f} ms per request)"
+        )
+    if (st := pair("steal_pct")) and st[1] - st[0] > STEAL_RISE_POINTS:
+        out.append(
+            f"a virtual machine's neighbours took the CPU (steal {st[0]:.1f} → {st[1]:.1f} %)"
+        )
+    if (f := pair("cpu_mhz")) and f[1] < (1 - CLOCK_FALL) * f[0]:
+        out.append(
+            f"the CPU clock fell ({f[0]:.0f} → {f[1]:.0f} MHz: frequency or thermal limit)"
+        )
+    gpu = pair("gpu_mhz")
+    if (gpu and gpu[1] < (1 - CLOCK_FALL) * gpu[0]) or machine.gpu_reasons:
+        clocks = f" {gpu[0]:.0f} → {gpu[1]:.0f} MHz" if gpu else ""
+        why = f" ({', '.join(machine.gpu_reasons)})" if machine.gpu_reasons else ""
+        out.append(f"the GPU's clocks fell{clocks}{why}")
+    return out
+
+
+def name_cause(
+    attribution: Attribution, engine: EngineSlowdown, machine: MachineEvidence
+) -> Cause:
+    """Name who slowed a drifted run (the rule in the module docstring). Pure; never raises."""
+    slowed = f"the engine's {engine.label} ran {engine.slower_pct:.0f} % slower"
+    moved = _moved(machine)
+    app = attribution.culprit
+    if app is not None and not moved:  # a busy app also explains a slower canary
+        return Cause(CauseKind.APP, f"{app} was busy while the requests were "
+                     f"slow: {attribution.evidence}", (slowed,))
+    canary = machine.canary_slower_pct
+    if canary is not None or moved:
+        which = "; ".join(moved) if moved else GENERIC_MACHINE
+        ran = (f"the machine ran {canary:.0f} % slower in the second half (canary: "
+               f"{machine.canary_part})" if canary is not None else "the machine slowed")
+        summary = f"{ran}; no program explains it — {which}"
+        if canary is not None and canary < PARTLY * engine.slower_pct:
+            summary += f"; that is a part of the engine's slowdown only: {LOOK_AT_ENGINE}"
+        also = f"also busier: {attribution.evidence}" if app else NOTHING_STANDS_OUT
+        return Cause(CauseKind.MACHINE, summary, (slowed, also))
+    if machine.canary_change_pct is None:
+        return Cause(CauseKind.UNEXPLAINED, "no program explains it, and the log has no "
+                     "machine-speed canary to tell the machine from the engine", (slowed,))
+    change = machine.canary_change_pct
+    held = (f"the machine held steady (canary: {machine.canary_part} {change:+.0f} %) while "
+            f"{slowed}")
+    if abs(change) > DRIFT_THRESHOLD_PCT:  # moved, but the drift rule did not count it
+        held = (f"the canary moved ({machine.canary_part} {change:+.0f} %) but within its own "
+                f"spread, so it cannot say the machine slowed, while {slowed}")
+    return Cause(CauseKind.UNEXPLAINED, f"{held}: {LOOK_AT_ENGINE}", (NOTHING_STANDS_OUT,))

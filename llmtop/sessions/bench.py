@@ -5,6 +5,9 @@ Order of a run (docs/method.md, "The bench run"):
 2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
 3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
    with a fresh random prompt of the calibrated word count and the same fixed options;
+   between measured requests, never during one, the machine-speed canary runs (a "canary"
+   record, probes/canary.py), and each request records the machine's readings over it
+   (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
 4. analyse from the log's records alone (analysis.py): statuses, n/median/min/max/p95, drift;
 5. append the summary. Everything is flushed record by record.
 
@@ -15,6 +18,7 @@ the CLI and the TUI drive the same runner.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -22,13 +26,16 @@ from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
+from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
+from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.preflight import run_preflight
 from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget, make_sampler
 from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import read_log
+from llmtop.sessions.machine import canary_medians
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
@@ -183,6 +190,8 @@ class BenchRunner:
         header = {"bench": config.to_dict(), **(extra_header or {})}
         self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
                                         think=config.think)
+        self.canary = Canary()
+        self.machine = MachineReader(lambda: conn.engine_pids)
 
         if config.compare_relay and not conn.via_relay:
             raise ValueError("compare_relay needs a connection through the relay (connect(..., via='relay'))")
@@ -240,7 +249,8 @@ class BenchRunner:
             self.recorder.log.write({"type": "environment", "phase": "end", **await engine_environment(self.conn)})
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
-            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct)
+            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
+            self._remember_canary(log)
             self.recorder.log.write(
                 {
                     "type": "summary",
@@ -251,10 +261,25 @@ class BenchRunner:
             )
         finally:
             sampler.stop()
+            self.canary.close()
             self.recorder.close()
         outcome = BenchOutcome(analysis, calibration, self.log_path, read_log(self.log_path), interrupted)
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    def _remember_canary(self, log: RunLog) -> None:
+        """Keep this run's canary medians for `llmtop preflight` (only when the run may use
+        caches: `use_cache`)."""
+        medians = canary_medians(log.canaries)
+        if self.config.use_cache and medians is not None:
+            CanaryCache().store(*medians, source=f"bench {self.log_path}")
+
+    async def _canary(self, before_request: int | None) -> None:
+        """Run the canary (in a thread: a TUI's event loop stays responsive) and log it."""
+        t_ns = time.perf_counter_ns()
+        result = await asyncio.to_thread(self.canary.run)
+        self.recorder.log.write({"type": "canary", "before_request": before_request, "t_ns": t_ns,
+                                 **result.to_dict()})
 
     async def _load_request(self) -> None:
         """One short request before anything else, so the model's load lands in a request of
@@ -286,14 +311,18 @@ class BenchRunner:
 
     async def _one(self, target: int, words: int, i: int, total: int, phase: str, prompt: str, engine: Any,
                    extra: dict[str, Any]) -> None:
+        if phase == "measure":  # between requests, never during one (nor tagged as in one)
+            await self._canary(self.recorder.requests + 1)
         collector = self.recorder.new_request(prompt)
         label = f" {extra['path']}" if extra else ""
         self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}"))
         fields = {"phase": phase, "index": i, "prompt_tokens_target": target, "prompt_words": words, **extra}
+        before = self.machine.read()
         try:
             result = await run_request(lambda: self.recorder.stream(prompt, engine), collector, self.on_event)
         except asyncio.CancelledError:
             self.recorder.record(collector.finish(cancelled=True), **fields)
             raise
+        fields["machine"] = asdict(interval(before, self.machine.read()))
         record = self.recorder.record(result, **fields)
         self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

@@ -8,6 +8,8 @@ Record types (field `type`):
   socket; None from an engine that cannot tell), and `chunks`: [[offset_ns from send,
   content, thinking], ...].
 * "probe": one probe sample (see llmtop.probes), with the id of the request it overlapped.
+* "canary": one machine-speed canary run between requests (probes/canary.py), with the id of
+  the request that followed it.
 * "end": `ended_at`, written when a session closes cleanly.
 
 A crash loses at most the line being written: every record is flushed on write (a crash of
@@ -38,7 +40,14 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import DISTRIBUTION, __version__
-from llmtop.sessions.records import Header, ProbeRecord, RecordError, RequestRecord, RunLog
+from llmtop.sessions.records import (
+    CanaryRecord,
+    Header,
+    ProbeRecord,
+    RecordError,
+    RequestRecord,
+    RunLog,
+)
 from llmtop.sessions.request import RequestResult
 
 FORMAT_VERSION = 1
@@ -49,7 +58,8 @@ FORMAT_VERSION = 1
 #   logs (calibration, environment, summary, interrupted records; request fields phase,
 #   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
 #   upstream; request path, pair); the header's machine record moved from a bench-only
-#   `machine` field into `environment` for every log (older bench logs have both).
+#   `machine` field into `environment` for every log (older bench logs have both); canary
+#   records and the request field `machine` (the machine-speed canary and readings).
 SUPPORTED_FORMATS = (1,)
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a request record with 10k chunks is ~1 MB
 MAX_SKIP_BYTES = 64 * 1024 * 1024  # reading on for the end of an over-long line, at most
@@ -184,15 +194,18 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
         requests: list[RequestRecord] = []
         probes: list[ProbeRecord] = []
         others: list[dict[str, Any]] = []
+        canaries: list[CanaryRecord] = []
         for number, raw in lines:
             if raw is None:
                 warnings.append(f"line {number}: longer than {MAX_LINE_BYTES // 2**20} MiB "
                                 "(not a record), skipped")
                 continue
-            _one_record(_text(p, raw), number, requests, probes, others, warnings)
+            _one_record(_text(p, raw), number, requests, probes, others, warnings, canaries)
     except OSError as exc:
         raise LogError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    return RunLog(header, tuple(requests), tuple(probes), tuple(others), tuple(warnings))
+    return RunLog(
+        header, tuple(requests), tuple(probes), tuple(others), tuple(warnings), tuple(canaries)
+    )
 
 
 def _text(p: Path, raw: bytes) -> str:
@@ -239,6 +252,7 @@ def _one_record(
     probes: list[ProbeRecord],
     others: list[dict[str, Any]],
     warnings: list[str],
+    canaries: list[CanaryRecord],
 ) -> None:
     """Parse one line into its typed list, or add a warning naming the line."""
     if not line.strip():
@@ -256,6 +270,8 @@ def _one_record(
             requests.append(RequestRecord.from_json(line))
         elif record.get("type") == "probe":
             probes.append(ProbeRecord.from_json(line))
+        elif record.get("type") == "canary":
+            canaries.append(CanaryRecord.from_json(line))
         else:
             others.append(record)
     except RecordError as exc:

@@ -101,6 +101,57 @@ class Chunk(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class GpuClocksRecord:
+    """One GPU's clocks (MHz) and active throttle reasons at the end of a request (NVML)."""
+
+    index: int
+    graphics_mhz: int | None = None
+    sm_mhz: int | None = None
+    memory_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRecord:
+    """The machine over one bench request (probes.machine_speed.MachineInterval, read right
+    before and right after it): seconds spanned; CPU steal, 0–100 %; each core's clock at
+    the end, MHz; cgroup CPU throttling, ms and periods; GPU clocks. None: not readable."""
+
+    seconds: float | None = None
+    steal_percent: float | None = None
+    freq_mhz: tuple[float | None, ...] = ()
+    throttled_ms: float | None = None
+    throttled_periods: int | None = None
+    gpu: tuple[GpuClocksRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRecord:
+    """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
+
+    before_request: the id of the request that ran next (None: not tied to a request).
+    cpu_ms / mem_ms: the median of `repeats` timings of each part. t_ns: perf_counter_ns
+    when it began.
+    """
+
+    cpu_ms: float
+    mem_ms: float
+    before_request: int | None = None
+    repeats: int = 1
+    t_ns: int | None = None
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> CanaryRecord:
+        """Validate a canary record (see `parse`); raises RecordError."""
+        return parse(cls, "canary", data)
+
+    @property
+    def total_ms(self) -> float:
+        """cpu_ms + mem_ms."""
+        return self.cpu_ms + self.mem_ms
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One request as logged (`type: "request"`; log.request_record writes it).
 
@@ -113,7 +164,8 @@ class RequestRecord:
     calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
     client_prep_ms: the client's own time from asking for the request until its body was on
     the socket (ms; outside TTFT since the send stamp is that socket write); None in older
-    logs and from engines that cannot stamp the write.
+    logs and from engines that cannot stamp the write. machine: the machine's speed readings
+    over a bench request (None in older logs).
     """
 
     id: int
@@ -136,6 +188,7 @@ class RequestRecord:
     path: str | None = None
     pair: int | None = None
     client_prep_ms: float | None = None
+    machine: MachineRecord | None = None
 
     @classmethod
     def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RequestRecord:
@@ -301,7 +354,8 @@ class Header:
 class RunLog:
     """A whole session log read back (log.read_log).
 
-    requests / probes: the typed records in file order. records: every other record as its
+    requests / probes / canaries: the typed records in file order (no canaries in logs written
+    before llmtop had the canary). records: every other record as its
     JSON object, in file order. warnings: one line per record that was skipped (torn,
     unreadable, or with a field of the wrong type), "line N: …".
     """
@@ -311,11 +365,12 @@ class RunLog:
     probes: tuple[ProbeRecord, ...] = ()
     records: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
+    canaries: tuple[CanaryRecord, ...] = ()
 
     def of_type(self, kind: str) -> Iterator[dict[str, Any]]:
         """The untyped records of one type, in file order. Raises ValueError for "request"
         and "probe": those are `requests` and `probes`."""
-        if kind in ("request", "probe", "header"):
+        if kind in ("request", "probe", "header", "canary"):
             raise ValueError(f"{kind} records are typed: use RunLog.{kind}s or .header")
         return (r for r in self.records if r.get("type") == kind)
 

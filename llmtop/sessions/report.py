@@ -25,14 +25,17 @@ from llmtop.sessions.analysis import (
     analyze,
     attribute_size,
     calibrated_tokens,
+    cause_of,
     gpu_usage,
     noisy_samples,
     relay_comparisons,
     size_key,
     warmup_load_ms,
 )
-from llmtop.sessions.attribution import Attribution
+from llmtop.sessions.attribution import Attribution, Cause
+from llmtop.sessions.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.records import RequestRecord, RunLog
+from llmtop.sessions.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.textfmt import num as _num
 from llmtop.sessions.textfmt import size as _bytes
 
@@ -46,6 +49,7 @@ class Report:
     attributions: per prompt size (`analysis.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
+    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
     """
 
     log: RunLog
@@ -60,12 +64,17 @@ class Report:
     noisy: tuple[int, int] = (0, 0)
     gpu: GpuUsage = field(default_factory=GpuUsage)
     relay: list[RelayComparison] = field(default_factory=list)
+    causes: dict[int | str | None, Cause] = field(default_factory=dict)
 
 
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
     calibration = log.first("calibration")
-    analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct)
+    analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct,
+                       log.canaries)
+    attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
+    causes = {size_key(s): c for s in analysis.sizes
+              if (c := cause_of(s, attributions[size_key(s)])) is not None}
     return Report(
         log=log,
         analysis=analysis,
@@ -75,10 +84,11 @@ def build(log: RunLog) -> Report:
         summary=log.first("summary"),
         interrupted=log.interrupted,
         preflight=log.first("preflight"),
-        attributions={size_key(s): attribute_size(s, log.probes) for s in analysis.sizes},
+        attributions=attributions,
         noisy=noisy_samples(log.probes),
         gpu=gpu_usage(log.probes),
         relay=relay_comparisons(analysis),
+        causes=causes,
     )
 
 
@@ -169,8 +179,13 @@ def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
 def _notes(size: SizeAnalysis) -> str:
     notes = []
     worse = [f"{label} {d.change_pct:+.1f} %" for key, label, _unit, _ in METRICS
-             if (d := size.drifts[key]).worse and d.change_pct is not None]
+             if key in size.drifted and (d := size.drifts[key]).change_pct is not None]
+    shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
+             if key not in size.drifted and (d := size.drifts[key]).worse
+             and d.change_pct is not None]
     notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
+    if shown:
+        notes.append("derived: " + ", ".join(shown))
     if size.excluded:
         notes.append(f"{len(size.excluded)} excluded")
     return "; ".join(notes)
@@ -185,7 +200,9 @@ def _markdown(report: Report) -> str:
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
     lines.append(
         f"**Verdict: {a.verdict.upper()}**{why.get(a.verdict, '')} (drift threshold "
-        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests). "
+        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
+        f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
+        f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
         f"{a.ok_count} requests in the statistics."
     )
     noisy, total = report.noisy
@@ -204,6 +221,11 @@ def _markdown(report: Report) -> str:
     if report.interrupted:
         lines.append("**The run was interrupted**: the statistics cover the requests that "
                      "finished.")
+    for s in a.sizes:
+        cause = report.causes.get(size_key(s))
+        if cause is not None:
+            lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
+                         f"{cause.summary}.")
     lines += ["", "## Results", "", *_results_table(report)]
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
@@ -233,16 +255,20 @@ def _results_table(report: Report) -> list[str]:
 
 
 def _stats_table(s: SizeAnalysis) -> list[str]:
+    """One row per metric, then the machine's own series (canary, readings) beside them."""
     headers = ("metric", "unit", "n", "median", "min", "max", "p95", "first 5 → last 5", "drift",
                "series")
     rows = []
-    for key, label, unit, _better in METRICS:
+    machine = [m for m in CANARY_METRICS + READINGS if s.summaries[m[0]].n]
+    for key, label, unit, _better in METRICS + tuple(machine):
         m, d = s.summaries[key], s.drifts[key]
         p95 = _num(m.p95, 2) if m.p95 is not None else (m.p95_note or "n/a")
         if d.change_pct is None:
             change, trend = "n/a", d.note or "n/a"
         else:
             change = f"{d.change_pct:+.1f} %" + (" ⚠" if d.worse else "")
+            if d.beyond_threshold and not d.worse:
+                change += " (not counted: within spread or floor)"
             trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}"
         rows.append((label, unit, m.n, _num(m.median, 2), _num(m.min, 2), _num(m.max, 2), p95,
                      trend, change, f"`{s.sparkline(key)}`"))
@@ -400,6 +426,7 @@ def _json(report: Report) -> dict[str, Any]:
         "preflight": report.preflight,
         "relay_comparison": [asdict(c) for c in report.relay],
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
+        "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
         "warnings": list(report.log.warnings),
     }
@@ -411,6 +438,7 @@ def _json_size(s: SizeAnalysis) -> dict[str, Any]:
         "path": s.path,
         "n_ok": len(s.ok),
         "contaminated": s.contaminated,
+        "drifted": s.drifted,
         "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
         "drift": {k: v.to_dict() for k, v in s.drifts.items()},
         "series": s.series,

@@ -7,6 +7,19 @@ Rules from the source documents (docs/method.md, "Statistics" and "Drift"):
 * drift: the median of the first 5 vs the median of the last 5 values, as a signed percent
   change; a metric that *worsens* by more than 5 % marks the run contaminated. "Worse" is
   higher for times (ms) and lower for rates (tokens/s).
+
+The drift rule (docs/method.md, "The drift rule"): a worsening counts only when it is larger
+than all three of
+1. the relative threshold (±5 % by default, the source's figure);
+2. an absolute floor in the metric's unit (`floor`; for times, `DRIFT_FLOOR_MS`, what the
+   client's clock and event loop can produce on their own);
+3. what the run's own spread can produce: the first-5 and last-5 groups must differ by a
+   one-sided Mann-Whitney U test at α = `DRIFT_ALPHA` (scipy.stats.mannwhitneyu, exact null
+   distribution; Mann & Whitney 1947). With 5 against 5 values the smallest possible p is
+   1/252 ≈ 0.004 (the groups do not overlap at all) and p < 0.05 needs U ≤ 4: at most 4 of
+   the 25 (first, last) pairs may be in the "wrong" order.
+A change beyond the threshold that fails 2 or 3 is shown (`beyond_threshold`, `note` says
+which test it failed) but does not count (`worse` False).
 """
 
 from __future__ import annotations
@@ -20,6 +33,11 @@ from typing import Any
 P95_MIN_SAMPLES = 20
 DRIFT_WINDOW = 5
 DRIFT_THRESHOLD_PCT = 5.0
+DRIFT_ALPHA = 0.05  # one-sided level of the first-5 vs last-5 rank test
+# A TTFT is stamped when the event loop reads the chunk: on a busy machine that read can come
+# a millisecond or two late (a quiet run's overhead wobbled by 3 ms around 8.7 ms).
+# A time metric must move by more than this to drift, whatever its percentage.
+DRIFT_FLOOR_MS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +61,12 @@ class Summary:
 class Drift:
     """First-5 vs last-5 medians of one metric, in order of the requests.
 
-    change_pct: (last − first) / first × 100, signed. worse: the change goes in the bad
-    direction by more than the threshold. None fields when there are too few values
-    (fewer than 2 × window) or the first median is 0.
+    change_pct: (last − first) / first × 100, signed. beyond_threshold: the change goes in
+    the bad direction by more than the relative threshold. p_value: the one-sided rank
+    test's p that the last group is worse than the first (None when not computed). worse:
+    the drift counts (the module docstring's three tests all passed). note: why a change
+    beyond the threshold does not count, or why nothing was computed. None fields when
+    there are too few values (fewer than 2 × window) or the first median is 0.
     """
 
     first_median: float | None
@@ -53,6 +74,8 @@ class Drift:
     change_pct: float | None
     worse: bool
     note: str | None = None
+    beyond_threshold: bool = False
+    p_value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -92,19 +115,45 @@ def drift(
     higher_is_better: bool,
     window: int = DRIFT_WINDOW,
     threshold_pct: float = DRIFT_THRESHOLD_PCT,
+    floor: float = 0.0,
+    alpha: float = DRIFT_ALPHA,
 ) -> Drift:
-    """Drift of an ordered series: median of the first `window` vs the last `window` values.
+    """Drift of an ordered series: median of the first `window` vs the last `window` values,
+    judged by the rule in the module docstring.
 
-    higher_is_better: True for rates (tokens/s), False for times (ms).
-    Needs at least 2 × window values (no overlap between the two windows).
+    higher_is_better: True for rates (tokens/s), False for times (ms). floor: the smallest
+    absolute change (in the values' unit) that can count. Needs at least 2 × window values
+    (no overlap between the two windows).
     """
     xs = _clean(values)
     if len(xs) < 2 * window:
         return Drift(None, None, None, False, f"needs at least {2 * window} values, has {len(xs)}")
-    first = statistics.median(xs[:window])
-    last = statistics.median(xs[-window:])
+    head, tail = xs[:window], xs[-window:]
+    first, last = statistics.median(head), statistics.median(tail)
     if first == 0:
         return Drift(first, last, None, False, "first median is 0")
     change = (last - first) / first * 100.0
-    worse = change < -threshold_pct if higher_is_better else change > threshold_pct
-    return Drift(first, last, change, worse)
+    beyond = change < -threshold_pct if higher_is_better else change > threshold_pct
+    if not beyond:
+        return Drift(first, last, change, False)
+    p = worse_p_value(head, tail, higher_is_better)
+    if abs(last - first) <= floor:
+        note = f"a change of {abs(last - first):.3g}, within the {floor:g} floor: not counted"
+        return Drift(first, last, change, False, note, True, p)
+    if not p < alpha:
+        note = (f"the first and last {window} overlap (rank test p = {p:.2f} ≥ {alpha:g}): "
+                "within the run's own spread, not counted")
+        return Drift(first, last, change, False, note, True, p)
+    return Drift(first, last, change, True, None, True, p)
+
+
+def worse_p_value(head: Sequence[float], tail: Sequence[float], higher_is_better: bool) -> float:
+    """One-sided p of the Mann-Whitney U test that `tail` is worse than `head` (smaller for
+    rates, larger for times): scipy.stats.mannwhitneyu with the exact null distribution (ties
+    count one half in U, and the exact p is then approximate). 5 values against 5 that do not
+    overlap give 1/252 ≈ 0.004."""
+    from scipy.stats import mannwhitneyu  # imported here: ~0.3 s that only a drift check pays
+
+    alternative = "greater" if higher_is_better else "less"  # head vs tail
+    result = mannwhitneyu(head, tail, alternative=alternative, method="exact")
+    return float(result.pvalue)

@@ -140,9 +140,10 @@ async def test_decode_slowing_down_is_contaminated(
         summary = shown(screen, "#bench-summary")
         assert summary.startswith(" CONTAMINATED ")
         headline = summary.splitlines()[0]
+        # TPOT drifts too but does not decide (1000 / client decode: docs/method.md)
         assert headline.endswith(
             "drifted past ±5 %: E2E ms +11.8 %, decode (client) tok/s -15.0 %, "
-            "decode (server) tok/s -15.2 %, TPOT ms +17.6 %"
+            "decode (server) tok/s -15.2 %"
         )
         assert "TTFT ms" not in headline and "prefill" not in headline
         assert screen.query_one(ProgressBar).progress == 11

@@ -193,7 +193,8 @@ def test_bench_verdict_clean(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch
 
 
 def test_bench_verdict_contaminated(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode slowing down 4 % per request: CONTAMINATED with the four drifting metrics, and the
+    """Decode slowing down 4 % per request: CONTAMINATED with the three deciding metrics that drift
+    (TPOT drifts too but does not decide: docs/method.md, "The drift rule"), and the
     4th request of the run marked "!" by a NOISY sample taken while it streamed."""
     app: LlmtopApp | None = None
     noisy = Verdict.of([browser_busy()])

@@ -66,6 +66,7 @@ def test_quiet_text_without_engine(capsys: pytest.CaptureFixture[str], _fixed: d
     assert out[2] == "busiest apps (median CPU, % of one core): bash 0 %"
     assert out[3] == f"engine: no engine checked (no engine answers at {CLOSED})"
     assert out[4].startswith("thresholds: defaults (no ") and out[4].endswith("config.toml)")
+    assert out[5].startswith("machine speed: canary ")  # probes/canary.py, vs the last bench
     assert _fixed["duration_s"] == 1.0 and _fixed["interval_s"] == 0.5 and _fixed["engine_pids"] == set()
 
 
@@ -116,7 +117,7 @@ def test_config_file_is_used(capsys: pytest.CaptureFixture[str], monkeypatch: py
     monkeypatch.setenv(config.ENV_VAR, str(good))
     _fixed["busy"] = 38.0
     assert command.main(args("--host", CLOSED)) == 0  # 38 ≤ 50
-    assert capsys.readouterr().out.splitlines()[-1] == f"thresholds: from {good}"
+    assert capsys.readouterr().out.splitlines()[-2] == f"thresholds: from {good}"
 
 
 def test_bad_duration_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,11 +35,12 @@ def verdict(analysis: Analysis) -> str:
 
 
 def drifting(size: SizeAnalysis) -> list[str]:
-    """The metrics that drifted the wrong way, e.g. ["decode (server) tok/s -15.2 %"]."""
+    """The metrics whose drift counts (`SizeAnalysis.drifted`: the drift rule, deciding
+    metrics only), e.g. ["decode (server) tok/s -15.2 %"]."""
     return [
         f"{_LABEL[key]} {d.change_pct:+.1f} %"
-        for key, d in size.drifts.items()
-        if d.worse and d.change_pct is not None
+        for key in size.drifted
+        if (d := size.drifts[key]).change_pct is not None
     ]
 
 

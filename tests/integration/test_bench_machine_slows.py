@@ -1,0 +1,119 @@
+"""The machine itself slows halfway through a bench — a cgroup CPU quota lowered under the
+engine and llmtop, no program to blame — and the verdict says so: the canary slowed, the
+cgroup throttling readings rose, and the cause is "the machine" (docs/method.md, "Naming the
+cause"). Real engine, real cgroup; skipped where cgroups cannot be written (not root, no
+cpu controller, a read-only /sys/fs/cgroup)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_bench_burner import measured_requests
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+ROOT = Path("/sys/fs/cgroup")
+SWITCH_AT = 5  # measured requests done before the quota drops: the first 5 run free
+# 1 ms of CPU (the smallest quota v1 takes) every 4 ms: 0.25 CPU. The quota must be under one
+# canary part (~3 ms), else the canary fits in a period's quota while the engine is idle.
+PERIOD_US = 4_000
+SLOW_QUOTA_US = 1_000
+
+
+class CpuCgroup:
+    """A cgroup with the cpu controller, v2 or v1; raises OSError where it cannot be made."""
+
+    def __init__(self, name: str) -> None:
+        self.v2 = (ROOT / "cgroup.controllers").is_file()
+        if self.v2:
+            if "cpu" not in (ROOT / "cgroup.controllers").read_text().split():
+                raise OSError("no cpu controller in cgroup v2")
+            (ROOT / "cgroup.subtree_control").write_text("+cpu")
+            self.path = ROOT / name
+        else:
+            mount = next((p for p in ROOT.iterdir() if "cpu" in p.name.split(",")), None)
+            if mount is None:
+                raise OSError("no cgroup v1 cpu hierarchy")
+            self.path = mount / name
+        self.path.mkdir()
+        self.set_quota(None)
+
+    def set_quota(self, quota_us: int | None) -> None:
+        if self.v2:
+            (self.path / "cpu.max").write_text(f"{quota_us or 'max'} {PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota_us or -1))
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Move every process back to the root cgroup and delete this one."""
+        self.set_quota(None)
+        parent = self.path.parent / "cgroup.procs"
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                parent.write_text(pid)
+            except OSError:
+                pass  # it has exited
+        self.path.rmdir()
+
+
+@pytest.fixture
+def cgroup():
+    try:
+        group = CpuCgroup(f"llmtop-test-{os.getpid()}")
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup with a CPU quota here: {exc}")
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+def test_a_cgroup_quota_halfway_is_the_machine_itself(fresh_engine, cgroup, tmp_path):
+    cgroup.add(fresh_engine.pid)
+    log = tmp_path / "bench.jsonl"
+    done = threading.Event()
+    switched: list[float] = []
+
+    def lower_quota() -> None:  # polls the log until the first half is done
+        while not done.wait(0.05):
+            if measured_requests(log) >= SWITCH_AT:
+                cgroup.set_quota(SLOW_QUOTA_US)
+                return switched.append(time.monotonic())
+        return None
+
+    threading.Thread(target=lower_quota, daemon=True).start()
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "llmtop", "bench", "--engine", "embedded",
+             "--host", fresh_engine.host, "--requests", "10", "--warmup", "1",
+             "--prompt-tokens", "32", "--max-tokens", "8", "--num-ctx", "2048",
+             "--preflight-duration", "0", "--no-cache", "--log", str(log), "--json"],
+            capture_output=True, text=True, check=False, timeout=860,
+            preexec_fn=lambda: cgroup.add(os.getpid()),  # llmtop runs in the cgroup too
+        )
+    finally:
+        done.set()
+    assert switched, "the quota was never lowered"
+    report = json.loads(p.stdout)
+    size = report["sizes"][0]
+    canary = [size["drift"][k] for k in ("canary_cpu_ms", "canary_mem_ms")]
+    assert any(d["worse"] and d["change_pct"] > 5 for d in canary), canary  # the canary saw it
+    throttled = size["drift"]["throttled_ms"]
+    assert throttled["last_median"] > throttled["first_median"], throttled
+    assert report["verdict"] == "contaminated"
+    (cause,) = report["cause"].values()
+    assert cause["kind"] == "machine", cause
+    assert "no program explains it" in cause["summary"]
+    assert "the cgroup's CPU quota throttled it" in cause["summary"]

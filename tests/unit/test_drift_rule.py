@@ -1,0 +1,190 @@
+"""The drift rule and the named cause, on constructed series (docs/method.md, "The drift rule",
+"Naming the cause"). Expected values are worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtop.sessions.analysis import analyze, engine_slowdown
+from llmtop.sessions.log import SessionLog, read_log
+from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.report import build, render
+from llmtop.sessions.stats import DRIFT_FLOOR_MS, drift, worse_p_value
+from tests.unit.test_analysis_report import record_json
+
+# Small wobbles so that the groups are real samples, not constants.
+WOBBLE = [0.0, 0.1, -0.1, 0.05, -0.05]
+
+
+def wobbled(first: float, last: float, n: int = 20) -> list[float]:
+    """n values: the first half around `first`, the second half around `last`."""
+    half = n // 2
+    return [(first if i < half else last) + WOBBLE[i % 5] for i in range(n)]
+
+
+def test_p_value_is_the_exact_rank_test():
+    # 5 vs 5 without overlap: only 1 of the C(10, 5) = 252 orderings is as extreme → 1/252
+    assert worse_p_value([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], False) == pytest.approx(1 / 252)
+    # a rate (higher is better) that falls: the same extreme ordering
+    assert worse_p_value([10, 9, 8, 7, 6], [5, 4, 3, 2, 1], True) == pytest.approx(1 / 252)
+    # U = 4 (8.5 beats 5, 6, 7 and 8): P(U <= 4) = (1+1+2+3+5)/252 = 12/252 = 0.0476 < 0.05
+    assert worse_p_value([1, 2, 3, 4, 8.5], [5, 6, 7, 8, 9], False) == pytest.approx(12 / 252)
+
+
+def test_a_change_within_the_runs_spread_does_not_count():
+    # medians 10 → 11 (+10 %) but the groups interleave: 3 4 5 … the rank test gives p ≥ 0.05
+    values = [10, 12, 9, 11, 10] + [10.0] * 10 + [11, 13, 10, 12, 9]
+    d = drift(values, higher_is_better=False)
+    assert d.change_pct == pytest.approx(10.0) and d.beyond_threshold and not d.worse
+    assert d.p_value is not None and d.p_value >= 0.05 and "overlap" in (d.note or "")
+
+
+def test_a_change_under_the_ms_floor_does_not_count():
+    # 20.0 → 21.5 ms: +7.5 %, groups apart, but 1.5 ms is under the 2 ms floor
+    values = wobbled(20.0, 21.5)
+    d = drift(values, higher_is_better=False, floor=DRIFT_FLOOR_MS)
+    assert d.change_pct == pytest.approx(7.5) and d.beyond_threshold and not d.worse
+    assert "floor" in (d.note or "")
+    assert drift(values, higher_is_better=False).worse  # without a floor it counts
+
+
+def canary_json(before: int, cpu: float, mem: float = 5.0) -> dict:
+    return {"type": "canary", "before_request": before, "cpu_ms": cpu, "mem_ms": mem, "repeats": 3}
+
+
+def run(decode: list[float], cpu: list[float], ttft: list[float] | None = None):
+    """Requests (ids 1..n) with these decode rates and TTFTs, one canary before each."""
+    ttft = ttft or [813.9] * len(decode)
+    reqs = [RequestRecord.from_json(record_json(i, decode[i], ttft=ttft[i]))
+            for i in range(len(decode))]
+    canaries = [CanaryRecord.from_json(canary_json(i + 1, cpu[i])) for i in range(len(decode))]
+    return reqs, canaries
+
+
+def test_overhead_only_drift_is_clean_and_shown():
+    # TTFT 805 → 808 ms with prefill fixed at 796.1 and load 1.0: overhead 7.9 → 10.9 ms
+    # (+38 %, groups apart, 3 ms over the floor) while TTFT moves +0.37 %: the run is CLEAN
+    ttft = wobbled(805.0, 808.0)
+    reqs, canaries = run([21.9] * 20, [3.0] * 20, ttft)
+    a = analyze(reqs, {200: 198}, canaries=canaries)
+    (size,) = a.sizes
+    over = size.drifts["overhead_ms"]
+    assert over.worse and over.change_pct == pytest.approx((10.9 - 7.9) / 7.9 * 100, abs=0.01)
+    assert not size.drifts["ttft_ms"].worse
+    assert a.verdict == "clean" and size.drifted == []
+    md = render(build_from(reqs, canaries), "md")
+    assert "**Verdict: CLEAN**" in md and "overhead +38.0 % (does not decide)" in md
+
+
+def build_from(reqs, canaries, probes=()):
+    """A report built from records written to a real log and read back."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "model": "m", "engine": "embedded"})
+    for r in [*reqs, *canaries, *probes]:
+        log.write(_json(r))
+    log.close()
+    return build(read_log(path))
+
+
+def _json(record) -> dict:
+    from dataclasses import asdict
+
+    kind = {RequestRecord: "request", CanaryRecord: "canary", ProbeRecord: "probe"}[type(record)]
+    return {"type": kind, **asdict(record)}
+
+
+ENGINE_FAST, ENGINE_SLOW = 22.0, 22.0 * 0.88  # decode −12 %
+CANARY_FAST, CANARY_SLOW = 3.0, 3.0 / 0.88  # the same −12 % in speed: +13.6 % in time
+
+
+def test_engine_and_canary_both_slower_is_the_machine_itself():
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), wobbled(CANARY_FAST, CANARY_SLOW))
+    report = build_from(reqs, canaries)
+    (cause,) = report.causes.values()
+    # engine: 22.0 / 19.36 − 1 = 13.6 % slower; canary: (3.409 − 3.0) / 3.0 = 13.6 % slower
+    assert cause.kind == "machine"
+    assert cause.summary == (
+        "the machine ran 14 % slower in the second half (canary: CPU loop); no program explains "
+        "it — CPU frequency, thermal limits or a virtual machine's neighbours"
+    )
+    assert "the engine's decode (server) ran 14 % slower" in cause.evidence
+    assert report.analysis.verdict == "contaminated"
+
+
+def test_canary_flat_engine_slower_is_unexplained():
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), wobbled(CANARY_FAST, CANARY_FAST))
+    (cause,) = build_from(reqs, canaries).causes.values()
+    assert cause.kind == "unexplained"
+    # canary medians 3.0 → 3.0: +0 %
+    assert cause.summary == (
+        "the machine held steady (canary: CPU loop +0 %) while the engine's decode (server) ran "
+        "14 % slower: look at the engine — its cache, its GPU, its own state"
+    )
+
+
+def test_a_noisy_canary_is_not_called_steady():
+    # canary medians 3.0 → 3.6 (+20 %) but the first and last 5 overlap (rank test p ≥ 0.05)
+    noisy = [3.0, 3.1, 2.9, 3.6, 3.0] + [3.3] * 10 + [3.6, 3.0, 3.7, 3.6, 2.9]
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), noisy)
+    (cause,) = build_from(reqs, canaries).causes.values()
+    assert cause.kind == "unexplained"
+    assert cause.summary.startswith("the canary moved (CPU loop +20 %) but within its own spread")
+
+
+def test_a_busy_app_is_named_before_the_machine():
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), wobbled(CANARY_FAST, CANARY_SLOW))
+    # chromium at 50 % of a core during the last 10 requests (ids 11..20), 0 % before
+    probes = [ProbeRecord.from_json({"type": "probe", "request_id": i, "processes": {"apps": [
+        {"app": "chromium", "category": "browser", "cpu_percent": 50.0 if i > 10 else 0.0}]}})
+        for i in range(1, 21)]
+    (cause,) = build_from(reqs, canaries, probes).causes.values()
+    assert cause.kind == "app"
+    # the drift's slow requests: decode under 22.0 × 0.95 = 20.9 → ids 11..20 (10 of them)
+    assert cause.summary == ("chromium was busy while the requests were slow: chromium: 50 % "
+                             "CPU during the 10 slow requests, 0 % during the 10 fast ones")
+
+
+def throttled_run() -> tuple[list, list]:
+    """Decode −12 % in the second half, whose requests the cgroup throttled 400 ms each."""
+    reqs = []
+    for i, tps in enumerate(wobbled(ENGINE_FAST, ENGINE_SLOW)):
+        rec = record_json(i, tps)
+        rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
+                          "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
+        reqs.append(RequestRecord.from_json(rec))
+    return reqs, [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(20)]
+
+
+def test_throttling_readings_name_the_cgroup_quota():
+    (cause,) = build_from(*throttled_run()).causes.values()
+    assert cause.kind == "machine"
+    assert "the cgroup's CPU quota throttled it (0 → 400 ms per request)" in cause.summary
+
+
+def test_a_reading_that_moved_comes_before_a_busy_app():
+    reqs, canaries = throttled_run()
+    probes = [ProbeRecord.from_json({"type": "probe", "request_id": i, "processes": {"apps": [
+        {"app": "python", "category": "other", "cpu_percent": 40.0 if i > 10 else 20.0}]}})
+        for i in range(1, 21)]
+    (cause,) = build_from(reqs, canaries, probes).causes.values()
+    assert cause.kind == "machine" and "cgroup's CPU quota" in cause.summary
+    # python: 40 % during the 10 slow requests, 20 % during the 10 fast ones: kept as evidence
+    assert ("also busier: python: 40 % CPU during the 10 slow requests, 20 % during the 10 fast "
+            "ones") in cause.evidence
+
+
+def test_engine_slowdown_of_a_rate_is_measured_in_time():
+    reqs, canaries = run(wobbled(ENGINE_FAST, ENGINE_SLOW), [3.0] * 20)
+    (size,) = analyze(reqs, canaries=canaries).sizes
+    slow = engine_slowdown(size)
+    assert slow is not None and slow.metric == "server_decode_tps"
+    assert slow.slower_pct == pytest.approx((22.0 / 19.36 - 1) * 100, abs=0.01)
+
+
+def test_an_old_log_without_canaries_says_it_cannot_tell():
+    reqs, _ = run(wobbled(ENGINE_FAST, ENGINE_SLOW), [3.0] * 20)
+    (cause,) = build_from(reqs, []).causes.values()
+    assert cause.kind == "unexplained" and "no machine-speed canary" in cause.summary
