@@ -98,7 +98,9 @@ def main(args: argparse.Namespace) -> int:
     return int(result.exit_code)
 
 
-async def _engine_state(host: str, model: str | None, gpu_present: bool | None) -> list[Finding] | str:
+async def _engine_state(
+    host: str, model: str | None, gpu_present: bool | None
+) -> list[Finding] | str:
     """The engine findings, or the reason they could not be read."""
     engine = OllamaEngine(host, connect_timeout_s=2.0, read_timeout_s=5.0)
     try:
@@ -128,7 +130,11 @@ def _with_extra(result: PreflightResult, extra: dict[str, Any]) -> PreflightResu
 def _cannot_check(reason: str, as_json: bool) -> int:
     code = PreflightExit.CANNOT_CHECK
     if as_json:
-        print(json.dumps({"verdict": "CANNOT CHECK", "quiet": False, "exit_code": int(code), "error": reason}))
+        print(
+            json.dumps(
+                {"verdict": "CANNOT CHECK", "quiet": False, "exit_code": int(code), "error": reason}
+            )
+        )
     print(f"{PROG}: {reason}", file=sys.stderr)
     return int(code)
 
@@ -150,7 +156,10 @@ def format_finding(f: Finding) -> list[str]:
 
 
 def print_result(
-    result: PreflightResult, engine: dict[str, Any], config: dict[str, Any], out: TextIO | None = None
+    result: PreflightResult,
+    engine: dict[str, Any],
+    config: dict[str, Any],
+    out: TextIO | None = None,
 ) -> None:
     """The text report: verdict line, findings (worst first), busiest apps, engine, config."""
     out = out or sys.stdout
@@ -184,7 +193,9 @@ def print_result(
                      f"(clock ± {probes.get('clock_uncertainty_ns', 0) / 1e6:.1f} ms); "
                      f"{probes['engine']}")
     where = config["path"]
-    lines.append(f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}")
+    lines.append(
+        f"thresholds: {'from ' + where if config['loaded'] else 'defaults (no ' + where + ')'}"
+    )
     if result.extra.get("canary"):
         lines.append(f"machine speed: {result.extra['canary']['sentence']}")
     if result.error:

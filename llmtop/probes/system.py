@@ -139,7 +139,9 @@ class SystemProbe:
         self._limits = limits() if callable(limits) else limits
         self._meter = CgroupMeter(self._limits) if self._limits is not None else None
         self._cpus = cpu_capacity(self._limits)
-        self._prev: tuple[int, Any, tuple[int, int] | None] | None = None  # (t_ns, cpu_times, sin/sout)
+        self._prev: tuple[int, Any, tuple[int, int] | None] | None = (
+            None  # (t_ns, cpu_times, sin/sout)
+        )
 
     def _rates(self) -> tuple[float | None, float | None, float | None]:
         """Steal % and swap-in/out bytes/s since the previous sample (None the first time)."""

@@ -67,7 +67,9 @@ CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → 
 COLD_START_MS = 1000.0  # load_duration over 1 s ...
 COLD_START_FACTOR = 10.0  # ... or over 10 × the warm median (and over 50 ms) is a (re)load
 COLD_START_FLOOR_MS = 50.0
-TIMING_GAP_SHARE = 0.25  # total − load − prompt eval − eval over 25 % of total: timings don't add up
+TIMING_GAP_SHARE = (
+    0.25  # total − load − prompt eval − eval over 25 % of total: timings don't add up
+)
 
 
 class BenchStatus(StrEnum):
@@ -240,7 +242,10 @@ class Analysis:
     def timing_warnings(self) -> list[RequestVerdict]:
         """OK requests whose server timings do not add up (a large unexplained share)."""
         return [
-            r for s in self.sizes for r in s.ok if r.timing_gap_share is not None and r.timing_gap_share > TIMING_GAP_SHARE
+            r
+            for s in self.sizes
+            for r in s.ok
+            if r.timing_gap_share is not None and r.timing_gap_share > TIMING_GAP_SHARE
         ]
 
 
@@ -305,11 +310,21 @@ def _analyze_size(
     floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
     drifts = {
         key: drift(
-            series[key], higher_is_better=better, threshold_pct=threshold, floor=floors.get(key, 0.0)
+            series[key],
+            higher_is_better=better,
+            threshold_pct=threshold,
+            floor=floors.get(key, 0.0),
         )
         for key, _l, unit, better in METRICS + CANARY_METRICS + READINGS
     }
-    return SizeAnalysis(target=target, requests=requests, summaries=summaries, drifts=drifts, series=series, path=path)
+    return SizeAnalysis(
+        target=target,
+        requests=requests,
+        summaries=summaries,
+        drifts=drifts,
+        series=series,
+        path=path,
+    )
 
 
 def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
@@ -320,7 +335,9 @@ def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
     for r, load in zip(requests, loads, strict=True):
         if load > COLD_START_MS or (load > COLD_START_FLOOR_MS and load > COLD_START_FACTOR * warm):
             r.status = BenchStatus.COLD_START
-            r.reason = f"load_duration {load:.0f} ms (warm median {warm:.1f} ms): the model was (re)loaded"
+            r.reason = (
+                f"load_duration {load:.0f} ms (warm median {warm:.1f} ms): the model was (re)loaded"
+            )
 
 
 def _mark_cached(requests: list[RequestVerdict]) -> None:
@@ -337,7 +354,8 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
         if value is not None and value < CACHED_FRACTION * median:
             r.status = BenchStatus.CACHED
             r.reason = (
-                f"prefill took {value / 1e6:.3f} ms/token, under {CACHED_FRACTION:.0%} of the run's median "
+                f"prefill took {value / 1e6:.3f} ms/token, under {CACHED_FRACTION:.0%} of the "
+                "run's median "
                 f"{median / 1e6:.3f} ms/token: most of the prompt came from the cache"
             )
 

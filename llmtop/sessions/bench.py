@@ -119,8 +119,12 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
     }
     try:
         loaded = await conn.upstream.model_info(conn.model)
-        env["loaded"] = {"size": loaded.size, "size_vram": loaded.size_vram, "context_length": loaded.context_length,
-                         "source": "/api/ps"}
+        env["loaded"] = {
+            "size": loaded.size,
+            "size_vram": loaded.size_vram,
+            "context_length": loaded.context_length,
+            "source": "/api/ps",
+        }
         if loaded.size and loaded.size_vram is not None and loaded.size_vram < loaded.size:
             share = 100 * (1 - loaded.size_vram / loaded.size)
             env["loaded"]["note"] = f"size_vram < size: {share:.0f} % of the model runs on the CPU"
@@ -133,7 +137,9 @@ class NoisyMachine(Exception):
     """`require_quiet` was set and the preflight check found the machine NOISY."""
 
     def __init__(self, preflight: dict[str, Any]) -> None:
-        findings = "; ".join(f["message"] for f in preflight.get("findings", []) if f.get("level") != "info")
+        findings = "; ".join(
+            f["message"] for f in preflight.get("findings", []) if f.get("level") != "info"
+        )
         super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
         self.preflight = preflight
 
@@ -188,13 +194,16 @@ class BenchRunner:
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
         header = {"bench": config.to_dict(), **(extra_header or {})}
-        self.recorder = SessionRecorder(conn, config.options(), log_path, kind="bench", extra_header=header,
-                                        think=config.think)
+        self.recorder = SessionRecorder(
+            conn, config.options(), log_path, kind="bench", extra_header=header, think=config.think
+        )
         self.canary = Canary()
         self.machine = MachineReader(lambda: conn.engine_pids)
 
         if config.compare_relay and not conn.via_relay:
-            raise ValueError("compare_relay needs a connection through the relay (connect(..., via='relay'))")
+            raise ValueError(
+                "compare_relay needs a connection through the relay (connect(..., via='relay'))"
+            )
 
     @property
     def log_path(self) -> str:
@@ -211,10 +220,19 @@ class BenchRunner:
                                on_state=self.recorder.record_probe_state)
         sampler.start()
         try:
-            self.on_progress(BenchProgress("environment", message="reading the engine's environment"))
-            self.recorder.log.write({"type": "environment", "phase": "start", **await engine_environment(self.conn)})
+            self.on_progress(
+                BenchProgress("environment", message="reading the engine's environment")
+            )
+            self.recorder.log.write(
+                {"type": "environment", "phase": "start", **await engine_environment(self.conn)}
+            )
             if cfg.preflight_s > 0:
-                self.on_progress(BenchProgress("preflight", message=f"preflight: sampling the machine for {cfg.preflight_s:g} s"))
+                self.on_progress(
+                    BenchProgress(
+                        "preflight",
+                        message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
+                    )
+                )
                 preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
                 self.recorder.log.write(preflight)
                 verdict = f"preflight {preflight['verdict']}" + "".join(
@@ -224,17 +242,30 @@ class BenchRunner:
                 self.on_progress(BenchProgress("preflight", message=verdict))
                 if cfg.require_quiet and not preflight["quiet"]:
                     raise NoisyMachine(preflight)
-            self.on_progress(BenchProgress("warmup", message="first request (pays the model load, if any)"))
+            self.on_progress(
+                BenchProgress("warmup", message="first request (pays the model load, if any)")
+            )
             await self._load_request()
             self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
             cache = CalibrationCache() if cfg.use_cache else None
             calibration = await calibrate(
-                self.conn.engine, self.conn.model, list(cfg.prompt_tokens), {**cfg.options(), "num_predict": 1},
-                seed=cfg.seed, cache=cache, think=cfg.think,
+                self.conn.engine,
+                self.conn.model,
+                list(cfg.prompt_tokens),
+                {**cfg.options(), "num_predict": 1},
+                seed=cfg.seed,
+                cache=cache,
+                think=cfg.think,
             )
             self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
-            how = "from the cache (re-checked with one probe)" if calibration.from_cache else "measured"
-            table = ", ".join(f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items())
+            how = (
+                "from the cache (re-checked with one probe)"
+                if calibration.from_cache
+                else "measured"
+            )
+            table = ", ".join(
+                f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
+            )
             self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
             generator = PromptGenerator(cfg.seed)
             try:
@@ -245,8 +276,12 @@ class BenchRunner:
                 raise
             finally:
                 if interrupted:
-                    self.recorder.log.write({"type": "interrupted", "at": datetime.now().astimezone().isoformat()})
-            self.recorder.log.write({"type": "environment", "phase": "end", **await engine_environment(self.conn)})
+                    self.recorder.log.write(
+                        {"type": "interrupted", "at": datetime.now().astimezone().isoformat()}
+                    )
+            self.recorder.log.write(
+                {"type": "environment", "phase": "end", **await engine_environment(self.conn)}
+            )
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
             analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
@@ -263,7 +298,9 @@ class BenchRunner:
             sampler.stop()
             self.canary.close()
             self.recorder.close()
-        outcome = BenchOutcome(analysis, calibration, self.log_path, read_log(self.log_path), interrupted)
+        outcome = BenchOutcome(
+            analysis, calibration, self.log_path, read_log(self.log_path), interrupted
+        )
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
 
@@ -288,38 +325,73 @@ class BenchRunner:
         collector = self.recorder.new_request(prompt)
         options = {**self.config.options(), "num_predict": 2}  # num_predict does not force a reload
         result = await run_request(
-            lambda: self.conn.engine.stream_chat(self.conn.model, chat_messages(prompt), options=options,
-                                                 think=self.config.think),
+            lambda: self.conn.engine.stream_chat(
+                self.conn.model, chat_messages(prompt), options=options, think=self.config.think
+            ),
             collector,
         )
-        self.recorder.record(result, phase="load", index=0, prompt_tokens_target=None, prompt_words=1)
+        self.recorder.record(
+            result, phase="load", index=0, prompt_tokens_target=None, prompt_words=1
+        )
 
-    async def _run_size(self, target: int, calibration: Calibration, generator: PromptGenerator) -> None:
+    async def _run_size(
+        self, target: int, calibration: Calibration, generator: PromptGenerator
+    ) -> None:
         cfg = self.config
         words = calibration.targets[target].words
         total = cfg.warmup + cfg.requests
         for i in range(total):
             phase = "warmup" if i < cfg.warmup else "measure"
             if not cfg.compare_relay:
-                await self._one(target, words, i, total, phase, generator.make(words), self.conn.engine, {})
+                await self._one(
+                    target, words, i, total, phase, generator.make(words), self.conn.engine, {}
+                )
                 continue
             # Paired run: both paths per index, alternating which goes first; each request has a
             # fresh prompt of the same calibrated size (never the same prompt twice: caches).
             paths = [("direct", self.conn.upstream), ("relay", self.conn.engine)]
             for path, engine in paths if i % 2 == 0 else reversed(paths):
-                await self._one(target, words, i, total, phase, generator.make(words), engine, {"path": path, "pair": i})
+                await self._one(
+                    target,
+                    words,
+                    i,
+                    total,
+                    phase,
+                    generator.make(words),
+                    engine,
+                    {"path": path, "pair": i},
+                )
 
-    async def _one(self, target: int, words: int, i: int, total: int, phase: str, prompt: str, engine: Any,
-                   extra: dict[str, Any]) -> None:
+    async def _one(
+        self,
+        target: int,
+        words: int,
+        i: int,
+        total: int,
+        phase: str,
+        prompt: str,
+        engine: Any,
+        extra: dict[str, Any],
+    ) -> None:
         if phase == "measure":  # between requests, never during one (nor tagged as in one)
             await self._canary(self.recorder.requests + 1)
         collector = self.recorder.new_request(prompt)
         label = f" {extra['path']}" if extra else ""
-        self.on_progress(BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}"))
-        fields = {"phase": phase, "index": i, "prompt_tokens_target": target, "prompt_words": words, **extra}
+        self.on_progress(
+            BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
+        )
+        fields = {
+            "phase": phase,
+            "index": i,
+            "prompt_tokens_target": target,
+            "prompt_words": words,
+            **extra,
+        }
         before = self.machine.read()
         try:
-            result = await run_request(lambda: self.recorder.stream(prompt, engine), collector, self.on_event)
+            result = await run_request(
+                lambda: self.recorder.stream(prompt, engine), collector, self.on_event
+            )
         except asyncio.CancelledError:
             self.recorder.record(collector.finish(cancelled=True), **fields)
             raise

@@ -22,7 +22,8 @@ stops there, `incomplete` says where and why, and the command reports it once af
 its result.
 
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
-a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log` returns the log as typed records
+a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log`
+returns the log as typed records
 (records.py: `RunLog`, `RequestRecord`, `ProbeRecord`).
 """
 
@@ -119,7 +120,9 @@ class SessionLog:
             self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
             self._lock = threading.Lock()  # probe samples arrive from the sampler thread
         except OSError as exc:
-            raise LogError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from exc
+            raise LogError(
+                f"cannot write the session log {self.path}: {exc.strerror or exc}"
+            ) from exc
         if not self.write(
             {
                 "type": "header",

@@ -308,7 +308,8 @@ class Header:
     format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
     engine / engine_version / host / model: what was measured; via: "direct" or "relay",
     upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
-    through (None: direct; never for a loopback engine). model_details: /api/show's summary. options: the
+    through (None: direct; never for a loopback engine). model_details: /api/show's summary.
+    options: the
     Ollama options sent with every request. environment: the machine
     (sessions.environment). bench: a bench's BenchConfig.to_dict(), else None. machine:
     only in bench logs written before the machine record moved into `environment` (it held

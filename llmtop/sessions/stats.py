@@ -105,7 +105,9 @@ def summarize(values: Sequence[float | None]) -> Summary:
     if n == 0:
         return Summary(0, None, None, None, None, "no samples")
     if n < P95_MIN_SAMPLES:
-        return Summary(n, statistics.median(xs), min(xs), max(xs), None, f"n/a (n < {P95_MIN_SAMPLES})")
+        return Summary(
+            n, statistics.median(xs), min(xs), max(xs), None, f"n/a (n < {P95_MIN_SAMPLES})"
+        )
     return Summary(n, statistics.median(xs), min(xs), max(xs), percentile(xs, 95), None)
 
 

@@ -39,7 +39,9 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     """No real sampling (a fixed quiet window), no user config file."""
     calls: dict[str, Any] = {"busy": 0.5}
 
-    def fake_collect(duration_s: float, interval_s: float, engine_pids: Any = None, **_: Any) -> Any:
+    def fake_collect(
+        duration_s: float, interval_s: float, engine_pids: Any = None, **_: Any
+    ) -> Any:
         calls.update(duration_s=duration_s, interval_s=interval_s, engine_pids=engine_pids)
         return window(calls["busy"]), duration_s
 
@@ -57,17 +59,26 @@ def args(*argv: str) -> argparse.Namespace:
 CLOSED = f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
-def test_quiet_text_without_engine(capsys: pytest.CaptureFixture[str], _fixed: dict[str, Any]) -> None:
+def test_quiet_text_without_engine(
+    capsys: pytest.CaptureFixture[str], _fixed: dict[str, Any]
+) -> None:
     assert command.main(args("--host", CLOSED, "--duration", "1")) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "QUIET  (2 samples over 1.0 s, every 0.5 s); background CPU 4 % of the machine (median)"
+    assert (
+        out[0]
+        == "QUIET  (2 samples over 1.0 s, every 0.5 s); background CPU 4 % of the machine (median)"
+    )
     # background: 5 % machine − 1 % of one core / 2 CPUs = 4.5 → shown as 4 (round half even)
     assert out[1] == "  no findings"
     assert out[2] == "busiest apps (median CPU, % of one core): bash 0 %"
     assert out[3] == f"engine: no engine checked (no engine answers at {CLOSED})"
     assert out[4].startswith("thresholds: defaults (no ") and out[4].endswith("config.toml)")
     assert out[5].startswith("machine speed: canary ")  # probes/canary.py, vs the last bench
-    assert _fixed["duration_s"] == 1.0 and _fixed["interval_s"] == 0.5 and _fixed["engine_pids"] == set()
+    assert (
+        _fixed["duration_s"] == 1.0
+        and _fixed["interval_s"] == 0.5
+        and _fixed["engine_pids"] == set()
+    )
 
 
 def test_noisy_text_shows_value_threshold_and_remedy(
@@ -127,10 +138,22 @@ def test_bad_duration_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.fixture
 def two_models() -> Iterator[str]:
-    ps = {"models": [
-        {"name": "qwen2.5:7b", "model": "qwen2.5:7b", "size": 5_000_000_000, "size_vram": 5_000_000_000},
-        {"name": "llama3:8b", "model": "llama3:8b", "size": 4_900_000_000, "size_vram": 4_900_000_000},
-    ]}
+    ps = {
+        "models": [
+            {
+                "name": "qwen2.5:7b",
+                "model": "qwen2.5:7b",
+                "size": 5_000_000_000,
+                "size_vram": 5_000_000_000,
+            },
+            {
+                "name": "llama3:8b",
+                "model": "llama3:8b",
+                "size": 4_900_000_000,
+                "size_vram": 4_900_000_000,
+            },
+        ]
+    }
     with ScriptedUpstream(ps=ps) as upstream:
         yield upstream.url
 
@@ -149,11 +172,21 @@ def test_engine_findings_are_added(capsys: pytest.CaptureFixture[str], two_model
     assert data["engine"]["identity"]["how"] == "socket owner"
 
 
-def test_engine_text_mentions_the_check(capsys: pytest.CaptureFixture[str], two_models: str) -> None:
+def test_engine_text_mentions_the_check(
+    capsys: pytest.CaptureFixture[str], two_models: str
+) -> None:
     assert command.main(args("--host", two_models, "--model", "qwen2.5:7b")) == 1
     out = capsys.readouterr().out
-    assert f"engine: {two_models} (version 0.0.0-scripted), loaded models from /api/ps, measured model qwen2.5:7b" in out
-    assert "  WARN  other-models-loaded: 1 model is loaded besides qwen2.5:7b: llama3:8b (4.9 GB, 100 % in VRAM)" in out
+    assert (
+        f"engine: {two_models} (version 0.0.0-scripted), loaded models from /api/ps, measured "
+        "model qwen2.5:7b"
+        in out
+    )
+    assert (
+        "  WARN  other-models-loaded: 1 model is loaded besides qwen2.5:7b: llama3:8b (4.9 GB, 100 "
+        "% in VRAM)"
+        in out
+    )
     assert "        measured 4.9 GB loaded, threshold 0 GB loaded" in out
 
 
@@ -164,12 +197,17 @@ def test_engine_whose_ps_fails_cannot_check(capsys: pytest.CaptureFixture[str]) 
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert data["verdict"] == "CANNOT CHECK"
-    assert data["error"].startswith(f"could not check the engine: cannot read /api/ps at {url} (ResponseError")
+    assert data["error"].startswith(
+        f"could not check the engine: cannot read /api/ps at {url} (ResponseError"
+    )
     assert captured.err.startswith("llmtop preflight: could not check the engine: ")
 
 
 def test_format_finding_without_numbers() -> None:
     f = Finding("on-battery", Level.WARN, None, None, "", "on battery", "plug in")
-    assert command.format_finding(f) == ["  WARN  on-battery: on battery", "        remedy: plug in"]
+    assert command.format_finding(f) == [
+        "  WARN  on-battery: on battery",
+        "        remedy: plug in",
+    ]
     g = dataclasses.replace(f, value=12.5, threshold=None, unit="% CPU")
     assert command.format_finding(g)[1] == "        measured 12.5 % CPU"
