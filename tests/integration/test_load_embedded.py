@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 # The engine's own service times vary between requests (sampling, the machine); these bounds
 # are what a shared 2-core runner held in the measured runs, not llmtop's precision.
-FLAT = 0.25  # throughput may vary by ±25 % across levels
-PER_USER = 0.35  # TTFT added per extra user within ±35 % of one service time
+FLAT = 0.4  # throughput may vary by ±40 % across levels (4 requests each, a shared runner)
+PER_USER = 0.4  # TTFT added per extra user within ±40 % of one service time
 
 
 def test_one_slot_flat_throughput_and_ttft_grows_a_service_time_per_user(engine_url, tmp_path):
