@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "llmtop needs Python 3.11+; run: make PYTHON=python3.11 ...")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[embedded,dev]'
+	$(PY) -m pip install --quiet -e '.[embedded,dev,load]'
 	@touch $(STAMP)
 
 run: $(STAMP)
