@@ -15,6 +15,7 @@ for both; the queueing itself is tested in tests/unit/test_load_slotted.py.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import csv
 import json
 import os
@@ -33,7 +34,11 @@ from llmtop.sessions.load_config import LoadConfig
 from llmtop.testing.slotted import Service, SlottedProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-pytest.importorskip("locust")
+# Never import locust here: importing it monkey-patches this whole pytest process with gevent
+# (sockets, threads, subprocess), and every later test would run on gevent's loop. Locust
+# runs only in the master and worker processes this test starts.
+if importlib.util.find_spec("locust") is None:
+    pytest.skip("locust is not installed (the `load` extra)", allow_module_level=True)
 
 SERVICE = Service(slots=4, prefill_s=0.02, tokens=9, gap_s=0.01)  # S = 100 ms
 WORDS = 20
