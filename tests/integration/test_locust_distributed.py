@@ -15,8 +15,8 @@ for both; the queueing itself is tested in tests/unit/test_load_slotted.py.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import csv
+import importlib.util
 import json
 import os
 import shutil
