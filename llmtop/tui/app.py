@@ -30,7 +30,7 @@ import sys
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
@@ -342,7 +342,8 @@ class LlmtopApp(App[int]):
 
     def _render_dirty(self) -> None:
         """The only place streamed text and probe samples reach widgets (≤ RENDER_HZ)."""
-        with contextlib.suppress(NoMatches):  # the widgets are gone while shutting down
+        # while the app shuts down its widgets, then its screens, are gone: nothing to draw on
+        with contextlib.suppress(NoMatches, ScreenStackError):
             self._render_widgets()
 
     @property
