@@ -4,7 +4,7 @@ environment record).
 * llmtop's embedded engine serves one request at a time (its generation lock,
   llmtop/engines/embedded.py).
 * Ollama reads `OLLAMA_NUM_PARALLEL` (slots per loaded model) and `OLLAMA_MAX_QUEUE` from
-  its own environment (Ollama's docs/faq.md, "How does Ollama handle concurrent requests?");
+  its own environment (Ollama's FAQ, "How does Ollama handle concurrent requests?");
   its API does not report them, so they are read from the environment of the local server
   process when the OS lets us (`psutil.Process.environ`). Unset means Ollama's default.
 """

@@ -1,6 +1,6 @@
 """Per-request metrics from client arrival stamps and the server's own statistics (pure).
 
-Definitions follow docs/method.md ("Metrics of one request") and Ollama's docs/api.md:
+Definitions follow docs/method.md ("Metrics of one request") and Ollama's API reference:
 
     sent ──(load)──┬── prefill ──┤ first token ─ tok ─ … ─ last token / done
          │◄────────── TTFT ────────►│◄ TPOT ►

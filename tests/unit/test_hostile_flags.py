@@ -77,4 +77,5 @@ def test_bad_flag_values_exit_2_before_anything_is_sent(upstream, capsys, argv, 
     ],
 )
 def test_boundary_values_are_accepted(argv):
-    build_parser().parse_args(argv)  # no SystemExit: each value is at its range's edge
+    args = build_parser().parse_args(argv)  # no SystemExit: each value is at its range's edge
+    assert args.command == argv[0]
