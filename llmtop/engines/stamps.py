@@ -6,7 +6,8 @@ building the request object, serialising it, opening a connection when none is p
 TTFT (about 1 ms with the `ollama` client and httpx; measured by bench/clock_truth.py,
 README "What llmtop costs"). The stamp is therefore taken by httpcore's trace event
 `http11.send_request_body.complete`, the moment the last byte of the request has been
-handed to the socket, and the time before it is kept as its own figure (`SendStamp.prep_ns`, logged as `client_prep_ms`).
+handed to the socket, and the time before it is kept as its own figure (`SendStamp.prep_ns`,
+logged as `client_prep_ms`).
 
 How the stamp travels: the measuring code opens a `SendStamp` with `stamping()` (a context
 variable, so the engine's stream, iterated in the same task, sees it) and every HTTP client
