@@ -31,7 +31,7 @@ from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.processes import PidSource
-from llmtop.probes.sampler import STOP_WAIT_S, ProbeSample, ProbeSampler
+from llmtop.probes.sampler import STOP_WAIT_S, ProbeSample, ProbeSampler, SamplerState
 from llmtop.probes.verdict import DEFAULT, Finding, Thresholds, Verdict, evaluate
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class AgentClient:
         raise AgentError(f"the agent at {self.url} ended its stream")
 
 
-class AgentSampler:
+class AgentSampler(SamplerState):
     """`ProbeSampler`'s interface over an agent's stream (module docstring).
 
     on_sample(sample) is called from the reading thread with each RemoteSample, at most one
@@ -215,26 +215,11 @@ class AgentSampler:
         self._thresholds = thresholds or DEFAULT
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._latest: RemoteSample | None = None
+        self._latest: ProbeSample | None = None
         self._forwarded_ns = 0
         self.clock: ClockEstimate | None = None
         self.info: dict[str, Any] | None = None  # the agent's PATH_INFO answer
         self.state = "starting"
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between samples handed on."""
-        return self._interval
-
-    @property
-    def latest(self) -> RemoteSample | None:
-        """The most recent sample, None before the first."""
-        return self._latest
-
-    @property
-    def running(self) -> bool:
-        """True while the reading thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
 
     @property
     def machine(self) -> str | None:

@@ -84,7 +84,31 @@ def _error(what: str, exc: BaseException) -> Finding:
     )
 
 
-class ProbeSampler:
+class SamplerState:
+    """What every sampler thread shows its users (this module's `ProbeSampler`, and
+    `remote.AgentSampler` over an agent's stream): its period, latest sample and liveness."""
+
+    _interval: float
+    _latest: ProbeSample | None
+    _thread: threading.Thread | None
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between samples (handed on)."""
+        return self._interval
+
+    @property
+    def latest(self) -> ProbeSample | None:
+        """The most recent sample, None before the first."""
+        return self._latest
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling (or reading) thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+
+class ProbeSampler(SamplerState):
     """Samples every `interval_s` seconds in a daemon thread and calls `on_sample(sample)`
     from that thread (callers hop to their own loop, e.g. Textual's `call_from_thread`).
 
@@ -125,21 +149,6 @@ class ProbeSampler:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         return float(interval_s)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between samples."""
-        return self._interval
-
-    @property
-    def latest(self) -> ProbeSample | None:
-        """The most recent sample, None before the first."""
-        return self._latest
-
-    @property
-    def running(self) -> bool:
-        """True while the sampling thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
 
     def set_interval(self, interval_s: float) -> None:
         """Change the period (e.g. faster during a request); takes effect at once.
