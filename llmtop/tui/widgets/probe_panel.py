@@ -32,6 +32,7 @@ class ProbePanel(VerticalScroll):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.label = "machine"
+        self._title = self.label  # the border title as last set (plain text)
         self.border_title = self.label
         self.sample: ProbeSample | None = None
         self._good: ProbeSample | None = None  # the last sample with process data
@@ -51,8 +52,7 @@ class ProbePanel(VerticalScroll):
         self._shown_ns = time.perf_counter_ns()
         if isinstance(sample, RemoteSample):
             self._shown_ns = min(self._shown_ns, sample.t_ns)
-        if self.border_title != self.label:  # setting it repaints the whole panel
-            self.border_title = self.label
+        self._set_title(self.label)
         if sample.processes is not None:
             self._good = sample
         good = self._good
@@ -78,5 +78,12 @@ class ProbePanel(VerticalScroll):
             title = f"{self.label} — stale, {age:.0f} s old"
         elif age > SLOW_AFTER_S and isinstance(self.sample, RemoteSample):
             title = f"{self.label} — {age:.0f} s old"
-        self.border_title = title
+        self._set_title(title)
         return age
+
+    def _set_title(self, title: str) -> None:
+        """Set the border title when it changed: setting it repaints the whole panel, even
+        to the same text (this ran every second: a frame a second for nothing)."""
+        if title != self._title:
+            self._title = title
+            self.border_title = title
