@@ -1,7 +1,17 @@
-"""llmtop names itself when it costs more than its budget, as it would any noisy program."""
+"""llmtop names itself when it costs more than its budget, as it would any noisy program; and
+it spends nothing on drawing while idle."""
+
+from pathlib import Path
 
 from llmtop.probes.processes import ProcessSample
+from llmtop.probes.verdict import Verdict
+from llmtop.tui.app import make_app
+from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import SELF_BUDGET_PERCENT, apps_text
+from llmtop.tui.widgets.probe_panel import ProbePanel
+
+from .fakes import browser_busy, busy_apps, fake_connection, machine_sample, wait_for
 
 
 def sample(self_cpu: float | None) -> ProcessSample:
@@ -21,3 +31,30 @@ def test_over_budget_says_so() -> None:
 
 def test_unknown_own_cpu_is_not_over_budget() -> None:
     assert "budget" not in apps_text(sample(None)).plain
+
+
+async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> None:
+    """Idle with everything drawn, the render timer is paused: no tick at all (each would cost
+    CPU for nothing); a probe sample resumes it, is drawn, and the timer pauses again."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        ticks: list[int] = []
+        render = app._render_widgets
+
+        def counting() -> None:
+            ticks.append(1)
+            render()
+
+        app._render_widgets = counting  # type: ignore[method-assign]
+        await pilot.pause(0.5)  # 5 ticks at RENDER_HZ if the timer ran
+        assert ticks == []
+        sample = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
+        app.post_message(ProbeSampled(sample))
+        panel = app.query_one(ProbePanel)
+        await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
+        woken = len(ticks)
+        assert woken >= 1
+        await pilot.pause(0.5)
+        assert len(ticks) == woken  # paused again once the sample was drawn
