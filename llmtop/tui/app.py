@@ -124,6 +124,7 @@ class LlmtopApp(App[int]):
         self._frame = 0  # render timer ticks
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self._render_timer: Timer | None = None  # paused while there is nothing to draw
+        self._paused = False
         self._closed = False
         self.exit_code = ExitCode.OK
 
@@ -379,7 +380,8 @@ class LlmtopApp(App[int]):
         self._render_probes(aligned=not self.streaming or self._frame % TEXT_EVERY == 0)
         if settled and not (live and live.numbers_dirty) and not self._probe_pending:
             assert self._render_timer is not None
-            self._render_timer.pause()  # nothing left to draw: no ticks until `_wake`
+            self._render_timer.pause()
+            self._paused = True  # nothing left to draw: no ticks until `_wake`
 
     def _render_live(self, live: LiveRequest, urgent: bool) -> None:
         """The request on screen: its text every TEXT_EVERY-th tick, its numbers every
@@ -410,10 +412,16 @@ class LlmtopApp(App[int]):
         self._label_probes()
         self.query_one(ProbePanel).show(self._probe_sample)
 
+    @property
+    def render_paused(self) -> bool:
+        """True while the render timer is paused: idle, with everything drawn."""
+        return self._paused
+
     def _wake(self) -> None:
         """Something changed that the render timer draws: resume it (a paused timer ticks at
         once). Idle, with nothing to draw, the timer is paused: no ticks, no CPU."""
-        if self._render_timer is not None:
+        if self._render_timer is not None and self._paused:
+            self._paused = False
             self._render_timer.resume()
 
     # ------------------------------------------------------------------ keys

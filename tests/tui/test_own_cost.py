@@ -39,7 +39,7 @@ async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> N
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.ready and app.render_paused, what="idle")
         ticks: list[int] = []
         render = app._render_widgets
 
@@ -56,5 +56,6 @@ async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> N
         await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
         woken = len(ticks)
         assert woken >= 1
+        assert app.render_paused  # again, once the sample was drawn
         await pilot.pause(0.5)
-        assert len(ticks) == woken  # paused again once the sample was drawn
+        assert len(ticks) == woken

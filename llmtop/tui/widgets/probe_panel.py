@@ -1,24 +1,44 @@
-"""The right-hand panel: what else the machine is doing, from the latest `ProbeSample`."""
+"""The right-hand panel: what else the machine is doing, from the latest `ProbeSample`.
+
+One Line-API widget rather than a container of three Statics: the verdict (`verdict_text`),
+the machine (`system_text`) and the apps (`apps_text`) are rendered into one list of lines,
+each section followed by a blank line, and a new sample repaints only the lines whose text
+changed — never a screen layout. (The three Statics changed height whenever a line wrapped or
+a finding came or went, e.g. "llmtop itself: 6 % ⚠ over its budget" wrapping at 42 columns,
+and each such change re-arranged the whole screen: ~15 ms of CPU on a 2-core machine,
+bench/tui_cost.py.) The panel's virtual height is at least its own height, so it changes
+(a layout) only while the lines overflow the panel and their count changes.
+"""
 
 from __future__ import annotations
 
 import time
 
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from rich.text import Text
+from textual.events import Resize
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
-from llmtop.tui.widgets.apps_view import AppsView
-from llmtop.tui.widgets.system_view import SystemView
-from llmtop.tui.widgets.verdict_badge import VerdictBadge
+from llmtop.tui.widgets.apps_view import apps_text
+from llmtop.tui.widgets.system_view import system_text
+from llmtop.tui.widgets.verdict_badge import verdict_text
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
+SECTIONS = ("verdict", "system", "apps")  # top to bottom, a blank line after each
+STARTING = "probes starting…"
 
 
-class ProbePanel(VerticalScroll):
-    """Verdict badge, system view and apps view; `show` renders one sample into all three.
+class ProbePanel(ScrollView):
+    """Verdict, system and apps of one sample; `show` renders one sample into the three.
+
+    texts: what each section shows now, by name ("verdict", "system", "apps"): the Rich Text
+    of `verdict_text`, `system_text` and `apps_text` (the verdict reads "probes starting…"
+    until the first sample).
 
     When a sample has no process data (its read gave up, see `ProcessProbe`), the last good
     process data is shown marked stale with its age. When no sample at all has arrived for
@@ -37,11 +57,9 @@ class ProbePanel(VerticalScroll):
         self.sample: ProbeSample | None = None
         self._good: ProbeSample | None = None  # the last sample with process data
         self._shown_ns: int | None = None
-
-    def compose(self) -> ComposeResult:
-        yield VerdictBadge("probes starting…", id="verdict")
-        yield SystemView("", id="system")
-        yield AppsView("", id="apps")
+        self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(),
+                                       "apps": Text()}
+        self._strips: list[Strip] = []  # the rendered lines, at the content width
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
@@ -57,13 +75,58 @@ class ProbePanel(VerticalScroll):
             self._good = sample
         good = self._good
         stale = good is not None and good is not sample
-        self.query_one(VerdictBadge).verdict = sample.verdict
-        self.query_one(SystemView).show(sample.system, sample.gpu)
-        self.query_one(AppsView).show(
-            good.processes if stale and good else sample.processes,
-            sample.cost_ms,
-            (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
-        )
+        self.texts = {
+            "verdict": verdict_text(sample.verdict),
+            "system": system_text(sample.system, sample.gpu),
+            "apps": apps_text(
+                good.processes if stale and good else sample.processes,
+                sample.cost_ms,
+                (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
+            ),
+        }
+        self._redraw()
+
+    def _render_strips(self, width: int) -> list[Strip]:
+        """Each section wrapped to `width` as a Static would (same Visual rendering), then a
+        blank line."""
+        style = self.visual_style
+        strips: list[Strip] = []
+        for name in SECTIONS:
+            visual = visualize(self, self.texts[name])
+            strips += Visual.to_strips(self, visual, width, None, style)
+            strips.append(Strip.blank(0))
+        return strips
+
+    def _redraw(self, everything: bool = False) -> None:
+        """Re-render the lines; repaint only those that changed (all when `everything`)."""
+        width = self.scrollable_content_region.width
+        if width <= 0:
+            return  # not laid out yet: on_resize renders
+        old, new = self._strips, self._render_strips(width)
+        self._strips = new
+        size = Size(width, max(len(new), self.scrollable_content_region.height))
+        if size != self.virtual_size:
+            self.virtual_size = size  # a layout: only when the lines overflow the panel
+            everything = True
+        if everything:
+            self.refresh()
+            return
+        changed = [y for y in range(max(len(old), len(new)))
+                   if y >= len(old) or y >= len(new) or old[y] != new[y]]
+        if changed:
+            self.refresh_lines(changed[0], changed[-1] - changed[0] + 1)
+
+    def on_resize(self, _: Resize) -> None:
+        self._redraw(everything=True)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        style = self.rich_style
+        index = scroll_y + y
+        if index >= len(self._strips):
+            return Strip.blank(width, style)
+        return self._strips[index].crop_extend(scroll_x, scroll_x + width, style)
 
     def check_age(self, now_ns: int | None = None) -> float | None:
         """Seconds since the last sample was shown, or for an agent's since it was taken
