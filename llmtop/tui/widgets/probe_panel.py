@@ -19,13 +19,13 @@ from textual.events import Resize
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.visual import Visual, visualize
 
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.widgets.apps_view import apps_text
 from llmtop.tui.widgets.system_view import system_text
 from llmtop.tui.widgets.verdict_badge import verdict_text
+from llmtop.tui.wrap import wrap_lines
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
@@ -60,6 +60,8 @@ class ProbePanel(ScrollView):
         self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(),
                                        "apps": Text()}
         self._strips: list[Strip] = []  # the rendered lines, at the content width
+        self._sections: dict[str, tuple[object, Text, list[Strip]]] = {}  # name: (key, text,
+        # its lines): a section whose text did not change is not rendered again
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
@@ -87,15 +89,27 @@ class ProbePanel(ScrollView):
         self._redraw()
 
     def _render_strips(self, width: int) -> list[Strip]:
-        """Each section wrapped to `width` as a Static would (same Visual rendering), then a
-        blank line."""
-        style = self.visual_style
+        """Each section word-wrapped to `width` (`wrap.wrap_lines`), then a blank line; the
+        lines are full-width and styled, ready for `render_line`."""
+        style = self.rich_style
+        key = (width, style)
         strips: list[Strip] = []
         for name in SECTIONS:
-            visual = visualize(self, self.texts[name])
-            strips += Visual.to_strips(self, visual, width, None, style)
-            strips.append(Strip.blank(0))
+            text = self.texts[name]
+            cached = self._sections.get(name)
+            if cached is None or cached[0] != key or cached[1] != text:
+                lines, _ = wrap_lines(text, width)
+                cached = (key, text, [self._strip(line, width) for line in lines])
+                self._sections[name] = cached
+            strips += cached[2]
+            strips.append(Strip.blank(width, style))
         return strips
+
+    def _strip(self, line: Text, width: int) -> Strip:
+        """One wrapped line as a strip `width` cells wide, in the panel's style."""
+        style = self.rich_style
+        strip = Strip(list(line.render(self.app.console)), line.cell_len)
+        return strip.crop_extend(0, width, style).apply_style(style)
 
     def _redraw(self, everything: bool = False) -> None:
         """Re-render the lines; repaint only those that changed (all when `everything`)."""
@@ -120,13 +134,10 @@ class ProbePanel(ScrollView):
         self._redraw(everything=True)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
-        style = self.rich_style
-        index = scroll_y + y
+        index = self.scroll_offset.y + y
         if index >= len(self._strips):
-            return Strip.blank(width, style)
-        return self._strips[index].crop_extend(scroll_x, scroll_x + width, style)
+            return Strip.blank(self.scrollable_content_region.width, self.rich_style)
+        return self._strips[index]  # full width already (no horizontal scroll)
 
     def check_age(self, now_ns: int | None = None) -> float | None:
         """Seconds since the last sample was shown, or for an agent's since it was taken
