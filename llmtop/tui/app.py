@@ -78,7 +78,8 @@ RENDER_HZ = 10  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (5 Hz); the first chunk at the next tick
 NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2.5 Hz), readable;
 # a multiple of TEXT_EVERY, so numbers and text share a frame
-STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
+STREAM_PROBE_INTERVAL_S = 0.5  # probe samples while a request streams (the NOISY marks come
+# from these); idle, every `settings.probe_interval_s` (2 s), when faster
 PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
 # probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 SHUTDOWN_WAIT_S = 5.0
@@ -293,8 +294,8 @@ class LlmtopApp(App[int]):
 
     def _set_probe_interval(self, streaming: bool) -> None:
         if self.sampler is not None:
-            factor = STREAM_PROBE_FACTOR if streaming else 1.0
-            self.sampler.set_interval(self.settings.probe_interval_s * factor)
+            idle = self.settings.probe_interval_s
+            self.sampler.set_interval(min(idle, STREAM_PROBE_INTERVAL_S) if streaming else idle)
 
     @property
     def streaming(self) -> bool:

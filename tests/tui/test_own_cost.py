@@ -59,3 +59,31 @@ async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> N
         assert app.render_paused  # again, once the sample was drawn
         await pilot.pause(0.5)
         assert len(ticks) == woken
+
+
+class IntervalLog:
+    """Stands in for the sampler: records the intervals the app asks for."""
+
+    def __init__(self) -> None:
+        self.intervals: list[float] = []
+
+    def set_interval(self, interval_s: float) -> None:
+        self.intervals.append(interval_s)
+
+    def stop(self) -> None:
+        """The app stops its sampler when it closes."""
+
+
+async def test_probes_every_2_s_idle_and_every_half_second_during_a_request(
+    tmp_path: Path,
+) -> None:
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    assert settings.probe_interval_s == 2.0
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        log = IntervalLog()
+        app.sampler = log  # type: ignore[assignment]
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        app.send("hello")
+        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="the request")
+        assert log.intervals == [0.5, 2.0]  # from its start, back to idle at its end
