@@ -74,9 +74,9 @@ from llmtop.tui.widgets.token_pane import TokenPane
 # Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): each
 # frame costs Textual several ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of
 # a core; at 5 Hz and 2 Hz ~9 %, and text still reads as a stream.
-RENDER_HZ = 10  # the render timer: nothing is drawn more often than this
-TEXT_EVERY = 2  # streamed text: every 2nd tick (5 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2.5 Hz), readable;
+RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
+TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
+NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
 # a multiple of TEXT_EVERY, so numbers and text share a frame
 STREAM_PROBE_INTERVAL_S = 0.5  # probe samples while a request streams (the NOISY marks come
 # from these); idle, every `settings.probe_interval_s` (2 s), when faster

@@ -146,6 +146,8 @@ class MetricsStrip(Vertical):
         """Update a label. The live labels have fixed widths (CSS), so they repaint in place;
         the rows below change height, and are only set when a request starts or ends."""
         static = self._static(wid)
+        if static.content == content:
+            return  # the same text (TTFT, once known): no repaint
         static.update(content, layout=wid not in _FIXED)
         if wid in _HIDE_EMPTY:
             static.display = bool(str(content))  # no blank line where there is nothing to say

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from rich.style import Style
 from rich.text import Text
 from textual.events import Resize
 from textual.geometry import Size
@@ -99,15 +100,14 @@ class ProbePanel(ScrollView):
             cached = self._sections.get(name)
             if cached is None or cached[0] != key or cached[1] != text:
                 lines, _ = wrap_lines(text, width)
-                cached = (key, text, [self._strip(line, width) for line in lines])
+                cached = (key, text, [self._strip(line, width, style) for line in lines])
                 self._sections[name] = cached
             strips += cached[2]
             strips.append(Strip.blank(width, style))
         return strips
 
-    def _strip(self, line: Text, width: int) -> Strip:
-        """One wrapped line as a strip `width` cells wide, in the panel's style."""
-        style = self.rich_style
+    def _strip(self, line: Text, width: int, style: Style) -> Strip:
+        """One wrapped line as a strip `width` cells wide, in the panel's `style`."""
         strip = Strip(list(line.render(self.app.console)), line.cell_len)
         return strip.crop_extend(0, width, style).apply_style(style)
 
