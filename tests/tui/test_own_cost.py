@@ -2,6 +2,7 @@
 it spends nothing on drawing while idle."""
 
 from pathlib import Path
+from typing import Any
 
 from llmtop.probes.processes import ProcessSample
 from llmtop.probes.verdict import Verdict
@@ -11,7 +12,14 @@ from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import SELF_BUDGET_PERCENT, apps_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
-from .fakes import browser_busy, busy_apps, fake_connection, machine_sample, wait_for
+from .fakes import (
+    browser_busy,
+    busy_apps,
+    fake_connection,
+    machine_sample,
+    type_text,
+    wait_for,
+)
 
 
 def sample(self_cpu: float | None) -> ProcessSample:
@@ -87,3 +95,32 @@ async def test_probes_every_2_s_idle_and_every_half_second_during_a_request(
         app.send("hello")
         await wait_for(pilot, lambda: len(app.session.requests) == 1, what="the request")
         assert log.intervals == [0.5, 2.0]  # from its start, back to idle at its end
+
+
+async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path) -> None:
+    """A layout re-arranges the whole screen (~12 ms of CPU on 2 cores). Typing a prompt and
+    streaming an answer that fits in the pane asks for none; the only one left is the session
+    row's, whose TTFT sparkline grows a cell per request."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="request 1")
+        await wait_for(pilot, lambda: app.render_paused, what="request 1 drawn")
+        screen = app.screen
+        laid_out: list[str] = []
+        refresh_layout = screen._refresh_layout
+
+        def counting(*args: Any, **kwargs: Any) -> None:
+            laid_out.extend(str(w.id) for w in screen._layout_widgets)
+            refresh_layout(*args, **kwargs)
+
+        screen._refresh_layout = counting  # type: ignore[method-assign]
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.requests) == 2, what="request 2")
+        await wait_for(pilot, lambda: app.render_paused, what="request 2 drawn")
+        assert set(laid_out) == {"session-row"}, laid_out  # was also the prompt (each key),
+        # the metrics rows and the token pane (new text, trimmed text): 8 layouts in all

@@ -7,7 +7,8 @@ of a re-layout of the whole screen.
 A change of the pane's virtual size is a layout of the whole screen (every widget re-rendered:
 the largest cost of the streaming TUI, profiled with py-spy, bench/tui_cost.py). While a
 request streams, the virtual height therefore grows a page (the pane's height) at a time
-rather than a line at a time, and is trimmed to the text when the request ends.
+rather than a line at a time, and is trimmed to the text when the request ends; it is never
+less than the pane's height, so an answer that fits in the pane asks for no layout at all.
 
 Following the text jumps: a scroll repaints every line of the pane and its scrollbar (~8 ms of
 CPU for a 26-line pane on a 2-core machine), so scrolling one line per new line cost ~3 such
@@ -123,13 +124,15 @@ class TokenPane(ScrollView, can_focus=True):
         for line in self._wrap.lines[first:]:
             self._strips.append(Strip(list(line.render(console)), line.cell_len))
         lines = len(self._strips)
+        height = self.scrollable_content_region.height
         if growing:
-            page = max(1, self.scrollable_content_region.height)
+            page = max(1, height)
             lines += self._jump()  # room to jump past the last line
-            if self.virtual_size.width == width and lines <= self.virtual_size.height:
-                return first  # still inside the page already laid out
+            if first and self.virtual_size.width == width and lines <= self.virtual_size.height:
+                return first  # still inside the pages already laid out
             lines = -(-lines // page) * page
-        size = Size(width, lines)
+        # never below the pane's height: a text that fits changes nothing (no layout)
+        size = Size(width, max(lines, height))
         if size != self.virtual_size:
             self.virtual_size = size  # a layout: only per page while streaming
         return first
