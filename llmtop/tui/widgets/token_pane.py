@@ -127,7 +127,8 @@ class TokenPane(ScrollView, can_focus=True):
         height = self.scrollable_content_region.height
         if growing:
             page = max(1, height)
-            lines += self._jump()  # room to jump past the last line
+            if lines > height:
+                lines += self._jump()  # room to jump past the last line
             if first and self.virtual_size.width == width and lines <= self.virtual_size.height:
                 return first  # still inside the pages already laid out
             lines = -(-lines // page) * page
