@@ -61,8 +61,9 @@ class ProbePanel(ScrollView):
         self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(),
                                        "apps": Text()}
         self._strips: list[Strip] = []  # the rendered lines, at the content width
-        self._sections: dict[str, tuple[object, Text, list[Strip]]] = {}  # name: (key, text,
-        # its lines): a section whose text did not change is not rendered again
+        self._lines: dict[object, Strip] = {}  # the strips of the last redraw by line text
+        # (plain text and spans): a line whose text did not change is not rendered again
+        self._lines_key: object = None  # the (width, style) they were rendered at
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
@@ -93,16 +94,16 @@ class ProbePanel(ScrollView):
         """Each section word-wrapped to `width` (`wrap.wrap_lines`), then a blank line; the
         lines are full-width and styled, ready for `render_line`."""
         style = self.rich_style
-        key = (width, style)
+        old, self._lines = self._lines, {}
+        if self._lines_key != (width, style):
+            self._lines_key, old = (width, style), {}
         strips: list[Strip] = []
         for name in SECTIONS:
-            text = self.texts[name]
-            cached = self._sections.get(name)
-            if cached is None or cached[0] != key or cached[1] != text:
-                lines, _ = wrap_lines(text, width)
-                cached = (key, text, [self._strip(line, width, style) for line in lines])
-                self._sections[name] = cached
-            strips += cached[2]
+            for line in wrap_lines(self.texts[name], width)[0]:
+                key = (line.plain, tuple(line.spans))
+                strip = old.get(key) or self._lines.get(key) or self._strip(line, width, style)
+                self._lines[key] = strip
+                strips.append(strip)
             strips.append(Strip.blank(width, style))
         return strips
 
