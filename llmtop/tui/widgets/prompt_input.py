@@ -29,6 +29,10 @@ class PromptInput(Input):
         2-core machine). A longer prompt scrolls exactly as before."""
         return Size(max(size.width, self.scrollable_content_region.width), size.height)
 
+    def on_resize(self, _: events.Resize) -> None:
+        # the box's width now (see `validate_virtual_size`): the first key then lays out nothing
+        self.virtual_size = Size(self.content_width, 1)
+
     async def _on_key(self, event: events.Key) -> None:
         if event.character == HELP_CHARACTER and not self.value:
             event.stop()
