@@ -1,8 +1,8 @@
 """What the TUI itself costs: its CPU idle and while streaming, and the engine's decode rate
 with the TUI against headless, in interleaved pairs, on the real embedded engine.
 
-    python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--idle-s 3] [--json FILE]
-                             [--engine-url URL] [--py-spy SECONDS]
+    python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--idle-s 6] [--json FILE]
+                             [--engine-url URL] [--py-spy [SECONDS]]
 
 The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output
 is read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
@@ -11,13 +11,17 @@ measure its own CPU (process user+system time, all its threads: the probe sample
 `--idle-s` seconds idle, type the prompt, measure its CPU until the request record is in its
 log, read the engine's decode rate (eval_count / eval_duration, the server's own figures)
 from that record, quit; (b) the same request headless: `run_request` on an `OllamaEngine` in
-this process, no TUI running. The engine is one child process (`llmtop engine`) for all.
+this process, no TUI running; its CPU (this process's, the client alone: HTTP, parsing, the
+event loop) is printed as the floor under the TUI's streaming figure. The engine is one child
+process (`llmtop engine`) for all. The idle window is 6 s by default: three probe samples at
+the TUI's idle interval (2 s), and CPU time counts in 10 ms ticks.
 Targets (the "monitor cost" issue): TUI ≤ 5 % of a core streaming, ≤ 1 % idle; decode rate
 with the TUI / headless ≥ 0.98 (median of the paired ratios).
 `--scripted` streams from bench/truth_server.py at 50 chunks/s instead (the TUI's CPU alone,
 no decode ratio): for a machine too busy to run the model at a steady rate.
-`--py-spy` also records the first TUI streaming request with py-spy (when on PATH) into
-tui-profile.txt, for finding what costs.
+`--py-spy [SECONDS]` also records the first TUI streaming request with py-spy (when on PATH)
+for SECONDS (6) into tui-profile.txt (raw, one stack per line, threads apart), for finding what
+costs.
 """
 
 from __future__ import annotations
@@ -149,43 +153,46 @@ def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
         c0, w0 = app.cpu_s(), time.perf_counter()
         time.sleep(args.idle_s)
         idle = (app.cpu_s() - c0) / (time.perf_counter() - w0) * 100
-        spy = _start_spy(app.proc.pid, folder) if profile else None
+        spy = _start_spy(app.proc.pid, args.py_spy) if profile else None
         c0, w0 = app.cpu_s(), time.perf_counter()
         app.type(PROMPT + "\r")
         record = _wait_for(log, "request", 1, REQUEST_TIMEOUT_S)[0]
         streaming = (app.cpu_s() - c0) / (time.perf_counter() - w0) * 100
         if spy is not None:
-            spy.wait(60)
+            spy.wait(args.py_spy + 30)
         return {"idle": idle, "streaming": streaming, "decode": _decode_tps(record["stats"]),
                 "tokens": (record["stats"] or {}).get("eval_count")}
     finally:
         app.quit()
 
 
-def _start_spy(pid: int, folder: str) -> subprocess.Popen[bytes] | None:
+def _start_spy(pid: int, seconds: int) -> subprocess.Popen[bytes] | None:
     spy = shutil.which("py-spy")
     if spy is None:
         print("py-spy is not on PATH: no profile")
         return None
     out = Path("tui-profile.txt").resolve()
     print(f"py-spy: recording the TUI into {out}")
-    return subprocess.Popen([spy, "record", "-p", str(pid), "-d", "6", "-r", "200", "-f", "raw",
-                             "-o", str(out), "--nonblocking", "--threads"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    argv = [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "200", "-f", "raw",
+            "-o", str(out), "--nonblocking", "--threads"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def headless_turn(host: str, args: argparse.Namespace) -> float | None:
-    """The same request with no TUI: the engine's decode tok/s."""
+async def headless_turn(host: str, args: argparse.Namespace) -> tuple[float | None, float]:
+    """The same request with no TUI: the engine's decode tok/s, and this process's CPU while
+    it streamed (% of a core: the client alone, on a new connection as the TUI's first)."""
     engine = OllamaEngine(host)
     options = {"num_predict": args.num_predict, "temperature": 0.0, "seed": 7}
     try:
         collector = RequestCollector(prompt=PROMPT, options=options, model=args.model)
+        c0, w0 = time.process_time(), time.perf_counter()
         result = await run_request(
             lambda: engine.stream_chat(args.model, chat_messages(PROMPT), options=options),
             collector)
+        cpu = (time.process_time() - c0) / (time.perf_counter() - w0) * 100
     finally:
         await engine.aclose()
-    return _decode_tps(result.stats.to_dict() if result.stats else None)
+    return _decode_tps(result.stats.to_dict() if result.stats else None), cpu
 
 
 async def measure(args: argparse.Namespace, folder: str) -> dict[str, list[float]]:
@@ -200,20 +207,21 @@ async def measure(args: argparse.Namespace, folder: str) -> dict[str, list[float
         await engine.start()
         host = engine.host
     out: dict[str, list[float]] = {"idle": [], "streaming": [], "tui_decode": [],
-                                   "headless_decode": [], "ratio": []}
+                                   "headless_decode": [], "ratio": [], "client": []}
     try:
         await headless_turn(host, args)  # warm-up: model loaded, caches warm
         for i in range(args.pairs):
             first_tui = i % 2 == 0
             if not first_tui:
-                head = await headless_turn(host, args)
+                head, client = await headless_turn(host, args)
             tui = await asyncio.to_thread(tui_turn, host, args, folder, i,
-                                          args.py_spy and i == 0)
+                                          args.py_spy is not None and i == 0)
             if first_tui:
-                head = await headless_turn(host, args)
+                head, client = await headless_turn(host, args)
             print(f"pair {i}: TUI idle {tui['idle']:.2f} %, streaming {tui['streaming']:.2f} %, "
                   f"decode {tui['decode'] or 0:.1f} tok/s ({tui['tokens']} tokens) vs headless "
-                  f"{head or 0:.1f} tok/s", flush=True)
+                  f"{head or 0:.1f} tok/s; headless client CPU {client:.2f} %", flush=True)
+            out["client"].append(client)
             out["idle"].append(float(tui["idle"] or 0))
             out["streaming"].append(float(tui["streaming"] or 0))
             if tui["decode"] and head:
@@ -250,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--num-predict", type=int, default=160)
-    ap.add_argument("--idle-s", type=float, default=3.0)
+    ap.add_argument("--idle-s", type=float, default=6.0)
     ap.add_argument("--engine-url", help="an Ollama-API server serving gemma3:270m already")
     ap.add_argument("--scripted", action="store_true", help="a scripted 50 tok/s server")
-    ap.add_argument("--py-spy", action="store_true", help="profile the first TUI request")
+    ap.add_argument("--py-spy", type=int, nargs="?", const=6, default=None, metavar="SECONDS",
+                    help="profile the first TUI request for SECONDS (6)")
     ap.add_argument("--json", help="write the result rows here")
     args = ap.parse_args(argv)
     args.model = "truth:latest" if args.scripted else MODEL
@@ -264,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     result = rows(out, "scripted 50 tok/s" if args.scripted else "real engine")
     for row in result:
         print(f"{row['metric']}: {row['measured']:.3f} (target {row['target']})")
+    print(f"headless client CPU, the floor under the streaming figure (% of a core, median): "
+          f"{statistics.median(out['client']):.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result))
     return 0

@@ -82,6 +82,8 @@ STREAM_PROBE_INTERVAL_S = 0.5  # probe samples while a request streams (the NOIS
 # from these); idle, every `settings.probe_interval_s` (2 s), when faster
 PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
 # probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
+IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most every 30 s
+# (by socket owner: ~20 ms of CPU, every 5 s otherwise — a third of the idle CPU)
 SHUTDOWN_WAIT_S = 5.0
 
 
@@ -127,6 +129,7 @@ class LlmtopApp(App[int]):
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self._render_timer: Timer | None = None  # paused while there is nothing to draw
         self._paused = False
+        self._pids: tuple[int, set[int]] | None = None  # (monotonic_ns, pids) last looked up
         self._closed = False
         self.exit_code = ExitCode.OK
         # Once connected, move every object made so far (Textual, the widgets, the engine's
@@ -168,7 +171,7 @@ class LlmtopApp(App[int]):
                 self.settings.agent,
                 self.settings.probe_interval_s,
                 self._on_probe_thread,
-                engine_pids=lambda: self.conn.engine_pids if self.conn is not None else set(),
+                engine_pids=self._engine_pids,
                 thresholds=self.settings.thresholds,
                 on_state=self._on_probe_state_thread,
             )
@@ -303,6 +306,21 @@ class LlmtopApp(App[int]):
         return self.live is not None and self.live.streaming
 
     # ------------------------------------------------------------------ probes
+
+    def _engine_pids(self) -> set[int]:
+        """Runs in the sampler thread: the measured engine's pids (`Connection.engine_pids`),
+        which the probes leave out of the other apps. While the render timer is paused (idle
+        on the main screen, everything drawn) the last answer is reused for up to
+        IDLE_PIDS_REUSE_NS; otherwise — a request streaming, the bench or the load screen
+        open — every sample asks the connection (which looks them up at most every 5 s)."""
+        conn = self.conn
+        if conn is None:
+            return set()
+        now = time.monotonic_ns()
+        last = self._pids
+        if last is None or not self._paused or now - last[0] > IDLE_PIDS_REUSE_NS:
+            last = self._pids = (now, conn.engine_pids)
+        return last[1]
 
     def _on_probe_thread(self, sample: ProbeSample) -> None:
         """Runs in the sampler thread: log the sample, then hand it to the event loop."""

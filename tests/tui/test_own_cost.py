@@ -124,3 +124,28 @@ async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path)
         await wait_for(pilot, lambda: app.render_paused, what="request 2 drawn")
         assert set(laid_out) == {"session-row"}, laid_out  # was also the prompt (each key),
         # the metrics rows and the token pane (new text, trimmed text): 8 layouts in all
+
+
+async def test_idle_reuses_the_engine_pids_a_request_asks_each_sample(tmp_path: Path) -> None:
+    """Looking up the engine's pids costs ~20 ms of CPU; idle, the last answer is reused (for
+    up to IDLE_PIDS_REUSE_NS); while a request streams every sample asks the connection."""
+    asked: list[int] = []
+
+    def find() -> set[int]:
+        asked.append(1)
+        return {4242}
+
+    conn = fake_connection()
+    conn.find_engine_pids = find
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=conn)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready and app.render_paused, what="idle")
+        assert app._engine_pids() == app._engine_pids() == {4242}  # as the sampler asks
+        assert len(asked) == 1
+        app.send("slow")  # its first chunk, then no end: streaming until stopped
+        await wait_for(pilot, lambda: app.streaming and not app.render_paused, what="stream")
+        app._engine_pids()
+        app._engine_pids()
+        assert len(asked) == 3
+        await pilot.press("escape")
