@@ -181,8 +181,8 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
             raise httpcore.ConnectError(str(exc)) from exc
         if tls is None:
             raise httpcore.ConnectError("the connection closed during the TLS handshake")
-        self._protocol.transport = tls  # type: ignore[assignment]
-        return ArrivalStream(tls, self._protocol)  # type: ignore[arg-type]
+        self._protocol.transport = tls
+        return ArrivalStream(tls, self._protocol)
 
     def get_extra_info(self, info: str) -> Any:
         """httpcore's names: ssl_object, client_addr, server_addr, socket, is_readable (an
@@ -260,8 +260,9 @@ def measured_transport(
     """An httpx transport (its defaults; `proxy` and pool `limits` as given) whose
     connections stamp arriving bytes (`ArrivalBackend`). Pass it as `transport=` to
     httpx.AsyncClient (or the `ollama` client) instead of `proxy=` / `limits=`."""
-    pool = {"limits": limits} if limits is not None else {}
-    return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy, **pool))
+    if limits is None:  # httpx's own default pool
+        return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy))
+    return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy, limits=limits))
 
 
 def stamp_arrivals(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:

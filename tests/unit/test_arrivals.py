@@ -104,6 +104,8 @@ def test_the_transport_carries_the_backend():
     assert isinstance(measured_transport()._pool._network_backend, ArrivalBackend)
     proxied = measured_transport("http://127.0.0.1:9")
     assert isinstance(proxied._pool._network_backend, ArrivalBackend)
+    sized = measured_transport(limits=httpx.Limits(max_connections=3))  # a load generator's
+    assert sized._pool._max_connections == 3
 
 
 async def test_a_read_notes_the_arrival_of_its_block_and_splits_keep_it():
