@@ -25,7 +25,7 @@ PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few
 # The first probe sample identifies every process (~20-50 ms of CPU, bench/probe_cost.py
 # "first"); taken while the request waits for its first token it holds the GIL when the
 # bytes arrive and adds ~1 ms to TTFT (bench/clock_truth.py, `run` row). The request waits
-# for it, at most this long (an agent that does not answer must not hold the request up).
+# for it, at most this long (a machine too slow for that must not hold the request up).
 FIRST_SAMPLE_WAIT_S = 2.0
 
 def result_exit_code(result: RequestResult) -> ExitCode:
@@ -171,7 +171,8 @@ async def _run(args: argparse.Namespace) -> int:
 
         sampler.start()
         try:
-            await first_sample.wait(FIRST_SAMPLE_WAIT_S)
+            if agent is None:  # an agent samples elsewhere; its thread here only reads
+                await first_sample.wait(FIRST_SAMPLE_WAIT_S)
             collector = recorder.new_request(args.prompt)
             try:
                 result = await run_request(lambda: recorder.stream(args.prompt), collector, show)
