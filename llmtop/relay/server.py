@@ -60,7 +60,6 @@ from pathlib import Path
 from time import perf_counter_ns
 
 import httpx
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
@@ -73,6 +72,7 @@ from llmtop.engines.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, BadRequest
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.relay.request import parse_stream_request
+from llmtop.relay.sse import SSEResponse
 from llmtop.relay.stream import events
 from llmtop.relay.upstream import Relay
 
@@ -83,7 +83,6 @@ except ImportError:  # pragma: no cover
 
 PING_INTERVAL_S = 15
 SEND_TIMEOUT_S = 30.0  # a client that stops reading (without leaving) is cut off after this
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PAGE_PATH = Path(__file__).with_name("page.html")
 PAGE_HEADERS = {
     "Cache-Control": "no-store",
@@ -99,10 +98,6 @@ def choose_default(models: list[str]) -> str | None:
     if BUNDLED_MODEL_NAME in models:
         return BUNDLED_MODEL_NAME
     return models[0] if models else None
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping")
 
 
 # ---------------------------------------------------------------------- routes
@@ -147,13 +142,10 @@ async def stream(request: Request) -> Response:
     except BadRequest as exc:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
     call = relay.start(job, t0)
-    return EventSourceResponse(
+    return SSEResponse(
         events(relay, call),
-        headers=SSE_HEADERS,
-        sep="\n",
-        ping=request.app.state.ping_interval_s,
-        send_timeout=SEND_TIMEOUT_S,
-        ping_message_factory=_ping,
+        ping_interval_s=request.app.state.ping_interval_s,
+        send_timeout_s=SEND_TIMEOUT_S,
         # Runs after the response in every case, also when the stream never started
         # (a client gone before the first byte): the upstream call is never left open.
         background=BackgroundTask(call.close),
