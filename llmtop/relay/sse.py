@@ -12,8 +12,7 @@ leaving:
 * pings: an SSE comment (`: ping`) every ping_interval_s (0: none), which every parser
   ignores;
 * send timeout: a frame whose `send` has not returned after send_timeout_s (a client that
-  stopped reading while staying connected) ends the stream, as a disconnect does; the
-  check runs every send_timeout_s / 4, so the cut comes within 1.25 × send_timeout_s;
+  stopped reading while staying connected) ends the stream, as a disconnect does;
 * client gone (`http.disconnect`): the frames' generator is cancelled at its current await
   and closed, so its `finally` runs at once (for the relay: the upstream response closes);
 * `background` runs after the response in every case, also when it never started.
@@ -89,23 +88,27 @@ class SSEResponse(Response):
 
     async def _watch(self, pump: asyncio.Future[None], gone: asyncio.Future[None],
                      send: Send) -> None:
-        """Return when the frames end, the client leaves or a send is stuck; meanwhile ping."""
+        """Return when the frames end, the client leaves or a send is stuck; meanwhile ping.
+
+        It learns that a send began at its next wakeup (at most send_timeout_s / 4 later),
+        then sleeps until that send's deadline."""
         loop = asyncio.get_running_loop()
-        check_s = self.send_timeout_s / 4
         next_ping = loop.time() + self.ping_interval_s if self.ping_interval_s > 0 else None
         while True:
-            now = loop.time()
-            wake = now + check_s if next_ping is None else min(now + check_s, next_ping)
-            done, _ = await asyncio.wait((pump, gone), timeout=max(wake - now, 0.0),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if done:
-                return
             now = loop.time()
             started = self._sending_since
             if started is not None and now - started >= self.send_timeout_s:
                 return  # a client that stopped reading: cut it off
-            if next_ping is not None and now >= next_ping:
-                next_ping = now + self.ping_interval_s
+            wake = now + self.send_timeout_s / 4 if started is None else (
+                started + self.send_timeout_s)
+            if next_ping is not None:
+                wake = min(wake, next_ping)
+            done, _ = await asyncio.wait((pump, gone), timeout=max(wake - now, 0.0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return
+            if next_ping is not None and loop.time() >= next_ping:
+                next_ping = loop.time() + self.ping_interval_s
                 message = {"type": "http.response.body", "body": PING, "more_body": True}
                 try:
                     await asyncio.wait_for(send(message), self.send_timeout_s)

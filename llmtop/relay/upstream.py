@@ -51,9 +51,9 @@ class UpstreamCall:
     t0: when the relay received the request. send: sends the request (`Relay.start` picks
     it). marks: stamps of the TCP connect under httpcore's trace names (absent when a pooled
     connection was reused). first_ns / text_ns: the first chunk, the first chunk with text.
-    t_headers: the upstream's headers arrived. sent: token events written. `close()` is idempotent and shielded (it runs while the request's scope
-    may already be cancelled): it cancels a send still in flight, or closes the response,
-    within CLOSE_TIMEOUT_S.
+    t_headers: the upstream's headers arrived. sent: token events written. `close()` is
+    idempotent and shielded (it runs while the request's scope may already be cancelled): it
+    cancels a send still in flight, or closes the response, within CLOSE_TIMEOUT_S.
     """
 
     def __init__(self, job: StreamJob, t0: int,
@@ -153,9 +153,10 @@ class Relay:
         assert self.client is not None, "the relay app was not started (lifespan)"
         return UpstreamCall(job, t0, self._send_wire if self.pool is not None else self._send)
 
-    async def _send_wire(self, call: UpstreamCall) -> Streamed:
+    def _send_wire(self, call: UpstreamCall) -> Awaitable[Streamed]:
+        """The request through the wire pool: on a pooled connection it is written now."""
         assert self.pool is not None
-        return await self.pool.request("POST", call.job.path, call.job.payload, call.marks)
+        return self.pool.request("POST", call.job.path, call.job.payload, call.marks)
 
     async def _send(self, call: UpstreamCall) -> Streamed:
         """The request through httpx (an OpenAI upstream), TCP connect stamped by its trace."""

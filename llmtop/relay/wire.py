@@ -10,7 +10,8 @@ line, headers, chunked framing and keep-alive; this module only moves bytes.
 
 * `Pool(url)`: the idle keep-alive connections to one upstream (`scheme://host:port/path`,
   https through the ssl module); `await pool.request(method, path, body, marks)` → a
-  `WireResponse` once the status line and headers are in.
+  `WireResponse` once the status line and headers are in. On a pooled connection the
+  request is written when `request` is called, before its result is awaited.
 * Failures raise httpx's exception classes, so they map to the same `Failure`s as before
   (`llmtop.engines.http.failure_for_transport`): ConnectError / ConnectTimeout, ReadTimeout
   (no byte for read_timeout_s), RemoteProtocolError (a broken or cut-off response).
@@ -209,22 +210,38 @@ class Pool:
         self._head = "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode("latin-1")
         self._idle: list[_Connection] = []
 
-    async def request(self, method: str, path: str, body: bytes,
-                      marks: dict[str, int]) -> WireResponse:
-        """Send one request; the response once its headers are in. A new connection's TCP
-        connect is stamped in `marks` (perf_counter ns, httpcore's trace names). Raises
-        ConnectError, ConnectTimeout, ReadTimeout, RemoteProtocolError."""
-        start = (f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._head
-                 + b"Content-Length: %d\r\n\r\n" % len(body))
+    def request(self, method: str, path: str, body: bytes,
+                marks: dict[str, int]) -> asyncio.Future[WireResponse]:
+        """Send one request; the task's result is the response once its headers are in.
+
+        On a pooled connection the request is written before this returns (so it is on the
+        wire before anything else the relay does for it); a new connection's TCP connect is
+        stamped in `marks` (perf_counter ns, httpcore's trace names). Awaiting raises
+        ConnectError, ConnectTimeout, ReadTimeout or RemoteProtocolError. Cancelling the task
+        closes the connection."""
+        request = (f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._head
+                   + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         conn = self._idle_connection()
+        answer = asyncio.ensure_future(self._answer(conn, request, marks))
+        if conn is not None and conn.transport is not None:
+            conn.transport.write(request)
+            # cancelled before it ran (the client left at once): the request is out, so close
+            close = conn.close
+            answer.add_done_callback(lambda task: task.cancelled() and close())
+        return answer
+
+    async def _answer(self, conn: _Connection | None, request: bytes,
+                      marks: dict[str, int]) -> WireResponse:
         if conn is not None:
             try:
-                return await self._exchange(conn, start + body)
+                return await self._headers(conn)
             except httpx.RemoteProtocolError:
                 if conn.received:
                     raise  # the upstream answered: not a stale keep-alive connection
         conn = await self._connect(marks)
-        return await self._exchange(conn, start + body)
+        assert conn.transport is not None
+        conn.transport.write(request)
+        return await self._headers(conn)
 
     def release(self, conn: _Connection) -> None:
         """Take back a connection whose response was read to its end."""
@@ -263,9 +280,7 @@ class Pool:
         marks[CONNECT_DONE] = perf_counter_ns()
         return conn
 
-    async def _exchange(self, conn: _Connection, request: bytes) -> WireResponse:
-        assert conn.transport is not None
-        conn.transport.write(request)
+    async def _headers(self, conn: _Connection) -> WireResponse:
         try:
             while not conn.headers_done:
                 if conn.error is not None:
