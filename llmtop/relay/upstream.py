@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter_ns
 from typing import Any, Protocol
 
@@ -38,7 +38,7 @@ class Streamed(Protocol):
 
     status_code: int
 
-    def aiter_bytes(self) -> Any: ...  # AsyncIterator[bytes]
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
     async def aread(self) -> bytes: ...
 

@@ -258,10 +258,13 @@ class Pool:
             self._idle.pop().close()
 
     def _idle_connection(self) -> _Connection | None:
+        """The most recently used idle connection still open, which sent nothing while idle
+        (a stray reply there would be taken for the next request's)."""
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            if not conn.closed and not conn.received:
                 return conn
+            conn.close()
         return None
 
     async def _connect(self, marks: dict[str, int]) -> _Connection:
