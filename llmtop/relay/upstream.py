@@ -6,8 +6,9 @@ call per request.
   call (`/api/tags`, `/models`) through one `httpx.AsyncClient` (`trust_env=False`, so an
   environment proxy can never add a hidden hop). Both keep connections alive between
   requests and send `Accept-Encoding: identity`, so nothing upstream compresses or buffers.
-* Each upstream request is started as a task as soon as the body is validated
-  (`Relay.start`), so it is on its way while the SSE response's headers are written.
+* Each upstream request is started as soon as the body is validated (`Relay.start`): on a
+  pooled wire connection it is written there and then, before the SSE response starts;
+  otherwise (a new connection, httpx) in a task that runs when the handler first yields.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ class Relay:
             self.pool = None
 
     def start(self, job: StreamJob, t0: int) -> UpstreamCall:
-        """Send `job` upstream now, as a task, so the upstream request is on its way while the
-        SSE response's headers are written (both would otherwise sit in each other's path)."""
+        """Send `job` upstream now (see the module docstring), so the upstream request is on
+        its way before the SSE response's headers are written."""
         assert self.client is not None, "the relay app was not started (lifespan)"
         return UpstreamCall(job, t0, self._send_wire if self.pool is not None else self._send)
 
