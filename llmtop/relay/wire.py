@@ -47,7 +47,6 @@ class _Connection(asyncio.Protocol):
         self.read_timeout_s = read_timeout_s
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.reused = False
         self._waiter: asyncio.Future[None] | None = None
         self.reset()
 
@@ -249,7 +248,6 @@ class Pool:
             conn.close()
             return
         conn.reset()
-        conn.reused = True
         self._idle.append(conn)
 
     async def aclose(self) -> None:
