@@ -29,27 +29,41 @@ Routes (all JSON unless said):
   upstream's `/api/tags` (502 with `{"error"}` when it does not answer).
 * `GET /api/relay`: `{"upstream": url, "version": llmtop's version}`.
 
-Design choices, each for the ≤ 1 ms TTFT target or for honesty:
+Design choices, each for the ≤ 1 ms TTFT and ≤ 3 ms CPU-per-request targets or for honesty
+(issue 10; bench/relay_overhead.py measures both):
 * The upstream is fixed by `create_app(upstream_url)`. A request body naming a host
   ("host", "upstream", "url", "base_url") is rejected with 400, never followed.
-* One connection pool for the app's lifetime (lifespan), and the upstream request started
-  as a task as soon as the body is validated (relay/upstream.py).
+* Connection pools for the app's lifetime (lifespan). An Ollama upstream's stream goes
+  through relay/wire.py (asyncio + httptools' C parser) instead of httpx, whose per-chunk
+  path (httpcore, h11, anyio) was the largest cost; on a pooled connection the upstream
+  request is written as soon as the body is validated, before the SSE response starts
+  (relay/upstream.py).
 * Upstream lines parsed with `json.loads`, events written as preformatted bytes, one ASGI
   body message each (relay/stream.py); uvicorn does not buffer, asyncio sets TCP_NODELAY.
+* The SSE response is relay/sse.py's `SSEResponse`, not sse-starlette's
+  EventSourceResponse (a cancel scope per frame, a task group per response) nor Starlette's
+  StreamingResponse (no pings, no send timeout): a frame costs one `send`.
 * Request validation: relay/request.py. Failure wording: llmtop/engines/http.py.
-* No compression on the stream (`EventSourceResponse` refuses it, and no GZip middleware is
-  installed), `Cache-Control: no-cache`, `X-Accel-Buffering: no`.
+* No compression on the stream (no GZip middleware is installed), `Cache-Control:
+  no-cache`, `X-Accel-Buffering: no`.
 * Keep-alive pings: kept, every 15 s, as SSE *comment* lines (`: ping`). A comment has no
   event name and no data, so every spec-conforming parser (EventSource, this page's parser,
   `RelayEngine`) ignores it; it can never be mistaken for a token, and it keeps proxies
   from closing the connection while a cold model loads for tens of seconds.
-* Client gone (closed tab, dropped socket): sse-starlette's disconnect listener cancels the
-  generator at its current await; its `finally` closes the upstream response (shielded,
-  at most 1 s), which closes that upstream connection, so the engine stops generating.
+* Client gone (closed tab, dropped socket): `SSEResponse` sees `http.disconnect` and
+  cancels the generator at its current await; its `finally` closes the upstream response
+  (shielded, at most 1 s), which closes that upstream connection, so the engine stops
+  generating.
 * Upstream timeouts: connect 5 s, read 300 s (a cold 7B load takes tens of seconds; a hung
   upstream must still end the stream with an `error` event, never hang it). A client that
-  stops reading without leaving is cut off after 30 s (sse-starlette's send timeout), which
+  stops reading without leaving is cut off after 30 s (`SSEResponse`'s send timeout), which
   closes the upstream as a disconnect does.
+* Served by `llmtop.commands.serving.QuietServer`: uvicorn with its housekeeping tick once a
+  second instead of ten times, so an idle relay costs 0.3 ms of CPU a second, not 1.35.
+* What remains of the CPU per request is mostly the machine's price for waking a process
+  once per chunk: on a 2-core VM, 21 chunks 10 ms apart cost a bare ASGI app that only sends
+  them (bench/sse_floor.py, printed by bench/relay_overhead.py) about 300 µs each; the
+  relay's own work for the same 21 chunks sent back to back is about 1.7 ms.
 """
 
 from __future__ import annotations
@@ -60,7 +74,6 @@ from pathlib import Path
 from time import perf_counter_ns
 
 import httpx
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
@@ -73,6 +86,7 @@ from llmtop.engines.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, BadRequest
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.relay.request import parse_stream_request
+from llmtop.relay.sse import SSEResponse
 from llmtop.relay.stream import events
 from llmtop.relay.upstream import Relay
 
@@ -83,7 +97,6 @@ except ImportError:  # pragma: no cover
 
 PING_INTERVAL_S = 15
 SEND_TIMEOUT_S = 30.0  # a client that stops reading (without leaving) is cut off after this
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PAGE_PATH = Path(__file__).with_name("page.html")
 PAGE_HEADERS = {
     "Cache-Control": "no-store",
@@ -99,10 +112,6 @@ def choose_default(models: list[str]) -> str | None:
     if BUNDLED_MODEL_NAME in models:
         return BUNDLED_MODEL_NAME
     return models[0] if models else None
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping")
 
 
 # ---------------------------------------------------------------------- routes
@@ -147,13 +156,10 @@ async def stream(request: Request) -> Response:
     except BadRequest as exc:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
     call = relay.start(job, t0)
-    return EventSourceResponse(
+    return SSEResponse(
         events(relay, call),
-        headers=SSE_HEADERS,
-        sep="\n",
-        ping=request.app.state.ping_interval_s,
-        send_timeout=SEND_TIMEOUT_S,
-        ping_message_factory=_ping,
+        ping_interval_s=request.app.state.ping_interval_s,
+        send_timeout_s=SEND_TIMEOUT_S,
         # Runs after the response in every case, also when the stream never started
         # (a client gone before the first byte): the upstream call is never left open.
         background=BackgroundTask(call.close),
@@ -170,7 +176,7 @@ ROUTES = [
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    """Open the relay's connection pool for the app's lifetime."""
+    """Open the relay's connection pools for the app's lifetime."""
     await app.state.relay.open()
     try:
         yield
@@ -191,7 +197,7 @@ def create_app(
     with api "openai" an OpenAI-compatible server, whose SSE chunks become the same frames).
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
-    interval (0 disables it with sse-starlette ≥ 3). guard: the Host, Origin and size rules
+    interval (0 disables it). guard: the Host, Origin and size rules
     (`llmtop.engines.guard`; default: a loopback server's).
     """
     guard = guard or Guard()

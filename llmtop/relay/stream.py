@@ -30,14 +30,14 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.relay.request import dumps
-from llmtop.relay.upstream import Relay, UpstreamCall
+from llmtop.relay.upstream import Relay, Streamed, UpstreamCall
+from llmtop.relay.wire import CONNECT_DONE as _CONNECT_TCP_DONE
+from llmtop.relay.wire import CONNECT_START as _CONNECT_TCP_START
 
 DRAIN_TIMEOUT_S = 0.5  # reading the upstream's body end after its done line
 _TOKEN = b"event: token\ndata: "
 _END = b"\n\n"
 _DROP_FROM_DONE = ("message", "response", "context")
-_CONNECT_TCP_START = "connection.connect_tcp.started"  # httpcore's trace event names
-_CONNECT_TCP_DONE = "connection.connect_tcp.complete"
 
 
 def frame(event: str, data: dict[str, Any]) -> bytes:
@@ -65,7 +65,7 @@ def error_frame(relay: Relay, failure: Failure, t0: int, *, error: str | None = 
     })
 
 
-async def status_frame(relay: Relay, call: UpstreamCall, response: httpx.Response) -> bytes:
+async def status_frame(relay: Relay, call: UpstreamCall, response: Streamed) -> bytes:
     """The `error` frame for an upstream that answered with a status other than 200."""
     body = await response.aread()
     status = response.status_code
@@ -160,7 +160,7 @@ async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
         await call.close()
 
 
-async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Response,
+async def _relay_lines(relay: Relay, call: UpstreamCall, response: Streamed,
                        ) -> AsyncIterator[bytes]:
     """The frames of a 200 upstream stream, ending with its final frame (done, error, or a
     truncation error when the body ends without a done line)."""
@@ -198,13 +198,14 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Respons
 # ---------------------------------------------------------------------- an OpenAI upstream
 
 
-async def _relay_sse(relay: Relay, call: UpstreamCall, response: httpx.Response,
+async def _relay_sse(relay: Relay, call: UpstreamCall, response: Streamed,
                      ) -> AsyncIterator[bytes]:
     """The frames of a 200 OpenAI-compatible stream (SSE parsed by httpx-sse, chunks read
     by `ChunkReader`), ending with its final frame: `done` at `[DONE]` (or at the body's end
     after a finish_reason), with the server's figures mapped onto Ollama's names; else an
     error or truncation frame."""
     reader = ChunkReader()
+    assert isinstance(response, httpx.Response)  # an OpenAI upstream is read through httpx
     sse_events = EventSource(response).aiter_sse()
     async for sse in sse_events:
         t = perf_counter_ns()

@@ -1,10 +1,14 @@
-"""The relay's side towards its upstream: one connection pool, and one call per request.
+"""The relay's side towards its upstream: connection pools for the app's lifetime, and one
+call per request.
 
-* One `httpx.AsyncClient` (one connection pool) for the app's lifetime, so a request reuses a
-  warm keep-alive connection; `trust_env=False` so an environment proxy can never add a
-  hidden hop; `Accept-Encoding: identity` so nothing upstream compresses or buffers.
-* Each upstream request is started as a task as soon as the body is validated
-  (`Relay.start`), so it is on its way while the SSE response's headers are written.
+* An Ollama upstream's streams go through `llmtop.relay.wire.Pool` (asyncio + httptools: the
+  cheapest path per chunk, measured there); an OpenAI upstream's streams and every metadata
+  call (`/api/tags`, `/models`) through one `httpx.AsyncClient` (`trust_env=False`, so an
+  environment proxy can never add a hidden hop). Both keep connections alive between
+  requests and send `Accept-Encoding: identity`, so nothing upstream compresses or buffers.
+* Each upstream request is started as soon as the body is validated (`Relay.start`): on a
+  pooled wire connection it is written there and then, before the SSE response starts;
+  otherwise (a new connection, httpx) in a task that runs when the handler first yields.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -22,23 +27,38 @@ from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Peer
 from llmtop.engines.openai import API_KEY_ENV, api_base
 from llmtop.relay.request import StreamJob
+from llmtop.relay.wire import Pool
 
 CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left
 TAGS_TIMEOUT_S = 5.0  # listing the upstream's models
 
 
+class Streamed(Protocol):
+    """What the relay's stream uses of an upstream response: an httpx.Response (OpenAI
+    upstream) or a `wire.WireResponse` (Ollama upstream)."""
+
+    status_code: int
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
 class UpstreamCall:
     """One request to the upstream, started as a task at once; stamps in perf_counter ns.
 
-    t0: when the relay received the request. marks: httpcore trace stamps of the TCP
-    connect (absent when a pooled connection was reused). first_ns / text_ns: the first
-    chunk, the first chunk with text. t_headers: the upstream's headers arrived. sent: token
-    events written. `close()` is idempotent and shielded (it runs while the request's scope
-    may already be cancelled): it cancels a send still in flight, or closes the response,
-    within CLOSE_TIMEOUT_S.
+    t0: when the relay received the request. send: sends the request (`Relay.start` picks
+    it). marks: stamps of the TCP connect under httpcore's trace names (absent when a pooled
+    connection was reused). first_ns / text_ns: the first chunk, the first chunk with text.
+    t_headers: the upstream's headers arrived. sent: token events written. `close()` is
+    idempotent and shielded (it runs while the request's scope may already be cancelled): it
+    cancels a send still in flight, or closes the response, within CLOSE_TIMEOUT_S.
     """
 
-    def __init__(self, client: httpx.AsyncClient, job: StreamJob, t0: int) -> None:
+    def __init__(self, job: StreamJob, t0: int,
+                 send: Callable[[UpstreamCall], Awaitable[Streamed]]) -> None:
         self.job = job
         self.t0 = t0
         self.marks: dict[str, int] = {}
@@ -46,29 +66,18 @@ class UpstreamCall:
         self.text_ns: int | None = None
         self.t_headers = 0
         self.sent = 0
-        self._response: httpx.Response | None = None
-        request = client.build_request(
-            "POST",
-            job.path,
-            content=job.payload,
-            headers={"Content-Type": "application/json"},
-            extensions={"trace": self._trace},
-        )
+        self._response: Streamed | None = None
         self.t_send = perf_counter_ns()
-        self._task = asyncio.ensure_future(client.send(request, stream=True))
+        self._task = asyncio.ensure_future(send(self))
         self._task.add_done_callback(self._stamp)
 
-    async def _trace(self, name: str, _info: dict[str, Any]) -> None:
-        if name.startswith("connection.connect_tcp"):
-            self.marks[name] = perf_counter_ns()
-
-    def _stamp(self, task: asyncio.Future[httpx.Response]) -> None:
+    def _stamp(self, task: asyncio.Future[Streamed]) -> None:
         self.t_headers = perf_counter_ns()
         if not task.cancelled() and task.exception() is None:
             self._response = task.result()
 
-    async def response(self) -> httpx.Response:
-        """The upstream's response (headers read, body streaming). Raises httpx errors."""
+    async def response(self) -> Streamed:
+        """The upstream's response (headers read, body streaming). Raises httpx's errors."""
         return await self._task
 
     async def close(self) -> None:
@@ -83,7 +92,7 @@ class UpstreamCall:
 
 
 class Relay:
-    """The relay's state: the fixed upstream and the one HTTP client used to reach it.
+    """The relay's state: the fixed upstream and the connection pools used to reach it.
 
     upstream_url: anything `resolve_host` accepts; timeouts in seconds apply upstream.
     api: what the upstream speaks — "ollama" (NDJSON `/api/chat`) or "openai" (SSE
@@ -101,6 +110,7 @@ class Relay:
         self.api = api
         self.upstream = api_base(upstream_url) if api == "openai" else resolve_host(upstream_url)
         self.read_timeout_s = read_timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self.peer = Peer(
             self.upstream,
             "an OpenAI-compatible server" if api == "openai" else "an Ollama-API server",
@@ -110,9 +120,10 @@ class Relay:
         )
         self.timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.client: httpx.AsyncClient | None = None
+        self.pool: Pool | None = None
 
     async def open(self) -> None:
-        """Create the connection pool (app startup)."""
+        """Create the connection pools (app startup)."""
         headers = {"Accept-Encoding": "identity"}
         key = os.environ.get(API_KEY_ENV) if self.api == "openai" else None
         if key:
@@ -123,18 +134,44 @@ class Relay:
             headers=headers,
             trust_env=False,
         )
+        if self.api == "ollama":
+            self.pool = Pool(self.upstream, connect_timeout_s=self.connect_timeout_s,
+                             read_timeout_s=self.read_timeout_s,
+                             headers={**headers, "Content-Type": "application/json"})
 
     async def close(self) -> None:
-        """Close the connection pool (app shutdown)."""
+        """Close the connection pools (app shutdown)."""
         if self.client is not None:
             await self.client.aclose()
             self.client = None
+        if self.pool is not None:
+            await self.pool.aclose()
+            self.pool = None
 
     def start(self, job: StreamJob, t0: int) -> UpstreamCall:
-        """Send `job` upstream now, as a task, so the upstream request is on its way while the
-        SSE response's headers are written (both would otherwise sit in each other's path)."""
+        """Send `job` upstream now (see the module docstring), so the upstream request is on
+        its way before the SSE response's headers are written."""
         assert self.client is not None, "the relay app was not started (lifespan)"
-        return UpstreamCall(self.client, job, t0)
+        return UpstreamCall(job, t0, self._send_wire if self.pool is not None else self._send)
+
+    def _send_wire(self, call: UpstreamCall) -> Awaitable[Streamed]:
+        """The request through the wire pool: on a pooled connection it is written now."""
+        assert self.pool is not None
+        return self.pool.request("POST", call.job.path, call.job.payload, call.marks)
+
+    async def _send(self, call: UpstreamCall) -> Streamed:
+        """The request through httpx (an OpenAI upstream), TCP connect stamped by its trace."""
+        assert self.client is not None
+
+        async def trace(name: str, _info: dict[str, Any]) -> None:
+            if name.startswith("connection.connect_tcp"):
+                call.marks[name] = perf_counter_ns()
+
+        request = self.client.build_request(
+            "POST", call.job.path, content=call.job.payload,
+            headers={"Content-Type": "application/json"}, extensions={"trace": trace},
+        )
+        return await self.client.send(request, stream=True)
 
     async def model_names(self) -> list[str]:
         """The upstream's installed models (`/api/tags`), [] when it does not answer."""
