@@ -119,7 +119,7 @@ def test_a_cgroup_quota_halfway_is_the_machine_itself(fresh_engine, cgroup, tmp_
     size = report["sizes"][0]
     statuses = [(r["phase"], r["status"], r["reason"]) for r in size["requests"]]
     assert size["n_ok"] >= 10, statuses  # the drift rule needs 10 ok requests
-    canary = [size["drift"][k] for k in ("canary_cpu_ms", "canary_mem_ms")]
+    canary = [size["drift"][k] for k in ("canary_cpu_ms", "canary_mem_ms", "canary_simd_ms")]
     assert any(d["worse"] and d["change_pct"] > 5 for d in canary), canary  # the canary saw it
     throttled = size["drift"]["throttled_ms"]
     assert throttled["last_median"] > throttled["first_median"], throttled
