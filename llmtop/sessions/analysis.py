@@ -28,10 +28,12 @@ from llmtop.sessions.attribution import (
 from llmtop.sessions.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
 from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
 from llmtop.sessions.stats import (
+    DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
     DRIFT_THRESHOLD_PCT,
     Drift,
     Summary,
+    better_p_value,
     drift,
     percentile,
     summarize,
@@ -421,13 +423,23 @@ def engine_slowdown(size: SizeAnalysis) -> EngineSlowdown | None:
 def machine_evidence(size: SizeAnalysis) -> MachineEvidence:
     """Each canary part's drift and the readings' first-5 → last-5 medians of a size."""
     canary = tuple(
-        CanaryPart(label.removeprefix("canary: "), d.change_pct, d.worse)
+        CanaryPart(label.removeprefix("canary: "), d.change_pct, d.worse, _differ(size, k, d))
         for k, label, *_ in CANARY_METRICS if (d := size.drifts[k]).change_pct is not None
     )
     readings = {k: (size.drifts[k].first_median, size.drifts[k].last_median) for k, *_ in READINGS}
     recs = [r.record for r in size.ok]
     new_reasons = gpu_reasons(recs[-5:]) - gpu_reasons(recs[:5])
     return MachineEvidence(canary, readings, tuple(sorted(new_reasons)), size.threshold_pct)
+
+
+def _differ(size: SizeAnalysis, key: str, d: Drift) -> bool:
+    """A canary series' first and last 5 really differ in the direction it moved (one-sided
+    rank test at DRIFT_ALPHA): slower, drift computed that p; faster, its mirror (a canary
+    part is a time: lower is better)."""
+    if d.change_pct is None or d.change_pct == 0:
+        return False
+    p = d.p_value if d.change_pct > 0 else better_p_value(size.series[key], higher_is_better=False)
+    return p is not None and p < DRIFT_ALPHA
 
 
 def cause_of(size: SizeAnalysis, attribution: Attribution) -> Cause | None:

@@ -37,7 +37,8 @@ correlates (the app is kept as evidence); else an application when the rule abov
 drifted by the drift rule (slower, beyond the threshold, the first and last 5 really
 different); else **unexplained**: the canary did not count as slower while the engine slowed,
 so look at the engine. Its sentence says what the canary did (`canary_said`): held steady
-(every part within ± the threshold), ran faster, or moved but within its own spread. A
+(every part within ± the threshold), ran faster (beyond it, the first and last 5 really
+different), or moved but within its own spread (beyond it, the groups overlapping). A
 canary slowdown under a third of the engine's is said to explain a part only (a one-thread
 canary cannot slow as much as a many-thread engine under the same limit).
 """
@@ -335,12 +336,14 @@ class EngineSlowdown:
 @dataclass(frozen=True, slots=True)
 class CanaryPart:
     """One canary part over the run: its label ("CPU loop"), the change of its last-5 median
-    over its first-5 median, % of time (+: slower), and whether the drift rule counted that
-    change as a slowdown (beyond the threshold and the two groups really different)."""
+    over its first-5 median, % of time (+: slower); counted: the drift rule counted that
+    change as a slowdown; significant: the first and last 5 really differ in the change's
+    direction (the one-sided rank test, p < stats.DRIFT_ALPHA)."""
 
     label: str
     change_pct: float
     counted: bool = False
+    significant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,15 +437,18 @@ def name_cause(
 
 def canary_said(machine: MachineEvidence) -> str:
     """What a canary that did not count as slower says, from its parts' changes against the
-    run's threshold t: a part slower by over t moved, but within its own spread (the rank
-    test did not count it); else a part faster by over t means the machine did not slow;
-    else every part stayed within ± t and the machine held steady. Needs machine.canary."""
+    run's threshold t: every part within ± t → the machine held steady; a part beyond ± t
+    whose first and last 5 do not really differ → it moved, but within its own spread (the
+    largest such change named); else the parts beyond ± t all got faster for sure → the
+    machine did not slow. Needs machine.canary."""
     t = machine.threshold_pct
     parts = ", ".join(f"{p.label} {p.change_pct:+.0f} %" for p in machine.canary)
-    slower = max(machine.canary, key=lambda p: p.change_pct)
-    if slower.change_pct > t:
-        return (f"the canary moved ({slower.label} {slower.change_pct:+.0f} %) but within its "
-                "own spread, so it cannot say the machine slowed,")
-    if any(p.change_pct < -t for p in machine.canary):
-        return f"the canary ran faster ({parts}), so the machine did not slow,"
-    return f"the machine held steady (canary: {parts})"
+    beyond = [p for p in machine.canary if abs(p.change_pct) > t]
+    if not beyond:
+        return f"the machine held steady (canary: {parts})"
+    noisy = [p for p in beyond if not p.significant]
+    if noisy:
+        top = max(noisy, key=lambda p: abs(p.change_pct))
+        return (f"the canary moved ({top.label} {top.change_pct:+.0f} %) but within its own "
+                "spread, so it cannot say the machine slowed,")
+    return f"the canary ran faster ({parts}), so the machine did not slow,"

@@ -164,6 +164,16 @@ def test_a_large_canary_change_that_did_not_count_is_never_steady():
     assert "held steady" not in summary
 
 
+def test_a_faster_canary_within_its_spread_is_not_called_faster():
+    # memory stride medians 5.0 → 4.7 (−6 %) but the first and last 5 overlap (4.6 and 4.7 in
+    # both: the rank test for "faster" gives p ≥ 0.05); CPU loop 3.0 → 3.03 (+1 %)
+    mem = [5.0, 4.6, 5.1, 4.7, 5.0] + [4.9] * 10 + [4.7, 5.0, 4.6, 4.7, 5.05]
+    assert unexplained(wobbled(3.0, 3.03), mem) == (
+        "the canary moved (memory stride -6 %) but within its own spread, so it cannot say the "
+        "machine slowed, while " + SLOWED
+    )
+
+
 def test_a_faster_canary_says_the_machine_did_not_slow():
     # CPU loop 3.0 → 2.4 (−20 %, the groups apart), memory stride 5.0 → 5.1 (+2 %): the
     # machine did not slow although one part is within the threshold
