@@ -14,20 +14,21 @@ Three parts, each timed with `time.perf_counter_ns()`:
   than common last-level caches);
 * simd: `SIMD_MATMULS` float32 `SIMD_N` × `SIMD_N` matrix products on each of `threads`
   threads at once (numpy/BLAS, one BLAS thread per caller), timed until the last thread ends
-  (~2 ms). A many-thread engine waits for its slowest thread at every step, so it slows when
-  any one of its cores is taken; a one-thread part runs on whichever core is free and does
-  not see that. BLAS's own worker threads are not used: they keep spinning for tens of ms
-  after a call (OpenBLAS), which would take CPU from the request that follows.
+  (2–5 ms on 2 vCPUs). A many-thread engine waits for its slowest thread at every step, so it
+  slows when any one of its cores is taken; a one-thread part runs on whichever core is free.
+  BLAS's own worker threads are not used: they keep spinning for tens of ms after a call
+  (OpenBLAS), which would take CPU from the request that follows.
 Each part runs `repeats` times and keeps its median time: one run disturbed by a momentary
 interruption does not move it, while a lasting slowdown (a lower clock, a neighbour, a CPU
 quota) slows most runs and does. The fastest run would hide a quota: the kernel accounts CPU
 time per scheduler tick (often 4 ms), so a 3 ms run sometimes slips through a period's quota
 unthrottled (seen in tests/integration/test_bench_machine_slows.py).
 
-What no part can see: a neighbour inside the same machine that hogs one core. The scheduler
-gives a thread that wakes after sleeping the core before a long-running hog, so a few-ms part
-runs at full speed while the engine, busy for seconds, gets its fair share only (see
-docs/method.md). Those neighbours are named by attribution, from the probes' CPU per app.
+How well each part tracks the engine was measured with bench/canary_tracks.py (per-request
+rank correlations, docs/method.md "The machine-speed canary"): weakly, the simd part best
+under the neighbours the machine really had. A short canary that wakes from sleep gets a core
+ahead of a long-running neighbour inside the machine, so it can miss one that costs the
+engine its fair share of a core; such neighbours are named by attribution instead.
 
 `CanaryCache` keeps the last bench's canary figures so `llmtop preflight` can say "this
 machine is 15 % slower than at your last bench".
@@ -49,14 +50,14 @@ from typing import Any
 import numpy as np
 import platformdirs
 import psutil
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 # ~9 ms on a 2.6 GHz EPYC core (CPython 3.11): over two 4 ms scheduler ticks, so a CPU quota
 # (accounted per tick) cannot let a whole run slip through unthrottled.
 CPU_LOOP_ITERATIONS = 120_000
 MEM_BUFFER_BYTES = 64 << 20  # over a 32 MiB L3: the reads go to memory
 CACHE_LINE = 64
-# float32 256 x 256 products, 6 per thread: ~2 ms on a 2.6 GHz EPYC core (AVX2), 0.8 MB of
+# float32 256 x 256 products, 6 per thread: 2-5 ms on 2 vCPUs of a 2.6 GHz EPYC (AVX2), 0.8 MB of
 # operands per thread (cache-resident: the part measures the cores, not memory).
 SIMD_N = 256
 SIMD_MATMULS = 6
@@ -108,6 +109,7 @@ class _SimdPart:
              rng.standard_normal(shape, dtype=np.float32), np.empty(shape, np.float32))
             for _ in range(threads)
         ]
+        self._blas = ThreadpoolController()  # finds the BLAS libraries once (~0.3 ms)
 
     def _work(self, i: int, start: threading.Barrier, ends: list[int]) -> None:
         a, b, out = self._operands[i]
@@ -123,7 +125,7 @@ class _SimdPart:
                    for i in range(n)]
         for w in workers:
             w.start()
-        with threadpool_limits(limits=1, user_api="blas"):  # one BLAS thread per caller
+        with self._blas.limit(limits=1, user_api="blas"):  # one BLAS thread per caller
             start.wait()  # every worker is ready: the clock starts with all of them
             t0 = time.perf_counter_ns()
             for w in workers:
@@ -131,7 +133,9 @@ class _SimdPart:
         return (max(ends) - t0) / 1e6
 
 
-def _cpu_loop(iterations: int) -> int:
+def cpu_loop(iterations: int) -> int:
+    """The CPU part's work: `iterations` steps of an integer recurrence in pure Python (one
+    thread, bound by the core's clock). Returns the last value (so nothing is optimised out)."""
     x = 1
     for _ in range(iterations):
         x = (x * 1103515245 + 12345) & 0xFFFFFFFF  # the C standard's example LCG
@@ -168,7 +172,7 @@ class Canary:
         cpu, mem, simd = [], [], []
         for _ in range(self.repeats):
             t0 = time.perf_counter_ns()
-            _cpu_loop(CPU_LOOP_ITERATIONS)
+            cpu_loop(CPU_LOOP_ITERATIONS)
             t1 = time.perf_counter_ns()
             _ = buffer[::CACHE_LINE]
             t2 = time.perf_counter_ns()

@@ -118,8 +118,9 @@ def test_engine_and_canary_both_slower_is_the_machine_itself():
     assert report.analysis.verdict == "contaminated"
 
 
-SLOWED = "the engine's decode (server) ran 14 % slower: look at the engine — its cache, its GPU, " \
-    "its own state"  # decode 22.0 → 19.36: 22.0 / 19.36 − 1 = 13.6 % slower
+# decode 22.0 → 19.36: 22.0 / 19.36 − 1 = 13.6 % slower
+SLOWED = ("the engine's decode (server) ran 14 % slower: look at the engine — its cache, its "
+          "GPU, its own state")
 
 
 def unexplained(cpu: list[float], mem: list[float] | None = None) -> str:
