@@ -57,8 +57,8 @@ from threadpoolctl import ThreadpoolController
 CPU_LOOP_ITERATIONS = 120_000
 MEM_BUFFER_BYTES = 64 << 20  # over a 32 MiB L3: the reads go to memory
 CACHE_LINE = 64
-# float32 256 x 256 products, 6 per thread: 2-5 ms on 2 vCPUs of a 2.6 GHz EPYC (AVX2), 0.8 MB of
-# operands per thread (cache-resident: the part measures the cores, not memory).
+# float32 256 x 256 products, 6 per thread: 2-5 ms on 2 vCPUs of a 2.6 GHz EPYC (AVX2), 0.8 MB
+# of operands per thread (cache-resident: the part measures the cores, not memory).
 SIMD_N = 256
 SIMD_MATMULS = 6
 REPEATS = 3
