@@ -40,7 +40,8 @@ so look at the engine. Its sentence says what the canary did (`canary_said`): he
 (every part within ± the threshold), ran faster (beyond it, the first and last 5 really
 different), or moved but within its own spread (beyond it, the groups overlapping). A
 canary slowdown under a third of the engine's is said to explain a part only (a one-thread
-canary cannot slow as much as a many-thread engine under the same limit).
+canary cannot slow as much as a many-thread engine under the same limit), unless a reading
+moved: that reading measures the machine taking the engine's time itself.
 """
 
 from __future__ import annotations
@@ -424,7 +425,11 @@ def name_cause(
         ran = (f"the machine ran {slowed_part.change_pct:.0f} % slower in the second half "
                f"(canary: {slowed_part.label})" if slowed_part else "the machine slowed")
         summary = f"{ran}; no program explains it — {which}"
-        if slowed_part is not None and slowed_part.change_pct < PARTLY * engine.slower_pct:
+        # A reading that moved measures the machine taking the engine's time directly; the
+        # canary's smaller slowdown is then no sign of a second cause (a quota slows a
+        # many-thread engine far more than a few-ms canary).
+        partly = slowed_part is not None and slowed_part.change_pct < PARTLY * engine.slower_pct
+        if partly and not moved:
             summary += f"; that is a part of the engine's slowdown only: {LOOK_AT_ENGINE}"
         also = f"also busier: {attribution.evidence}" if app else NOTHING_STANDS_OUT
         return Cause(CauseKind.MACHINE, summary, (slowed, also))
