@@ -124,7 +124,8 @@ def test_engine_and_canary_both_slower_is_the_machine_itself():
 
 # decode 22.0 → 19.36: 22.0 / 19.36 − 1 = 13.6 % slower
 SLOWED = ("the engine's decode (server) ran 14 % slower: look at the engine — its cache, its "
-          "GPU, its own state")
+          "GPU, its own state; on a virtual machine, also its host: other tenants can slow the "
+          "engine without any reading inside the VM moving")
 
 
 def unexplained(cpu: list[float], mem: list[float] | None = None) -> str:
