@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import socket
 import sys
+import time
 from typing import Any, ClassVar
 
 from textual import work
@@ -34,6 +36,7 @@ from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import Worker
 
@@ -53,7 +56,7 @@ from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.load_screen import LoadScreen
-from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.noise import NoiseTracker
 from llmtop.tui.plots_screen import PlotsScreen
 from llmtop.tui.session_state import SessionState
@@ -71,11 +74,13 @@ from llmtop.tui.widgets.token_pane import TokenPane
 # Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): each
 # frame costs Textual several ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of
 # a core; at 5 Hz and 2 Hz ~9 %, and text still reads as a stream.
-RENDER_HZ = 10  # the render timer: nothing is drawn more often than this
-TEXT_EVERY = 2  # streamed text: every 2nd tick (5 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 5  # live numbers, sparklines, history: every 5th tick (2 Hz), readable
-STREAM_PROBE_FACTOR = 0.5  # probe interval × this while a request streams (1 s → 0.5 s)
-PANEL_EVERY = RENDER_HZ  # the probe panel: at most every 10th tick (1 Hz), however fast the
+RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
+TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
+NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
+# a multiple of TEXT_EVERY, so numbers and text share a frame
+STREAM_PROBE_INTERVAL_S = 0.5  # probe samples while a request streams (the NOISY marks come
+# from these); idle, every `settings.probe_interval_s` (2 s), when faster
+PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
 # probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 SHUTDOWN_WAIT_S = 5.0
 
@@ -119,9 +124,17 @@ class LlmtopApp(App[int]):
         self._probe_dirty = False
         self.noise = NoiseTracker()
         self._frame = 0  # render timer ticks
-        self._panel_frame = -PANEL_EVERY  # the tick the probe panel was last drawn
+        self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
+        self._render_timer: Timer | None = None  # paused while there is nothing to draw
+        self._paused = False
         self._closed = False
         self.exit_code = ExitCode.OK
+        # Once connected, move every object made so far (Textual, the widgets, the engine's
+        # client: ~110k) out of the garbage collector's reach: a full collection then scans
+        # only what came later (86 ms of CPU per full collection while streaming, ~0 after;
+        # bench/tui_cost.py). The terminal app sets it (`main`); tests, which build many apps
+        # in one process, do not.
+        self.freeze_gc_when_ready = False
 
     # ------------------------------------------------------------------ layout
 
@@ -149,7 +162,7 @@ class LlmtopApp(App[int]):
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, forever
         prompt.focus()
         self.query_one(RequestHistory).display = False  # F2 shows it
-        self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
+        self._render_timer = self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
         if self.settings.probes:
             self.sampler = make_sampler(
                 self.settings.agent,
@@ -207,6 +220,8 @@ class LlmtopApp(App[int]):
             return
         header.show_log(str(self.recorder.log.path))
         self.query_one(TokenPane).show_message("ready — type a prompt below and press Enter.")
+        if self.freeze_gc_when_ready:
+            gc.freeze()  # see `freeze_gc_when_ready`
         if self._pending is not None:
             prompt, self._pending = self._pending, None
             self.send(prompt)
@@ -251,6 +266,7 @@ class LlmtopApp(App[int]):
             collector = recorder.new_request(prompt)
             live = self.live = LiveRequest(collector)
             self.viewing = None
+            self._wake()  # the timer ticks until the request ended and was drawn
             self._set_probe_interval(streaming=True)
             try:
                 result = await run_request(lambda: recorder.stream(prompt), collector, live.add)
@@ -267,6 +283,7 @@ class LlmtopApp(App[int]):
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
         self.session.add(live)
+        self._wake()
         assert self.recorder is not None
         self.recorder.record(result)
         incomplete = self.recorder.log.incomplete
@@ -277,8 +294,8 @@ class LlmtopApp(App[int]):
 
     def _set_probe_interval(self, streaming: bool) -> None:
         if self.sampler is not None:
-            factor = STREAM_PROBE_FACTOR if streaming else 1.0
-            self.sampler.set_interval(self.settings.probe_interval_s * factor)
+            idle = self.settings.probe_interval_s
+            self.sampler.set_interval(min(idle, STREAM_PROBE_INTERVAL_S) if streaming else idle)
 
     @property
     def streaming(self) -> bool:
@@ -302,7 +319,12 @@ class LlmtopApp(App[int]):
         if recorder is not None:
             with contextlib.suppress(LogError):
                 recorder.record_probe_state(state, detail)
+        with contextlib.suppress(RuntimeError):  # the loop may be closing
+            self.post_message(ProbeStateChanged())
+
+    def on_probe_state_changed(self, _: ProbeStateChanged) -> None:
         self._probe_dirty = True  # the next frame redraws the title with the machine's name
+        self._wake()
 
     def _label_probes(self) -> None:
         """Name the machine the probe panel shows (`probe_label`)."""
@@ -324,6 +346,7 @@ class LlmtopApp(App[int]):
     def on_probe_sampled(self, message: ProbeSampled) -> None:
         self._probe_sample = message.sample
         self._probe_dirty = True
+        self._wake()
         live = self.live
         if not self.noise.add(message.sample):
             return
@@ -354,31 +377,62 @@ class LlmtopApp(App[int]):
     def _render_widgets(self) -> None:
         self._frame += 1
         live = self.shown
-        urgent = False
+        urgent = live is not None and live.urgent  # first chunk or the end: draw now
         if live is not None:
-            urgent = live.urgent  # first chunk or the end: draw now
-            if live.dirty and (urgent or self._frame % TEXT_EVERY == 0):
-                live.dirty = False
-                self.query_one(TokenPane).show_live(live)
-            if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
-                live.numbers_dirty = live.urgent = False
-                self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
+            self._render_live(live, urgent)
         on_main = self.screen is self.default_screen  # not under help or the bench screen
-        if on_main and (urgent or self._frame % NUMBERS_EVERY == 0):
+        settled = on_main and not self.streaming and not (live and live.dirty)
+        if on_main and (urgent or settled or self._frame % NUMBERS_EVERY == 0):
             self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
             history = self.query_one(RequestHistory)
             if history.display:
                 history.sync(self.session)
-        if (
-            self._probe_dirty
-            and self._probe_sample is not None
-            and self.bench_screen is None
-            and self._frame - self._panel_frame >= PANEL_EVERY
-        ):
-            self._probe_dirty = False
-            self._panel_frame = self._frame
-            self._label_probes()
-            self.query_one(ProbePanel).show(self._probe_sample)
+        self._render_probes(aligned=not self.streaming or self._frame % TEXT_EVERY == 0)
+        if settled and not (live and live.numbers_dirty) and not self._probe_pending:
+            assert self._render_timer is not None
+            self._render_timer.pause()
+            self._paused = True  # nothing left to draw: no ticks until `_wake`
+
+    def _render_live(self, live: LiveRequest, urgent: bool) -> None:
+        """The request on screen: its text every TEXT_EVERY-th tick, its numbers every
+        NUMBERS_EVERY-th (both on the same ticks: one frame), either at once when urgent."""
+        if live.dirty and (urgent or self._frame % TEXT_EVERY == 0):
+            live.dirty = False
+            self.query_one(TokenPane).show_live(live)
+        if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
+            live.numbers_dirty = live.urgent = False
+            self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
+
+    @property
+    def _probe_pending(self) -> bool:
+        """A probe sample (or a new panel title) waits to be drawn on the main screen."""
+        return self._probe_dirty and self._probe_sample is not None and self.bench_screen is None
+
+    def _render_probes(self, aligned: bool) -> None:
+        """The probe panel, at most every PANEL_MIN_NS; while a request streams only on a
+        text tick (`aligned`), so that the panel shares the text's frame."""
+        if not (self._probe_pending and aligned):
+            return
+        now = time.monotonic_ns()
+        if now - self._panel_ns < PANEL_MIN_NS:
+            return
+        assert self._probe_sample is not None
+        self._probe_dirty = False
+        self._panel_ns = now
+        self._label_probes()
+        self.query_one(ProbePanel).show(self._probe_sample)
+
+    @property
+    def render_paused(self) -> bool:
+        """True while the render timer is paused: idle, with everything drawn."""
+        return self._paused
+
+    def _wake(self) -> None:
+        """Something changed that the render timer draws: resume it (a paused timer ticks at
+        once). Idle, with nothing to draw, the timer is paused: no ticks, no CPU."""
+        if self._render_timer is not None and self._paused:
+            self._paused = False
+            self._render_timer.resume()
 
     # ------------------------------------------------------------------ keys
 
@@ -407,6 +461,7 @@ class LlmtopApp(App[int]):
         picked = self.session.requests[message.number - 1]
         self.viewing = None if picked is self.live else picked
         picked.dirty = picked.numbers_dirty = picked.urgent = True
+        self._wake()
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""
@@ -479,6 +534,7 @@ class LlmtopApp(App[int]):
         self._session_record({"type": "bench", "phase": "end", "log": log_path, "outcome": how})
         self._set_probe_interval(streaming=False)
         self._probe_dirty = True  # the main panel was not drawn meanwhile
+        self._wake()
 
     def _session_record(self, record: dict[str, Any]) -> None:
         if self.recorder is not None:
@@ -554,6 +610,7 @@ def main(settings: TuiSettings) -> int:
               "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
         return int(ExitCode.USAGE)
     app = make_app(settings)
+    app.freeze_gc_when_ready = True
     received: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:

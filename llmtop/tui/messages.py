@@ -21,3 +21,8 @@ class ProbeSampled(Message):
     def can_replace(self, message: Message) -> bool:
         """True for an older, unprocessed ProbeSampled."""
         return isinstance(message, ProbeSampled)
+
+
+class ProbeStateChanged(Message):
+    """The agent sampler's connection state changed (posted from its reader thread): the
+    probe panel's title is redrawn."""

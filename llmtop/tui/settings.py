@@ -7,7 +7,11 @@ from typing import Any
 
 from llmtop.sessions.bench import BenchConfig
 
-DEFAULT_PROBE_INTERVAL_S = 1.0
+# Idle, a probe sample every 2 s: a sample costs ~5 ms of CPU (+ ~20 ms for the engine's pids
+# every 5 s), the panel's redraw ~4 ms more, against an idle budget of 1 % of a core
+# (bench/tui_cost.py). A request is sampled every 0.5 s from its start (app.py), so the NOISY
+# marks are as fine as before; the idle panel averages CPU over 2 s instead of 1 s.
+DEFAULT_PROBE_INTERVAL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,8 @@ class TuiSettings:
     via / relay_url: "direct", or "relay" to stream through llmtop's SSE relay (`--relay URL`).
     options: the Ollama `options` sent with every request (temperature, seed, num_predict…).
     log_path: the session log (JSONL); None = a new file in the user data directory.
-    probe_interval_s: seconds between probe samples while idle; halved while a request streams.
+    probe_interval_s: seconds between probe samples while idle; while a request streams, every
+    0.5 s (`app.STREAM_PROBE_INTERVAL_S`) or this when faster.
     probes: False runs no probe sampler (tests post samples themselves).
     agent: `llmtop agent` to take the probe samples from (`--probes URL`); None = this machine.
     bench_*: the bench screen's (Ctrl+B) form defaults — measured requests per prompt size,

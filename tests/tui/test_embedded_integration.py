@@ -53,7 +53,7 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
         await wait_for(
             pilot, lambda: app.query_one(ProbePanel).sample is not None, 10, "a probe sample"
         )
-        assert "llmtop itself:" in shown(app, "#apps")
+        assert "llmtop itself:" in app.query_one(ProbePanel).texts["apps"].plain
         # the session's TTFT sparkline: one bar per request, the first request's TTFT
         ttfts = app.query_one("#session-ttft", Sparkline)
         await wait_for(pilot, lambda: len(ttfts.data or ()) == 1, 10, "one TTFT bar")

@@ -1,7 +1,25 @@
-"""llmtop names itself when it costs more than its budget, as it would any noisy program."""
+"""llmtop names itself when it costs more than its budget, as it would any noisy program; and
+it spends nothing on drawing while idle."""
+
+from pathlib import Path
+from typing import Any
 
 from llmtop.probes.processes import ProcessSample
+from llmtop.probes.verdict import Verdict
+from llmtop.tui.app import make_app
+from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import SELF_BUDGET_PERCENT, apps_text
+from llmtop.tui.widgets.probe_panel import ProbePanel
+
+from .fakes import (
+    browser_busy,
+    busy_apps,
+    fake_connection,
+    machine_sample,
+    type_text,
+    wait_for,
+)
 
 
 def sample(self_cpu: float | None) -> ProcessSample:
@@ -21,3 +39,88 @@ def test_over_budget_says_so() -> None:
 
 def test_unknown_own_cpu_is_not_over_budget() -> None:
     assert "budget" not in apps_text(sample(None)).plain
+
+
+async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> None:
+    """Idle with everything drawn, the render timer is paused: no tick at all (each would cost
+    CPU for nothing); a probe sample resumes it, is drawn, and the timer pauses again."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready and app.render_paused, what="idle")
+        ticks: list[int] = []
+        render = app._render_widgets
+
+        def counting() -> None:
+            ticks.append(1)
+            render()
+
+        app._render_widgets = counting  # type: ignore[method-assign]
+        await pilot.pause(0.5)  # 5 ticks at RENDER_HZ if the timer ran
+        assert ticks == []
+        sample = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
+        app.post_message(ProbeSampled(sample))
+        panel = app.query_one(ProbePanel)
+        await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
+        woken = len(ticks)
+        assert woken >= 1
+        assert app.render_paused  # again, once the sample was drawn
+        await pilot.pause(0.5)
+        assert len(ticks) == woken
+
+
+class IntervalLog:
+    """Stands in for the sampler: records the intervals the app asks for."""
+
+    def __init__(self) -> None:
+        self.intervals: list[float] = []
+
+    def set_interval(self, interval_s: float) -> None:
+        self.intervals.append(interval_s)
+
+    def stop(self) -> None:
+        """The app stops its sampler when it closes."""
+
+
+async def test_probes_every_2_s_idle_and_every_half_second_during_a_request(
+    tmp_path: Path,
+) -> None:
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    assert settings.probe_interval_s == 2.0
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        log = IntervalLog()
+        app.sampler = log  # type: ignore[assignment]
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        app.send("hello")
+        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="the request")
+        assert log.intervals == [0.5, 2.0]  # from its start, back to idle at its end
+
+
+async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path) -> None:
+    """A layout re-arranges the whole screen (~12 ms of CPU on 2 cores). Typing a prompt and
+    streaming an answer that fits in the pane asks for none; the only one left is the session
+    row's, whose TTFT sparkline grows a cell per request."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="request 1")
+        await wait_for(pilot, lambda: app.render_paused, what="request 1 drawn")
+        screen = app.screen
+        laid_out: list[str] = []
+        refresh_layout = screen._refresh_layout
+
+        def counting(*args: Any, **kwargs: Any) -> None:
+            laid_out.extend(str(w.id) for w in screen._layout_widgets)
+            refresh_layout(*args, **kwargs)
+
+        screen._refresh_layout = counting  # type: ignore[method-assign]
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.requests) == 2, what="request 2")
+        await wait_for(pilot, lambda: app.render_paused, what="request 2 drawn")
+        assert set(laid_out) == {"session-row"}, laid_out  # was also the prompt (each key),
+        # the metrics rows and the token pane (new text, trimmed text): 8 layouts in all

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from textual.message import Message
 
@@ -17,7 +18,7 @@ from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import apps_text
 from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
 from llmtop.tui.widgets.system_view import system_text
-from llmtop.tui.widgets.verdict_badge import VerdictBadge, verdict_text
+from llmtop.tui.widgets.verdict_badge import verdict_text
 
 from .fakes import (
     BROWSER_BUSY,
@@ -27,7 +28,6 @@ from .fakes import (
     busy_apps,
     fake_connection,
     machine_sample,
-    shown,
     system_sample,
     wait_for,
 )
@@ -101,9 +101,8 @@ async def test_samples_coalesce_and_the_latest_is_drawn(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: panel.sample is samples[-1], what="the newest drawn")
         assert [m.sample for m in seen] == [samples[-1]]
         assert app.latest_probe is samples[-1]
-        assert panel.query_one(VerdictBadge).verdict == busy
-        assert shown(panel, "#verdict") == verdict_text(busy).plain
-        assert shown(panel, "#apps") == apps_text(samples[-1].processes, 2.5).plain
+        assert panel.texts["verdict"].plain == verdict_text(busy).plain
+        assert panel.texts["apps"].plain == apps_text(samples[-1].processes, 2.5).plain
 
 
 def test_system_text_many_cores_and_gpu() -> None:
@@ -137,18 +136,40 @@ def test_system_text_many_cores_and_gpu() -> None:
     assert len(rows[0]) == 4 + 32 and len(rows[1]) == 4 + 8
 
 
-async def test_an_equal_verdict_draws_nothing(tmp_path: Path) -> None:
+async def test_only_changed_lines_are_repainted(tmp_path: Path) -> None:
+    """An equal sample (another object) repaints nothing; one whose machine CPU changed
+    repaints only the CPU line; the panel never asks for a screen layout."""
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
-    async with app.run_test(size=(140, 40)):
-        badge = app.query_one(VerdictBadge)
-        assert str(badge.content) == "probes starting…" and badge.verdict is None
-        badge.verdict = Verdict.of([browser_busy()])
-        drawn = badge.content
-        badge.verdict = Verdict.of([browser_busy()])  # equal, another object: no repaint
-        assert badge.content is drawn
-        badge.verdict = Verdict.of([])
-        assert str(badge.content) == " QUIET "
+    async with app.run_test(size=(140, 40)) as pilot:
+        panel = app.query_one(ProbePanel)
+        assert panel.texts["verdict"].plain == "probes starting…"
+        busy = Verdict.of([browser_busy()])
+        panel.show(machine_sample(1, 40.0, busy_apps(), busy, 3.2))
+        await pilot.pause()
+        repainted: list[tuple[int, int]] = []
+        layouts: list[bool] = []
+        refresh_lines, refresh = panel.refresh_lines, panel.refresh
+
+        def counting_lines(y_start: int, line_count: int = 1) -> None:
+            repainted.append((y_start, line_count))
+            refresh_lines(y_start, line_count)
+
+        def counting(*regions: Any, **kw: Any) -> Any:
+            layouts.append(bool(kw.get("layout")))
+            return refresh(*regions, **kw)
+
+        panel.refresh_lines = counting_lines  # type: ignore[method-assign]
+        panel.refresh = counting  # type: ignore[method-assign]
+        panel.show(machine_sample(2, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2))
+        assert repainted == []
+        panel.show(machine_sample(3, 50.0, busy_apps(), busy, 3.2))
+        # 42 columns inside the panel (46 − border − padding): the NOISY badge, its finding
+        # "• Chromium (14 processes) is using 38 % CPU" (44 cells: 2 lines), the remedy, a
+        # blank line; then the CPU line, 6th (index 5)
+        assert repainted == [(5, 1)]
+        assert not any(layouts)
+        assert panel.texts["system"].plain.startswith("CPU      50.0 % ")
 
 
 async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None:
@@ -167,7 +188,7 @@ async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None
         app.post_message(ProbeSampled(gave_up))
         await wait_for(pilot, lambda: panel.sample is gave_up, what="stale sample drawn")
         await pilot.pause(0.1)
-        text = shown(panel, "#apps")
+        text = panel.texts["apps"].plain
         assert "stale: process data from 2.5 s ago" in text
         assert "slack" in text and "process probe failed" not in text
         drawn_ns = panel._shown_ns

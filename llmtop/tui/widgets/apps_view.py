@@ -7,7 +7,6 @@ from rich.text import Text
 from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import ProcessSample
 from llmtop.tui import fmt
-from llmtop.tui.widgets.quiet_static import QuietStatic
 
 TOP_N = 5
 BROWSER_MARK = "🌐"
@@ -58,16 +57,3 @@ def apps_text(
     if cost_ms is not None:
         text.append(f"\nprobe cost {cost_ms:.1f} ms CPU per sample", style="dim")
     return text
-
-
-class AppsView(QuietStatic):
-    """Shows `apps_text` of the latest probe sample."""
-
-    def show(
-        self,
-        processes: ProcessSample | None,
-        cost_ms: float | None = None,
-        stale_s: float | None = None,
-    ) -> None:
-        """Render one sample's process part (`stale_s`: see `apps_text`)."""
-        self.set_text(apps_text(processes, cost_ms, stale_s))

@@ -23,9 +23,9 @@ from llmtop.sessions.request import RequestResult
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import GapsView, gaps_view
+from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.token_pane import failure_text
 
-_FIXED = frozenset({"ttft", "count", "decode"})
 _HIDE_EMPTY = frozenset({"failure", "noise"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
@@ -130,10 +130,10 @@ class MetricsStrip(Vertical):
             yield Static("decode —", id="decode")
         yield Static("chunk gaps ms", id="itl-label")
         yield Sparkline([], id="itl")
-        yield Static("", id="client")
-        yield Static("", id="server")
-        yield Static("", id="failure")
-        yield Static("", id="noise")
+        yield QuietStatic("", id="client")
+        yield QuietStatic("", id="server")
+        yield QuietStatic("", id="failure")
+        yield QuietStatic("", id="noise")
 
     def on_mount(self) -> None:
         for wid in _HIDE_EMPTY:
@@ -144,9 +144,15 @@ class MetricsStrip(Vertical):
 
     def _put(self, wid: str, content: Text | str) -> None:
         """Update a label. The live labels have fixed widths (CSS), so they repaint in place;
-        the rows below change height, and are only set when a request starts or ends."""
+        the rows below (set when a request starts or ends) ask for a screen layout only when
+        their height changes (`QuietStatic`); an unchanged label is not touched."""
         static = self._static(wid)
-        static.update(content, layout=wid not in _FIXED)
+        if static.content == content:
+            return  # the same text (TTFT, once known): no repaint
+        if isinstance(static, QuietStatic):  # a layout only when its height changes
+            static.set_text(Text(content) if isinstance(content, str) else content)
+        else:
+            static.update(content, layout=False)
         if wid in _HIDE_EMPTY:
             static.display = bool(str(content))  # no blank line where there is nothing to say
 

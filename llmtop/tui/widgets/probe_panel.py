@@ -1,24 +1,45 @@
-"""The right-hand panel: what else the machine is doing, from the latest `ProbeSample`."""
+"""The right-hand panel: what else the machine is doing, from the latest `ProbeSample`.
+
+One Line-API widget rather than a container of three Statics: the verdict (`verdict_text`),
+the machine (`system_text`) and the apps (`apps_text`) are rendered into one list of lines,
+each section followed by a blank line, and a new sample repaints only the lines whose text
+changed — never a screen layout. (The three Statics changed height whenever a line wrapped or
+a finding came or went, e.g. "llmtop itself: 6 % ⚠ over its budget" wrapping at 42 columns,
+and each such change re-arranged the whole screen: ~15 ms of CPU on a 2-core machine,
+bench/tui_cost.py.) The panel's virtual height is at least its own height, so it changes
+(a layout) only while the lines overflow the panel and their count changes.
+"""
 
 from __future__ import annotations
 
 import time
 
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from rich.style import Style
+from rich.text import Text
+from textual.events import Resize
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
-from llmtop.tui.widgets.apps_view import AppsView
-from llmtop.tui.widgets.system_view import SystemView
-from llmtop.tui.widgets.verdict_badge import VerdictBadge
+from llmtop.tui.widgets.apps_view import apps_text
+from llmtop.tui.widgets.system_view import system_text
+from llmtop.tui.widgets.verdict_badge import verdict_text
+from llmtop.tui.wrap import wrap_lines
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
+SECTIONS = ("verdict", "system", "apps")  # top to bottom, a blank line after each
+STARTING = "probes starting…"
 
 
-class ProbePanel(VerticalScroll):
-    """Verdict badge, system view and apps view; `show` renders one sample into all three.
+class ProbePanel(ScrollView):
+    """Verdict, system and apps of one sample; `show` renders one sample into the three.
+
+    texts: what each section shows now, by name ("verdict", "system", "apps"): the Rich Text
+    of `verdict_text`, `system_text` and `apps_text` (the verdict reads "probes starting…"
+    until the first sample).
 
     When a sample has no process data (its read gave up, see `ProcessProbe`), the last good
     process data is shown marked stale with its age. When no sample at all has arrived for
@@ -32,15 +53,17 @@ class ProbePanel(VerticalScroll):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.label = "machine"
+        self._title = self.label  # the border title as last set (plain text)
         self.border_title = self.label
         self.sample: ProbeSample | None = None
         self._good: ProbeSample | None = None  # the last sample with process data
         self._shown_ns: int | None = None
-
-    def compose(self) -> ComposeResult:
-        yield VerdictBadge("probes starting…", id="verdict")
-        yield SystemView("", id="system")
-        yield AppsView("", id="apps")
+        self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(),
+                                       "apps": Text()}
+        self._strips: list[Strip] = []  # the rendered lines, at the content width
+        self._lines: dict[object, Strip] = {}  # the strips of the last redraw by line text
+        # (plain text and spans): a line whose text did not change is not rendered again
+        self._lines_key: object = None  # the (width, style) they were rendered at
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
@@ -51,19 +74,71 @@ class ProbePanel(VerticalScroll):
         self._shown_ns = time.perf_counter_ns()
         if isinstance(sample, RemoteSample):
             self._shown_ns = min(self._shown_ns, sample.t_ns)
-        if self.border_title != self.label:  # setting it repaints the whole panel
-            self.border_title = self.label
+        self._set_title(self.label)
         if sample.processes is not None:
             self._good = sample
         good = self._good
         stale = good is not None and good is not sample
-        self.query_one(VerdictBadge).verdict = sample.verdict
-        self.query_one(SystemView).show(sample.system, sample.gpu)
-        self.query_one(AppsView).show(
-            good.processes if stale and good else sample.processes,
-            sample.cost_ms,
-            (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
-        )
+        self.texts = {
+            "verdict": verdict_text(sample.verdict),
+            "system": system_text(sample.system, sample.gpu),
+            "apps": apps_text(
+                good.processes if stale and good else sample.processes,
+                sample.cost_ms,
+                (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
+            ),
+        }
+        self._redraw()
+
+    def _render_strips(self, width: int) -> list[Strip]:
+        """Each section word-wrapped to `width` (`wrap.wrap_lines`), then a blank line; the
+        lines are full-width and styled, ready for `render_line`."""
+        style = self.rich_style
+        old, self._lines = self._lines, {}
+        if self._lines_key != (width, style):
+            self._lines_key, old = (width, style), {}
+        strips: list[Strip] = []
+        for name in SECTIONS:
+            for line in wrap_lines(self.texts[name], width)[0]:
+                key = (line.plain, tuple(line.spans))
+                strip = old.get(key) or self._lines.get(key) or self._strip(line, width, style)
+                self._lines[key] = strip
+                strips.append(strip)
+            strips.append(Strip.blank(width, style))
+        return strips
+
+    def _strip(self, line: Text, width: int, style: Style) -> Strip:
+        """One wrapped line as a strip `width` cells wide, in the panel's `style`."""
+        strip = Strip(list(line.render(self.app.console)), line.cell_len)
+        return strip.crop_extend(0, width, style).apply_style(style)
+
+    def _redraw(self, everything: bool = False) -> None:
+        """Re-render the lines; repaint only those that changed (all when `everything`)."""
+        width = self.scrollable_content_region.width
+        if width <= 0:
+            return  # not laid out yet: on_resize renders
+        old, new = self._strips, self._render_strips(width)
+        self._strips = new
+        size = Size(width, max(len(new), self.scrollable_content_region.height))
+        if size != self.virtual_size:
+            self.virtual_size = size  # a layout: only when the lines overflow the panel
+            everything = True
+        if everything:
+            self.refresh()
+            return
+        changed = [y for y in range(max(len(old), len(new)))
+                   if y >= len(old) or y >= len(new) or old[y] != new[y]]
+        if changed:
+            self.refresh_lines(changed[0], changed[-1] - changed[0] + 1)
+
+    def on_resize(self, _: Resize) -> None:
+        self._redraw(everything=True)
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        if index >= len(self._strips):
+            return Strip.blank(self.scrollable_content_region.width, self.rich_style)
+        return self._strips[index]  # full width already (no horizontal scroll)
 
     def check_age(self, now_ns: int | None = None) -> float | None:
         """Seconds since the last sample was shown, or for an agent's since it was taken
@@ -78,5 +153,12 @@ class ProbePanel(VerticalScroll):
             title = f"{self.label} — stale, {age:.0f} s old"
         elif age > SLOW_AFTER_S and isinstance(self.sample, RemoteSample):
             title = f"{self.label} — {age:.0f} s old"
-        self.border_title = title
+        self._set_title(title)
         return age
+
+    def _set_title(self, title: str) -> None:
+        """Set the border title when it changed: setting it repaints the whole panel, even
+        to the same text (this ran every second: a frame a second for nothing)."""
+        if title != self._title:
+            self._title = title
+            self.border_title = title

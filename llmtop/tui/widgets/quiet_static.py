@@ -11,20 +11,14 @@ class QuietStatic(Static):
     re-arranges the whole screen) only when the number of lines changes; nothing when the
     text is unchanged."""
 
-    def _height(self, text: Text) -> int:
-        width = self.content_size.width
-        if width <= 0:
-            return -1
-        return len(text.wrap(self.app.console, width))
-
-    _shown_height = -1  # the wrapped height of the text shown, at the width it was shown at
-
     def set_text(self, text: Text) -> None:
-        """Show `text`; nothing at all when it is what is shown already (no repaint)."""
+        """Show `text`; nothing at all when it is what is shown already (no repaint). The new
+        text's height (wrapped by Rich at the content width) is compared with the height the
+        last layout gave the widget: a hidden or not yet laid out widget, or a text that does
+        not fit as the old one did, asks for a layout."""
         old = self.content
         if isinstance(old, Text) and old == text:
             return
-        height = self._height(text)
-        same = isinstance(old, Text) and height == self._shown_height >= 0
-        self._shown_height = height
+        width, height = self.content_size
+        same = width > 0 and len(text.wrap(self.app.console, width)) == height
         self.update(text, layout=not same)

@@ -101,5 +101,6 @@ class SessionStrip(Vertical):
             spark.styles.width = len(view.values)  # one cell per request
             spark.display = bool(view.values)
         spark.data = view.values
-        self.query_one("#session-summary", Static).update(summary_text(view))
-        self.query_one("#session-marks", Static).update(marks_text(view))
+        # one line each (CSS): repainted in place, no layout of the screen
+        self.query_one("#session-summary", Static).update(summary_text(view), layout=False)
+        self.query_one("#session-marks", Static).update(marks_text(view), layout=False)

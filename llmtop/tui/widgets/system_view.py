@@ -7,7 +7,6 @@ from rich.text import Text
 from llmtop.probes.gpu import GpuSample
 from llmtop.probes.system import SystemSample
 from llmtop.tui import fmt
-from llmtop.tui.widgets.quiet_static import QuietStatic
 
 BAR_CORES_MAX = 16  # up to this many cores: one labelled bar each; more: one cell per core
 CORE_BAR_WIDTH = 8
@@ -61,11 +60,3 @@ def system_text(system: SystemSample | None, gpu: GpuSample | None = None) -> Te
                 f" / {fmt.size(d.memory_total)} (NVML)"
             )
     return text
-
-
-class SystemView(QuietStatic):
-    """Shows `system_text` of the latest probe sample."""
-
-    def show(self, system: SystemSample | None, gpu: GpuSample | None = None) -> None:
-        """Render one sample's system part."""
-        self.set_text(system_text(system, gpu))

@@ -1,12 +1,11 @@
-"""QUIET / NOISY badge with its reasons (the verdict's finding messages and remedies)."""
+"""QUIET / NOISY badge with its reasons (the verdict's finding messages and remedies): the
+probe panel's first section."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import var
 
 from llmtop.probes.verdict import Level, Verdict
-from llmtop.tui.widgets.quiet_static import QuietStatic
 
 _LEVEL_STYLE = {Level.FAIL: "bold red", Level.WARN: "yellow", Level.INFO: "dim"}
 MAX_FINDINGS = 4
@@ -30,15 +29,3 @@ def verdict_text(verdict: Verdict) -> Text:
     if hidden > 0:
         text.append(f"\n  (+{hidden} more in the session log)", style="dim")
     return text
-
-
-class VerdictBadge(QuietStatic):
-    """Shows `verdict_text` of `verdict` ("probes starting…" until the first one)."""
-
-    verdict: var[Verdict | None] = var(None, init=False)
-    """The latest probe sample's verdict. Drawn when it changes: an equal verdict (a machine
-    that stays QUIET, sample after sample) repaints nothing."""
-
-    def watch_verdict(self, verdict: Verdict | None) -> None:
-        if verdict is not None:
-            self.set_text(verdict_text(verdict))
