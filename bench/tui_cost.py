@@ -170,8 +170,8 @@ def _start_spy(pid: int, folder: str) -> subprocess.Popen[bytes] | None:
     out = Path("tui-profile.txt").resolve()
     print(f"py-spy: recording the TUI into {out}")
     return subprocess.Popen([spy, "record", "-p", str(pid), "-d", "6", "-r", "200", "-f", "raw",
-                             "-o", str(out), "--nonblocking", "--threads"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                             "-o", str(out), "--nonblocking", "--threads"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def headless_turn(host: str, args: argparse.Namespace) -> float | None:
