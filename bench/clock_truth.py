@@ -1,6 +1,6 @@
 """How far llmtop's TTFT is from the truth on the wire, per client path.
 
-    python bench/clock_truth.py [--requests 20] [--runs 8] [--json FILE]
+    python bench/clock_truth.py [--requests 20] [--runs 8] [--paths ollama,run] [--json FILE]
 
 A scripted server (bench/truth_server.py, a child process) logs, on the same clock as
 llmtop's `perf_counter_ns`, when each request had arrived and when its first text chunk was
@@ -124,26 +124,33 @@ async def measure(args: argparse.Namespace, folder: str) -> dict[str, dict[str, 
     """Every path's errors, each against the same truth server."""
     truth = Truth(folder)
     paths: dict[str, dict[str, list[float]]] = {}
+    wanted = set(args.paths.split(","))
     try:
-        paths["ollama"] = await in_process(OllamaEngine(truth.url), truth, "ollama", args.requests)
+        if "ollama" in wanted:
+            paths["ollama"] = await in_process(OllamaEngine(truth.url), truth, "ollama",
+                                               args.requests)
         openai = _openai_engine()
-        if openai is not None:
+        if openai is not None and "openai" in wanted:
             paths["openai"] = await in_process(openai(truth.url), truth, "openai", args.requests)
-        async with RelayProcess(truth.url) as relay:
-            paths["relay"] = await in_process(RelayEngine(relay.url), truth, "relay",
-                                              args.requests)
-        paths["run"] = fresh_runs(truth, args.runs, folder)
+        if "relay" in wanted:
+            async with RelayProcess(truth.url) as relay:
+                paths["relay"] = await in_process(RelayEngine(relay.url), truth, "relay",
+                                                  args.requests)
+        if "run" in wanted:
+            paths["run"] = fresh_runs(truth, args.runs, folder)
     finally:
         truth.stop()
     return paths
 
 
 def _openai_engine() -> Callable[[str], Any] | None:
-    """The OpenAI-compatible engine's class when this tree has one (it needs a server that
-    speaks /v1/chat/completions, which truth_server.py does not yet): None for now."""
+    """The OpenAI-compatible engine's class when this tree has one (truth_server.py speaks
+    /v1/chat/completions too), else None."""
     if importlib.util.find_spec("llmtop.engines.openai") is None:
         return None
-    return None
+    from llmtop.engines.openai import OpenAIEngine
+
+    return OpenAIEngine
 
 
 TARGETS = {"ollama": (0.3, 1.0), "openai": (0.3, 1.0), "relay": (None, None), "run": (0.5, None)}
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=20, help="measured requests per path")
     ap.add_argument("--runs", type=int, default=8, help="fresh `llmtop run` processes")
+    ap.add_argument("--paths", default="ollama,openai,relay,run",
+                    help="the paths to measure, comma-separated (default: all)")
     ap.add_argument("--json", help="write the result rows here")
     args = ap.parse_args(argv)
     print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -36,21 +37,25 @@ def _spawn(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen(argv, stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
-def _measure(n: int, interval_s: float) -> tuple[list[float], list[float], int]:
+def _measure(n: int, interval_s: float) -> tuple[list[float], list[float], list[float], int]:
+    """Per sample: CPU ms (all threads), wall ms, the SystemProbe's CPU ms; and the process
+    count of the last sample."""
     system, processes = SystemProbe(), ProcessProbe()
     cpu_ms: list[float] = []
     wall_ms: list[float] = []
+    system_ms: list[float] = []
     n_procs = 0
     for _ in range(n + 1):
         c0, w0 = time.process_time_ns(), time.perf_counter_ns()
         s = system.sample()
+        system_ms.append((time.process_time_ns() - c0) / 1e6)
         p = processes.sample()
         evaluate(s, p)
         cpu_ms.append((time.process_time_ns() - c0) / 1e6)
         wall_ms.append((time.perf_counter_ns() - w0) / 1e6)
         n_procs = p.n_procs
         time.sleep(interval_s)
-    return cpu_ms, wall_ms, n_procs
+    return cpu_ms, wall_ms, system_ms, n_procs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     children = _spawn(args.spawn) if args.spawn > 0 else []
     try:
-        cpu, wall, n_procs = _measure(args.n, args.interval)
+        cpu, wall, system_cpu, n_procs = _measure(args.n, args.interval)
     finally:
         for child in children:
             child.kill()
@@ -77,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, values in (("CPU ms", cpu), ("wall ms", wall)):
         steady = values[1:]
         print(f"{label:12}{values[0]:9.2f}{statistics.median(steady):9.2f}{max(steady):9.2f}")
+    print(f"of which SystemProbe (CPU ms p50): {statistics.median(system_cpu[1:]):.2f}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     per_proc_us = 1000 * statistics.median(cpu[1:]) / max(n_procs, 1)
     print(f"CPU per process per sample (p50): {per_proc_us:.1f} µs")
     if args.json:

@@ -20,7 +20,10 @@ IQR. Decode = client-observed chunk rate (text chunks − 1) / (last − first t
 Warm-up rounds are run first and discarded. Target: relay adds ≤ 1 ms median TTFT; the
 verdict is "inconclusive" when the paired differences are too spread to tell. The relay's own
 CPU time per relayed request is printed too (on a machine with few cores it competes with the
-engine, which shows as a lower decode rate). Exit status 1 when the target was clearly missed.
+engine, which shows as a lower decode rate), and, for (a), the CPU per request of its floor:
+bench/sse_floor.py, a bare ASGI app that sends the same 21 frames under the same server
+without an upstream (what any Python server pays for those wakeups and writes here).
+Exit status 1 when the target was clearly missed.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from time import perf_counter_ns
 
 import httpx
@@ -48,6 +53,7 @@ from llmtop.relay.process import RelayProcess
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 
+HERE = Path(__file__).resolve().parent
 TARGET_MS = 1.0
 TARGET_CPU_MS = 3.0  # the relay's own CPU per relayed request (the "monitor cost" issue)
 ROWS: list[dict] = []  # result rows for bench/run_all.py (--json), scripted upstream only
@@ -67,6 +73,7 @@ class Sample:
 class Series:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {p: [] for p in PATHS})
     relay_cpu_ms: float | None = None  # the relay process's CPU time (user+sys), measured rounds
+    floor_cpu_ms: float | None = None  # bench/sse_floor.py's CPU time per request
 
 
 def _decode(stamps: list[int]) -> float | None:
@@ -224,6 +231,9 @@ def report(title: str, series: Series) -> bool:
             ROWS.append({"metric": "relay CPU per request (scripted upstream)",
                          "measured": per_request, "unit": "ms", "target": TARGET_CPU_MS,
                          "met": per_request <= TARGET_CPU_MS})
+    if series.floor_cpu_ms is not None:
+        print(f"  floor: a bare ASGI app sending the same frames under the same server: "
+              f"{series.floor_cpu_ms:.2f} ms CPU per request (bench/sse_floor.py)")
     print(f"  target relay adds ≤ 1 ms median TTFT: {verdict}")
     return verdict != "NOT met"
 
@@ -238,6 +248,41 @@ def _verdict(q1: float, med: float, q3: float) -> str:
     return (
         f"inconclusive (IQR {q3 - q1:.1f} ms wide: rerun on a quieter machine or with more rounds)"
     )
+
+
+def _start_floor() -> tuple[subprocess.Popen[bytes], str]:
+    """bench/sse_floor.py as a child process, once it accepts connections."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "sse_floor.py"), str(port)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("bench/sse_floor.py did not start")
+
+
+async def measure_floor(requests: int, warmup: int) -> float:
+    """CPU ms (user+sys) per request of bench/sse_floor.py serving the scripted timing's
+    frames, `requests` of them one after another after `warmup` discarded ones."""
+    proc, url = _start_floor()
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as client:
+            for _ in range(warmup):
+                await _raw_relayed(client, "timed", "hi", {})
+            cpu = psutil.Process(proc.pid)
+            t0 = cpu.cpu_times()
+            for _ in range(requests):
+                await _raw_relayed(client, "timed", "hi", {})
+            t1 = cpu.cpu_times()
+        return ((t1.user - t0.user) + (t1.system - t0.system)) * 1e3 / requests
+    finally:
+        proc.terminate()
+        proc.wait(5)
 
 
 def _start_scripted(
@@ -287,6 +332,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         async with RelayProcess(url) as relay:
             series = await measure(url, relay, "timed", args.rounds, args.warmup, {}, None)
+        series.floor_cpu_ms = await measure_floor(2 * args.rounds, args.warmup)
         all_ok &= report(
             "(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series
         )

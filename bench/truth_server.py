@@ -11,8 +11,10 @@ before the done chunk's `send` (the line is written before the done chunk is sen
 error is then
 (its first-text stamp − its send stamp) − (first_ns − recv_ns): what the wire and both
 processes' wake-ups add, plus whatever the client counts that is not the server's time.
-Metadata routes (`/api/version`, `/api/tags`, `/api/show`, `/api/ps`) answer minimally so
-`llmtop run` can connect. Prints "ready" once listening.
+Metadata routes (`/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/v1/models`) answer
+minimally so `llmtop run` can connect. `/v1/chat/completions` streams the same script as
+OpenAI's SSE (text deltas, a finish with usage, `[DONE]`) and logs the same way. Prints
+"ready" once listening.
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ _lock = threading.Lock()
 
 
 def _chunked(obj: dict) -> bytes:
-    data = json.dumps(obj).encode() + b"\n"
-    return b"%x\r\n%s\r\n" % (len(data), data)
+    return _chunked_raw(json.dumps(obj).encode() + b"\n")
 
 
 def _headers(status: str, ctype: str, length: int | None = None) -> bytes:
@@ -72,27 +73,52 @@ def _read_request(sock: socket.socket, buf: bytearray) -> tuple[str, str, bytes]
     return method, path, bytes(body[:length])
 
 
-def _chat(sock: socket.socket, body: bytes, recv_ns: int, args: argparse.Namespace,
-          log: IO[str]) -> None:
-    req = json.loads(body or b"{}")
-    messages = req.get("messages") or [{}]
-    prompt = str(messages[-1].get("content", ""))
-    sock.sendall(_headers("200 OK", "application/x-ndjson"))
-    time.sleep(args.first_ms / 1000)
-    first = _chunked({"model": MODEL, "message": {"role": "assistant", "content": "w0 "},
-                      "done": False})
-    first_ns = perf_counter_ns()
-    sock.sendall(first)
-    for i in range(1, args.chunks):
-        time.sleep(args.gap_ms / 1000)
-        sock.sendall(_chunked({"model": MODEL, "message": {"role": "assistant",
-                                                           "content": f"w{i} "}, "done": False}))
-    time.sleep(args.gap_ms / 1000)
-    done = _chunked({"model": MODEL, "message": {"role": "assistant", "content": ""},
+def _ollama_chunk(text: str | None, args: argparse.Namespace) -> bytes:
+    """One /api/chat NDJSON line: text, or (None) the done line with its statistics."""
+    if text is not None:
+        return _chunked({"model": MODEL, "message": {"role": "assistant", "content": text},
+                         "done": False})
+    return _chunked({"model": MODEL, "message": {"role": "assistant", "content": ""},
                      "done": True, "done_reason": "stop", "eval_count": args.chunks,
                      "eval_duration": int(args.chunks * args.gap_ms * 1e6),
                      "prompt_eval_count": 4, "prompt_eval_duration": int(args.first_ms * 1e6),
                      "total_duration": int((args.first_ms + args.chunks * args.gap_ms) * 1e6)})
+
+
+def _openai_chunk(text: str | None, args: argparse.Namespace) -> bytes:
+    """One /v1/chat/completions SSE event: a text delta, or (None) the finish with its
+    usage and `[DONE]`."""
+    if text is not None:
+        obj = {"object": "chat.completion.chunk", "model": MODEL,
+               "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        return _chunked_raw(b"data: " + json.dumps(obj).encode() + b"\n\n")
+    obj = {"object": "chat.completion.chunk", "model": MODEL,
+           "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": 4, "completion_tokens": args.chunks,
+                     "total_tokens": 4 + args.chunks}}
+    return _chunked_raw(b"data: " + json.dumps(obj).encode() + b"\n\ndata: [DONE]\n\n")
+
+
+def _chunked_raw(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _chat(sock: socket.socket, body: bytes, recv_ns: int, args: argparse.Namespace,
+          log: IO[str], openai: bool = False) -> None:
+    req = json.loads(body or b"{}")
+    messages = req.get("messages") or [{}]
+    prompt = str(messages[-1].get("content", ""))
+    frame = _openai_chunk if openai else _ollama_chunk
+    sock.sendall(_headers("200 OK", "text/event-stream" if openai else "application/x-ndjson"))
+    time.sleep(args.first_ms / 1000)
+    first = frame("w0 ", args)
+    first_ns = perf_counter_ns()
+    sock.sendall(first)
+    for i in range(1, args.chunks):
+        time.sleep(args.gap_ms / 1000)
+        sock.sendall(frame(f"w{i} ", args))
+    time.sleep(args.gap_ms / 1000)
+    done = frame(None, args)
     with _lock:  # logged before the done chunk goes: a client may read the log once it has it
         log.write(json.dumps({"prompt": prompt, "recv_ns": recv_ns, "first_ns": first_ns,
                               "done_ns": perf_counter_ns()}) + "\n")
@@ -113,6 +139,8 @@ def _meta(sock: socket.socket, path: str) -> None:
         _json(sock, {"details": details, "model_info": {}, "modelfile": "", "template": ""})
     elif path == "/api/ps":
         _json(sock, {"models": []})
+    elif path == "/v1/models":
+        _json(sock, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
     else:
         _json(sock, {"error": f"no route {path}"}, "404 Not Found")
 
@@ -131,8 +159,8 @@ def _serve(sock: socket.socket, args: argparse.Namespace, log: IO[str]) -> None:
                 return
             method, path, body = req
             try:
-                if method == "POST" and path == "/api/chat":
-                    _chat(sock, body, recv_ns, args, log)
+                if method == "POST" and path in ("/api/chat", "/v1/chat/completions"):
+                    _chat(sock, body, recv_ns, args, log, openai=path.startswith("/v1/"))
                 else:
                     _meta(sock, path)
             except OSError:

@@ -22,6 +22,11 @@ from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
+# The first probe sample identifies every process (~20-50 ms of CPU, bench/probe_cost.py
+# "first"); taken while the request waits for its first token it holds the GIL when the
+# bytes arrive and adds ~1 ms to TTFT (bench/clock_truth.py, `run` row). The request waits
+# for it, at most this long (a machine too slow for that must not hold the request up).
+FIRST_SAMPLE_WAIT_S = 2.0
 
 def result_exit_code(result: RequestResult) -> ExitCode:
     """OK for a completed generation; otherwise the code that names what failed
@@ -110,6 +115,28 @@ def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str],
     return changed
 
 
+class _FirstSample:
+    """The sampler's callback: hands every sample to `record`, and lets the event loop that
+    built it `wait` for the first one (the sampler calls from its own thread)."""
+
+    def __init__(self, record: Callable[[Any], None]) -> None:
+        self._record = record
+        self._loop = asyncio.get_running_loop()
+        self._seen = asyncio.Event()
+
+    def __call__(self, sample: Any) -> None:
+        self._record(sample)
+        if not self._seen.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                self._loop.call_soon_threadsafe(self._seen.set)
+
+    async def wait(self, limit_s: float) -> None:
+        """Until the first sample has been recorded, or `limit_s` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit_s):
+                await self._seen.wait()
+
+
 async def _run(args: argparse.Namespace) -> int:
     conn = await connect_from_flags(args)
     if isinstance(conn, int):
@@ -123,7 +150,8 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
         agent = getattr(args, "agent", None)
-        sampler = make_sampler(agent, PROBE_INTERVAL_S, recorder.record_probe,
+        first_sample = _FirstSample(recorder.record_probe)
+        sampler = make_sampler(agent, PROBE_INTERVAL_S, first_sample,
                                lambda: conn.engine_pids, args.thresholds,
                                on_state=_probe_state(recorder, args.json))
         if not args.json:
@@ -143,6 +171,8 @@ async def _run(args: argparse.Namespace) -> int:
 
         sampler.start()
         try:
+            if agent is None:  # an agent samples elsewhere; its thread here only reads
+                await first_sample.wait(FIRST_SAMPLE_WAIT_S)
             collector = recorder.new_request(args.prompt)
             try:
                 result = await run_request(lambda: recorder.stream(args.prompt), collector, show)

@@ -1,11 +1,13 @@
 """Ollama's native API through the official `ollama` client (`AsyncClient`).
 
 Used for a real Ollama server and for llmtop's embedded engine, which speaks the same API.
-Streams yield `StreamEvent`s stamped with `perf_counter_ns()` the moment the client has the
-chunk (JSON line parsed, before any UI work: ~4 µs; docs/protocols.md, "The ollama Python client").
-The send stamp is httpcore's "request body written" trace event (engines/stamps.py). After the
-`done` chunk the response is read to its end before the done event is handed on, so the
-connection goes back to the pool and the next request does not reconnect inside its TTFT.
+Streams yield `StreamEvent`s stamped, once the client has parsed the chunk's JSON line and
+before any UI work, with the arrival of the bytes that completed the line (`stamps.arrival_ns`:
+the client's connections come from `arrivals.measured_transport`, which notes when each block
+reached the event loop). The send stamp is httpcore's "request body written" trace event
+(engines/stamps.py). After the `done` chunk the response is read to its end before the done
+event is handed on, so the connection goes back to the pool and the next request does not
+reconnect inside its TTFT.
 
 Every failure becomes a `StreamEvent(done=True, failure=Failure(...))` with a specific
 message and remedy — connection refused, unknown model (with the installed ones listed), an
@@ -37,6 +39,7 @@ finally:
     if _saved_host is not None:
         os.environ["OLLAMA_HOST"] = _saved_host
 
+from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, ServerStats, StreamEvent
 from llmtop.engines.http import (
@@ -50,7 +53,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.stamps import drain, stamp_hooks
+from llmtop.engines.stamps import arrival_ns, drain, stamp_hooks
 
 
 class OllamaEngine:
@@ -87,9 +90,10 @@ class OllamaEngine:
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self.proxy = proxy_for(self.host)
-        pool = {"limits": limits} if limits is not None else {}
-        self._client = ollama.AsyncClient(host=self.host, timeout=timeout, trust_env=False,
-                                          proxy=self.proxy, event_hooks=stamp_hooks(), **pool)
+        self._client = ollama.AsyncClient(
+            host=self.host, timeout=timeout, trust_env=False, event_hooks=stamp_hooks(),
+            transport=measured_transport(self.proxy, limits),
+        )
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool (the ollama client has no public close;
@@ -130,7 +134,7 @@ class OllamaEngine:
             parts = await start()
             async with contextlib.aclosing(parts):
                 async for part in parts:
-                    t_ns = perf_counter_ns()
+                    t_ns = arrival_ns()
                     content, thinking = texts(part)
                     if part.done:
                         done = StreamEvent(t_ns, content or "", thinking or "", done=True,

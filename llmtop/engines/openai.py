@@ -3,9 +3,9 @@ server, Ollama's `/v1` — one client, `OpenAIEngine`, with the `Engine` shape.
 
 Requests are `POST {base}/chat/completions` with `stream: true` and `stream_options:
 {"include_usage": true}`; the SSE stream is parsed by httpx-sse (comment and keep-alive lines,
-CRLF endings, `data:` without a space are its business) and each event is stamped with
-`perf_counter_ns()` the moment `aiter_sse` yields it, before its JSON is parsed — the same
-point as `RelayEngine` (docs/architecture.md, "Stamping at the source"). What a chunk means
+CRLF endings, `data:` without a space are its business) and each event is stamped, the moment
+`aiter_sse` yields it, with the arrival of the bytes that completed it (`stamps.arrival_ns`;
+the client's connections come from `arrivals.measured_transport`). What a chunk means
 and how the server's figures map onto `ServerStats` is in `llmtop.engines.openai_stream`.
 
 The end of a stream: `data: [DONE]` after a `finish_reason` is the done event (its stamp is
@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
+from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, StreamEvent
 from llmtop.engines.hosts import proxy_for, resolve_host
@@ -53,7 +54,7 @@ from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.engines.sse import end_stream
-from llmtop.engines.stamps import stamp_hooks
+from llmtop.engines.stamps import arrival_ns, stamp_hooks
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"
@@ -99,7 +100,8 @@ class OpenAIEngine:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             headers={"Authorization": f"Bearer {key}"} if key else {},
-            trust_env=False, proxy=proxy_for(self.host), event_hooks=stamp_hooks(),
+            trust_env=False, event_hooks=stamp_hooks(),
+            transport=measured_transport(proxy_for(self.host)),
         )
         self._usage_refused = False
         self._metrics: Scrape | None = None  # vLLM's last /metrics reading
@@ -168,7 +170,7 @@ class OpenAIEngine:
         reader = ChunkReader()
         sses = source.aiter_sse()
         async for sse in sses:
-            t_ns = perf_counter_ns()
+            t_ns = arrival_ns()
             if sse.event == "error":
                 yield failure_in_stream(error_body_text(sse.data.encode()), peer=self.peer)
                 return

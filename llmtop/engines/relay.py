@@ -5,9 +5,11 @@
 TUI and the bench can measure a model *through* the relay exactly as they measure it
 directly, and the difference is the relay's cost (docs/method.md, "Server-layer overhead").
 
-The SSE stream is parsed by httpx-sse. Each event is stamped with `perf_counter_ns()` the
-moment `aiter_sse` yields it (its blank line read), before its JSON is parsed — the point at
-which `OllamaEngine` has a complete NDJSON line (bench/relay_overhead.py measures both).
+The SSE stream is parsed by httpx-sse. Each event is stamped, the moment `aiter_sse` yields
+it (its blank line read) and before its JSON is parsed, with the arrival of the bytes that
+completed it (`stamps.arrival_ns`; the client's connections come from
+`arrivals.measured_transport`, which notes when each block reached the event loop) — as
+`OllamaEngine` stamps a complete NDJSON line (bench/relay_overhead.py measures both).
 Metadata calls go straight to the relay's upstream (learned from `GET /api/relay`) through
 an `OllamaEngine`: they are not what is being measured.
 
@@ -22,12 +24,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Mapping
-from time import perf_counter_ns
 from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
+from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
@@ -41,7 +43,7 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.sse import end_stream
-from llmtop.engines.stamps import stamp_hooks
+from llmtop.engines.stamps import arrival_ns, stamp_hooks
 
 
 def _base_url(url: str) -> str:
@@ -88,6 +90,7 @@ class RelayEngine:
             timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
             trust_env=False,
             event_hooks=stamp_hooks(),
+            transport=measured_transport(),
         )
         self._upstream_url = upstream
         self._upstream: Engine | None = metadata
@@ -144,12 +147,12 @@ class RelayEngine:
                     yield event
 
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
-        """The relay's SSE events as StreamEvents, stamped the moment httpx-sse yields each
-        one (its blank line read), then a Failure when the stream ends badly. The last item
-        is a done StreamEvent or a Failure."""
+        """The relay's SSE events as StreamEvents, each stamped, when httpx-sse yields it (its
+        blank line read), with the arrival of the bytes that completed it; then a Failure
+        when the stream ends badly. The last item is a done StreamEvent or a Failure."""
         sses = source.aiter_sse()
         async for sse in sses:
-            t_ns = perf_counter_ns()
+            t_ns = arrival_ns()
             if not sse.data:
                 continue  # the SSE spec dispatches no event without data
             try:

@@ -15,6 +15,12 @@ that takes part installs `stamp_hook` as an httpx `request` event hook, which ad
 callback to each request's extensions. An engine without the hook leaves `sent_ns` unset and
 the measuring code keeps the stamp it took before the request (the earlier definition).
 
+The receive stamp: a chunk is stamped with the arrival of the bytes that completed it, not
+with the moment its parsing ended. Connections made by `arrivals.measured_transport` note each
+block's arrival (the event loop's `data_received`) in the open SendStamp (`note_arrival`), and
+an engine that has parsed a chunk and found text in it takes `arrival_ns()`. Without such a
+transport, `arrival_ns()` is the time of the call, the earlier definition.
+
 Connection reuse: a stream closed at its `done` chunk before the response's end was read
 cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
 loopback). Every engine therefore `drain`s its stream after the done chunk (normally only the
@@ -46,10 +52,13 @@ class SendStamp:
     prepare_ns: when the caller asked for the request (before the client library built it).
     sent_ns: when httpcore had written the request body to the socket; None until then, and
         for engines that do not install `stamp_hook`.
+    received_ns: when the block of bytes read last for this request reached llmtop (the event
+        loop's `data_received`, engines/arrivals.py); None without an `ArrivalStream`.
     """
 
     prepare_ns: int
     sent_ns: int | None = None
+    received_ns: int | None = None
 
     @property
     def prep_ns(self) -> int | None:
@@ -84,6 +93,24 @@ async def _trace(name: str, _info: dict[str, Any]) -> None:
         stamp = _CURRENT.get()
         if stamp is not None and stamp.sent_ns is None:
             stamp.sent_ns = perf_counter_ns()
+
+
+def note_arrival(t_ns: int) -> None:
+    """Record that the bytes just read for the open request reached llmtop at `t_ns`
+    (perf_counter_ns); nothing when no request is open (metadata calls)."""
+    stamp = _CURRENT.get()
+    if stamp is not None:
+        stamp.received_ns = t_ns
+
+
+def arrival_ns() -> int:
+    """The stamp of a chunk just parsed (perf_counter_ns): when the bytes that completed it
+    reached llmtop — the last block read for the open request (httpcore reads only when the
+    parser needs more, so no later block has been read) — else, without arrival stamps, now."""
+    stamp = _CURRENT.get()
+    if stamp is not None and stamp.received_ns is not None:
+        return stamp.received_ns
+    return perf_counter_ns()
 
 
 async def stamp_hook(request: httpx.Request) -> None:

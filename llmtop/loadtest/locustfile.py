@@ -31,7 +31,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from llmtop.engines.http import Peer
-from llmtop.loadtest.stream import stream_chat
+from llmtop.loadtest.stream import arrival_transport, stream_chat
 from llmtop.sessions.environment import environment as machine_environment
 from llmtop.sessions.load_config import LoadConfig
 from llmtop.sessions.log import SessionLog, request_record
@@ -78,7 +78,8 @@ class LlmtopUser(User):
         """A connection of its own, and a prompt generator of its own (fresh prompts)."""
         host = self.host or ""
         self.client = httpx.Client(
-            base_url=host, trust_env=False, timeout=httpx.Timeout(READ_TIMEOUT_S, connect=10.0)
+            base_url=host, trust_env=False, timeout=httpx.Timeout(READ_TIMEOUT_S, connect=10.0),
+            transport=arrival_transport(),
         )
         self.peer = Peer(host, "an Ollama server", "check --host", READ_TIMEOUT_S)
         self.prompts = PromptGenerator(random.getrandbits(32))  # never the same prompt twice

@@ -1,18 +1,28 @@
 """One measured /api/chat request over a blocking httpx client, for Locust's gevent users.
 
 The same stamping and classification as `llmtop.sessions.request.run_request`: each NDJSON
-line is stamped with `perf_counter_ns()` as soon as it is complete (before parsing), becomes a
+line is stamped, once complete and before it is parsed, with the arrival of the bytes that
+completed it (`stamps.arrival_ns`, as `OllamaEngine` stamps its lines), becomes a
 `StreamEvent`, goes into a `RequestCollector`, and `finish()` decides the status and derives
 the metrics. Failures become the engines' `Failure`s (llmtop.engines.http), never exceptions.
+
+Arrivals: the client's connections come from `arrival_transport()`, whose reads note when
+their bytes arrived (`stamps.note_arrival`) — the blocking counterpart of
+`llmtop.engines.arrivals` (asyncio only): a blocking read has the bytes when `recv` returns
+them, so that is the stamp. httpx has no public way to give a transport a network backend
+(encode/httpx#3749), so it is set on the transport's pool as `arrivals.stamp_arrivals` does;
+a transport whose pool lacks those names keeps plain stamps (the time of the line's parse).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import ssl
+from collections.abc import Iterable, Iterator
 from time import perf_counter_ns
 from typing import Any
 
+import httpcore
 import httpx
 
 from llmtop.engines.events import ServerStats, StreamEvent
@@ -24,14 +34,83 @@ from llmtop.engines.http import (
     failure_protocol,
     failure_truncated,
 )
+from llmtop.engines.stamps import arrival_ns, note_arrival, stamping
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
+class _ArrivalStream(httpcore.NetworkStream):
+    """A blocking connection whose reads note the arrival of their bytes in the open
+    SendStamp (perf_counter_ns when `recv` returned them)."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """At most `max_bytes` bytes (b"" at the end), waiting up to `timeout` s; noted."""
+        data = self._inner.read(max_bytes, timeout)
+        note_arrival(perf_counter_ns())
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Send `buffer` (httpcore's own write)."""
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        """TLS over this connection; its reads are noted too."""
+        return _ArrivalStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        """httpcore's connection details (socket, addresses, is_readable, ...)."""
+        return self._inner.get_extra_info(info)
+
+
+class _ArrivalBackend(httpcore.NetworkBackend):
+    """httpcore's blocking backend (its sockets, which Locust's gevent patches), with every
+    connection an `_ArrivalStream`."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+                    ) -> httpcore.NetworkStream:
+        """Connect to host:port (httpcore's errors)."""
+        return _ArrivalStream(self._inner.connect_tcp(host, port, timeout, local_address,
+                                                      socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+                            ) -> httpcore.NetworkStream:
+        """Connect to the Unix socket `path` (httpcore's errors)."""
+        return _ArrivalStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        """httpcore's retry back-off."""
+        self._inner.sleep(seconds)
+
+
+def arrival_transport() -> httpx.HTTPTransport:
+    """A blocking httpx transport (no proxy from the environment) whose connections note when
+    their bytes arrived; pass it as `transport=` to the httpx.Client given to `stream_chat`."""
+    transport = httpx.HTTPTransport(trust_env=False)
+    pool = getattr(transport, "_pool", None)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = _ArrivalBackend()
+    return transport
+
+
 def _events(lines: Iterator[str], peer: Peer) -> Iterator[StreamEvent]:
-    """StreamEvents from the reply's lines, each stamped when its line arrived; the last one
-    is done (server stats) or carries the failure."""
+    """StreamEvents from the reply's lines, each stamped with the arrival of the bytes that
+    completed it (httpx reads only when it needs more, so the last block read is that one);
+    the last event is done (server stats) or carries the failure."""
     for line in lines:
-        t_ns = perf_counter_ns()
+        t_ns = arrival_ns()
         if not line.strip():
             continue
         try:
@@ -61,8 +140,9 @@ def stream_chat(
 ) -> RequestResult:
     """POST /api/chat for the collector's prompt, model and options, streamed into it.
 
-    client: an httpx.Client whose base_url is the engine. The send stamp is taken just before
-    the request is sent. Never raises for the server's or the network's misbehaviour: the
+    client: an httpx.Client whose base_url is the engine, its transport `arrival_transport()`
+    (another one stamps lines when they are parsed). The send stamp is taken just before the
+    request is sent. Never raises for the server's or the network's misbehaviour: the
     result's status and failure say what happened.
     """
     body: dict[str, Any] = {
@@ -73,7 +153,15 @@ def stream_chat(
     }
     if think is not None:
         body["think"] = think
-    collector.sent_ns = perf_counter_ns()
+    with stamping() as stamp:
+        collector.sent_ns = stamp.prepare_ns
+        _send(client, peer, collector, body)
+    return collector.finish()
+
+
+def _send(client: httpx.Client, peer: Peer, collector: RequestCollector,
+          body: dict[str, Any]) -> None:
+    """POST `body` and add its events (or its failure) to the collector."""
     try:
         with client.stream("POST", "/api/chat", json=body) as response:
             if response.status_code != 200:
@@ -81,11 +169,10 @@ def stream_chat(
                     response.status_code, response.read(), peer=peer, model=collector.model
                 )
                 collector.add(StreamEvent(perf_counter_ns(), done=True, failure=failure))
-                return collector.finish()
+                return
             for event in _events(response.iter_lines(), peer):
                 collector.add(event)
     except httpx.HTTPError as exc:
         collector.add(
             StreamEvent(perf_counter_ns(), done=True, failure=failure_for_transport(exc, peer=peer))
         )
-    return collector.finish()

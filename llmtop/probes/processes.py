@@ -29,17 +29,18 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psutil
 
 from llmtop.probes import procstat
 from llmtop.probes.catalogue import Category, classify, needs_path
+from llmtop.probes.readworker import ReadWorker
 from llmtop.probes.system import container_limits, cpu_capacity, logical_cpus, machine_percent
 
 PidSource = Callable[[], Collection[int]] | Collection[int]
@@ -116,9 +117,9 @@ class ProcessSample:
         return self.apps[:n]
 
 
-@dataclass(frozen=True, slots=True)
-class ProcReading:
-    """One process, one sample: name, CPU % of one core (None = unknown), RSS bytes."""
+class ProcReading(NamedTuple):
+    """One process, one sample: name, CPU % of one core (None = unknown), RSS bytes (a
+    tuple: one is built per process per sample, and a tuple is the cheapest to build)."""
 
     pid: int
     name: str | None
@@ -330,7 +331,13 @@ class ProbeTimeout(Exception):
     """Reading the process table did not finish in time (a process stuck in the kernel)."""
 
 
-_thread_ns: Callable[[], int] = getattr(time, "thread_time_ns", time.process_time_ns)
+class _NoFiles:
+    """The psutil path's reading-thread state: nothing kept open."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 READ_TIMEOUT_S = 2.0  # a full table read takes ~10-50 ms (bench/probe_cost.py); 2 s is a hang
 
 
@@ -340,10 +347,13 @@ class ProcessProbe:
     self_pids: llmtop's own pids (default: this process); engine_pids: the measured engine's
     (default: none). Either may be a callable, re-read at every sample.
     read_timeout_s: how long one sample may take. A process stuck in the kernel makes reading
-    its /proc/<pid>/cmdline block forever; the read runs in a worker thread, and after this
-    long `sample` raises ProbeTimeout naming the pid, which later samples skip. The worker is
-    abandoned (a daemon thread) and its partial table discarded; should it wake up, its reads
-    only shorten the CPU window of the next reading of the processes it touches.
+    its /proc/<pid>/cmdline block forever; the read runs in a reading thread that stays
+    between samples (`readworker.ReadWorker`), and after this long `sample` raises
+    ProbeTimeout naming the pid, which later samples skip. That thread is given up (it ends,
+    closing its kept stat files, should it wake up) and its partial table discarded; should
+    it wake up, its reads only shorten the CPU window of the next reading of the processes
+    it touches. The next sample starts a new thread; so does a probe's first sample, and the
+    thread ends when the probe is garbage-collected.
     proc_root: the procfs of the Linux fast path (default `default_proc_root()`: /proc on
     Linux, else None and psutil alone).
     """
@@ -363,6 +373,8 @@ class ProcessProbe:
         self._cpus = cpu_capacity(container_limits(), cores=logical_cpus())
         self._samples = 0
         self._timeout_s = read_timeout_s
+        self._worker: ReadWorker | None = None  # started at the first sample
+        self._retire: Callable[[], Any] = lambda: None
         self.stuck: set[int] = set()  # pids whose reads hung: never read again
         self.last_read_cpu_ns = 0  # CPU time of the last read's worker thread (sample cost)
 
@@ -381,39 +393,33 @@ class ProcessProbe:
         )
 
     def _bounded_read(self) -> list[tuple[ProcReading, Identity]]:
-        """`_read_all` on a copy of the table in a daemon thread, waiting `read_timeout_s`."""
-        table = dict(self._table)
-        current = [0]  # the pid being read, for the timeout message
-        out: list[Any] = []
+        """The table read on a copy of the table in the reading thread (`ReadWorker`),
+        waiting at most `read_timeout_s`; the copy replaces the table when the read ends."""
+        if self._worker is None:
+            files = procstat.StatFiles(self._proc_root) if self._proc_root else _NoFiles()
+            self._worker = ReadWorker(files)
+            self._retire = weakref.finalize(self, self._worker.retire)
+        worker, table = self._worker, dict(self._table)
         read_all = self._read_all if self._proc_root is None else self._read_all_stat
-
-        def work() -> None:
-            c0 = _thread_ns()
-            try:
-                out.append(list(read_all(table, current)))
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                out.append(exc)
-            self.last_read_cpu_ns = _thread_ns() - c0
-
-        worker = threading.Thread(target=work, name="llmtop-proc-read", daemon=True)
-        worker.start()
-        worker.join(self._timeout_s)
-        if not out:
-            if not current[0]:
+        finished, rows = worker.run(lambda files, cur: list(read_all(table, cur, files)),
+                                    self._timeout_s)
+        if not finished:
+            self._retire()  # the thread ends (and closes its files) when its read returns
+            self._worker = None
+            pid = worker.current[0]
+            if not pid:
                 raise ProbeTimeout(f"listing processes took over {self._timeout_s:g} s")
-            self.stuck.add(current[0])
+            self.stuck.add(pid)
             raise ProbeTimeout(
-                f"reading process {current[0]} took over {self._timeout_s:g} s (stuck in the "
+                f"reading process {pid} took over {self._timeout_s:g} s (stuck in the "
                 "kernel?); it is skipped from now on"
             )
-        if isinstance(out[0], BaseException):
-            raise out[0]
+        self.last_read_cpu_ns = worker.cpu_ns
         self._table = table
-        rows: list[tuple[ProcReading, Identity]] = out[0]
-        return rows
+        return list(rows)
 
     def _read_all(
-        self, table: dict[int, _Tracked], current: list[int]
+        self, table: dict[int, _Tracked], current: list[int], _files: Any = None
     ) -> Iterator[tuple[ProcReading, Identity]]:
         live = set(psutil.pids()) - self.stuck
         live.discard(0)  # pid 0 is the idle task (Windows "System Idle Process", BSD "idle")
@@ -437,18 +443,19 @@ class ProcessProbe:
             yield reading, tracked.ident
 
     def _read_all_stat(
-        self, table: dict[int, Any], current: list[int]
+        self, table: dict[int, Any], current: list[int], files: procstat.StatFiles
     ) -> Iterator[tuple[ProcReading, Identity]]:
-        """The Linux fast path: one `/proc/<pid>/stat` read per process (module docstring)."""
-        root = self._proc_root or procstat.PROC_ROOT
-        live = set(procstat.list_pids(root)) - self.stuck
+        """The Linux fast path: one `/proc/<pid>/stat` read per process (module docstring),
+        through the reading thread's kept files."""
+        live = set(procstat.list_pids(files.root)) - self.stuck
         live.discard(0)
         for gone in table.keys() - live:
             del table[gone]
+            files.forget(gone)
         for pid in sorted(live):
             current[0] = pid
             try:
-                st = procstat.read_stat(pid, root)
+                st = files.read(pid)
             except procstat.Unreadable:  # a hidepid mount: listed, never readable
                 if pid not in table:
                     table[pid] = _StatTracked(-1, "", _identify_pid(pid, None), 0, 0)
@@ -461,12 +468,12 @@ class ProcessProbe:
             tracked = table.get(pid)
             if tracked is None or tracked.start_ticks != st.start_ticks:
                 # new, or a recycled pid: identify it; its first CPU reading is unknown
-                ident = _identify_pid(pid, st.comm)
+                ident = _identify_pid(pid, st.comm, st.ppid)
                 table[pid] = _StatTracked(st.start_ticks, st.comm, ident, st.cpu_ticks, t_ns)
                 yield ProcReading(pid, st.comm, None, st.rss_bytes), ident
                 continue
             if st.comm != tracked.comm:  # exec: same pid and start time, another program
-                tracked.comm, tracked.ident = st.comm, _identify_pid(pid, st.comm)
+                tracked.comm, tracked.ident = st.comm, _identify_pid(pid, st.comm, st.ppid)
             yield ProcReading(pid, st.comm, _cpu_percent(tracked, st, t_ns), st.rss_bytes), (
                 tracked.ident
             )
@@ -504,9 +511,13 @@ def _cpu_percent(tracked: _StatTracked, st: procstat.StatLine, t_ns: int) -> flo
     return max(0.0, used_s / elapsed_s * 100.0)
 
 
-def _identify_pid(pid: int, comm: str | None) -> Identity:
+def _identify_pid(pid: int, comm: str | None, ppid: int | None = None) -> Identity:
     """Identify a process once through psutil (name beyond 15 characters, exe, cmdline,
-    parent); a process that vanishes meanwhile is named by its command name."""
+    parent); a process that vanishes meanwhile is named by its command name. A kernel thread
+    (`ppid` 2, from the stat line already read) needs no psutil: kernel threads come and go
+    every few samples, and psutil's reads cost ~0.2 ms each (bench/probe_cost.py)."""
+    if ppid == 2:
+        return Identity(KERNEL_APP, Category.OTHER)
     try:
         proc = psutil.Process(pid)
         return identify(proc, _safe_name(proc) or comm)

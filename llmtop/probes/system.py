@@ -29,8 +29,8 @@ class SystemSample:
     """One reading of the machine.
 
     cpu_percent: busy share of all logical CPUs together, 0–100 %, since the probe's previous
-        sample (psutil `cpu_percent(interval=None)`); None on a fresh probe's first sample
-        ("warming up"), never a fake 0.0.
+        sample (psutil's `cpu_percent` formula over the probe's own readings); None on a fresh
+        probe's first sample ("warming up"), never a fake 0.0.
     per_cpu: busy % per logical CPU, same window; empty while warming up.
     load_avg_per_core: 1-minute load average / logical CPUs (1.0 = every core has one runnable
         task); None where the OS has no load average (Windows: psutil emulates it and reports
@@ -39,7 +39,8 @@ class SystemSample:
         given to processes without swapping). mem_percent: used share, 0–100 %.
     swap_total, swap_used: bytes; swap_percent: 0–100 % (0.0 when there is no swap).
     cpu_freq_mhz, cpu_freq_max_mhz: current (mean over CPUs) and maximum clock; None when
-        unknown (VMs and some ARM systems report nothing or a max of 0).
+        unknown (VMs and some ARM systems report nothing or a max of 0). Read at most every
+        OPTIONAL_PERIOD_S seconds, as are on_battery and the temperatures.
     on_battery: True on battery, False on mains, None when no battery is found or its state
         is unknown (desktops).
     logical_cpus: CPUs this process may use (`cpu_capacity`: the logical CPU count lowered to
@@ -121,13 +122,38 @@ def machine_percent(per_process_percent: float | None, cpus: float) -> float | N
     return per_process_percent / max(cpus, 1)
 
 
+OPTIONAL_PERIOD_S = 2.0  # clock, battery, temperatures: re-read at most this often
+
+
+class _Every:
+    """A reading taken at most every `period_s` seconds; in between, its last value.
+
+    The optional readings change over seconds, not between two samples, and are the dearest
+    part of a sample where they exist least: psutil's temperature read globs every hwmon and
+    thermal directory (~0.25 ms on a VM that has none), its clock read /proc/cpuinfo
+    (bench/probe_cost.py)."""
+
+    def __init__(self, read: Callable[[], Any], period_s: float = OPTIONAL_PERIOD_S) -> None:
+        self._read = read
+        self._period_ns = int(period_s * 1e9)
+        self._t_ns: int | None = None
+        self._value: Any = None
+
+    def get(self, now_ns: int) -> Any:
+        """The value, read again when `period_s` has passed since the last read."""
+        if self._t_ns is None or now_ns - self._t_ns >= self._period_ns:
+            self._value, self._t_ns = self._read(), now_ns
+        return self._value
+
+
 class SystemProbe:
     """Takes `SystemSample`s. Not thread-safe; one sampler thread owns it.
 
-    psutil keeps the previous CPU reading module-wide: another caller of
-    `psutil.cpu_percent(None)` in the same process shortens this probe's window (the value
-    stays a true average over the shorter window). This probe only adds its own "first call"
-    bookkeeping, so its first sample is None rather than psutil's meaningless 0.0.
+    One sample reads /proc/stat once (`psutil.cpu_times(percpu=True)`: CPU %, per-CPU % and
+    steal all come from the difference to the probe's own previous reading, so no other
+    caller of psutil's module-wide `cpu_percent` shortens this probe's window), memory and
+    swap once each, and the optional readings (clock, battery, temperatures) at most every
+    OPTIONAL_PERIOD_S seconds.
     """
 
     def __init__(
@@ -135,52 +161,53 @@ class SystemProbe:
         limits: CgroupLimits | None | Callable[[], CgroupLimits | None] = container_limits,
     ) -> None:
         """limits: the cgroup limits to apply (default: this process's; None: none)."""
-        self._primed = False
         self._limits = limits() if callable(limits) else limits
         self._meter = CgroupMeter(self._limits) if self._limits is not None else None
         self._cpus = cpu_capacity(self._limits)
-        self._prev: tuple[int, Any, tuple[int, int] | None] | None = (
-            None  # (t_ns, cpu_times, sin/sout)
-        )
+        self._prev: tuple[int, list[Any] | None, tuple[int, int] | None] | None = None
+        self._freq = _Every(_freq)
+        self._battery = _Every(_on_battery)
+        self._temperature = _Every(_temperature)
 
-    def _rates(self) -> tuple[float | None, float | None, float | None]:
-        """Steal % and swap-in/out bytes/s since the previous sample (None the first time)."""
-        now = time.perf_counter_ns()
-        try:
-            times = psutil.cpu_times()
-        except (OSError, RuntimeError):
-            times = None
-        swap = _swap_io()
-        prev, self._prev = self._prev, (now, times, swap)
+    def _rates(self, now: int, per_cpu: list[Any] | None, swap: tuple[int, int] | None
+               ) -> tuple[float | None, tuple[float, ...], float | None, float | None,
+                          float | None]:
+        """(CPU %, per-CPU %, steal %, swap-in, swap-out bytes/s) since the previous sample;
+        (None, (), None, None, None) the first time."""
+        prev, self._prev = self._prev, (now, per_cpu, swap)
         if prev is None:
-            return None, None, None
-        t0, times0, swap0 = prev
-        steal = None
-        if times is not None and times0 is not None and hasattr(times, "steal"):
-            total = sum(times) - sum(times0)
-            steal = 100.0 * (times.steal - times0.steal) / total if total > 0 else None
+            return None, (), None, None, None
+        t0, per0, swap0 = prev
+        total = busy = steal = None
+        shares: tuple[float, ...] = ()
+        if per_cpu is not None and per0 is not None and len(per0) == len(per_cpu):
+            shares = tuple(_busy_percent(a, b) for a, b in zip(per0, per_cpu, strict=True))
+            before, after = _summed(per0), _summed(per_cpu)
+            busy = _busy_percent(before, after)
+            total = sum(after) - sum(before)
+            if hasattr(after, "steal") and total > 0:
+                steal = 100.0 * max(0.0, after.steal - before.steal) / total
         sin = sout = None
         seconds = (now - t0) / 1e9
         if swap is not None and swap0 is not None and seconds > 0:
             sin, sout = (swap[0] - swap0[0]) / seconds, (swap[1] - swap0[1]) / seconds
-        return steal, sin, sout
+        return busy, shares, steal, sin, sout
 
     def sample(self) -> SystemSample:
         """Read the machine now. Raises only if psutil cannot read memory at all."""
-        total: float | None = psutil.cpu_percent(interval=None)
-        per_cpu = psutil.cpu_percent(interval=None, percpu=True)
-        primed, self._primed = self._primed, True
+        now = time.perf_counter_ns()
+        primed = self._prev is not None
+        sw = _swap()
+        total, per_cpu, steal, sin, sout = self._rates(now, _per_cpu_times(), sw[3])
         if self._meter is not None and self._meter.limits.cpus is not None:
             quota_percent = self._meter.cpu_percent()  # None: first call or counter unreadable
-            total = quota_percent if quota_percent is not None else total
+            total = quota_percent if quota_percent is not None and primed else total
         mem_total, mem_available, mem_percent = self._memory()
-        sw = _swap()
-        freq, freq_max = _freq()
-        steal, sin, sout = self._rates()
-        temp, temp_high = _temperature()
+        freq, freq_max = self._freq.get(now)
+        temp, temp_high = self._temperature.get(now)
         return SystemSample(
-            cpu_percent=float(total) if primed and total is not None else None,
-            per_cpu=tuple(float(v) for v in per_cpu) if primed else (),
+            cpu_percent=total,
+            per_cpu=per_cpu,
             load_avg_per_core=_load_per_core(self._cpus),
             mem_total=mem_total,
             mem_available=mem_available,
@@ -190,7 +217,7 @@ class SystemProbe:
             swap_percent=sw[2],
             cpu_freq_mhz=freq,
             cpu_freq_max_mhz=freq_max,
-            on_battery=_on_battery(),
+            on_battery=self._battery.get(now),
             logical_cpus=self._cpus,
             steal_percent=steal,
             swap_in_bps=sin,
@@ -217,20 +244,47 @@ class SystemProbe:
         return total, available, float(vm.percent)
 
 
-def _swap() -> tuple[int, int, float]:
+def _per_cpu_times() -> list[Any] | None:
+    """Each logical CPU's cumulative times (psutil `cpu_times(percpu=True)`: one read of
+    /proc/stat on Linux); None when unreadable."""
+    try:
+        return list(psutil.cpu_times(percpu=True))
+    except (OSError, RuntimeError):
+        return None
+
+
+def _summed(per_cpu: list[Any]) -> Any:
+    """The machine's times: the per-CPU times added field by field (the kernel's own "cpu"
+    line of /proc/stat is that sum)."""
+    return type(per_cpu[0])(*(sum(field) for field in zip(*per_cpu, strict=True)))
+
+
+def _busy_percent(before: Any, after: Any) -> float:
+    """Busy share of the time between two cpu_times readings, 0-100 %: psutil's own formula
+    (`psutil.cpu_percent`): all time less guest time (Linux counts it inside user and nice
+    already), busy = that less idle and iowait; a counter that went backwards counts 0."""
+    def total(t: Any) -> float:
+        return float(sum(t)) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+    def idle(t: Any) -> float:
+        return float(t.idle) + getattr(t, "iowait", 0.0)
+
+    all_delta = max(0.0, total(after) - total(before))
+    if all_delta <= 0:
+        return 0.0
+    busy_delta = max(0.0, (total(after) - idle(after)) - (total(before) - idle(before)))
+    return min(100.0, 100.0 * busy_delta / all_delta)
+
+
+def _swap() -> tuple[int, int, float, tuple[int, int] | None]:
+    """(total, used bytes, used %, (swapped-in, swapped-out bytes since boot) or None where
+    the OS does not count them): one psutil `swap_memory()` read."""
     try:
         sw = psutil.swap_memory()
     except (OSError, RuntimeError):  # no /proc/swaps in some containers
-        return 0, 0, 0.0
-    return int(sw.total), int(sw.used), float(sw.percent)
-
-
-def _swap_io() -> tuple[int, int] | None:
-    try:
-        sw = psutil.swap_memory()
-    except (OSError, RuntimeError):
-        return None
-    return (int(sw.sin), int(sw.sout)) if sw.sin or sw.sout or sw.total else None
+        return 0, 0, 0.0, None
+    io = (int(sw.sin), int(sw.sout)) if sw.sin or sw.sout or sw.total else None
+    return int(sw.total), int(sw.used), float(sw.percent), io
 
 
 def _optional(read: Callable[[], Any]) -> Any:

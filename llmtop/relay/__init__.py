@@ -8,7 +8,9 @@ what it adds: every event carries the relay's own receive stamp.
 
 * `server.create_app(upstream_url)`: the ASGI app (`GET /` page, `POST /api/stream` SSE,
   `GET /api/models`, `GET /api/relay`); its parts are `request` (body validation),
-  `upstream` (connection pool, one upstream call) and `stream` (NDJSON lines → SSE frames).
+  `upstream` (one aiohttp client session for every upstream call, one call per request,
+  failures in llmtop's words), `stream` (NDJSON lines or an OpenAI upstream's SSE → SSE
+  frames) and `sse` (the SSE response: pings, send timeout, disconnects).
 * `process.RelayProcess`: the relay as a child process; `process.serve_relay(args)`: the
   `llmtop relay` command.
 * The client side is `llmtop.engines.relay.RelayEngine`; the scripted upstream used by its

@@ -5,11 +5,12 @@ Routes (all JSON unless said):
 * `POST /api/stream`: body `{"model", "messages" | "prompt", "options"?, "think"?,
   "keep_alive"?}` → `text/event-stream` with these events, in order:
   - `token`, one per upstream chunk: `{"content", "thinking", "relay_recv_ns",
-    "relay_offset_ms"}`; relay_recv_ns is the relay's `perf_counter_ns()` when the chunk's
-    line was complete and parsed, relay_offset_ms the time since the relay received the
-    request. (`perf_counter_ns` is CLOCK_MONOTONIC on Linux and macOS, one clock for every
-    process on the machine, so a client on the same machine can subtract it from its own
-    stamp to get the relay→client delivery time.)
+    "relay_offset_ms"}`; relay_recv_ns is the relay's `perf_counter_ns()` when the block of
+    bytes that completed the chunk was handed to it (an OpenAI upstream's: when httpx-sse
+    yielded the event), before the chunk was parsed; relay_offset_ms the time since the
+    relay received the request. (`perf_counter_ns` is CLOCK_MONOTONIC on Linux and macOS,
+    one clock for every process on the machine, so a client on the same machine can
+    subtract it from its own stamp to get the relay→client delivery time.)
   - `done`, once, from the upstream's final chunk: every field of that chunk unchanged
     (Ollama names, durations in ns: total_duration, load_duration, prompt_eval_count,
     prompt_eval_duration, eval_count, eval_duration, done_reason, …) except the text
@@ -29,27 +30,48 @@ Routes (all JSON unless said):
   upstream's `/api/tags` (502 with `{"error"}` when it does not answer).
 * `GET /api/relay`: `{"upstream": url, "version": llmtop's version}`.
 
-Design choices, each for the ≤ 1 ms TTFT target or for honesty:
+Design choices, each for the ≤ 1 ms TTFT and ≤ 3 ms CPU-per-request targets or for honesty
+(issue 10; bench/relay_overhead.py measures both):
 * The upstream is fixed by `create_app(upstream_url)`. A request body naming a host
   ("host", "upstream", "url", "base_url") is rejected with 400, never followed.
-* One connection pool for the app's lifetime (lifespan), and the upstream request started
-  as a task as soon as the body is validated (relay/upstream.py).
+* One aiohttp client session (one connection pool) for the app's lifetime (lifespan), for
+  every upstream call: aiohttp's C parser and flat per-chunk path cost about 5 ms less CPU
+  per relayed request than httpx's (httpcore, h11, anyio), and a well-kept library beats the
+  hand-written client that was 2 ms cheaper still (relay/upstream.py). On a pooled
+  connection the upstream request is written as soon as the body is validated, before the
+  SSE response starts.
 * Upstream lines parsed with `json.loads`, events written as preformatted bytes, one ASGI
   body message each (relay/stream.py); uvicorn does not buffer, asyncio sets TCP_NODELAY.
+* The SSE response is relay/sse.py's `SSEResponse`, not sse-starlette's
+  EventSourceResponse (a cancel scope per frame, a task group per response) nor Starlette's
+  StreamingResponse (no pings, no send timeout): a frame costs one `send`.
 * Request validation: relay/request.py. Failure wording: llmtop/engines/http.py.
-* No compression on the stream (`EventSourceResponse` refuses it, and no GZip middleware is
-  installed), `Cache-Control: no-cache`, `X-Accel-Buffering: no`.
+* No compression on the stream (no GZip middleware is installed), `Cache-Control:
+  no-cache`, `X-Accel-Buffering: no`.
 * Keep-alive pings: kept, every 15 s, as SSE *comment* lines (`: ping`). A comment has no
   event name and no data, so every spec-conforming parser (EventSource, this page's parser,
   `RelayEngine`) ignores it; it can never be mistaken for a token, and it keeps proxies
   from closing the connection while a cold model loads for tens of seconds.
-* Client gone (closed tab, dropped socket): sse-starlette's disconnect listener cancels the
-  generator at its current await; its `finally` closes the upstream response (shielded,
-  at most 1 s), which closes that upstream connection, so the engine stops generating.
+* Client gone (closed tab, dropped socket): `SSEResponse` sees `http.disconnect` and
+  cancels the generator at its current await; its `finally` closes the upstream response
+  (shielded, at most 1 s), which closes that upstream connection, so the engine stops
+  generating.
 * Upstream timeouts: connect 5 s, read 300 s (a cold 7B load takes tens of seconds; a hung
   upstream must still end the stream with an `error` event, never hang it). A client that
-  stops reading without leaving is cut off after 30 s (sse-starlette's send timeout), which
+  stops reading without leaving is cut off after 30 s (`SSEResponse`'s send timeout), which
   closes the upstream as a disconnect does.
+* Served by `llmtop.commands.serving.QuietServer`: uvicorn with its housekeeping tick once a
+  second instead of ten times, so an idle relay costs 0.3 ms of CPU a second, not 1.35.
+* What remains of the CPU per request is mostly the machine's price for waking a process
+  once per chunk: on a 2-core VM, 21 chunks 10 ms apart cost a bare ASGI app that only sends
+  them (bench/sse_floor.py, printed by bench/relay_overhead.py) about 300 µs each. Measured
+  with bench/relay_overhead.py --no-engine, 4 runs each, alternating with the hand-written
+  upstream client this replaced, same minutes (2-core VM, load 0.3–1.0): relay CPU per
+  request 10.1 ms against its floor's 7.7 (that client: 9.4 against 8.2), i.e. about 1 ms
+  more of the relay's own work; added TTFT, paired median, bare readers: +1.6 ms (that
+  client: +1.0). aiohttp builds each request in a task and writes its body in another
+  (Python 3.11), where the old client wrote on the spot: about 0.2 ms before the request
+  is on the wire.
 """
 
 from __future__ import annotations
@@ -59,8 +81,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from time import perf_counter_ns
 
-import httpx
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
@@ -73,8 +93,9 @@ from llmtop.engines.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, BadRequest
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.relay.request import parse_stream_request
+from llmtop.relay.sse import SSEResponse
 from llmtop.relay.stream import events
-from llmtop.relay.upstream import Relay
+from llmtop.relay.upstream import METADATA_ERRORS, Relay
 
 try:  # Starlette imports anyio's asyncio backend on the first streamed response; pay it now.
     import anyio._backends._asyncio  # noqa: F401
@@ -83,7 +104,6 @@ except ImportError:  # pragma: no cover
 
 PING_INTERVAL_S = 15
 SEND_TIMEOUT_S = 30.0  # a client that stops reading (without leaving) is cut off after this
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PAGE_PATH = Path(__file__).with_name("page.html")
 PAGE_HEADERS = {
     "Cache-Control": "no-store",
@@ -99,10 +119,6 @@ def choose_default(models: list[str]) -> str | None:
     if BUNDLED_MODEL_NAME in models:
         return BUNDLED_MODEL_NAME
     return models[0] if models else None
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping")
 
 
 # ---------------------------------------------------------------------- routes
@@ -126,7 +142,7 @@ async def models(request: Request) -> Response:
     relay: Relay = request.app.state.relay
     try:
         names = await relay.tags()
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+    except METADATA_ERRORS as exc:
         return JSONResponse(
             {"error": f"cannot list models at {relay.upstream} ({type(exc).__name__}: {exc})",
              "upstream": relay.upstream},
@@ -146,14 +162,11 @@ async def stream(request: Request) -> Response:
         job = parse_stream_request(parse_json(raw), relay.api)
     except BadRequest as exc:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
-    call = relay.start(job, t0)
-    return EventSourceResponse(
+    call = await relay.start(job, t0)
+    return SSEResponse(
         events(relay, call),
-        headers=SSE_HEADERS,
-        sep="\n",
-        ping=request.app.state.ping_interval_s,
-        send_timeout=SEND_TIMEOUT_S,
-        ping_message_factory=_ping,
+        ping_interval_s=request.app.state.ping_interval_s,
+        send_timeout_s=SEND_TIMEOUT_S,
         # Runs after the response in every case, also when the stream never started
         # (a client gone before the first byte): the upstream call is never left open.
         background=BackgroundTask(call.close),
@@ -170,7 +183,7 @@ ROUTES = [
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    """Open the relay's connection pool for the app's lifetime."""
+    """Open the relay's connection pools for the app's lifetime."""
     await app.state.relay.open()
     try:
         yield
@@ -191,7 +204,7 @@ def create_app(
     with api "openai" an OpenAI-compatible server, whose SSE chunks become the same frames).
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
-    interval (0 disables it with sse-starlette ≥ 3). guard: the Host, Origin and size rules
+    interval (0 disables it). guard: the Host, Origin and size rules
     (`llmtop.engines.guard`; default: a loopback server's).
     """
     guard = guard or Guard()

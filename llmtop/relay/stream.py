@@ -1,7 +1,8 @@
 """The relay's stream: upstream NDJSON lines (or an OpenAI upstream's SSE) in, preformatted
 SSE frames out.
 
-Upstream bytes are split into lines here and parsed with `json.loads`; events are written as
+Upstream bytes (an aiohttp response's body, `content.iter_any()`: each block as the socket
+gave it) are split into lines here and parsed with `json.loads`; events are written as
 preformatted bytes (no pydantic, no per-event objects), each one ASGI body message written to
 the socket as sent. Every failure becomes one `error` frame whose kind, message and remedy
 come from `llmtop.engines.http`, the same words `OllamaEngine` uses for a direct request.
@@ -15,14 +16,14 @@ from collections.abc import AsyncIterator
 from time import perf_counter_ns
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
-from httpx_sse import EventSource, ServerSentEvent
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from llmtop.engines.events import Failure
 from llmtop.engines.http import (
     failure_for_http,
-    failure_for_transport,
     failure_in_stream,
     failure_protocol,
     failure_truncated,
@@ -30,14 +31,19 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.relay.request import dumps
-from llmtop.relay.upstream import Relay, UpstreamCall
+from llmtop.relay.upstream import (
+    CONNECT_DONE,
+    CONNECT_START,
+    UPSTREAM_ERRORS,
+    Relay,
+    UpstreamCall,
+    upstream_failure,
+)
 
 DRAIN_TIMEOUT_S = 0.5  # reading the upstream's body end after its done line
 _TOKEN = b"event: token\ndata: "
 _END = b"\n\n"
 _DROP_FROM_DONE = ("message", "response", "context")
-_CONNECT_TCP_START = "connection.connect_tcp.started"  # httpcore's trace event names
-_CONNECT_TCP_DONE = "connection.connect_tcp.complete"
 
 
 def frame(event: str, data: dict[str, Any]) -> bytes:
@@ -65,10 +71,11 @@ def error_frame(relay: Relay, failure: Failure, t0: int, *, error: str | None = 
     })
 
 
-async def status_frame(relay: Relay, call: UpstreamCall, response: httpx.Response) -> bytes:
+async def status_frame(relay: Relay, call: UpstreamCall,
+                       response: aiohttp.ClientResponse) -> bytes:
     """The `error` frame for an upstream that answered with a status other than 200."""
-    body = await response.aread()
-    status = response.status_code
+    body = await response.read()
+    status = response.status
     installed = await relay.model_names() if status == 404 else []
     failure = failure_for_http(status, body, peer=relay.peer, model=call.job.model,
                                installed=installed)
@@ -87,7 +94,7 @@ def _done_frame(relay: Relay, call: UpstreamCall, obj: dict[str, Any], texts: tu
     """The `done` frame: the upstream's final chunk unchanged but for its text, plus the
     relay's own timings (ms since the relay received the request)."""
     t0, marks = call.t0, call.marks
-    connected = _CONNECT_TCP_DONE in marks
+    connected = CONNECT_DONE in marks
     done = {k: v for k, v in obj.items() if k not in _DROP_FROM_DONE}
     done.update(
         content=texts[0],
@@ -100,7 +107,7 @@ def _done_frame(relay: Relay, call: UpstreamCall, obj: dict[str, Any], texts: tu
         relay_ttft_ms=ms_since(call.text_ns, t0) if call.text_ns is not None else None,
         relay_request_ms=ms_since(t, t0),
         upstream_connect_ms=(
-            ms_since(marks[_CONNECT_TCP_DONE], marks.get(_CONNECT_TCP_START, call.t_send))
+            ms_since(marks[CONNECT_DONE], marks.get(CONNECT_START, call.t_send))
             if connected else None
         ),
         upstream_connection="new" if connected else "reused",
@@ -139,19 +146,17 @@ async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
     """The SSE byte frames for one request. Never raises for the upstream's misbehaviour;
     always ends with exactly one `done` or `error` frame, unless the client leaves first."""
     try:
-        try:
-            response = await call.response()
-        except (httpx.ConnectError, httpx.ConnectTimeout, OSError) as exc:
-            yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
-            return
-        if response.status_code != 200:
+        response = await call.response()
+        if response.status != 200:
             yield await status_frame(relay, call, response)
             return
         relayed = _relay_sse if relay.api == "openai" else _relay_lines
         async for out in relayed(relay, call, response):
             yield out
-    except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
+    except UPSTREAM_ERRORS as exc:
+        yield error_frame(relay, upstream_failure(exc, peer=relay.peer), call.t0)
+    except SSEError as exc:  # an OpenAI upstream's 200 that is not text/event-stream
+        yield error_frame(relay, failure_protocol(str(exc), peer=relay.peer), call.t0)
     finally:
         # Runs on success, on error and when the client left (the generator is cancelled
         # at its await, or closed at its yield): close the upstream response, which closes
@@ -160,13 +165,14 @@ async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
         await call.close()
 
 
-async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Response,
+async def _relay_lines(relay: Relay, call: UpstreamCall, response: aiohttp.ClientResponse,
                        ) -> AsyncIterator[bytes]:
     """The frames of a 200 upstream stream, ending with its final frame (done, error, or a
-    truncation error when the body ends without a done line)."""
-    # Split lines ourselves (bytes in, json.loads on bytes): fewer layers than aiter_lines'
+    truncation error when the body ends without a done line). A chunk is stamped when its
+    block of bytes is handed over (`iter_any`), before its line is split or parsed."""
+    # Split lines ourselves (bytes in, json.loads on bytes): fewer layers than a line reader's
     # text decoding, on the path of every token.
-    chunks = response.aiter_bytes()
+    chunks = response.content.iter_any()
     buf = b""
     async for raw in chunks:
         t = perf_counter_ns()
@@ -181,8 +187,9 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Respons
             yield out
             if final:
                 # After done: read the rest of the body (the chunked terminator, already on
-                # its way) so the pooled connection is reused by the next request instead of
-                # being closed and reconnected inside that request's TTFT.
+                # its way): aiohttp hands a connection back to its pool once the body is read
+                # to its end, so the next request reuses it instead of reconnecting inside
+                # its TTFT.
                 with anyio.move_on_after(DRAIN_TIMEOUT_S):
                     async for _ in chunks:
                         pass
@@ -198,14 +205,35 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: httpx.Respons
 # ---------------------------------------------------------------------- an OpenAI upstream
 
 
-async def _relay_sse(relay: Relay, call: UpstreamCall, response: httpx.Response,
+class _Body(httpx.AsyncByteStream):
+    """An aiohttp response's body as an httpx byte stream: httpx-sse's `EventSource` parses
+    an `httpx.Response`, here one that only carries the status, headers and these bytes."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for block in self._response.content.iter_any():
+            yield block
+
+    async def aclose(self) -> None:
+        """Nothing: the relay closes the upstream response itself (`UpstreamCall.close`)."""
+
+
+def sse_source(response: aiohttp.ClientResponse) -> EventSource:
+    """httpx-sse's EventSource over an aiohttp response (status, headers, streamed body)."""
+    return EventSource(httpx.Response(response.status, headers=response.raw_headers,
+                                      stream=_Body(response)))
+
+
+async def _relay_sse(relay: Relay, call: UpstreamCall, response: aiohttp.ClientResponse,
                      ) -> AsyncIterator[bytes]:
     """The frames of a 200 OpenAI-compatible stream (SSE parsed by httpx-sse, chunks read
     by `ChunkReader`), ending with its final frame: `done` at `[DONE]` (or at the body's end
     after a finish_reason), with the server's figures mapped onto Ollama's names; else an
     error or truncation frame."""
     reader = ChunkReader()
-    sse_events = EventSource(response).aiter_sse()
+    sse_events = sse_source(response).aiter_sse()  # SSEError for another content type
     async for sse in sse_events:
         t = perf_counter_ns()
         out, final = sse_frame(relay, call, reader, sse, t)

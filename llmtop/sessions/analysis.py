@@ -18,6 +18,7 @@ from typing import Any
 from llmtop.engines.events import ServerStats, Status
 from llmtop.sessions.attribution import (
     Attribution,
+    CanaryPart,
     Cause,
     EngineSlowdown,
     MachineEvidence,
@@ -27,10 +28,12 @@ from llmtop.sessions.attribution import (
 from llmtop.sessions.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
 from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
 from llmtop.sessions.stats import (
+    DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
     DRIFT_THRESHOLD_PCT,
     Drift,
     Summary,
+    better_p_value,
     drift,
     percentile,
     summarize,
@@ -170,6 +173,7 @@ class SizeAnalysis:
     drifts: dict[str, Drift]
     series: dict[str, list[float | None]]
     path: str | None = None  # "direct" / "relay" in a --compare-relay run, else None
+    threshold_pct: float = DRIFT_THRESHOLD_PCT  # the drift threshold the size was judged by
 
     @property
     def ok(self) -> list[RequestVerdict]:
@@ -324,6 +328,7 @@ def _analyze_size(
         drifts=drifts,
         series=series,
         path=path,
+        threshold_pct=threshold,
     )
 
 
@@ -416,23 +421,25 @@ def engine_slowdown(size: SizeAnalysis) -> EngineSlowdown | None:
 
 
 def machine_evidence(size: SizeAnalysis) -> MachineEvidence:
-    """The canary's drift and the readings' first-5 → last-5 medians of a size."""
-    judged = [(size.drifts[k], label) for k, label, *_ in CANARY_METRICS
-              if size.drifts[k].change_pct is not None]
-    counted = [(d, label) for d, label in judged if d.worse]
-    slower = max(counted, key=lambda x: x[0].change_pct or 0.0, default=None)
-    largest = max(judged, key=lambda x: x[0].change_pct or 0.0, default=None)
-    shown = slower or largest
+    """Each canary part's drift and the readings' first-5 → last-5 medians of a size."""
+    canary = tuple(
+        CanaryPart(label.removeprefix("canary: "), d.change_pct, d.worse, _differ(size, k, d))
+        for k, label, *_ in CANARY_METRICS if (d := size.drifts[k]).change_pct is not None
+    )
     readings = {k: (size.drifts[k].first_median, size.drifts[k].last_median) for k, *_ in READINGS}
     recs = [r.record for r in size.ok]
     new_reasons = gpu_reasons(recs[-5:]) - gpu_reasons(recs[:5])
-    return MachineEvidence(
-        canary_slower_pct=slower[0].change_pct if slower else None,
-        canary_change_pct=largest[0].change_pct if largest else None,
-        canary_part=shown[1].removeprefix("canary: ") if shown else None,
-        readings=readings,
-        gpu_reasons=tuple(sorted(new_reasons)),
-    )
+    return MachineEvidence(canary, readings, tuple(sorted(new_reasons)), size.threshold_pct)
+
+
+def _differ(size: SizeAnalysis, key: str, d: Drift) -> bool:
+    """A canary series' first and last 5 really differ in the direction it moved (one-sided
+    rank test at DRIFT_ALPHA): slower, drift computed that p; faster, its mirror (a canary
+    part is a time: lower is better)."""
+    if d.change_pct is None or d.change_pct == 0:
+        return False
+    p = d.p_value if d.change_pct > 0 else better_p_value(size.series[key], higher_is_better=False)
+    return p is not None and p < DRIFT_ALPHA
 
 
 def cause_of(size: SizeAnalysis, attribution: Attribution) -> Cause | None:

@@ -19,6 +19,7 @@ from llmtop.sessions.records import CanaryRecord, RequestRecord
 CANARY_METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("canary_cpu_ms", "canary: CPU loop", "ms", False),
     ("canary_mem_ms", "canary: memory stride", "ms", False),
+    ("canary_simd_ms", "canary: SIMD on every core", "ms", False),
 )
 READINGS: tuple[tuple[str, str, str, bool], ...] = (
     ("steal_pct", "CPU steal", "%", False),
@@ -68,19 +69,23 @@ def machine_series(
     """Per CANARY_METRICS and READINGS key, one value per request in `requests` (None where
     the request had no canary before it or no reading)."""
     before = {c.before_request: c for c in canaries if c.before_request is not None}
-    out: dict[str, list[float | None]] = {"canary_cpu_ms": [], "canary_mem_ms": []}
+    out: dict[str, list[float | None]] = {k: [] for k, *_ in CANARY_METRICS}
     for r in requests:
         c = before.get(r.id)
         out["canary_cpu_ms"].append(c.cpu_ms if c else None)
         out["canary_mem_ms"].append(c.mem_ms if c else None)
+        out["canary_simd_ms"].append(c.simd_ms if c else None)
     for key, *_ in READINGS:
         out[key] = [reading(r, key) for r in requests]
     return out
 
 
-def canary_medians(canaries: Sequence[CanaryRecord]) -> tuple[float, float] | None:
-    """(median cpu ms, median mem ms) over a run's canaries; None without any."""
-    if not canaries:
+def canary_medians(canaries: Sequence[CanaryRecord]) -> tuple[float, float, float] | None:
+    """(median cpu ms, mem ms, simd ms) over a run's canaries; None without any canary that
+    has all three parts (a log written before the simd part)."""
+    full = [c for c in canaries if c.simd_ms is not None]
+    if not full:
         return None
-    return (statistics.median(c.cpu_ms for c in canaries),
-            statistics.median(c.mem_ms for c in canaries))
+    return (statistics.median(c.cpu_ms for c in full),
+            statistics.median(c.mem_ms for c in full),
+            statistics.median(c.simd_ms for c in full if c.simd_ms is not None))

@@ -130,14 +130,17 @@ class CanaryRecord:
     """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
 
     before_request: the id of the request that ran next (None: not tied to a request).
-    cpu_ms / mem_ms: the median of `repeats` timings of each part. t_ns: perf_counter_ns
-    when it began.
+    cpu_ms / mem_ms / simd_ms: the median of `repeats` timings of each part (simd_ms None in
+    logs written before that part existed); threads: the simd part's threads. t_ns:
+    perf_counter_ns when it began.
     """
 
     cpu_ms: float
     mem_ms: float
+    simd_ms: float | None = None
     before_request: int | None = None
     repeats: int = 1
+    threads: int | None = None
     t_ns: int | None = None
 
     @classmethod
@@ -147,8 +150,8 @@ class CanaryRecord:
 
     @property
     def total_ms(self) -> float:
-        """cpu_ms + mem_ms."""
-        return self.cpu_ms + self.mem_ms
+        """cpu_ms + mem_ms + simd_ms (0 when absent)."""
+        return self.cpu_ms + self.mem_ms + (self.simd_ms or 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,3 +159,15 @@ def worse_p_value(head: Sequence[float], tail: Sequence[float], higher_is_better
     alternative = "greater" if higher_is_better else "less"  # head vs tail
     result = mannwhitneyu(head, tail, alternative=alternative, method="exact")
     return float(result.pvalue)
+
+
+def better_p_value(
+    values: Sequence[float | None], *, higher_is_better: bool, window: int = DRIFT_WINDOW
+) -> float | None:
+    """One-sided p of the rank test that the last `window` values are *better* than the first
+    `window` (the mirror of `worse_p_value`: a canary part that got faster); None with fewer
+    than 2 × window values (None and non-finite values are skipped, as in `drift`)."""
+    xs = _clean(values)
+    if len(xs) < 2 * window:
+        return None
+    return worse_p_value(xs[:window], xs[-window:], not higher_is_better)

@@ -98,3 +98,44 @@ def test_fast_path_agrees_with_psutil_on_this_process() -> None:
     # psutil reads the same ticks (from the same file), converted to seconds
     assert line.cpu_s == pytest.approx(times.user + times.system, abs=0.2)
     assert line.ppid == os.getppid()
+
+
+@pytest.mark.skipif(not procstat.available(), reason="needs Linux procfs")
+def test_a_kernel_thread_is_known_by_its_parent_without_psutil(tmp_path: Path) -> None:
+    # kthreadd (pid 2) is every kernel thread's parent; a fake pid psutil cannot find would
+    # otherwise be named by its command name ("kworker")
+    write(tmp_path, PID, stat_text(PID, "kworker/1:2-events", ppid=2))
+    probe = ProcessProbe(self_pids=set(), proc_root=str(tmp_path))
+    assert [a.app for a in probe.sample().apps] == ["kernel threads"]
+
+
+def test_kept_stat_files_are_read_again_and_closed(tmp_path: Path) -> None:
+    write(tmp_path, PID, stat_text(PID, "worker", utime=1))
+    files = procstat.StatFiles(str(tmp_path))
+    first = files.read(PID)
+    assert first is not None and first.cpu_ticks == 1 and len(files) == 1
+    write(tmp_path, PID, stat_text(PID, "worker", utime=7))  # same file, new contents
+    again = files.read(PID)
+    assert again is not None and again.cpu_ticks == 7 and len(files) == 1
+    files.forget(PID)
+    assert len(files) == 0
+    none_kept = procstat.StatFiles(str(tmp_path), limit=0)
+    assert none_kept.read(PID) == again and len(none_kept) == 0  # read, not kept
+    assert files.read(PID + 5) is None  # no such process
+    files.close()
+
+
+@pytest.mark.skipif(not procstat.available(), reason="needs Linux procfs")
+def test_a_kept_file_of_a_process_that_ended_is_reopened() -> None:
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"])
+    files = procstat.StatFiles()
+    try:
+        line = files.read(child.pid)
+        assert line is not None and line.comm == "sleep" and len(files) == 1
+    finally:
+        child.kill()
+        child.wait()
+    assert files.read(child.pid) is None  # ESRCH on the kept file, then no such file
+    assert len(files) == 0

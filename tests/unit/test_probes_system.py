@@ -62,3 +62,61 @@ def test_unknown_frequency_is_none_not_zero(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(psutil, "cpu_freq", lambda: None)
     s = SystemProbe().sample()
     assert (s.cpu_freq_mhz, s.cpu_freq_max_mhz) == (None, None)
+
+
+# --- one /proc/stat read per sample: the CPU shares computed here, psutil's formula
+
+
+def _times(**kw: float) -> object:
+    scputimes = type(psutil.cpu_times())  # psutil's own tuple type, with this OS's fields
+    fields = dict.fromkeys(scputimes._fields, 0.0)
+    fields.update(kw)
+    return scputimes(**fields)
+
+
+def test_busy_percent_leaves_out_idle_iowait_and_guest() -> None:
+    from llmtop.probes.system import _busy_percent
+
+    before = _times(user=10.0, system=5.0, idle=100.0)
+    # +3 user, +1 system, +4 idle, +2 iowait (on Linux): busy 4 of 10 s (on Linux iowait
+    # is not busy; elsewhere the tuple has no iowait and it is 4 of 8)
+    after = _times(user=13.0, system=6.0, idle=104.0, **({"iowait": 2.0} if hasattr(
+        before, "iowait") else {}))
+    expected = 40.0 if hasattr(before, "iowait") else 50.0
+    assert _busy_percent(before, after) == pytest.approx(expected)
+    assert _busy_percent(after, after) == 0.0  # no time passed
+    if hasattr(before, "guest"):  # guest time is inside user already: not counted twice
+        guest = _times(user=13.0, system=6.0, idle=104.0, iowait=2.0, guest=3.0)
+        assert _busy_percent(before, guest) == pytest.approx(40.0)
+
+
+def test_machine_times_are_the_per_cpu_times_added() -> None:
+    from llmtop.probes.system import _summed
+
+    total = _summed([_times(user=1.0, idle=2.0), _times(user=3.0, idle=4.0)])
+    assert (total.user, total.idle) == (4.0, 6.0)
+
+
+def test_optional_readings_are_read_at_most_every_period() -> None:
+    from llmtop.probes.system import _Every
+
+    reads: list[int] = []
+    every = _Every(lambda: reads.append(1) or len(reads), period_s=2.0)
+    assert every.get(0) == 1
+    assert every.get(1_999_999_999) == 1  # within the period: the last value
+    assert every.get(2_000_000_000) == 2 and len(reads) == 2
+
+
+def test_cpu_shares_agree_with_psutil_over_the_same_window() -> None:
+    # psutil's cpu_percent over its own window and the probe's over the window it saw: both
+    # are busy/total of /proc/stat; the windows differ by the time between the two reads,
+    # so they agree within a few points, and each per-CPU figure lies in 0-100.
+    probe = SystemProbe(None)
+    probe.sample()
+    psutil.cpu_percent(None)
+    sum(i * i for i in range(300_000))  # some CPU work inside both windows
+    ours = probe.sample()
+    theirs = psutil.cpu_percent(None)
+    assert ours.cpu_percent is not None
+    assert abs(ours.cpu_percent - theirs) <= 25.0
+    assert len(ours.per_cpu) == logical_cpus() and all(0.0 <= v <= 100.0 for v in ours.per_cpu)

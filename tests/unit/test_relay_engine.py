@@ -17,6 +17,7 @@ from llmtop.engines.relay import RelayEngine
 from llmtop.relay.server import create_app
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
+from tests.unit.loopback import Server, answer_every_request
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,28 @@ async def test_run_request_through_the_relay_is_ok_with_text_and_metrics(relay):
         await engine.aclose()
     assert result.status == Status.OK and result.content == "Hello!"
     assert result.events[0].t_ns > result.sent_ns
+
+
+async def test_events_that_arrived_in_one_read_share_its_arrival_stamp():
+    # A relay stand-in writes its whole answer in one write, so the client reads it in one
+    # block: every event is stamped with that block's arrival (docs/method.md, "Chunk
+    # stamps"), not each with the time its own parse ended (which would all differ).
+    frames = (b'event: token\ndata: {"content":"a","thinking":""}\n\n'
+              b'event: token\ndata: {"content":"b","thinking":""}\n\n'
+              b'event: done\ndata: {"done":true,"content":"","thinking":"","eval_count":2}\n\n')
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+             b"Content-Length: %d\r\n\r\n" % len(frames) + frames)
+    async with Server(answer_every_request(reply)) as srv:
+        engine = RelayEngine(srv.url, upstream="http://127.0.0.1:9")  # never asked
+        collector = RequestCollector(prompt="hi", options={}, model="m")
+        try:
+            result = await run_request(lambda: engine.stream_chat("m", chat_messages("hi")),
+                                       collector)
+        finally:
+            await engine.aclose()
+    assert result.content == "ab" and [e.done for e in result.events] == [False, False, True]
+    stamps = {e.t_ns for e in result.events}
+    assert len(stamps) == 1 and stamps.pop() > result.sent_ns
 
 
 async def test_stream_is_lazy_nothing_is_sent_before_iteration(relay, upstream):

@@ -1,0 +1,274 @@
+"""An httpcore network backend on asyncio that stamps every block of bytes as it arrives.
+
+Why (docs/method.md, "TTFT and E2E"): a chunk is stamped when its bytes are in llmtop's hands.
+With httpcore's default backend (anyio) the bytes wait, after the kernel has handed them to
+the event loop, for one more turn of the loop (anyio's read event, its cancel scope) and then
+for h11, httpx's line decoder, the `ollama` client's JSON and pydantic work before the engine
+can stamp the parsed chunk: ~0.3 ms per chunk on a 2-core VM (bench/clock_truth.py). Here the
+protocol's `data_received` — the first Python code to see the bytes, in the same turn of the
+loop that found the socket readable — records `perf_counter_ns()` next to each block; a
+read hands the block on and notes its arrival in the request's open `SendStamp`
+(`stamps.note_arrival`), and the engine, once it has parsed a chunk and knows it carries
+text, stamps it with that arrival (`stamps.arrival_ns`). httpcore reads only when h11 needs
+more bytes, so the block read last is the one that completed the chunk being parsed.
+
+What else differs from the anyio backend: reading is not paused between reads (the loop takes
+bytes off the socket as they come; a buffer over `HIGH_WATER` bytes pauses it), and the
+readiness check of an idle pooled connection also counts bytes or an end of stream that the
+loop has already taken. Errors map to httpcore's exceptions as its anyio backend maps them
+(connect: timeout → ConnectTimeout, OSError → ConnectError; read/write: timeout →
+Read/WriteTimeout, a broken or closed connection → ReadError/WriteError).
+
+httpx has no public way to give its transport a network backend (encode/httpx#3749, open), so
+`measured_transport` sets it on the transport's pool (`_pool._network_backend`); when a
+future httpx or httpcore moves those names the transport is left as it was (plain stamps at
+the parse) and tests/unit/test_arrivals.py fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import select
+import socket
+import ssl
+from collections.abc import Iterable
+from time import perf_counter_ns
+from typing import Any
+
+import httpcore
+import httpx
+
+from llmtop.engines.stamps import note_arrival
+
+HIGH_WATER = 1 << 20  # bytes buffered before the socket is no longer read (a slow consumer)
+
+
+class _Protocol(asyncio.Protocol):
+    """Collects (arrival perf_counter_ns, bytes) blocks; wakes the one waiting reader."""
+
+    def __init__(self) -> None:
+        self.blocks: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.buffered = 0
+        self.ended = False  # end of stream or connection lost
+        self.error: BaseException | None = None
+        self.transport: asyncio.Transport | None = None
+        self.paused_reading = False
+        self._reader: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.blocks.append((perf_counter_ns(), data))
+        self.buffered += len(data)
+        if self.buffered > HIGH_WATER and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused_reading = True
+        _wake(self._reader)
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        _wake(self._reader)
+        return False  # let the transport close itself: HTTP/1.1 has nothing to say after EOF
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self.error = exc
+        _wake(self._reader)
+        _wake(self._writable)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        _wake(self._writable)
+        self._writable = None
+
+    async def wait_readable(self) -> None:
+        """Until a block or the end of the stream has arrived."""
+        self._reader = asyncio.get_running_loop().create_future()
+        try:
+            await self._reader
+        finally:
+            self._reader = None
+
+    async def wait_writable(self) -> None:
+        """Until the transport's write buffer has drained below its high-water mark."""
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+class ArrivalStream(httpcore.AsyncNetworkStream):
+    """One connection (`httpcore.AsyncNetworkStream`) whose reads note each block's arrival."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._closed = False
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        """At most `max_bytes` bytes (b"" at the end of the stream), waiting up to `timeout`
+        seconds (None: forever). Raises httpcore.ReadTimeout / ReadError."""
+        p = self._protocol
+        if self._closed:
+            raise httpcore.ReadError("the connection was closed")
+        if not p.blocks and not p.ended:
+            try:
+                async with asyncio.timeout(timeout):
+                    await p.wait_readable()
+            except TimeoutError as exc:
+                raise httpcore.ReadTimeout(f"no bytes within {timeout} s") from exc
+        if not p.blocks:
+            if p.error is not None:
+                raise httpcore.ReadError(str(p.error) or type(p.error).__name__) from p.error
+            return b""
+        t_ns, data = p.blocks.popleft()
+        if len(data) > max_bytes:
+            data, rest = data[:max_bytes], data[max_bytes:]
+            p.blocks.appendleft((t_ns, rest))
+        p.buffered -= len(data)
+        if p.paused_reading and p.buffered <= HIGH_WATER // 2:
+            p.paused_reading = False
+            self._transport.resume_reading()
+        note_arrival(t_ns)
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Hand `buffer` to the socket; waits (up to `timeout` s) only while the transport's
+        buffer is over its high-water mark. Raises httpcore.WriteTimeout / WriteError."""
+        if not buffer:
+            return
+        if self._closed or self._protocol.ended or self._transport.is_closing():
+            raise httpcore.WriteError("the connection was closed")
+        self._transport.write(buffer)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._protocol.wait_writable()
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(f"could not write within {timeout} s") from exc
+        if self._protocol.error is not None:
+            raise httpcore.WriteError(str(self._protocol.error)) from self._protocol.error
+
+    async def aclose(self) -> None:
+        """Close the connection (pending writes are flushed first by asyncio)."""
+        self._closed = True
+        self._transport.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface, as all here
+    ) -> httpcore.AsyncNetworkStream:
+        """TLS over this connection (asyncio's `loop.start_tls`); the same protocol keeps
+        stamping. Raises httpcore.ConnectTimeout / ConnectError (and closes the connection)."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                tls = await loop.start_tls(self._transport, self._protocol, ssl_context,
+                                           server_hostname=server_hostname)
+        except TimeoutError as exc:
+            await self.aclose()
+            raise httpcore.ConnectTimeout(f"TLS handshake over {timeout} s") from exc
+        except (OSError, ssl.SSLError) as exc:
+            await self.aclose()
+            raise httpcore.ConnectError(str(exc)) from exc
+        if tls is None:
+            raise httpcore.ConnectError("the connection closed during the TLS handshake")
+        self._protocol.transport = tls
+        return ArrivalStream(tls, self._protocol)
+
+    def get_extra_info(self, info: str) -> Any:
+        """httpcore's names: ssl_object, client_addr, server_addr, socket, is_readable (an
+        idle connection with bytes or an end already arrived is not reusable)."""
+        if info == "is_readable":
+            p = self._protocol
+            sock = self._transport.get_extra_info("socket")
+            return bool(p.blocks) or p.ended or _socket_readable(sock)
+        names = {"ssl_object": "ssl_object", "client_addr": "sockname",
+                 "server_addr": "peername", "socket": "socket"}
+        return self._transport.get_extra_info(names[info]) if info in names else None
+
+
+def _socket_readable(sock: Any) -> bool:
+    """Whether a recv on `sock` would return at once (bytes or the end); a socket without a
+    descriptor counts as readable, as httpcore counts it (its next read would end)."""
+    fd = sock.fileno() if sock is not None else -1
+    if fd < 0:
+        return True
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+class ArrivalBackend(httpcore.AsyncNetworkBackend):
+    """Connections as `ArrivalStream`s (asyncio only; TCP_NODELAY as asyncio sets it)."""
+
+    async def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None,  # noqa: ASYNC109
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Connect to host:port within `timeout` s. Raises ConnectTimeout / ConnectError."""
+        loop = asyncio.get_running_loop()
+        local = (local_address, 0) if local_address else None
+        return await _connect(lambda: loop.create_connection(_Protocol, host, port,
+                                                             local_addr=local),
+                              timeout, socket_options)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None,  # noqa: ASYNC109
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Connect to the Unix socket `path`. Raises ConnectTimeout / ConnectError."""
+        loop = asyncio.get_running_loop()
+        return await _connect(lambda: loop.create_unix_connection(_Protocol, path),
+                              timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        """asyncio.sleep (httpcore's retry back-off)."""
+        await asyncio.sleep(seconds)
+
+
+async def _connect(open_: Any, limit_s: float | None,
+                   options: Iterable[httpcore.SOCKET_OPTION] | None) -> ArrivalStream:
+    try:
+        async with asyncio.timeout(limit_s):
+            transport, protocol = await open_()
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(f"no connection within {limit_s} s") from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    sock: socket.socket | None = transport.get_extra_info("socket")
+    for option in options or ():
+        if sock is not None:
+            sock.setsockopt(*option)
+    return ArrivalStream(transport, protocol)
+
+
+def measured_transport(
+    proxy: str | None = None, limits: httpx.Limits | None = None
+) -> httpx.AsyncHTTPTransport:
+    """An httpx transport (its defaults; `proxy` and pool `limits` as given) whose
+    connections stamp arriving bytes (`ArrivalBackend`). Pass it as `transport=` to
+    httpx.AsyncClient (or the `ollama` client) instead of `proxy=` / `limits=`."""
+    if limits is None:  # httpx's own default pool
+        return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy))
+    return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy, limits=limits))
+
+
+def stamp_arrivals(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:
+    """Give `transport`'s connection pool the `ArrivalBackend` (module docstring: httpx has no
+    public way); returns `transport`. One whose pool lacks those names is left as it is."""
+    pool = getattr(transport, "_pool", None)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = ArrivalBackend()
+    return transport
