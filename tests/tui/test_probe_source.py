@@ -5,6 +5,7 @@ was taken, so a dead agent's last sample reads stale."""
 from __future__ import annotations
 
 import socket
+import threading
 from pathlib import Path
 
 from llmtop.probes.remote import AgentSampler, AgentTarget, RemoteSample, SampleSource
@@ -54,3 +55,24 @@ async def test_an_agents_sample_is_aged_from_when_it_was_taken(tmp_path: Path) -
 def _fields(sample: object) -> dict[str, object]:
     names = ("t_ns", "wall_time", "system", "processes", "gpu", "verdict", "cost_ms")
     return {name: getattr(sample, name) for name in names}
+
+
+async def test_an_agents_state_change_relabels_an_idle_panel(tmp_path: Path) -> None:
+    """The agent's reader thread reports a state change; the app, idle with its render timer
+    paused, is woken and redraws the panel's title."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        panel = app.query_one(ProbePanel)
+        agent = AgentSampler(AgentTarget("http://gpu-box:11500"))
+        agent.state, agent.info = "connected", {"machine": "gpu-box"}
+        app.sampler = agent
+        app.post_message(ProbeSampled(machine_sample(1, 10.0, busy_apps(), Verdict.of([]), 1.0)))
+        await wait_for(pilot, lambda: panel.border_title == "engine's machine: gpu-box (agent)")
+        await wait_for(pilot, lambda: app.render_paused, what="idle")
+        agent.state = "reconnecting"
+        thread = threading.Thread(target=app._on_probe_state_thread, args=("reconnecting", ""))
+        thread.start()
+        thread.join()
+        await wait_for(pilot, lambda: panel.border_title == (
+            "agent http://gpu-box:11500: reconnecting"), what="the new title")
