@@ -19,13 +19,14 @@ a request's start), logged there, and posted as coalescing `ProbeSampled` messag
 NOISY one is kept by a `NoiseTracker`, which marks the request it fell in ("⚠ machine NOISY
 during this request") here and on the bench screen.
 
-What it costs (bench/tui_cost.py: the real TUI in a pty at 120×40, scripted server at 50
-tok/s, 300 tokens, a fresh TUI per request, 6 s idle window; 2 cores, load average < 2):
-streaming 13.5 → 10.1 % of a core, idle 3.1 → 0.8 % (medians of 3, 2026-11-30, against the
-tree before this work). Of the streaming figure, ~3.4 % is the HTTP client alone (the same
-request streamed headless: httpx/httpcore/anyio at 50 reads a second; a bare asyncio socket
-costs 2 %) and ~1.6 % the probe sampler at 2 Hz; the rest is Textual's frames (~4 a second),
-the typed prompt and the request's start and end. py-spy: `bench/tui_cost.py --py-spy`.
+What it costs (bench/tui_cost.py --scripted --pairs 3 --num-predict 300: the real TUI in a
+pty at 120×40, a fresh TUI per request, 50 tok/s; 2 cores, load average < 1, 2026-11-30):
+streaming 11.8 → 8.7 % of a core, idle 3.3 → 1.0 % (6 s window just after startup; 0.6–0.8 %
+once settled), medians of 3 runs against the tree before this work. Of the streaming figure,
+2.8 % is the HTTP client alone (the same request streamed headless: httpx/httpcore/anyio at
+50 reads a second; a bare asyncio socket costs 2 % on this machine) and ~1.5 % the probe
+sampler at 2 Hz; the rest is Textual's frames (~5 a second), the typed prompt and the
+request's start and end. Where it goes: `bench/tui_cost.py --py-spy`.
 
 The session (`SessionState`): every finished request joins it; the TTFT sparkline across
 requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from it by the same
