@@ -3,13 +3,29 @@
 Throttling (the monitor must not be the noise): stream events only append to a
 `LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. One
 `set_interval(1 / RENDER_HZ)` timer draws what is dirty, however fast tokens come: the text
-every TEXT_EVERY-th tick, the live numbers every NUMBERS_EVERY-th tick, the probe panel at
-most every PANEL_EVERY-th, and the first chunk (TTFT) and the end (final figures) at the
-next tick. Each Textual frame costs a few ms of
-CPU on a small machine, so frames, not tokens, are what the monitor spends. Probes are
-sampled in the `ProbeSampler` thread, logged there, and posted as coalescing
-`ProbeSampled` messages; each NOISY one is kept by a `NoiseTracker`, which marks the request
-it fell in ("⚠ machine NOISY during this request") here and on the bench screen.
+every TEXT_EVERY-th tick and the live numbers every NUMBERS_EVERY-th (on the same ticks, so
+one frame carries both), the probe panel at most every PANEL_MIN_NS (on a text tick while a
+request streams), and the first chunk (TTFT) and the end (final figures) at the next tick.
+With nothing left to draw and no request streaming the timer is paused; `_wake` resumes it
+(a request, a probe sample, a history pick), so an idle TUI spends nothing on ticks.
+
+Frames, not tokens, are what the monitor spends: on a 2-core machine a Textual frame costs
+2–6 ms of CPU, most of it fixed (every widget whose container overlaps the change is rendered
+again from its cache), and a screen layout ~13 ms. So nothing asks for a layout while text
+streams or keys are typed (`TokenPane`, `ProbePanel`, `QuietStatic`, `PromptInput`), and a
+scroll, which repaints the whole token pane, happens in jumps. Probes are sampled in the
+`ProbeSampler` thread (every `settings.probe_interval_s`, 2 s, while idle; every 0.5 s from
+a request's start), logged there, and posted as coalescing `ProbeSampled` messages; each
+NOISY one is kept by a `NoiseTracker`, which marks the request it fell in ("⚠ machine NOISY
+during this request") here and on the bench screen.
+
+What it costs (bench/tui_cost.py: the real TUI in a pty at 120×40, scripted server at 50
+tok/s, 300 tokens, a fresh TUI per request, 6 s idle window; 2 cores, load average < 2):
+streaming 13.5 → 10.1 % of a core, idle 3.1 → 0.8 % (medians of 3, 2026-11-30, against the
+tree before this work). Of the streaming figure, ~3.4 % is the HTTP client alone (the same
+request streamed headless: httpx/httpcore/anyio at 50 reads a second; a bare asyncio socket
+costs 2 %) and ~1.6 % the probe sampler at 2 Hz; the rest is Textual's frames (~4 a second),
+the typed prompt and the request's start and end. py-spy: `bench/tui_cost.py --py-spy`.
 
 The session (`SessionState`): every finished request joins it; the TTFT sparkline across
 requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from it by the same
@@ -71,9 +87,10 @@ from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
-# Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): each
-# frame costs Textual several ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of
-# a core; at 5 Hz and 2 Hz ~9 %, and text still reads as a stream.
+# Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): a frame
+# costs Textual 2–6 ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of a core.
+# Text at 4 Hz with the numbers in the same frames at 2 Hz is ~5 frames a second; text
+# still reads as a stream (8 Hz ticks: TTFT drawn ≤ 125 ms after the first chunk).
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
 NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
