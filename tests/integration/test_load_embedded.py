@@ -5,6 +5,7 @@ shows flat throughput, and each extra concurrent user adds about one service tim
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -16,8 +17,41 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 # The engine's own service times vary between requests (sampling, the machine); these bounds
 # are what a shared 2-core runner held in the measured runs, not llmtop's precision.
-FLAT = 0.4  # throughput may vary by ±40 % across levels (4 requests each, a shared runner)
+BUSY = 0.15  # a level's throughput within ±15 % of what the engine's own busy time allows
+# (measured 0.92–0.98 of it in 15 levels: the rest is tokenizing and the gaps between requests)
 PER_USER = 0.4  # TTFT added per extra user within ±40 % of one service time
+# Why not "flat across levels" directly: on this VM the engine sometimes stalls by itself
+# (a 12-token decode took 2823 ms by its own eval_duration, against ~200 ms; seen on the
+# tree before and after the 2026-11-30 changes, 2 runs in 8), which makes one level slow for
+# reasons outside llmtop. One slot serves one request at a time, so each level's throughput
+# is n / (sum of the engine's own busy time: load + prompt_eval + eval durations; not
+# total_duration, which includes the wait in its queue) — flat as long as the engine's
+# service time is — and that is what llmtop's figure must match, stall or not.
+
+
+def _measured(log_path) -> list[tuple[int, float]]:
+    """(level, the engine's own busy time in ms: load + prompt_eval + eval) per request."""
+    out = []
+    for line in log_path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "request" and rec.get("level") is not None:
+            stats = rec["stats"]
+            ns = stats.get("load_duration", 0) + stats["prompt_eval_duration"]
+            out.append((rec["level"], (ns + stats["eval_duration"]) / 1e6))
+    return out
+
+
+def busy_ms(log_path) -> list[float]:
+    """The engine's own busy time (ms) of every measured request."""
+    return [ms for _, ms in _measured(log_path)]
+
+
+def busy_seconds(log_path) -> dict[int, float]:
+    """Per level: the engine's own busy time (s), summed over the level's requests."""
+    busy: dict[int, float] = {}
+    for level, ms in _measured(log_path):
+        busy[level] = busy.get(level, 0.0) + ms / 1e3
+    return busy
 
 
 def test_one_slot_flat_throughput_and_ttft_grows_a_service_time_per_user(engine_url, tmp_path):
@@ -56,9 +90,13 @@ def test_one_slot_flat_throughput_and_ttft_grows_a_service_time_per_user(engine_
     assert report["environment"]["parallel"]["slots"] == 1
     one, two, three = report["levels"]
     assert all(lv["ok"] == 4 for lv in (one, two, three))
-    rates = [lv["req_per_s"] for lv in (one, two, three)]
-    assert max(rates) <= (1 + FLAT) * min(rates)
-    service_ms = one["e2e"]["p50"]
+    busy = busy_seconds(tmp_path / "load.jsonl")
+    for level, lv in enumerate((one, two, three)):
+        # e.g. 4 requests of ~310 ms each by the engine's clock: 4 / 1.24 s = 3.2 req/s
+        assert lv["req_per_s"] == pytest.approx(4 / busy[level], rel=BUSY)
+    # one service time: the median of the engine's own busy time over all 12 requests (one
+    # slot serves each alike at every level; a median of 12 is not moved by one stall)
+    service_ms = statistics.median(busy_ms(tmp_path / "load.jsonl"))
     for extra, lv in ((1, two), (2, three)):
         added = lv["ttft"]["p50"] - one["ttft"]["p50"]
         assert added == pytest.approx(extra * service_ms, rel=PER_USER)

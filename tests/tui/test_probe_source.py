@@ -31,10 +31,7 @@ async def test_an_agents_sample_is_aged_from_when_it_was_taken(tmp_path: Path) -
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
         panel = app.query_one(ProbePanel)
-        # an agent sampler as it is once connected (not started: samples are posted here)
-        agent = AgentSampler(AgentTarget("http://gpu-box:11500"))
-        agent.state, agent.info = "connected", {"machine": "gpu-box"}
-        app.sampler = agent
+        _connect_agent(app)
         local = machine_sample(2_000_000_000, 10.0, busy_apps(), Verdict.of([]), 1.0)
         source = SampleSource("agent", "http://gpu-box:11500", "gpu-box", 5, 1, 0)
         taken_ns = 1_000_000_000  # on our clock, mapped from the agent's
@@ -52,6 +49,15 @@ async def test_an_agents_sample_is_aged_from_when_it_was_taken(tmp_path: Path) -
             f"engine's machine: gpu-box (agent) — stale, {STALE_AFTER_S + 1:.0f} s old")
 
 
+def _connect_agent(app: object) -> AgentSampler:
+    """Give the app an agent sampler as it is once connected to gpu-box (not started:
+    samples are posted to the app directly)."""
+    agent = AgentSampler(AgentTarget("http://gpu-box:11500"))
+    agent.state, agent.info = "connected", {"machine": "gpu-box"}
+    app.sampler = agent  # type: ignore[attr-defined]
+    return agent
+
+
 def _fields(sample: object) -> dict[str, object]:
     names = ("t_ns", "wall_time", "system", "processes", "gpu", "verdict", "cost_ms")
     return {name: getattr(sample, name) for name in names}
@@ -64,9 +70,7 @@ async def test_an_agents_state_change_relabels_an_idle_panel(tmp_path: Path) -> 
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
         panel = app.query_one(ProbePanel)
-        agent = AgentSampler(AgentTarget("http://gpu-box:11500"))
-        agent.state, agent.info = "connected", {"machine": "gpu-box"}
-        app.sampler = agent
+        agent = _connect_agent(app)
         app.post_message(ProbeSampled(machine_sample(1, 10.0, busy_apps(), Verdict.of([]), 1.0)))
         await wait_for(pilot, lambda: panel.border_title == "engine's machine: gpu-box (agent)")
         await wait_for(pilot, lambda: app.render_paused, what="idle")
