@@ -78,5 +78,9 @@ async def test_an_agents_state_change_relabels_an_idle_panel(tmp_path: Path) -> 
         thread = threading.Thread(target=app._on_probe_state_thread, args=("reconnecting", ""))
         thread.start()
         thread.join()
-        await wait_for(pilot, lambda: panel.border_title == (
-            "agent http://gpu-box:11500: reconnecting"), what="the new title")
+        title = "agent http://gpu-box:11500: reconnecting"
+        await wait_for(pilot, lambda: panel.border_title == title, what="the new title")
+        await pilot.pause()
+        assert panel.border_title == title
+        # drawn, not only set: the screen as a terminal shows it carries the new state
+        assert "reconnecting" in app.export_screenshot()
