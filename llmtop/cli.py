@@ -183,6 +183,9 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
             default=d(DEFAULT_OPTIONS.num_predict),
             help=f"max output tokens (default {DEFAULT_OPTIONS.num_predict})",
         )
+    o.add_argument("--num-thread", type=whole_number(1, 4096), default=d(None),
+                   help="the engine's CPU threads (Ollama's num_thread; default: the engine "
+                   "chooses); on few cores, one fewer than the cores leaves one for llmtop")
 
 
 def _probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:

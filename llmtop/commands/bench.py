@@ -28,6 +28,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         num_ctx=args.num_ctx,
         temperature=args.temperature,
         seed=args.seed,
+        num_thread=args.num_thread,
         think=think,
         drift_threshold_pct=args.drift_threshold,
         use_cache=not args.no_cache,

@@ -33,6 +33,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         num_ctx=args.num_ctx,
         temperature=args.temperature,
         seed=args.seed,
+        num_thread=args.num_thread,
         think=None if args.think is None else args.think == "on",
         slo=args.slo,
         use_cache=not args.no_cache,

@@ -25,6 +25,8 @@ OPTION_FIELDS = {"num_predict": "max_tokens", "temperature": "temperature", "see
 WHY_UNSENT = {
     "num_ctx": "the OpenAI API has no context-size field: the server's own context applies "
                "(set it when starting the server)",
+    "num_thread": "the OpenAI API has no thread-count field: the server's own threads apply "
+                  "(set them when starting the server)",
 }
 
 

@@ -61,6 +61,7 @@ class BenchConfig:
     num_ctx: int = DEFAULT_OPTIONS.num_ctx
     temperature: float = DEFAULT_OPTIONS.temperature
     seed: int = DEFAULT_OPTIONS.seed
+    num_thread: int | None = None  # the engine's CPU threads; None: the engine's choice
     think: bool | None = None
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
     use_cache: bool = True
@@ -71,7 +72,8 @@ class BenchConfig:
     def options(self) -> dict[str, Any]:
         """The Ollama `options` every request of the run sends."""
         return GenerationOptions(temperature=self.temperature, seed=self.seed,
-                                 num_ctx=self.num_ctx, num_predict=self.max_tokens).to_ollama()
+                                 num_ctx=self.num_ctx, num_predict=self.max_tokens,
+                                 num_thread=self.num_thread).to_ollama()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

@@ -125,6 +125,7 @@ class LoadConfig:
     num_ctx: int = DEFAULT_OPTIONS.num_ctx
     temperature: float = DEFAULT_OPTIONS.temperature
     seed: int = DEFAULT_OPTIONS.seed
+    num_thread: int | None = None  # the engine's CPU threads; None: the engine's choice
     think: bool | None = None
     slo: Slo = field(default_factory=Slo)
     use_cache: bool = True
@@ -145,6 +146,7 @@ class LoadConfig:
             seed=self.seed,
             num_ctx=self.num_ctx,
             num_predict=self.max_tokens,
+            num_thread=self.num_thread,
         ).to_ollama()
 
     def level_label(self, value: float) -> str:

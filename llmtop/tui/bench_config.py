@@ -57,6 +57,7 @@ def config_from_form(
         num_ctx=int(options.get("num_ctx", base.num_ctx)),
         temperature=float(options.get("temperature", base.temperature)),
         seed=int(options.get("seed", base.seed)),
+        num_thread=options.get("num_thread"),
         use_cache=settings.bench_use_cache,
     )
     if settings.bench_preflight_s is not None:

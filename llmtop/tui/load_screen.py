@@ -50,6 +50,7 @@ def config_from_form(
         temperature=options.get("temperature", 0.0),
         seed=options.get("seed", 42),
         num_ctx=options.get("num_ctx", 8192),
+        num_thread=options.get("num_thread"),
     )
 
 

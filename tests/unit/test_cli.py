@@ -82,3 +82,15 @@ def test_every_subcommand_is_declared_in_one_table() -> None:
         "sessions"]
     for command in COMMANDS.values():
         assert command.module.startswith("llmtop.commands.")
+
+
+def test_num_thread_is_sent_only_when_given() -> None:
+    # absent: the engine chooses, so the key is not in the request (defaults test above);
+    # given on the top level or after the subcommand, it reaches the options as Ollama's name
+    for argv in (("--num-thread", "1", "run", "--prompt", "x"),
+                 ("run", "--prompt", "x", "--num-thread", "1")):
+        options = GenerationOptions.from_flags(parse(*argv)).to_ollama()
+        assert options == {"temperature": 0.0, "seed": 42, "num_ctx": 8192,
+                           "num_predict": 200, "num_thread": 1}
+    with pytest.raises(SystemExit):
+        parse("run", "--prompt", "x", "--num-thread", "0")
