@@ -1,22 +1,33 @@
 """What the TUI itself costs: its CPU idle and while streaming, and the engine's decode rate
 with the TUI against headless, in interleaved pairs, on the real embedded engine.
 
-    python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--idle-s 6] [--json FILE]
-                             [--engine-url URL] [--py-spy [SECONDS]]
+    python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--settle-s 5] [--idle-s 10]
+                             [--num-thread N] [--json FILE] [--engine-url URL] [--py-spy [S]]
 
 The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output
 is read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
 alternating order: (a) start the TUI against the engine, wait for its session log's header,
-measure its own CPU (process user+system time, all its threads: the probe sampler too) over
-`--idle-s` seconds idle, type the prompt, measure its CPU until the request record is in its
-log, read the engine's decode rate (eval_count / eval_duration, the server's own figures)
+let the start-up tail pass (`--settle-s`, 5 s: its first probe samples, the connection's
+frames, the garbage collector's freeze; a 2 s window right after the header still reads
+2–4 % on 2 cores, one 5 s after it reads as the rest of the idle time), measure its CPU over
+`--idle-s` (10) seconds idle, type the prompt, measure its CPU until the request record is in
+its log, read the engine's decode rate (eval_count / eval_duration, the server's own figures)
 from that record, quit; (b) the same request headless: `run_request` on an `OllamaEngine` in
 this process, no TUI running; its CPU (this process's, the client alone: HTTP, parsing, the
 event loop) is printed as the floor under the TUI's streaming figure. The engine is one child
-process (`llmtop engine`) for all. The idle window is 6 s by default: three probe samples at
-the TUI's idle interval (2 s), and CPU time counts in 10 ms ticks.
+process (`llmtop engine`) for all.
+
+CPU is the sum over the TUI's threads of the kernel's run time (`TaskClock`: the first field
+of /proc/PID/task/TID/schedstat, ns), read at both ends of a window, over the threads alive at
+both ends; when the set of threads changed in between, the window falls back to the process's
+user+system time (psutil, 10 ms ticks) and says so. Per window it also prints the wake-ups of
+the main thread (voluntary context switches per second, /proc/PID/task/TID/status) and the
+frames per second (bursts of terminal output, FRAME_GAP_NS apart: Textual writes a frame at
+once).
 Targets (the "monitor cost" issue): TUI ≤ 5 % of a core streaming, ≤ 1 % idle; decode rate
 with the TUI / headless ≥ 0.98 (median of the paired ratios).
+`--num-thread N` passes Ollama's num_thread to the TUI and to the headless requests alike;
+with it the rows are informational (the TUI's interference when the engine leaves it a core).
 `--scripted` streams from bench/truth_server.py at 50 chunks/s instead (the TUI's CPU alone,
 no decode ratio): for a machine too busy to run the model at a steady rate.
 `--py-spy [SECONDS]` also records the first TUI streaming request with py-spy (when on PATH)
@@ -43,7 +54,7 @@ import termios
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -60,6 +71,84 @@ READY_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 
 
+FRAME_GAP_NS = 10_000_000  # pty output after a pause this long starts a new frame (Textual
+# writes each frame at once; frames are ≥ 1/60 s apart)
+
+
+class ThreadStat(NamedTuple):
+    """One thread at one moment: its name, run time (ns) and voluntary context switches."""
+
+    name: str
+    run_ns: int
+    wakeups: int
+
+
+def thread_stats(pid: int) -> dict[int, ThreadStat]:
+    """Every thread of `pid` now, by thread id (those that end while being read are left
+    out). Run time: the first field of /proc/PID/task/TID/schedstat (ns, the scheduler's own
+    clock); wake-ups: voluntary_ctxt_switches from its status file."""
+    out: dict[int, ThreadStat] = {}
+    folder = f"/proc/{pid}/task"
+    for tid in os.listdir(folder):
+        try:
+            with open(f"{folder}/{tid}/schedstat") as f:
+                run_ns = int(f.read().split()[0])
+            with open(f"{folder}/{tid}/status") as f:
+                status = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        out[int(tid)] = ThreadStat(fields["Name"].strip(), run_ns,
+                                   int(fields["voluntary_ctxt_switches"]))
+    return out
+
+
+class Window:
+    """CPU and wake-ups of the TUI over a window: `Window(app)` starts it, `end()` closes it.
+
+    cpu_pct: % of one core, the sum over the threads alive at both ends (schedstat, ns), or
+    the process's user+system time (psutil, 10 ms ticks) when threads came or went
+    (`fallback` is then True). wakeups: per thread name, voluntary context switches per
+    second; threads: per thread name, % of a core."""
+
+    def __init__(self, app: PtyApp) -> None:
+        self.app = app
+        self.t0 = time.perf_counter_ns()
+        self.frames0 = app.frames
+        self.frames_per_s = 0.0
+        self.before = thread_stats(app.proc.pid)
+        self.cpu0 = app.cpu_s()
+        self.cpu_pct = 0.0
+        self.fallback = False
+        self.threads: dict[str, float] = {}
+        self.wakeups: dict[str, float] = {}
+
+    def end(self) -> Window:
+        """Close the window (read both clocks now); returns self."""
+        after = thread_stats(self.app.proc.pid)
+        cpu1 = self.app.cpu_s()
+        wall_s = (time.perf_counter_ns() - self.t0) / 1e9
+        for tid, b in after.items():
+            a = self.before.get(tid)
+            if a is None:
+                continue
+            name = "MainThread" if tid == self.app.proc.pid else f"{b.name}:{tid}"
+            self.threads[name] = self.threads.get(name, 0.0) + (b.run_ns - a.run_ns) / 1e7 / wall_s
+            self.wakeups[name] = self.wakeups.get(name, 0.0) + (b.wakeups - a.wakeups) / wall_s
+        self.fallback = set(after) != set(self.before)
+        self.frames_per_s = (self.app.frames - self.frames0) / wall_s
+        self.cpu_pct = ((cpu1 - self.cpu0) * 100 / wall_s if self.fallback
+                        else sum(self.threads.values()))
+        return self
+
+    def describe(self) -> str:
+        """"7.12 % (main 5.40 %, 41 wake-ups/s; 5.0 frames/s)" and the fallback when used."""
+        text = (f"{self.cpu_pct:.2f} % (main {self.threads.get('MainThread', 0):.2f} %, "
+                f"{self.wakeups.get('MainThread', 0):.0f} wake-ups/s; "
+                f"{self.frames_per_s:.1f} frames/s)")
+        return text + (" [threads changed: psutil's process time]" if self.fallback else "")
+
+
 class PtyApp:
     """The TUI as a child process on a pseudo-terminal; its output is drained by a thread."""
 
@@ -72,11 +161,13 @@ class PtyApp:
         os.close(slave)
         self.master = master
         self.bytes_out = 0
+        self.frames = 0  # bursts of output (FRAME_GAP_NS apart): the frames Textual wrote
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
         self.ps = psutil.Process(self.proc.pid)
 
     def _drain(self) -> None:
+        last_ns = 0
         while True:
             try:
                 data = os.read(self.master, 65536)
@@ -85,6 +176,9 @@ class PtyApp:
             if not data:
                 return
             self.bytes_out += len(data)
+            now_ns = time.perf_counter_ns()
+            self.frames += now_ns - last_ns > FRAME_GAP_NS
+            last_ns = now_ns
 
     def type(self, text: str) -> None:
         """Send keystrokes (text, "\\r" for Enter, "\\x11" for Ctrl+Q)."""
@@ -140,24 +234,26 @@ def _decode_tps(stats: dict[str, Any] | None) -> float | None:
 
 
 def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
-             profile: bool) -> dict[str, float | None]:
-    """One TUI run: idle CPU %, streaming CPU %, decode tok/s."""
+             profile: bool) -> dict[str, Any]:
+    """One TUI run: idle and streaming `Window`s, decode tok/s, tokens."""
     log = Path(folder) / f"tui-{i}.jsonl"
     argv = [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", host, "--model",
             args.model, "--log", str(log), "--num-predict", str(args.num_predict), "--temperature",
             "0", "--seed", "7"]
+    if args.num_thread is not None:
+        argv += ["--num-thread", str(args.num_thread)]
     app = PtyApp(argv)
     try:
         _wait_for(log, "header", 1, READY_TIMEOUT_S)
-        time.sleep(1.5)  # the first frames after connecting
-        c0, w0 = app.cpu_s(), time.perf_counter()
+        time.sleep(args.settle_s)  # the start-up tail (see the docstring)
+        idle = Window(app)
         time.sleep(args.idle_s)
-        idle = (app.cpu_s() - c0) / (time.perf_counter() - w0) * 100
+        idle.end()
         spy = _start_spy(app.proc.pid, args.py_spy) if profile else None
-        c0, w0 = app.cpu_s(), time.perf_counter()
+        streaming = Window(app)
         app.type(PROMPT + "\r")
         record = _wait_for(log, "request", 1, REQUEST_TIMEOUT_S)[0]
-        streaming = (app.cpu_s() - c0) / (time.perf_counter() - w0) * 100
+        streaming.end()
         if spy is not None:
             spy.wait(args.py_spy + 30)
         return {"idle": idle, "streaming": streaming, "decode": _decode_tps(record["stats"]),
@@ -182,7 +278,9 @@ async def headless_turn(host: str, args: argparse.Namespace) -> tuple[float | No
     """The same request with no TUI: the engine's decode tok/s, and this process's CPU while
     it streamed (% of a core: the client alone, on a new connection as the TUI's first)."""
     engine = OllamaEngine(host)
-    options = {"num_predict": args.num_predict, "temperature": 0.0, "seed": 7}
+    options: dict[str, Any] = {"num_predict": args.num_predict, "temperature": 0.0, "seed": 7}
+    if args.num_thread is not None:
+        options["num_thread"] = args.num_thread
     try:
         collector = RequestCollector(prompt=PROMPT, options=options, model=args.model)
         c0, w0 = time.process_time(), time.perf_counter()
@@ -207,7 +305,8 @@ async def measure(args: argparse.Namespace, folder: str) -> dict[str, list[float
         await engine.start()
         host = engine.host
     out: dict[str, list[float]] = {"idle": [], "streaming": [], "tui_decode": [],
-                                   "headless_decode": [], "ratio": [], "client": []}
+                                   "headless_decode": [], "ratio": [], "client": [],
+                                   "frames": [], "wakeups": []}
     try:
         await headless_turn(host, args)  # warm-up: model loaded, caches warm
         for i in range(args.pairs):
@@ -218,12 +317,19 @@ async def measure(args: argparse.Namespace, folder: str) -> dict[str, list[float
                                           args.py_spy is not None and i == 0)
             if first_tui:
                 head, client = await headless_turn(host, args)
-            print(f"pair {i}: TUI idle {tui['idle']:.2f} %, streaming {tui['streaming']:.2f} %, "
-                  f"decode {tui['decode'] or 0:.1f} tok/s ({tui['tokens']} tokens) vs headless "
-                  f"{head or 0:.1f} tok/s; headless client CPU {client:.2f} %", flush=True)
+            idle, streaming = tui["idle"], tui["streaming"]
+            print(f"pair {i}: TUI idle {idle.describe()}\n        streaming "
+                  f"{streaming.describe()}\n        decode {tui['decode'] or 0:.1f} tok/s "
+                  f"({tui['tokens']} tokens) vs headless {head or 0:.1f} tok/s; headless client "
+                  f"CPU {client:.2f} %\n        streaming by thread: "
+                  + ", ".join(f"{k} {v:.2f} %" for k, v in sorted(
+                      streaming.threads.items(), key=lambda kv: -kv[1]) if v >= 0.01),
+                  flush=True)
             out["client"].append(client)
-            out["idle"].append(float(tui["idle"] or 0))
-            out["streaming"].append(float(tui["streaming"] or 0))
+            out["idle"].append(idle.cpu_pct)
+            out["streaming"].append(streaming.cpu_pct)
+            out["frames"].append(streaming.frames_per_s)
+            out["wakeups"].append(streaming.wakeups.get("MainThread", 0.0))
             if tui["decode"] and head:
                 out["tui_decode"].append(float(tui["decode"]))
                 out["headless_decode"].append(head)
@@ -236,8 +342,16 @@ async def measure(args: argparse.Namespace, folder: str) -> dict[str, list[float
     return out
 
 
-def rows(out: dict[str, list[float]], source: str) -> list[dict[str, Any]]:
-    """The result rows for bench/run_all.py (`source`: what streamed, for the metric names)."""
+def rows(out: dict[str, list[float]], source: str,
+         num_thread: int | None = None) -> list[dict[str, Any]]:
+    """The result rows for bench/run_all.py (`source`: what streamed, for the metric names).
+    With `num_thread` only the decode ratio, as an informational row (no target)."""
+    if num_thread is not None:
+        if not out["ratio"]:
+            return []
+        return [{"metric": f"decode rate, TUI / headless, engine at num_thread {num_thread} "
+                           "(informational)", "measured": statistics.median(out["ratio"]),
+                 "unit": "×", "target": None, "met": True, "informational": True}]
     idle, streaming = statistics.median(out["idle"]), statistics.median(out["streaming"])
     result = [
         {"metric": f"TUI CPU streaming, {source} (% of a core)", "measured": streaming,
@@ -258,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--num-predict", type=int, default=160)
-    ap.add_argument("--idle-s", type=float, default=6.0)
+    ap.add_argument("--settle-s", type=float, default=5.0,
+                    help="seconds after the log header before the idle window (5)")
+    ap.add_argument("--idle-s", type=float, default=10.0, help="the idle window, s (10)")
+    ap.add_argument("--num-thread", type=int, help="Ollama's num_thread for every request")
     ap.add_argument("--engine-url", help="an Ollama-API server serving gemma3:270m already")
     ap.add_argument("--scripted", action="store_true", help="a scripted 50 tok/s server")
     ap.add_argument("--py-spy", type=int, nargs="?", const=6, default=None, metavar="SECONDS",
@@ -270,11 +387,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="llmtop-tui-") as folder:
         out = asyncio.run(measure(args, folder))
     print("load average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    result = rows(out, "scripted 50 tok/s" if args.scripted else "real engine")
+    result = rows(out, "scripted 50 tok/s" if args.scripted else "real engine",
+                  args.num_thread)
     for row in result:
         print(f"{row['metric']}: {row['measured']:.3f} (target {row['target']})")
     print(f"headless client CPU, the floor under the streaming figure (% of a core, median): "
           f"{statistics.median(out['client']):.3f}")
+    print(f"streaming, medians: TUI CPU {statistics.median(out['streaming']):.2f} %, "
+          f"idle {statistics.median(out['idle']):.2f} %, "
+          f"{statistics.median(out['frames']):.1f} frames/s, main thread "
+          f"{statistics.median(out['wakeups']):.0f} wake-ups/s")
     if args.json:
         Path(args.json).write_text(json.dumps(result))
     return 0
