@@ -7,12 +7,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from textual.widgets import Sparkline
 
 from llmtop.sessions.log import read_log
 from llmtop.tui.app import make_app
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane
 
 from .fakes import shown, type_text, wait_for
@@ -55,7 +55,7 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
         )
         assert "llmtop itself:" in app.query_one(ProbePanel).texts["apps"].plain
         # the session's TTFT sparkline: one bar per request, the first request's TTFT
-        ttfts = app.query_one("#session-ttft", Sparkline)
+        ttfts = app.query_one("#session-ttft", SparkBars)
         await wait_for(pilot, lambda: len(ttfts.data or ()) == 1, 10, "one TTFT bar")
         assert tuple(ttfts.data or ()) == (result.metrics.ttft_ms,)
         await pilot.press("ctrl+r")  # the same prompt again: a second bar

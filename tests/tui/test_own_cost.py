@@ -122,6 +122,7 @@ async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path)
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.session.requests) == 2, what="request 2")
         await wait_for(pilot, lambda: app.render_paused, what="request 2 drawn")
+        await pilot.pause()  # the messages already posted (the session row's layout) handled
         assert set(laid_out) == {"session-row"}, laid_out  # was also the prompt (each key),
         # the metrics rows and the token pane (new text, trimmed text): 8 layouts in all
 

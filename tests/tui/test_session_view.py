@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Sparkline
+from textual.widgets import DataTable, Input
 
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.session_state import compare
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.request_history import RequestHistory
+from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane
 
 from .fakes import (
@@ -79,7 +80,7 @@ async def send_and_draw(pilot: Pilot[Any], app: LlmtopApp, prompt: str, n: int) 
     app.query_one("#prompt", Input).focus()
     await type_text(pilot, prompt)
     await pilot.press("enter")
-    strip = app.query_one("#session-ttft", Sparkline)
+    strip = app.query_one("#session-ttft", SparkBars)
     await wait_for(
         pilot,
         lambda: len(app.session.requests) == n and len(strip.data or ()) == n,
@@ -96,7 +97,7 @@ async def run_three(pilot: Pilot[Any], app: LlmtopApp) -> None:
 
 
 def spark(app: LlmtopApp, wid: str) -> tuple[float, ...]:
-    return tuple(app.query_one(f"#{wid}", Sparkline).data or ())
+    return tuple(app.query_one(f"#{wid}", SparkBars).data or ())
 
 
 async def test_three_requests_sparkline_history_and_compare(

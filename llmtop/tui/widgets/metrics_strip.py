@@ -4,11 +4,11 @@ Row 1 (live): TTFT (ms) · text chunks, then tokens · decode rate. Row 2: what 
 below shows — chunk gaps while streaming (a chunk is not known to be a token until the server's
 count arrives), token gaps once the server counted one token per chunk, chunk gaps with the
 tokens per chunk otherwise — with the running TPOT and decode rate (per chunk while streaming,
-per token after) and the previous request's TPOT, faint. Row 3: a Sparkline of those gaps (ms),
-growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5: server
-prefill/decode (tok/s), load and overhead (ms). Row 6: the failure
-and its remedy, when there is one. Row 7: "⚠ machine NOISY during this request: …" when a
-probe sample taken while the request streamed was NOISY.
+per token after) and the previous request's TPOT, faint. Row 3: bars of those gaps (ms,
+`SparkBars`), growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5:
+server prefill/decode (tok/s), load and overhead (ms). Row 6: the failure and its remedy,
+when there is one. Row 7: "⚠ machine NOISY during this request: …" when a probe sample taken
+while the request streamed was NOISY.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from llmtop.engines.events import Status
 from llmtop.sessions.request import RequestResult
@@ -24,6 +24,7 @@ from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.quiet_static import QuietStatic
+from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text
 
 _HIDE_EMPTY = frozenset({"failure", "noise"})
@@ -129,7 +130,7 @@ class MetricsStrip(Vertical):
             yield Static("tokens —", id="count")
             yield Static("decode —", id="decode")
         yield Static("chunk gaps ms", id="itl-label")
-        yield Sparkline([], id="itl")
+        yield SparkBars(id="itl")
         yield QuietStatic("", id="client")
         yield QuietStatic("", id="server")
         yield QuietStatic("", id="failure")
@@ -179,9 +180,7 @@ class MetricsStrip(Vertical):
         label = self._static("itl-label")
         if label.content != head:
             label.update(head, layout=False)  # one line, full width: repaints in place
-        spark = self.query_one("#itl", Sparkline)
-        if spark.data != view.gaps_ms:
-            spark.data = view.gaps_ms
+        self.query_one("#itl", SparkBars).data = view.gaps_ms  # no-op when unchanged
 
     def show_result(self, result: RequestResult) -> None:
         """The finished request's metrics (client and server side) and its status."""

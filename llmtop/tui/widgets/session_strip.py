@@ -1,4 +1,4 @@
-"""TTFT across the session's requests: a Sparkline with one cell per request (the last
+"""TTFT across the session's requests: bars (`SparkBars`), one cell per request (the last
 `session_state.MAX_BARS`), a row of marks under it (▲ the request on screen, ! a request that
 ran while the machine was NOISY), and the session's median and min–max beside it.
 
@@ -11,12 +11,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import SessionState, TtftView
+from llmtop.tui.widgets.spark_bars import SparkBars
 
 CURRENT_MARK = "▲"
 NOISY_MARK = "!"
@@ -70,12 +71,12 @@ class SessionStrip(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="session-row"):
             yield Static("TTFT/req ms", id="session-label")
-            yield Sparkline([], id="session-ttft")
+            yield SparkBars(id="session-ttft")
             yield Static(summary_text(self.view), id="session-summary")
         yield Static("", id="session-marks")
 
     def on_mount(self) -> None:
-        self.query_one("#session-ttft", Sparkline).display = False
+        self.query_one("#session-ttft", SparkBars).display = False
 
     def sync(self, session: SessionState, shown: LiveRequest | None) -> bool:
         """Redraw when the session or the request on screen's TTFT/mark changed; True then."""
@@ -96,7 +97,7 @@ class SessionStrip(Vertical):
         if view == self.view:
             return
         old, self.view = self.view, view
-        spark = self.query_one("#session-ttft", Sparkline)
+        spark = self.query_one("#session-ttft", SparkBars)
         if len(view.values) != len(old.values):
             spark.styles.width = len(view.values)  # one cell per request
             spark.display = bool(view.values)
