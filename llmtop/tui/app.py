@@ -96,8 +96,11 @@ RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
 NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
 # a multiple of TEXT_EVERY, so numbers and text share a frame
-STREAM_PROBE_INTERVAL_S = 0.5  # probe samples while a request streams (the NOISY marks come
-# from these); idle, every `settings.probe_interval_s` (2 s), when faster
+STREAM_PROBE_INTERVAL_S = 1.0  # probe samples while a request streams (the NOISY marks come
+# from these), and one more as it ends (END_SAMPLE_S); idle, every `settings.probe_interval_s`
+# (2 s), when faster. A sample costs ~7 ms of CPU here: at 0.5 s that was 1.4 % of a core
+END_SAMPLE_S = 0.001  # the interval that makes the sampler thread sample at once: asked for
+# as a request ends; the sample's callback (`_on_probe_thread`) then sets the idle one back
 PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
 # probes sample: drawing the panel cost more than taking the sample (bench/tui_cost.py)
 IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most every 30 s
@@ -142,6 +145,7 @@ class LlmtopApp(App[int]):
         self._stream_worker: Worker[None] | None = None
         self._probe_sample: ProbeSample | None = None
         self._probe_dirty = False
+        self._end_sample_for: LiveRequest | None = None  # the request ended, its sample not in
         self.noise = NoiseTracker()
         self._frame = 0  # render timer ticks
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
@@ -295,7 +299,7 @@ class LlmtopApp(App[int]):
                 self._record(collector.finish(cancelled=True), live)
                 raise
             finally:
-                self._set_probe_interval(streaming=False)
+                self._sample_at_end(live)
             self._record(result, live)
 
     def _record(self, result: RequestResult, live: LiveRequest) -> None:
@@ -313,7 +317,19 @@ class LlmtopApp(App[int]):
             self.notify(incomplete, title="session log incomplete", severity="error",
                         timeout=30)
 
+    def _sample_at_end(self, live: LiveRequest) -> None:
+        """The request ended: one probe sample now, which measures its last stretch (since
+        the sample before, ≤ STREAM_PROBE_INTERVAL_S) and counts for it (`on_probe_sampled`);
+        then the idle interval. An agent samples at its own pace: only the idle interval."""
+        if isinstance(self.sampler, ProbeSampler):
+            self._end_sample_for = live
+            self.sampler.set_interval(END_SAMPLE_S)  # wakes the thread: it samples at once
+        else:
+            self._set_probe_interval(streaming=False)
+
     def _set_probe_interval(self, streaming: bool) -> None:
+        if streaming:
+            self._end_sample_for = None
         if self.sampler is not None:
             idle = self.settings.probe_interval_s
             self.sampler.set_interval(min(idle, STREAM_PROBE_INTERVAL_S) if streaming else idle)
@@ -341,13 +357,22 @@ class LlmtopApp(App[int]):
         return last[1]
 
     def _on_probe_thread(self, sample: ProbeSample) -> None:
-        """Runs in the sampler thread: log the sample, then hand it to the event loop."""
+        """Runs in the sampler thread: log the sample, then hand it to the event loop. The
+        sample asked for at a request's end (`_sample_at_end`) is handed on as that request's
+        and sets the idle interval back, before the thread waits for its next sample."""
         recorder = self.recorder
         if recorder is not None:
             with contextlib.suppress(LogError):
                 recorder.record_probe(sample)
+        ends = self._end_sample_for
+        sampler = self.sampler
+        if ends is not None and sampler is not None and sampler.interval_s == END_SAMPLE_S:
+            self._end_sample_for = None
+            self._set_probe_interval(streaming=False)
+        else:
+            ends = None
         with contextlib.suppress(RuntimeError):  # the loop may be closing
-            self.post_message(ProbeSampled(sample))
+            self.post_message(ProbeSampled(sample, ends))
 
     def _on_probe_state_thread(self, state: str, detail: str) -> None:
         """Runs in the agent reader's thread: log the change, relabel the panel."""
@@ -384,11 +409,12 @@ class LlmtopApp(App[int]):
         self._probe_dirty = True
         self._wake()
         live = self.live
-        if not self.noise.add(message.sample):
+        ends = message.ends if isinstance(message.ends, LiveRequest) else None
+        if not self.noise.add(message.sample, ends.span_ns[0] if ends else None):
             return
-        # the request streaming now, and the last one ended: a sample taken during it may
-        # arrive after the next one started
-        recent = {id(r): r for r in (live, *self.session.requests[-1:]) if r is not None}
+        # the request streaming now, the last one ended and the one this sample ended: a
+        # sample taken during one may arrive after the next one started
+        recent = {id(r): r for r in (live, *self.session.requests[-1:], ends) if r is not None}
         for request in recent.values():
             self.session.mark_noisy(request, self.noise.first_during(*request.span_ns))
 

@@ -24,7 +24,7 @@ class TuiSettings:
     options: the Ollama `options` sent with every request (temperature, seed, num_predict…).
     log_path: the session log (JSONL); None = a new file in the user data directory.
     probe_interval_s: seconds between probe samples while idle; while a request streams, every
-    0.5 s (`app.STREAM_PROBE_INTERVAL_S`) or this when faster.
+    1 s (`app.STREAM_PROBE_INTERVAL_S`) or this when faster, and one more as it ends.
     probes: False runs no probe sampler (tests post samples themselves).
     agent: `llmtop agent` to take the probe samples from (`--probes URL`); None = this machine.
     bench_*: the bench screen's (Ctrl+B) form defaults — measured requests per prompt size,

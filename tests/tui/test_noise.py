@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.tui.app import LlmtopApp
+from llmtop.probes.processes import ProcessSample
+from llmtop.probes.sampler import ProbeSampler
+from llmtop.probes.system import SystemSample
+from llmtop.tui.app import END_SAMPLE_S, LlmtopApp
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.noise import NoiseTracker, noisy_message
 
-from .fakes import MS, SENT_NS, probe_sample, shown, wait_for
+from .fakes import MS, SENT_NS, busy_apps, probe_sample, shown, system_sample, wait_for
 from .test_fake_engine import build, done, send
 
 NOISE = "Chromium (14 processes) is using 38 % CPU"
@@ -31,6 +34,11 @@ def test_tracker_spans_and_messages() -> None:
     assert tracker.first_during(SENT_NS, None) == NOISE  # still streaming: open end
     assert tracker.first_during(SENT_NS + 60 * MS, SENT_NS + 200 * MS) is None
     assert tracker.first_during(0, None) is None  # not sent yet
+    # the sample taken as the request sent at SENT_NS ended: after its last event, but its
+    # figures are over its last stretch, so it counts for that request and no other
+    assert tracker.add(probe_sample(SENT_NS + 900 * MS, "tail"), ends=SENT_NS)
+    assert tracker.first_during(SENT_NS + 60 * MS, SENT_NS + 200 * MS) is None
+    assert [s.message for s in tracker.during(SENT_NS, SENT_NS + 200 * MS)] == [NOISE, "tail"]
     assert noisy_message(probe_sample(1, "x").verdict) == "x"
     assert noisy_message(probe_sample(1).verdict) == ""
 
@@ -80,3 +88,39 @@ async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> Non
         await numbers_drawn(pilot, app)
         assert app.live is not None and app.live.noisy is None  # ended at +10 ms, sample at +20
         assert shown(app, "#noise") == ""
+
+
+class Machine:
+    """Stand-ins for the sampler's probes: a quiet 2-core machine with Chromium busy."""
+
+    def sample(self) -> SystemSample:
+        return system_sample(20.0, (20.0, 20.0))
+
+
+class BusyApps:
+    def sample(self) -> ProcessSample:
+        return ProcessSample(apps=busy_apps(), self_cpu_percent=1.0, engine_cpu_percent=None,
+                             warming_up=False)
+
+
+async def test_the_sample_taken_as_a_request_ends_counts_for_it(tmp_path: Path) -> None:
+    """A real sampler thread: as the request ends the app asks it for one sample at once,
+    which counts for that request (taken on the real clock, long after the request's stamps
+    on the scripted one, so no other sample can), then the idle interval is back."""
+    app, _ = build(tmp_path)
+    sampler = ProbeSampler(2.0, app._on_probe_thread, system_probe=Machine(),  # type: ignore[arg-type]
+                           process_probe=BusyApps(), gpu=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.sampler = sampler
+        sampler.start()  # a first sample at once, before the request
+        await wait_for(pilot, lambda: app.latest_probe is not None, what="a first sample")
+        first = app.latest_probe
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        live = app.live
+        assert live is not None
+        await wait_for(pilot, lambda: live.noisy is not None, what="the end sample's mark")
+        assert first is not None and live.noisy == noisy_message(first.verdict) != ""
+        assert sampler.interval_s == app.settings.probe_interval_s != END_SAMPLE_S
+        await numbers_drawn(pilot, app)
+        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {live.noisy}"
