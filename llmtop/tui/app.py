@@ -60,7 +60,7 @@ from textual.worker import Worker
 from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
-from llmtop.engines.events import Failure, FailureKind, exit_code_for
+from llmtop.engines.events import Failure, FailureKind, StreamEvent, exit_code_for
 from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
@@ -71,6 +71,7 @@ from llmtop.sessions.log import LogError
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
+from llmtop.tui.frames import StreamFrames
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.load_screen import LoadScreen
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
@@ -90,12 +91,14 @@ from llmtop.tui.widgets.token_pane import TokenPane
 
 # Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): a frame
 # costs Textual 2–6 ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of a core.
-# Text at 4 Hz with the numbers in the same frames at 2 Hz is ~5 frames a second; text
-# still reads as a stream (8 Hz ticks: TTFT drawn ≤ 125 ms after the first chunk).
+# Text at 4 Hz with the numbers in the same frames at 2 Hz is ~4 frames a second; text
+# still reads as a stream. While a request streams the frames follow its chunks
+# (`StreamFrames`: a frame in the wake-up of the chunk that finds one due, ≥ 250 ms apart;
+# the first chunk at once); the render timer draws the rest (the end, probe samples, keys).
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
 TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
 NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
-# a multiple of TEXT_EVERY, so numbers and text share a frame
+# a multiple of TEXT_EVERY, so numbers and text share a frame (a stream frame is a text tick)
 STREAM_PROBE_INTERVAL_S = 1.0  # probe samples while a request streams (the NOISY marks come
 # from these), and one more as it ends (END_SAMPLE_S); idle, every `settings.probe_interval_s`
 # (2 s), when faster. A sample costs ~7 ms of CPU here: at 0.5 s that was 1.4 % of a core
@@ -150,7 +153,9 @@ class LlmtopApp(App[int]):
         self._frame = 0  # render timer ticks
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self._render_timer: Timer | None = None  # paused while there is nothing to draw
-        self._paused = False
+        self._ticking = True  # the render timer runs (paused idle and while streaming)
+        self._paused = False  # idle with everything drawn
+        self._frames = StreamFrames(self._stream_frame)  # frames while a request streams
         self._pids: tuple[int, set[int]] | None = None  # (monotonic_ns, pids) last looked up
         self._closed = False
         self.exit_code = ExitCode.OK
@@ -291,10 +296,15 @@ class LlmtopApp(App[int]):
             collector = recorder.new_request(prompt)
             live = self.live = LiveRequest(collector)
             self.viewing = None
-            self._wake()  # the timer ticks until the request ended and was drawn
+            self._wake()  # frames follow the stream until it ended, then the timer draws
             self._set_probe_interval(streaming=True)
+
+            def on_event(event: StreamEvent) -> None:
+                live.add(event)
+                self._frames.changed(live.urgent)
+
             try:
-                result = await run_request(lambda: recorder.stream(prompt), collector, live.add)
+                result = await run_request(lambda: recorder.stream(prompt), collector, on_event)
             except asyncio.CancelledError:
                 self._record(collector.finish(cancelled=True), live)
                 raise
@@ -450,10 +460,22 @@ class LlmtopApp(App[int]):
             if history.display:
                 history.sync(self.session)
         self._render_probes(aligned=not self.streaming or self._frame % TEXT_EVERY == 0)
-        if settled and not (live and live.numbers_dirty) and not self._probe_pending:
-            assert self._render_timer is not None
-            self._render_timer.pause()
+        if self.streaming:
+            self._tick(False)  # the frames follow the stream's chunks (`_stream_frame`)
+        elif settled and not (live and live.numbers_dirty) and not self._probe_pending:
+            self._tick(False)
             self._paused = True  # nothing left to draw: no ticks until `_wake`
+
+    def _stream_frame(self, stalled: bool) -> None:
+        """A frame while a request streams (`StreamFrames`): a text tick, so the text, every
+        other time the numbers, and a waiting probe sample are drawn in it; when the stream
+        `stalled` (no chunk came), a numbers tick: everything that waits is drawn."""
+        every = NUMBERS_EVERY if stalled else TEXT_EVERY
+        self._frame = (self._frame // every + 1) * every - 1  # the tick (+1) is a multiple
+        self._render_dirty()
+        shown = self.shown
+        if self.streaming and (self._probe_pending or (shown and shown.numbers_dirty)):
+            self._frames.changed()  # left for a later frame: drawn then even if no chunk comes
 
     def _render_live(self, live: LiveRequest, urgent: bool) -> None:
         """The request on screen: its text every TEXT_EVERY-th tick, its numbers every
@@ -491,10 +513,24 @@ class LlmtopApp(App[int]):
 
     def _wake(self) -> None:
         """Something changed that the render timer draws: resume it (a paused timer ticks at
-        once). Idle, with nothing to draw, the timer is paused: no ticks, no CPU."""
-        if self._render_timer is not None and self._paused:
-            self._paused = False
-            self._render_timer.resume()
+        once), or while a request streams, let the stream's frames draw it (`StreamFrames`).
+        Idle, with nothing to draw, the timer is paused: no ticks, no CPU."""
+        self._paused = False
+        if self.streaming:
+            shown = self.shown
+            self._frames.changed(shown is not None and shown.urgent)
+        else:
+            self._frames.cancel()
+            self._tick(True)
+
+    def _tick(self, on: bool) -> None:
+        """Resume (`on`) or pause the render timer, when it is not so already."""
+        if self._render_timer is not None and self._ticking != on:
+            self._ticking = on
+            if on:
+                self._render_timer.resume()
+            else:
+                self._render_timer.pause()
 
     # ------------------------------------------------------------------ keys
 

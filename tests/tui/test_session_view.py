@@ -198,7 +198,7 @@ async def test_session_views_redraw_only_when_they_change(
     settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection(FakeEngine({"many": many})))
     async with app.run_test(size=(140, 44)) as pilot:
-        await wait_for(pilot, lambda: app.ready)
+        await wait_for(pilot, lambda: app.ready and app.render_paused)  # the empty session drawn
         strip = app.query_one(SessionStrip)
         syncs: list[bool] = []
         draws = 0

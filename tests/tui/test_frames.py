@@ -1,0 +1,67 @@
+"""StreamFrames: a frame in the chunk's own pass of the event loop when one is due, a fallback
+deadline when the stream stalls, never two frames queued at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from llmtop.tui.frames import StreamFrames
+
+MS = 1_000_000
+
+
+class Clock:
+    """A perf_counter_ns the test sets (ns)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def settle(frames: StreamFrames, drawn: list[bool], n: int) -> None:
+    """Let the loop run until `n` frames were drawn (at most 2 s of real time)."""
+    for _ in range(200):
+        if len(drawn) >= n:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_due_frames_follow_chunks_and_stalls_fall_back() -> None:
+    clock = Clock()
+    drawn: list[bool] = []
+    frames = StreamFrames(drawn.append, period_ns=50 * MS, stall_ns=20 * MS, clock=clock)
+    clock.now = 1000 * MS
+    frames.changed()  # nothing drawn yet: due at once, in this pass of the loop
+    frames.changed()  # already queued: no second frame
+    await asyncio.sleep(0)
+    assert drawn == [False] and frames.last_ns == 1000 * MS
+    clock.now += 10 * MS
+    frames.changed()  # 10 ms after the last frame: not due; the deadline is set
+    await asyncio.sleep(0)
+    assert drawn == [False]
+    clock.now += 45 * MS  # 55 ms after the last frame: the next chunk finds a frame due
+    frames.changed()
+    await asyncio.sleep(0)
+    assert drawn == [False, False]  # and the deadline went with it
+    clock.now += 1 * MS
+    frames.changed()  # not due: a deadline at last + 50 + 20 ms (~69 ms of real time)
+    await settle(frames, drawn, 3)
+    assert drawn == [False, False, True]  # no chunk came: the stalled frame
+
+
+async def test_urgent_is_drawn_at_once_and_cancel_drops_the_deadline() -> None:
+    clock = Clock()
+    drawn: list[bool] = []
+    frames = StreamFrames(drawn.append, period_ns=50 * MS, stall_ns=10 * MS, clock=clock)
+    clock.now = 1000 * MS
+    frames.changed()
+    await asyncio.sleep(0)
+    frames.changed(urgent=True)  # the end, right after a frame: drawn at once anyway
+    await asyncio.sleep(0)
+    assert drawn == [False, False]
+    frames.changed()  # not due: a deadline ~60 ms away
+    frames.cancel()  # the request ended: the render timer takes over
+    await asyncio.sleep(0.15)  # past the deadline: nothing (asserts no call, not a time)
+    assert drawn == [False, False] and frames.frames == 2
