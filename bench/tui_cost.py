@@ -61,12 +61,14 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clock_truth import Truth
 
+import llmtop
 from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.request import RequestCollector, chat_messages, run_request
 
 MODEL = "gemma3:270m"
 PROMPT = "Write a long story about a lighthouse keeper and a storm, in plain sentences."
+LLMTOP_ROOT = str(Path(llmtop.__file__).resolve().parent.parent)  # the llmtop measured
 READY_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 
@@ -150,14 +152,17 @@ class Window:
 
 
 class PtyApp:
-    """The TUI as a child process on a pseudo-terminal; its output is drained by a thread."""
+    """The TUI as a child process on a pseudo-terminal; its output is drained by a thread.
+    It runs the llmtop this script imported (LLMTOP_ROOT first on its path), from `cwd`:
+    `python -m` puts the working directory first, so a checkout there would be run instead."""
 
-    def __init__(self, argv: list[str], cols: int = 120, rows: int = 40) -> None:
+    def __init__(self, argv: list[str], cwd: str, cols: int = 120, rows: int = 40) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor")
+        path = os.pathsep.join(p for p in (LLMTOP_ROOT, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=path)
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                                     start_new_session=True, close_fds=True)
+                                     cwd=cwd, start_new_session=True, close_fds=True)
         os.close(slave)
         self.master = master
         self.bytes_out = 0
@@ -242,7 +247,7 @@ def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
             "0", "--seed", "7"]
     if args.num_thread is not None:
         argv += ["--num-thread", str(args.num_thread)]
-    app = PtyApp(argv)
+    app = PtyApp(argv, cwd=folder)
     try:
         _wait_for(log, "header", 1, READY_TIMEOUT_S)
         time.sleep(args.settle_s)  # the start-up tail (see the docstring)
