@@ -90,15 +90,16 @@ from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 # Frame rates, from bench/tui_cost.py on 2 cores (a real TUI in a pty at 50 tok/s): a frame
-# costs Textual 2–6 ms of CPU, so text at 10 Hz and numbers at 5 Hz cost ~15 % of a core.
-# Text at 4 Hz with the numbers in the same frames at 2 Hz is ~4 frames a second; text
-# still reads as a stream. While a request streams the frames follow its chunks
-# (`StreamFrames`: a frame in the wake-up of the chunk that finds one due, ≥ 250 ms apart;
-# the first chunk at once); the render timer draws the rest (the end, probe samples, keys).
+# costs Textual 2–6 ms of CPU and each one a second ~0.5 % of a core (wake-ups included):
+# text at 10 Hz and numbers at 5 Hz cost ~15 % of a core, text at 4 Hz with numbers at 2 Hz
+# 7.0 %, text and numbers together at 2 Hz 6.0 %. While a request streams the frames follow
+# its chunks (`StreamFrames`: a frame in the wake-up of the chunk that finds one due, ≥ 0.5 s
+# apart; the first chunk and the end at once); the render timer draws the rest (the end,
+# probe samples, keys) and is paused meanwhile.
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
-TEXT_EVERY = 2  # streamed text: every 2nd tick (4 Hz); the first chunk at the next tick
-NUMBERS_EVERY = 4  # live numbers, sparklines, history: every 4th tick (2 Hz), readable;
-# a multiple of TEXT_EVERY, so numbers and text share a frame (a stream frame is a text tick)
+TEXT_EVERY = 2  # streamed text: every 2nd tick; every stream frame is a text tick
+NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in every stream
+# frame (a multiple of TEXT_EVERY: numbers and text share a frame)
 STREAM_PROBE_INTERVAL_S = 1.0  # probe samples while a request streams (the NOISY marks come
 # from these), and one more as it ends (END_SAMPLE_S); idle, every `settings.probe_interval_s`
 # (2 s), when faster. A sample costs ~7 ms of CPU here: at 0.5 s that was 1.4 % of a core

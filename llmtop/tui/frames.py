@@ -16,7 +16,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-FRAME_PERIOD_NS = 250_000_000  # text at most 4 times a second, as the render timer drew it
+FRAME_PERIOD_NS = 500_000_000  # text and numbers twice a second: each frame a second costs
+# ~0.5 % of a core on 2 cores (bench/tui_cost.py: 7.0 % at 4 frames/s, 6.0 % at 2.2)
 STALL_NS = 100_000_000  # no chunk this long after a frame was due: draw anyway
 
 
