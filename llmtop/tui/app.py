@@ -1,32 +1,39 @@
 """The llmtop TUI: stream a prompt with live latency numbers next to a live probe panel.
 
 Throttling (the monitor must not be the noise): stream events only append to a
-`LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. One
-`set_interval(1 / RENDER_HZ)` timer draws what is dirty, however fast tokens come: the text
-every TEXT_EVERY-th tick and the live numbers every NUMBERS_EVERY-th (on the same ticks, so
-one frame carries both), the probe panel at most every PANEL_MIN_NS (on a text tick while a
-request streams), and the first chunk (TTFT) and the end (final figures) at the next tick.
-With nothing left to draw and no request streaming the timer is paused; `_wake` resumes it
-(a request, a probe sample, a history pick), so an idle TUI spends nothing on ticks.
+`LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. While a
+request streams, frames follow its chunks (`StreamFrames`, llmtop.tui.frames): a frame at
+most every 0.5 s, drawn in the wake-up of the chunk that finds it due, with the text, the
+live numbers and the probe panel (at most every PANEL_MIN_NS) in it, the first chunk (TTFT)
+at once, and a fallback deadline when the stream stalls. Otherwise one
+`set_interval(1 / RENDER_HZ)` timer draws what is dirty (the end's final figures at the
+next tick, probe samples, history picks). With nothing left to draw, or a request streaming,
+the timer is paused; `_wake` resumes it, so an idle TUI spends nothing on ticks.
 
 Frames, not tokens, are what the monitor spends: on a 2-core machine a Textual frame costs
 2–6 ms of CPU, most of it fixed (every widget whose container overlaps the change is rendered
 again from its cache), and a screen layout ~13 ms. So nothing asks for a layout while text
 streams or keys are typed (`TokenPane`, `ProbePanel`, `QuietStatic`, `PromptInput`), and a
 scroll, which repaints the whole token pane, happens in jumps. Probes are sampled in the
-`ProbeSampler` thread (every `settings.probe_interval_s`, 2 s, while idle; every 0.5 s from
-a request's start), logged there, and posted as coalescing `ProbeSampled` messages; each
-NOISY one is kept by a `NoiseTracker`, which marks the request it fell in ("⚠ machine NOISY
-during this request") here and on the bench screen.
+`ProbeSampler` thread (every `settings.probe_interval_s`, 2 s, while idle; every 1 s from
+a request's start, and once more as it ends: its figures cover the request's last stretch),
+logged there, and posted as coalescing `ProbeSampled` messages; each NOISY one is kept by a
+`NoiseTracker`, which marks the request it fell in, or ended ("⚠ machine NOISY during this
+request") here and on the bench screen.
 
-What it costs (bench/tui_cost.py --scripted --pairs 3 --num-predict 300: the real TUI in a
-pty at 120×40, a fresh TUI per request, 50 tok/s; 2 cores, load average < 1, 2026-11-30):
-streaming 11.8 → 8.7 % of a core, idle 3.3 → 1.0 % (6 s window just after startup; 0.6–0.8 %
-once settled), medians of 3 runs against the tree before this work. Of the streaming figure,
-2.8 % is the HTTP client alone (the same request streamed headless: httpx/httpcore/anyio at
-50 reads a second; a bare asyncio socket costs 2 % on this machine) and ~1.5 % the probe
-sampler at 2 Hz; the rest is Textual's frames (~5 a second), the typed prompt and the
-request's start and end. Where it goes: `bench/tui_cost.py --py-spy`.
+What it costs (bench/tui_cost.py: the real TUI in a pty at 120×40, a fresh TUI per request,
+CPU summed over its threads' scheduler run time; 2 cores, load average < 0.7, 2026-11-30):
+streaming at 50 tok/s (--scripted), 20 s windows, the tree before this round 7.4–7.8 % of a
+core, with frames following the chunks, `SparkBars` and probes every 1 s 6.4–7.0 %, with
+frames at 2 Hz 5.8–6.0 % (the default bench's 6 s window: 8.0 → 6.8 %); idle 0.6–0.7 % (10 s
+from 5 s after start-up; before, the same). Of the streaming figure ~2.5 % (2–3.1 %) is the
+HTTP client alone (the same request streamed headless), 0.55–0.65 % the probe sampler,
+~0.35 % Textual's input and output threads; the rest is the main thread: ~0.5 % of a core
+per frame a second and its wake-ups (~55 a second: 50 chunks, Textual's screen timer after
+each frame, a probe sample, the panel's age check; a wake-up costs ~0.2 ms here, and py-spy
+puts half of the main thread's CPU in the epoll wait). Idle (a 20 s census per thread):
+0.67 %: the main thread 0.28 % (2.5 wake-ups a second), Textual's input thread 0.18 %
+(its 10 Hz poll), the probes 0.20 %. Where it goes: `bench/tui_cost.py --py-spy`.
 
 The session (`SessionState`): every finished request joins it; the TTFT sparkline across
 requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from it by the same
@@ -102,7 +109,9 @@ NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in ev
 # frame (a multiple of TEXT_EVERY: numbers and text share a frame)
 STREAM_PROBE_INTERVAL_S = 1.0  # probe samples while a request streams (the NOISY marks come
 # from these), and one more as it ends (END_SAMPLE_S); idle, every `settings.probe_interval_s`
-# (2 s), when faster. A sample costs ~7 ms of CPU here: at 0.5 s that was 1.4 % of a core
+# (2 s), when faster. A sample costs ~2.5 ms of CPU, ~20 ms when it looks the engine's pids
+# up (every 5 s while streaming): the sampler thread took 0.7–1.1 % of a core at 0.5 s and
+# 0.55–0.65 % at 1 s (bench/tui_cost.py, 2 cores, 50 tok/s)
 END_SAMPLE_S = 0.001  # the interval that makes the sampler thread sample at once: asked for
 # as a request ends; the sample's callback (`_on_probe_thread`) then sets the idle one back
 PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
