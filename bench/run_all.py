@@ -85,7 +85,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         measured = "—" if r["measured"] is None else f"{r['measured']:.2f} {unit}".strip()
         op = r.get("target_op", "<=").replace("<=", "≤").replace(">=", "≥")
         target = "—" if r["target"] is None else f"{op} {r['target']:g} {unit}".strip()
-        lines.append(f"| {r['metric']} | {measured} | {target} | {'yes' if r['met'] else 'NO'} |")
+        met = "—" if r["met"] is None else "yes" if r["met"] else "NO"  # None: explains a row
+        lines.append(f"| {r['metric']} | {measured} | {target} | {met} |")
     return "\n".join(lines)
 
 
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{text}\n\n{load}")
     if args.markdown:
         Path(args.markdown).write_text(f"{text}\n\n{load}\n", encoding="utf-8")
-    return 0 if all(r["met"] for r in rows) else 1
+    return 0 if all(r["met"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":
