@@ -22,6 +22,7 @@ from llmtop.engines.arrivals import ArrivalBackend, ArrivalStream, measured_tran
 from llmtop.engines.netbuffer import HIGH_WATER
 from llmtop.engines.rxstamps import MAX_AGE_NS, SCM_TIMESTAMPNS, KernelStampedStream, to_perf_ns
 from llmtop.engines.stamps import stamping
+from llmtop.loadtest.stream import _ArrivalBackend
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
 
@@ -114,3 +115,20 @@ async def test_an_event_loop_that_cannot_watch_sockets_keeps_python_stamps(monke
         assert isinstance(resp.extensions["network_stream"], ArrivalStream)
         assert resp.text == "ok"
     sender.sock.close()
+
+
+@linux_only
+def test_the_load_generators_blocking_reads_keep_the_kernels_stamp_too():
+    sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    stream = _ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
+    try:
+        stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sender.go.set()
+        assert sender.sent.wait(10)
+        late = perf_counter_ns()
+        with stamping() as stamp:
+            assert stream.read(65536).endswith(b"hello")
+        assert sender.before <= stamp.received_ns <= sender.after < late
+    finally:
+        stream.close()
+        sender.sock.close()
