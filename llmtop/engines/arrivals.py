@@ -39,7 +39,7 @@ import httpcore
 import httpx
 
 from llmtop.engines import rxstamps
-from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable
+from llmtop.engines.netbuffer import BlockBuffer, read_block, socket_readable
 from llmtop.engines.stamps import note_written
 
 
@@ -70,8 +70,9 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
             return
         if self._closed or self._protocol.ended or self._transport.is_closing():
             raise httpcore.WriteError("the connection was closed")
+        t_ns = perf_counter_ns()  # before: see rxstamps.KernelStampedStream.write
         self._transport.write(buffer)  # asyncio sends at once what the socket takes
-        note_written(perf_counter_ns())
+        note_written(t_ns)
         try:
             async with asyncio.timeout(timeout):
                 await self._protocol.wait_writable()
@@ -181,8 +182,8 @@ def _kernel_stamped(stream: ArrivalStream) -> rxstamps.KernelStampedStream | Non
         return None
     raw.setblocking(False)
     try:
-        kernel = rxstamps.KernelStampedStream(raw, BlockBuffer(), HIGH_WATER, adopt_socket)
-    except (NotImplementedError, RuntimeError):  # a loop without add_reader (Windows' proactor)
+        kernel = rxstamps.KernelStampedStream(raw, BlockBuffer(), adopt_socket)
+    except (NotImplementedError, RuntimeError, OSError):  # e.g. Windows' proactor: no add_reader
         raw.close()
         return None
     transport.abort()  # closes the loop's own descriptor; `raw` keeps the connection

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpcore
 
-from llmtop.engines.netbuffer import BlockBuffer, read_block, socket_readable
+from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable
 from llmtop.engines.stamps import note_written
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
@@ -37,6 +37,11 @@ SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 READ_SIZE = 1 << 16  # bytes per recvmsg, as httpcore asks for
 ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
 MAX_AGE_NS = 10 * 10**9  # an older kernel stamp means the wall clock moved: not used
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def enable(sock: socket.socket) -> bool:
@@ -72,19 +77,20 @@ Adopt = Callable[[socket.socket, "float | None"], Awaitable[httpcore.AsyncNetwor
 class KernelStampedStream(httpcore.AsyncNetworkStream):
     """A connected non-blocking TCP socket `sock` read with recvmsg; each block of bytes goes
     into `sink` with the kernel's receive stamp. Reading pauses while `sink` holds more than
-    `high_water` bytes. `adopt(sock, timeout)` gives the socket to a stream that can do TLS
-    (`start_tls`). Raises NotImplementedError or RuntimeError when the running event loop
-    cannot watch a socket (`add_reader`)."""
+    netbuffer.HIGH_WATER bytes. `adopt(sock, timeout)` gives the socket to a stream that can
+    do TLS (`start_tls`). The stream belongs to the event loop it was made in; used from
+    another it raises ReadError/WriteError and reports itself unusable to httpcore's pool.
+    Raises NotImplementedError, RuntimeError or OSError when the running event loop cannot
+    watch the socket (`add_reader`)."""
 
-    def __init__(self, sock: socket.socket, sink: BlockBuffer, high_water: int,
-                 adopt: Adopt) -> None:
+    def __init__(self, sock: socket.socket, sink: BlockBuffer, adopt: Adopt) -> None:
         self.sock = sock
         self.sink = sink
-        self.high_water = high_water
         self._adopt = adopt
         self._loop = asyncio.get_running_loop()
         self._reading = False
         self._closed = False
+        self._writable: asyncio.Future[None] | None = None
         self._start_reading()
 
     def _start_reading(self) -> None:
@@ -94,8 +100,9 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
 
     def _stop_reading(self) -> None:
         if self._reading:
-            self._loop.remove_reader(self.sock.fileno())
             self._reading = False
+            if not self._loop.is_closed():
+                self._loop.remove_reader(self.sock.fileno())
 
     def resume_reading(self) -> None:
         """Read again once the consumer has drained the buffer."""
@@ -118,38 +125,75 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
                 return
             now = perf_counter_ns()
             self.sink.add_block(to_perf_ns(anc, now, time_ns() - perf_counter_ns()), data)
-            if self.sink.buffered > self.high_water:
+            if self.sink.buffered > HIGH_WATER:
                 self._stop_reading()
                 self.sink.paused_reading = True
                 return
 
+    def _usable_here(self) -> bool:
+        """Open, and used from the event loop it belongs to."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return not self._closed and running is self._loop
+
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         """At most `max_bytes` bytes (b"" at the end), within `timeout` s (netbuffer.read_block).
         Raises httpcore.ReadTimeout / ReadError."""
-        if self._closed:
-            raise httpcore.ReadError("the connection was closed")
+        if not self._usable_here():
+            raise httpcore.ReadError("the connection was closed or belongs to another loop")
         return await read_block(self.sink, max_bytes, timeout, self.resume_reading)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        """Send all of `buffer` within `timeout` s. Raises httpcore.WriteTimeout / WriteError."""
+        """Send all of `buffer` within `timeout` s, and note (`stamps.note_written`) the moment
+        just before the send that completed it: on loopback the receiver is woken inside that
+        send and may take this CPU as it returns, so a stamp after it could be late by the
+        receiver's whole turn. Raises httpcore.WriteTimeout / WriteError."""
         if not buffer:
             return
-        if self._closed or self.sink.ended:
-            raise httpcore.WriteError("the connection was closed")
+        if not self._usable_here() or self.sink.ended:
+            raise httpcore.WriteError("the connection was closed or belongs to another loop")
+        view = memoryview(buffer)
         try:
             async with asyncio.timeout(timeout):
-                await self._loop.sock_sendall(self.sock, buffer)
-            note_written(perf_counter_ns())
+                while True:
+                    t_ns = perf_counter_ns()
+                    try:
+                        view = view[self.sock.send(view):]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    if not view:
+                        note_written(t_ns)
+                        return
+                    await self._wait_writable()
         except TimeoutError as exc:
             raise httpcore.WriteTimeout(f"could not write within {timeout} s") from exc
         except OSError as exc:
-            raise httpcore.WriteError(str(exc)) from exc
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+
+    async def _wait_writable(self) -> None:
+        """Until the socket takes more bytes; raises ConnectionAbortedError if closed first."""
+        fd = self.sock.fileno()
+        self._writable = self._loop.create_future()
+        self._loop.add_writer(fd, _wake, self._writable)
+        try:
+            await self._writable
+        finally:
+            self._writable = None
+            if not self._loop.is_closed():
+                self._loop.remove_writer(fd)
 
     async def aclose(self) -> None:
-        """Stop reading and close the socket."""
+        """Stop reading, wake a read or write still waiting (they end with ReadError /
+        WriteError or the end of the stream), and close the socket."""
         if not self._closed:
             self._closed = True
             self._stop_reading()
+            if self._writable is not None and not self._writable.done():
+                self._writable.set_exception(ConnectionAbortedError("the connection was closed"))
+                await asyncio.sleep(0)  # let the writer remove its registration first
+            self.sink.end(self.sink.error)
             self.sock.close()
 
     async def start_tls(
@@ -166,8 +210,9 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         """httpcore's names: client_addr, server_addr, socket, is_readable (an idle connection
         with bytes or an end already arrived is not reusable); no ssl_object (plain TCP)."""
-        if info == "is_readable":
-            return bool(self.sink.blocks) or self.sink.ended or socket_readable(self.sock)
+        if info == "is_readable":  # True also drops a connection of another event loop
+            return (not self._usable_here() or bool(self.sink.blocks) or self.sink.ended
+                    or socket_readable(self.sock))
         if info == "socket":
             return self.sock
         if info in ("client_addr", "server_addr"):

@@ -16,7 +16,7 @@ callback to each request's extensions. An engine without the hook leaves `sent_n
 the measuring code keeps the stamp it took before the request (the earlier definition).
 
 The stamping streams (`arrivals.measured_transport`) make both stamps exact to a few µs: each
-write notes when it returned from the socket (`note_written`), which the trace then takes, and
+write notes the moment just before its send (`note_written`), which the trace then takes, and
 a chunk is stamped with the arrival of the bytes that completed it, not with the moment its
 parsing ended: each block's arrival (the kernel's receive stamp on plain TCP on Linux,
 engines/rxstamps.py; elsewhere the event loop's `data_received`) is noted in the open
@@ -58,9 +58,9 @@ class SendStamp:
     received_ns: when the block of bytes read last for this request reached the machine (the
         kernel's receive stamp, engines/rxstamps.py, or the event loop's `data_received`,
         engines/arrivals.py); None without a stamping stream.
-    written_ns: when the stream's last write for this request returned from the socket; the
-        body-written trace takes it as `sent_ns` (the trace itself runs a few tens of µs
-        later, after httpcore's bookkeeping); None without a stamping stream.
+    written_ns: just before the stream's last write for this request went to the socket; the
+        body-written trace takes it as `sent_ns` (the trace runs after httpcore's bookkeeping,
+        and on loopback the woken server may run first); None without a stamping stream.
     """
 
     prepare_ns: int
@@ -104,8 +104,8 @@ async def _trace(name: str, _info: dict[str, Any]) -> None:
 
 
 def note_written(t_ns: int) -> None:
-    """Record that a write for the open request returned from the socket at `t_ns`
-    (perf_counter_ns); nothing when no request is open."""
+    """Record that a write for the open request went to the socket at `t_ns` (perf_counter_ns,
+    taken just before the send that completed it); nothing when no request is open."""
     stamp = _CURRENT.get()
     if stamp is not None and stamp.sent_ns is None:
         stamp.written_ns = t_ns

@@ -38,7 +38,7 @@ from llmtop.engines.http import (
     failure_protocol,
     failure_truncated,
 )
-from llmtop.engines.stamps import arrival_ns, note_arrival, stamping
+from llmtop.engines.stamps import arrival_ns, note_arrival, note_written, stamping
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
@@ -73,8 +73,11 @@ class _ArrivalStream(httpcore.NetworkStream):
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        """Send `buffer` (httpcore's own write)."""
+        """Send `buffer` (httpcore's own write), noting the moment before it as the request's
+        send stamp (`stamps.note_written`; why before: rxstamps.KernelStampedStream.write)."""
+        t_ns = perf_counter_ns()
         self._inner.write(buffer, timeout)
+        note_written(t_ns)
 
     def close(self) -> None:
         """Close the connection."""

@@ -15,6 +15,7 @@ import sys
 import threading
 from time import perf_counter_ns
 
+import httpcore
 import httpx
 import pytest
 
@@ -132,3 +133,84 @@ def test_the_load_generators_blocking_reads_keep_the_kernels_stamp_too():
     finally:
         stream.close()
         sender.sock.close()
+
+
+class _Silent:
+    """A server thread that accepts connections and neither reads nor writes until closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@linux_only
+async def test_closing_the_stream_ends_a_read_and_a_write_that_wait():
+    # found in review: a read waiting on a silent server, and a write blocked on one that
+    # never reads, must end when the connection is closed, not at their timeouts (none here;
+    # the wait_for bounds only guard the test against hanging)
+    silent = _Silent()
+    try:
+        reading = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        writing = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        assert isinstance(reading, KernelStampedStream)
+        read = asyncio.create_task(reading.read(65536))
+        write = asyncio.create_task(writing.write(b"x" * (64 << 20)))  # far over the buffers
+        await asyncio.sleep(0)  # one turn: the write fills the socket's buffers and waits
+        assert writing._writable is not None
+        await reading.aclose()
+        await writing.aclose()
+        assert await asyncio.wait_for(read, 30) == b""
+        with pytest.raises(httpcore.WriteError):
+            await asyncio.wait_for(write, 30)
+        # nothing of the closed sockets is left watched: a new connection works, even one
+        # that gets the same descriptor number
+        again = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        assert isinstance(again, KernelStampedStream)
+        await again.write(b"ping")
+        await again.aclose()
+    finally:
+        silent.close()
+
+
+@linux_only
+def test_a_pooled_connection_is_not_reused_from_another_event_loop():
+    # found in review: a client kept across two asyncio.run calls sent its second request on
+    # the first loop's connection and waited forever for the reply
+    class KeepAlive(_Silent):
+        def _serve(self) -> None:
+            while True:
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    return
+                self.conns.append(conn)
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+        def _answer(self, conn: socket.socket) -> None:
+            while conn.recv(65536):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    server = KeepAlive()
+    client = httpx.AsyncClient(transport=measured_transport(), timeout=30)
+    url = f"http://127.0.0.1:{server.port}/"
+    try:
+        assert asyncio.run(client.get(url)).text == "ok"
+        assert asyncio.run(client.get(url)).text == "ok"  # a new connection, in the new loop
+        assert len(server.conns) == 2
+    finally:
+        server.close()
