@@ -22,7 +22,13 @@ verdict is "inconclusive" when the paired differences are too spread to tell. Th
 CPU time per relayed request is printed too (on a machine with few cores it competes with the
 engine, which shows as a lower decode rate), and, for (a), the CPU per request of its floor:
 bench/sse_floor.py, a bare ASGI app that sends the same 21 frames under the same server
-without an upstream (what any Python server pays for those wakeups and writes here).
+without an upstream (what any Python server pays for those wakeups and writes here), and
+bench/proxy_floor.py, a bare TCP forwarder in front of the upstream (one wake-up, read and
+write per frame, no HTTP: what any relay pays). Then the same 21 frames are sent with no gap
+between them, through the relay and through the forwarder: with no idle time between frames
+nothing wakes per frame, so what is left is the code's own work. On a VM whose wake-ups are
+dear (a bare uvloop loop here costs 5 µs per iteration back to back and ~210 µs when each one
+follows 10 ms of sleep), these rows tell the machine's share from the relay's.
 Exit status 1 when the target was clearly missed.
 """
 
@@ -44,7 +50,7 @@ from pathlib import Path
 from time import perf_counter_ns
 
 import httpx
-import psutil
+from cputime import CpuMeter
 
 from llmtop.engines.child import EmbeddedProcess, free_port
 from llmtop.engines.ollama import OllamaEngine
@@ -74,6 +80,8 @@ class Series:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {p: [] for p in PATHS})
     relay_cpu_ms: float | None = None  # the relay process's CPU time (user+sys), measured rounds
     floor_cpu_ms: float | None = None  # bench/sse_floor.py's CPU time per request
+    proxy_cpu_ms: float | None = None  # bench/proxy_floor.py's CPU time per request
+    busy_cpu_ms: tuple[float, float] | None = None  # (relay, proxy) with no gap between frames
 
 
 def _decode(stamps: list[int]) -> float | None:
@@ -140,8 +148,7 @@ async def measure(upstream: str, relay: RelayProcess, model: str, rounds: int, w
                   options: dict, prompts: Callable[[], str] | None) -> Series:
     """Run warm-up + `rounds` rounds of the four paths, order rotated per round."""
     relay_url = relay.url
-    relay_proc = psutil.Process(relay.pid)
-    cpu0 = None
+    meter = CpuMeter(relay.pid)
     direct, relayed = OllamaEngine(upstream, name="direct"), RelayEngine(relay_url, name="relayed")
     raw_up = httpx.AsyncClient(base_url=upstream, timeout=300, trust_env=False)
     raw_relay = httpx.AsyncClient(base_url=relay_url, timeout=300, trust_env=False)
@@ -155,15 +162,16 @@ async def measure(upstream: str, relay: RelayProcess, model: str, rounds: int, w
     try:
         for r in range(warmup + rounds):
             if r == warmup:
-                cpu0 = relay_proc.cpu_times()
+                meter.start()
             order = PATHS[r % 4:] + PATHS[: r % 4]
             for path in order:
                 sample = await calls[path](prompts() if prompts else "hi")
                 if r >= warmup:
                     series.samples[path].append(sample)
-        if cpu0 is not None:
-            cpu1 = relay_proc.cpu_times()
-            series.relay_cpu_ms = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) * 1e3
+        if rounds:
+            series.relay_cpu_ms = meter.stop() / 1e6
+            if meter.slices is not None:
+                print(f"    relay: {meter.slices / (2 * rounds):.1f} wake-ups per relayed request")
     finally:
         await direct.aclose()
         await relayed.aclose()
@@ -234,8 +242,23 @@ def report(title: str, series: Series) -> bool:
     if series.floor_cpu_ms is not None:
         print(f"  floor: a bare ASGI app sending the same frames under the same server: "
               f"{series.floor_cpu_ms:.2f} ms CPU per request (bench/sse_floor.py)")
+    if series.proxy_cpu_ms is not None:
+        print(f"  floor: a bare TCP forwarder (no HTTP) in front of the same upstream: "
+              f"{series.proxy_cpu_ms:.2f} ms CPU per request (bench/proxy_floor.py)")
+        _info("bare TCP forwarder CPU per request (the wake-ups' floor)", series.proxy_cpu_ms)
+    if series.busy_cpu_ms is not None:
+        relay_ms, proxy_ms = series.busy_cpu_ms
+        print(f"  the same 21 frames with no gap between them (no wake-up per frame): relay "
+              f"{relay_ms:.2f} ms, TCP forwarder {proxy_ms:.2f} ms CPU per request")
+        _info("relay CPU per request, frames back to back (its own code's work)", relay_ms)
     print(f"  target relay adds ≤ 1 ms median TTFT: {verdict}")
     return verdict != "NOT met"
+
+
+def _info(metric: str, measured: float) -> None:
+    """A row that explains another and has no target of its own."""
+    ROWS.append({"metric": metric, "measured": measured, "unit": "ms", "target": None,
+                 "met": None})
 
 
 def _verdict(q1: float, med: float, q3: float) -> str:
@@ -250,10 +273,10 @@ def _verdict(q1: float, med: float, q3: float) -> str:
     )
 
 
-def _start_floor() -> tuple[subprocess.Popen[bytes], str]:
-    """bench/sse_floor.py as a child process, once it accepts connections."""
+def _start_child(script: str, *argv: str) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/`script` PORT *argv as a child process, once it accepts connections."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "sse_floor.py"), str(port)],
+    proc = subprocess.Popen([sys.executable, str(HERE / script), str(port), *argv],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -263,26 +286,59 @@ def _start_floor() -> tuple[subprocess.Popen[bytes], str]:
         except OSError:
             time.sleep(0.05)
     proc.kill()
-    raise RuntimeError("bench/sse_floor.py did not start")
+    raise RuntimeError(f"bench/{script} did not start")
 
 
-async def measure_floor(requests: int, warmup: int) -> float:
-    """CPU ms (user+sys) per request of bench/sse_floor.py serving the scripted timing's
-    frames, `requests` of them one after another after `warmup` discarded ones."""
-    proc, url = _start_floor()
+async def cpu_per_request(pid: int, url: str, sse: bool, requests: int, warmup: int) -> float:
+    """CPU ms (user+sys) of process `pid` per request, `requests` of them one after another to
+    `url` (read as SSE when `sse`, else as Ollama's NDJSON) after `warmup` discarded ones; its
+    wake-ups per request are printed."""
+    call = _raw_relayed if sse else _raw_direct
+    async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as client:
+        for _ in range(warmup):
+            await call(client, "timed", "hi", {})
+        meter = CpuMeter(pid)
+        meter.start()
+        for _ in range(requests):
+            await call(client, "timed", "hi", {})
+        ms = meter.stop() / 1e6 / requests
+    if meter.slices is not None:
+        print(f"    {url}: {ms:.2f} ms CPU and {meter.slices / requests:.1f} wake-ups per request")
+    return ms
+
+
+async def measure_floors(upstream: str, requests: int, warmup: int) -> tuple[float, float]:
+    """(bench/sse_floor.py, bench/proxy_floor.py) CPU ms per request for the scripted timing:
+    a bare ASGI app sending the same frames, and a bare TCP forwarder in front of `upstream`."""
+    floors = []
+    for script, argv, sse in (("sse_floor.py", (), True),
+                              ("proxy_floor.py", (upstream.rsplit(":", 1)[1],), False)):
+        proc, url = _start_child(script, *argv)
+        try:
+            floors.append(await cpu_per_request(proc.pid, url, sse, requests, warmup))
+        finally:
+            proc.terminate()
+            proc.wait(5)
+    return floors[0], floors[1]
+
+
+async def measure_busy(requests: int, warmup: int) -> tuple[float, float]:
+    """(relay, TCP forwarder) CPU ms per request when the upstream sends its 21 frames with no
+    gap between them: no idle time, so no wake-up per frame, only the code's own work."""
+    scripted, url = _start_scripted(0.0, 20, 0.0)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as client:
-            for _ in range(warmup):
-                await _raw_relayed(client, "timed", "hi", {})
-            cpu = psutil.Process(proc.pid)
-            t0 = cpu.cpu_times()
-            for _ in range(requests):
-                await _raw_relayed(client, "timed", "hi", {})
-            t1 = cpu.cpu_times()
-        return ((t1.user - t0.user) + (t1.system - t0.system)) * 1e3 / requests
+        async with RelayProcess(url) as relay:
+            relay_ms = await cpu_per_request(relay.pid, relay.url, True, requests, warmup)
+        proxy, proxy_url = _start_child("proxy_floor.py", url.rsplit(":", 1)[1])
+        try:
+            proxy_ms = await cpu_per_request(proxy.pid, proxy_url, False, requests, warmup)
+        finally:
+            proxy.terminate()
+            proxy.wait(5)
+        return relay_ms, proxy_ms
     finally:
-        proc.terminate()
-        proc.wait(5)
+        scripted.terminate()
+        scripted.wait(5)
 
 
 def _start_scripted(
@@ -332,7 +388,9 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         async with RelayProcess(url) as relay:
             series = await measure(url, relay, "timed", args.rounds, args.warmup, {}, None)
-        series.floor_cpu_ms = await measure_floor(2 * args.rounds, args.warmup)
+        series.floor_cpu_ms, series.proxy_cpu_ms = await measure_floors(
+            url, 2 * args.rounds, args.warmup)
+        series.busy_cpu_ms = await measure_busy(2 * args.rounds, args.warmup)
         all_ok &= report(
             "(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series
         )

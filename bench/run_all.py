@@ -85,15 +85,14 @@ def run_one(name: str, quick: bool, folder: str) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table: metric | measured | target | met ("info" for a row
-    without a target, which does not count towards the exit status)."""
+    """The rows as a Markdown table: metric | measured | target | met."""
     lines = ["| metric | measured | target | met |", "|---|---|---|---|"]
     for r in rows:
         unit = r.get("unit", "")
         measured = "—" if r["measured"] is None else f"{r['measured']:.2f} {unit}".strip()
         op = r.get("target_op", "<=").replace("<=", "≤").replace(">=", "≥")
         target = "—" if r["target"] is None else f"{op} {r['target']:g} {unit}".strip()
-        met = "info" if r.get("informational") else "yes" if r["met"] else "NO"
+        met = "—" if r["met"] is None else "yes" if r["met"] else "NO"  # None: explains a row
         lines.append(f"| {r['metric']} | {measured} | {target} | {met} |")
     return "\n".join(lines)
 
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{text}\n\n{load}")
     if args.markdown:
         Path(args.markdown).write_text(f"{text}\n\n{load}\n", encoding="utf-8")
-    return 0 if all(r["met"] for r in rows) else 1
+    return 0 if all(r["met"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":

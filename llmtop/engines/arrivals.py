@@ -28,8 +28,7 @@ the parse) and tests/unit/test_arrivals.py fails.
 from __future__ import annotations
 
 import asyncio
-import collections
-import select
+import os
 import socket
 import ssl
 from collections.abc import Iterable
@@ -39,107 +38,30 @@ from typing import Any
 import httpcore
 import httpx
 
-from llmtop.engines.stamps import note_arrival
-
-HIGH_WATER = 1 << 20  # bytes buffered before the socket is no longer read (a slow consumer)
-
-
-class _Protocol(asyncio.Protocol):
-    """Collects (arrival perf_counter_ns, bytes) blocks; wakes the one waiting reader."""
-
-    def __init__(self) -> None:
-        self.blocks: collections.deque[tuple[int, bytes]] = collections.deque()
-        self.buffered = 0
-        self.ended = False  # end of stream or connection lost
-        self.error: BaseException | None = None
-        self.transport: asyncio.Transport | None = None
-        self.paused_reading = False
-        self._reader: asyncio.Future[None] | None = None
-        self._writable: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.blocks.append((perf_counter_ns(), data))
-        self.buffered += len(data)
-        if self.buffered > HIGH_WATER and self.transport is not None:
-            self.transport.pause_reading()
-            self.paused_reading = True
-        _wake(self._reader)
-
-    def eof_received(self) -> bool:
-        self.ended = True
-        _wake(self._reader)
-        return False  # let the transport close itself: HTTP/1.1 has nothing to say after EOF
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.ended = True
-        self.error = exc
-        _wake(self._reader)
-        _wake(self._writable)
-
-    def pause_writing(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        _wake(self._writable)
-        self._writable = None
-
-    async def wait_readable(self) -> None:
-        """Until a block or the end of the stream has arrived."""
-        self._reader = asyncio.get_running_loop().create_future()
-        try:
-            await self._reader
-        finally:
-            self._reader = None
-
-    async def wait_writable(self) -> None:
-        """Until the transport's write buffer has drained below its high-water mark."""
-        if self._writable is not None:
-            await asyncio.shield(self._writable)
-
-
-def _wake(waiter: asyncio.Future[None] | None) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)
+from llmtop.engines import rxstamps
+from llmtop.engines.netbuffer import BlockBuffer, read_block, socket_readable
+from llmtop.engines.stamps import note_written
 
 
 class ArrivalStream(httpcore.AsyncNetworkStream):
     """One connection (`httpcore.AsyncNetworkStream`) whose reads note each block's arrival."""
 
-    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: BlockBuffer) -> None:
         self._transport = transport
         self._protocol = protocol
         self._closed = False
 
+    @property
+    def transport(self) -> asyncio.Transport:
+        """The asyncio transport under this stream."""
+        return self._transport
+
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         """At most `max_bytes` bytes (b"" at the end of the stream), waiting up to `timeout`
         seconds (None: forever). Raises httpcore.ReadTimeout / ReadError."""
-        p = self._protocol
         if self._closed:
             raise httpcore.ReadError("the connection was closed")
-        if not p.blocks and not p.ended:
-            try:
-                async with asyncio.timeout(timeout):
-                    await p.wait_readable()
-            except TimeoutError as exc:
-                raise httpcore.ReadTimeout(f"no bytes within {timeout} s") from exc
-        if not p.blocks:
-            if p.error is not None:
-                raise httpcore.ReadError(str(p.error) or type(p.error).__name__) from p.error
-            return b""
-        t_ns, data = p.blocks.popleft()
-        if len(data) > max_bytes:
-            data, rest = data[:max_bytes], data[max_bytes:]
-            p.blocks.appendleft((t_ns, rest))
-        p.buffered -= len(data)
-        if p.paused_reading and p.buffered <= HIGH_WATER // 2:
-            p.paused_reading = False
-            self._transport.resume_reading()
-        note_arrival(t_ns)
-        return data
+        return await read_block(self._protocol, max_bytes, timeout, self._transport.resume_reading)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Hand `buffer` to the socket; waits (up to `timeout` s) only while the transport's
@@ -148,7 +70,9 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
             return
         if self._closed or self._protocol.ended or self._transport.is_closing():
             raise httpcore.WriteError("the connection was closed")
-        self._transport.write(buffer)
+        t_ns = perf_counter_ns()  # before: see rxstamps.KernelStampedStream.write
+        self._transport.write(buffer)  # asyncio sends at once what the socket takes
+        note_written(t_ns)
         try:
             async with asyncio.timeout(timeout):
                 await self._protocol.wait_writable()
@@ -190,23 +114,10 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
         if info == "is_readable":
             p = self._protocol
             sock = self._transport.get_extra_info("socket")
-            return bool(p.blocks) or p.ended or _socket_readable(sock)
+            return bool(p.blocks) or p.ended or socket_readable(sock)
         names = {"ssl_object": "ssl_object", "client_addr": "sockname",
                  "server_addr": "peername", "socket": "socket"}
         return self._transport.get_extra_info(names[info]) if info in names else None
-
-
-def _socket_readable(sock: Any) -> bool:
-    """Whether a recv on `sock` would return at once (bytes or the end); a socket without a
-    descriptor counts as readable, as httpcore counts it (its next read would end)."""
-    fd = sock.fileno() if sock is not None else -1
-    if fd < 0:
-        return True
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([fd], [], [], 0)[0])
 
 
 class ArrivalBackend(httpcore.AsyncNetworkBackend):
@@ -217,12 +128,15 @@ class ArrivalBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Connect to host:port within `timeout` s. Raises ConnectTimeout / ConnectError."""
+        """Connect to host:port within `timeout` s: a `rxstamps.KernelStampedStream` where the
+        kernel stamps receipts (Linux, an event loop with `add_reader`), else an
+        `ArrivalStream`. Raises ConnectTimeout / ConnectError."""
         loop = asyncio.get_running_loop()
         local = (local_address, 0) if local_address else None
-        return await _connect(lambda: loop.create_connection(_Protocol, host, port,
-                                                             local_addr=local),
-                              timeout, socket_options)
+        stream = await _connect(lambda: loop.create_connection(BlockBuffer, host, port,
+                                                               local_addr=local),
+                                timeout, socket_options)
+        return _kernel_stamped(stream) or stream
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None,  # noqa: ASYNC109
@@ -230,7 +144,7 @@ class ArrivalBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         """Connect to the Unix socket `path`. Raises ConnectTimeout / ConnectError."""
         loop = asyncio.get_running_loop()
-        return await _connect(lambda: loop.create_unix_connection(_Protocol, path),
+        return await _connect(lambda: loop.create_unix_connection(BlockBuffer, path),
                               timeout, socket_options)
 
     async def sleep(self, seconds: float) -> None:
@@ -252,6 +166,35 @@ async def _connect(open_: Any, limit_s: float | None,
         if sock is not None:
             sock.setsockopt(*option)
     return ArrivalStream(transport, protocol)
+
+
+def _kernel_stamped(stream: ArrivalStream) -> rxstamps.KernelStampedStream | None:
+    """The connection moved onto a `KernelStampedStream` reading its socket with recvmsg, or
+    None (and `stream` left as it is) where the kernel cannot stamp it. Nothing has been read
+    yet: httpcore has not sent its request."""
+    transport = stream.transport
+    sock = transport.get_extra_info("socket")
+    if sock is None or not rxstamps.enable(sock):
+        return None
+    try:
+        raw = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+    except OSError:
+        return None
+    raw.setblocking(False)
+    try:
+        kernel = rxstamps.KernelStampedStream(raw, BlockBuffer(), adopt_socket)
+    except (NotImplementedError, RuntimeError, OSError):  # e.g. Windows' proactor: no add_reader
+        raw.close()
+        return None
+    transport.abort()  # closes the loop's own descriptor; `raw` keeps the connection
+    return kernel
+
+
+async def adopt_socket(sock: socket.socket, limit_s: float | None) -> ArrivalStream:
+    """An `ArrivalStream` over the connected socket `sock` (asyncio's transport takes it over;
+    TLS goes through asyncio's `start_tls`). Raises ConnectTimeout / ConnectError."""
+    loop = asyncio.get_running_loop()
+    return await _connect(lambda: loop.create_connection(BlockBuffer, sock=sock), limit_s, ())
 
 
 def measured_transport(

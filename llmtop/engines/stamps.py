@@ -15,11 +15,14 @@ that takes part installs `stamp_hook` as an httpx `request` event hook, which ad
 callback to each request's extensions. An engine without the hook leaves `sent_ns` unset and
 the measuring code keeps the stamp it took before the request (the earlier definition).
 
-The receive stamp: a chunk is stamped with the arrival of the bytes that completed it, not
-with the moment its parsing ended. Connections made by `arrivals.measured_transport` note each
-block's arrival (the event loop's `data_received`) in the open SendStamp (`note_arrival`), and
-an engine that has parsed a chunk and found text in it takes `arrival_ns()`. Without such a
-transport, `arrival_ns()` is the time of the call, the earlier definition.
+The stamping streams (`arrivals.measured_transport`) make both stamps exact to a few µs: each
+write notes the moment just before its send (`note_written`), which the trace then takes, and
+a chunk is stamped with the arrival of the bytes that completed it, not with the moment its
+parsing ended: each block's arrival (the kernel's receive stamp on plain TCP on Linux,
+engines/rxstamps.py; elsewhere the event loop's `data_received`) is noted in the open
+SendStamp (`note_arrival`), and an engine that has parsed a chunk and found text in it takes
+`arrival_ns()`. Without such a transport, `arrival_ns()` is the time of the call, the earlier
+definition.
 
 Connection reuse: a stream closed at its `done` chunk before the response's end was read
 cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
@@ -52,13 +55,18 @@ class SendStamp:
     prepare_ns: when the caller asked for the request (before the client library built it).
     sent_ns: when httpcore had written the request body to the socket; None until then, and
         for engines that do not install `stamp_hook`.
-    received_ns: when the block of bytes read last for this request reached llmtop (the event
-        loop's `data_received`, engines/arrivals.py); None without an `ArrivalStream`.
+    received_ns: when the block of bytes read last for this request reached the machine (the
+        kernel's receive stamp, engines/rxstamps.py, or the event loop's `data_received`,
+        engines/arrivals.py); None without a stamping stream.
+    written_ns: just before the stream's last write for this request went to the socket; the
+        body-written trace takes it as `sent_ns` (the trace runs after httpcore's bookkeeping,
+        and on loopback the woken server may run first); None without a stamping stream.
     """
 
     prepare_ns: int
     sent_ns: int | None = None
     received_ns: int | None = None
+    written_ns: int | None = None
 
     @property
     def prep_ns(self) -> int | None:
@@ -92,7 +100,15 @@ async def _trace(name: str, _info: dict[str, Any]) -> None:
     if name == BODY_WRITTEN:
         stamp = _CURRENT.get()
         if stamp is not None and stamp.sent_ns is None:
-            stamp.sent_ns = perf_counter_ns()
+            stamp.sent_ns = stamp.written_ns or perf_counter_ns()
+
+
+def note_written(t_ns: int) -> None:
+    """Record that a write for the open request went to the socket at `t_ns` (perf_counter_ns,
+    taken just before the send that completed it); nothing when no request is open."""
+    stamp = _CURRENT.get()
+    if stamp is not None and stamp.sent_ns is None:
+        stamp.written_ns = t_ns
 
 
 def note_arrival(t_ns: int) -> None:

@@ -8,8 +8,10 @@ the metrics. Failures become the engines' `Failure`s (llmtop.engines.http), neve
 
 Arrivals: the client's connections come from `arrival_transport()`, whose reads note when
 their bytes arrived (`stamps.note_arrival`) — the blocking counterpart of
-`llmtop.engines.arrivals` (asyncio only): a blocking read has the bytes when `recv` returns
-them, so that is the stamp. httpx has no public way to give a transport a network backend
+`llmtop.engines.arrivals` (asyncio only): on a plain TCP socket on Linux the stamp is the
+kernel's receive stamp (`llmtop.engines.rxstamps`, read with `recvmsg`), which a busy load
+generator's own scheduling cannot delay; elsewhere a blocking read has the bytes when `recv`
+returns them, so that is the stamp. httpx has no public way to give a transport a network backend
 (encode/httpx#3749), so it is set on the transport's pool as `arrivals.stamp_arrivals` does;
 a transport whose pool lacks those names keeps plain stamps (the time of the line's parse).
 """
@@ -17,14 +19,16 @@ a transport whose pool lacks those names keeps plain stamps (the time of the lin
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 from collections.abc import Iterable, Iterator
-from time import perf_counter_ns
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 import httpcore
 import httpx
 
+from llmtop.engines import rxstamps
 from llmtop.engines.events import ServerStats, StreamEvent
 from llmtop.engines.http import (
     Peer,
@@ -34,26 +38,46 @@ from llmtop.engines.http import (
     failure_protocol,
     failure_truncated,
 )
-from llmtop.engines.stamps import arrival_ns, note_arrival, stamping
+from llmtop.engines.stamps import arrival_ns, note_arrival, note_written, stamping
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 
 class _ArrivalStream(httpcore.NetworkStream):
     """A blocking connection whose reads note the arrival of their bytes in the open
-    SendStamp (perf_counter_ns when `recv` returned them)."""
+    SendStamp: the kernel's receive stamp on a plain TCP socket where it gives one
+    (`rxstamps.enable`, Linux; read with `recvmsg`), else perf_counter_ns when `recv`
+    returned them."""
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, kernel: bool = False) -> None:
         self._inner = inner
+        self._sock: socket.socket | None = inner.get_extra_info("socket") if kernel else None
+        if self._sock is not None and not rxstamps.enable(self._sock):
+            self._sock = None
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        """At most `max_bytes` bytes (b"" at the end), waiting up to `timeout` s; noted."""
-        data = self._inner.read(max_bytes, timeout)
-        note_arrival(perf_counter_ns())
+        """At most `max_bytes` bytes (b"" at the end), waiting up to `timeout` s; noted.
+        Raises httpcore.ReadTimeout / ReadError as httpcore's own read does."""
+        if self._sock is None:
+            data = self._inner.read(max_bytes, timeout)
+            note_arrival(perf_counter_ns())
+            return data
+        try:
+            self._sock.settimeout(timeout)
+            data, anc, _, _ = self._sock.recvmsg(max_bytes, rxstamps.ANC_SIZE)
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(str(exc) or "read timed out") from exc
+        except OSError as exc:
+            raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
+        now = perf_counter_ns()
+        note_arrival(rxstamps.to_perf_ns(anc, now, time_ns() - perf_counter_ns()))
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        """Send `buffer` (httpcore's own write)."""
+        """Send `buffer` (httpcore's own write), noting the moment before it as the request's
+        send stamp (`stamps.note_written`; why before: rxstamps.KernelStampedStream.write)."""
+        t_ns = perf_counter_ns()
         self._inner.write(buffer, timeout)
+        note_written(t_ns)
 
     def close(self) -> None:
         """Close the connection."""
@@ -82,7 +106,7 @@ class _ArrivalBackend(httpcore.NetworkBackend):
                     ) -> httpcore.NetworkStream:
         """Connect to host:port (httpcore's errors)."""
         return _ArrivalStream(self._inner.connect_tcp(host, port, timeout, local_address,
-                                                      socket_options))
+                                                      socket_options), kernel=True)
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
                             socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,

@@ -24,7 +24,7 @@ import pytest
 from llmtop.engines.arrivals import (
     ArrivalBackend,
     ArrivalStream,
-    _Protocol,
+    BlockBuffer,
     measured_transport,
     stamp_arrivals,
 )
@@ -110,7 +110,7 @@ def test_the_transport_carries_the_backend():
 
 async def test_a_read_notes_the_arrival_of_its_block_and_splits_keep_it():
     loop = asyncio.get_running_loop()
-    protocol = _Protocol()
+    protocol = BlockBuffer()
     reader, writer = socket.socketpair()
     with reader, writer:
         transport, _ = await loop.connect_accepted_socket(lambda: protocol, reader)

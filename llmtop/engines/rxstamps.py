@@ -1,0 +1,223 @@
+"""Receive stamps from the kernel: when a TCP segment reached the machine, not when llmtop ran.
+
+Why (docs/method.md, "Chunk stamps"): a stamp taken in Python is late by however long the
+process waited to run after its bytes arrived: ~0.1–0.2 ms on a quiet 2-core VM, and several
+milliseconds when other programs keep both cores busy (bench/clock_truth.py's maxima). With
+`SO_TIMESTAMPNS` set on a socket, Linux stamps each arriving segment as it is received and
+`recvmsg` returns the stamp of the last segment it read (`SCM_TIMESTAMPNS`, a CLOCK_REALTIME
+timespec; Linux's Documentation/networking/timestamping.rst, "SO_TIMESTAMPNS"). The stamp is
+moved onto `perf_counter_ns`'s clock (CLOCK_MONOTONIC) by the offset between the two clocks
+read together at the read; a stamp that does not fit (later than now, or older than
+`MAX_AGE_NS`: the wall clock was stepped) is replaced by the read's own time.
+
+`KernelStampedStream` is an httpcore network stream over a plain non-blocking TCP socket read
+with `recvmsg` from the event loop's reader callback; `engines/arrivals.py` uses it for plain
+TCP connections on Linux and keeps its asyncio-protocol stream elsewhere (TLS, Unix sockets,
+other systems, event loops without `add_reader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+import sys
+from collections.abc import Awaitable, Callable
+from time import perf_counter_ns, time_ns
+from typing import Any
+
+import httpcore
+
+from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable
+from llmtop.engines.stamps import note_written
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+READ_SIZE = 1 << 16  # bytes per recvmsg, as httpcore asks for
+ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
+MAX_AGE_NS = 10 * 10**9  # an older kernel stamp means the wall clock moved: not used
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def enable(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp `sock`'s arriving segments; False where it cannot (not Linux,
+    not TCP, or the option refused)."""
+    if sys.platform != "linux" or sock.type != socket.SOCK_STREAM:
+        return False
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def to_perf_ns(ancdata: list[tuple[int, int, bytes]], now_ns: int, offset_ns: int) -> int:
+    """The perf_counter_ns of the kernel's stamp in `ancdata` (recvmsg's ancillary data),
+    given `now_ns` (perf_counter_ns at the read) and `offset_ns` (time_ns() − perf_counter_ns()
+    then); `now_ns` when there is no stamp or it does not fit (module docstring)."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            t: int = sec * 1_000_000_000 + nsec - offset_ns
+            if now_ns - MAX_AGE_NS <= t <= now_ns:
+                return t
+    return now_ns
+
+
+Adopt = Callable[[socket.socket, "float | None"], Awaitable[httpcore.AsyncNetworkStream]]
+
+
+class KernelStampedStream(httpcore.AsyncNetworkStream):
+    """A connected non-blocking TCP socket `sock` read with recvmsg; each block of bytes goes
+    into `sink` with the kernel's receive stamp. Reading pauses while `sink` holds more than
+    netbuffer.HIGH_WATER bytes. `adopt(sock, timeout)` gives the socket to a stream that can
+    do TLS (`start_tls`). The stream belongs to the event loop it was made in; used from
+    another it raises ReadError/WriteError and reports itself unusable to httpcore's pool.
+    Raises NotImplementedError, RuntimeError or OSError when the running event loop cannot
+    watch the socket (`add_reader`)."""
+
+    def __init__(self, sock: socket.socket, sink: BlockBuffer, adopt: Adopt) -> None:
+        self.sock = sock
+        self.sink = sink
+        self._adopt = adopt
+        self._loop = asyncio.get_running_loop()
+        self._reading = False
+        self._closed = False
+        self._writable: asyncio.Future[None] | None = None
+        self._start_reading()
+
+    def _start_reading(self) -> None:
+        if not self._reading and not self.sink.ended and not self._closed:
+            self._loop.add_reader(self.sock.fileno(), self._on_readable)
+            self._reading = True
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            if not self._loop.is_closed():
+                self._loop.remove_reader(self.sock.fileno())
+
+    def resume_reading(self) -> None:
+        """Read again once the consumer has drained the buffer."""
+        self._start_reading()
+
+    def _on_readable(self) -> None:
+        """Take what the socket holds, one recvmsg at a time, each block with its stamp."""
+        while True:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(READ_SIZE, ANC_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._stop_reading()
+                self.sink.end(exc)
+                return
+            if not data:
+                self._stop_reading()
+                self.sink.end(None)
+                return
+            now = perf_counter_ns()
+            self.sink.add_block(to_perf_ns(anc, now, time_ns() - perf_counter_ns()), data)
+            if self.sink.buffered > HIGH_WATER:
+                self._stop_reading()
+                self.sink.paused_reading = True
+                return
+
+    def _usable_here(self) -> bool:
+        """Open, and used from the event loop it belongs to."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return not self._closed and running is self._loop
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        """At most `max_bytes` bytes (b"" at the end), within `timeout` s (netbuffer.read_block).
+        Raises httpcore.ReadTimeout / ReadError."""
+        if not self._usable_here():
+            raise httpcore.ReadError("the connection was closed or belongs to another loop")
+        return await read_block(self.sink, max_bytes, timeout, self.resume_reading)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Send all of `buffer` within `timeout` s, and note (`stamps.note_written`) the moment
+        just before the send that completed it: on loopback the receiver is woken inside that
+        send and may take this CPU as it returns, so a stamp after it could be late by the
+        receiver's whole turn. Raises httpcore.WriteTimeout / WriteError."""
+        if not buffer:
+            return
+        if not self._usable_here() or self.sink.ended:
+            raise httpcore.WriteError("the connection was closed or belongs to another loop")
+        view = memoryview(buffer)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    t_ns = perf_counter_ns()
+                    try:
+                        view = view[self.sock.send(view):]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    if not view:
+                        note_written(t_ns)
+                        return
+                    await self._wait_writable()
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(f"could not write within {timeout} s") from exc
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+
+    async def _wait_writable(self) -> None:
+        """Until the socket takes more bytes; raises ConnectionAbortedError if closed first."""
+        fd = self.sock.fileno()
+        self._writable = self._loop.create_future()
+        self._loop.add_writer(fd, _wake, self._writable)
+        try:
+            await self._writable
+        finally:
+            self._writable = None
+            if not self._loop.is_closed():
+                self._loop.remove_writer(fd)
+
+    async def aclose(self) -> None:
+        """Stop reading, wake a read or write still waiting (they end with ReadError /
+        WriteError or the end of the stream), and close the socket."""
+        if not self._closed:
+            self._closed = True
+            self._stop_reading()
+            if self._writable is not None and not self._writable.done():
+                self._writable.set_exception(ConnectionAbortedError("the connection was closed"))
+                await asyncio.sleep(0)  # let the writer remove its registration first
+            self.sink.end(self.sink.error)
+            self.sock.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+    ) -> httpcore.AsyncNetworkStream:
+        """TLS over this connection: the socket is handed to an asyncio transport (TLS bytes
+        are stamped in Python from then on, as `arrivals.ArrivalStream` does)."""
+        self._stop_reading()
+        self._closed = True  # the socket now belongs to the new stream
+        plain = await self._adopt(self.sock, timeout)
+        return await plain.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> Any:
+        """httpcore's names: client_addr, server_addr, socket, is_readable (an idle connection
+        with bytes or an end already arrived is not reusable); no ssl_object (plain TCP)."""
+        if info == "is_readable":  # True also drops a connection of another event loop
+            return (not self._usable_here() or bool(self.sink.blocks) or self.sink.ended
+                    or socket_readable(self.sock))
+        if info == "socket":
+            return self.sock
+        if info in ("client_addr", "server_addr"):
+            try:
+                return self.sock.getsockname() if info == "client_addr" else self.sock.getpeername()
+            except OSError:
+                return None
+        return None

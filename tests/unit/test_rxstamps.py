@@ -1,0 +1,216 @@
+"""engines/rxstamps.py: the kernel's receive stamps on plain TCP connections (Linux).
+
+A stamp taken in Python cannot be earlier than the moment the event loop ran; the kernel's
+is taken while the sender's `send` is still in progress. So the check is an ordering on one
+clock: with the client's event loop held up until after the server's send has returned, the
+chunk's stamp still falls between the server's stamps just before and just after its send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import threading
+from time import perf_counter_ns
+
+import httpcore
+import httpx
+import pytest
+
+from llmtop.engines.arrivals import ArrivalBackend, ArrivalStream, measured_transport
+from llmtop.engines.netbuffer import HIGH_WATER
+from llmtop.engines.rxstamps import MAX_AGE_NS, SCM_TIMESTAMPNS, KernelStampedStream, to_perf_ns
+from llmtop.engines.stamps import stamping
+from llmtop.loadtest.stream import _ArrivalBackend
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
+
+
+def _timespec(ns: int) -> list[tuple[int, int, bytes]]:
+    return [(socket.SOL_SOCKET, SCM_TIMESTAMPNS, struct.pack("qq", *divmod(ns, 10**9)))]
+
+
+def test_the_kernel_stamp_moves_onto_perf_counter_and_odd_ones_are_not_used():
+    # wall clock 1_700_000_000.5 s, perf_counter 1000 s at the read, so offset = wall − perf
+    offset = 1_700_000_000_500_000_000 - 1_000_000_000_000
+    now = 1_000_000_000_000
+    # a segment received 2.25 ms before the read: wall 1_700_000_000.49775 s
+    assert to_perf_ns(_timespec(1_700_000_000_497_750_000), now, offset) == now - 2_250_000
+    assert to_perf_ns([], now, offset) == now  # no stamp: the read's own time
+    future = 1_700_000_000_500_000_000 + 1  # later than the read: the wall clock moved
+    assert to_perf_ns(_timespec(future), now, offset) == now
+    stale = 1_700_000_000_500_000_000 - MAX_AGE_NS - 1
+    assert to_perf_ns(_timespec(stale), now, offset) == now
+
+
+class _Sender:
+    """A server thread: accepts one connection, waits for a request, and on `go` sends
+    `reply`, noting perf_counter_ns just before and just after the send."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        self.go, self.sent = threading.Event(), threading.Event()
+        self.before = self.after = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            self.go.wait(10)
+            self.before = perf_counter_ns()
+            conn.sendall(self.reply)
+            self.after = perf_counter_ns()
+            self.sent.set()
+            conn.recv(1)  # until the client closes
+
+
+@linux_only
+async def test_a_chunk_read_late_keeps_the_kernels_stamp():
+    sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    stream = await ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
+    try:
+        assert isinstance(stream, KernelStampedStream)
+        await stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sender.go.set()
+        assert sender.sent.wait(10)  # blocks the event loop: nothing can read until after
+        late = perf_counter_ns()
+        with stamping() as stamp:
+            data = await stream.read(65536)
+        assert data.endswith(b"hello")
+        # stamped inside the server's send, not when this loop got to read (after `late`)
+        assert sender.before <= stamp.received_ns <= sender.after < late
+    finally:
+        await stream.aclose()
+        sender.sock.close()
+
+
+@linux_only
+async def test_a_body_past_the_high_water_mark_pauses_and_resumes_reading():
+    body = bytes(range(256)) * ((3 * HIGH_WATER) // 256)  # 3 MiB: pauses at least twice
+    sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    sender.go.set()
+    async with httpx.AsyncClient(transport=measured_transport()) as client:
+        resp = await client.get(f"http://127.0.0.1:{sender.port}/")
+        assert isinstance(resp.extensions["network_stream"], KernelStampedStream)
+        assert resp.content == body
+    sender.sock.close()
+
+
+async def test_an_event_loop_that_cannot_watch_sockets_keeps_python_stamps(monkeypatch):
+    # Windows' proactor loop has no add_reader: the connection stays an ArrivalStream
+    loop = asyncio.get_running_loop()
+
+    def no_reader(*args: object) -> None:
+        raise NotImplementedError
+
+    monkeypatch.setattr(loop, "add_reader", no_reader)
+    sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    sender.go.set()
+    async with httpx.AsyncClient(transport=measured_transport()) as client:
+        resp = await client.get(f"http://127.0.0.1:{sender.port}/")
+        assert isinstance(resp.extensions["network_stream"], ArrivalStream)
+        assert resp.text == "ok"
+    sender.sock.close()
+
+
+@linux_only
+def test_the_load_generators_blocking_reads_keep_the_kernels_stamp_too():
+    sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    stream = _ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
+    try:
+        stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sender.go.set()
+        assert sender.sent.wait(10)
+        late = perf_counter_ns()
+        with stamping() as stamp:
+            assert stream.read(65536).endswith(b"hello")
+        assert sender.before <= stamp.received_ns <= sender.after < late
+    finally:
+        stream.close()
+        sender.sock.close()
+
+
+class _Silent:
+    """A server thread that accepts connections and neither reads nor writes until closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@linux_only
+async def test_closing_the_stream_ends_a_read_and_a_write_that_wait():
+    # found in review: a read waiting on a silent server, and a write blocked on one that
+    # never reads, must end when the connection is closed, not at their timeouts (none here;
+    # the wait_for bounds only guard the test against hanging)
+    silent = _Silent()
+    try:
+        reading = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        writing = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        assert isinstance(reading, KernelStampedStream)
+        read = asyncio.create_task(reading.read(65536))
+        write = asyncio.create_task(writing.write(b"x" * (64 << 20)))  # far over the buffers
+        await asyncio.sleep(0)  # one turn: the write fills the socket's buffers and waits
+        assert writing._writable is not None
+        await reading.aclose()
+        await writing.aclose()
+        assert await asyncio.wait_for(read, 30) == b""
+        with pytest.raises(httpcore.WriteError):
+            await asyncio.wait_for(write, 30)
+        # nothing of the closed sockets is left watched: a new connection works, even one
+        # that gets the same descriptor number
+        again = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
+        assert isinstance(again, KernelStampedStream)
+        await again.write(b"ping")
+        await again.aclose()
+    finally:
+        silent.close()
+
+
+@linux_only
+def test_a_pooled_connection_is_not_reused_from_another_event_loop():
+    # found in review: a client kept across two asyncio.run calls sent its second request on
+    # the first loop's connection and waited forever for the reply
+    class KeepAlive(_Silent):
+        def _serve(self) -> None:
+            while True:
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    return
+                self.conns.append(conn)
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+        def _answer(self, conn: socket.socket) -> None:
+            while conn.recv(65536):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    server = KeepAlive()
+    client = httpx.AsyncClient(transport=measured_transport(), timeout=30)
+    url = f"http://127.0.0.1:{server.port}/"
+    try:
+        assert asyncio.run(client.get(url)).text == "ok"
+        assert asyncio.run(client.get(url)).text == "ok"  # a new connection, in the new loop
+        assert len(server.conns) == 2
+    finally:
+        server.close()
