@@ -109,26 +109,26 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         self._start_reading()
 
     def _on_readable(self) -> None:
-        """Take what the socket holds, one recvmsg at a time, each block with its stamp."""
-        while True:
-            try:
-                data, anc, _, _ = self.sock.recvmsg(READ_SIZE, ANC_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._stop_reading()
-                self.sink.end(exc)
-                return
-            if not data:
-                self._stop_reading()
-                self.sink.end(None)
-                return
-            now = perf_counter_ns()
-            self.sink.add_block(to_perf_ns(anc, now, time_ns() - perf_counter_ns()), data)
-            if self.sink.buffered > HIGH_WATER:
-                self._stop_reading()
-                self.sink.paused_reading = True
-                return
+        """One recvmsg per wake-up, its block with its stamp (as asyncio's own transports read:
+        the loop calls again while bytes remain, and reading on to EAGAIN would cost a
+        system call and an exception per chunk)."""
+        try:
+            data, anc, _, _ = self.sock.recvmsg(READ_SIZE, ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._stop_reading()
+            self.sink.end(exc)
+            return
+        if not data:
+            self._stop_reading()
+            self.sink.end(None)
+            return
+        now = perf_counter_ns()
+        self.sink.add_block(to_perf_ns(anc, now, time_ns() - perf_counter_ns()), data)
+        if self.sink.buffered > HIGH_WATER:
+            self._stop_reading()
+            self.sink.paused_reading = True
 
     def _usable_here(self) -> bool:
         """Open, and used from the event loop it belongs to."""
