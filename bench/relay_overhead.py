@@ -148,6 +148,7 @@ async def measure(upstream: str, relay: RelayProcess, model: str, rounds: int, w
                   options: dict, prompts: Callable[[], str] | None) -> Series:
     """Run warm-up + `rounds` rounds of the four paths, order rotated per round."""
     relay_url = relay.url
+    assert relay.pid is not None  # started by `async with`
     meter = CpuMeter(relay.pid)
     direct, relayed = OllamaEngine(upstream, name="direct"), RelayEngine(relay_url, name="relayed")
     raw_up = httpx.AsyncClient(base_url=upstream, timeout=300, trust_env=False)
@@ -328,6 +329,7 @@ async def measure_busy(requests: int, warmup: int) -> tuple[float, float]:
     scripted, url = _start_scripted(0.0, 20, 0.0)
     try:
         async with RelayProcess(url) as relay:
+            assert relay.pid is not None  # started by `async with`
             relay_ms = await cpu_per_request(relay.pid, relay.url, True, requests, warmup)
         proxy, proxy_url = _start_child("proxy_floor.py", url.rsplit(":", 1)[1])
         try:
