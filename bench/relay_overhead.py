@@ -82,6 +82,7 @@ class Series:
     floor_cpu_ms: float | None = None  # bench/sse_floor.py's CPU time per request
     proxy_cpu_ms: float | None = None  # bench/proxy_floor.py's CPU time per request
     busy_cpu_ms: tuple[float, float] | None = None  # (relay, proxy) with no gap between frames
+    hop_ttft_ms: float | None = None  # TTFT added by a bare TCP forwarder (paired median)
 
 
 def _decode(stamps: list[int]) -> float | None:
@@ -247,6 +248,11 @@ def report(title: str, series: Series) -> bool:
         print(f"  floor: a bare TCP forwarder (no HTTP) in front of the same upstream: "
               f"{series.proxy_cpu_ms:.2f} ms CPU per request (bench/proxy_floor.py)")
         _info("bare TCP forwarder CPU per request (the wake-ups' floor)", series.proxy_cpu_ms)
+    if series.hop_ttft_ms is not None:
+        print(f"  a bare TCP forwarder in the path adds {series.hop_ttft_ms:+.3f} ms to TTFT "
+              "(paired median): one more process to wake, before any HTTP work")
+        _info("TTFT added by a bare TCP forwarder (one more hop's floor, paired median)",
+              series.hop_ttft_ms)
     if series.busy_cpu_ms is not None:
         relay_ms, proxy_ms = series.busy_cpu_ms
         print(f"  the same 21 frames with no gap between them (no wake-up per frame): relay "
@@ -323,6 +329,27 @@ async def measure_floors(upstream: str, requests: int, warmup: int) -> tuple[flo
     return floors[0], floors[1]
 
 
+async def hop_floor_ms(upstream: str, rounds: int, warmup: int) -> float:
+    """Median paired TTFT difference (ms) of the raw NDJSON reader through bench/proxy_floor.py
+    minus straight to `upstream`, order alternated per round: what one more process between
+    client and server adds to TTFT here before any HTTP work (the relay's added-TTFT floor)."""
+    proc, via = _start_child("proxy_floor.py", upstream.rsplit(":", 1)[1])
+    diffs = []
+    try:
+        async with httpx.AsyncClient(base_url=upstream, timeout=30, trust_env=False) as d, \
+                httpx.AsyncClient(base_url=via, timeout=30, trust_env=False) as h:
+            for r in range(warmup + rounds):
+                pair = {}
+                for name in (("d", "h") if r % 2 else ("h", "d")):
+                    pair[name] = await _raw_direct(d if name == "d" else h, "timed", "hi", {})
+                if r >= warmup:
+                    diffs.append(pair["h"].ttft_ms - pair["d"].ttft_ms)
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    return statistics.median(diffs)
+
+
 async def measure_busy(requests: int, warmup: int) -> tuple[float, float]:
     """(relay, TCP forwarder) CPU ms per request when the upstream sends its 21 frames with no
     gap between them: no idle time, so no wake-up per frame, only the code's own work."""
@@ -393,6 +420,7 @@ async def main_async(args: argparse.Namespace) -> int:
         series.floor_cpu_ms, series.proxy_cpu_ms = await measure_floors(
             url, 2 * args.rounds, args.warmup)
         series.busy_cpu_ms = await measure_busy(2 * args.rounds, args.warmup)
+        series.hop_ttft_ms = await hop_floor_ms(url, args.rounds, args.warmup)
         all_ok &= report(
             "(a) scripted upstream: first chunk after 50 ms, then 20 chunks 10 ms apart", series
         )
