@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # What llmtop itself costs (bench/run_all.py): every benchmark, then one table of metric,
-# measured, target, met. About 5-8 minutes on 2 cores; BENCH_ARGS=--quick for a shorter run.
+# measured, target, met. About 7-10 minutes on 2 cores; BENCH_ARGS=--quick for a shorter run.
 bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/run_all.py $(BENCH_ARGS)
 
