@@ -151,6 +151,10 @@ class _Silent:
             except OSError:
                 return
             self.conns.append(conn)
+            self.accepted(conn)
+
+    def accepted(self, conn: socket.socket) -> None:
+        """What to do with a new connection: nothing (a server that says nothing)."""
 
     def close(self) -> None:
         for c in self.conns:
@@ -192,14 +196,8 @@ def test_a_pooled_connection_is_not_reused_from_another_event_loop():
     # found in review: a client kept across two asyncio.run calls sent its second request on
     # the first loop's connection and waited forever for the reply
     class KeepAlive(_Silent):
-        def _serve(self) -> None:
-            while True:
-                try:
-                    conn, _ = self.sock.accept()
-                except OSError:
-                    return
-                self.conns.append(conn)
-                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        def accepted(self, conn: socket.socket) -> None:
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
         def _answer(self, conn: socket.socket) -> None:
             while conn.recv(65536):
