@@ -12,6 +12,13 @@ read hands the block on and notes its arrival in the request's open `SendStamp`
 text, stamps it with that arrival (`stamps.arrival_ns`). httpcore reads only when h11 needs
 more bytes, so the block read last is the one that completed the chunk being parsed.
 
+On Linux a plain TCP connection goes one step further: once connected, its socket is handed
+to `rxstamps.KernelStampedStream`, which reads it with `recvmsg` and stamps each block with
+the kernel's receive time (docs/method.md, "Kernel receive stamps"); this module's
+`ArrivalStream` serves the rest (TLS, Unix sockets, other systems, loops without
+`add_reader`). Both streams note the moment before a request's last send
+(`stamps.note_written`), which becomes its send stamp.
+
 What else differs from the anyio backend: reading is not paused between reads (the loop takes
 bytes off the socket as they come; a buffer over `HIGH_WATER` bytes pauses it), and the
 readiness check of an idle pooled connection also counts bytes or an end of stream that the
