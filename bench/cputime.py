@@ -10,21 +10,38 @@ third field counts the thread's timeslices, each one a time it was put on a CPU:
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import psutil
 
 
-def threads_cpu_ns(pid: int) -> dict[int, tuple[int, int]]:
-    """{thread id: (CPU ns it has run, timeslices)} for every live thread of `pid` (Linux).
-    Raises FileNotFoundError when the process is gone or /proc has no schedstat (not Linux)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
+class ThreadStat(NamedTuple):
+    """One thread at one moment: its name, run time (ns), timeslices (each a time it was put on
+    a CPU) and voluntary context switches (each a time it went to sleep: a wake-up to come)."""
+
+    name: str
+    run_ns: int
+    slices: int
+    wakeups: int
+
+
+def thread_stats(pid: int) -> dict[int, ThreadStat]:
+    """Every thread of `pid` now, by thread id (those that end while being read are left out):
+    schedstat's run time and timeslices, status's name and voluntary_ctxt_switches (Linux).
+    Raises FileNotFoundError when the process is gone or there is no /proc (not Linux)."""
+    out: dict[int, ThreadStat] = {}
+    folder = f"/proc/{pid}/task"
+    for tid in os.listdir(folder):
         try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                fields = fh.read().split()
-                out[int(tid)] = (int(fields[0]), int(fields[2]))
-        except FileNotFoundError:  # the thread ended between the listing and the read
+            with open(f"{folder}/{tid}/schedstat") as f:
+                fields = f.read().split()
+            with open(f"{folder}/{tid}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f.read().splitlines()
+                              if ":\t" in line)
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
+        out[int(tid)] = ThreadStat(status["Name"].strip(), int(fields[0]), int(fields[2]),
+                                   int(status["voluntary_ctxt_switches"]))
     return out
 
 
@@ -37,7 +54,7 @@ class CpuMeter:
         self.pid = pid
         self.precise = True
         self.slices: int | None = None
-        self._threads: dict[int, tuple[int, int]] = {}
+        self._threads: dict[int, ThreadStat] = {}
         self._ticks = 0.0
 
     def _psutil_s(self) -> float:
@@ -48,7 +65,7 @@ class CpuMeter:
         """Take the first reading."""
         self._ticks = self._psutil_s()
         try:
-            self._threads = threads_cpu_ns(self.pid)
+            self._threads = thread_stats(self.pid)
         except FileNotFoundError:
             self._threads = {}
 
@@ -56,12 +73,12 @@ class CpuMeter:
         """CPU ns since `start()`, all threads together."""
         ticks_ns = round((self._psutil_s() - self._ticks) * 1e9)
         try:
-            now = threads_cpu_ns(self.pid)
+            now = thread_stats(self.pid)
         except FileNotFoundError:
             now = {}
         self.precise = bool(now) and now.keys() == self._threads.keys()
         if not self.precise:
             self.slices = None
             return ticks_ns
-        self.slices = sum(now[t][1] - self._threads[t][1] for t in now)
-        return sum(now[t][0] - self._threads[t][0] for t in now)
+        self.slices = sum(now[t].slices - self._threads[t].slices for t in now)
+        return sum(now[t].run_ns - self._threads[t].run_ns for t in now)

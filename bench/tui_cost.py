@@ -54,12 +54,13 @@ import termios
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clock_truth import Truth
+from cputime import thread_stats
 
 import llmtop
 from llmtop.engines.child import EmbeddedProcess
@@ -75,34 +76,6 @@ REQUEST_TIMEOUT_S = 120.0
 
 FRAME_GAP_NS = 10_000_000  # pty output after a pause this long starts a new frame (Textual
 # writes each frame at once; frames are ≥ 1/60 s apart)
-
-
-class ThreadStat(NamedTuple):
-    """One thread at one moment: its name, run time (ns) and voluntary context switches."""
-
-    name: str
-    run_ns: int
-    wakeups: int
-
-
-def thread_stats(pid: int) -> dict[int, ThreadStat]:
-    """Every thread of `pid` now, by thread id (those that end while being read are left
-    out). Run time: the first field of /proc/PID/task/TID/schedstat (ns, the scheduler's own
-    clock); wake-ups: voluntary_ctxt_switches from its status file."""
-    out: dict[int, ThreadStat] = {}
-    folder = f"/proc/{pid}/task"
-    for tid in os.listdir(folder):
-        try:
-            with open(f"{folder}/{tid}/schedstat") as f:
-                run_ns = int(f.read().split()[0])
-            with open(f"{folder}/{tid}/status") as f:
-                status = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        out[int(tid)] = ThreadStat(fields["Name"].strip(), run_ns,
-                                   int(fields["voluntary_ctxt_switches"]))
-    return out
 
 
 class Window:
