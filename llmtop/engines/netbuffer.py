@@ -41,14 +41,14 @@ class BlockBuffer(asyncio.Protocol):
         """A block of bytes that arrived at `t_ns` (perf_counter_ns)."""
         self.blocks.append((t_ns, data))
         self.buffered += len(data)
-        _wake(self._reader)
+        wake(self._reader)
 
     def end(self, error: BaseException | None) -> None:
         """The end of the stream (`error` None) or of the connection."""
         self.ended = True
         self.error = error
-        _wake(self._reader)
-        _wake(self._writable)
+        wake(self._reader)
+        wake(self._writable)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -61,7 +61,7 @@ class BlockBuffer(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.ended = True
-        _wake(self._reader)
+        wake(self._reader)
         return False  # let the transport close itself: HTTP/1.1 has nothing to say after EOF
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -72,7 +72,7 @@ class BlockBuffer(asyncio.Protocol):
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
-        _wake(self._writable)
+        wake(self._writable)
         self._writable = None
 
     async def wait_readable(self) -> None:
@@ -89,7 +89,8 @@ class BlockBuffer(asyncio.Protocol):
             await asyncio.shield(self._writable)
 
 
-def _wake(waiter: asyncio.Future[None] | None) -> None:
+def wake(waiter: asyncio.Future[None] | None) -> None:
+    """Resolve `waiter` (a reader's or writer's future) unless it is None or done."""
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
 

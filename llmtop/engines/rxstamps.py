@@ -29,7 +29,7 @@ from typing import Any
 
 import httpcore
 
-from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable
+from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable, wake
 from llmtop.engines.stamps import note_written
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
@@ -37,11 +37,6 @@ SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 READ_SIZE = 1 << 16  # bytes per recvmsg, as httpcore asks for
 ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
 MAX_AGE_NS = 10 * 10**9  # an older kernel stamp means the wall clock moved: not used
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def enable(sock: socket.socket) -> bool:
@@ -69,6 +64,13 @@ def to_perf_ns(ancdata: list[tuple[int, int, bytes]], now_ns: int, offset_ns: in
             if now_ns - MAX_AGE_NS <= t <= now_ns:
                 return t
     return now_ns
+
+
+def stamp_of(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The perf_counter_ns at which the bytes a recvmsg just returned with `ancdata` arrived:
+    the kernel's stamp where it fits, else now (`to_perf_ns`, the clocks read here)."""
+    now = perf_counter_ns()
+    return to_perf_ns(ancdata, now, time_ns() - perf_counter_ns())
 
 
 Adopt = Callable[[socket.socket, "float | None"], Awaitable[httpcore.AsyncNetworkStream]]
@@ -124,8 +126,7 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
             self._stop_reading()
             self.sink.end(None)
             return
-        now = perf_counter_ns()
-        self.sink.add_block(to_perf_ns(anc, now, time_ns() - perf_counter_ns()), data)
+        self.sink.add_block(stamp_of(anc), data)
         if self.sink.buffered > HIGH_WATER:
             self._stop_reading()
             self.sink.paused_reading = True
@@ -176,7 +177,7 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         """Until the socket takes more bytes; raises ConnectionAbortedError if closed first."""
         fd = self.sock.fileno()
         self._writable = self._loop.create_future()
-        self._loop.add_writer(fd, _wake, self._writable)
+        self._loop.add_writer(fd, wake, self._writable)
         try:
             await self._writable
         finally:

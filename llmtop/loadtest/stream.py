@@ -22,7 +22,7 @@ import json
 import socket
 import ssl
 from collections.abc import Iterable, Iterator
-from time import perf_counter_ns, time_ns
+from time import perf_counter_ns
 from typing import Any
 
 import httpcore
@@ -68,8 +68,7 @@ class _ArrivalStream(httpcore.NetworkStream):
             raise httpcore.ReadTimeout(str(exc) or "read timed out") from exc
         except OSError as exc:
             raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
-        now = perf_counter_ns()
-        note_arrival(rxstamps.to_perf_ns(anc, now, time_ns() - perf_counter_ns()))
+        note_arrival(rxstamps.stamp_of(anc))
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
