@@ -24,12 +24,14 @@ import platformdirs
 import shtab
 
 from llmtop import DISTRIBUTION, __version__
+from llmtop.engines import llama_config
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
 from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
+from llmtop.sessions.environment import cpu_model
 from llmtop.sessions.load_config import Slo, parse_duration_ms, parse_levels
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.tui.settings import TuiSettings
@@ -220,6 +222,8 @@ def version_report(verbose: bool = False) -> str:
     lines.append(f"  {'python':<24} {platform.python_version()} "
                  f"({platform.python_implementation()}, {sys.executable})")
     lines.append(f"  {'os':<24} {platform.platform()}")
+    lines.append(f"  {'cpu':<24} {cpu_model()}")
+    lines.append(f"  {'llama.cpp on this cpu':<24} {llama_config.report_line()}")
     config, explicit = config_path()
     lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
     lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")

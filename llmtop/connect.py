@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection
 from time import monotonic
+from typing import Any
 
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import EmbeddedProcess
+from llmtop.engines.child import EmbeddedProcess, autopsy
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
-from llmtop.engines.ollama import OllamaEngine, ollama_version
+from llmtop.engines.ollama import OllamaEngine, ollama_version, version_info
 from llmtop.engines.openai import OpenAIEngine, api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
@@ -64,7 +65,11 @@ async def connect(
         chosen = await _choose_model(client, model)
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
-                          children=[child] if child else [])
+                          children=[child] if child else [],
+                          engine_config=child.llama_config if child else
+                          await _engine_config(client))
+        if child is not None:  # a request that breaks asks whether the engine died, and how
+            client.autopsy = autopsy([child])
         if via == "relay":
             conn = await via_relay(conn, relay_url)
         conn.find_engine_pids = _pid_finder(conn, engine_pids)
@@ -132,6 +137,16 @@ async def _reach(
     return client, version, child
 
 
+async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] | None:
+    """The embedded engine's llama.cpp configuration (its `/api/version`'s `llama_config`),
+    None for any other engine."""
+    if client.name != "embedded":
+        return None
+    found = await version_info(client.host, timeout_s=5.0)
+    config = (found or {}).get("llama_config")
+    return config if isinstance(config, dict) else None
+
+
 async def via_relay(conn: Connection, relay_url: str | None = None) -> Connection:
     """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
     a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
@@ -148,8 +163,11 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
         relay_url = relay.url
     client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host,
                          metadata=conn.engine if openai else None)
+    if children:
+        client.autopsy = autopsy(children)
     return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
-                      upstream_client=conn.engine, children=children)
+                      upstream_client=conn.engine, children=children,
+                      engine_config=conn.engine_config)
 
 
 def _pid_finder(conn: Connection, pinned: Collection[int]) -> Callable[[], set[int]]:
