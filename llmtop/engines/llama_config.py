@@ -80,7 +80,10 @@ def signal_text(signum: int) -> str:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    description = (signal.strsignal(signum) or "").lower()
+    try:
+        description = (signal.strsignal(signum) or "").lower()
+    except ValueError:  # out of the OS's range
+        description = ""
     return f"{name} ({description})" if description else name
 
 
