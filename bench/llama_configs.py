@@ -67,7 +67,7 @@ async def main_async(requests: int, num_predict: int) -> list[dict[str, Any]]:
     rates: dict[str, list[dict[str, Any]]] = {f: [] for f in engines}
     try:
         async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
-            for force, e in engines.items():  # warm-up: the model's load, outside the rates
+            for e in list(engines.values()):  # warm-up: the model's load, outside the rates
                 if isinstance(e, EmbeddedProcess):
                     await one(client, e.host, -1, 8)
             for i in range(requests):

@@ -46,7 +46,8 @@ def test_the_engine_reports_its_configuration(engine_url):
     found = httpx.get(f"{engine_url}/api/version", timeout=10).json()["llama_config"]
     assert found["config"] in ("repack", "no-repack")
     assert found["use_extra_bufts"] is (found["config"] == "repack")
-    assert found["reason"].startswith(f"llama.cpp repack {'on' if found['use_extra_bufts'] else 'off'}")
+    state = "on" if found["use_extra_bufts"] else "off"
+    assert found["reason"].startswith(f"llama.cpp repack {state}")
 
 
 def _engine_child(run: subprocess.Popen[str]) -> tuple[psutil.Process, int]:
