@@ -3,13 +3,16 @@
 This is the one module that wires engines, llmtop's child servers, the relay and the probes
 together; the commands and the TUI call `connect()` and get a `Connection` (plain data,
 `llmtop.engines.connection`). The rule of `llmtop` with no flags: use Ollama at
-`--host`/`$OLLAMA_HOST`/127.0.0.1:11434 when it answers within 0.5 s, otherwise start the
-embedded engine as a child process on a free loopback port, and stop it on `close()`.
+127.0.0.1:11434 when it answers within 0.5 s (or an OpenAI-compatible server there),
+otherwise start the embedded engine as a child process on a free loopback port, and stop it
+on `close()`. An address the user gave (`--host`, `$OLLAMA_HOST`) is never replaced: nothing
+answering there is UNREACHABLE (exit 3) naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Collection
 from time import monotonic
 from typing import Any
@@ -19,8 +22,14 @@ from llmtop.engines.child import EmbeddedProcess, autopsy
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
+from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
-from llmtop.engines.ollama import OllamaEngine, ollama_version, version_info
+from llmtop.engines.ollama import (
+    OLLAMA_PROBE_TIMEOUT_S,
+    OllamaEngine,
+    ollama_version,
+    version_info,
+)
 from llmtop.engines.openai import OpenAIEngine, api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
@@ -111,10 +120,24 @@ async def _reach(
     target = resolve_host(host)
     version = None
     if engine in ("auto", "ollama"):
-        version = await ollama_version(target)
+        # auto only looks (0.5 s); an engine the user named gets the connect timeout, so a
+        # loaded machine's slow answer is not taken for no engine
+        version = await ollama_version(
+            target,
+            timeout_s=OLLAMA_PROBE_TIMEOUT_S if engine == "auto" else DEFAULT_CONNECT_TIMEOUT_S)
         if version is None and engine == "ollama":
             raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
     child = None
+    given = _given_host(host)
+    if version is None and engine == "auto" and given is not None:
+        # An address the user gave is never silently replaced by the embedded engine.
+        raise EngineError(Failure(
+            FailureKind.UNREACHABLE,
+            f"no engine answers at {target} (from {given}): neither Ollama's /api/version nor "
+            "an OpenAI-compatible /v1/models",
+            f"start your engine there or correct {given}; to measure llmtop's embedded engine "
+            f"instead, unset {given} or pass --engine embedded",
+        ))
     if version is not None:
         client = OllamaEngine(target, name="ollama")
     elif engine == "embedded" and host:  # one that is already running: use it, start nothing
@@ -145,6 +168,16 @@ async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] 
     found = await version_info(client.host, timeout_s=5.0)
     config = (found or {}).get("llama_config")
     return config if isinstance(config, dict) else None
+
+
+def _given_host(host: str | None) -> str | None:
+    """Where an engine address the user chose came from ("--host", "OLLAMA_HOST"), or None
+    when none was given (then, and only then, `auto` may start the embedded engine)."""
+    if host:
+        return "--host"
+    if os.environ.get("OLLAMA_HOST", "").strip():
+        return "OLLAMA_HOST"
+    return None
 
 
 async def via_relay(conn: Connection, relay_url: str | None = None) -> Connection:

@@ -47,3 +47,37 @@ async def test_a_missing_model_lists_what_is_installed() -> None:
     failure = err.value.failure
     assert failure.kind == FailureKind.MODEL_NOT_FOUND
     assert failure.message == "model 'c' not found at http://127.0.0.1:11434 (installed: a:1, b:2)"
+
+
+async def test_a_host_the_user_gave_is_never_replaced_by_the_embedded_engine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmtop.connect import connect
+    from llmtop.engines.child import free_port
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(EngineError) as err:
+        await connect("auto", host=dead)
+    failure = err.value.failure
+    assert failure.kind == FailureKind.UNREACHABLE
+    assert failure.message.startswith(f"no engine answers at {dead} (from --host)")
+    assert "unset --host or pass --engine embedded" in failure.remedy
+    monkeypatch.setenv("OLLAMA_HOST", dead)
+    with pytest.raises(EngineError) as err:
+        await connect("auto")
+    assert err.value.failure.message.startswith(f"no engine answers at {dead} (from OLLAMA_HOST)")
+
+
+def test_run_with_a_dead_host_exits_3_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from llmtop.engines.child import free_port
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = subprocess.run([sys.executable, "-m", "llmtop", "run", "--host", dead, "--prompt", "hi"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 3, p.stderr  # ExitCode.ENGINE_UNREACHABLE, no embedded engine run
+    assert f"llmtop: no engine answers at {dead} (from --host)" in p.stderr
+    assert p.stdout == ""
