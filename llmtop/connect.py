@@ -96,7 +96,8 @@ async def _reach_openai(
     if engine not in ("openai", "auto"):
         return None
     base = api_base(resolve_host(host))
-    if engine == "auto" and (await ollama_version(resolve_host(host)) is not None
+    if engine == "auto" and (await ollama_version(resolve_host(host), _look_s(engine, host))
+                             is not None
                              or await openai_models(base, api_key) is None):
         return None
     client = OpenAIEngine(base, api_key=api_key)
@@ -120,11 +121,7 @@ async def _reach(
     target = resolve_host(host)
     version = None
     if engine in ("auto", "ollama"):
-        # auto only looks (0.5 s); an engine the user named gets the connect timeout, so a
-        # loaded machine's slow answer is not taken for no engine
-        version = await ollama_version(
-            target,
-            timeout_s=OLLAMA_PROBE_TIMEOUT_S if engine == "auto" else DEFAULT_CONNECT_TIMEOUT_S)
+        version = await ollama_version(target, _look_s(engine, host))
         if version is None and engine == "ollama":
             raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
     child = None
@@ -168,6 +165,15 @@ async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] 
     found = await version_info(client.host, timeout_s=5.0)
     config = (found or {}).get("llama_config")
     return config if isinstance(config, dict) else None
+
+
+def _look_s(engine: str, host: str | None) -> float:
+    """How long to wait for `/api/version`: auto with no address given only looks (0.5 s,
+    then starts the embedded engine); an engine or an address the user named gets the connect
+    timeout, so a loaded machine's slow answer is not taken for no engine."""
+    if engine == "auto" and _given_host(host) is None:
+        return OLLAMA_PROBE_TIMEOUT_S
+    return DEFAULT_CONNECT_TIMEOUT_S
 
 
 def _given_host(host: str | None) -> str | None:
