@@ -12,6 +12,7 @@ answering there is UNREACHABLE (exit 3) naming it.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 from collections.abc import Callable, Collection
 from time import monotonic
@@ -245,19 +246,33 @@ def _same_model(a: str, b: str) -> bool:
 
 async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None) -> str:
     """The installed model matching `wanted` (as the engine spells it), else the bundled model
-    when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there."""
+    when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there,
+    with the closest installed name ("did you mean gemma3:270m?", difflib's ratio ≥ 0.6) and
+    advice that fits the engine: `ollama pull` only for Ollama; the embedded engine serves
+    one model (its own, or --model-path); an OpenAI-compatible server serves what it started
+    with."""
     installed = await client.list_models()
     if wanted:
         for name in installed:
             if _same_model(name, wanted):
                 return name
         listing = ", ".join(installed) or "none"
-        remedy = ("pick a served one with --model (the server chose what it serves when it "
-                  "started)" if isinstance(client, OpenAIEngine) else
-                  f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
+        close = difflib.get_close_matches(wanted, installed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        if isinstance(client, OpenAIEngine):
+            where, remedy = f"at {client.host}", (
+                "pick a served one with --model (the server chose what it serves when it "
+                "started)")
+        elif client.name == "embedded":
+            where, remedy = "in the embedded engine", (
+                "the embedded engine serves one model: leave --model out for it, or serve "
+                "another GGUF with --model-path FILE.gguf")
+        else:
+            where, remedy = f"at {client.host}", (
+                f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
         raise EngineError(Failure(
             FailureKind.MODEL_NOT_FOUND,
-            f"model '{wanted}' not found at {client.host} (installed: {listing})", remedy,
+            f"model '{wanted}' not found {where} (installed: {listing}){hint}", remedy,
         ))
     if not installed:
         raise EngineError(Failure(
