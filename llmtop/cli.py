@@ -11,6 +11,7 @@ overwrites the value given before it). Exit codes are `llmtop.exitcodes.ExitCode
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import math
@@ -470,8 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the version and exit; with -v also the versions of the "
                         "libraries a bug report needs, and where llmtop keeps its files")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail (--version)")
+    shells = ", ".join(shtab.SUPPORTED_SHELLS[:-1]) + f" or {shtab.SUPPORTED_SHELLS[-1]}"
     shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script "
-                          "(bash, zsh or tcsh) and exit")
+                          f"({shells}) and exit")
     _engine_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -525,7 +527,10 @@ def agent_target(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # --help / --print-completion print and exit
+    except BrokenPipeError:
+        return _reader_left()
     if args.version:
         print(version_report(verbose=args.verbose))
         return ExitCode.OK
@@ -560,5 +565,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("llmtop: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `llmtop … | head`: the reader left; nothing more to say
-        sys.stderr.close()
-        return ExitCode.OK
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """`llmtop … | head` closed the pipe: exit quietly (OK). stdout is pointed at /dev/null so
+    the interpreter's last flush at exit finds no closed pipe to complain about."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.stderr.close()
+    return ExitCode.OK
