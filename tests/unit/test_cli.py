@@ -109,7 +109,7 @@ def test_print_completion_names_every_shell_and_exits_quietly_on_a_closed_pipe()
     for shell in ("fish", "bash"):
         # the reader takes 10 bytes and leaves: the script's rest meets a closed pipe
         p = subprocess.run(
-            ["bash", "-c", f"{sys.executable} -m llmtop --print-completion {shell} "
-                           "| head -c 10 >/dev/null; exit ${PIPESTATUS[0]}"],
+            ["bash", "-c", (f"{sys.executable} -m llmtop --print-completion {shell} "
+                           "| head -c 10 >/dev/null; exit ${PIPESTATUS[0]}")],
             capture_output=True, text=True, timeout=60, check=False)
         assert (p.returncode, p.stderr) == (0, ""), p.stderr
