@@ -36,7 +36,9 @@ from llmtop.engines.llama_config import Trial, signal_text
 DEATH_WAIT_S = 1.0  # after a broken stream: how long to wait for a dying child to be reaped
 LOG_TAIL_LINES = 5  # how many of a dead child's last log lines a message quotes
 PARENT_POLL_S = 1.0  # how often a child checks that the llmtop which started it still exists
-ENGINE_START_TIMEOUT_S = 120.0  # assembling + hashing the bundled model takes a few seconds
+# Assembling + hashing the bundled model takes a few seconds; on a machine's first start the
+# llama.cpp self-test adds two trial loads (llama_config.TRIAL_TIMEOUT_S each at most).
+ENGINE_START_TIMEOUT_S = 300.0
 
 
 def watch_parent(parent_pid: int) -> None:
