@@ -35,7 +35,7 @@ class NvmlSource:
 def nvml_absent(reason: str) -> SourceInfo:
     """The placeholder saying why NVML gives no energy here."""
     return SourceInfo("nvml", Kind.COUNTER, Role.ABSENT, "mJ", 1e-3, "NVIDIA GPUs", False,
-                      f"NVML: {reason}")
+                      reason if reason.startswith("NVML") else f"NVML: {reason}")
 
 
 def discover_nvml(nvml: Any | None = None) -> tuple[list[NvmlSource], str | None]:
