@@ -93,6 +93,20 @@ def test_rapl_zones_roles_and_double_counting(tmp_path: Path) -> None:
     assert [n for n, i in infos.items() if i.summed] == ["rapl:package-0"]
 
 
+def test_an_unreadable_msr_zone_leaves_its_mmio_twin_counted(tmp_path: Path) -> None:
+    rapl_tree(tmp_path)
+
+    def msr_root_only(path: Path) -> str:
+        if path.parent.name == "intel-rapl:0" and path.name == "energy_uj":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    infos = {s.info.name: s.info for s in discover_rapl(tmp_path, msr_root_only)}
+    assert not infos["rapl:package-0"].readable
+    mmio = infos["rapl:package-0@intel-rapl-mmio:0"]
+    assert mmio.readable and mmio.duplicate_of is None and mmio.summed
+
+
 def test_rapl_mirrored_dies_are_not_summed_twice(tmp_path: Path) -> None:
     zone(tmp_path, "intel-rapl:0", "package-0-die-0", 77_000)
     zone(tmp_path, "intel-rapl:1", "package-0-die-1", 77_000)  # the socket's counter again

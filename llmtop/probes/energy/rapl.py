@@ -103,7 +103,8 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
             key = (mmio, int(m["zone"]), -1 if m["sub"] is None else int(m["sub"]), 0)
             zones.append((key, entry, m))
     zones.sort(key=lambda z: (z[0], z[1].name))
-    names: dict[tuple[str, str | None], str] = {}  # (zone name, parent) → first source name
+    kept: dict[tuple[str, str | None], str] = {}  # (zone name, parent) → readable source
+    used: set[str] = set()
     sources: list[RaplSource] = []
     first_value: dict[tuple[float, float | None], str] = {}  # die counters, for mirrors
     for _, path, m in zones:
@@ -113,12 +114,6 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
             parent_dir = path.parent / f"{m['type']}:{m['zone']}"
             parent = _safe(read, parent_dir / "name") or parent_dir.name
         role, covers = _covers(zone_name, parent)
-        name = f"rapl:{parent}/{zone_name}" if parent else f"rapl:{zone_name}"
-        duplicate = names.get((zone_name, parent))
-        if duplicate is None:
-            names[(zone_name, parent)] = name
-        else:
-            name = f"{name}@{path.name}"
         wrap = _number(_safe(read, path / "max_energy_range_uj"))
         energy = path / "energy_uj"
         readable, reason, value = True, None, None
@@ -128,6 +123,14 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
             readable, reason = False, f"{energy}: {permission_advice(root)}"
         except (OSError, ValueError) as exc:
             readable, reason = False, f"{energy}: {type(exc).__name__}: {exc}"
+        name = f"rapl:{parent}/{zone_name}" if parent else f"rapl:{zone_name}"
+        if name in used:  # the same zone through another interface (MMIO after MSR)
+            name = f"{name}@{path.name}"
+        used.add(name)
+        # a mirror only of a readable zone: an unreadable MSR zone leaves its MMIO twin counted
+        duplicate = kept.get((zone_name, parent))
+        if duplicate is None and readable:
+            kept[(zone_name, parent)] = name
         die = role is Role.PACKAGE and "-die-" in zone_name
         if die and value is not None and duplicate is None:
             mirror = first_value.get((value, wrap))
