@@ -468,4 +468,11 @@ def test_records_are_json_ready_with_units_in_names(tmp_path: Path) -> None:
         "energy_j": 2.0, "mean_power_w": 2.0, "coarse": False, "reason": None,
         "samples_inside": 2, "integrated": False,
     }
-    assert EnergySample(5, 1.5, 3.7).to_dict() == {"t_ns": 5, "value": 1.5, "volts": 3.7}
+    assert EnergySample(5, 1.5, 3.7).to_dict("uAh") == {"t_ns": 5, "value_uah": 1.5,
+                                                        "voltage_v": 3.7}
+    clock = Clock()
+    clock.now = 7
+    reader = EnergyReader(discover_rapl(tmp_path), clock=clock)
+    rec = json.loads(json.dumps(reader.record(reader.sample())))
+    assert rec["rapl:package-0"] == {"t_ns": 7, "value_uj": 1000, "voltage_v": None}
+    assert rec["rapl:psys"] == {"t_ns": 7, "value_uj": 3000, "voltage_v": None}

@@ -133,9 +133,11 @@ class EnergySample:
     value: float | None
     volts: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"t_ns": self.t_ns, "value": self.value, "volts": self.volts}
+    def to_dict(self, unit: str = "") -> dict[str, Any]:
+        """JSON-ready dict; with the source's `unit` the value's key names it ("value_uj",
+        "value_mj", "value_uwh", "value_uah", "value_w"), else "value"."""
+        key = f"value_{unit.lower()}" if unit else "value"
+        return {"t_ns": self.t_ns, key: self.value, "voltage_v": self.volts}
 
 
 @dataclass(frozen=True, slots=True)

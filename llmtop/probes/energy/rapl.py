@@ -4,7 +4,8 @@ where the kernel allows.
 Layout (kernel Documentation/power/powercap/powercap.rst): a zone `intel-rapl:N` per CPU
 package (its `name` file says `package-N`, or `package-N-die-M` on multi-die parts) or the
 platform (`psys`), with subzones `intel-rapl:N:M` (`core`, `uncore`, `dram`). AMD Zen CPUs
-appear under the same `intel-rapl` control type (the kernel's intel_rapl driver serves them);
+appear under the same `intel-rapl` control type (the kernel's intel_rapl driver serves them
+since the 2020 patch "powercap: Add AMD Fam17h RAPL support");
 other control types whose name contains "rapl" (e.g. `intel-rapl-mmio`, the same package
 through MMIO on recent Intel laptops) are read the same way. Each zone has `energy_uj` (µJ,
 cumulative) and `max_energy_range_uj` (the counter's range: it wraps to 0 past it).
@@ -12,6 +13,10 @@ cumulative) and `max_energy_range_uj` (the counter's range: it wraps to 0 past i
 Permissions: since CVE-2020-8694 (Platypus, Nov 2020) `energy_uj` is mode 0400 root on most
 kernels. A zone that exists but cannot be read is a `SourceInfo` with readable False and a
 reason naming the two choices the user has; llmtop never asks for root itself.
+
+Wrap: the range is 2^32 hardware units (262143328850 µJ at 61 µJ, 65.7 kJ at 15.3 µJ), so
+at 1 kW a counter wraps about every minute: samples must be closer than one wrap (the 1 s
+sampler is); a second wrap between two samples cannot be seen.
 
 Double counting: packages are summed (`Role.PACKAGE`); subzones are reported on their own;
 psys contains the packages and is never added; an MMIO zone with the same name as an MSR
@@ -29,7 +34,7 @@ from pathlib import Path
 from llmtop.probes.energy.model import Kind, Role, SourceInfo
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-# Intel SDM vol. 3B §15.10.3: the energy status counters update about every 1 ms. The sysfs
+# Intel SDM vol. 3B, MSR_PKG_ENERGY_STATUS: "updated every ~1msec". The sysfs
 # value is in µJ, so 1 µJ is the step a reading can show (the hardware unit is coarser:
 # 2^-ESU J, typically 61 µJ or 15.3 µJ, which the driver scales).
 UPDATE_PERIOD_S = 0.001

@@ -200,7 +200,8 @@ class EnergyReader:
         self._series: dict[str, deque[EnergySample]] = {
             s.info.name: deque(maxlen=max_samples) for s in self._sources
         }
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the series, between the sampler and the readers
+        self._sampling = threading.Lock()  # one sample() at a time: stamps stay in order
         self.last_cost_ns = 0  # perf_counter ns the last `sample()` took
 
     @property
@@ -219,22 +220,29 @@ class EnergyReader:
         """Read every source once; each stamp is the midpoint of its own read. A read that
         fails (or gives nothing) is a sample with value None. Returns the new samples by
         source name. Never raises for a source's failure."""
-        started = time.perf_counter_ns()
-        new: dict[str, EnergySample] = {}
-        for source in self._sources:
-            before = self._clock()
-            try:
-                raw = source.read()
-            except Exception:  # noqa: BLE001 - a failed read is a gap, not a crash (NVML errors)
-                raw = None
-            t_ns = (before + self._clock()) // 2
-            value, volts = raw if raw is not None else (None, None)
-            new[source.info.name] = EnergySample(t_ns, value, volts)
-        with self._lock:
-            for name, s in new.items():
-                self._series[name].append(s)
-        self.last_cost_ns = time.perf_counter_ns() - started
-        return new
+        with self._sampling:
+            started = time.perf_counter_ns()
+            new: dict[str, EnergySample] = {}
+            for source in self._sources:
+                before = self._clock()
+                try:
+                    raw = source.read()
+                except Exception:  # noqa: BLE001 - a failed read is a gap, not a crash
+                    raw = None
+                t_ns = (before + self._clock()) // 2
+                value, volts = raw if raw is not None else (None, None)
+                new[source.info.name] = EnergySample(t_ns, value, volts)
+            with self._lock:
+                for name, s in new.items():
+                    self._series[name].append(s)
+            self.last_cost_ns = time.perf_counter_ns() - started
+            return new
+
+    def record(self, new: dict[str, EnergySample]) -> dict[str, dict[str, Any]]:
+        """`sample()`'s result as a JSON-ready record for the session log: source name →
+        the sample's dict, its value keyed with the source's unit ("value_uj", …)."""
+        units = {s.info.name: s.info.unit for s in self._sources}
+        return {name: s.to_dict(units.get(name, "")) for name, s in new.items()}
 
     def samples(self, name: str) -> tuple[EnergySample, ...]:
         """A copy of the samples kept for source `name`; raises KeyError for an unknown name."""
