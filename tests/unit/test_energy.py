@@ -21,6 +21,7 @@ from llmtop.probes.energy import (
     Kind,
     Role,
     SourceInfo,
+    combine,
     describe_sources,
     discover_sources,
     idle_power,
@@ -476,3 +477,37 @@ def test_records_are_json_ready_with_units_in_names(tmp_path: Path) -> None:
     rec = json.loads(json.dumps(reader.record(reader.sample())))
     assert rec["rapl:package-0"] == {"t_ns": 7, "value_uj": 1000, "voltage_v": None}
     assert rec["rapl:psys"] == {"t_ns": 7, "value_uj": 3000, "voltage_v": None}
+
+
+def test_two_sockets_sum_into_the_cpu_total(tmp_path: Path) -> None:
+    p0 = zone(tmp_path, "intel-rapl:0", "package-0", 0)
+    p1 = zone(tmp_path, "intel-rapl:1", "package-1", 0)
+    zone(tmp_path, "intel-rapl:2", "psys", 0)
+    clock = Clock()
+    reader = EnergyReader(discover_rapl(tmp_path), clock=clock)
+    reader.sample()
+    (p0 / "energy_uj").write_text("40000000\n")  # 40 J
+    (p1 / "energy_uj").write_text("25000000\n")  # 25 J
+    clock.now = 2 * S
+    reader.sample()
+    cpu = reader.cpu_window(0, 2 * S)
+    # 40 J + 25 J = 65 J over 2 s = 32.5 W; psys (0 J here) is never added
+    assert cpu is not None and cpu.source == "rapl:cpu"
+    assert cpu.joules == pytest.approx(65.0) and cpu.mean_power_w == pytest.approx(32.5)
+    with pytest.raises(ValueError, match="differ"):
+        combine("x", [reader.window("rapl:package-0", 0, S), reader.window("rapl:psys", 0, 2 * S)])
+
+
+def test_battery_current_times_voltage_is_integrated_power(tmp_path: Path) -> None:
+    bat = supply(tmp_path, "BAT0", type="Battery", status="Discharging", current_now=1_000_000,
+                 voltage_now=12_000_000)
+    sources = discover_batteries(tmp_path)
+    assert sources[0].info.kind is Kind.POWER and sources[0].info.integrated
+    clock = Clock()
+    reader = EnergyReader(sources, clock=clock)
+    reader.sample()  # 1 A × 12 V = 12 W
+    (bat / "current_now").write_text("500000\n")
+    clock.now = 10 * S
+    reader.sample()  # 0.5 A × 12 V = 6 W
+    # trapezoid: (12 + 6) / 2 W × 10 s = 90 J
+    assert reader.window("battery:BAT0", 0, 10 * S).joules == pytest.approx(90.0)
