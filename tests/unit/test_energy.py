@@ -511,3 +511,20 @@ def test_battery_current_times_voltage_is_integrated_power(tmp_path: Path) -> No
     reader.sample()  # 0.5 A × 12 V = 6 W
     # trapezoid: (12 + 6) / 2 W × 10 s = 90 J
     assert reader.window("battery:BAT0", 0, 10 * S).joules == pytest.approx(90.0)
+
+
+def test_battery_with_an_unseen_update_period() -> None:
+    info = SourceInfo("battery:BAT0", Kind.LEVEL, Role.BATTERY, "uWh", 3.6e-3, "machine", True,
+                      coarse=True)
+    # every 1 s sample changed by 100 µWh (0.36 J): the gauge updates at least once a second
+    moving = [EnergySample(k * S, 1_000_000 - 100 * k) for k in range(101)]
+    assert observed_update_period(moving) is None
+    long = window_energy(info, moving, 0, 100 * S)
+    # 100 × 100 µWh × 3.6e-3 = 36 J; 100 s ≥ 10 spacings of 1 s: not coarse
+    assert long.joules == pytest.approx(36.0) and not long.coarse
+    assert window_energy(info, moving, 0, 5 * S).coarse  # 5 s < 10 spacings
+    # one step in 60 s: the period is longer than the series shows
+    still = [EnergySample(k * S, 1_000_000 - (1000 if k >= 30 else 0)) for k in range(61)]
+    w = window_energy(info, still, 0, 60 * S)
+    assert w.joules == pytest.approx(3.6)  # 1000 µWh × 3.6e-3 J/µWh
+    assert w.coarse and w.reason is not None and "fewer than twice" in w.reason

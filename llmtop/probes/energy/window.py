@@ -23,8 +23,11 @@ a window is coarse when it is shorter than `1 / MAX_EDGE_ERROR` update periods, 
 are under `1 / MAX_EDGE_ERROR` resolution steps (that bounds the edge error to about
 MAX_EDGE_ERROR = 10 % of the figure); and when it is shorter than the spacing of the samples
 around it (no sample inside: the figure is then the surrounding interval's mean power × the
-window, not a measurement of the window). Coarse figures are still returned: aggregate them
-over the run (`run_energy`) and say so.
+window, not a measurement of the window). A slow source (`SourceInfo.coarse`: a battery)
+whose update period is neither known nor seen in the samples is coarse unless the window
+spans 1 / MAX_EDGE_ERROR of the longest sample spacings (an upper bound of its period when
+every sample changed), and always when the gauge changed fewer than twice. Coarse figures are
+still returned: aggregate them over the run (`run_energy`) and say so.
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ def _coarse(
         why.append(f"{duration_s:.3g} s is under {1 / MAX_EDGE_ERROR:g} update periods "
                    f"of {period:.3g} s")
     elif period is None and info.coarse:
-        why.append("the gauge updates every few seconds to minutes")
+        why.extend(_unknown_period(samples, duration_s))
     if duration_s < gap_s:
         why.append(f"{duration_s:.3g} s is shorter than the {gap_s:.3g} s between the "
                    "samples around it")
@@ -166,6 +169,21 @@ def _coarse(
     if not why:
         return False, None
     return True, f"{COARSE_ADVICE} ({'; '.join(why)})"
+
+
+def _unknown_period(samples: Sequence[EnergySample], duration_s: float) -> list[str]:
+    """The coarse rule for a slow source (a battery gauge) whose update period the samples do
+    not show: if some consecutive values repeat, the gauge changed fewer than twice over the
+    whole series (coarse); if none repeat, it updates at least as often as it was sampled, so
+    the longest sample spacing bounds the period from above and the usual rule applies."""
+    values = [s.value for s in samples if s.value is not None]
+    if any(a == b for a, b in itertools.pairwise(values)):
+        return ["the gauge changed fewer than twice in the samples"]
+    bound = max((b.t_ns - a.t_ns for a, b in itertools.pairwise(samples)), default=0) / 1e9
+    if duration_s < bound / MAX_EDGE_ERROR:
+        return [(f"{duration_s:.3g} s is under {1 / MAX_EDGE_ERROR:g} sample spacings of "
+                f"{bound:.3g} s (the gauge's update period is not known)")]
+    return []
 
 
 def idle_power(
