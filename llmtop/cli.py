@@ -225,6 +225,9 @@ def version_report(verbose: bool = False) -> str:
     lines.append(f"  {'os':<24} {platform.platform()}")
     lines.append(f"  {'cpu':<24} {cpu_model()}")
     lines.append(f"  {'llama.cpp on this cpu':<24} {llama_config.report_line()}")
+    from llmtop.probes.energy import version_line  # NVML and sysfs: only for -v
+
+    lines.append(f"  {'energy':<24} {version_line().removeprefix('energy sources: ')}")
     config, explicit = config_path()
     lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
     lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")

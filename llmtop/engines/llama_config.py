@@ -52,6 +52,7 @@ TRIAL_PROMPT_TOKENS = 64
 TRIAL_DECODE_TOKENS = 24
 TRIAL_ROUNDS = 3  # each trial reports its best round (prompt + decodes)
 CACHE_NAME = "llama-cpu-config.json"
+CACHE_ENTRIES = 8  # builds × models remembered per machine
 LOG_TAIL_LINES = 5
 
 
@@ -321,30 +322,45 @@ def cache_path() -> Path:
     return platformdirs.user_cache_path("llmtop") / CACHE_NAME
 
 
-def cached(model_path: str, path: Path | None = None) -> Choice | None:
-    """The cached choice for this machine, build and model, or None (none, another key, or
-    an unreadable file)."""
-    path = path or cache_path()
+def _entries(path: Path) -> list[dict[str, Any]]:
+    """The cache file's entries ({"key", "choice"} each, newest first); [] when unreadable."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("key") != machine_key(model_path):
-            return None
-        choice = Choice.from_dict(data["choice"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return Choice(choice.config, choice.reason, "cached self-test", choice.trials,
-                  choice.tested_at)
+        entries = data["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("key"), dict)]
+
+
+def cached(model_path: str, path: Path | None = None) -> Choice | None:
+    """The cached choice for this machine, build and model, or None (none for this key, or an
+    unreadable file). The file keeps one entry per key (CACHE_ENTRIES at most), so two
+    installs on one machine — a venv and a fresh clone's — do not test again in turn."""
+    key = machine_key(model_path)
+    for entry in _entries(path or cache_path()):
+        if entry["key"] == key:
+            try:
+                choice = Choice.from_dict(entry["choice"])
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return None
+            return Choice(choice.config, choice.reason, "cached self-test", choice.trials,
+                          choice.tested_at)
+    return None
 
 
 def remember(choice: Choice, model_path: str, path: Path | None = None) -> None:
-    """Write the choice to the cache atomically (a temporary file renamed over it). A cache
-    that cannot be written is skipped silently: the trials then run again next time."""
+    """Add the choice to the cache (replacing its key's entry, newest first, CACHE_ENTRIES at
+    most), written atomically (a temporary file renamed over it). A cache that cannot be
+    written is skipped silently: the trials then run again next time."""
     path = path or cache_path()
+    key = machine_key(model_path)
+    entries = [{"key": key, "choice": choice.to_dict()}]
+    entries += [e for e in _entries(path) if e["key"] != key][: CACHE_ENTRIES - 1]
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".llama-cpu-")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"key": machine_key(model_path), "choice": choice.to_dict()}, fh, indent=1)
+            json.dump({"entries": entries}, fh, indent=1)
         os.replace(tmp, path)
 
 
@@ -376,23 +392,24 @@ def choose(model_path: str, threads: int, *, forced: str | None = None,
 
 def report_line(path: Path | None = None) -> str:
     """For `llmtop --version -v`: the configuration the embedded engine chose on this machine
-    and build (the cached self-test, whichever model it was tested with), or why none."""
+    with this build (the newest cached self-test, whichever model it was tested with), or why
+    there is none."""
     forced = os.environ.get(ENV_FORCE, "").strip().lower()
     if forced in FORCED:
         return f"forced by {ENV_FORCE}={forced}"
-    try:
-        data = json.loads((path or cache_path()).read_text(encoding="utf-8"))
-        key = data["key"]
-        choice = Choice.from_dict(data["choice"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return "not tested on this machine yet (the embedded engine tests it at its first start)"
-    model = key.get("model") or [""]
-    now = machine_key(str(model[0]))
-    if {k: v for k, v in key.items() if k != "model"} != {
-            k: v for k, v in now.items() if k != "model"}:
-        return ("not tested with this build on this CPU yet (the cached test was for another "
-                "one; the embedded engine tests again at its next start)")
-    return f"{choice.reason} [self-test {choice.tested_at}]"
+
+    def build(key: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in key.items() if k != "model"}
+
+    for entry in _entries(path or cache_path()):
+        now = machine_key(str((entry["key"].get("model") or [""])[0]))
+        if build(entry["key"]) == build(now):
+            try:
+                choice = Choice.from_dict(entry["choice"])
+            except (KeyError, TypeError, ValueError, AttributeError):
+                break
+            return f"{choice.reason} [self-test {choice.tested_at}]"
+    return "not tested with this build on this CPU yet (the embedded engine tests it at its start)"
 
 
 # ---------------------------------------------------------------------- the trial child

@@ -118,7 +118,7 @@ def test_a_corrupt_cache_is_ignored_and_rewritten(tmp_path):
     cache.write_text("{not json")
     run, _ = runner_for({"repack": rates(500.0, 40.0), "no-repack": rates(100.0, 20.0)})
     assert lc.choose("m", 1, forced="auto", runner=run, cache=cache).config is REPACK
-    assert json.loads(cache.read_text())["choice"]["config"] == "repack"
+    assert json.loads(cache.read_text())["entries"][0]["choice"]["config"] == "repack"
 
 
 def test_forcing_skips_the_trials_and_a_bad_value_is_refused(tmp_path, monkeypatch):
@@ -168,8 +168,19 @@ def test_apply_sets_use_extra_bufts_on_every_load_and_can_be_undone():
 
 def test_version_line_reports_the_cached_choice_or_that_none_was_made(tmp_path):
     cache = tmp_path / "c.json"
-    assert lc.report_line(cache).startswith("not tested on this machine yet")
+    assert lc.report_line(cache).startswith("not tested with this build on this CPU yet")
     choice = Choice(NO_REPACK, "llama.cpp repack off: because", "self-test", (),
                     "2026-12-01T10:00:00Z")
     lc.remember(choice, str(tmp_path / "any.gguf"), cache)
     assert lc.report_line(cache) == "llama.cpp repack off: because [self-test 2026-12-01T10:00:00Z]"
+
+
+def test_two_builds_on_one_machine_keep_an_entry_each(tmp_path, monkeypatch):
+    cache = tmp_path / "c.json"
+    run, calls = runner_for({"repack": rates(500.0, 40.0), "no-repack": rates(100.0, 20.0)})
+    base = lc.machine_key("m")
+    for build in ("venv-a", "venv-b", "venv-a", "venv-b"):
+        monkeypatch.setattr(lc, "machine_key", lambda model, b=build: {**base, "libs": b})
+        lc.choose("m", 1, forced="auto", runner=run, cache=cache)
+    assert calls == ["repack", "no-repack"] * 2  # each build tested once, then remembered
+    assert len(json.loads(cache.read_text())["entries"]) == 2
