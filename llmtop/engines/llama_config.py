@@ -51,6 +51,7 @@ DECODE_TIE = 0.10
 TRIAL_PROMPT_TOKENS = 64
 TRIAL_DECODE_TOKENS = 24
 TRIAL_ROUNDS = 3  # each trial reports its best round (prompt + decodes)
+TRIAL_ROUNDS_BUDGET_NS = 4_000_000_000  # no further round after 4 s of rounds (~1 s each, quiet)
 CACHE_NAME = "llama-cpu-config.json"
 CACHE_ENTRIES = 8  # builds × models remembered per machine
 LOG_TAIL_LINES = 5
@@ -95,7 +96,10 @@ class Trial:
     ok: it loaded, generated and exited 0. prefill_tps / decode_tps: tokens per second of the
     64-token prompt evaluation and of the single-token decodes (None when it did not finish).
     signal: the signal number that killed it (None if none); exit_code: its exit status;
-    detail: the last lines of its output when it failed; wall_ms: the trial's duration.
+    detail: the last lines of its output when it failed; wall_ms: the trial's duration;
+    timed_out: it gave no answer within its time (a busy machine, not a verdict on the CPU);
+    others_busy: the share of the machine's CPU (0–1) other programs used during the trial
+    (all CPU time less the trial's own), None where it cannot be read.
     """
 
     config: str
@@ -106,6 +110,8 @@ class Trial:
     exit_code: int | None = None
     detail: str = ""
     wall_ms: float = 0.0
+    timed_out: bool = False
+    others_busy: float | None = None
 
     def describe(self) -> str:
         """One line: "repack: 61.2 tok/s decode, 540 tok/s prefill" or why it failed."""
@@ -197,6 +203,7 @@ def run_trial(config: LlamaConfig, command: Sequence[str],
     it; a timeout counts as a failure (the process is killed). Never raises for the child's
     failure (OSError if it cannot be started at all)."""
     t0 = perf_counter_ns()
+    before = _cpu_now()
     try:
         done = subprocess.run(list(command), capture_output=True, text=True, errors="replace",
                               timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
@@ -204,8 +211,10 @@ def run_trial(config: LlamaConfig, command: Sequence[str],
         err = exc.stderr if isinstance(exc.stderr, str) else (exc.stderr or b"").decode(
             errors="replace")
         detail = f"no answer within {timeout_s:.0f} s {_tail(err)}".strip()
-        return Trial(config.name, False, detail=detail, wall_ms=(perf_counter_ns() - t0) / 1e6)
+        return Trial(config.name, False, detail=detail, wall_ms=(perf_counter_ns() - t0) / 1e6,
+                     timed_out=True)
     wall_ms = (perf_counter_ns() - t0) / 1e6
+    others = _others_busy(before, _cpu_now(), wall_ms / 1e3)
     rc = done.returncode
     if rc < 0:
         return Trial(config.name, False, signal=-rc, exit_code=rc, detail=_tail(done.stderr),
@@ -219,7 +228,35 @@ def run_trial(config: LlamaConfig, command: Sequence[str],
         return Trial(config.name, False, exit_code=rc,
                      detail=f"no rates in its output: {_tail(done.stdout)}", wall_ms=wall_ms)
     return Trial(config.name, True, prefill_tps=prefill, decode_tps=decode, exit_code=0,
-                 wall_ms=wall_ms)
+                 wall_ms=wall_ms, others_busy=others)
+
+
+def _cpu_now() -> tuple[float, float] | None:
+    """(the machine's busy CPU seconds, the waited-for children's CPU seconds), None where
+    either cannot be read (no `resource` module: Windows)."""
+    try:
+        import resource
+
+        import psutil
+
+        t = psutil.cpu_times()
+        busy = t.user + t.system + sum(getattr(t, f, 0.0) for f in ("nice", "irq", "softirq",
+                                                                     "steal"))
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return busy, kids.ru_utime + kids.ru_stime
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _others_busy(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                 wall_s: float) -> float | None:
+    """Other programs' share (0–1) of the machine's CPU over `wall_s`: all busy CPU time less
+    the trial's own (a child's time counts once it has been waited for)."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    cpus = os.cpu_count() or 1
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return min(max(others / (wall_s * cpus), 0.0), 1.0)
 
 
 def _tail(text: str) -> str:
@@ -241,8 +278,14 @@ def fastest(trials: Sequence[Trial]) -> Trial | None:
 
 
 def _reason(kept: LlamaConfig, trials: Sequence[Trial]) -> str:
-    crashed = [t for t in trials if not t.ok]
     state = "on" if kept.use_extra_bufts else "off"
+    waited = [t for t in trials if t.timed_out]
+    if waited:
+        ran = "; ".join(t.describe() for t in trials if t.ok)
+        why = "; ".join(_failure_words(t) for t in waited)
+        return (f"llama.cpp repack {state}: the one trial that finished ({ran}); {why}, so "
+                "it is tested again at the next start")
+    crashed = [t for t in trials if not t.ok]
     if crashed:
         why = "; ".join(_failure_words(t) for t in crashed)
         return f"llama.cpp repack {state}: {why} on this CPU"
@@ -256,6 +299,8 @@ def _reason(kept: LlamaConfig, trials: Sequence[Trial]) -> str:
 
 
 def _failure_words(t: Trial) -> str:
+    if t.timed_out:
+        return f"the {t.config} trial gave no answer in time (a busy machine)"
     if t.signal is not None:
         path = "the AMX/repack path" if t.config == REPACK.name else f"the {t.config} path"
         return f"{path} was killed by {signal_text(t.signal)}"
@@ -269,16 +314,48 @@ class NoSafeConfig(RuntimeError):
 Runner = Callable[[LlamaConfig], Trial]
 
 
+INCONCLUSIVE = "self-test, inconclusive"  # a Choice.source that is not cached
+# Above this share of the CPU taken by other programs, trial rates are not compared: the
+# probes' own "background CPU" warning level (probes/verdict.py, Thresholds: 25 %).
+NOISY_OTHERS = 0.25
+
+
 def self_test(runner: Runner, configs: Sequence[LlamaConfig] = CONFIGS) -> Choice:
     """Try each of `configs` with `runner` (a trial each) and keep the fastest safe one.
-    Raises NoSafeConfig when none ran."""
+
+    Only a trial killed by a signal marks a configuration unsafe. One that timed out (a busy
+    machine) proves nothing: when no trial ran, the first configuration that did not die is
+    kept, and the choice is INCONCLUSIVE (not cached: the next start tests again), as it is
+    when a faster configuration may have been among those that timed out. Raises
+    NoSafeConfig when every configuration died or failed."""
     trials = tuple(runner(c) for c in configs)
     best = fastest(trials)
+    waited = [t for t in trials if t.timed_out]
     if best is None:
-        raise NoSafeConfig("llama.cpp failed in every configuration llmtop tried on this "
-                           "machine: " + "; ".join(t.describe() for t in trials))
+        if not waited:
+            raise NoSafeConfig("llama.cpp failed in every configuration llmtop tried on this "
+                               "machine: " + "; ".join(t.describe() for t in trials))
+        kept = BY_NAME[waited[0].config]
+        state = "on" if kept.use_extra_bufts else "off"
+        why = "; ".join(t.describe() for t in trials)
+        return Choice(kept, f"llama.cpp repack {state}: the self-test could not finish on this "
+                            f"busy machine ({why}); tested again at the next start",
+                      INCONCLUSIVE, trials, _now_label())
+    ran = [t for t in trials if t.ok]
+    busiest = max((t.others_busy or 0.0) for t in ran)
+    if len(ran) > 1 and busiest > NOISY_OTHERS:
+        # rates measured beside a busy program say nothing about which is faster: keep the
+        # first that ran, in llmtop's order (llama.cpp's default first), and test again later
+        kept = BY_NAME[ran[0].config]
+        state = "on" if kept.use_extra_bufts else "off"
+        rates = "; ".join(t.describe() for t in trials)
+        return Choice(kept, f"llama.cpp repack {state}: other programs used {busiest:.0%} of "
+                            f"the CPU during the self-test ({rates}), too busy to compare "
+                            "rates, so the first configuration that ran is kept and tested "
+                            "again at the next start", INCONCLUSIVE, trials, _now_label())
     kept = BY_NAME[best.config]
-    return Choice(kept, _reason(kept, trials), "self-test", trials, _now_label())
+    source = INCONCLUSIVE if waited else "self-test"
+    return Choice(kept, _reason(kept, trials), source, trials, _now_label())
 
 
 def _now_label() -> str:
@@ -386,7 +463,8 @@ def choose(model_path: str, threads: int, *, forced: str | None = None,
         return found
     run = runner or (lambda c: run_trial(c, trial_command(c, model_path, threads)))
     choice = self_test(run)
-    remember(choice, model_path, cache)
+    if choice.source != INCONCLUSIVE:
+        remember(choice, model_path, cache)
     return choice
 
 
@@ -433,8 +511,12 @@ def _trial_main(config_name: str, model_path: str, threads: int) -> int:
     # Token ids spread over the vocabulary (which ids does not change the cost of a decode).
     prompt = [llm.token_bos()] + [(7919 * i) % vocab for i in range(1, TRIAL_PROMPT_TOKENS)]
     llm.eval(prompt[:8])  # llama.cpp's lazy first-decode setup, outside the timing
-    prefill_ns, decode_ns = [], []
+    prefill_ns: list[int] = []
+    decode_ns: list[int] = []
+    t_rounds = perf_counter_ns()
     for _ in range(TRIAL_ROUNDS):  # the best round: other programs only ever slow one down
+        if prefill_ns and perf_counter_ns() - t_rounds > TRIAL_ROUNDS_BUDGET_NS:
+            break  # a busy machine: one round tells as much as three, sooner
         llm.reset()
         t0 = perf_counter_ns()
         llm.eval(prompt)

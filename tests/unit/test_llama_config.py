@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -73,12 +75,14 @@ def test_fastest_breaks_a_decode_tie_with_prefill_then_order():
     assert lc.fastest([Trial("repack", False, signal=4)]) is None
 
 
-def runner_for(commands):
+def runner_for(commands, others_busy=0.0):
+    """Trials by real processes; the CPU other programs used meanwhile set to `others_busy`
+    (this test machine's own neighbours must not decide the case)."""
     calls = []
 
     def run(config):
         calls.append(config.name)
-        return lc.run_trial(config, commands[config.name])
+        return replace(lc.run_trial(config, commands[config.name]), others_busy=others_busy)
 
     return run, calls
 
@@ -184,3 +188,53 @@ def test_two_builds_on_one_machine_keep_an_entry_each(tmp_path, monkeypatch):
         lc.choose("m", 1, forced="auto", runner=run, cache=cache)
     assert calls == ["repack", "no-repack"] * 2  # each build tested once, then remembered
     assert len(json.loads(cache.read_text())["entries"]) == 2
+
+
+def test_a_trial_that_times_out_proves_nothing_and_is_not_cached(tmp_path):
+    cache = tmp_path / "c.json"
+    slow = script("import time; time.sleep(30)")
+    calls = []
+
+    def run(config):
+        calls.append(config.name)
+        command = slow if config is REPACK else rates(100.0, 20.0)
+        return lc.run_trial(config, command, timeout_s=0.5)
+
+    choice = lc.choose("m", 1, forced="auto", runner=run, cache=cache)
+    # the one that ran is kept, but the one that timed out may be the faster: test again later
+    assert (choice.config, choice.source) == (NO_REPACK, lc.INCONCLUSIVE)
+    assert "the repack trial gave no answer in time (a busy machine)" in choice.reason
+    assert not cache.exists()
+
+    def nothing_ran(config):
+        calls.append(config.name)
+        return lc.run_trial(config, slow, timeout_s=0.5)
+
+    choice = lc.choose("m", 1, forced="auto", runner=nothing_ran, cache=cache)
+    # no signal, no verdict: llama.cpp's default is kept, and no error is raised
+    assert (choice.config, choice.source) == (REPACK, lc.INCONCLUSIVE)
+    assert choice.reason.startswith("llama.cpp repack on: the self-test could not finish")
+    assert not cache.exists()
+
+
+def test_rates_measured_beside_a_busy_program_are_not_compared(tmp_path):
+    cache = tmp_path / "c.json"
+    run, _ = runner_for({"repack": rates(100.0, 20.0), "no-repack": rates(500.0, 40.0)},
+                        others_busy=0.6)
+    choice = lc.choose("m", 1, forced="auto", runner=run, cache=cache)
+    # no-repack's 40 tok/s would win on a quiet machine; 60 % busy: the default is kept
+    assert (choice.config, choice.source) == (REPACK, lc.INCONCLUSIVE)
+    assert "other programs used 60% of the CPU during the self-test" in choice.reason
+    assert not cache.exists()
+    run, _ = runner_for({"repack": script(DIE_BY.format("SIGILL")),
+                         "no-repack": rates(500.0, 40.0)}, others_busy=0.6)
+    # with one survivor there is nothing to compare: its safety is the verdict, and cached
+    assert lc.choose("m", 1, forced="auto", runner=run, cache=cache).source == "self-test"
+    assert cache.exists()
+
+
+def test_others_busy_is_the_machine_cpu_less_the_trials_own():
+    cpus = os.cpu_count() or 1
+    # 3 s of busy CPU in 2 s of wall time, 1 s of it the trial's: 2 s / (2 s × cpus)
+    assert lc._others_busy((100.0, 10.0), (103.0, 11.0), 2.0) == pytest.approx(1 / cpus)
+    assert lc._others_busy(None, (1.0, 1.0), 2.0) is None
