@@ -13,7 +13,6 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from llmtop.engines.events import ServerStats, Status
 from llmtop.sessions.attribution import (
@@ -26,7 +25,7 @@ from llmtop.sessions.attribution import (
     name_cause,
 )
 from llmtop.sessions.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
-from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.records import CalibrationRecord, CanaryRecord, ProbeRecord, RequestRecord
 from llmtop.sessions.stats import (
     DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
@@ -288,15 +287,11 @@ def analyze(
     return Analysis(sizes, drift_threshold_pct, load_requests)
 
 
-def calibrated_tokens(calibration: Mapping[str, Any] | None) -> dict[int, float]:
-    """Calibrated prompt tokens per target from a log's calibration record ({} without one,
-    and a target whose point has no numeric "tokens" is left out)."""
-    targets = (calibration or {}).get("targets") or {}
-    return {
-        int(t): float(p["tokens"])
-        for t, p in targets.items()
-        if str(t).isdigit() and isinstance(p, Mapping) and isinstance(p.get("tokens"), int | float)
-    }
+def calibrated_tokens(calibration: CalibrationRecord | None) -> dict[int, float]:
+    """Calibrated prompt tokens per target from a log's calibration record ({} without one;
+    a target key that is not a number is left out)."""
+    targets = calibration.targets if calibration else {}
+    return {int(t): p.tokens for t, p in targets.items() if t.isdigit()}
 
 
 def _analyze_size(

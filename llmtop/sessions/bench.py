@@ -39,7 +39,16 @@ from llmtop.sessions.machine import canary_medians
 from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.records import RequestRecord, RunLog
+from llmtop.sessions.records import (
+    CalibrationRecord,
+    CanaryRecord,
+    EnvironmentRecord,
+    InterruptedRecord,
+    PreflightRecord,
+    RequestRecord,
+    RunLog,
+    SummaryRecord,
+)
 from llmtop.sessions.request import RequestResult, chat_messages, run_request
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 
@@ -138,16 +147,14 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
 class NoisyMachine(Exception):
     """`require_quiet` was set and the preflight check found the machine NOISY."""
 
-    def __init__(self, preflight: dict[str, Any]) -> None:
-        findings = "; ".join(
-            f["message"] for f in preflight.get("findings", []) if f.get("level") != "info"
-        )
+    def __init__(self, preflight: PreflightRecord) -> None:
+        findings = "; ".join(f.message for f in preflight.problems)
         super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
         self.preflight = preflight
 
 
 async def preflight_record(conn: Connection, duration_s: float,
-                           agent: AgentTarget | None = None) -> dict[str, Any]:
+                           agent: AgentTarget | None = None) -> PreflightRecord:
     """The preflight verdict (probes over `duration_s` + the engine's /api/ps findings), as
     the log's "preflight" record. Thresholds come from the config file (probes/config.py).
     agent: sample the engine's machine through `llmtop agent` (`--probes`) instead of this one."""
@@ -162,16 +169,23 @@ async def preflight_record(conn: Connection, duration_s: float,
         finding = {"code": "probe-error", "level": "warn", "value": None, "threshold": None,
                    "unit": "", "message": str(exc),
                    "remedy": "start `llmtop agent` on the engine's machine, or drop --probes"}
-        return {"type": "preflight", "verdict": "CANNOT CHECK", "quiet": False,
-                "error": str(exc), "duration_s": 0.0, "samples": 0, "findings": [finding]}
+        return PreflightRecord.of({"verdict": "CANNOT CHECK", "quiet": False, "error": str(exc),
+                                   "duration_s": 0.0, "samples": 0, "findings": [finding]})
     upstream = conn.upstream
     if isinstance(upstream, EngineLike):
         engine = await engine_findings(upstream, conn.model, gpu_present=result.gpu_present)
     else:
         engine = CouldNotCheck(upstream.host, f"{upstream.name} has no /api/ps to read")
     if isinstance(engine, CouldNotCheck):
-        return {"type": "preflight", **result.to_dict(), "engine_check": engine.reason}
-    return {"type": "preflight", **result.with_findings(engine).to_dict()}
+        return PreflightRecord.of({**result.to_dict(), "engine_check": engine.reason})
+    return PreflightRecord.of(result.with_findings(engine).to_dict())
+
+
+async def environment_record(conn: Connection, phase: str,
+                             **extra: Any) -> EnvironmentRecord:
+    """The "environment" record of a run's `phase` ("start" / "end"): engine_environment
+    plus `extra` (a sweep's parallel slots)."""
+    return EnvironmentRecord.of({"phase": phase, **await engine_environment(conn), **extra})
 
 
 class BenchRunner:
@@ -225,9 +239,7 @@ class BenchRunner:
             self.on_progress(
                 BenchProgress("environment", message="reading the engine's environment")
             )
-            self.recorder.log.write(
-                {"type": "environment", "phase": "start", **await engine_environment(self.conn)}
-            )
+            self.recorder.log.write(await environment_record(self.conn, "start"))
             if cfg.preflight_s > 0:
                 self.on_progress(
                     BenchProgress(
@@ -237,12 +249,11 @@ class BenchRunner:
                 )
                 preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
                 self.recorder.log.write(preflight)
-                verdict = f"preflight {preflight['verdict']}" + "".join(
-                    f"\n  {f['level'].upper()} {f['message']} — {f['remedy']}"
-                    for f in preflight["findings"] if f.get("level") != "info"
+                verdict = f"preflight {preflight.verdict}" + "".join(
+                    f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
                 )
                 self.on_progress(BenchProgress("preflight", message=verdict))
-                if cfg.require_quiet and not preflight["quiet"]:
+                if cfg.require_quiet and not preflight.quiet:
                     raise NoisyMachine(preflight)
             self.on_progress(
                 BenchProgress("warmup", message="first request (pays the model load, if any)")
@@ -259,7 +270,7 @@ class BenchRunner:
                 cache=cache,
                 think=cfg.think,
             )
-            self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
+            self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
             how = (
                 "from the cache (re-checked with one probe)"
                 if calibration.from_cache
@@ -279,22 +290,15 @@ class BenchRunner:
             finally:
                 if interrupted:
                     self.recorder.log.write(
-                        {"type": "interrupted", "at": datetime.now().astimezone().isoformat()}
+                        InterruptedRecord(datetime.now().astimezone().isoformat())
                     )
-            self.recorder.log.write(
-                {"type": "environment", "phase": "end", **await engine_environment(self.conn)}
-            )
+            self.recorder.log.write(await environment_record(self.conn, "end"))
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
             analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
             self._remember_canary(log)
             self.recorder.log.write(
-                {
-                    "type": "summary",
-                    "contaminated": analysis.contaminated,
-                    "ok_requests": analysis.ok_count,
-                    "drift_threshold_pct": cfg.drift_threshold_pct,
-                }
+                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
             )
         finally:
             sampler.stop()
@@ -317,8 +321,8 @@ class BenchRunner:
         """Run the canary (in a thread: a TUI's event loop stays responsive) and log it."""
         t_ns = time.perf_counter_ns()
         result = await asyncio.to_thread(self.canary.run)
-        self.recorder.log.write({"type": "canary", "before_request": before_request, "t_ns": t_ns,
-                                 **result.to_dict()})
+        self.recorder.log.write(CanaryRecord.from_json(
+            {"before_request": before_request, "t_ns": t_ns, **result.to_dict()}))
 
     async def _load_request(self) -> None:
         """One short request before anything else, so the model's load lands in a request of

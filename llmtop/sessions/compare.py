@@ -199,7 +199,7 @@ class Group:
 
 def run_analysis(log: RunLog) -> Analysis:
     """A log's bench analysis (analysis.analyze with its calibration and drift threshold)."""
-    return analyze(log.requests, calibrated_tokens(log.first("calibration")),
+    return analyze(log.requests, calibrated_tokens(log.calibration),
                    log.header.drift_threshold_pct)
 
 

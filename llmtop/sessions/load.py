@@ -34,14 +34,19 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.bench import PROBE_INTERVAL_S, engine_environment, preflight_record
+from llmtop.sessions.bench import PROBE_INTERVAL_S, environment_record, preflight_record
 from llmtop.sessions.calibration import CalibrationCache, calibrate
 from llmtop.sessions.load_analysis import LevelResult, LoadAnalysis, analyze_load
 from llmtop.sessions.load_config import LoadConfig, arrival_offsets
 from llmtop.sessions.load_env import engine_parallelism
-from llmtop.sessions.log import request_record
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.records import (
+    CalibrationRecord,
+    InterruptedRecord,
+    LevelRecord,
+    RequestRecord,
+)
 from llmtop.sessions.request import chat_messages, run_request
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
@@ -62,7 +67,7 @@ class LoadProgress:
     in_flight: int = 0
     done: int = 0
     total: int | None = None
-    record: dict[str, Any] | None = None
+    record: RequestRecord | None = None
     result: LevelResult | None = None
     message: str = ""
 
@@ -153,14 +158,10 @@ class LoadRunner:
             await self._warm_up(words, generator)
             for index, value in enumerate(self.config.levels):
                 await self._level(index, value, words, generator)
-            self.recorder.log.write(
-                {"type": "environment", "phase": "end", **await engine_environment(self.conn)}
-            )
+            self.recorder.log.write(await environment_record(self.conn, "end"))
         except asyncio.CancelledError:
             interrupted = True
-            self.recorder.log.write(
-                {"type": "interrupted", "at": datetime.now().astimezone().isoformat()}
-            )
+            self.recorder.log.write(InterruptedRecord(datetime.now().astimezone().isoformat()))
             raise
         finally:
             sampler.stop()
@@ -176,16 +177,15 @@ class LoadRunner:
         of the calibrated prompt size."""
         cfg = self.config
         self.on_progress(LoadProgress("environment", message="reading the engine's environment"))
-        env = await engine_environment(self.conn)
-        env["parallel"] = await asyncio.to_thread(engine_parallelism, self.conn)
-        self.recorder.log.write({"type": "environment", "phase": "start", **env})
+        parallel = await asyncio.to_thread(engine_parallelism, self.conn)
+        self.recorder.log.write(await environment_record(self.conn, "start", parallel=parallel))
         if cfg.preflight_s > 0:
             self.on_progress(
                 LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s")
             )
             preflight = await preflight_record(self.conn, cfg.preflight_s)
             self.recorder.log.write(preflight)
-            self.on_progress(LoadProgress("preflight", message=f"preflight {preflight['verdict']}"))
+            self.on_progress(LoadProgress("preflight", message=f"preflight {preflight.verdict}"))
         self.on_progress(
             LoadProgress("warmup", message="first request (pays the model load, if any)")
         )
@@ -200,7 +200,7 @@ class LoadRunner:
             cache=CalibrationCache() if cfg.use_cache else None,
             think=cfg.think,
         )
-        self.recorder.log.write({"type": "calibration", **calibration.to_dict()})
+        self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
         point = calibration.targets[cfg.prompt_tokens]
         self.on_progress(
             LoadProgress(
@@ -240,17 +240,9 @@ class LoadRunner:
         if total is None and cfg.mode == "rate":
             total = max(1, round(value * (cfg.duration_s or 0)))
         self.level, self._max_in_flight, self._done = index, 0, 0
-        self.recorder.log.write(
-            {
-                "type": "level",
-                "phase": "start",
-                "level": index,
-                "mode": cfg.mode,
-                "value": value,
-                "requests": total,
-                "duration_s": cfg.duration_s,
-            }
-        )
+        self.recorder.log.write(LevelRecord(
+            "start", index, value, mode=cfg.mode, requests=total, duration_s=cfg.duration_s
+        ))
         self.on_progress(
             LoadProgress(
                 "level",
@@ -274,16 +266,10 @@ class LoadRunner:
             await self._open(value, total, t0, fields, lambda: generator.make(words))
         wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
         await asyncio.gather(*self._writes)
-        end = {
-            "type": "level",
-            "phase": "end",
-            "level": index,
-            "value": value,
-            "wall_ns": wall_ns,
-            "generator_cpu_ns": cpu_ns,
-            "max_in_flight": self._max_in_flight,
-        }
-        self.recorder.log.write(end)
+        self.recorder.log.write(LevelRecord(
+            "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
+            max_in_flight=self._max_in_flight,
+        ))
         self.level = None
         result = analyze_load(self.log_path).level(index)
         self.on_progress(
@@ -382,7 +368,7 @@ class LoadRunner:
                 "scheduled_offset_ns": scheduled_ns - t0,
                 "lag_ms": (result.sent_ns - scheduled_ns) / 1e6,
             }
-        record = request_record(result) | fields
+        record = RequestRecord.of(result, **fields)
         # Written (and fsync'd) in a thread, off the worker's path: a closed-loop worker sends
         # its next request at once, not after the disk. `_level` waits for the writes.
         write = asyncio.create_task(asyncio.to_thread(self.recorder.log.write, record))
@@ -397,12 +383,6 @@ class LoadRunner:
 
     def _probe(self, sample: ProbeSample) -> None:
         """Log a probe sample with the level and the ids in flight (sampler thread)."""
-        self.recorder.log.write(
-            {
-                "type": "probe",
-                "request_id": None,
-                "level": self.level,
-                "request_ids": sorted(self.in_flight),
-                **sample.to_dict(),
-            }
+        self.recorder.log.write_probe(
+            sample.to_dict(), None, level=self.level, request_ids=sorted(self.in_flight)
         )

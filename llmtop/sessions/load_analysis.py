@@ -24,15 +24,14 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from llmtop.sessions.analysis import BenchStatus, first_pass_status
 from llmtop.sessions.load_config import Slo
 from llmtop.sessions.log import read_log
-from llmtop.sessions.records import RecordError, RequestRecord
+from llmtop.sessions.records import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
 from llmtop.sessions.stats import P95_MIN_SAMPLES, percentile
 
 KNEE_SHARE = 0.90  # the issue's rule: goodput share stays ≥ 90 %
@@ -139,9 +138,10 @@ class Knee:
 
 @dataclass(frozen=True)
 class LoadAnalysis:
-    """A sweep: header fields, the SLO, every level, the knee, and warnings for the reader."""
+    """A sweep: its header, the SLO, every level, the knee, warnings for the reader, and the
+    body of its start environment record ({} without one)."""
 
-    header: dict[str, Any]
+    header: Header
     mode: str
     slo: Slo
     levels: tuple[LevelResult, ...]
@@ -152,27 +152,6 @@ class LoadAnalysis:
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
         return next((lv for lv in self.levels if lv.level == index), None)
-
-
-def read_load_log(
-    path: str | os.PathLike[str],
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-    """The header, every record as a plain dict, and the reader's warnings. `read_log` checks
-    the file (header, format version; raises LogError); the records are then taken as written,
-    so the sweep's own fields (level, lag_ms, request_ids) reach the analysis whatever shape
-    the typed reader gives the bench's records."""
-    checked = read_log(path)
-    records: list[dict[str, Any]] = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    header = json.loads(lines[0])
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # read_log has already warned about it
-        if isinstance(record, dict):
-            records.append(record)
-    return header, records, list(checked.warnings)
 
 
 def is_load_log(path: str | os.PathLike[str]) -> bool:
@@ -187,90 +166,64 @@ def is_load_log(path: str | os.PathLike[str]) -> bool:
 
 def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
     """Analyse the load log at `path`. Raises LogError for an unreadable log."""
-    header, records, read_warnings = read_load_log(path)
-    return analyze_records(header, records, read_warnings)
+    return analyze_log(read_log(path))
 
 
-def analyze_records(
-    header: Mapping[str, Any],
-    records: Sequence[Mapping[str, Any]],
-    read_warnings: Sequence[str] = (),
-) -> LoadAnalysis:
-    """Analyse a load log's header and records (plain dicts, file order)."""
-    config = header.get("load") or {}
+def analyze_log(log: RunLog) -> LoadAnalysis:
+    """Analyse a load log read back (its typed records, file order)."""
+    config = log.header.load or {}
     mode = config.get("mode", "concurrency")
     slo = Slo.from_dict(config.get("slo"))
-    expected = _expected_tokens(records, config.get("prompt_tokens"))
-    ends = {r["level"]: r for r in records if r.get("type") == "level" and r.get("phase") == "end"}
-    starts = {
-        r["level"]: r for r in records if r.get("type") == "level" and r.get("phase") == "start"
-    }
+    expected = _expected_tokens(log, config.get("prompt_tokens"))
+    marks = list(log.of_type(LevelRecord))
+    ends = {r.level: r for r in marks if r.phase == "end"}
+    starts = {r.level: r for r in marks if r.phase == "start"}
     levels = []
     for index, start in sorted(starts.items()):
-        requests = [
-            r
-            for r in records
-            if r.get("type") == "request"
-            and r.get("level") == index
-            and r.get("phase") == "measure"
-        ]
-        probes = [r for r in records if r.get("type") == "probe" and r.get("level") == index]
+        requests = [r for r in log.requests if r.level == index and r.phase == "measure"]
+        probes = [p for p in log.probes if p.level == index]
         levels.append(
-            _level(
-                index,
-                mode,
-                float(start.get("value", 0)),
-                requests,
-                probes,
-                ends.get(index),
-                slo,
-                expected,
-            )
+            _level(index, mode, start.value, requests, probes, ends.get(index), slo, expected)
         )
-    env = next(
-        (r for r in records if r.get("type") == "environment" and r.get("phase") == "start"), {}
-    )
-    warnings = [*read_warnings, *_warnings(levels)]
+    env = log.environment("start")
+    warnings = [*log.warnings, *_warnings(levels)]
     return LoadAnalysis(
-        dict(header),
+        log.header,
         mode,
         slo,
         tuple(levels),
         find_knee(levels, slo, mode),
         tuple(warnings),
-        dict(env),
+        dict(env.body) if env else {},
     )
 
 
-def _expected_tokens(records: Sequence[Mapping[str, Any]], target: Any) -> float | None:
-    calibration = next((r for r in records if r.get("type") == "calibration"), None)
-    if not calibration or target is None:
+def _expected_tokens(log: RunLog, target: Any) -> float | None:
+    calibration = log.calibration
+    if calibration is None or target is None:
         return None
-    point = (calibration.get("targets") or {}).get(str(target))
-    return float(point["tokens"]) if point else None
+    point = calibration.targets.get(str(target))
+    return point.tokens if point else None
 
 
-def _metric(record: Mapping[str, Any], key: str) -> float | None:
-    value = (record.get("metrics") or {}).get(key)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _queue_ms(record: Mapping[str, Any]) -> float | None:
-    stats = record.get("stats") or {}
-    total = stats.get("total_duration")
-    prefill, decode = stats.get("prompt_eval_duration"), stats.get("eval_duration")
+def _queue_ms(record: RequestRecord) -> float | None:
+    stats = record.stats
+    if stats is None:
+        return None
+    total, prefill, decode = (stats.total_duration, stats.prompt_eval_duration,
+                              stats.eval_duration)
     if not total or prefill is None or decode is None:
         return None
-    return max(0.0, float(total - (stats.get("load_duration") or 0) - prefill - decode) / 1e6)
+    return max(0.0, float(total - (stats.load_duration or 0) - prefill - decode) / 1e6)
 
 
 def _level(
     index: int,
     mode: str,
     value: float,
-    requests: list[Mapping[str, Any]],
-    probes: list[Mapping[str, Any]],
-    end: Mapping[str, Any] | None,
+    requests: list[RequestRecord],
+    probes: list[ProbeRecord],
+    end: LevelRecord | None,
     slo: Slo,
     expected: float | None,
 ) -> LevelResult:
@@ -278,22 +231,23 @@ def _level(
     statuses: dict[str, int] = {}
     ok = []
     for r in requests:
-        status = _status(r, expected)
+        status = str(first_pass_status(r, expected)[0])
         statuses[status] = statuses.get(status, 0) + 1
         if status == BenchStatus.OK:
             ok.append(r)
-    wall_s = end["wall_ns"] / 1e9 if end and end.get("wall_ns") else None
+    wall_s = end.wall_ns / 1e9 if end and end.wall_ns else None
     open_loop = mode == "rate"
-    lags = [float(r.get("lag_ms") or 0.0) for r in ok]
-    ttft = [_metric(r, "ttft_ms") for r in ok]
-    e2e = [_metric(r, "e2e_ms") for r in ok]
-    tpot = [_metric(r, "tpot_ms") for r in ok]
+    lags = [r.lag_ms or 0.0 for r in ok]
+    ttft = [r.metric("ttft_ms") for r in ok]
+    e2e = [r.metric("e2e_ms") for r in ok]
+    tpot = [r.metric("tpot_ms") for r in ok]
     ttft_s = [None if t is None else t + lag for t, lag in zip(ttft, lags, strict=True)]
     e2e_s = [None if t is None else t + lag for t, lag in zip(e2e, lags, strict=True)]
     judged_ttft, judged_e2e = (ttft_s, e2e_s) if open_loop else (ttft, e2e)
     met = sum(1 for a, b, c in zip(judged_ttft, tpot, judged_e2e, strict=True) if slo.met(a, b, c))
-    tokens = sum(_metric(r, "output_tokens") or 0 for r in ok)
-    cpu_ns = end.get("generator_cpu_ns") if end else None
+    tokens = sum(r.metric("output_tokens") or 0 for r in ok)
+    cpu_ns = end.generator_cpu_ns if end else None
+    wall_ns = end.wall_ns if end else None
     return LevelResult(
         level=index,
         mode=mode,
@@ -304,7 +258,7 @@ def _level(
         wall_s=wall_s,
         ttft=Percentiles.of(ttft),
         tpot=Percentiles.of(tpot),
-        itl=Percentiles.of(x for r in ok for x in (r.get("metrics") or {}).get("itl_ms") or ()),
+        itl=Percentiles.of(x for r in ok for x in r.metrics.itl_ms),
         e2e=Percentiles.of(e2e),
         ttft_scheduled=Percentiles.of(ttft_s) if open_loop else None,
         e2e_scheduled=Percentiles.of(e2e_s) if open_loop else None,
@@ -315,37 +269,24 @@ def _level(
         goodput_per_s=None if slo.empty or not wall_s else met / wall_s,
         goodput_share=None if slo.empty or not requests else met / len(requests),
         verdict=probe_verdict(probes),
-        generator_cpu_share=cpu_ns / end["wall_ns"]
-        if end and cpu_ns and end.get("wall_ns")
-        else None,
+        generator_cpu_share=cpu_ns / wall_ns if cpu_ns and wall_ns else None,
         generator_cpu_ms_per_request=cpu_ns / 1e6 / len(requests) if cpu_ns and requests else None,
-        max_in_flight=end.get("max_in_flight") if end else None,
+        max_in_flight=end.max_in_flight if end else None,
     )
 
 
-def _status(record: Mapping[str, Any], expected: float | None) -> str:
-    """The bench's status of one request record (analysis.first_pass_status over the typed
-    record); "unreadable" when the record does not validate."""
-    try:
-        typed = RequestRecord.from_json(record)
-    except RecordError:
-        return "unreadable"
-    return str(first_pass_status(typed, expected)[0])
-
-
-def probe_verdict(probes: Sequence[Mapping[str, Any]]) -> str:
+def probe_verdict(probes: Sequence[ProbeRecord]) -> str:
     """ "QUIET" when every sample's verdict was quiet, "NOISY: code, code" naming the findings
     that were not, "no samples" when the level had none."""
     if not probes:
         return "no samples"
     codes: list[str] = []
     for p in probes:
-        verdict = p.get("verdict") or {}
-        if verdict.get("quiet", True):
+        if p.verdict is None or p.verdict.quiet:
             continue
-        for f in verdict.get("findings") or ():
-            if f.get("level") != "info" and f.get("code") not in codes:
-                codes.append(str(f.get("code")))
+        for f in p.verdict.findings:
+            if f.level != "info" and f.code not in codes:
+                codes.append(f.code)
     return "QUIET" if not codes else "NOISY: " + ", ".join(codes)
 
 

@@ -97,7 +97,7 @@ TABLE_HEAD = [
 def markdown(a: LoadAnalysis) -> str:
     """The markdown report."""
     h = a.header
-    cfg = h.get("load") or {}
+    cfg = h.load or {}
     loop = (
         "closed loop (each user sends its next request when the last one ends)"
         if a.mode == "concurrency"
@@ -115,7 +115,7 @@ def markdown(a: LoadAnalysis) -> str:
         else f"{cfg.get('prompt_words', '?')} words"
     )
     lines = [
-        f"# llmtop load — {h.get('model', '?')} on {h.get('engine', '?')} ({h.get('host', '?')})",
+        f"# llmtop load — {h.model or '?'} on {h.engine or '?'} ({h.host or '?'})",
         "",
         (
             f"{loop}; {per_level} per level; prompt {prompt}, "
@@ -197,7 +197,7 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
     """The JSON report: header, SLO, levels, knee, environment, warnings."""
     return {
         "kind": "load",
-        "header": a.header,
+        "header": a.header.to_json(),
         "mode": a.mode,
         "slo": a.slo.to_dict(),
         "levels": [lv.to_dict() for lv in a.levels],

@@ -1,6 +1,8 @@
 """The session log: versioned JSONL, one record per line, flushed as each record is written.
 
-Record types (field `type`):
+The record types, the format version and its history are the schema's (records.py): every
+writer hands `SessionLog.write` a typed record, and `read_log` gives typed records back.
+The main ones (field `type`):
 * "header": first line. `format` (FORMAT_VERSION), `llmtop_version`, `engine`, `host`, `model`,
   `model_details`, `options`, `environment` (OS/CPU/RAM), `started_at` (wall-clock label).
 * "request": prompt, options, status, error, the server's stats (Ollama names, ns), derived
@@ -23,8 +25,7 @@ its result.
 
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
 a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log`
-returns the log as typed records
-(records.py: `RunLog`, `RequestRecord`, `ProbeRecord`).
+returns the log as typed records (records.py: `RunLog`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -42,26 +43,18 @@ import platformdirs
 
 from llmtop import DISTRIBUTION, __version__
 from llmtop.sessions.records import (
-    CanaryRecord,
+    FORMAT_VERSION,
+    SUPPORTED_FORMATS,
+    AnyRecord,
+    EndRecord,
     Header,
     ProbeRecord,
     RecordError,
-    RequestRecord,
     RunLog,
+    decode,
 )
-from llmtop.sessions.request import RequestResult
 
-FORMAT_VERSION = 1
-# History of the format. Bump it when a reader of the previous version would misread a new
-# log; a field that older readers ignore needs no bump, and readers default a missing one
-# (records.py), so every version-1 log reads.
-# 1 (llmtop 0.1): header / request / probe / end records. Added within version 1: bench
-#   logs (calibration, environment, summary, interrupted records; request fields phase,
-#   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
-#   upstream; request path, pair); the header's machine record moved from a bench-only
-#   `machine` field into `environment` for every log (older bench logs have both); canary
-#   records and the request field `machine` (the machine-speed canary and readings).
-SUPPORTED_FORMATS = (1,)
+__all__ = ["FORMAT_VERSION", "LogError", "SessionLog", "default_log_path", "read_log"]
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a request record with 10k chunks is ~1 MB
 MAX_SKIP_BYTES = 64 * 1024 * 1024  # reading on for the end of an over-long line, at most
 READ_CHUNK_BYTES = 1024 * 1024
@@ -78,39 +71,16 @@ def default_log_path(kind: str = "session") -> Path:
     return folder / f"{kind}-{stamp}.jsonl"
 
 
-def request_record(result: RequestResult) -> dict[str, Any]:
-    """The JSON record of one finished request (chunk stamps as offsets from the send, ns)."""
-    return {
-        "type": "request",
-        "id": result.request_id,
-        "started_at": result.wall_start,
-        "model": result.model,
-        "prompt": result.prompt,
-        "options": result.options,
-        "status": str(result.status),
-        "error": str(result.failure) if result.failure else None,
-        "error_kind": str(result.failure.kind) if result.failure else None,
-        "stats": result.stats.to_dict() if result.stats else None,
-        "metrics": result.metrics.to_dict(),
-        "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
-        "content": result.content,
-        "thinking": result.thinking,
-        "chunks": [
-            [e.t_ns - result.sent_ns, e.content, e.thinking]
-            for e in result.events
-            if not e.done or e.has_text
-        ],
-    }
-
-
 class SessionLog:
-    """Append-only writer. Opening writes the header; each write flushes (and fsyncs all but
-    probe records).
+    """Append-only writer of typed records (records.py). Opening writes the header: `header`
+    holds its fields (engine, model, options...; format, version and start time are added),
+    validated as a Header (raises RecordError for a field of the wrong type). Each write
+    flushes (and fsyncs all but probe records).
 
     Raises LogError when the file cannot be created or written (with the path and the reason).
     """
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+    def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any]) -> None:
         self.path = Path(path)
         self.written = 0  # records written whole
         self.lost = 0  # records not written after the log became incomplete
@@ -123,24 +93,27 @@ class SessionLog:
             raise LogError(
                 f"cannot write the session log {self.path}: {exc.strerror or exc}"
             ) from exc
-        if not self.write(
-            {
-                "type": "header",
-                "format": FORMAT_VERSION,
-                "llmtop_version": __version__,
-                "distribution": DISTRIBUTION,
-                "started_at": datetime.now().astimezone().isoformat(),
-                **header,
-            }
-        ):
+        self.header = Header.from_json({
+            "format": FORMAT_VERSION,
+            "llmtop_version": __version__,
+            "distribution": DISTRIBUTION,
+            "started_at": datetime.now().astimezone().isoformat(),
+            **header,
+        })
+        if not self.write(self.header):
             raise LogError(f"cannot write the session log {self.path}: {self.incomplete}")
 
-    def write(self, record: dict[str, Any], *, sync: bool = True) -> bool:
-        """Append one record as one line, flushed before returning; `sync`: fsync'd too (on
-        disk, not only in the OS's cache). Returns False when it could not be written: the
-        first failure sets `incomplete` (where the log stops and why) and every later record
-        is counted in `lost`, never raising mid-measurement. Raises LogError only for a log
-        already closed (a programming error)."""
+    def write(self, record: AnyRecord, *, sync: bool = True) -> bool:
+        """Append one record (its `to_json()`) as one line, flushed before returning; `sync`:
+        fsync'd too (on disk, not only in the OS's cache). Returns False when it could not be
+        written: the first failure sets `incomplete` (where the log stops and why) and every
+        later record is counted in `lost`, never raising mid-measurement. Raises LogError
+        only for a log already closed (a programming error)."""
+        return self.write_raw(record.to_json(), sync=sync)
+
+    def write_raw(self, record: Mapping[str, Any], *, sync: bool = True) -> bool:
+        """`write` for a JSON object written as given, bypassing the schema: for tests and
+        tools that craft logs by hand (a torn or hostile record). llmtop writes records."""
         line = json.dumps(record, ensure_ascii=False, default=str)
         with self._lock:
             if self._fh is None:
@@ -163,17 +136,23 @@ class SessionLog:
             self.written += 1
             return True
 
-    def write_probe(self, sample: dict[str, Any], request_id: int | None) -> None:
-        """Append a probe sample (already JSON-ready), tagged with the overlapping request;
-        flushed, not fsync'd (module docstring)."""
-        self.write({"type": "probe", "request_id": request_id, **sample}, sync=False)
+    def write_probe(self, sample: Mapping[str, Any], request_id: int | None,
+                    **fields: Any) -> None:
+        """Append a probe sample (already JSON-ready), tagged with the overlapping request
+        and `fields` (a sweep's level and request_ids); flushed, not fsync'd (module
+        docstring). A sample whose typed fields do not validate is written as it is."""
+        body = {"request_id": request_id, **fields, **sample}
+        try:
+            self.write(ProbeRecord.of(body), sync=False)
+        except RecordError:  # never lose a sample over its shape: the reader will say
+            self.write_raw({"type": ProbeRecord.TYPE, **body}, sync=False)
 
     def close(self) -> None:
         """Write the end record and close. Safe to call twice."""
         if self._fh is None:
             return
         try:
-            self.write({"type": "end", "ended_at": datetime.now().astimezone().isoformat()})
+            self.write(EndRecord(datetime.now().astimezone().isoformat()))
         finally:
             with contextlib.suppress(OSError):  # a failed flush is already in `incomplete`
                 self._fh.close()
@@ -194,21 +173,18 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
             raise LogError(f"{p} does not start with an llmtop header record (its first line "
                            f"is over {MAX_LINE_BYTES // 2**20} MiB)")
         header = _read_header(p, _text(p, first) if first else None)
-        requests: list[RequestRecord] = []
-        probes: list[ProbeRecord] = []
-        others: list[dict[str, Any]] = []
-        canaries: list[CanaryRecord] = []
+        records: list[AnyRecord] = []
         for number, raw in lines:
             if raw is None:
                 warnings.append(f"line {number}: longer than {MAX_LINE_BYTES // 2**20} MiB "
                                 "(not a record), skipped")
                 continue
-            _one_record(_text(p, raw), number, requests, probes, others, warnings, canaries)
+            record = _one_record(_text(p, raw), number, warnings)
+            if record is not None:
+                records.append(record)
     except OSError as exc:
         raise LogError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    return RunLog(
-        header, tuple(requests), tuple(probes), tuple(others), tuple(warnings), tuple(canaries)
-    )
+    return RunLog.of(header, records, warnings)
 
 
 def _text(p: Path, raw: bytes) -> str:
@@ -248,37 +224,23 @@ def _bounded_lines(p: Path, warnings: list[str]) -> Iterator[tuple[int, bytes | 
             yield number, None
 
 
-def _one_record(
-    line: str,
-    number: int,
-    requests: list[RequestRecord],
-    probes: list[ProbeRecord],
-    others: list[dict[str, Any]],
-    warnings: list[str],
-    canaries: list[CanaryRecord],
-) -> None:
-    """Parse one line into its typed list, or add a warning naming the line."""
+def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None:
+    """One line as its typed record, or None with a warning naming the line."""
     if not line.strip():
-        return
+        return None
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
         warnings.append(f"line {number}: unreadable (torn write?), skipped")
-        return
+        return None
     if not isinstance(record, dict):
         warnings.append(f"line {number}: not a JSON object, skipped")
-        return
+        return None
     try:
-        if record.get("type") == "request":
-            requests.append(RequestRecord.from_json(line))
-        elif record.get("type") == "probe":
-            probes.append(ProbeRecord.from_json(line))
-        elif record.get("type") == "canary":
-            canaries.append(CanaryRecord.from_json(line))
-        else:
-            others.append(record)
+        return decode(line)
     except RecordError as exc:
         warnings.append(f"line {number}: {exc}; skipped")
+        return None
 
 
 def _read_header(p: Path, line: str | None) -> Header:

@@ -13,8 +13,8 @@ from typing import Any
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.environment import environment
-from llmtop.sessions.log import SessionLog, default_log_path, request_record
-from llmtop.sessions.records import RequestRecord
+from llmtop.sessions.log import SessionLog, default_log_path
+from llmtop.sessions.records import ProbeSourceRecord, RequestRecord
 from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
 
 LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
@@ -80,11 +80,11 @@ class SessionRecorder:
     def record(self, result: RequestResult, **extra: Any) -> RequestRecord:
         """Append a finished (or cancelled) request to the log, with `extra` fields (bench
         phase, index...); returns the record as it will read back (records.RequestRecord).
-        Raises RecordError when an `extra` field has the wrong type (after writing it)."""
+        Raises RecordError when an `extra` field has the wrong type (nothing is written)."""
         self.in_flight = None
-        record = request_record(result) | extra
+        record = RequestRecord.of(result, **extra)
         self.log.write(record)
-        return RequestRecord.from_json(record)
+        return record
 
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
@@ -96,7 +96,7 @@ class SessionRecorder:
 
     def record_probe_state(self, state: str, detail: str) -> None:
         """Log a change of the probe source (an agent "connected", "lost", "refused")."""
-        self.log.write({"type": "probe_source", "state": state, "detail": detail})
+        self.log.write(ProbeSourceRecord(state, detail))
 
     def close(self) -> None:
         """Write the end record and close the log."""

@@ -34,7 +34,16 @@ from llmtop.sessions.analysis import (
 )
 from llmtop.sessions.attribution import Attribution, Cause
 from llmtop.sessions.machine import CANARY_METRICS, READINGS
-from llmtop.sessions.records import RequestRecord, RunLog
+from llmtop.sessions.records import (
+    AnyRecord,
+    CalibrationRecord,
+    EnvironmentRecord,
+    FindingRecord,
+    PreflightRecord,
+    RequestRecord,
+    RunLog,
+    SummaryRecord,
+)
 from llmtop.sessions.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.textfmt import num as _num
 from llmtop.sessions.textfmt import size as _bytes
@@ -54,12 +63,18 @@ class Report:
 
     log: RunLog
     analysis: Analysis
-    calibration: dict[str, Any] | None
-    env_start: dict[str, Any]
-    env_end: dict[str, Any]
-    summary: dict[str, Any] | None
+    calibration: CalibrationRecord | None
+    env_start: EnvironmentRecord | None
+    env_end: EnvironmentRecord | None
+    summary: SummaryRecord | None
     interrupted: bool
-    preflight: dict[str, Any] | None = None
+    preflight: PreflightRecord | None = None
+
+    @property
+    def loaded(self) -> dict[str, Any]:
+        """/api/ps's view of the loaded model, from the end environment else the start's."""
+        return ((self.env_end.loaded if self.env_end else None)
+                or (self.env_start.loaded if self.env_start else None) or {})
     attributions: dict[int | str | None, Attribution] = field(default_factory=dict)
     noisy: tuple[int, int] = (0, 0)
     gpu: GpuUsage = field(default_factory=GpuUsage)
@@ -69,7 +84,7 @@ class Report:
 
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
-    calibration = log.first("calibration")
+    calibration = log.calibration
     analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct,
                        log.canaries)
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
@@ -81,9 +96,9 @@ def build(log: RunLog) -> Report:
         calibration=calibration,
         env_start=log.environment("start"),
         env_end=log.environment("end"),
-        summary=log.first("summary"),
+        summary=log.summary,
         interrupted=log.interrupted,
-        preflight=log.first("preflight"),
+        preflight=log.preflight,
         attributions=attributions,
         noisy=noisy_samples(log.probes),
         gpu=gpu_usage(log.probes),
@@ -129,13 +144,13 @@ def md_table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> lis
     return lines
 
 
-def _size_label(size: SizeAnalysis, calibration: dict[str, Any] | None) -> str:
+def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
     via = f" · {size.path}" if size.path else ""
     if size.target is None:
         return "interactive" + via
-    point = ((calibration or {}).get("targets") or {}).get(str(size.target)) or {}
+    point = calibration.targets.get(str(size.target)) if calibration else None
     if point:
-        return f"{size.target} tok ({point.get('words')} words → {point.get('tokens')}){via}"
+        return f"{size.target} tok ({point.words} words → {point.tokens:g}){via}"
     return f"{size.target} tok{via}"
 
 
@@ -158,7 +173,7 @@ def _markdown_relay(report: Report) -> list[str]:
 
 def _gpu_cells(report: Report) -> tuple[str, str]:
     """GPU util % (median of the probe samples) and VRAM, each with the tool it came from."""
-    loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
+    loaded = report.loaded
     ps = ""
     if loaded.get("size"):
         ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)"
@@ -275,13 +290,13 @@ def _stats_table(s: SizeAnalysis) -> list[str]:
     return md_table(headers, rows)
 
 
-def _measured(f: dict[str, Any]) -> str:
-    if f.get("value") is None:
+def _measured(f: FindingRecord) -> str:
+    if f.value is None:
         return ""
     threshold = ""
-    if f.get("threshold") is not None:
-        threshold = f" vs threshold {f.get('threshold')} {f.get('unit')}"
-    return f" (measured {f.get('value')} {f.get('unit')}{threshold})"
+    if f.threshold is not None:
+        threshold = f" vs threshold {f.threshold} {f.unit}"
+    return f" (measured {f.value} {f.unit}{threshold})"
 
 
 def _markdown_machine(report: Report) -> list[str]:
@@ -291,12 +306,13 @@ def _markdown_machine(report: Report) -> list[str]:
     if pf is None:
         lines.append("No preflight check was recorded.")
     else:
-        lines.append(f"Preflight ({pf.get('duration_s')} s, {pf.get('samples')} samples): "
-                     f"**{pf.get('verdict')}**, background CPU "
-                     f"{_num(pf.get('background_cpu_median'))} % of the machine (median).")
-        for f in pf.get("findings", []):
-            lines.append(f"- {str(f.get('level', '')).upper()} {f.get('code')}: "
-                         f"{f.get('message')}{_measured(f)} — {f.get('remedy')}")
+        body = pf.body
+        lines.append(f"Preflight ({body.get('duration_s')} s, {body.get('samples')} samples): "
+                     f"**{pf.verdict}**, background CPU "
+                     f"{_num(body.get('background_cpu_median'))} % of the machine (median).")
+        for f in pf.findings:
+            lines.append(f"- {f.level.upper()} {f.code}: "
+                         f"{f.message}{_measured(f)} — {f.remedy}")
     noisy, total = report.noisy
     lines.append("")
     lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
@@ -346,17 +362,17 @@ def _markdown_calibration(report: Report) -> list[str]:
     if not c:
         return lines + ["none (not a bench run)"]
     how = "Measured for this run."
-    if c.get("from_cache"):
+    if c.from_cache:
         how = "From the cache (one target re-checked)."
-    lines += [f"Chat template's own cost: {c.get('template_tokens')} tokens. {how}", ""]
-    return lines + md_table(("words", "prompt_eval_count"), c.get("probes") or [])
+    lines += [f"Chat template's own cost: {c.template_tokens} tokens. {how}", ""]
+    return lines + md_table(("words", "prompt_eval_count"), c.probes)
 
 
 def _markdown_environment(report: Report) -> list[str]:
     h = report.log.header
     m = h.machine_environment
     md = h.model_details or {}
-    loaded = report.env_end.get("loaded") or report.env_start.get("loaded") or {}
+    loaded = report.loaded
     gpu = m.get("gpu") or {}
     devices = gpu.get("devices") or []
     gpus = ", ".join(f"{d.get('name')} ({_bytes(d.get('memory_total'))})" for d in devices)
@@ -413,6 +429,13 @@ def _csv(report: Report) -> str:
     return out.getvalue()
 
 
+def _body(record: AnyRecord | None) -> dict[str, Any] | None:
+    """A record's JSON without its `type` (None stays None)."""
+    if record is None:
+        return None
+    return {k: v for k, v in record.to_json().items() if k != "type"}
+
+
 def _json(report: Report) -> dict[str, Any]:
     a = report.analysis
     return {
@@ -421,9 +444,9 @@ def _json(report: Report) -> dict[str, Any]:
         "noisy_probe_samples": dict(zip(("noisy", "during_requests"), report.noisy, strict=True)),
         "interrupted": report.interrupted,
         "drift_threshold_pct": a.drift_threshold_pct,
-        "calibration": report.calibration,
-        "environment": {"start": report.env_start, "end": report.env_end},
-        "preflight": report.preflight,
+        "calibration": _body(report.calibration),
+        "environment": {"start": _body(report.env_start) or {}, "end": _body(report.env_end) or {}},
+        "preflight": _body(report.preflight),
         "relay_comparison": [asdict(c) for c in report.relay],
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},

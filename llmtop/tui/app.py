@@ -53,7 +53,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult, ScreenStackError
@@ -76,6 +76,7 @@ from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.log import LogError
 from llmtop.sessions.recorder import SessionRecorder
+from llmtop.sessions.records import BenchMarkRecord
 from llmtop.sessions.request import RequestResult, run_request
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.frames import StreamFrames
@@ -631,20 +632,18 @@ class LlmtopApp(App[int]):
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
-        self._session_record(
-            {"type": "bench", "phase": "start", "log": log_path, "bench": config.to_dict()}
-        )
+        self._session_record(BenchMarkRecord("start", log_path, bench=config.to_dict()))
         if self.sampler is not None:
             self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
 
     def bench_ended(self, log_path: str, how: str) -> None:
         """A bench ended (`how`: its verdict, "cancelled" or "failed")."""
-        self._session_record({"type": "bench", "phase": "end", "log": log_path, "outcome": how})
+        self._session_record(BenchMarkRecord("end", log_path, outcome=how))
         self._set_probe_interval(streaming=False)
         self._probe_dirty = True  # the main panel was not drawn meanwhile
         self._wake()
 
-    def _session_record(self, record: dict[str, Any]) -> None:
+    def _session_record(self, record: BenchMarkRecord) -> None:
         if self.recorder is not None:
             with contextlib.suppress(LogError):
                 self.recorder.log.write(record)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +15,7 @@ from rich.text import Text
 from llmtop.sessions.load import LoadProgress
 from llmtop.sessions.load_analysis import LevelResult, Percentiles
 from llmtop.sessions.load_report import level_row
+from llmtop.sessions.records import RequestRecord
 
 PLOT_HEIGHT = 8
 PLOT_WIDTH = 48
@@ -33,7 +33,7 @@ class LoadLive:
     done: int = 0
     total: int | None = None
     started_ns: int = 0
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
     dirty: bool = True
 
@@ -57,9 +57,9 @@ class LoadLive:
         TPOT p50 and ok requests/s so far."""
         if self.phase not in ("level", "request"):
             return Text(self.message or self.phase, style="dim")
-        ok = [r for r in self.records if r.get("status") == "ok"]
-        ttft = Percentiles.of((r.get("metrics") or {}).get("ttft_ms") for r in ok)
-        tpot = Percentiles.of((r.get("metrics") or {}).get("tpot_ms") for r in ok)
+        ok = [r for r in self.records if r.status == "ok"]
+        ttft = Percentiles.of(r.metrics.ttft_ms for r in ok)
+        tpot = Percentiles.of(r.metrics.tpot_ms for r in ok)
         elapsed_s = (perf_counter_ns() - self.started_ns) / 1e9
         rate = len(ok) / elapsed_s if elapsed_s > 0 else 0.0
         total = "?" if self.total is None else str(self.total)

@@ -60,4 +60,4 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
         log_path = Path(screen.log_path or "")
     log = read_log(log_path)
     assert [r.phase for r in log.requests] == ["load", "warmup"] + ["measure"] * 3
-    assert log.first("summary") and log.first("preflight")
+    assert log.summary and log.preflight

@@ -85,7 +85,7 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
     log = read_log(tmp_path / "s.jsonl")
     (req,) = log.requests
     assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(123.4)
-    assert list(log.of_type("end"))
+    assert log.ended_at
 
 
 async def test_thinking_is_dim_italic(tmp_path: Path) -> None:

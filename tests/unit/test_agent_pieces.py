@@ -234,6 +234,6 @@ async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> N
         record = await preflight_record(conn, 1.0, nobody)
     finally:
         await engine.aclose()
-    assert (record["verdict"], record["quiet"]) == ("CANNOT CHECK", False)
-    assert record["findings"][0]["code"] == "probe-error"
-    assert nobody.url in record["error"]
+    assert (record.verdict, record.quiet) == ("CANNOT CHECK", False)
+    assert record.findings[0].code == "probe-error"
+    assert record.error is not None and nobody.url in record.error

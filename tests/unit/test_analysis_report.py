@@ -137,7 +137,7 @@ def bench_log(tmp_path):
             "options": {"temperature": 0},
         },
     )
-    log.write(
+    log.write_raw(
         {
             "type": "calibration",
             "template_tokens": 26,
@@ -147,7 +147,7 @@ def bench_log(tmp_path):
         }
     )
     for r in contaminated_json():
-        log.write(r)
+        log.write_raw(r)
     log.close()
     return read_log(path)
 
@@ -193,13 +193,13 @@ def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
         },
     )
     for r in contaminated_json():
-        log.write(r)
+        log.write_raw(r)
         # decode drifted from a first-5 median of 22.0: slow = below 22.0 × 0.95 = 20.9 tok/s,
         # i.e. 14 of the 25 (16.9 … 20.3, 19.8, 16.7 … 15.6); chromium burns 38 % during those
         slow = r["phase"] == "measure" and r["metrics"]["server_decode_tps"] < 20.9
         apps = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0 if slow else 1.0},
                 {"app": "llmtop", "category": "llmtop", "cpu_percent": 50.0}]
-        log.write(
+        log.write_raw(
             {
                 "type": "probe",
                 "request_id": r["id"],
@@ -243,8 +243,8 @@ def test_a_failure_reason_with_a_pipe_stays_in_its_row(tmp_path):
     path = tmp_path / "bench.jsonl"
     log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m"})
     for i in range(3):
-        log.write(record_json(i))
-    log.write({**record_json(3, status="error"), "error": "engine exited | llama: bad magic"})
+        log.write_raw(record_json(i))
+    log.write_raw({**record_json(3, status="error"), "error": "engine exited | llama: bad magic"})
     log.close()
     md = render(build(read_log(path)), "md")
     assert "| 200 | 4 | error | engine exited \\| llama: bad magic |" in md

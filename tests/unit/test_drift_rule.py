@@ -92,7 +92,7 @@ def build_from(reqs, canaries, probes=(), threshold: float | None = None):
         header["bench"] = {"drift_threshold_pct": threshold}
     log = SessionLog(path, header)
     for r in [*reqs, *canaries, *probes]:
-        log.write(_json(r))
+        log.write_raw(_json(r))
     log.close()
     return build(read_log(path))
 
