@@ -18,20 +18,13 @@ from llmtop.sessions.report import build, render
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """The BenchConfig a command line asks for."""
-    think = None if args.think is None else args.think == "on"
-    return BenchConfig(
+    """The BenchConfig a command line asks for (the workload's flags: Workload.from_flags)."""
+    return BenchConfig.from_flags(
+        args,
         requests=args.requests,
         warmup=args.warmup,
         prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        num_ctx=args.num_ctx,
-        temperature=args.temperature,
-        seed=args.seed,
-        num_thread=args.num_thread,
-        think=think,
         drift_threshold_pct=args.drift_threshold,
-        use_cache=not args.no_cache,
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,

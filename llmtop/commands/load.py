@@ -22,21 +22,15 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """The LoadConfig a command line asks for. Raises ValueError for an impossible one."""
     mode: Mode = "rate" if args.rate else "concurrency"
     requests = args.requests if args.requests is not None or args.duration else DEFAULT_REQUESTS
-    return LoadConfig(
+    return LoadConfig.from_flags(
+        args,
         mode=mode,
         levels=args.rate or args.concurrency or DEFAULT_CONCURRENCY,
         requests=requests,
         duration_s=args.duration,
         arrivals=args.arrivals,
         prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        num_ctx=args.num_ctx,
-        temperature=args.temperature,
-        seed=args.seed,
-        num_thread=args.num_thread,
-        think=None if args.think is None else args.think == "on",
         slo=args.slo,
-        use_cache=not args.no_cache,
         preflight_s=args.preflight_duration,
     )
 

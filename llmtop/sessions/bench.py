@@ -36,7 +36,7 @@ from llmtop.sessions.analysis import Analysis, analyze
 from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.log import read_log
 from llmtop.sessions.machine import canary_medians
-from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.options import Workload
 from llmtop.sessions.prompts import PromptGenerator
 from llmtop.sessions.recorder import SessionRecorder
 from llmtop.sessions.records import (
@@ -56,8 +56,9 @@ PROBE_INTERVAL_S = 0.5  # "about 1 Hz or faster during requests"; a bench is all
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """A run's fixed parameters. Times in ms, sizes in tokens.
+class BenchConfig(Workload):
+    """A run's fixed parameters: the workload (options.Workload) and the protocol's own.
+    Times in ms, sizes in tokens.
 
     Defaults follow the source's protocol: 25 requests, 1 warm-up, ~200-token prompts,
     100 output tokens, num_ctx 8192, temperature 0, seed 42.
@@ -66,23 +67,10 @@ class BenchConfig:
     requests: int = 25
     warmup: int = 1
     prompt_tokens: tuple[int, ...] = (200,)
-    max_tokens: int = 100
-    num_ctx: int = DEFAULT_OPTIONS.num_ctx
-    temperature: float = DEFAULT_OPTIONS.temperature
-    seed: int = DEFAULT_OPTIONS.seed
-    num_thread: int | None = None  # the engine's CPU threads; None: the engine's choice
-    think: bool | None = None
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
-    use_cache: bool = True
     compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
-
-    def options(self) -> dict[str, Any]:
-        """The Ollama `options` every request of the run sends."""
-        return GenerationOptions(temperature=self.temperature, seed=self.seed,
-                                 num_ctx=self.num_ctx, num_predict=self.max_tokens,
-                                 num_thread=self.num_thread).to_ollama()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

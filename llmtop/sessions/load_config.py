@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.options import Workload
 
 SLO_TERMS = ("ttft", "tpot", "e2e")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -104,14 +104,14 @@ Mode = Literal["concurrency", "rate"]
 
 
 @dataclass(frozen=True)
-class LoadConfig:
-    """A sweep's fixed parameters.
+class LoadConfig(Workload):
+    """A sweep's fixed parameters: the workload (options.Workload) and the sweep's own.
 
     mode/levels: "concurrency" with worker counts (ints ≥ 1), or "rate" with requests/s (> 0).
     requests: requests per level; or duration_s: seconds per level (closed loop: no request
     starts after it; open loop: rate × duration requests are scheduled). Exactly one is set.
     arrivals: open loop's timetable, "poisson" (exponential gaps, seeded) or "constant".
-    prompt_tokens / max_tokens: calibrated prompt size and num_predict of every request.
+    prompt_tokens: the calibrated prompt size of every request.
     preflight_s: seconds of machine sampling before the sweep (0 skips it).
     """
 
@@ -121,14 +121,7 @@ class LoadConfig:
     duration_s: float | None = None
     arrivals: Literal["poisson", "constant"] = "poisson"
     prompt_tokens: int = 200
-    max_tokens: int = 100
-    num_ctx: int = DEFAULT_OPTIONS.num_ctx
-    temperature: float = DEFAULT_OPTIONS.temperature
-    seed: int = DEFAULT_OPTIONS.seed
-    num_thread: int | None = None  # the engine's CPU threads; None: the engine's choice
-    think: bool | None = None
     slo: Slo = field(default_factory=Slo)
-    use_cache: bool = True
     preflight_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -138,16 +131,6 @@ class LoadConfig:
             raise ValueError("levels must be positive")
         if self.mode == "concurrency" and any(v != int(v) for v in self.levels):
             raise ValueError("concurrency levels must be whole numbers")
-
-    def options(self) -> dict[str, Any]:
-        """The Ollama `options` every request of the sweep sends."""
-        return GenerationOptions(
-            temperature=self.temperature,
-            seed=self.seed,
-            num_ctx=self.num_ctx,
-            num_predict=self.max_tokens,
-            num_thread=self.num_thread,
-        ).to_ollama()
 
     def level_label(self, value: float) -> str:
         """ "4 users" or "2 req/s"."""

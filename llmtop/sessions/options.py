@@ -4,12 +4,17 @@ The defaults make runs repeatable and comparable (docs/method.md, "Rules of a ru
 temperature 0 and a fixed seed, so the same prompt yields the same tokens; a fixed `num_ctx`,
 because in Ollama the context size is part of the model's load settings and a different one
 forces a reload. The CLI, the TUI settings and the bench configuration read these values.
+
+`Workload` is what every request of a bench or a sweep sends (output tokens, the options,
+thinking) and whether calibration may use its cache: declared once, the base of both
+`BenchConfig` and `LoadConfig`, and mapped from the command line once (`from_flags`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +50,46 @@ class GenerationOptions:
 
 
 DEFAULT_OPTIONS = GenerationOptions()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The fixed request of a bench or a sweep (the prompt sizes are each one's own: a bench
+    has several, a sweep one). max_tokens: num_predict, tokens; num_ctx / temperature / seed /
+    num_thread: GenerationOptions' (num_thread None: the engine's choice); think: send
+    `think` true/false (None: not sent); use_cache: calibration may read its cache."""
+
+    max_tokens: int = 100
+    num_ctx: int = DEFAULT_OPTIONS.num_ctx
+    temperature: float = DEFAULT_OPTIONS.temperature
+    seed: int = DEFAULT_OPTIONS.seed
+    num_thread: int | None = None
+    think: bool | None = None
+    use_cache: bool = True
+
+    @classmethod
+    def from_flags(cls, flags: Any, **fields: Any) -> Self:
+        """One of `cls` (a Workload, or a config built on it) from the parsed command line
+        (`max_tokens`, `num_ctx`, `temperature`, `seed`, `num_thread`, `think` "on"/"off"/None,
+        `no_cache`, as `llmtop.cli` declares them for bench and load) plus `fields`, the
+        config's own. Raises what the config's checks raise (ValueError)."""
+        think = None if flags.think is None else flags.think == "on"
+        return cls(max_tokens=flags.max_tokens, num_ctx=flags.num_ctx,
+                   temperature=flags.temperature, seed=flags.seed, num_thread=flags.num_thread,
+                   think=think, use_cache=not flags.no_cache, **fields)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], **fields: Any) -> Self:
+        """One of `cls` on top of a session's Ollama `options` (temperature, seed, num_ctx,
+        num_thread; the defaults where absent) plus `fields`, the config's own (the TUI's
+        forms: a bench or sweep run with the session's options)."""
+        return cls(num_ctx=int(options.get("num_ctx", DEFAULT_OPTIONS.num_ctx)),
+                   temperature=float(options.get("temperature", DEFAULT_OPTIONS.temperature)),
+                   seed=int(options.get("seed", DEFAULT_OPTIONS.seed)),
+                   num_thread=options.get("num_thread"), **fields)
+
+    def options(self) -> dict[str, Any]:
+        """The Ollama `options` every request sends (num_predict = max_tokens)."""
+        return GenerationOptions(temperature=self.temperature, seed=self.seed,
+                                 num_ctx=self.num_ctx, num_predict=self.max_tokens,
+                                 num_thread=self.num_thread).to_ollama()

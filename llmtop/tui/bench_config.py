@@ -47,17 +47,12 @@ def config_from_form(
 ) -> BenchConfig:
     """The form's four fields on top of the session's fixed options (temperature, seed,
     num_ctx from `settings.options`). Raises BenchFormError for a value that cannot run."""
-    base = BenchConfig()
-    options = settings.options
-    config = BenchConfig(
+    config = BenchConfig.from_options(
+        settings.options,
         requests=_int("requests", requests, 1),
         warmup=_int("warm-up", warmup, 0),
         prompt_tokens=parse_prompt_tokens(prompt_tokens),
         max_tokens=_int("max tokens", max_tokens, MIN_MAX_TOKENS),
-        num_ctx=int(options.get("num_ctx", base.num_ctx)),
-        temperature=float(options.get("temperature", base.temperature)),
-        seed=int(options.get("seed", base.seed)),
-        num_thread=options.get("num_thread"),
         use_cache=settings.bench_use_cache,
     )
     if settings.bench_preflight_s is not None:

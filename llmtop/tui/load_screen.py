@@ -40,17 +40,13 @@ def config_from_form(
         raise ValueError("requests per level must be a whole number >= 1")
     if not prompt_tokens.strip().isdigit() or int(prompt_tokens) < 8:
         raise ValueError("prompt tokens must be a whole number >= 8")
-    options = settings.options
-    return LoadConfig(
+    return LoadConfig.from_options(
+        settings.options,
         mode=mode,
         levels=parse_levels(levels, mode == "concurrency"),
         requests=int(requests),
         slo=Slo.parse(slo),
         prompt_tokens=int(prompt_tokens),
-        temperature=options.get("temperature", 0.0),
-        seed=options.get("seed", 42),
-        num_ctx=options.get("num_ctx", 8192),
-        num_thread=options.get("num_thread"),
     )
 
 
