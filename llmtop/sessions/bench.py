@@ -49,7 +49,7 @@ from llmtop.sessions.records import (
     RunLog,
     SummaryRecord,
 )
-from llmtop.sessions.request import RequestResult, chat_messages, run_request
+from llmtop.sessions.request import RequestResult
 from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
 
 PROBE_INTERVAL_S = 0.5  # "about 1 Hz or faster during requests"; a bench is all requests
@@ -315,18 +315,9 @@ class BenchRunner:
     async def _load_request(self) -> None:
         """One short request before anything else, so the model's load lands in a request of
         its own (phase "load": kept in the log and the report's load column, never a sample)."""
-        prompt = "Hello"
-        collector = self.recorder.new_request(prompt)
         options = {**self.config.options(), "num_predict": 2}  # num_predict does not force a reload
-        result = await run_request(
-            lambda: self.conn.engine.stream_chat(
-                self.conn.model, chat_messages(prompt), options=options, think=self.config.think
-            ),
-            collector,
-        )
-        self.recorder.record(
-            result, phase="load", index=0, prompt_tokens_target=None, prompt_words=1
-        )
+        await self.recorder.measure("Hello", options=options, phase="load", index=0,
+                                    prompt_tokens_target=None, prompt_words=1)
 
     async def _run_size(
         self, target: int, calibration: Calibration, generator: PromptGenerator
@@ -369,26 +360,14 @@ class BenchRunner:
     ) -> None:
         if phase == "measure":  # between requests, never during one (nor tagged as in one)
             await self._canary(self.recorder.requests + 1)
-        collector = self.recorder.new_request(prompt)
         label = f" {extra['path']}" if extra else ""
         self.on_progress(
             BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
         )
-        fields = {
-            "phase": phase,
-            "index": i,
-            "prompt_tokens_target": target,
-            "prompt_words": words,
-            **extra,
-        }
         before = self.machine.read()
-        try:
-            result = await run_request(
-                lambda: self.recorder.stream(prompt, engine), collector, self.on_event
-            )
-        except asyncio.CancelledError:
-            self.recorder.record(collector.finish(cancelled=True), **fields)
-            raise
-        fields["machine"] = asdict(interval(before, self.machine.read()))
-        record = self.recorder.record(result, **fields)
+        result, record = await self.recorder.measure(
+            prompt, self.on_event, engine=engine,
+            late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
+            phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
+        )
         self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

@@ -47,7 +47,7 @@ from llmtop.sessions.records import (
     LevelRecord,
     RequestRecord,
 )
-from llmtop.sessions.request import chat_messages, run_request
+from llmtop.sessions.request import RequestResult
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
@@ -128,13 +128,11 @@ class LoadRunner:
             kind="load",
             extra_header={"load": config.to_dict()},
             think=config.think,
+            write_behind=True,  # fsync'd in a thread: a worker sends its next request at once
         )
         self.engine: Engine = conn.engine
-        self.in_flight: set[int] = set()
         self.level: int | None = None
-        self._max_in_flight = 0
         self._done = 0
-        self._writes: set[asyncio.Task[bool]] = set()
 
     @property
     def log_path(self) -> str:
@@ -239,7 +237,7 @@ class LoadRunner:
         total = cfg.requests
         if total is None and cfg.mode == "rate":
             total = max(1, round(value * (cfg.duration_s or 0)))
-        self.level, self._max_in_flight, self._done = index, 0, 0
+        self.level, self.recorder.peak_streaming, self._done = index, 0, 0
         self.recorder.log.write(LevelRecord(
             "start", index, value, mode=cfg.mode, requests=total, duration_s=cfg.duration_s
         ))
@@ -265,10 +263,10 @@ class LoadRunner:
             assert total is not None
             await self._open(value, total, t0, fields, lambda: generator.make(words))
         wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
-        await asyncio.gather(*self._writes)
+        await self.recorder.drain()
         self.recorder.log.write(LevelRecord(
             "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
-            max_in_flight=self._max_in_flight,
+            max_in_flight=self.recorder.peak_streaming,
         ))
         self.level = None
         result = analyze_load(self.log_path).level(index)
@@ -343,46 +341,28 @@ class LoadRunner:
     ) -> None:
         """Stream one request, log it with `fields` plus its send offset from t0 (and its
         scheduled offset and lag, open loop)."""
-        collector = self.recorder.new_request(prompt)
-        rid = collector.request_id
-        self.in_flight.add(rid)
-        self._max_in_flight = max(self._max_in_flight, len(self.in_flight))
-        opts = {**self.recorder.options, **(options or {})}
-        collector.options = opts
-        try:
-            result = await run_request(
-                lambda: self.engine.stream_chat(
-                    self.conn.model, chat_messages(prompt), options=opts, think=self.config.think
-                ),
-                collector,
-            )
-        except asyncio.CancelledError:
-            self.recorder.record(collector.finish(cancelled=True), **fields)
-            raise
-        finally:
-            self.in_flight.discard(rid)
-        if t0 is not None:
-            fields = {**fields, "sent_offset_ns": result.sent_ns - t0}
-        if t0 is not None and scheduled_ns is not None:
-            fields |= {
-                "scheduled_offset_ns": scheduled_ns - t0,
-                "lag_ms": (result.sent_ns - scheduled_ns) / 1e6,
-            }
-        record = RequestRecord.of(result, **fields)
-        # Written (and fsync'd) in a thread, off the worker's path: a closed-loop worker sends
-        # its next request at once, not after the disk. `_level` waits for the writes.
-        write = asyncio.create_task(asyncio.to_thread(self.recorder.log.write, record))
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
+
+        def late(result: RequestResult) -> dict[str, Any]:
+            if t0 is None:
+                return {}
+            if scheduled_ns is None:
+                return {"sent_offset_ns": result.sent_ns - t0}
+            return {"sent_offset_ns": result.sent_ns - t0,
+                    "scheduled_offset_ns": scheduled_ns - t0,
+                    "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
+
+        _, record = await self.recorder.measure(
+            prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
+            late=late, **fields,
+        )
         self._done += 1
+        streaming = len(self.recorder.streaming)
         self.on_progress(
-            LoadProgress(
-                "request", self.level, None, len(self.in_flight), self._done, total, record=record
-            )
+            LoadProgress("request", self.level, None, streaming, self._done, total, record=record)
         )
 
     def _probe(self, sample: ProbeSample) -> None:
         """Log a probe sample with the level and the ids in flight (sampler thread)."""
         self.recorder.log.write_probe(
-            sample.to_dict(), None, level=self.level, request_ids=sorted(self.in_flight)
+            sample.to_dict(), None, level=self.level, request_ids=sorted(self.recorder.streaming)
         )

@@ -76,8 +76,8 @@ from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.bench import BenchConfig
 from llmtop.sessions.log import LogError
 from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.records import BenchMarkRecord
-from llmtop.sessions.request import RequestResult, run_request
+from llmtop.sessions.records import BenchMarkRecord, RequestRecord
+from llmtop.sessions.request import RequestCollector, RequestResult
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.frames import StreamFrames
 from llmtop.tui.live import LiveRequest
@@ -304,34 +304,35 @@ class LlmtopApp(App[int]):
             recorder = self.recorder
             if recorder is None:
                 return
-            collector = recorder.new_request(prompt)
-            live = self.live = LiveRequest(collector)
-            self.viewing = None
-            self._wake()  # frames follow the stream until it ended, then the timer draws
-            self._set_probe_interval(streaming=True)
+            live: LiveRequest | None = None
+
+            def on_start(collector: RequestCollector) -> None:
+                nonlocal live
+                live = self.live = LiveRequest(collector)
+                self.viewing = None
+                self._wake()  # frames follow the stream until it ended, then the timer draws
+                self._set_probe_interval(streaming=True)
 
             def on_event(event: StreamEvent) -> None:
+                assert live is not None
                 live.add(event)
                 self._frames.changed(live.urgent)
 
-            try:
-                result = await run_request(lambda: recorder.stream(prompt), collector, on_event)
-            except asyncio.CancelledError:
-                self._record(collector.finish(cancelled=True), live)
-                raise
-            finally:
+            def on_end(result: RequestResult, _record: RequestRecord) -> None:
+                assert live is not None
                 self._sample_at_end(live)
-            self._record(result, live)
+                self._ended(result, live)
 
-    def _record(self, result: RequestResult, live: LiveRequest) -> None:
-        """Log a finished request and show its end; a log that cannot be written is reported
-        on screen (the numbers are still shown) rather than ending the app."""
+            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end)
+
+    def _ended(self, result: RequestResult, live: LiveRequest) -> None:
+        """Show a logged request's end; a log that cannot be written is reported on screen
+        (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
         self.session.add(live)
         self._wake()
         assert self.recorder is not None
-        self.recorder.record(result)
         incomplete = self.recorder.log.incomplete
         if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
             self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
