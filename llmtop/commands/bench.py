@@ -11,10 +11,10 @@ from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
-from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
-from llmtop.sessions.calibration import CalibrationError
-from llmtop.sessions.log import LogError
-from llmtop.sessions.report import build, render
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.reports.run import build, render
+from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
+from llmtop.sessions.runners.calibration import CalibrationError
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:

@@ -8,11 +8,11 @@ import sys
 from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.calibration import CalibrationError
-from llmtop.sessions.load import LoadProgress, LoadRunner
-from llmtop.sessions.load_config import LoadConfig, Mode
-from llmtop.sessions.load_report import level_row, render_load
-from llmtop.sessions.log import LogError
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.reports.load import level_row, render_load
+from llmtop.sessions.runners.calibration import CalibrationError
+from llmtop.sessions.runners.load import LoadProgress, LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig, Mode
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_REQUESTS = 40

@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.load_analysis import analyze_load, is_load_log
-from llmtop.sessions.load_report import render_load
-from llmtop.sessions.log import LogError, read_log
-from llmtop.sessions.report import build, render
+from llmtop.sessions.analysis.load import analyze_load, is_load_log
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.reports.load import render_load
+from llmtop.sessions.reports.run import build, render
 
 SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
 

@@ -33,13 +33,13 @@ from locust.runners import WorkerRunner
 
 from llmtop.engines.http import Peer
 from llmtop.loadtest.stream import arrival_transport, stream_chat
-from llmtop.sessions.environment import environment as machine_environment
-from llmtop.sessions.load_config import LoadConfig
-from llmtop.sessions.log import SessionLog
-from llmtop.sessions.options import GenerationOptions
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.records import LevelRecord, RequestRecord
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.measure.options import GenerationOptions
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestCollector
+from llmtop.sessions.records.log import SessionLog
+from llmtop.sessions.records.schema import LevelRecord, RequestRecord
+from llmtop.sessions.runners.environment import environment as machine_environment
+from llmtop.sessions.runners.load_config import LoadConfig
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
 

@@ -72,12 +72,12 @@ from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
-from llmtop.sessions.bench import BenchConfig
-from llmtop.sessions.log import LogError
-from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.records import BenchMarkRecord, RequestRecord
-from llmtop.sessions.request import RequestCollector, RequestResult
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
+from llmtop.sessions.runners.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
+from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.frames import StreamFrames
 from llmtop.tui.live import LiveRequest

@@ -27,10 +27,10 @@ from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
-from llmtop.sessions.bench import BenchConfig, BenchRunner
-from llmtop.sessions.calibration import CalibrationError
-from llmtop.sessions.log import LogError
-from llmtop.sessions.report import build, render
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.reports.run import build, render
+from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.tui.bench_config import BenchFormError, bench_log_path, config_from_form, form_defaults
 from llmtop.tui.bench_state import BenchState
 from llmtop.tui.noise import NoiseTracker, noisy_message

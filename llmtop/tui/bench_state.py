@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmtop.engines.events import StreamEvent
-from llmtop.sessions.analysis import Analysis, BenchStatus, first_pass_status
-from llmtop.sessions.bench import BenchConfig, BenchOutcome, BenchProgress
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.analysis.run import Analysis, BenchStatus, first_pass_status
+from llmtop.sessions.measure.request import RequestCollector
+from llmtop.sessions.runners.bench import BenchConfig, BenchOutcome, BenchProgress
 from llmtop.tui.live import LiveRequest, request_span_ns
 from llmtop.tui.noise import NoiseTracker
 

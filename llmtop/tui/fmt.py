@@ -3,7 +3,7 @@ for CPU readings that need a second sample), never as a made-up 0."""
 
 from __future__ import annotations
 
-from llmtop.sessions.textfmt import NA, size, spark_cell
+from llmtop.sessions.reports.text import NA, size, spark_cell
 
 __all__ = ["NA", "WARMING", "bar", "ms", "pct", "rate", "size", "spark_char"]
 

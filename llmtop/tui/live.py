@@ -3,7 +3,7 @@
 `LiveRequest.add` is the stream's `on_event` callback: it only appends to buffers and sets
 `dirty`; the app's render timer (≤ 20 Hz) reads the buffers and clears `dirty`. Every number
 here comes from the engine's own arrival stamps (`StreamEvent.t_ns`) and the collector's send
-stamp, with the same formulas as `llmtop.sessions.timeline` — the UI never reads a clock.
+stamp, with the same formulas as `llmtop.sessions.measure.timeline` — the UI never reads a clock.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmtop.engines.events import Failure, StreamEvent
-from llmtop.sessions.request import RequestCollector, RequestResult
-from llmtop.sessions.timeline import NS_PER_MS, live_chunk_rate
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 
 THINKING = "thinking"
 CONTENT = "content"

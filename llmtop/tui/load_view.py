@@ -12,10 +12,10 @@ from time import perf_counter_ns
 from rich.table import Table
 from rich.text import Text
 
-from llmtop.sessions.load import LoadProgress
-from llmtop.sessions.load_analysis import LevelResult, Percentiles
-from llmtop.sessions.load_report import level_row
-from llmtop.sessions.records import RequestRecord
+from llmtop.sessions.analysis.load import LevelResult, Percentiles
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.reports.load import level_row
+from llmtop.sessions.runners.load import LoadProgress
 
 PLOT_HEIGHT = 8
 PLOT_WIDTH = 48

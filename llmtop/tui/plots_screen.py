@@ -19,9 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
-from llmtop.sessions.compare import run_analysis
-from llmtop.sessions.log import LogError, read_log
-from llmtop.sessions.series import SizeSeries, run_series
+from llmtop.sessions.analysis.compare import run_analysis
+from llmtop.sessions.analysis.series import SizeSeries, run_series
+from llmtop.sessions.records.log import LogError, read_log
 
 MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
 BINS = 30

@@ -5,7 +5,7 @@ The main screen shows three things from here, all derived from figures already c
 
 * `ttft_view`: TTFT of each request of the session (ms), one value per request that got a
   first chunk, the request on screen marked, the NOISY ones marked, and their median and
-  min–max (`llmtop.sessions.stats.summarize`).
+  min–max (`llmtop.sessions.measure.stats.summarize`).
 * `gaps_view`: the request's inter-chunk gaps (ms) with an honest label — per *token* only
   when the server's eval_count equals the number of text chunks — its running TPOT and decode
   rate, and the previous request's TPOT as a reference.
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from llmtop.sessions.request import RequestResult
-from llmtop.sessions.stats import summarize
-from llmtop.sessions.timeline import RequestMetrics
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import summarize
+from llmtop.sessions.measure.timeline import RequestMetrics
 from llmtop.tui.live import LiveRequest
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)

@@ -17,11 +17,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from llmtop.sessions.catalog import SessionEntry, catalogue
-from llmtop.sessions.compare import compare_logs
-from llmtop.sessions.compare_report import markdown as compare_markdown
-from llmtop.sessions.log import LogError, read_log
-from llmtop.sessions.report import build, render
+from llmtop.sessions.analysis.catalog import SessionEntry, catalogue
+from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.reports.compare import markdown as compare_markdown
+from llmtop.sessions.reports.run import build, render
 from llmtop.tui.plots_screen import PlotsScreen
 from llmtop.tui.widgets.report_screen import ReportScreen
 

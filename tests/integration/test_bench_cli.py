@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration
 

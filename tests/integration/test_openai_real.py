@@ -25,7 +25,7 @@ import pytest
 from llmtop.engines.child import free_port
 from llmtop.engines.openai import OpenAIEngine
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.request import chat_messages
+from llmtop.sessions.measure.request import chat_messages
 
 pytestmark = pytest.mark.integration
 PROMPT = "Why is the sky blue?"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import ProgressBar
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import make_app
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.settings import TuiSettings

@@ -14,8 +14,8 @@ import pytest
 from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
-from llmtop.sessions.log import read_log
-from llmtop.sessions.records import BenchMarkRecord
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import BenchMarkRecord
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.messages import ProbeSampled
@@ -35,7 +35,7 @@ def build(
 ) -> LlmtopApp:
     """An app on `engine` with the tiny bench as the form's defaults (no calibration cache;
     no preflight unless asked: it samples the real machine)."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", engine.clock)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     settings = TuiSettings(
         engine="fake",
         options={"temperature": 0.0, "seed": 42, "num_predict": 8, "num_ctx": 2048},

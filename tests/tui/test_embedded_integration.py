@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import make_app
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel

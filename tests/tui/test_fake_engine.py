@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Input
 
 from llmtop.engines.connection import Connection
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.settings import TuiSettings
 from llmtop.tui.widgets.header_line import identity
@@ -25,7 +25,7 @@ from .fakes import SENT_NS, FakeEngine, ev, fake_connection, shown, type_text, w
 @pytest.fixture(autouse=True)
 def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
     """The send stamp the fake's event offsets are relative to."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
 
 
 def build(tmp_path: Path, conn: Connection | None = None) -> tuple[LlmtopApp, Connection]:

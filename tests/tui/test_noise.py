@@ -22,7 +22,7 @@ NOISE = "Chromium (14 processes) is using 38 % CPU"
 
 @pytest.fixture(autouse=True)
 def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
 
 
 def test_tracker_spans_and_messages() -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from llmtop.engines.events import ServerStats, StreamEvent
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.measure.request import RequestCollector
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import (
     MAX_BARS,

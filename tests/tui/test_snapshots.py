@@ -77,7 +77,7 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
     """The app on the scripted engine, every request sent at SENT_NS (fakes.SCRIPTS); its log
     is "s.jsonl" in the working directory (`in_tmp_dir`)."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
     app, _ = main_build(Path())
     return seeded(app)
 

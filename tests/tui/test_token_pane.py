@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.measure.request import RequestCollector
 from llmtop.tui.app import make_app
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.settings import TuiSettings

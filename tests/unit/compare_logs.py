@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from llmtop.sessions.log import SessionLog
+from llmtop.sessions.records.log import SessionLog
 from tests.unit.test_analysis_report import record_json
 
 OPTIONS = {"temperature": 0.0, "seed": 42, "num_ctx": 4096, "num_predict": 100}

@@ -23,7 +23,7 @@ from llmtop.probes.remote import AgentError, AgentTarget, probes_note, remote_sa
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict
-from llmtop.sessions.records import ProbeRecord
+from llmtop.sessions.records.schema import ProbeRecord
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -225,7 +225,7 @@ async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> N
     from llmtop.engines.child import free_port
     from llmtop.engines.connection import Connection
     from llmtop.engines.ollama import OllamaEngine
-    from llmtop.sessions.bench import preflight_record
+    from llmtop.sessions.runners.bench import preflight_record
 
     engine = OllamaEngine("http://127.0.0.1:1")
     conn = Connection(engine=engine, model="m", info=None, version=None)

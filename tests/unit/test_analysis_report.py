@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis import BenchStatus, analyze, first_pass_status
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.records import RequestRecord
-from llmtop.sessions.report import build, md_table, render
+from llmtop.sessions.analysis.run import BenchStatus, analyze, first_pass_status
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.reports.run import build, md_table, render
 from tests.unit.test_stats import CONTAMINATED
 
 MS = 1_000_000

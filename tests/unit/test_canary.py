@@ -13,8 +13,8 @@ from llmtop.probes.canary import Canary, CanaryCache, CanaryResult, check_agains
 from llmtop.probes.cgroup import Throttling, read_throttling
 from llmtop.probes.gpu import GpuClocks, GpuProbe
 from llmtop.probes.machine_speed import MachineReader, MachineReading, interval
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.machine import canary_medians
+from llmtop.sessions.analysis.machine import canary_medians
+from llmtop.sessions.records.log import SessionLog, read_log
 from tests.unit.test_probes_gpu import FakeNvml
 
 

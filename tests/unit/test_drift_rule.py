@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.sessions.analysis import analyze, engine_slowdown
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
-from llmtop.sessions.report import build, render
-from llmtop.sessions.stats import DRIFT_FLOOR_MS, drift, worse_p_value
+from llmtop.sessions.analysis.run import analyze, engine_slowdown
+from llmtop.sessions.measure.stats import DRIFT_FLOOR_MS, drift, worse_p_value
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.reports.run import build, render
 from tests.unit.test_analysis_report import record_json
 
 # Small wobbles so that the groups are real samples, not constants.

@@ -42,11 +42,11 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "llmtop", tmp_path / "llmtop",
                     ignore=shutil.ignore_patterns("__pycache__"))
     planted = tmp_path / "llmtop" / "engines" / "events.py"
-    planted.write_text(planted.read_text() + "\nimport llmtop.sessions.report  # planted\n")
+    planted.write_text(planted.read_text() + "\nimport llmtop.sessions.reports.run  # planted\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
     assert "Contracts: 1 kept, 1 broken." in result.stdout
-    assert "llmtop.engines.events -> llmtop.sessions.report" in result.stdout
+    assert "llmtop.engines.events -> llmtop.sessions.reports.run" in result.stdout
 
 
 def test_core_imports_without_textual() -> None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.sessions.load_analysis import (
+from llmtop.sessions.analysis.load import (
     LoadAnalysis,
     Percentiles,
     analyze_log,
     min_samples,
     probe_verdict,
 )
-from llmtop.sessions.load_config import Slo
-from llmtop.sessions.load_report import render_load
-from llmtop.sessions.records import ProbeRecord, RunLog
+from llmtop.sessions.records.schema import ProbeRecord, RunLog
+from llmtop.sessions.reports.load import render_load
+from llmtop.sessions.runners.load_config import Slo
 
 
 def analyze_records(header: dict, records: list[dict]) -> LoadAnalysis:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from llmtop.sessions.load_config import (
+from llmtop.sessions.runners.load_config import (
     LoadConfig,
     Slo,
     arrival_offsets,

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from llmtop.engines.events import ServerStats, Status, StreamEvent
-from llmtop.sessions.log import FORMAT_VERSION, LogError, SessionLog, read_log
-from llmtop.sessions.records import Chunk, RequestRecord
-from llmtop.sessions.request import RequestCollector, RequestResult
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.sessions.records.log import FORMAT_VERSION, LogError, SessionLog, read_log
+from llmtop.sessions.records.schema import Chunk, RequestRecord
 
 MS = 1_000_000
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions import log as session_log
-from llmtop.sessions.log import LogError, SessionLog, read_log
+from llmtop.sessions.records import log as session_log
+from llmtop.sessions.records.log import LogError, SessionLog, read_log
 from llmtop.testing.scripted import ScriptedUpstream
 
 HEADER = json.dumps({"type": "header", "format": 1, "kind": "session"})

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from llmtop.engines.events import ServerStats, Status
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.records import (
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.timeline import RequestMetrics
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import (
     RECORD_TYPES,
     BenchMarkRecord,
     CalibrationRecord,
@@ -23,8 +25,6 @@ from llmtop.sessions.records import (
     UnknownRecord,
     decode,
 )
-from llmtop.sessions.request import RequestResult
-from llmtop.sessions.timeline import RequestMetrics
 
 CALIBRATION = {"calibration_format": 1, "engine_host": "h", "model": "m", "options_key": "k",
                "template_tokens": 9, "targets": {"200": {"words": 150, "tokens": 201}},

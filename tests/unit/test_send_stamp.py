@@ -9,8 +9,8 @@ import pytest
 
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.stamps import SendStamp, stamping
-from llmtop.sessions.records import RequestRecord
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.records.schema import RequestRecord
 from llmtop.testing.scripted import ScriptedUpstream
 
 

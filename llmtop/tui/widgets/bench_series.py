@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from llmtop.sessions.textfmt import num, spark_cell
+from llmtop.sessions.reports.text import num, spark_cell
 from llmtop.tui.bench_state import WARMUP, BenchRow
 
 LABEL_WIDTH = 14

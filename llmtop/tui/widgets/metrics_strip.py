@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from llmtop.engines.events import Status
-from llmtop.sessions.request import RequestResult
+from llmtop.sessions.measure.request import RequestResult
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import GapsView, gaps_view

@@ -1,4 +1,4 @@
-"""A modal that shows a bench's full markdown report (`llmtop.sessions.report`), scrollable."""
+"""A modal that shows a bench's full markdown report (`llmtop.sessions.reports.run`), scrollable."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.tui import fmt
 from llmtop.tui.live import LiveRequest
 from llmtop.tui.session_state import SessionState, TtftView

@@ -53,8 +53,8 @@ from enum import StrEnum
 from typing import Any
 
 from llmtop.engines.events import Status
-from llmtop.sessions.records import AppCpu, ProbeRecord, RequestRecord
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.records.schema import AppCpu, ProbeRecord, RequestRecord
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality
 K_SPREAD = 2.0

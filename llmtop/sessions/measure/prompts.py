@@ -29,9 +29,10 @@ HEAD_WORDS = 3  # the start of every prompt that no earlier prompt of a generato
 
 @functools.cache
 def word_list() -> tuple[str, ...]:
-    """The shipped word list (`llmtop/sessions/words.txt`): ~1700 common lowercase English
-    words, in file order, loaded once through `importlib.resources`."""
-    text = resources.files("llmtop.sessions").joinpath("words.txt").read_text(encoding="utf-8")
+    """The shipped word list (`llmtop/sessions/measure/words.txt`): ~1700 common lowercase
+    English words, in file order, loaded once through `importlib.resources`."""
+    words_txt = resources.files("llmtop.sessions.measure").joinpath("words.txt")
+    text = words_txt.read_text(encoding="utf-8")
     words = tuple(line.strip() for line in text.splitlines() if line.strip())
     if len(words) < 100:
         raise RuntimeError(f"llmtop's word list is damaged: {len(words)} words in words.txt")

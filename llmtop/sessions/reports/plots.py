@@ -23,10 +23,10 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from llmtop.sessions.analysis import RequestVerdict, SizeAnalysis
-from llmtop.sessions.attribution import EXCLUDED_CATEGORIES
-from llmtop.sessions.records import ProbeRecord, RequestRecord
-from llmtop.sessions.series import kind_of
+from llmtop.sessions.analysis.attribution import EXCLUDED_CATEGORIES
+from llmtop.sessions.analysis.run import RequestVerdict, SizeAnalysis
+from llmtop.sessions.analysis.series import kind_of
+from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
 
 NOISY_FILL = "rgba(214, 39, 40, 0.12)"
 MARKERS = {"ok": ("circle", "#1f77b4"), "warmup": ("diamond-open", "#7f7f7f"),

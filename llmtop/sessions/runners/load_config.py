@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from llmtop.sessions.options import Workload
+from llmtop.sessions.measure.options import Workload
 
 SLO_TERMS = ("ttft", "tpot", "e2e")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")

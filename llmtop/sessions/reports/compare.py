@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llmtop.sessions.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
-from llmtop.sessions.report import md_table
-from llmtop.sessions.textfmt import num
+from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
+from llmtop.sessions.reports.run import md_table
+from llmtop.sessions.reports.text import num
 
 FORMATS = ("md", "json", "html")
 CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmtop.sessions.analysis import Analysis, analyze, calibrated_tokens, noisy_samples
-from llmtop.sessions.records import RunLog
+from llmtop.sessions.analysis.run import Analysis, analyze, calibrated_tokens, noisy_samples
+from llmtop.sessions.records.schema import RunLog
 
 if TYPE_CHECKING:
     import numpy as np

@@ -36,9 +36,9 @@ from typing import Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from llmtop.engines.events import FailureKind, ServerStats, Status
-from llmtop.sessions.request import RequestResult
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
-from llmtop.sessions.timeline import RequestMetrics
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.measure.timeline import RequestMetrics
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")

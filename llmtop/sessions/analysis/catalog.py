@@ -15,8 +15,8 @@ from typing import Any
 
 import platformdirs
 
-from llmtop.sessions.compare import run_analysis
-from llmtop.sessions.log import LogError, read_log
+from llmtop.sessions.analysis.compare import run_analysis
+from llmtop.sessions.records.log import LogError, read_log
 
 
 def sessions_folder() -> Path:

@@ -33,8 +33,8 @@ import platformdirs
 
 from llmtop.engines.base import Engine, EngineError
 from llmtop.engines.events import FailureKind, StreamEvent
-from llmtop.sessions.prompts import PromptGenerator, prompt_format_id
-from llmtop.sessions.request import chat_messages
+from llmtop.sessions.measure.prompts import PromptGenerator, prompt_format_id
+from llmtop.sessions.measure.request import chat_messages
 
 ANCHOR_WORDS = 50  # the word count of the probe that measures tokens per word
 CALIBRATION_FORMAT = 1

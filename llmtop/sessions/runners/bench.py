@@ -32,14 +32,14 @@ from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_finding
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.preflight import run_preflight
 from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget, make_sampler
-from llmtop.sessions.analysis import Analysis, analyze
-from llmtop.sessions.calibration import Calibration, CalibrationCache, calibrate
-from llmtop.sessions.log import read_log
-from llmtop.sessions.machine import canary_medians
-from llmtop.sessions.options import Workload
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.records import (
+from llmtop.sessions.analysis.machine import canary_medians
+from llmtop.sessions.analysis.run import Analysis, analyze
+from llmtop.sessions.measure.options import Workload
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import (
     CalibrationRecord,
     CanaryRecord,
     EnvironmentRecord,
@@ -49,8 +49,8 @@ from llmtop.sessions.records import (
     RunLog,
     SummaryRecord,
 )
-from llmtop.sessions.request import RequestResult
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.recorder import SessionRecorder
 
 PROBE_INTERVAL_S = 0.5  # "about 1 Hz or faster during requests"; a bench is all requests
 

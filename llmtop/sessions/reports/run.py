@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llmtop.sessions.analysis import (
+from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.analysis.run import (
     METRICS,
     Analysis,
     GpuUsage,
@@ -32,9 +34,8 @@ from llmtop.sessions.analysis import (
     size_key,
     warmup_load_ms,
 )
-from llmtop.sessions.attribution import Attribution, Cause
-from llmtop.sessions.machine import CANARY_METRICS, READINGS
-from llmtop.sessions.records import (
+from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
+from llmtop.sessions.records.schema import (
     AnyRecord,
     CalibrationRecord,
     EnvironmentRecord,
@@ -44,9 +45,8 @@ from llmtop.sessions.records import (
     RunLog,
     SummaryRecord,
 )
-from llmtop.sessions.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
-from llmtop.sessions.textfmt import num as _num
-from llmtop.sessions.textfmt import size as _bytes
+from llmtop.sessions.reports.text import num as _num
+from llmtop.sessions.reports.text import size as _bytes
 
 FORMATS = ("md", "csv", "json", "html")
 
@@ -111,7 +111,7 @@ def render(report: Report, fmt: str) -> str:
     """The report as text in `fmt` ("md", "csv", "json" or "html": html_report.py's
     self-contained page). Raises ValueError otherwise."""
     if fmt == "html":
-        from llmtop.sessions.html_report import report_html  # plotly: only when asked for
+        from llmtop.sessions.reports.html import report_html  # plotly: only when asked for
 
         return report_html(report)
     if fmt == "md":

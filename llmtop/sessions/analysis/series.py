@@ -8,8 +8,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from llmtop.sessions.analysis import Analysis, BenchStatus, RequestVerdict, SizeAnalysis
-from llmtop.sessions.records import RequestRecord
+from llmtop.sessions.analysis.run import Analysis, BenchStatus, RequestVerdict, SizeAnalysis
+from llmtop.sessions.records.schema import RequestRecord
 
 KINDS = ("ok", "warmup", "excluded")
 

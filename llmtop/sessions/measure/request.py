@@ -19,7 +19,7 @@ from typing import Any
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
 from llmtop.engines.stamps import SendStamp, stamping
-from llmtop.sessions.timeline import RequestMetrics, compute_metrics
+from llmtop.sessions.measure.timeline import RequestMetrics, compute_metrics
 
 
 class EventText:

@@ -13,7 +13,7 @@ import io
 import json
 from typing import Any
 
-from llmtop.sessions.load_analysis import LevelResult, LoadAnalysis, Percentiles
+from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 
 FORMATS = ("md", "csv", "json", "html")
 
@@ -215,8 +215,8 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
 def _html(analysis: LoadAnalysis) -> str:
     """One page: the markdown report, then TTFT p50/p95 against request throughput per level
     (levels without a throughput or a TTFT median are left out of the curve)."""
-    from llmtop.sessions.html_report import load_curve_section, markdown_html, page
-    from llmtop.sessions.plots import LoadPoint  # plotly: only when a page is asked for
+    from llmtop.sessions.reports.html import load_curve_section, markdown_html, page
+    from llmtop.sessions.reports.plots import LoadPoint  # plotly: only when a page is asked for
 
     points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
               for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from llmtop.sessions.records import CanaryRecord, RequestRecord
+from llmtop.sessions.records.schema import CanaryRecord, RequestRecord
 
 # (series key, label, unit, higher_is_better), like analysis.METRICS
 CANARY_METRICS: tuple[tuple[str, str, str, bool], ...] = (

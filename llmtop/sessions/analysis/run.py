@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from llmtop.engines.events import ServerStats, Status
-from llmtop.sessions.attribution import (
+from llmtop.sessions.analysis.attribution import (
     Attribution,
     CanaryPart,
     Cause,
@@ -24,9 +24,8 @@ from llmtop.sessions.attribution import (
     attribute,
     name_cause,
 )
-from llmtop.sessions.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
-from llmtop.sessions.records import CalibrationRecord, CanaryRecord, ProbeRecord, RequestRecord
-from llmtop.sessions.stats import (
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
+from llmtop.sessions.measure.stats import (
     DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
     DRIFT_THRESHOLD_PCT,
@@ -37,7 +36,13 @@ from llmtop.sessions.stats import (
     percentile,
     summarize,
 )
-from llmtop.sessions.textfmt import sparkline
+from llmtop.sessions.records.schema import (
+    CalibrationRecord,
+    CanaryRecord,
+    ProbeRecord,
+    RequestRecord,
+)
+from llmtop.sessions.reports.text import sparkline
 
 # (key in the request's "metrics", label, unit, higher_is_better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (

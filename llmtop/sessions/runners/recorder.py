@@ -16,10 +16,15 @@ from typing import Any, NamedTuple
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
-from llmtop.sessions.environment import environment
-from llmtop.sessions.log import SessionLog, default_log_path
-from llmtop.sessions.records import ProbeSourceRecord, RequestRecord
-from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages, run_request
+from llmtop.sessions.measure.request import (
+    RequestCollector,
+    RequestResult,
+    chat_messages,
+    run_request,
+)
+from llmtop.sessions.records.log import SessionLog, default_log_path
+from llmtop.sessions.records.schema import ProbeSourceRecord, RequestRecord
+from llmtop.sessions.runners.environment import environment
 
 LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
 

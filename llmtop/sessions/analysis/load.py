@@ -28,11 +28,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmtop.sessions.analysis import BenchStatus, first_pass_status
-from llmtop.sessions.load_config import Slo
-from llmtop.sessions.log import read_log
-from llmtop.sessions.records import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
-from llmtop.sessions.stats import P95_MIN_SAMPLES, percentile
+from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
+from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
+from llmtop.sessions.runners.load_config import Slo
 
 KNEE_SHARE = 0.90  # the rule: goodput share stays ≥ 90 %
 KNEE_GAIN = 0.10  # throughput "stops rising": the next level adds under 10 %

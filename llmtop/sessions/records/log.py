@@ -42,7 +42,7 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import DISTRIBUTION, __version__
-from llmtop.sessions.records import (
+from llmtop.sessions.records.schema import (
     FORMAT_VERSION,
     SUPPORTED_FORMATS,
     AnyRecord,

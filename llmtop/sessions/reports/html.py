@@ -18,10 +18,12 @@ from collections.abc import Iterable, Sequence
 
 from markdown_it import MarkdownIt
 
-from llmtop.sessions.analysis import size_key
-from llmtop.sessions.compare import Comparison, groups, run_analysis
-from llmtop.sessions.compare_report import markdown as compare_markdown
-from llmtop.sessions.plots import (
+from llmtop.sessions.analysis.compare import Comparison, groups, run_analysis
+from llmtop.sessions.analysis.run import size_key
+from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
+from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports.compare import markdown as compare_markdown
+from llmtop.sessions.reports.plots import (
     LoadPoint,
     TimeAxis,
     compare_figure,
@@ -30,9 +32,7 @@ from llmtop.sessions.plots import (
     load_curve_figure,
     series_figure,
 )
-from llmtop.sessions.records import RunLog
-from llmtop.sessions.report import Report, render
-from llmtop.sessions.series import chunk_gaps_ms, size_label
+from llmtop.sessions.reports.run import Report, render
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;

@@ -34,20 +34,20 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.bench import PROBE_INTERVAL_S, environment_record, preflight_record
-from llmtop.sessions.calibration import CalibrationCache, calibrate
-from llmtop.sessions.load_analysis import LevelResult, LoadAnalysis, analyze_load
-from llmtop.sessions.load_config import LoadConfig, arrival_offsets
-from llmtop.sessions.load_env import engine_parallelism
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.records import (
+from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, analyze_load
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.records.schema import (
     CalibrationRecord,
     InterruptedRecord,
     LevelRecord,
     RequestRecord,
 )
-from llmtop.sessions.request import RequestResult
+from llmtop.sessions.runners.bench import PROBE_INTERVAL_S, environment_record, preflight_record
+from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
+from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
+from llmtop.sessions.runners.load_env import engine_parallelism
+from llmtop.sessions.runners.recorder import SessionRecorder
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
