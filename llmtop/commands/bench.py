@@ -12,7 +12,8 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.reports.run import build, render
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.runners.calibration import CalibrationError
 

@@ -9,7 +9,8 @@ from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.reports.load import level_row, render_load
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.load import level_row
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadProgress, LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode
@@ -76,7 +77,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
             return ExitCode.REQUEST_FAILED
     finally:
         await conn.close()
-    print(render_load(outcome.analysis, "json" if args.json else "md"), end="")
+    print(render(outcome.analysis, "json" if args.json else "md"), end="")
     if not any(lv.ok for lv in outcome.analysis.levels):
         print("llmtop load: no request completed ok", file=sys.stderr)
         return ExitCode.REQUEST_FAILED

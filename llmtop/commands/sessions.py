@@ -9,7 +9,7 @@ import sys
 
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.catalog import SessionEntry, catalogue, sessions_folder
-from llmtop.sessions.reports.run import md_table
+from llmtop.sessions.reports.text import md_table
 
 HEADERS = ("date", "engine", "model", "kind", "requests (ok)", "verdict", "log")
 

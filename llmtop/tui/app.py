@@ -75,8 +75,8 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
-from llmtop.sessions.runners.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.frames import StreamFrames

@@ -28,7 +28,8 @@ from textual.worker import Worker
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.reports.run import build, render
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.tui.bench_config import BenchFormError, bench_log_path, config_from_form, form_defaults

@@ -21,10 +21,11 @@ from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
+from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig, Mode, Slo, parse_levels
+from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
 from llmtop.tui.load_view import LoadLive, curve, levels_table
 from llmtop.tui.settings import TuiSettings
 

@@ -21,7 +21,8 @@ from llmtop.sessions.analysis.catalog import SessionEntry, catalogue
 from llmtop.sessions.analysis.compare import compare_logs
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.reports.compare import markdown as compare_markdown
-from llmtop.sessions.reports.run import build, render
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.tui.plots_screen import PlotsScreen
 from llmtop.tui.widgets.report_screen import ReportScreen
 

@@ -225,7 +225,7 @@ async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> N
     from llmtop.engines.child import free_port
     from llmtop.engines.connection import Connection
     from llmtop.engines.ollama import OllamaEngine
-    from llmtop.sessions.runners.bench import preflight_record
+    from llmtop.sessions.runners.environment import preflight_record
 
     engine = OllamaEngine("http://127.0.0.1:1")
     conn = Connection(engine=engine, model="m", info=None, version=None)

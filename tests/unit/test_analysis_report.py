@@ -11,7 +11,9 @@ from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import BenchStatus, analyze, first_pass_status
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.sessions.reports.run import build, md_table, render
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import Report, build
+from llmtop.sessions.reports.text import md_table
 from tests.unit.test_stats import CONTAMINATED
 
 MS = 1_000_000
@@ -177,8 +179,8 @@ def test_json_report(bench_log):
 
 
 def test_unknown_format():
-    with pytest.raises(ValueError, match="use one of md, csv, json"):
-        render(None, "pdf")
+    with pytest.raises(ValueError, match="use one of md, csv, json, html"):
+        render(object.__new__(Report), "pdf")
 
 
 def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):

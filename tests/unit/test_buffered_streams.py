@@ -73,7 +73,8 @@ def test_the_report_says_which_requests_were_buffered(tmp_path) -> None:
     import json
 
     from llmtop.sessions.records.log import read_log
-    from llmtop.sessions.reports.run import build, render
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import build
 
     reason = "1 text chunk for 100 tokens: held back"
     records = [

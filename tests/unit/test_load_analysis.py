@@ -11,9 +11,9 @@ from llmtop.sessions.analysis.load import (
     min_samples,
     probe_verdict,
 )
+from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.records.schema import ProbeRecord, RunLog
-from llmtop.sessions.reports.load import render_load
-from llmtop.sessions.runners.load_config import Slo
+from llmtop.sessions.reports.formats import render as render_load
 
 
 def analyze_records(header: dict, records: list[dict]) -> LoadAnalysis:

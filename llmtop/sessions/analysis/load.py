@@ -21,7 +21,6 @@ Definitions:
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -29,10 +28,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
+from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
-from llmtop.sessions.runners.load_config import Slo
 
 KNEE_SHARE = 0.90  # the issue's rule: goodput share stays ≥ 90 %
 KNEE_GAIN = 0.10  # throughput "stops rising": the next level adds under 10 %
@@ -152,16 +151,6 @@ class LoadAnalysis:
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
         return next((lv for lv in self.levels if lv.level == index), None)
-
-
-def is_load_log(path: str | os.PathLike[str]) -> bool:
-    """Whether the file's first line is the header of a `llmtop load` log. Never raises."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            header = json.loads(fh.readline())
-    except (OSError, ValueError):
-        return False
-    return isinstance(header, dict) and header.get("kind") == "load"
 
 
 def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:

@@ -42,7 +42,6 @@ from llmtop.sessions.records.schema import (
     ProbeRecord,
     RequestRecord,
 )
-from llmtop.sessions.reports.text import sparkline
 
 # (key in the request's "metrics", label, unit, higher_is_better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (
@@ -203,10 +202,6 @@ class SizeAnalysis:
     def drifted(self) -> list[str]:
         """The deciding metrics whose drift counts, in METRICS order."""
         return [k for k, *_ in METRICS if k not in DERIVED_METRICS and self.drifts[k].worse]
-
-    def sparkline(self, key: str) -> str:
-        """The ordered per-request series of a metric as a text sparkline."""
-        return sparkline(self.series.get(key, []))
 
 
 @dataclass

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
-from llmtop.sessions.reports.run import md_table
-from llmtop.sessions.reports.text import num
+from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports.text import md_table, num
 
-FORMATS = ("md", "json", "html")
+
+@dataclass(frozen=True)
+class Comparisons:
+    """`llmtop compare`'s subject for formats.render: the comparisons (each B against the
+    baseline A) and the logs they came from (A first, then each B in the same order)."""
+
+    comparisons: Sequence[Comparison]
+    logs: Sequence[RunLog]
+
 CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
 
 

@@ -18,10 +18,12 @@ from collections.abc import Iterable, Sequence
 
 from markdown_it import MarkdownIt
 
-from llmtop.sessions.analysis.compare import Comparison, groups, run_analysis
+from llmtop.sessions.analysis.compare import groups, run_analysis
+from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.run import size_key
 from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
-from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports import load as load_report
+from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.compare import markdown as compare_markdown
 from llmtop.sessions.reports.plots import (
     LoadPoint,
@@ -32,7 +34,8 @@ from llmtop.sessions.reports.plots import (
     load_curve_figure,
     series_figure,
 )
-from llmtop.sessions.reports.run import Report, render
+from llmtop.sessions.reports.run import Report
+from llmtop.sessions.reports.run import markdown as run_markdown
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
@@ -88,7 +91,7 @@ def run_plots(report: Report) -> list[str]:
 def report_html(report: Report) -> str:
     """A run's report as a page: the verdict and result table, the plots, then the rest of
     the markdown report (statistics, machine, requests, calibration, environment)."""
-    text = render(report, "md")
+    text = run_markdown(report)
     head, mark, rest = text.partition("\n## Statistics")
     h = report.log.header
     return page(f"llmtop {h.kind} report — {h.model}",
@@ -103,10 +106,21 @@ def load_curve_section(points: Sequence[LoadPoint], slo_ms: float | None = None,
     return _plot(figure_html(fig, "load-curve"))
 
 
-def compare_html(comparisons: Sequence[Comparison], logs: Sequence[RunLog]) -> str:
+def load_html(analysis: LoadAnalysis) -> str:
+    """A sweep as one page: the markdown report, then TTFT p50/p95 against request
+    throughput per level (levels without a throughput or a TTFT median are left out)."""
+    points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
+              for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]
+    sections = [markdown_html(load_report.markdown(analysis))]
+    if points:
+        sections.append(load_curve_section(points, analysis.slo.ttft_ms))
+    return page("llmtop load", sections)
+
+
+def compare_html(subject: Comparisons) -> str:
     """`llmtop compare` as a page: the markdown tables, then per comparison and prompt size
-    the per-request values of A and B side by side. logs: A first, then each B in the order
-    of `comparisons`."""
+    the per-request values of A and B side by side."""
+    comparisons, logs = subject.comparisons, subject.logs
     sections = [markdown_html(compare_markdown(comparisons))]
     counter = itertools.count(1)
     for c, log_b in zip(comparisons, logs[1:], strict=True):

@@ -1,4 +1,5 @@
-"""Renderings of a load sweep (load_analysis.py): markdown, CSV, JSON.
+"""Renderings of a load sweep (analysis/load.py): markdown, CSV, JSON (formats.render picks
+one, or the HTML page: html.load_html).
 
 The markdown has one row per level (ok/failed, TTFT/TPOT/ITL/E2E percentiles, throughput,
 goodput, queueing, probe verdict, generator CPU), the knee in one line, the engine's parallel
@@ -14,23 +15,6 @@ import json
 from typing import Any
 
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
-
-FORMATS = ("md", "csv", "json", "html")
-
-
-def render_load(analysis: LoadAnalysis, fmt: str) -> str:
-    """The sweep as text in `fmt` ("md", "csv", "json" or "html": the markdown report and the
-    throughput–latency curve with the TTFT SLO line, one self-contained page). Raises
-    ValueError otherwise."""
-    if fmt == "html":
-        return _html(analysis)
-    if fmt == "md":
-        return markdown(analysis)
-    if fmt == "csv":
-        return _csv(analysis)
-    if fmt == "json":
-        return json.dumps(as_json(analysis), indent=2, ensure_ascii=False, default=str) + "\n"
-    raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
 def _n(value: float | None, digits: int = 1) -> str:
@@ -179,7 +163,8 @@ CSV_METRICS = (
 )
 
 
-def _csv(a: LoadAnalysis) -> str:
+def csv_text(a: LoadAnalysis) -> str:
+    """One CSV row per level."""
     out = io.StringIO()
     writer = csv.writer(out)
     quantiles = ("n", "p50", "p90", "p95", "p99")
@@ -191,6 +176,11 @@ def _csv(a: LoadAnalysis) -> str:
             row += [getattr(p, q) if p is not None else None for q in quantiles]
         writer.writerow(["" if v is None else v for v in row])
     return out.getvalue()
+
+
+def json_text(a: LoadAnalysis) -> str:
+    """The sweep as one JSON document (`as_json`)."""
+    return json.dumps(as_json(a), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def as_json(a: LoadAnalysis) -> dict[str, Any]:
@@ -210,17 +200,3 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
         "environment": a.environment,
         "warnings": list(a.warnings),
     }
-
-
-def _html(analysis: LoadAnalysis) -> str:
-    """One page: the markdown report, then TTFT p50/p95 against request throughput per level
-    (levels without a throughput or a TTFT median are left out of the curve)."""
-    from llmtop.sessions.reports.html import load_curve_section, markdown_html, page
-    from llmtop.sessions.reports.plots import LoadPoint  # plotly: only when a page is asked for
-
-    points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
-              for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]
-    sections = [markdown_html(markdown(analysis))]
-    if points:
-        sections.append(load_curve_section(points, analysis.slo.ttft_ms))
-    return page("llmtop load", sections)

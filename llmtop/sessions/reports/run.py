@@ -1,10 +1,11 @@
 """Reports of a session log — markdown, CSV, JSON — computed from the log alone.
 
-`build(log)` gathers a log's analysis (analysis.py: statistics, drift, attribution, relay
-comparison, probe figures) into a `Report`; `render(report, fmt)` writes it out. This module
-only renders. The markdown follows the source's form (docs/method.md, "Result table"): a
-row per prompt size, every cell filled from measurements (or saying why it cannot be).
-Every markdown table goes through `md_table`, which escapes the cells.
+`build(log)` gathers a log's analysis (analysis/run.py: statistics, drift, attribution,
+relay comparison, probe figures) into a `Report`; `markdown`, `csv_text` and `json_text`
+write it out (formats.render picks one, or the HTML page). This module only renders. The
+markdown follows the source's form (docs/method.md, "Result table"): a row per prompt size,
+every cell filled from measurements (or saying why it cannot be). Every markdown table goes
+through `md_table` (text.py), which escapes the cells.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,10 +45,9 @@ from llmtop.sessions.records.schema import (
     RunLog,
     SummaryRecord,
 )
+from llmtop.sessions.reports.text import md_table, sparkline
 from llmtop.sessions.reports.text import num as _num
 from llmtop.sessions.reports.text import size as _bytes
-
-FORMATS = ("md", "csv", "json", "html")
 
 
 @dataclass
@@ -105,43 +104,6 @@ def build(log: RunLog) -> Report:
         relay=relay_comparisons(analysis),
         causes=causes,
     )
-
-
-def render(report: Report, fmt: str) -> str:
-    """The report as text in `fmt` ("md", "csv", "json" or "html": html_report.py's
-    self-contained page). Raises ValueError otherwise."""
-    if fmt == "html":
-        from llmtop.sessions.reports.html import report_html  # plotly: only when asked for
-
-        return report_html(report)
-    if fmt == "md":
-        return _markdown(report)
-    if fmt == "csv":
-        return _csv(report)
-    if fmt == "json":
-        return json.dumps(_json(report), indent=2, ensure_ascii=False, default=str) + "\n"
-    raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def md_cell(value: object) -> str:
-    """One markdown table cell: str(value) (None → "n/a") with "|" escaped and line breaks as
-    spaces, so a failure reason (child.py joins log lines with " | ") cannot split the row."""
-    text = "n/a" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\r\n", " ").replace("\n", " ")
-
-
-def md_table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> list[str]:
-    """A markdown table as lines: the header row, the separator, one line per row; every
-    cell through `md_cell`. Raises ValueError when a row's width differs from the headers'."""
-    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    for row in rows:
-        if len(row) != len(headers):
-            raise ValueError(f"a row of {len(row)} cells under {len(headers)} headers: {row!r}")
-        lines.append("| " + " | ".join(md_cell(c) for c in row) + " |")
-    return lines
 
 
 def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
@@ -209,7 +171,8 @@ def _notes(size: SizeAnalysis) -> str:
 # ---------------------------------------------------------------------- markdown
 
 
-def _markdown(report: Report) -> str:
+def markdown(report: Report) -> str:
+    """The markdown report (the source's form: docs/method.md, "Result table")."""
     h, a = report.log.header, report.analysis
     lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
@@ -286,7 +249,7 @@ def _stats_table(s: SizeAnalysis) -> list[str]:
                 change += " (not counted: within spread or floor)"
             trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}"
         rows.append((label, unit, m.n, _num(m.median, 2), _num(m.min, 2), _num(m.max, 2), p95,
-                     trend, change, f"`{s.sparkline(key)}`"))
+                     trend, change, f"`{sparkline(s.series.get(key, []))}`"))
     return md_table(headers, rows)
 
 
@@ -411,7 +374,8 @@ CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CS
                "prompt_eval_count", "eval_count", "prompt_words", "started_at")
 
 
-def _csv(report: Report) -> str:
+def csv_text(report: Report) -> str:
+    """Every request of the run as one CSV row."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -434,6 +398,11 @@ def _body(record: AnyRecord | None) -> dict[str, Any] | None:
     if record is None:
         return None
     return {k: v for k, v in record.to_json().items() if k != "type"}
+
+
+def json_text(report: Report) -> str:
+    """The report as one JSON document."""
+    return json.dumps(_json(report), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def _json(report: Report) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Plain-text formatting shared by the reports and the TUI (pure; no Rich, no Textual).
 
 One rule each, so a number reads the same in a report and on screen: a missing value is
-"n/a", never a made-up 0; bytes are binary units; a sparkline cell is one of eight blocks.
+"n/a", never a made-up 0; bytes are binary units; a sparkline cell is one of eight blocks;
+every markdown table goes through `md_table`, which escapes its cells.
 """
 
 from __future__ import annotations
@@ -51,3 +52,21 @@ def sparkline(values: Sequence[float | None]) -> str:
         return ""
     lo, hi = min(present), max(present)
     return "".join(spark_cell(v, lo, hi) for v in values)
+
+
+def md_cell(value: object) -> str:
+    """One markdown table cell: str(value) (None → "n/a") with "|" escaped and line breaks as
+    spaces, so a failure reason (child.py joins log lines with " | ") cannot split the row."""
+    text = "n/a" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\r\n", " ").replace("\n", " ")
+
+
+def md_table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A markdown table as lines: the header row, the separator, one line per row; every
+    cell through `md_cell`. Raises ValueError when a row's width differs from the headers'."""
+    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        if len(row) != len(headers):
+            raise ValueError(f"a row of {len(row)} cells under {len(headers)} headers: {row!r}")
+        lines.append("| " + " | ".join(md_cell(c) for c in row) + " |")
+    return lines

@@ -8,7 +8,7 @@ Order of a run (docs/method.md, "The bench run"):
    between measured requests, never during one, the machine-speed canary runs (a "canary"
    record, probes/canary.py), and each request records the machine's readings over it
    (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
-4. analyse from the log's records alone (analysis.py): statuses, n/median/min/max/p95, drift;
+4. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
 5. append the summary. Everything is flushed record by record.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
@@ -28,10 +28,8 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
-from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
 from llmtop.probes.machine_speed import MachineReader, interval
-from llmtop.probes.preflight import run_preflight
-from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget, make_sampler
+from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, analyze
 from llmtop.sessions.measure.options import Workload
@@ -42,7 +40,6 @@ from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     CanaryRecord,
-    EnvironmentRecord,
     InterruptedRecord,
     PreflightRecord,
     RequestRecord,
@@ -50,9 +47,12 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.environment import (
+    PROBE_INTERVAL_S,
+    environment_record,
+    preflight_record,
+)
 from llmtop.sessions.runners.recorder import SessionRecorder
-
-PROBE_INTERVAL_S = 0.5  # "about 1 Hz or faster during requests"; a bench is all requests
 
 
 @dataclass(frozen=True)
@@ -105,33 +105,6 @@ class BenchOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-async def engine_environment(conn: Connection) -> dict[str, Any]:
-    """What the engine says about itself and the model: version, /api/show, /api/ps."""
-    info = conn.info
-    env: dict[str, Any] = {
-        "engine": conn.engine.name,
-        "engine_version": conn.version,
-        "host": conn.engine.host,
-        "upstream": conn.upstream.host,
-        "model": conn.model,
-        "model_details": info.to_dict() if info else None,
-    }
-    try:
-        loaded = await conn.upstream.model_info(conn.model)
-        env["loaded"] = {
-            "size": loaded.size,
-            "size_vram": loaded.size_vram,
-            "context_length": loaded.context_length,
-            "source": "/api/ps",
-        }
-        if loaded.size and loaded.size_vram is not None and loaded.size_vram < loaded.size:
-            share = 100 * (1 - loaded.size_vram / loaded.size)
-            env["loaded"]["note"] = f"size_vram < size: {share:.0f} % of the model runs on the CPU"
-    except Exception as exc:  # noqa: BLE001 - an environment detail, not a reason to stop
-        env["loaded"] = {"error": str(exc)}
-    return env
-
-
 class NoisyMachine(Exception):
     """`require_quiet` was set and the preflight check found the machine NOISY."""
 
@@ -139,41 +112,6 @@ class NoisyMachine(Exception):
         findings = "; ".join(f.message for f in preflight.problems)
         super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
         self.preflight = preflight
-
-
-async def preflight_record(conn: Connection, duration_s: float,
-                           agent: AgentTarget | None = None) -> PreflightRecord:
-    """The preflight verdict (probes over `duration_s` + the engine's /api/ps findings), as
-    the log's "preflight" record. Thresholds come from the config file (probes/config.py).
-    agent: sample the engine's machine through `llmtop agent` (`--probes`) instead of this one."""
-    thresholds = load_thresholds()
-    sampler = None if agent is None else AgentSampler(agent, thresholds=thresholds)
-    try:
-        result = await asyncio.to_thread(
-            run_preflight, duration_s, thresholds=thresholds,
-            engine_pids=lambda: conn.engine_pids, sampler=sampler,
-        )
-    except AgentError as exc:  # the bench goes on; --require-quiet then refuses (not quiet)
-        finding = {"code": "probe-error", "level": "warn", "value": None, "threshold": None,
-                   "unit": "", "message": str(exc),
-                   "remedy": "start `llmtop agent` on the engine's machine, or drop --probes"}
-        return PreflightRecord.of({"verdict": "CANNOT CHECK", "quiet": False, "error": str(exc),
-                                   "duration_s": 0.0, "samples": 0, "findings": [finding]})
-    upstream = conn.upstream
-    if isinstance(upstream, EngineLike):
-        engine = await engine_findings(upstream, conn.model, gpu_present=result.gpu_present)
-    else:
-        engine = CouldNotCheck(upstream.host, f"{upstream.name} has no /api/ps to read")
-    if isinstance(engine, CouldNotCheck):
-        return PreflightRecord.of({**result.to_dict(), "engine_check": engine.reason})
-    return PreflightRecord.of(result.with_findings(engine).to_dict())
-
-
-async def environment_record(conn: Connection, phase: str,
-                             **extra: Any) -> EnvironmentRecord:
-    """The "environment" record of a run's `phase` ("start" / "end"): engine_environment
-    plus `extra` (a sweep's parallel slots)."""
-    return EnvironmentRecord.of({"phase": phase, **await engine_environment(conn), **extra})
 
 
 class BenchRunner:

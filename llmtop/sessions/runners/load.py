@@ -43,10 +43,14 @@ from llmtop.sessions.records.schema import (
     LevelRecord,
     RequestRecord,
 )
-from llmtop.sessions.runners.bench import PROBE_INTERVAL_S, environment_record, preflight_record
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
+from llmtop.sessions.runners.environment import (
+    PROBE_INTERVAL_S,
+    engine_parallelism,
+    environment_record,
+    preflight_record,
+)
 from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
-from llmtop.sessions.runners.load_env import engine_parallelism
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level

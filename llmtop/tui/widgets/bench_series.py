@@ -52,18 +52,7 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
         counted = [v for r in rows if r.counts and (v := _value(r, key)) is not None]
         scale = counted or [v for r in rows if (v := _value(r, key)) is not None]
         lo, hi = (min(scale), max(scale)) if scale else (None, None)
-        text.append(f"{label:<{LABEL_WIDTH}}", style="bold")
-        text.append("…" if clipped else "", style="dim")
-        previous = shown[0].target if shown else None
-        for row in shown:
-            if row.target != previous:
-                text.append("│", style="dim")
-                previous = row.target
-            if row.phase != WARMUP and not row.counts:
-                text.append("✗", style="bold red")
-                continue
-            cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
-            text.append(cell, style="dim" if row.phase == WARMUP else "cyan")
+        text.append_text(_marks_row(label, shown, clipped, _series_mark(key, lo, hi)))
         last = _value(rows[-1], key) if rows else None
         med = statistics.median(counted) if counted else None
         text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
@@ -76,6 +65,21 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
     else:
         text.append("  no NOISY probe sample during a request", style="dim")
     return text
+
+
+def _series_mark(
+    key: str, lo: float | None, hi: float | None
+) -> Callable[[BenchRow], tuple[str, str]]:
+    """One series' cell of a row: its value's block on the lo…hi scale (cyan, a warm-up dim),
+    ✗ for a measured request that does not count."""
+
+    def mark(row: BenchRow) -> tuple[str, str]:
+        if row.phase != WARMUP and not row.counts:
+            return "✗", "bold red"
+        cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
+        return cell, "dim" if row.phase == WARMUP else "cyan"
+
+    return mark
 
 
 def _noise_mark(row: BenchRow) -> tuple[str, str]:
