@@ -38,7 +38,7 @@ from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.runners.bench import BenchConfig
 from llmtop.sessions.runners.load_config import parse_levels
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 
 BENCH = BenchConfig()
 

@@ -2,7 +2,7 @@
 
 Throttling (the monitor must not be the noise): stream events only append to a
 `LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. While a
-request streams, frames follow its chunks (`StreamFrames`, llmtop.tui.frames): a frame at
+request streams, frames follow its chunks (`StreamFrames`, llmtop.tui.state.frames): a frame at
 most every 0.5 s, drawn in the wake-up of the chunk that finds it due, with the text, the
 live numbers and the probe panel (at most every PANEL_MIN_NS) in it, the first chunk (TTFT)
 at once, and a fallback deadline when the stream stalls. Otherwise one
@@ -40,7 +40,7 @@ requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from 
 timer, only when its `version` or the request on screen changed. Enter on a history row puts
 that request on screen (`viewing`) until the next prompt.
 
-Ctrl+B opens the bench screen (`llmtop.tui.bench_screen`): `llmtop bench`'s protocol on this
+Ctrl+B opens the bench screen (`llmtop.tui.screens.bench`): `llmtop bench`'s protocol on this
 connection, after stopping any request still streaming here.
 """
 
@@ -78,18 +78,18 @@ from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
 from llmtop.sessions.runners.bench import BenchConfig
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
-from llmtop.tui.bench_screen import BenchScreen
-from llmtop.tui.frames import StreamFrames
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.load_screen import LoadScreen
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
-from llmtop.tui.noise import NoiseTracker
-from llmtop.tui.plots_screen import PlotsScreen
-from llmtop.tui.session_state import SessionState
-from llmtop.tui.sessions_screen import SessionsScreen
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.screens.help import HelpScreen
+from llmtop.tui.screens.load import LoadScreen
+from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.sessions import SessionsScreen
+from llmtop.tui.state.frames import StreamFrames
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.noise import NoiseTracker
+from llmtop.tui.state.session_state import SessionState
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
-from llmtop.tui.widgets.help_screen import HelpScreen
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput

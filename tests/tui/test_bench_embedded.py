@@ -9,8 +9,8 @@ from textual.widgets import ProgressBar
 
 from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import make_app
-from llmtop.tui.bench_screen import BenchScreen
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
 from .fakes import shown, wait_for

@@ -17,13 +17,13 @@ from textual.widgets import ProgressBar, Static
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import BenchMarkRecord
 from llmtop.tui.app import LlmtopApp, make_app
-from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.screens.report import ReportScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.bench_form import BenchForm
 from llmtop.tui.widgets.bench_series import BenchSeries, series_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
-from llmtop.tui.widgets.report_screen import ReportScreen
 
 from .fakes import FakeEngine, Timing, fake_connection, probe_sample, shown, wait_for
 

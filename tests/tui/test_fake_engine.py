@@ -12,9 +12,9 @@ from textual.widgets import Input
 from llmtop.engines.connection import Connection
 from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.help import METRICS, HelpScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import identity
-from llmtop.tui.widgets.help_screen import METRICS, HelpScreen
 from llmtop.tui.widgets.metrics_strip import result_texts
 from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.token_pane import TokenPane

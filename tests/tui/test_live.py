@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.measure.request import RequestCollector
-from llmtop.tui import fmt
-from llmtop.tui.live import CONTENT, THINKING, LiveRequest
+from llmtop.tui.state import fmt
+from llmtop.tui.state.live import CONTENT, THINKING, LiveRequest
 from llmtop.tui.widgets.metrics_strip import live_texts
 
 MS = 1_000_000

@@ -12,7 +12,7 @@ from llmtop.probes.sampler import ProbeSampler
 from llmtop.probes.system import SystemSample
 from llmtop.tui.app import END_SAMPLE_S, LlmtopApp
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.noise import NoiseTracker, noisy_message
+from llmtop.tui.state.noise import NoiseTracker, noisy_message
 
 from .fakes import MS, SENT_NS, busy_apps, probe_sample, shown, system_sample, wait_for
 from .test_fake_engine import build, done, send

@@ -21,8 +21,8 @@ from textual.widgets import DataTable, Input
 
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.session_state import compare
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.session_state import compare
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane

@@ -5,10 +5,11 @@
    layers inside reports, and "only the HTML pages and plots import plotly and markdown-it".
    The test runs `lint-imports` on the tree, and on copies of the tree with one upward
    import planted (between packages, inside sessions, inside reports, plotly in a text
-   renderer), each of which must be caught and named.
-2. A fresh interpreter imports every module outside the TUI (and the TUI's settings, which
-   the CLI builds) and Textual must not be among the loaded modules, as harlequin checks its
-   headless core.
+   renderer, Textual in the TUI's state, a widget importing a screen), each of which must be
+   caught and named.
+2. A fresh interpreter imports every module outside the TUI (and the TUI's pure state,
+   whose settings the CLI builds) and Textual must not be among the loaded modules, as
+   harlequin checks its headless core.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_the_contracts_hold() -> None:
     assert f"Contracts: {CONTRACTS} kept, 0 broken." in result.stdout
 
 
-CONTRACTS = 5
+CONTRACTS = 7
 PLANTED = [  # (the module that imports, what it must not import, the contract it breaks)
     ("llmtop.engines.events", "llmtop.sessions.reports.run", "llmtop's layers"),
     ("llmtop.sessions.records.schema", "llmtop.sessions.runners.bench",
@@ -52,6 +53,8 @@ PLANTED = [  # (the module that imports, what it must not import, the contract i
      "The route of a measurement"),
     ("llmtop.sessions.reports.text", "llmtop.sessions.reports.formats", "Reports: formats"),
     ("llmtop.sessions.reports.run", "plotly", "Only the HTML pages and their plots"),
+    ("llmtop.tui.state.live", "textual", "The TUI's state imports no Textual"),
+    ("llmtop.tui.widgets.token_pane", "llmtop.tui.screens.bench", "The TUI: app, screens"),
 ]
 
 
@@ -72,8 +75,10 @@ def test_an_upward_import_is_caught(tmp_path: Path, importer: str, imported: str
 
 def test_core_imports_without_textual() -> None:
     names = [m.name for m in pkgutil.walk_packages(llmtop.__path__, "llmtop.")
-             if not m.name.startswith("llmtop.tui.") and m.name != "llmtop.__main__"]
-    names.append("llmtop.tui.settings")  # the CLI builds the TUI's settings without Textual
+             if (not m.name.startswith("llmtop.tui.") or m.name.startswith("llmtop.tui.state"))
+             and m.name != "llmtop.__main__"]
+    # the TUI's state (the CLI builds its settings) imports without Textual too
+    assert "llmtop.tui.state.settings" in names
     if importlib.util.find_spec("locust") is None:  # the `load` extra is not installed
         names.remove("llmtop.loadtest.locustfile")
     code = (

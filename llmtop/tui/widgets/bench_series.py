@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from llmtop.sessions.reports.text import num, spark_cell
-from llmtop.tui.bench_state import WARMUP, BenchRow
+from llmtop.tui.state.bench_state import WARMUP, BenchRow
 
 LABEL_WIDTH = 14
 SUFFIX_WIDTH = 32  # "  last 1,234.5 · med 1,234.5"
@@ -52,7 +52,9 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
         counted = [v for r in rows if r.counts and (v := _value(r, key)) is not None]
         scale = counted or [v for r in rows if (v := _value(r, key)) is not None]
         lo, hi = (min(scale), max(scale)) if scale else (None, None)
-        text.append_text(_marks_row(label, shown, clipped, _series_mark(key, lo, hi)))
+        text.append_text(
+            _marks_row(label, shown, clipped, _series_mark(key, lo, hi), bold_row=False)
+        )
         last = _value(rows[-1], key) if rows else None
         med = statistics.median(counted) if counted else None
         text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
@@ -91,8 +93,13 @@ def _marks_row(
     shown: Sequence[BenchRow],
     clipped: bool,
     mark: Callable[[BenchRow], tuple[str, str]],
+    bold_row: bool = True,
 ) -> Text:
-    text = Text(f"{label:<{LABEL_WIDTH}}", style="bold")
+    """One row: `label`, then each shown row's `mark` (a cell and its style), "│" between
+    prompt sizes. bold_row: the whole row is bold under its marks' styles (the marks rows),
+    else the label alone (a series)."""
+    padded = f"{label:<{LABEL_WIDTH}}"
+    text = Text(padded, style="bold") if bold_row else Text().append(padded, style="bold")
     text.append("…" if clipped else "", style="dim")
     previous = shown[0].target if shown else None
     for row in shown:

@@ -14,8 +14,8 @@ from llmtop.engines.events import StreamEvent
 from llmtop.sessions.analysis.run import Analysis, BenchStatus, first_pass_status
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.runners.bench import BenchConfig, BenchOutcome, BenchProgress
-from llmtop.tui.live import LiveRequest, request_span_ns
-from llmtop.tui.noise import NoiseTracker
+from llmtop.tui.state.live import LiveRequest, request_span_ns
+from llmtop.tui.state.noise import NoiseTracker
 
 WARMUP = "warmup"
 MEASURE = "measure"

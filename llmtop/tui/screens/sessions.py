@@ -23,8 +23,8 @@ from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.reports.compare import markdown as compare_markdown
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.tui.plots_screen import PlotsScreen
-from llmtop.tui.widgets.report_screen import ReportScreen
+from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.report import ReportScreen
 
 COLUMNS = ("date", "engine", "model", "kind", "requests (ok)", "verdict")
 HINT = "Enter/r report · p plots · c compare (first c: baseline A; then c on B) · Esc back"

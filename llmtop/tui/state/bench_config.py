@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from llmtop.sessions.runners.bench import BenchConfig
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 
 MIN_MAX_TOKENS = 2  # a decode rate needs two output tokens (as `llmtop bench`)
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
-from llmtop.tui.live import LiveRequest
+from llmtop.tui.state.live import LiveRequest
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
 PROMPT_CHARS = 18  # a history row shows the prompt's first 18 characters (fits 94 columns)

@@ -26,8 +26,8 @@ from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
-from llmtop.tui.load_view import LoadLive, curve, levels_table
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.load_view import LoadLive, curve, levels_table
+from llmtop.tui.state.settings import TuiSettings
 
 RENDER_HZ = 10
 

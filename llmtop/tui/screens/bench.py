@@ -5,7 +5,7 @@ and the full report.
 The runner runs in an exclusive worker of this screen; its callbacks only update a
 `BenchState`, and one timer (RENDER_HZ) draws what is dirty, as on the main screen. The
 app's probe sampler keeps running: this screen shows its latest sample in its own probe panel
-and marks the requests a NOISY sample fell in (`llmtop.tui.noise`). The runner writes its
+and marks the requests a NOISY sample fell in (`llmtop.tui.state.noise`). The runner writes its
 own bench log (shown); the app's session log gets a `bench` record pointing at it.
 """
 
@@ -32,17 +32,22 @@ from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
 from llmtop.sessions.runners.calibration import CalibrationError
-from llmtop.tui.bench_config import BenchFormError, bench_log_path, config_from_form, form_defaults
-from llmtop.tui.bench_state import BenchState
-from llmtop.tui.noise import NoiseTracker, noisy_message
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.report import ReportScreen
+from llmtop.tui.state.bench_config import (
+    BenchFormError,
+    bench_log_path,
+    config_from_form,
+    form_defaults,
+)
+from llmtop.tui.state.bench_state import BenchState
+from llmtop.tui.state.noise import NoiseTracker, noisy_message
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.bench_form import BenchForm
 from llmtop.tui.widgets.bench_series import BenchSeries
 from llmtop.tui.widgets.bench_summary import BenchSummary, verdict
 from llmtop.tui.widgets.header_line import identity
 from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.probe_panel import ProbePanel
-from llmtop.tui.widgets.report_screen import ReportScreen
 from llmtop.tui.widgets.token_pane import TokenPane
 
 RENDER_HZ = 10  # the bench screen's redraws per second at most

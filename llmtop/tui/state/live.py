@@ -29,7 +29,7 @@ class LiveRequest:
     urgent: a number the user waits for changed (the first chunk: TTFT; the end: status), so
     it is drawn on the next frame rather than at the slower numbers rate.
     noisy: the first finding of a NOISY probe sample taken while it streamed (see
-    `llmtop.tui.noise`); None when every sample in its span was QUIET (or none was taken).
+    `llmtop.tui.state.noise`); None when every sample in its span was QUIET (or none was taken).
     """
 
     collector: RequestCollector
