@@ -287,7 +287,7 @@ def _warnings(levels: Sequence[LevelResult]) -> list[str]:
             out.append(
                 f"at {lv.label} the generator used {share:.0%} of a core: it may be the "
                 "bottleneck, not the engine; spread the load over machines (llmtop's "
-                "Locust user class, see README)"
+                "Locust user class, docs/guide/load.md)"
             )
         if lv.lag_ms is not None and lv.lag_ms.p50 is not None and lv.lag_ms.p50 > LAG_WARN_MS:
             worst = max(x for x in (lv.lag_ms.p50, lv.lag_ms.p90, lv.lag_ms.p95) if x is not None)

@@ -67,7 +67,7 @@ def drift_floor(unit: str) -> float:
     of ms), so the clock's resolution is far below the 5 % threshold."""
     return DRIFT_FLOOR_MS if unit == "ms" else 0.0
 
-# Thresholds chosen by llmtop (documented in README):
+# Thresholds chosen by llmtop (documented in docs/guide/bench.md):
 PROMPT_CUT_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt tokens: the server cut it
 CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → a cache hit
 COLD_START_MS = 1000.0  # load_duration over 1 s ...
