@@ -1,6 +1,7 @@
 # Two commands on a fresh clone: `make run` (the app on the embedded engine by default)
 # and `make test`. Both create .venv/ when missing and install llmtop with its `embedded`
-# extra (llama-cpp-python compiles llama.cpp once, ~5 min on 2 cores; pip caches the wheel).
+# extra: llama-cpp-python, pinned to one version in pyproject.toml, compiles llama.cpp from
+# source for this CPU once (8-11 min on 2 cores; pip caches the wheel, CI does not).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

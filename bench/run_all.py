@@ -59,6 +59,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--pairs", "4", "--num-predict", "96"],
         ["--pairs", "2", "--num-predict", "48"],
     ),
+    # informational: each llama.cpp configuration's rates, side by side (llama_config.py)
+    "llama-configs": (
+        "llama_configs.py",
+        ["--requests", "6"],
+        ["--requests", "3"],
+    ),
     # informational: the decode ratio when the engine leaves the TUI a core (cores − 1 threads)
     "tui-engine-spare-core": (
         "tui_cost.py",

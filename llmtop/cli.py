@@ -11,6 +11,7 @@ overwrites the value given before it). Exit codes are `llmtop.exitcodes.ExitCode
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import math
@@ -24,6 +25,7 @@ import platformdirs
 import shtab
 
 from llmtop import DISTRIBUTION, __version__
+from llmtop.engines import llama_config
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
 from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
@@ -37,6 +39,7 @@ from llmtop.sessions.analysis.compare import (
 from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.environment import cpu_model
 from llmtop.sessions.runners.load_config import parse_levels
 from llmtop.tui.state.settings import TuiSettings
 
@@ -226,6 +229,11 @@ def version_report(verbose: bool = False) -> str:
     lines.append(f"  {'python':<24} {platform.python_version()} "
                  f"({platform.python_implementation()}, {sys.executable})")
     lines.append(f"  {'os':<24} {platform.platform()}")
+    lines.append(f"  {'cpu':<24} {cpu_model()}")
+    lines.append(f"  {'llama.cpp on this cpu':<24} {llama_config.report_line()}")
+    from llmtop.probes.energy import version_line  # NVML and sysfs: only for -v
+
+    lines.append(f"  {'energy':<24} {version_line().removeprefix('energy sources: ')}")
     config, explicit = config_path()
     lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
     lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")
@@ -472,8 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the version and exit; with -v also the versions of the "
                         "libraries a bug report needs, and where llmtop keeps its files")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail (--version)")
+    shells = ", ".join(shtab.SUPPORTED_SHELLS[:-1]) + f" or {shtab.SUPPORTED_SHELLS[-1]}"
     shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script "
-                          "(bash, zsh or tcsh) and exit")
+                          f"({shells}) and exit")
     _engine_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -527,7 +536,10 @@ def agent_target(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # --help / --print-completion print and exit
+    except BrokenPipeError:
+        return _reader_left()
     if args.version:
         print(version_report(verbose=args.verbose))
         return ExitCode.OK
@@ -562,5 +574,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("llmtop: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `llmtop … | head`: the reader left; nothing more to say
-        sys.stderr.close()
-        return ExitCode.OK
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """`llmtop … | head` closed the pipe: exit quietly (OK). stdout is pointed at /dev/null so
+    the interpreter's last flush at exit finds no closed pipe to complain about."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.stderr.close()
+    return ExitCode.OK

@@ -3,23 +3,34 @@
 This is the one module that wires engines, llmtop's child servers, the relay and the probes
 together; the commands and the TUI call `connect()` and get a `Connection` (plain data,
 `llmtop.engines.connection`). The rule of `llmtop` with no flags: use Ollama at
-`--host`/`$OLLAMA_HOST`/127.0.0.1:11434 when it answers within 0.5 s, otherwise start the
-embedded engine as a child process on a free loopback port, and stop it on `close()`.
+127.0.0.1:11434 when it answers within 0.5 s (or an OpenAI-compatible server there),
+otherwise start the embedded engine as a child process on a free loopback port, and stop it
+on `close()`. An address the user gave (`--host`, `$OLLAMA_HOST`) is never replaced: nothing
+answering there is UNREACHABLE (exit 3) naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import os
 from collections.abc import Callable, Collection
 from time import monotonic
+from typing import Any
 
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import EmbeddedProcess
+from llmtop.engines.child import EmbeddedProcess, autopsy
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
+from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S
 from llmtop.engines.model_files import BUNDLED_MODEL_NAME
-from llmtop.engines.ollama import OllamaEngine, ollama_version
+from llmtop.engines.ollama import (
+    OLLAMA_PROBE_TIMEOUT_S,
+    OllamaEngine,
+    ollama_version,
+    version_info,
+)
 from llmtop.engines.openai import OpenAIEngine, api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
@@ -64,7 +75,11 @@ async def connect(
         chosen = await _choose_model(client, model)
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
-                          children=[child] if child else [])
+                          children=[child] if child else [],
+                          engine_config=child.llama_config if child else
+                          await _engine_config(client))
+        if child is not None:  # a request that breaks asks whether the engine died, and how
+            client.autopsy = autopsy([child])
         if via == "relay":
             conn = await via_relay(conn, relay_url)
         conn.find_engine_pids = _pid_finder(conn, engine_pids)
@@ -82,7 +97,8 @@ async def _reach_openai(
     if engine not in ("openai", "auto"):
         return None
     base = api_base(resolve_host(host))
-    if engine == "auto" and (await ollama_version(resolve_host(host)) is not None
+    if engine == "auto" and (await ollama_version(resolve_host(host), _look_s(engine, host))
+                             is not None
                              or await openai_models(base, api_key) is None):
         return None
     client = OpenAIEngine(base, api_key=api_key)
@@ -106,10 +122,20 @@ async def _reach(
     target = resolve_host(host)
     version = None
     if engine in ("auto", "ollama"):
-        version = await ollama_version(target)
+        version = await ollama_version(target, _look_s(engine, host))
         if version is None and engine == "ollama":
             raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
     child = None
+    given = _given_host(host)
+    if version is None and engine == "auto" and given is not None:
+        # An address the user gave is never silently replaced by the embedded engine.
+        raise EngineError(Failure(
+            FailureKind.UNREACHABLE,
+            f"no engine answers at {target} (from {given}): neither Ollama's /api/version nor "
+            "an OpenAI-compatible /v1/models",
+            f"start your engine there or correct {given}; to measure llmtop's embedded engine "
+            f"instead, unset {given} or pass --engine embedded",
+        ))
     if version is not None:
         client = OllamaEngine(target, name="ollama")
     elif engine == "embedded" and host:  # one that is already running: use it, start nothing
@@ -132,6 +158,35 @@ async def _reach(
     return client, version, child
 
 
+async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] | None:
+    """The embedded engine's llama.cpp configuration (its `/api/version`'s `llama_config`),
+    None for any other engine."""
+    if client.name != "embedded":
+        return None
+    found = await version_info(client.host, timeout_s=5.0)
+    config = (found or {}).get("llama_config")
+    return config if isinstance(config, dict) else None
+
+
+def _look_s(engine: str, host: str | None) -> float:
+    """How long to wait for `/api/version`: auto with no address given only looks (0.5 s,
+    then starts the embedded engine); an engine or an address the user named gets the connect
+    timeout, so a loaded machine's slow answer is not taken for no engine."""
+    if engine == "auto" and _given_host(host) is None:
+        return OLLAMA_PROBE_TIMEOUT_S
+    return DEFAULT_CONNECT_TIMEOUT_S
+
+
+def _given_host(host: str | None) -> str | None:
+    """Where an engine address the user chose came from ("--host", "OLLAMA_HOST"), or None
+    when none was given (then, and only then, `auto` may start the embedded engine)."""
+    if host:
+        return "--host"
+    if os.environ.get("OLLAMA_HOST", "").strip():
+        return "OLLAMA_HOST"
+    return None
+
+
 async def via_relay(conn: Connection, relay_url: str | None = None) -> Connection:
     """The same connection, streaming through llmtop's SSE relay: the one at `relay_url`, or
     a relay child started in front of `conn`'s engine. Raises EngineError when it won't start."""
@@ -148,8 +203,11 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
         relay_url = relay.url
     client = RelayEngine(relay_url, name=f"{conn.engine.name} via relay", upstream=conn.engine.host,
                          metadata=conn.engine if openai else None)
+    if children:
+        client.autopsy = autopsy(children)
     return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
-                      upstream_client=conn.engine, children=children)
+                      upstream_client=conn.engine, children=children,
+                      engine_config=conn.engine_config)
 
 
 def _pid_finder(conn: Connection, pinned: Collection[int]) -> Callable[[], set[int]]:
@@ -188,19 +246,33 @@ def _same_model(a: str, b: str) -> bool:
 
 async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None) -> str:
     """The installed model matching `wanted` (as the engine spells it), else the bundled model
-    when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there."""
+    when installed, else the first. Raises EngineError MODEL_NOT_FOUND listing what is there,
+    with the closest installed name ("did you mean gemma3:270m?", difflib's ratio ≥ 0.6) and
+    advice that fits the engine: `ollama pull` only for Ollama; the embedded engine serves
+    one model (its own, or --model-path); an OpenAI-compatible server serves what it started
+    with."""
     installed = await client.list_models()
     if wanted:
         for name in installed:
             if _same_model(name, wanted):
                 return name
         listing = ", ".join(installed) or "none"
-        remedy = ("pick a served one with --model (the server chose what it serves when it "
-                  "started)" if isinstance(client, OpenAIEngine) else
-                  f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
+        close = difflib.get_close_matches(wanted, installed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        if isinstance(client, OpenAIEngine):
+            where, remedy = f"at {client.host}", (
+                "pick a served one with --model (the server chose what it serves when it "
+                "started)")
+        elif client.name == "embedded":
+            where, remedy = "in the embedded engine", (
+                "the embedded engine serves one model: leave --model out for it, or serve "
+                "another GGUF with --model-path FILE.gguf")
+        else:
+            where, remedy = f"at {client.host}", (
+                f"pull it with `ollama pull {wanted}` or pick an installed one with --model")
         raise EngineError(Failure(
             FailureKind.MODEL_NOT_FOUND,
-            f"model '{wanted}' not found at {client.host} (installed: {listing})", remedy,
+            f"model '{wanted}' not found {where} (installed: {listing}){hint}", remedy,
         ))
     if not installed:
         raise EngineError(Failure(

@@ -10,6 +10,8 @@ from llmtop.commands.serving import leave, serve
 from llmtop.engines.child import port_problem, watch_parent
 from llmtop.engines.embedded import EmbeddedEngine, create_app
 from llmtop.engines.guard import Guard
+from llmtop.engines.llama_backend import physical_cores
+from llmtop.engines.llama_config import ENV_FORCE, NoSafeConfig, apply, choose
 from llmtop.engines.model_files import (
     BUNDLED_MODEL_NAME,
     ModelFileError,
@@ -62,7 +64,21 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.parent_pid:
         watch_parent(args.parent_pid)
-    engine = EmbeddedEngine(description, chat_format=chat_format, default_num_ctx=args.num_ctx)
+    # Before the first load: which llama.cpp configuration survives on this CPU, and is the
+    # faster (trial processes on the first start, then cached: engines/llama_config.py).
+    try:
+        choice = choose(path, physical_cores())
+    except ValueError as exc:
+        print(f"llmtop engine: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except NoSafeConfig as exc:
+        print(f"llmtop engine: {exc}; report it with `llmtop --version -v` and this log "
+              f"(forcing one with {ENV_FORCE}=on|off skips the test)", file=sys.stderr)
+        return ExitCode.ENGINE_UNREACHABLE
+    apply(choice.config)
+    print(f"llmtop engine: {choice.reason} ({choice.source})", file=sys.stderr, flush=True)
+    engine = EmbeddedEngine(description, chat_format=chat_format, default_num_ctx=args.num_ctx,
+                            llama_config=choice)
     print(
         f"llmtop engine: serving {name} ({description.parameter_size}, "
         f"{description.quantization_level}) "

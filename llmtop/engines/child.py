@@ -17,19 +17,28 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Self
+from typing import Any, Self
 
 import httpx
 import platformdirs
+import psutil
 
 from llmtop import DISTRIBUTION
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import Failure, FailureKind
+from llmtop.engines.http import Autopsy
+from llmtop.engines.llama_config import Trial, signal_text
 
+DEATH_WAIT_S = 1.0  # after a broken stream: how long to wait for a dying child to be reaped
+LOG_TAIL_LINES = 5  # how many of a dead child's last log lines a message quotes
 PARENT_POLL_S = 1.0  # how often a child checks that the llmtop which started it still exists
-ENGINE_START_TIMEOUT_S = 120.0  # assembling + hashing the bundled model takes a few seconds
+# Assembling + hashing the bundled model takes a few seconds; on a machine's first start the
+# llama.cpp self-test adds two trial loads (llama_config.TRIAL_TIMEOUT_S each at most).
+ENGINE_START_TIMEOUT_S = 300.0
 
 
 def watch_parent(parent_pid: int) -> None:
@@ -70,6 +79,39 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Death:
+    """How one of llmtop's child servers ended.
+
+    label: what it was ("embedded engine", "relay"); pid; returncode: Popen's (negative: the
+    signal); signal: the signal number, None for a normal exit; log_path; tail: its last
+    LOG_TAIL_LINES non-empty log lines; uptime_s: start → now, seconds.
+    """
+
+    label: str
+    pid: int
+    returncode: int
+    signal: int | None
+    log_path: Path
+    tail: tuple[str, ...]
+    uptime_s: float
+
+    def how(self) -> str:
+        """"was killed by SIGILL (illegal instruction)" or "exited with code 1"."""
+        if self.signal is not None:
+            return f"was killed by {signal_text(self.signal)}"
+        return f"exited with code {self.returncode}"
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
+    """The last `lines` non-empty lines of a log file (empty when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ()
+    return tuple(line for line in text.splitlines() if line.strip())[-lines:]
+
+
 class ChildServer(ABC):
     """One llmtop server as a child process. Subclasses give `args()` (after `python -m`),
     `label` (for messages) and `log_name` (the log file's stem).
@@ -90,6 +132,8 @@ class ChildServer(ABC):
         self.log_path = log_dir / f"{self.log_name}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_ms: float | None = None
+        self._started_ns: int | None = None
+        self._stopping = False
 
     @abstractmethod
     def args(self) -> list[str]:
@@ -108,12 +152,17 @@ class ChildServer(ABC):
         """Start the child and wait until `GET /` answers 200. Raises EngineError with the tail
         of its log when it exits early or does not answer within `timeout_s`."""
         t0 = perf_counter_ns()
+        self._started_ns = t0
         self.proc = await asyncio.to_thread(self._spawn)
         deadline = t0 + int(timeout_s * 1e9)
         async with httpx.AsyncClient(base_url=self.url, timeout=1.0, trust_env=False) as client:
             while perf_counter_ns() < deadline:
                 if self.proc.poll() is not None:
-                    failure = self._failed(f"exited with code {self.proc.returncode}")
+                    death = self.death_now()
+                    failure = self._failed(death.how())
+                    if death.signal is not None:  # named, with the remedy for that signal
+                        named = self.death_failure(death, "while starting")
+                        failure = Failure(FailureKind.UNREACHABLE, named.message, named.remedy)
                     if self.proc.returncode == 2:  # ExitCode.USAGE: the child refused its input
                         failure = Failure(
                             FailureKind.BAD_REQUEST, failure.message, self.bad_input_remedy
@@ -136,10 +185,7 @@ class ChildServer(ABC):
             )
 
     def _failed(self, what: str) -> Failure:
-        try:
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        except OSError:
-            tail = []
+        tail = read_tail(self.log_path)
         detail = (": " + " | ".join(tail)) if tail else ""
         return Failure(
             FailureKind.UNREACHABLE,
@@ -147,10 +193,56 @@ class ChildServer(ABC):
             f"see {self.log_path}; {self.remedy}",
         )
 
+    def death_now(self) -> Death:
+        """The child's end as it stands (call once `proc.poll()` is not None)."""
+        assert self.proc is not None and self.proc.returncode is not None
+        rc = self.proc.returncode
+        uptime = (perf_counter_ns() - (self._started_ns or perf_counter_ns())) / 1e9
+        return Death(self.label, self.proc.pid, rc, -rc if rc < 0 else None, self.log_path,
+                     read_tail(self.log_path), uptime)
+
+    def death(self, wait_s: float = DEATH_WAIT_S) -> Death | None:
+        """How the child ended, waiting up to `wait_s` s for a dying one to be reaped (a broken
+        connection can arrive before the kernel reports the exit); None while it runs, when
+        it was never started, or when llmtop itself stopped it. Blocking."""
+        if self.proc is None or self._stopping:
+            return None
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.death_now()
+
+    def death_remedy(self, death: Death) -> str:
+        """What to do about `death` (subclasses know their signals better)."""
+        if death.signal in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE):
+            return (f"a crash inside the {self.label}: please report it with the output of "
+                    f"`llmtop --version -v` and {death.log_path}")
+        if death.signal == signal.SIGKILL:
+            return ("SIGKILL is usually the kernel's out-of-memory killer (see `dmesg`) or "
+                    "another program: check memory, then retry")
+        if death.signal is not None:
+            return f"something sent it {signal_text(death.signal)}; retry, and see its log"
+        return f"see its log; {self.remedy}"
+
+    def death_failure(self, death: Death, during: str = "") -> Failure:
+        """The Failure naming the death: "the embedded engine was killed by SIGILL (illegal
+        instruction) after 2.1 s of streaming; its log's last lines (PATH): …", with
+        `death_remedy`'s remedy. during: the stream's progress words, if any."""
+        tail = " | ".join(death.tail) if death.tail else "(empty)"
+        when = f" {during}" if during else ""
+        return Failure(
+            FailureKind.SERVER_ERROR,
+            f"the {death.label} (pid {death.pid}) {death.how()}{when}; the last lines of its "
+            f"log {death.log_path}: {tail}",
+            self.death_remedy(death),
+        )
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the child: SIGTERM, then SIGKILL after `timeout_s`. Safe to call twice."""
         if self.proc is None or self.proc.poll() is not None:
             return
+        self._stopping = True
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout_s)
@@ -180,6 +272,32 @@ class EmbeddedProcess(ChildServer):
     def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
         super().__init__(port)
         self.model_path = model_path
+        self.llama_config: dict[str, Any] | None = None  # its /api/version's, once started
+
+    def death_remedy(self, death: Death) -> str:
+        """SIGILL: the CPU path, what the self-test chose and how to force the safe one;
+        SIGKILL: memory, with the model's size; else ChildServer's."""
+        if death.signal == signal.SIGILL:
+            report = (f"report it with the output of `llmtop --version -v` and "
+                      f"{death.log_path}")
+            cfg = self.llama_config or {}
+            tried = "; ".join(
+                Trial(**t).describe() for t in cfg.get("trials") or () if isinstance(t, dict))
+            tried = f" (its self-test here: {tried})" if tried else ""
+            if cfg.get("use_extra_bufts") is False:
+                return ("llama.cpp ran an instruction this CPU refused, with repacking and AMX "
+                        f"already off{tried}: llmtop has no safer configuration to try; {report}")
+            return ("llama.cpp ran an instruction this CPU refused — on Intel CPUs with AMX, its "
+                    f"AMX/repack path{tried}: restart with LLMTOP_LLAMA_REPACK=off (no "
+                    f"repacking, no AMX); if it dies again, {report}")
+        if death.signal == signal.SIGKILL:
+            size = _model_size(self.model_path)
+            have = psutil.virtual_memory().available / 2**30
+            model = f"the model file is {size / 2**30:.2f} GiB, " if size else ""
+            return ("SIGKILL is usually the kernel's out-of-memory killer (see `dmesg`): "
+                    f"{model}{have:.1f} GiB of memory is available now; close programs, or use "
+                    "a smaller model or num_ctx")
+        return super().death_remedy(death)
 
     @staticmethod
     def missing(model_path: str | None = None) -> str | None:
@@ -215,5 +333,47 @@ class EmbeddedProcess(ChildServer):
         return ["llmtop", "engine", "--host", "127.0.0.1", "--port", str(self.port), *extra]
 
     async def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> None:
-        """Start and wait until ready (assembling the bundled model takes a few seconds)."""
+        """Start and wait until ready (assembling the bundled model takes a few seconds; on
+        a machine's first start, the llama.cpp self-test a few more: llama_config.py), then
+        read which llama.cpp configuration it chose (`llama_config`)."""
         await super().start(timeout_s)
+        async with httpx.AsyncClient(base_url=self.url, timeout=5.0, trust_env=False) as client:
+            try:
+                found = (await client.get("/api/version")).json().get("llama_config")
+            except (httpx.HTTPError, ValueError, AttributeError):
+                found = None
+        self.llama_config = found if isinstance(found, dict) else None
+
+
+def _model_size(model_path: str | None) -> int | None:
+    """The GGUF's size in bytes (the bundled model's when None), None when unknown."""
+    from llmtop.engines.model_files import ModelFileError, bundled_model_path
+
+    try:
+        return os.path.getsize(model_path or bundled_model_path())
+    except (OSError, ModelFileError):
+        return None
+
+
+# Failures after which a child that died is the likelier cause (the others, a refused
+# request or a missing model, come from a server that is alive: only checked, not waited for).
+_TRANSPORT_KINDS = (FailureKind.TRUNCATED, FailureKind.UNREACHABLE, FailureKind.TIMEOUT,
+                    FailureKind.SERVER_ERROR, FailureKind.PROTOCOL)
+
+
+def autopsy(children: Iterable[ChildServer]) -> Autopsy:
+    """The hook an engine client calls with a request's failure (engines/http.Autopsy): when
+    one of `children` (the servers llmtop started for this connection, in start order) has
+    died, the failure becomes `death_failure` — which child, which signal, its log's tail
+    and path, the remedy — else it is returned unchanged."""
+    chain = tuple(children)
+
+    async def explain(failure: Failure, during: str = "") -> Failure:
+        wait_s = DEATH_WAIT_S if failure.kind in _TRANSPORT_KINDS else 0.0
+        for child in chain:
+            death = await asyncio.to_thread(child.death, wait_s)
+            if death is not None:
+                return child.death_failure(death, during)
+        return failure
+
+    return explain

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmtop.engines.base import Engine, ModelInfo
 from llmtop.engines.child import ChildServer
@@ -27,6 +28,9 @@ class Connection:
     stopped by `close()` in reverse order.
     find_engine_pids: returns the pids of the measured engine (and of the relay in the path),
     so probes never count them as noise; None = unknown (an empty set).
+    engine_config: the embedded engine's llama.cpp configuration as its `/api/version` gives
+    it (engines/llama_config.Choice.to_dict: config, reason, source, trials); None for any
+    other engine.
     """
 
     engine: Engine
@@ -36,11 +40,30 @@ class Connection:
     upstream_client: Engine | None = None
     children: list[ChildServer] = field(default_factory=list)
     find_engine_pids: Callable[[], set[int]] | None = None
+    engine_config: dict[str, Any] | None = None
 
     @property
     def upstream(self) -> Engine:
         """The engine itself, relay or not."""
         return self.upstream_client if self.upstream_client is not None else self.engine
+
+    @property
+    def engine_config_short(self) -> str | None:
+        """The embedded engine's llama.cpp configuration in a few words, for headers:
+        "llama.cpp repack on", or "llama.cpp repack off: repack killed by SIGILL" when a
+        configuration died in the self-test, "… (forced)" when the user chose it; None for
+        another engine."""
+        cfg = self.engine_config
+        if not isinstance(cfg, dict) or "use_extra_bufts" not in cfg:
+            return None
+        words = f"llama.cpp repack {'on' if cfg['use_extra_bufts'] else 'off'}"
+        killed = [f"{t.get('config')} killed by SIG{_signame(t.get('signal'))}"
+                  for t in cfg.get("trials") or () if isinstance(t, dict) and t.get("signal")]
+        if killed:
+            return f"{words}: {', '.join(killed)}"
+        if str(cfg.get("source", "")).startswith("forced"):
+            return f"{words} (forced)"
+        return words
 
     @property
     def via_relay(self) -> bool:
@@ -59,3 +82,13 @@ class Connection:
             await self.upstream_client.aclose()
         for child in reversed(self.children):
             await asyncio.to_thread(child.stop)
+
+
+def _signame(signum: Any) -> str:
+    """"ILL" for 4 (the name after "SIG"), else the number."""
+    import signal
+
+    try:
+        return signal.Signals(int(signum)).name.removeprefix("SIG")
+    except (TypeError, ValueError):
+        return str(signum)

@@ -45,6 +45,7 @@ from llmtop.engines.llama_backend import (
     OutOfMemory,
     context_memory,
 )
+from llmtop.engines.llama_config import Choice
 from llmtop.engines.model_files import ModelDescription
 from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
 
@@ -99,8 +100,10 @@ class EmbeddedEngine:
     """One model served on Ollama's API, one generation at a time.
 
     description: the model's metadata (model_files.describe). default_num_ctx: tokens, used
-    when a request gives no num_ctx. Requests queue on an asyncio lock and never interleave
-    on the shared llama.cpp context.
+    when a request gives no num_ctx. llama_config: the llama.cpp configuration chosen for this
+    machine (engines/llama_config.py, already applied), reported by `/api/version`; None when
+    the caller applied none. Requests queue on an asyncio lock and never interleave on the
+    shared llama.cpp context.
     """
 
     def __init__(
@@ -109,8 +112,10 @@ class EmbeddedEngine:
         *,
         chat_format: str = "gemma",
         default_num_ctx: int = 4096,
+        llama_config: Choice | None = None,
     ) -> None:
         self.description = description
+        self.llama_config = llama_config
         self.default_num_ctx = default_num_ctx
         self.backend = LlamaBackend(description.path, chat_format=chat_format)
         self.history: deque[JobRecord] = deque(maxlen=200)
@@ -431,14 +436,18 @@ async def root(_: Request) -> Response:
     return PlainTextResponse("Ollama is running", headers={"X-Llmtop-Engine": "embedded"})
 
 
-async def version(_: Request) -> Response:
-    """`GET /api/version`: llmtop's version and llama-cpp-python's."""
+async def version(request: Request) -> Response:
+    """`GET /api/version`: llmtop's version, llama-cpp-python's, and `llama_config`: the
+    llama.cpp configuration this engine loads with and why (llama_config.Choice.to_dict),
+    null when none was chosen."""
     import llama_cpp
 
+    choice = request.app.state.engine.llama_config
     return JSONResponse({
         "version": __version__,
         "engine": "llmtop-embedded",
         "llama_cpp_python": llama_cpp.__version__,
+        "llama_config": choice.to_dict() if choice is not None else None,
     })
 
 

@@ -13,8 +13,9 @@ server to look at and for how long nothing came.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from time import perf_counter_ns
 
 import httpx
 
@@ -51,6 +52,43 @@ class Peer:
     kind: str
     start: str
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+
+
+# A client's hook for a failed request: given the failure and the stream's progress words
+# (StreamProgress.words), the failure to report instead (engines/child.autopsy names a child
+# server of llmtop's that died).
+Autopsy = Callable[[Failure, str], Awaitable[Failure]]
+
+
+class StreamProgress:
+    """How far one streamed reply had come, for the message when it breaks.
+
+    Stamps (perf_counter_ns): `t_sent` at creation (just before the request is sent),
+    `t_first` at the first chunk; `chunks` counts them. `saw(t_ns)` once per chunk."""
+
+    __slots__ = ("chunks", "t_first", "t_sent")
+
+    def __init__(self) -> None:
+        self.t_sent = perf_counter_ns()
+        self.t_first: int | None = None
+        self.chunks = 0
+
+    def saw(self, t_ns: int) -> None:
+        """One more chunk, arrived at t_ns."""
+        if self.t_first is None:
+            self.t_first = t_ns
+        self.chunks += 1
+
+    def words(self, now_ns: int | None = None) -> str:
+        """"after 3.21 s of streaming (41 chunks)", or "before the first chunk, 1.20 s after
+        the request was sent"."""
+        now = perf_counter_ns() if now_ns is None else now_ns
+        if self.t_first is None:
+            waited = (now - self.t_sent) / 1e9
+            return f"before the first chunk, {waited:.2f} s after the request was sent"
+        plural = "" if self.chunks == 1 else "s"
+        streamed = (now - self.t_first) / 1e9
+        return f"after {streamed:.2f} s of streaming ({self.chunks} chunk{plural})"
 
 
 def server_error(body: bytes | str) -> str | None:
@@ -148,11 +186,13 @@ def failure_in_stream(error: str, *, peer: Peer) -> Failure:
     )
 
 
-def failure_truncated(peer: Peer) -> Failure:
-    """The Failure for a stream that ended cleanly but without its done chunk."""
+def failure_truncated(peer: Peer, progress: StreamProgress | None = None) -> Failure:
+    """The Failure for a stream that ended cleanly but without its done chunk; progress: how
+    far it had come (named in the message)."""
+    when = f" {progress.words()}" if progress is not None else ""
     return Failure(
         FailureKind.TRUNCATED,
-        f"the stream from {peer.url} ended without a done chunk (response truncated)",
+        f"the stream from {peer.url} ended without a done chunk{when} (response truncated)",
         "the server may have crashed or dropped the connection; check its log and retry",
     )
 
@@ -166,8 +206,10 @@ def failure_unreachable(detail: str, *, peer: Peer) -> Failure:
     )
 
 
-def failure_for_transport(exc: BaseException, *, peer: Peer) -> Failure:
-    """The Failure for an exception raised while talking to `peer`:
+def failure_for_transport(exc: BaseException, *, peer: Peer,
+                          progress: StreamProgress | None = None) -> Failure:
+    """The Failure for an exception raised while talking to `peer` (progress: how far a
+    streamed reply had come, named when it broke mid-stream):
 
     * connect error or connect timeout (and OSError, e.g. refused) → UNREACHABLE
     * read timeout (no byte for `peer.read_timeout_s`) → TIMEOUT
@@ -183,9 +225,10 @@ def failure_for_transport(exc: BaseException, *, peer: Peer) -> Failure:
             "the server is stuck or overloaded; check it, or raise the read timeout",
         )
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        when = f" {progress.words()}" if progress is not None else ""
         return Failure(
             FailureKind.TRUNCATED,
-            f"the connection to {peer.url} broke mid-stream ({type(exc).__name__}: {exc})",
+            f"the connection to {peer.url} broke mid-stream{when} ({type(exc).__name__}: {exc})",
             "the server may have crashed; check its log and retry",
         )
     return Failure(

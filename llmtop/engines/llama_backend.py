@@ -193,7 +193,7 @@ class LlamaBackend:
             raise GenerationError(
                 "llama-cpp-python is not installed; install llmtop with the `embedded` extra"
             ) from exc
-        threads = settings.num_thread or _physical_cores()
+        threads = settings.num_thread or physical_cores()
         try:
             self._llm = llama_cpp.Llama(
                 model_path=settings.model_path,
@@ -426,7 +426,9 @@ class LlamaBackend:
         return tokens[:1] + tokens[len(tokens) - (limit - 1) :]
 
 
-def _physical_cores() -> int:
+def physical_cores() -> int:
+    """The machine's physical cores (llama.cpp's default thread count here), else the
+    logical CPUs when psutil cannot tell."""
     try:
         return psutil.cpu_count(logical=False) or os.cpu_count() or 1
     except (OSError, RuntimeError, psutil.Error):  # psutil cannot read /proc/cpuinfo here

@@ -45,7 +45,9 @@ from llmtop.engines.events import Failure, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    Autopsy,
     Peer,
+    StreamProgress,
     failure_for_http,
     failure_for_transport,
     failure_in_stream,
@@ -89,6 +91,7 @@ class OllamaEngine:
             read_timeout_s,
         )
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self.autopsy: Autopsy | None = None  # set by connect() for a server llmtop started
         self.proxy = proxy_for(self.host)
         self._client = ollama.AsyncClient(
             host=self.host, timeout=timeout, trust_env=False, event_hooks=stamp_hooks(),
@@ -130,11 +133,13 @@ class OllamaEngine:
     async def _stream(
         self, model: str, start: Any, texts: Any
     ) -> AsyncGenerator[StreamEvent, None]:
+        progress = StreamProgress()
         try:
             parts = await start()
             async with contextlib.aclosing(parts):
                 async for part in parts:
                     t_ns = arrival_ns()
+                    progress.saw(t_ns)
                     content, thinking = texts(part)
                     if part.done:
                         done = StreamEvent(t_ns, content or "", thinking or "", done=True,
@@ -143,12 +148,15 @@ class OllamaEngine:
                         yield done
                         return
                     yield StreamEvent(t_ns, content or "", thinking or "")
-            failure = failure_truncated(self.peer)
+            failure = failure_truncated(self.peer, progress)
         except ollama.ResponseError as exc:
             failure = await self._response_failure(model, exc)
         except Exception as exc:  # noqa: BLE001 - every transport failure becomes a Failure
-            failure = self._transport_failure(exc)
-        yield StreamEvent(perf_counter_ns(), done=True, failure=failure)
+            failure = self._transport_failure(exc, progress)
+        t_failed = perf_counter_ns()
+        if self.autopsy is not None:
+            failure = await self.autopsy(failure, progress.words(t_failed))
+        yield StreamEvent(t_failed, done=True, failure=failure)
 
     # ------------------------------------------------------------------ failures
 
@@ -160,11 +168,12 @@ class OllamaEngine:
             exc.status_code, exc.error, peer=self.peer, model=model, installed=installed
         )
 
-    def _transport_failure(self, exc: Exception) -> Failure:
+    def _transport_failure(self, exc: Exception, progress: StreamProgress | None = None
+                           ) -> Failure:
         if isinstance(exc, ValueError | pydantic.ValidationError):
             detail = f"a reply that is not Ollama's protocol: {type(exc).__name__}: {exc}"
             return failure_protocol(detail, peer=self.peer)
-        return failure_for_transport(exc, peer=self.peer)
+        return failure_for_transport(exc, peer=self.peer, progress=progress)
 
     def unreachable(self, detail: str) -> Failure:
         """The failure for a server that does not answer at all."""
@@ -249,15 +258,25 @@ def _has_chat_template(template: Any) -> bool | None:
 OLLAMA_PROBE_TIMEOUT_S = 0.5  # "answers quickly": a local Ollama replies to /api/version in ms
 
 
-async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -> str | None:
-    """The version an Ollama-API server at `host` (a base URL) reports at `GET /api/version`,
-    or None when nothing answers with one within `timeout_s` seconds. Never raises."""
+async def version_info(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S
+                       ) -> dict[str, Any] | None:
+    """The JSON object an Ollama-API server at `host` (a base URL) answers at
+    `GET /api/version` (`{"version": ...}`; llmtop's embedded engine adds `llama_config`), or
+    None when nothing answers 200 with an object within `timeout_s` seconds. Never raises."""
     try:
         async with httpx.AsyncClient(base_url=host, timeout=timeout_s, trust_env=False,
                                      proxy=proxy_for(host)) as client:
             resp = await client.get("/api/version")
             if resp.status_code == 200:
-                return str(resp.json().get("version", "unknown"))
+                data = resp.json()
+                return data if isinstance(data, dict) else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return None
+
+
+async def ollama_version(host: str, timeout_s: float = OLLAMA_PROBE_TIMEOUT_S) -> str | None:
+    """The version an Ollama-API server at `host` (a base URL) reports at `GET /api/version`,
+    or None when nothing answers with one within `timeout_s` seconds. Never raises."""
+    info = await version_info(host, timeout_s)
+    return None if info is None else str(info.get("version", "unknown"))

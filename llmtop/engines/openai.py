@@ -41,6 +41,7 @@ from llmtop.engines.hosts import proxy_for, resolve_host
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    Autopsy,
     Peer,
     failure_for_http,
     failure_for_transport,
@@ -93,6 +94,7 @@ class OpenAIEngine:
         self.kind = kind
         self.read_timeout_s = read_timeout_s
         self.notes: list[str] = []
+        self.autopsy: Autopsy | None = None  # set by connect() for a server llmtop started
         self.peer = Peer(self.host, "an OpenAI-compatible server",
                          "start it (llama-server, LM Studio, vLLM, `python -m llama_cpp.server`) "
                          "or check --host", read_timeout_s)
@@ -137,7 +139,7 @@ class OpenAIEngine:
     def _stream(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         if not self._usage_refused:
             body = {**body, "stream_options": {"include_usage": True}}
-        return end_stream(self._attempt(body), self.peer, self._rescrape)
+        return end_stream(self._attempt(body), self.peer, self._rescrape, self.autopsy)
 
     async def _rescrape(self) -> None:
         """After a failed request: vLLM may count it too, so take a fresh baseline."""

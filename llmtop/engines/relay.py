@@ -35,6 +35,7 @@ from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    Autopsy,
     Peer,
     failure_for_http,
     failure_protocol,
@@ -78,6 +79,7 @@ class RelayEngine:
         self.host = _base_url(relay_url)
         self.name = name
         self.read_timeout_s = read_timeout_s
+        self.autopsy: Autopsy | None = None  # set by connect() for a server llmtop started
         self.peer = Peer(
             self.host,
             "the llmtop relay",
@@ -130,7 +132,7 @@ class RelayEngine:
         return self._stream(json.dumps(body).encode())
 
     def _stream(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
-        return end_stream(self._attempt(payload), self.peer)
+        return end_stream(self._attempt(payload), self.peer, autopsy=self.autopsy)
 
     async def _attempt(self, payload: bytes) -> AsyncGenerator[StreamEvent | Failure, None]:
         """POST /api/stream: the relay's events, or a Failure for a status other than 200."""

@@ -17,7 +17,13 @@ import httpx
 from httpx_sse import SSEError
 
 from llmtop.engines.events import Failure, StreamEvent
-from llmtop.engines.http import Peer, failure_for_transport, failure_protocol
+from llmtop.engines.http import (
+    Autopsy,
+    Peer,
+    StreamProgress,
+    failure_for_transport,
+    failure_protocol,
+)
 from llmtop.engines.stamps import drain
 
 
@@ -25,18 +31,23 @@ async def end_stream(
     items: AsyncGenerator[StreamEvent | Failure, None],
     peer: Peer,
     before_failure: Callable[[], Awaitable[None]] | None = None,
+    autopsy: Autopsy | None = None,
 ) -> AsyncGenerator[StreamEvent, None]:
     """Yield `items`' StreamEvents until the done one; a Failure among them, an SSEError (a
-    200 that is not `text/event-stream`: PROTOCOL) or an httpx error (`failure_for_transport`)
-    ends the stream with `StreamEvent(done=True, failure=...)`, stamped when it happened.
-    `before_failure` runs after that stamp, before the event is yielded (e.g. a re-scrape)."""
+    200 that is not `text/event-stream`: PROTOCOL) or an httpx error (`failure_for_transport`,
+    naming how long it had streamed) ends the stream with `StreamEvent(done=True,
+    failure=...)`, stamped when it happened. `before_failure` runs after that stamp, before
+    the event is yielded (e.g. a re-scrape); `autopsy` may then replace the failure (a child
+    server of llmtop's that died: engines/child.autopsy)."""
     failure: Failure | None = None
+    progress = StreamProgress()
     try:
         async with contextlib.aclosing(items) as events:
             async for item in events:
                 if isinstance(item, Failure):
                     failure = item
                     break
+                progress.saw(item.t_ns)
                 if item.done:
                     await drain(events)  # `items` reads the rest of the response when pulled
                 yield item
@@ -45,8 +56,10 @@ async def end_stream(
     except SSEError as exc:
         failure = failure_protocol(str(exc), peer=peer)
     except httpx.HTTPError as exc:
-        failure = failure_for_transport(exc, peer=peer)
+        failure = failure_for_transport(exc, peer=peer, progress=progress)
     t_ns = perf_counter_ns()
     if before_failure is not None:
         await before_failure()
+    if autopsy is not None and failure is not None:
+        failure = await autopsy(failure, progress.words(t_ns))
     yield StreamEvent(t_ns, done=True, failure=failure)

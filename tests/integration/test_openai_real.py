@@ -33,8 +33,17 @@ READY_TIMEOUT_S = 120  # loading the model; the wait polls readiness, it asserts
 # The embedded engine's threads (llama_backend: the physical cores); llama_cpp.server's own
 # default is half the logical CPUs, which alone makes its rates differ (1 vs 2 threads here).
 THREADS = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+# llama-cpp-python's server loads with the llama.cpp configuration the embedded engine's
+# self-test keeps on this machine (engines/llama_config.py: on a CPU whose AMX path crashes,
+# repacking off), as llama-server would be started with --no-repack there.
 LAUNCHER = """
 import sys
+from llmtop.engines import llama_config
+from llmtop.engines.llama_backend import physical_cores
+
+model = sys.argv[sys.argv.index("--model") + 1]
+llama_config.apply(llama_config.choose(model, physical_cores()).config)
+
 from llama_cpp import llama_chat_format as f
 
 @f.register_chat_format("raw")

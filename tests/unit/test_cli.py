@@ -94,3 +94,22 @@ def test_num_thread_is_sent_only_when_given() -> None:
                            "num_predict": 200, "num_thread": 1}
     with pytest.raises(SystemExit):
         parse("run", "--prompt", "x", "--num-thread", "0")
+
+
+def test_print_completion_names_every_shell_and_exits_quietly_on_a_closed_pipe():
+    import subprocess
+    import sys
+
+    import shtab
+
+    from llmtop.cli import build_parser
+
+    shown = build_parser().format_help()
+    assert all(shell in shown for shell in shtab.SUPPORTED_SHELLS)
+    for shell in ("fish", "bash"):
+        # the reader takes 10 bytes and leaves: the script's rest meets a closed pipe
+        p = subprocess.run(
+            ["bash", "-c", (f"{sys.executable} -m llmtop --print-completion {shell} "
+                           "| head -c 10 >/dev/null; exit ${PIPESTATUS[0]}")],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert (p.returncode, p.stderr) == (0, ""), p.stderr

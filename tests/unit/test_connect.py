@@ -26,6 +26,7 @@ class Installed:
     """A client whose `/api/tags` lists `names` (all `_choose_model` asks of it)."""
 
     host = "http://127.0.0.1:11434"
+    name = "ollama"
 
     def __init__(self, *names: str) -> None:
         self.names = list(names)
@@ -47,3 +48,58 @@ async def test_a_missing_model_lists_what_is_installed() -> None:
     failure = err.value.failure
     assert failure.kind == FailureKind.MODEL_NOT_FOUND
     assert failure.message == "model 'c' not found at http://127.0.0.1:11434 (installed: a:1, b:2)"
+
+
+async def test_a_host_the_user_gave_is_never_replaced_by_the_embedded_engine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmtop.connect import connect
+    from llmtop.engines.child import free_port
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(EngineError) as err:
+        await connect("auto", host=dead)
+    failure = err.value.failure
+    assert failure.kind == FailureKind.UNREACHABLE
+    assert failure.message.startswith(f"no engine answers at {dead} (from --host)")
+    assert "unset --host or pass --engine embedded" in failure.remedy
+    monkeypatch.setenv("OLLAMA_HOST", dead)
+    with pytest.raises(EngineError) as err:
+        await connect("auto")
+    assert err.value.failure.message.startswith(f"no engine answers at {dead} (from OLLAMA_HOST)")
+
+
+def test_run_with_a_dead_host_exits_3_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from llmtop.engines.child import free_port
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = subprocess.run([sys.executable, "-m", "llmtop", "run", "--host", dead, "--prompt", "hi"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 3, p.stderr  # ExitCode.ENGINE_UNREACHABLE, no embedded engine run
+    assert f"llmtop: no engine answers at {dead} (from --host)" in p.stderr
+    assert p.stdout == ""
+
+
+class Embedded(Installed):
+    name = "embedded"
+
+
+async def test_a_typo_is_answered_with_the_closest_name_and_advice_for_the_engine() -> None:
+    with pytest.raises(EngineError) as err:
+        await _choose_model(Embedded("gemma3:270m"), "gemma3:27om")  # type: ignore[arg-type]
+    failure = err.value.failure
+    assert failure.message == ("model 'gemma3:27om' not found in the embedded engine "
+                               "(installed: gemma3:270m); did you mean gemma3:270m?")
+    assert "ollama pull" not in failure.remedy and "--model-path" in failure.remedy
+    ollama = Installed("qwen2.5:7b", "llama3.2:3b")
+    with pytest.raises(EngineError) as err:
+        await _choose_model(ollama, "qwen2.5:7")  # type: ignore[arg-type]
+    assert err.value.failure.message.endswith("did you mean qwen2.5:7b?")
+    assert err.value.failure.remedy.startswith("pull it with `ollama pull qwen2.5:7`")
+    with pytest.raises(EngineError) as err:
+        await _choose_model(ollama, "mistral")  # type: ignore[arg-type]
+    assert "did you mean" not in err.value.failure.message  # nothing close enough

@@ -434,7 +434,9 @@ class Header(Record):
     """A session log's first record (`type: "header"`).
 
     format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
-    engine / engine_version / host / model: what was measured; via: "direct" or "relay",
+    engine / engine_version / host / model: what was measured; engine_config: the embedded
+    engine's llama.cpp configuration (engines/llama_config.Choice.to_dict), else None;
+    via: "direct" or "relay",
     upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
     through (None: direct; never for a loopback engine). model_details: /api/show's summary.
     options: the
@@ -453,6 +455,7 @@ class Header(Record):
     kind: str = "session"
     engine: str | None = None
     engine_version: str | None = None
+    engine_config: dict[str, Any] | None = None
     host: str | None = None
     via: str | None = None
     upstream: str | None = None

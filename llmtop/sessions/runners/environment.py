@@ -101,6 +101,7 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
     env: dict[str, Any] = {
         "engine": conn.engine.name,
         "engine_version": conn.version,
+        "engine_config": conn.engine_config,
         "host": conn.engine.host,
         "upstream": conn.upstream.host,
         "model": conn.model,

@@ -76,6 +76,7 @@ class SessionRecorder:
         return {
             "engine": self.conn.engine.name,
             "engine_version": self.conn.version,
+            "engine_config": self.conn.engine_config,
             "host": self.conn.engine.host,
             "via": "relay" if self.conn.via_relay else "direct",
             "upstream": self.conn.upstream.host,

@@ -21,6 +21,8 @@ def identity(conn: Connection) -> str:
             parts.append("base model")
     if conn.version:
         parts.append(f"v{conn.version}")
+    if conn.engine_config_short:  # the embedded engine: how llama.cpp runs on this CPU
+        parts.append(conn.engine_config_short)
     return " · ".join(parts)
 
 
