@@ -49,7 +49,7 @@ from llmtop.probes.canary import (
     MEM_BUFFER_BYTES,
     cpu_loop,
 )
-from llmtop.sessions.prompts import PromptGenerator
+from llmtop.sessions.measure.prompts import PromptGenerator
 
 OPTIONS = {"temperature": 0.0, "seed": 42, "num_ctx": 8192, "num_predict": 100}
 RATES = ("prefill_tps", "decode_tps")

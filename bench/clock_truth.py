@@ -35,8 +35,13 @@ from llmtop.engines.child import free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.process import RelayProcess
-from llmtop.sessions.log import read_log
-from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages, run_request
+from llmtop.sessions.measure.request import (
+    RequestCollector,
+    RequestResult,
+    chat_messages,
+    run_request,
+)
+from llmtop.sessions.records.log import read_log
 
 HERE = Path(__file__).resolve().parent
 MODEL = "truth:latest"

@@ -62,8 +62,9 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
 
 def rejudge(paths: list[Path]) -> list[dict[str, Any]]:
     """Judge bench logs already written (the report is computed from the log alone)."""
-    from llmtop.sessions.log import read_log
-    from llmtop.sessions.report import build, render
+    from llmtop.sessions.records.log import read_log
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import build
 
     out = []
     for path in paths:

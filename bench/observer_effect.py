@@ -21,8 +21,8 @@ import sys
 from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.sampler import ProbeSampler
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 
 MODEL = "gemma3:270m"
 

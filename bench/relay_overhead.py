@@ -56,8 +56,8 @@ from llmtop.engines.child import EmbeddedProcess, free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.process import RelayProcess
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 
 HERE = Path(__file__).resolve().parent
 TARGET_MS = 1.0

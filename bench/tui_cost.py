@@ -65,7 +65,7 @@ from cputime import thread_stats
 import llmtop
 from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 
 MODEL = "gemma3:270m"
 PROMPT = "Write a long story about a lighthouse keeper and a storm, in plain sentences."

@@ -30,12 +30,18 @@ from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_ad
 from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
-from llmtop.sessions.bench import BenchConfig
-from llmtop.sessions.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT, METRICS, VARY_CHOICES
-from llmtop.sessions.environment import cpu_model
-from llmtop.sessions.load_config import Slo, parse_duration_ms, parse_levels
-from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.tui.settings import TuiSettings
+from llmtop.sessions.analysis.compare import (
+    DEFAULT_METRICS,
+    DEFAULT_THRESHOLD_PCT,
+    METRICS,
+    VARY_CHOICES,
+)
+from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
+from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.environment import cpu_model
+from llmtop.sessions.runners.load_config import parse_levels
+from llmtop.tui.state.settings import TuiSettings
 
 BENCH = BenchConfig()
 

@@ -7,7 +7,7 @@ measured engine is the
 one at `engine_host` on this machine: its processes are identified (`identify_engine`) and
 its `/api/ps` read every ENGINE_POLL_S, and both go into every sample as they would locally.
 
-Security (docs in README, "Probes where the engine runs"):
+Security (docs/guide/agent.md):
 * `TokenGate` checks `Authorization: Bearer TOKEN` on every request before any route runs,
   with `hmac.compare_digest` (time independent of where the tokens differ); a bad or missing
   token gets a bare 401, nothing else, whatever the path.

@@ -11,27 +11,21 @@ from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
-from llmtop.sessions.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
-from llmtop.sessions.calibration import CalibrationError
-from llmtop.sessions.log import LogError
-from llmtop.sessions.report import build, render
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
+from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
+from llmtop.sessions.runners.calibration import CalibrationError
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """The BenchConfig a command line asks for."""
-    think = None if args.think is None else args.think == "on"
-    return BenchConfig(
+    """The BenchConfig a command line asks for (the workload's flags: Workload.from_flags)."""
+    return BenchConfig.from_flags(
+        args,
         requests=args.requests,
         warmup=args.warmup,
         prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        num_ctx=args.num_ctx,
-        temperature=args.temperature,
-        seed=args.seed,
-        num_thread=args.num_thread,
-        think=think,
         drift_threshold_pct=args.drift_threshold,
-        use_cache=not args.no_cache,
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,

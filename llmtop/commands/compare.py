@@ -7,10 +7,11 @@ import sys
 
 from llmtop.commands.output import emit
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.compare import compare_logs
-from llmtop.sessions.compare_report import markdown, to_json
-from llmtop.sessions.log import LogError, read_log
-from llmtop.sessions.records import RunLog
+from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports.compare import Comparisons
+from llmtop.sessions.reports.formats import render
 
 REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
 
@@ -37,12 +38,7 @@ def main(args: argparse.Namespace) -> int:
                      args.threshold, args.seed)
         for path, log in zip(args.logs[1:], logs[1:], strict=True)
     ]
-    if args.format == "html":
-        from llmtop.sessions.html_report import compare_html
-
-        text = compare_html(comparisons, logs)
-    else:
-        text = to_json(comparisons) if args.format == "json" else markdown(comparisons)
+    text = render(Comparisons(comparisons, logs), args.format)
     if not emit(text, args.out, "llmtop compare"):
         return ExitCode.USAGE
     for c in comparisons:

@@ -8,11 +8,12 @@ import sys
 from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.calibration import CalibrationError
-from llmtop.sessions.load import LoadProgress, LoadRunner
-from llmtop.sessions.load_config import LoadConfig, Mode
-from llmtop.sessions.load_report import level_row, render_load
-from llmtop.sessions.log import LogError
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.load import level_row
+from llmtop.sessions.runners.calibration import CalibrationError
+from llmtop.sessions.runners.load import LoadProgress, LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig, Mode
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_REQUESTS = 40
@@ -22,21 +23,15 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """The LoadConfig a command line asks for. Raises ValueError for an impossible one."""
     mode: Mode = "rate" if args.rate else "concurrency"
     requests = args.requests if args.requests is not None or args.duration else DEFAULT_REQUESTS
-    return LoadConfig(
+    return LoadConfig.from_flags(
+        args,
         mode=mode,
         levels=args.rate or args.concurrency or DEFAULT_CONCURRENCY,
         requests=requests,
         duration_s=args.duration,
         arrivals=args.arrivals,
         prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        num_ctx=args.num_ctx,
-        temperature=args.temperature,
-        seed=args.seed,
-        num_thread=args.num_thread,
-        think=None if args.think is None else args.think == "on",
         slo=args.slo,
-        use_cache=not args.no_cache,
         preflight_s=args.preflight_duration,
     )
 
@@ -82,7 +77,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
             return ExitCode.REQUEST_FAILED
     finally:
         await conn.close()
-    print(render_load(outcome.analysis, "json" if args.json else "md"), end="")
+    print(render(outcome.analysis, "json" if args.json else "md"), end="")
     if not any(lv.ok for lv in outcome.analysis.levels):
         print("llmtop load: no request completed ok", file=sys.stderr)
         return ExitCode.REQUEST_FAILED

@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.load_analysis import analyze_load, is_load_log
-from llmtop.sessions.load_report import render_load
-from llmtop.sessions.log import LogError, read_log
-from llmtop.sessions.report import build, render
+from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 
 SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
 
@@ -19,10 +19,8 @@ def main(args: argparse.Namespace) -> int:
     returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
     try:
         log = read_log(args.log_file)
-        if is_load_log(args.log_file):  # a `llmtop load` sweep: its per-level report
-            text = render_load(analyze_load(args.log_file), args.format)
-        else:
-            text = render(build(log), args.format)
+        # a `llmtop load` sweep gets its per-level report
+        text = render(analyze_log(log) if log.header.kind == "load" else build(log), args.format)
     except LogError as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -16,10 +16,10 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
-from llmtop.sessions.log import LogError
-from llmtop.sessions.options import GenerationOptions
-from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.request import RequestResult, run_request
+from llmtop.sessions.measure.options import GenerationOptions
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.runners.recorder import SessionRecorder
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
 # The first probe sample identifies every process (~20-50 ms of CPU, bench/probe_cost.py
@@ -173,13 +173,7 @@ async def _run(args: argparse.Namespace) -> int:
         try:
             if agent is None:  # an agent samples elsewhere; its thread here only reads
                 await first_sample.wait(FIRST_SAMPLE_WAIT_S)
-            collector = recorder.new_request(args.prompt)
-            try:
-                result = await run_request(lambda: recorder.stream(args.prompt), collector, show)
-            except asyncio.CancelledError:
-                recorder.record(collector.finish(cancelled=True))
-                raise
-            recorder.record(result)
+            result, _ = await recorder.measure(args.prompt, show)
         finally:
             sampler.stop()
             recorder.close()

@@ -8,8 +8,8 @@ import os
 import sys
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.catalog import SessionEntry, catalogue, sessions_folder
-from llmtop.sessions.report import md_table
+from llmtop.sessions.analysis.catalog import SessionEntry, catalogue, sessions_folder
+from llmtop.sessions.reports.text import md_table
 
 HEADERS = ("date", "engine", "model", "kind", "requests (ok)", "verdict", "log")
 

@@ -4,7 +4,7 @@ TTFT runs from the send stamp to the first chunk with text (docs/method.md, "TTF
 Taking that stamp before the client library builds the request puts the client's own work —
 building the request object, serialising it, opening a connection when none is pooled — inside
 TTFT (about 1 ms with the `ollama` client and httpx; measured by bench/clock_truth.py,
-README "What llmtop costs"). The stamp is therefore taken by httpcore's trace event
+docs/performance.md). The stamp is therefore taken by httpcore's trace event
 `http11.send_request_body.complete`, the moment the last byte of the request has been
 handed to the socket, and the time before it is kept as its own figure (`SendStamp.prep_ns`,
 logged as `client_prep_ms`).

@@ -17,6 +17,7 @@ clocks (keep them NTP-synchronised when workers run on several machines).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -32,12 +33,13 @@ from locust.runners import WorkerRunner
 
 from llmtop.engines.http import Peer
 from llmtop.loadtest.stream import arrival_transport, stream_chat
-from llmtop.sessions.environment import environment as machine_environment
-from llmtop.sessions.load_config import LoadConfig
-from llmtop.sessions.log import SessionLog, request_record
-from llmtop.sessions.options import GenerationOptions
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.measure.options import GenerationOptions
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestCollector
+from llmtop.sessions.records.log import SessionLog
+from llmtop.sessions.records.schema import LevelRecord, RequestRecord
+from llmtop.sessions.runners.environment import environment as machine_environment
+from llmtop.sessions.runners.load_config import LoadConfig
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
 
@@ -102,31 +104,32 @@ class LlmtopUser(User):
         )
         sent_unix = time.time_ns()
         result = stream_chat(self.client, self.peer, collector)
-        record = request_record(result) | {
-            "phase": "measure",
-            "level": 0,
-            "index": self.sent - 1,
-            "prompt_words": words,
-            "sent_unix_ns": sent_unix,
-            "end_unix_ns": time.time_ns(),
-            "client": f"{socket.gethostname()}:{os.getpid()}",
-        }
+        record = RequestRecord.of(
+            result,
+            phase="measure",
+            level=0,
+            index=self.sent - 1,
+            prompt_words=words,
+            sent_unix_ns=sent_unix,
+            end_unix_ns=time.time_ns(),
+            client=f"{socket.gethostname()}:{os.getpid()}",
+        )
         self._report(record, result.status == "ok", str(result.failure or ""))
         runner = self.environment.runner
         if isinstance(runner, WorkerRunner):
-            runner.send_message(MESSAGE, record)
+            runner.send_message(MESSAGE, record.to_json())
         else:
-            SINK.add(record)
+            SINK.add(record.to_json())
 
-    def _report(self, record: dict[str, Any], ok: bool, error: str) -> None:
-        metrics = record["metrics"]
+    def _report(self, record: RequestRecord, ok: bool, error: str) -> None:
+        metrics = record.metrics
         fire = self.environment.events.request.fire
-        for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
-            if ok and metrics.get(key) is not None:
+        for name, value in (("TTFT", metrics.ttft_ms), ("TPOT", metrics.tpot_ms)):
+            if ok and value is not None:
                 fire(
                     request_type="llmtop",
                     name=name,
-                    response_time=metrics[key],
+                    response_time=value,
                     response_length=0,
                     exception=None,
                     context={},
@@ -134,8 +137,8 @@ class LlmtopUser(User):
         fire(
             request_type="llmtop",
             name="E2E",
-            response_time=metrics.get("e2e_ms") or 0,
-            response_length=len(record.get("content") or ""),
+            response_time=metrics.e2e_ms or 0,
+            response_length=len(record.content),
             exception=None if ok else RuntimeError(error),
             context={},
         )
@@ -146,7 +149,7 @@ class LogSink:
 
     def __init__(self) -> None:
         self.log: SessionLog | None = None
-        self.records: list[dict[str, Any]] = []
+        self.records: list[RequestRecord] = []
         self.expected = 0
         self.environment: Any = None
 
@@ -178,22 +181,14 @@ class LogSink:
             "load": load,
         }
         self.log = SessionLog(opts.llmtop_log, header)
-        self.log.write(
-            {
-                "type": "level",
-                "phase": "start",
-                "level": 0,
-                "mode": "concurrency",
-                "value": users,
-                "requests": self.expected,
-            }
-        )
+        self.log.write(LevelRecord("start", 0, users, mode="concurrency", requests=self.expected))
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Number and write one request record; after the last one, the level's end, and quit."""
+    def add(self, data: dict[str, Any]) -> None:
+        """Number and write one request record (its JSON, as a worker sends it); after the
+        last one, the level's end, and quit."""
         if self.log is None:
             return
-        record["id"] = len(self.records) + 1
+        record = dataclasses.replace(RequestRecord.from_json(data), id=len(self.records) + 1)
         self.records.append(record)
         self.log.write(record)
         if len(self.records) == self.expected:
@@ -205,18 +200,11 @@ class LogSink:
         if self.log is None:
             return
         if self.records:
-            wall = max(r["end_unix_ns"] for r in self.records) - min(
-                r["sent_unix_ns"] for r in self.records
+            wall = max(r.end_unix_ns or 0 for r in self.records) - min(
+                r.sent_unix_ns or 0 for r in self.records
             )
-            self.log.write(
-                {
-                    "type": "level",
-                    "phase": "end",
-                    "level": 0,
-                    "wall_ns": wall,
-                    "value": self.environment.parsed_options.num_users,
-                }
-            )
+            users = self.environment.parsed_options.num_users
+            self.log.write(LevelRecord("end", 0, users, wall_ns=wall))
         self.log.close()
         self.log = None
 

@@ -1,6 +1,6 @@
 """One measured /api/chat request over a blocking httpx client, for Locust's gevent users.
 
-The same stamping and classification as `llmtop.sessions.request.run_request`: each NDJSON
+The same stamping and classification as `llmtop.sessions.measure.request.run_request`: each NDJSON
 line is stamped, once complete and before it is parsed, with the arrival of the bytes that
 completed it (`stamps.arrival_ns`, as `OllamaEngine` stamps its lines), becomes a
 `StreamEvent`, goes into a `RequestCollector`, and `finish()` decides the status and derives
@@ -39,7 +39,7 @@ from llmtop.engines.http import (
     failure_truncated,
 )
 from llmtop.engines.stamps import arrival_ns, note_arrival, note_written, stamping
-from llmtop.sessions.request import RequestCollector, RequestResult, chat_messages
+from llmtop.sessions.measure.request import RequestCollector, RequestResult, chat_messages
 
 
 class _ArrivalStream(httpcore.NetworkStream):

@@ -31,7 +31,7 @@ from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.processes import PidSource
-from llmtop.probes.sampler import STOP_WAIT_S, ProbeSample, ProbeSampler, SamplerState
+from llmtop.probes.sampler import ProbeSample, ProbeSampler, SamplerState
 from llmtop.probes.verdict import DEFAULT, Finding, Thresholds, Verdict, evaluate
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,8 @@ class AgentSampler(SamplerState):
     "lost" or "refused" (bad token), from the same thread. Never raises out of the thread.
     """
 
+    THREAD_NAME = "llmtop-agent"
+
     def __init__(
         self,
         target: AgentTarget,
@@ -260,22 +262,6 @@ class AgentSampler(SamplerState):
             raise AgentError(f"the agent at {self.target.url} sent a sample that cannot be "
                              f"read ({type(exc).__name__}); are both llmtop versions the same?"
                              ) from None
-
-    def start(self) -> None:
-        """Start reading in a daemon thread; returns at once. No-op when running."""
-        if self.running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="llmtop-agent", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
-        """Stop, waiting at most `timeout_s` for the thread (a stalled read ends with it)."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
-        self._thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -86,11 +86,40 @@ def _error(what: str, exc: BaseException) -> Finding:
 
 class SamplerState:
     """What every sampler thread shows its users (this module's `ProbeSampler`, and
-    `remote.AgentSampler` over an agent's stream): its period, latest sample and liveness."""
+    `remote.AgentSampler` over an agent's stream): its period, latest sample and liveness;
+    and the thread's lifecycle, the same for both: `start` a daemon thread named
+    THREAD_NAME running `_run` until `_stop` is set, `stop` it with a bounded join."""
 
+    THREAD_NAME = "llmtop-sampler"
     _interval: float
     _latest: ProbeSample | None
     _thread: threading.Thread | None
+    _stop: threading.Event
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _stopping(self) -> None:
+        """Called by `stop` once `_stop` is set: wake a thread that waits on more than it."""
+
+    def start(self) -> None:
+        """Start the daemon thread; returns at once. No-op when already running."""
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Stop and join the thread, waiting at most `timeout_s` (default STOP_WAIT_S): a
+        sample blocked in a probe read (or a stalled read of an agent) must not hold up
+        quitting; the daemon thread then ends on its own (or with the process)."""
+        self._stop.set()
+        self._stopping()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        self._thread = None
 
     @property
     def interval_s(self) -> float:
@@ -118,6 +147,8 @@ class ProbeSampler(SamplerState):
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
     """
+
+    THREAD_NAME = "llmtop-probes"
 
     def __init__(
         self,
@@ -198,24 +229,8 @@ class ProbeSampler(SamplerState):
             errors.append(_error(what, exc))
             return None
 
-    def start(self) -> None:
-        """Start the daemon thread (first sample at once). No-op when already running."""
-        if self.running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="llmtop-probes", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
-        """Stop and join the thread, waiting at most `timeout_s` (default STOP_WAIT_S): a
-        sample blocked in a probe read must not hold up quitting; the daemon thread then ends
-        on its own (or with the process)."""
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
-        self._thread = None
+    def _stopping(self) -> None:
+        self._wake.set()  # the thread waits on `_wake` between samples
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -2,7 +2,7 @@
 
 Throttling (the monitor must not be the noise): stream events only append to a
 `LiveRequest` and set its dirty flags; probe samples only replace `_probe_sample`. While a
-request streams, frames follow its chunks (`StreamFrames`, llmtop.tui.frames): a frame at
+request streams, frames follow its chunks (`StreamFrames`, llmtop.tui.state.frames): a frame at
 most every 0.5 s, drawn in the wake-up of the chunk that finds it due, with the text, the
 live numbers and the probe panel (at most every PANEL_MIN_NS) in it, the first chunk (TTFT)
 at once, and a fallback deadline when the stream stalls. Otherwise one
@@ -40,7 +40,7 @@ requests (`SessionStrip`) and the history (`RequestHistory`, F2) are drawn from 
 timer, only when its `version` or the request on screen changed. Enter on a history row puts
 that request on screen (`viewing`) until the next prompt.
 
-Ctrl+B opens the bench screen (`llmtop.tui.bench_screen`): `llmtop bench`'s protocol on this
+Ctrl+B opens the bench screen (`llmtop.tui.screens.bench`): `llmtop bench`'s protocol on this
 connection, after stopping any request still streaming here.
 """
 
@@ -53,7 +53,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult, ScreenStackError
@@ -72,23 +72,24 @@ from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.bench import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
-from llmtop.sessions.bench import BenchConfig
-from llmtop.sessions.log import LogError
-from llmtop.sessions.recorder import SessionRecorder
-from llmtop.sessions.request import RequestResult, run_request
-from llmtop.tui.bench_screen import BenchScreen
-from llmtop.tui.frames import StreamFrames
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.load_screen import LoadScreen
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
+from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
+from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
-from llmtop.tui.noise import NoiseTracker
-from llmtop.tui.plots_screen import PlotsScreen
-from llmtop.tui.session_state import SessionState
-from llmtop.tui.sessions_screen import SessionsScreen
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.screens.help import HelpScreen
+from llmtop.tui.screens.load import LoadScreen
+from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.sessions import SessionsScreen
+from llmtop.tui.state.frames import StreamFrames
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.noise import NoiseTracker
+from llmtop.tui.state.session_state import SessionState
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
-from llmtop.tui.widgets.help_screen import HelpScreen
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
@@ -303,34 +304,35 @@ class LlmtopApp(App[int]):
             recorder = self.recorder
             if recorder is None:
                 return
-            collector = recorder.new_request(prompt)
-            live = self.live = LiveRequest(collector)
-            self.viewing = None
-            self._wake()  # frames follow the stream until it ended, then the timer draws
-            self._set_probe_interval(streaming=True)
+            live: LiveRequest | None = None
+
+            def on_start(collector: RequestCollector) -> None:
+                nonlocal live
+                live = self.live = LiveRequest(collector)
+                self.viewing = None
+                self._wake()  # frames follow the stream until it ended, then the timer draws
+                self._set_probe_interval(streaming=True)
 
             def on_event(event: StreamEvent) -> None:
+                assert live is not None
                 live.add(event)
                 self._frames.changed(live.urgent)
 
-            try:
-                result = await run_request(lambda: recorder.stream(prompt), collector, on_event)
-            except asyncio.CancelledError:
-                self._record(collector.finish(cancelled=True), live)
-                raise
-            finally:
+            def on_end(result: RequestResult, _record: RequestRecord) -> None:
+                assert live is not None
                 self._sample_at_end(live)
-            self._record(result, live)
+                self._ended(result, live)
 
-    def _record(self, result: RequestResult, live: LiveRequest) -> None:
-        """Log a finished request and show its end; a log that cannot be written is reported
-        on screen (the numbers are still shown) rather than ending the app."""
+            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end)
+
+    def _ended(self, result: RequestResult, live: LiveRequest) -> None:
+        """Show a logged request's end; a log that cannot be written is reported on screen
+        (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.noise.first_during(*live.span_ns))
         self.session.add(live)
         self._wake()
         assert self.recorder is not None
-        self.recorder.record(result)
         incomplete = self.recorder.log.incomplete
         if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
             self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
@@ -631,20 +633,18 @@ class LlmtopApp(App[int]):
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
-        self._session_record(
-            {"type": "bench", "phase": "start", "log": log_path, "bench": config.to_dict()}
-        )
+        self._session_record(BenchMarkRecord("start", log_path, bench=config.to_dict()))
         if self.sampler is not None:
             self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
 
     def bench_ended(self, log_path: str, how: str) -> None:
         """A bench ended (`how`: its verdict, "cancelled" or "failed")."""
-        self._session_record({"type": "bench", "phase": "end", "log": log_path, "outcome": how})
+        self._session_record(BenchMarkRecord("end", log_path, outcome=how))
         self._set_probe_interval(streaming=False)
         self._probe_dirty = True  # the main panel was not drawn meanwhile
         self._wake()
 
-    def _session_record(self, record: dict[str, Any]) -> None:
+    def _session_record(self, record: BenchMarkRecord) -> None:
         if self.recorder is not None:
             with contextlib.suppress(LogError):
                 self.recorder.log.write(record)

@@ -27,7 +27,7 @@ from llmtop.engines.child import free_port
 from llmtop.exitcodes import ExitCode
 from llmtop.probes import wire
 from llmtop.probes.remote import AgentClient, AgentSampler, AgentTarget
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -243,9 +243,9 @@ def test_attribution_through_the_agent(
     """Two requests logged with the agent's samples, the burner running during the second
     only: attribution (on the log, as `llmtop report` reads it) names the burner."""
     from llmtop.connect import connect
-    from llmtop.sessions.attribution import attribute
-    from llmtop.sessions.recorder import SessionRecorder
-    from llmtop.sessions.request import run_request
+    from llmtop.sessions.analysis.attribution import attribute
+    from llmtop.sessions.measure.request import run_request
+    from llmtop.sessions.runners.recorder import SessionRecorder
 
     log_path = tmp_path / "s.jsonl"
 

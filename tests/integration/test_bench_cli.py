@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +50,10 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
     assert p.returncode in (ExitCode.OK, ExitCode.NOISY), p.stderr
     md = p.stdout
     loaded = read_log(log)
-    (cal,) = loaded.of_type("calibration")
-    point = cal["targets"]["64"]
-    assert abs(point["tokens"] - 64) <= 0.05 * 64 and cal["template_tokens"] > 0
+    cal = loaded.calibration
+    assert cal is not None
+    point = cal.targets["64"]
+    assert abs(point.tokens - 64) <= 0.05 * 64 and (cal.template_tokens or 0) > 0
     requests = loaded.requests
     # a first short request pays any model load, then 1 warm-up and 8 measured requests
     assert [r.phase for r in requests] == ["load", "warmup"] + ["measure"] * 8

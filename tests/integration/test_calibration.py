@@ -8,14 +8,14 @@ from time import perf_counter
 import pytest
 
 from llmtop.engines.ollama import OllamaEngine
-from llmtop.sessions.calibration import (
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import chat_messages
+from llmtop.sessions.runners.calibration import (
     CalibrationCache,
     CalibrationError,
     calibrate,
     predicted_tokens,
 )
-from llmtop.sessions.prompts import PromptGenerator
-from llmtop.sessions.request import chat_messages
 from tests.conftest import MODEL
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from llmtop.engines import llama_config as lc
 from llmtop.engines.llama_backend import physical_cores
 from llmtop.engines.model_files import bundled_model_path
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration
 WAIT_S = 180  # polling limits for a cold start (model assembly, the self-test); no timing asserted

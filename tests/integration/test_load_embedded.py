@@ -1,6 +1,6 @@
 """`llmtop load` on the real embedded engine, which serves one request at a time: its sweep
 shows flat throughput, and each extra concurrent user adds about one service time to TTFT
-(docs: README, "llmtop load"). The service time is measured at concurrency 1 (E2E there)."""
+(docs/guide/load.md). The service time is measured at concurrency 1 (E2E there)."""
 
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ import pytest
 
 from llmtop.connect import connect
 from llmtop.engines.child import free_port
-from llmtop.sessions.load import LoadRunner
-from llmtop.sessions.load_analysis import analyze_load
-from llmtop.sessions.load_config import LoadConfig
+from llmtop.sessions.analysis.load import analyze_load
+from llmtop.sessions.runners.load import LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig
 from llmtop.testing.slotted import Service, SlottedProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -25,7 +25,7 @@ import pytest
 from llmtop.engines.child import free_port
 from llmtop.engines.openai import OpenAIEngine
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.request import chat_messages
+from llmtop.sessions.measure.request import chat_messages
 
 pytestmark = pytest.mark.integration
 PROMPT = "Why is the sky blue?"
@@ -160,7 +160,7 @@ def test_run_via_relay_against_llama_cpp_python(llama_cpp_server, tmp_path):
 
 async def test_tui_streams_from_llama_cpp_python(llama_cpp_server, tmp_path: Path):
     from llmtop.tui.app import make_app
-    from llmtop.tui.settings import TuiSettings
+    from llmtop.tui.state.settings import TuiSettings
     from tests.tui.fakes import type_text, wait_for
 
     app = make_app(TuiSettings(engine="openai", host=llama_cpp_server,

@@ -16,7 +16,7 @@ from llmtop.engines.events import FailureKind
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.request import chat_messages
+from llmtop.sessions.measure.request import chat_messages
 from tests.conftest import MODEL
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 
 from llmtop.engines.child import free_port
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration
 

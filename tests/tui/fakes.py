@@ -1,7 +1,8 @@
 """A scripted engine with the `Connection` shape, and pilot helpers, for exact TUI tests.
 
-Stamps are exact: tests patch `llmtop.sessions.request.perf_counter_ns` to return SENT_NS, and
-the fake stamps each event SENT_NS + its offset, so TTFT/ITL/TPOT come out as written here.
+Stamps are exact: tests patch `llmtop.sessions.measure.request.perf_counter_ns` to return
+SENT_NS, and the fake stamps each event SENT_NS + its offset, so TTFT/ITL/TPOT come out as
+written here.
 
 A prompt with no script gets a *generated* answer, for the bench and its calibration: the
 server's `prompt_eval_count` is 19 + the message's whitespace-separated words (so calibration

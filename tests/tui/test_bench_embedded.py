@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import ProgressBar
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import make_app
-from llmtop.tui.bench_screen import BenchScreen
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
 from .fakes import shown, wait_for
@@ -60,4 +60,4 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
         log_path = Path(screen.log_path or "")
     log = read_log(log_path)
     assert [r.phase for r in log.requests] == ["load", "warmup"] + ["measure"] * 3
-    assert log.first("summary") and log.first("preflight")
+    assert log.summary and log.preflight

@@ -14,15 +14,16 @@ import pytest
 from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import BenchMarkRecord
 from llmtop.tui.app import LlmtopApp, make_app
-from llmtop.tui.bench_screen import BenchScreen
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.screens.report import ReportScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.bench_form import BenchForm
 from llmtop.tui.widgets.bench_series import BenchSeries, series_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
-from llmtop.tui.widgets.report_screen import ReportScreen
 
 from .fakes import FakeEngine, Timing, fake_connection, probe_sample, shown, wait_for
 
@@ -34,7 +35,7 @@ def build(
 ) -> LlmtopApp:
     """An app on `engine` with the tiny bench as the form's defaults (no calibration cache;
     no preflight unless asked: it samples the real machine)."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", engine.clock)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     settings = TuiSettings(
         engine="fake",
         options={"temperature": 0.0, "seed": 42, "num_predict": 8, "num_ctx": 2048},
@@ -116,14 +117,15 @@ async def test_flat_series_is_clean_with_report_and_log(
     log = read_log(log_path)
     assert log.header.kind == "bench"
     assert [r.phase for r in log.requests] == ["load"] + ["warmup"] + ["measure"] * 10
-    (summary_record,) = log.of_type("summary")
-    assert summary_record["contaminated"] is False and summary_record["ok_requests"] == 10
-    session = [r for r in read_log(tmp_path / "s.jsonl").of_type("bench")]
-    assert [(r["phase"], r["log"]) for r in session] == [
+    summary_record = log.summary
+    assert summary_record is not None
+    assert summary_record.contaminated is False and summary_record.ok_requests == 10
+    session = list(read_log(tmp_path / "s.jsonl").of_type(BenchMarkRecord))
+    assert [(r.phase, r.log) for r in session] == [
         ("start", str(log_path)),
         ("end", str(log_path)),
     ]
-    assert session[1]["outcome"] == "CLEAN"
+    assert session[1].outcome == "CLEAN"
 
 
 async def test_decode_slowing_down_is_contaminated(
@@ -187,11 +189,11 @@ async def test_esc_cancels_the_run_and_the_log_records_it(
         log_path = screen.log_path
     assert log_path is not None
     log = read_log(log_path)
-    assert list(log.of_type("interrupted"))
+    assert log.interrupted
     statuses = [r.status for r in log.requests if r.phase != "load"]
     assert statuses == ["ok"] * 3 + ["cancelled"]
-    session = list(read_log(tmp_path / "s.jsonl").of_type("bench"))
-    assert session[-1]["outcome"] == "cancelled"
+    session = list(read_log(tmp_path / "s.jsonl").of_type(BenchMarkRecord))
+    assert session[-1].outcome == "cancelled"
 
 
 async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,7 +254,7 @@ async def test_quit_during_a_bench_records_the_interruption(
         log_path = screen.log_path
     assert log_path is not None
     log = read_log(log_path)
-    assert list(log.of_type("interrupted")) and list(log.of_type("end"))
+    assert log.interrupted and log.ended_at
     assert [r.status for r in log.requests][-1] == "cancelled"
 
 

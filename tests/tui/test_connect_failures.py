@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmtop.exitcodes import ExitCode
 from llmtop.tui.app import make_app
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 
 from .fakes import wait_for
 

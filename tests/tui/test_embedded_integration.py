@@ -8,9 +8,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import make_app
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane

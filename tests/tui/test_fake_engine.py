@@ -10,11 +10,11 @@ from rich.text import Text
 from textual.widgets import Input
 
 from llmtop.engines.connection import Connection
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.tui.app import LlmtopApp, make_app
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.help import METRICS, HelpScreen
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import identity
-from llmtop.tui.widgets.help_screen import METRICS, HelpScreen
 from llmtop.tui.widgets.metrics_strip import result_texts
 from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.token_pane import TokenPane
@@ -25,7 +25,7 @@ from .fakes import SENT_NS, FakeEngine, ev, fake_connection, shown, type_text, w
 @pytest.fixture(autouse=True)
 def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
     """The send stamp the fake's event offsets are relative to."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
 
 
 def build(tmp_path: Path, conn: Connection | None = None) -> tuple[LlmtopApp, Connection]:
@@ -85,7 +85,7 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
     log = read_log(tmp_path / "s.jsonl")
     (req,) = log.requests
     assert req.status == "ok" and req.metrics.ttft_ms == pytest.approx(123.4)
-    assert list(log.of_type("end"))
+    assert log.ended_at
 
 
 async def test_thinking_is_dim_italic(tmp_path: Path) -> None:

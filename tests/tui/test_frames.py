@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from llmtop.tui.frames import StreamFrames
+from llmtop.tui.state.frames import StreamFrames
 
 MS = 1_000_000
 

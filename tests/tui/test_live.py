@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from llmtop.engines.events import StreamEvent
-from llmtop.sessions.request import RequestCollector
-from llmtop.tui import fmt
-from llmtop.tui.live import CONTENT, THINKING, LiveRequest
+from llmtop.sessions.measure.request import RequestCollector
+from llmtop.tui.state import fmt
+from llmtop.tui.state.live import CONTENT, THINKING, LiveRequest
 from llmtop.tui.widgets.metrics_strip import live_texts
 
 MS = 1_000_000

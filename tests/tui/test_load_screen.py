@@ -10,11 +10,11 @@ from textual.app import App
 from textual.widgets import Input, Static
 
 from llmtop.connect import connect
-from llmtop.sessions.load_analysis import LevelResult, Percentiles
+from llmtop.sessions.analysis.load import LevelResult, Percentiles
 from llmtop.testing.slotted import Service, SlottedUpstream
-from llmtop.tui.load_screen import LoadScreen, config_from_form
-from llmtop.tui.load_view import curve, levels_table
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.screens.load import LoadScreen, config_from_form
+from llmtop.tui.state.load_view import curve, levels_table
+from llmtop.tui.state.settings import TuiSettings
 
 
 class Host(App[None]):

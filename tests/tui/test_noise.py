@@ -12,7 +12,7 @@ from llmtop.probes.sampler import ProbeSampler
 from llmtop.probes.system import SystemSample
 from llmtop.tui.app import END_SAMPLE_S, LlmtopApp
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.noise import NoiseTracker, noisy_message
+from llmtop.tui.state.noise import NoiseTracker, noisy_message
 
 from .fakes import MS, SENT_NS, busy_apps, probe_sample, shown, system_sample, wait_for
 from .test_fake_engine import build, done, send
@@ -22,7 +22,7 @@ NOISE = "Chromium (14 processes) is using 38 % CPU"
 
 @pytest.fixture(autouse=True)
 def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
 
 
 def test_tracker_spans_and_messages() -> None:

@@ -8,7 +8,7 @@ from llmtop.probes.processes import ProcessSample
 from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import make_app
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import SELF_BUDGET_PERCENT, apps_text
 from llmtop.tui.widgets.probe_panel import ProbePanel
 

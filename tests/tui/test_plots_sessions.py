@@ -10,10 +10,10 @@ from textual.widgets import DataTable, Markdown, Static
 from textual_plotext import PlotextPlot
 
 from llmtop.tui.app import make_app
-from llmtop.tui.plots_screen import PlotsScreen
-from llmtop.tui.sessions_screen import SessionsScreen
-from llmtop.tui.settings import TuiSettings
-from llmtop.tui.widgets.report_screen import ReportScreen
+from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.report import ReportScreen
+from llmtop.tui.screens.sessions import SessionsScreen
+from llmtop.tui.state.settings import TuiSettings
 from tests.unit.compare_logs import lognormal, write_log
 
 from .fakes import FakeEngine, fake_connection, wait_for

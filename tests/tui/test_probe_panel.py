@@ -14,7 +14,7 @@ from llmtop.probes.catalogue import Category
 from llmtop.probes.verdict import Finding, Level, Verdict
 from llmtop.tui.app import make_app
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.apps_view import apps_text
 from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
 from llmtop.tui.widgets.system_view import system_text

@@ -12,7 +12,7 @@ from llmtop.probes.remote import AgentSampler, AgentTarget, RemoteSample, Sample
 from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import machine_label, make_app
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
 
 from .fakes import busy_apps, fake_connection, machine_sample, wait_for

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from llmtop.engines.events import ServerStats, StreamEvent
-from llmtop.sessions.request import RequestCollector
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.session_state import (
+from llmtop.sessions.measure.request import RequestCollector
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.session_state import (
     MAX_BARS,
     SessionState,
     clock_time,

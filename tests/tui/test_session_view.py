@@ -21,8 +21,8 @@ from textual.widgets import DataTable, Input
 
 from llmtop.tui.app import LlmtopApp, make_app
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.session_state import compare
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.session_state import compare
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane
@@ -64,9 +64,9 @@ def session_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
             app.post_message(ProbeSampled(probe_sample(send_ns + MS, noisy=BROWSER_BUSY)))
 
     engine = FakeEngine(timing=Timing(growth=0.5), on_start=on_start, hang_at=3)
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", engine.clock)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     TickingClock.calls = 0
-    monkeypatch.setattr("llmtop.sessions.request.datetime", TickingClock)
+    monkeypatch.setattr("llmtop.sessions.measure.request.datetime", TickingClock)
     settings = TuiSettings(
         engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
     )
@@ -194,7 +194,7 @@ async def test_session_views_redraw_only_when_they_change(
     from .fakes import SENT_NS, ev
 
     many = [ev(10.0 + i, f"t{i} ") for i in range(300)] + [ev(400.0, done=True)]
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
     settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection(FakeEngine({"many": many})))
     async with app.run_test(size=(140, 44)) as pilot:

@@ -26,9 +26,9 @@ from textual.widgets import Input
 
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Verdict
-from llmtop.tui import bench_config
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.state import bench_config
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
 from .fakes import (
@@ -66,7 +66,7 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setattr(
-        "llmtop.tui.bench_screen.bench_log_path",
+        "llmtop.tui.screens.bench.bench_log_path",
         lambda session: bench_config.bench_log_path(session, BENCH_TIME),
     )
     # samples are posted by hand, and a loaded machine can take longer than the panel's
@@ -77,7 +77,7 @@ def in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def main_app(monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
     """The app on the scripted engine, every request sent at SENT_NS (fakes.SCRIPTS); its log
     is "s.jsonl" in the working directory (`in_tmp_dir`)."""
-    monkeypatch.setattr("llmtop.sessions.request.perf_counter_ns", lambda: SENT_NS)
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
     app, _ = main_build(Path())
     return seeded(app)
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
 from llmtop.tui.app import make_app
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.spark_bars import BARS, SparkBars, bar_levels
 
 from .fakes import fake_connection, wait_for

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmtop.sessions.request import RequestCollector
+from llmtop.sessions.measure.request import RequestCollector
 from llmtop.tui.app import make_app
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.settings import TuiSettings
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.token_pane import FOLLOW_JUMP, TokenPane
 
 from .fakes import ev, fake_connection

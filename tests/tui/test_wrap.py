@@ -8,7 +8,7 @@ import pytest
 from rich.cells import cell_len
 from rich.text import Text
 
-from llmtop.tui.wrap import IncrementalWrap, wrap_lines
+from llmtop.tui.state.wrap import IncrementalWrap, wrap_lines
 
 WORDS = ["a", "bb", "sky", "blue", "Rayleigh", "scattering", "x" * 30, "\n", "\n\n", "é", "漢字"]
 

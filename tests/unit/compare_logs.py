@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from llmtop.sessions.log import SessionLog
+from llmtop.sessions.records.log import SessionLog
 from tests.unit.test_analysis_report import record_json
 
 OPTIONS = {"temperature": 0.0, "seed": 42, "num_ctx": 4096, "num_predict": 100}
@@ -36,10 +36,10 @@ def write_log(path: Path, ttfts: list[float], decodes: list[float] | None = None
     """A bench log: one warm-up, then one ok request per TTFT value (decode 20 tok/s unless
     given), then the probe records."""
     log = SessionLog(path, {**HEADER, **header})
-    log.write({**request(0, 900.0, 20.0, target), "phase": "warmup"})
+    log.write_raw({**request(0, 900.0, 20.0, target), "phase": "warmup"})
     for i, ttft in enumerate(ttfts, start=1):
-        log.write(request(i, ttft, decodes[i - 1] if decodes else 20.0, target))
+        log.write_raw(request(i, ttft, decodes[i - 1] if decodes else 20.0, target))
     for p in probes:
-        log.write({"type": "probe", **p})
+        log.write_raw({"type": "probe", **p})
     log.close()
     return path

@@ -23,7 +23,7 @@ from llmtop.probes.remote import AgentError, AgentTarget, probes_note, remote_sa
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict
-from llmtop.sessions.records import ProbeRecord
+from llmtop.sessions.records.schema import ProbeRecord
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -225,7 +225,7 @@ async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> N
     from llmtop.engines.child import free_port
     from llmtop.engines.connection import Connection
     from llmtop.engines.ollama import OllamaEngine
-    from llmtop.sessions.bench import preflight_record
+    from llmtop.sessions.runners.environment import preflight_record
 
     engine = OllamaEngine("http://127.0.0.1:1")
     conn = Connection(engine=engine, model="m", info=None, version=None)
@@ -234,6 +234,6 @@ async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> N
         record = await preflight_record(conn, 1.0, nobody)
     finally:
         await engine.aclose()
-    assert (record["verdict"], record["quiet"]) == ("CANNOT CHECK", False)
-    assert record["findings"][0]["code"] == "probe-error"
-    assert nobody.url in record["error"]
+    assert (record.verdict, record.quiet) == ("CANNOT CHECK", False)
+    assert record.findings[0].code == "probe-error"
+    assert record.error is not None and nobody.url in record.error

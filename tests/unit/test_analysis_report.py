@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis import BenchStatus, analyze, first_pass_status
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.records import RequestRecord
-from llmtop.sessions.report import build, md_table, render
+from llmtop.sessions.analysis.run import BenchStatus, analyze, first_pass_status
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import Report, build
+from llmtop.sessions.reports.text import md_table
 from tests.unit.test_stats import CONTAMINATED
 
 MS = 1_000_000
@@ -137,7 +139,7 @@ def bench_log(tmp_path):
             "options": {"temperature": 0},
         },
     )
-    log.write(
+    log.write_raw(
         {
             "type": "calibration",
             "template_tokens": 26,
@@ -147,7 +149,7 @@ def bench_log(tmp_path):
         }
     )
     for r in contaminated_json():
-        log.write(r)
+        log.write_raw(r)
     log.close()
     return read_log(path)
 
@@ -177,8 +179,8 @@ def test_json_report(bench_log):
 
 
 def test_unknown_format():
-    with pytest.raises(ValueError, match="use one of md, csv, json"):
-        render(None, "pdf")
+    with pytest.raises(ValueError, match="use one of md, csv, json, html"):
+        render(object.__new__(Report), "pdf")
 
 
 def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
@@ -193,13 +195,13 @@ def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
         },
     )
     for r in contaminated_json():
-        log.write(r)
+        log.write_raw(r)
         # decode drifted from a first-5 median of 22.0: slow = below 22.0 × 0.95 = 20.9 tok/s,
         # i.e. 14 of the 25 (16.9 … 20.3, 19.8, 16.7 … 15.6); chromium burns 38 % during those
         slow = r["phase"] == "measure" and r["metrics"]["server_decode_tps"] < 20.9
         apps = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0 if slow else 1.0},
                 {"app": "llmtop", "category": "llmtop", "cpu_percent": 50.0}]
-        log.write(
+        log.write_raw(
             {
                 "type": "probe",
                 "request_id": r["id"],
@@ -243,8 +245,8 @@ def test_a_failure_reason_with_a_pipe_stays_in_its_row(tmp_path):
     path = tmp_path / "bench.jsonl"
     log = SessionLog(path, {"kind": "bench", "engine": "embedded", "model": "m"})
     for i in range(3):
-        log.write(record_json(i))
-    log.write({**record_json(3, status="error"), "error": "engine exited | llama: bad magic"})
+        log.write_raw(record_json(i))
+    log.write_raw({**record_json(3, status="error"), "error": "engine exited | llama: bad magic"})
     log.close()
     md = render(build(read_log(path)), "md")
     assert "| 200 | 4 | error | engine exited \\| llama: bad magic |" in md

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from llmtop.sessions.attribution import (
+from llmtop.sessions.analysis.attribution import (
     MAD_SCALE,
     NOTHING_STANDS_OUT,
     attribute,
     robust_slow,
 )
-from llmtop.sessions.records import ProbeRecord, RequestRecord
+from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
 
 # 23 measured requests, ids 1..23. Slow: 8-12 and 19-22 (9 requests, decode 14.0-17.5 tok/s,
 # values from the source's contaminated run); fast: the other 14 (21.9 / 22.0 / 22.1 cycled).

@@ -1,10 +1,10 @@
-"""Streams whose text was held back (llmtop/sessions/timeline.py, `buffering`): client rates
+"""Streams whose text was held back (llmtop/sessions/measure/timeline.py, `buffering`): client rates
 become n/a with the reason, TTFT is the time to the whole answer, server rates stay."""
 
 from __future__ import annotations
 
 from llmtop.engines.events import ServerStats, StreamEvent
-from llmtop.sessions.timeline import compute_metrics
+from llmtop.sessions.measure.timeline import compute_metrics
 
 MS = 1_000_000
 SENT = 10**12
@@ -56,7 +56,7 @@ def test_a_log_record_holding_nan_is_skipped_not_shown(tmp_path) -> None:
     # Python's json writes NaN; JSON has no NaN; a NaN would crash a Sparkline and poison medians
     import json
 
-    from llmtop.sessions.log import read_log
+    from llmtop.sessions.records.log import read_log
 
     good = {"type": "request", "id": 1, "status": "ok", "metrics": {"ttft_ms": 12.5}}
     bad = {"type": "request", "id": 2, "status": "ok", "metrics": {"ttft_ms": float("nan")}}
@@ -72,8 +72,9 @@ def test_a_log_record_holding_nan_is_skipped_not_shown(tmp_path) -> None:
 def test_the_report_says_which_requests_were_buffered(tmp_path) -> None:
     import json
 
-    from llmtop.sessions.log import read_log
-    from llmtop.sessions.report import build, render
+    from llmtop.sessions.records.log import read_log
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import build
 
     reason = "1 text chunk for 100 tokens: held back"
     records = [

@@ -13,8 +13,8 @@ from llmtop.probes.canary import Canary, CanaryCache, CanaryResult, check_agains
 from llmtop.probes.cgroup import Throttling, read_throttling
 from llmtop.probes.gpu import GpuClocks, GpuProbe
 from llmtop.probes.machine_speed import MachineReader, MachineReading, interval
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.machine import canary_medians
+from llmtop.sessions.analysis.machine import canary_medians
+from llmtop.sessions.records.log import SessionLog, read_log
 from tests.unit.test_probes_gpu import FakeNvml
 
 
@@ -146,10 +146,10 @@ def test_canary_records_read_back_and_older_logs_have_none(tmp_path: Path):
     path = tmp_path / "bench.jsonl"
     log = SessionLog(path, {"kind": "bench"})
     canary = CanaryResult(3.0, 4.0, 1.0, threads=2).to_dict()
-    log.write({"type": "canary", "before_request": 2, "t_ns": 5, **canary})
-    log.write({"type": "canary", "before_request": 3, "cpu_ms": 5.0, "mem_ms": 6.0,
+    log.write_raw({"type": "canary", "before_request": 2, "t_ns": 5, **canary})
+    log.write_raw({"type": "canary", "before_request": 3, "cpu_ms": 5.0, "mem_ms": 6.0,
                "simd_ms": 2.0})
-    log.write({"type": "canary", "before_request": None, "cpu_ms": 9.0, "mem_ms": 9.0})
+    log.write_raw({"type": "canary", "before_request": None, "cpu_ms": 9.0, "mem_ms": 9.0})
     log.close()
     run = read_log(path)
     assert [c.before_request for c in run.canaries] == [2, 3, None]

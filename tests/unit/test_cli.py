@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llmtop.cli import COMMANDS, build_parser, tui_settings
-from llmtop.sessions.bench import BenchConfig
-from llmtop.sessions.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
+from llmtop.sessions.runners.bench import BenchConfig
 
 
 def parse(*argv: str):

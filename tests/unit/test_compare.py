@@ -11,8 +11,8 @@ import statistics
 import pytest
 
 from llmtop import cli
-from llmtop.sessions.compare import METRICS, MIN_OK, compare_logs, judge, ratio_test
-from llmtop.sessions.log import read_log
+from llmtop.sessions.analysis.compare import METRICS, MIN_OK, compare_logs, judge, ratio_test
+from llmtop.sessions.records.log import read_log
 from tests.unit.compare_logs import lognormal, write_log
 
 TTFT, DECODE = METRICS["ttft"], METRICS["decode"]

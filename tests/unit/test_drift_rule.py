@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.sessions.analysis import analyze, engine_slowdown
-from llmtop.sessions.log import SessionLog, read_log
-from llmtop.sessions.records import CanaryRecord, ProbeRecord, RequestRecord
-from llmtop.sessions.report import build, render
-from llmtop.sessions.stats import DRIFT_FLOOR_MS, drift, worse_p_value
+from llmtop.sessions.analysis.run import analyze, engine_slowdown
+from llmtop.sessions.measure.stats import DRIFT_FLOOR_MS, drift, worse_p_value
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from tests.unit.test_analysis_report import record_json
 
 # Small wobbles so that the groups are real samples, not constants.
@@ -92,7 +93,7 @@ def build_from(reqs, canaries, probes=(), threshold: float | None = None):
         header["bench"] = {"drift_threshold_pct": threshold}
     log = SessionLog(path, header)
     for r in [*reqs, *canaries, *probes]:
-        log.write(_json(r))
+        log.write_raw(_json(r))
     log.close()
     return build(read_log(path))
 

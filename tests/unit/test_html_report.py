@@ -7,17 +7,17 @@ import random
 import re
 
 from llmtop import cli
-from llmtop.sessions.html_report import load_curve_section, report_html
-from llmtop.sessions.log import read_log
-from llmtop.sessions.plots import (
+from llmtop.sessions.analysis.series import chunk_gaps_ms, run_series
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.reports.html import load_curve_section, report_html
+from llmtop.sessions.reports.plots import (
     LoadPoint,
     TimeAxis,
     compare_figure,
     load_curve_figure,
     series_figure,
 )
-from llmtop.sessions.report import build
-from llmtop.sessions.series import chunk_gaps_ms, run_series
+from llmtop.sessions.reports.run import build
 from tests.unit.compare_logs import lognormal, write_log
 
 APPS = [{"app": "chromium", "category": "browser", "cpu_percent": 38.0},

@@ -1,11 +1,15 @@
 """One-way imports (docs/architecture.md, "Layers"), held two ways.
 
-1. import-linter's contracts in pyproject.toml: the layers and "only the TUI imports
-   Textual". The test runs `lint-imports` on the tree, and on a copy of the tree with one
-   upward import planted, which must be caught and named.
-2. A fresh interpreter imports every module outside the TUI (and the TUI's settings, which
-   the CLI builds) and Textual must not be among the loaded modules, as harlequin checks its
-   headless core.
+1. import-linter's contracts in pyproject.toml: the layers, "only the TUI imports
+   Textual", the route inside sessions (runners | reports, analysis, records, measure), the
+   layers inside reports, and "only the HTML pages and plots import plotly and markdown-it".
+   The test runs `lint-imports` on the tree, and on copies of the tree with one upward
+   import planted (between packages, inside sessions, inside reports, plotly in a text
+   renderer, Textual in the TUI's state, a widget importing a screen), each of which must be
+   caught and named.
+2. A fresh interpreter imports every module outside the TUI (and the TUI's pure state,
+   whose settings the CLI builds) and Textual must not be among the loaded modules, as
+   harlequin checks its headless core.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import llmtop
 
@@ -35,24 +41,44 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 def test_the_contracts_hold() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 2 kept, 0 broken." in result.stdout
+    assert f"Contracts: {CONTRACTS} kept, 0 broken." in result.stdout
 
 
-def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+CONTRACTS = 7
+PLANTED = [  # (the module that imports, what it must not import, the contract it breaks)
+    ("llmtop.engines.events", "llmtop.sessions.reports.run", "llmtop's layers"),
+    ("llmtop.sessions.records.schema", "llmtop.sessions.runners.bench",
+     "The route of a measurement"),
+    ("llmtop.sessions.measure.timeline", "llmtop.sessions.analysis.run",
+     "The route of a measurement"),
+    ("llmtop.sessions.reports.text", "llmtop.sessions.reports.formats", "Reports: formats"),
+    ("llmtop.sessions.reports.run", "plotly", "Only the HTML pages and their plots"),
+    ("llmtop.tui.state.live", "textual", "The TUI's state imports no Textual"),
+    ("llmtop.tui.widgets.token_pane", "llmtop.tui.screens.bench", "The TUI: app, screens"),
+]
+
+
+@pytest.mark.parametrize(("importer", "imported", "contract"), PLANTED)
+def test_an_upward_import_is_caught(tmp_path: Path, importer: str, imported: str,
+                                    contract: str) -> None:
     shutil.copytree(ROOT / "llmtop", tmp_path / "llmtop",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    planted = tmp_path / "llmtop" / "engines" / "events.py"
-    planted.write_text(planted.read_text() + "\nimport llmtop.sessions.report  # planted\n")
+    planted = tmp_path.joinpath(*importer.split(".")).with_suffix(".py")
+    planted.write_text(planted.read_text() + f"\nimport {imported}  # planted\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
-    assert "Contracts: 1 kept, 1 broken." in result.stdout
-    assert "llmtop.engines.events -> llmtop.sessions.report" in result.stdout
+    assert " broken." in result.stdout and ", 0 broken." not in result.stdout
+    broken = result.stdout[result.stdout.index("Broken contracts"):]
+    assert contract in broken
+    assert f"{importer} -> {imported}" in broken
 
 
 def test_core_imports_without_textual() -> None:
     names = [m.name for m in pkgutil.walk_packages(llmtop.__path__, "llmtop.")
-             if not m.name.startswith("llmtop.tui.") and m.name != "llmtop.__main__"]
-    names.append("llmtop.tui.settings")  # the CLI builds the TUI's settings without Textual
+             if (not m.name.startswith("llmtop.tui.") or m.name.startswith("llmtop.tui.state"))
+             and m.name != "llmtop.__main__"]
+    # the TUI's state (the CLI builds its settings) imports without Textual too
+    assert "llmtop.tui.state.settings" in names
     if importlib.util.find_spec("locust") is None:  # the `load` extra is not installed
         names.remove("llmtop.loadtest.locustfile")
     code = (

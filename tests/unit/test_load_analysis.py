@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.sessions.load_analysis import (
+from llmtop.sessions.analysis.load import (
+    LoadAnalysis,
     Percentiles,
-    analyze_records,
+    analyze_log,
     min_samples,
     probe_verdict,
 )
-from llmtop.sessions.load_config import Slo
-from llmtop.sessions.load_report import render_load
+from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.records.schema import ProbeRecord, RunLog
+from llmtop.sessions.reports.formats import render as render_load
+
+
+def analyze_records(header: dict, records: list[dict]) -> LoadAnalysis:
+    """The analysis of a log made of these JSON records, read through the schema."""
+    log = RunLog.from_json(header, records)
+    assert not log.warnings
+    return analyze_log(log)
 
 MS = 1_000_000
 
@@ -74,6 +83,7 @@ def level_records(level: int, value: float, wall_s: float, requests: list[dict])
 def header(mode: str = "concurrency", slo: Slo | None = None) -> dict:
     return {
         "type": "header",
+        "format": 1,
         "kind": "load",
         "model": "m",
         "engine": "e",
@@ -146,13 +156,13 @@ def test_queueing_from_the_servers_durations():
 
 
 def test_probe_verdict_names_the_findings():
-    quiet = {"verdict": {"quiet": True, "findings": []}}
-    noisy = {
+    quiet = ProbeRecord.of({"verdict": {"quiet": True, "findings": []}})
+    noisy = ProbeRecord.of({
         "verdict": {
             "quiet": False,
             "findings": [{"code": "app-busy", "level": "warn"}, {"code": "x", "level": "info"}],
         }
-    }
+    })
     assert probe_verdict([]) == "no samples"
     assert probe_verdict([quiet]) == "QUIET"
     assert probe_verdict([quiet, noisy, noisy]) == "NOISY: app-busy"

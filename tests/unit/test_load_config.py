@@ -6,13 +6,8 @@ import random
 
 import pytest
 
-from llmtop.sessions.load_config import (
-    LoadConfig,
-    Slo,
-    arrival_offsets,
-    parse_duration_ms,
-    parse_levels,
-)
+from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
+from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets, parse_levels
 
 
 def test_slo_parses_units_and_judges_every_term():

@@ -19,8 +19,9 @@ import itertools
 import pytest
 
 from llmtop.connect import connect
-from llmtop.sessions.load import LoadRunner
-from llmtop.sessions.load_config import LoadConfig, Slo
+from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.runners.load import LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig
 from llmtop.testing.slotted import Service, SlottedProcess
 
 SERVICE = Service(slots=2, prefill_s=0.04, tokens=9, gap_s=0.02)  # S = 40 + 8 × 20 = 200 ms

@@ -12,7 +12,7 @@ import httpx
 from llmtop.engines.events import FailureKind, Status, StreamEvent
 from llmtop.engines.http import Peer
 from llmtop.loadtest.stream import _ArrivalBackend, arrival_transport, stream_chat
-from llmtop.sessions.request import RequestCollector, RequestResult
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from tests.unit.loopback import END_CHUNKED, HEAD_200_CHUNKED, Server, answer_every_request, chunk
 
 LINES = (b'{"message":{"content":"He"},"done":false}\n'

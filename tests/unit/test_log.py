@@ -5,9 +5,9 @@ import json
 import pytest
 
 from llmtop.engines.events import ServerStats, Status, StreamEvent
-from llmtop.sessions.log import FORMAT_VERSION, LogError, SessionLog, read_log, request_record
-from llmtop.sessions.records import Chunk, RequestRecord
-from llmtop.sessions.request import RequestCollector, RequestResult
+from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.sessions.records.log import FORMAT_VERSION, LogError, SessionLog, read_log
+from llmtop.sessions.records.schema import Chunk, RequestRecord
 
 MS = 1_000_000
 
@@ -33,7 +33,7 @@ def finished_request():
 
 def write_request(log: SessionLog, result: RequestResult) -> None:
     """Append a finished request as the recorder does (without the bench fields)."""
-    log.write(request_record(result))
+    log.write(RequestRecord.of(result))
 
 
 def test_round_trip(tmp_path):
@@ -54,7 +54,7 @@ def test_round_trip(tmp_path):
     assert req.options == {"temperature": 0.0, "seed": 42} and req.phase is None
     (probe,) = loaded.probes
     assert probe.request_id == 1 and probe.t_ns == 1 and probe.cost_ms is None
-    assert [r["type"] for r in loaded.records] == ["end"] and loaded.warnings == ()
+    assert [r.TYPE for r in loaded.records] == ["end"] and loaded.warnings == ()
 
 
 def test_each_record_is_on_disk_before_close(tmp_path):
@@ -104,14 +104,14 @@ def test_unwritable_log_path_is_a_clear_error(tmp_path):
 def test_a_record_with_a_wrong_field_type_is_skipped_naming_line_and_field(tmp_path):
     path = tmp_path / "s.jsonl"
     log = SessionLog(path, {"engine": "e"})
-    good = request_record(finished_request())
-    log.write(good)  # line 2
-    log.write({**good, "id": 2, "metrics": {**good["metrics"], "ttft_ms": "fast"}})  # line 3
-    log.write({**good, "id": "3"})  # line 4
-    log.write({**good, "id": 4, "status": "exploded"})  # line 5
-    log.write({"type": "probe", "request_id": 1, "processes": {"apps": [{"app": 7}]}})  # line 6
-    log.write({"type": "probe", "request_id": 1, "verdict": {"quiet": False}})  # line 7
-    log.write(["not", "an", "object"])  # line 8
+    good = RequestRecord.of(finished_request()).to_json()
+    log.write_raw(good)  # line 2
+    log.write_raw({**good, "id": 2, "metrics": {**good["metrics"], "ttft_ms": "fast"}})  # line 3
+    log.write_raw({**good, "id": "3"})  # line 4
+    log.write_raw({**good, "id": 4, "status": "exploded"})  # line 5
+    log.write_raw({"type": "probe", "request_id": 1, "processes": {"apps": [{"app": 7}]}})  # line 6
+    log.write_raw({"type": "probe", "request_id": 1, "verdict": {"quiet": False}})  # line 7
+    log.write_raw(["not", "an", "object"])  # line 8
     log.close()
     loaded = read_log(path)
     assert [r.id for r in loaded.requests] == [1]
@@ -185,5 +185,6 @@ def test_an_old_format_log_still_reads(tmp_path):
 def test_typed_records_are_read_through_their_own_lists(tmp_path):
     path = tmp_path / "old.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in OLD_LOG))
-    with pytest.raises(ValueError, match="use RunLog.requests"):
-        read_log(path).of_type("request")
+    log = read_log(path)
+    assert list(log.of_type(RequestRecord)) == []  # requests are `log.requests`
+    assert len(log.requests) >= 1

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions import log as session_log
-from llmtop.sessions.log import LogError, SessionLog, read_log
+from llmtop.sessions.records import log as session_log
+from llmtop.sessions.records.log import LogError, SessionLog, read_log
 from llmtop.testing.scripted import ScriptedUpstream
 
 HEADER = json.dumps({"type": "header", "format": 1, "kind": "session"})
@@ -73,8 +73,8 @@ def test_a_write_that_fails_stops_the_log_without_raising(tmp_path: Path) -> Non
     log._fh = open(os.devnull, "w")  # noqa: SIM115 - swapped below for a failing one
     log._fh.close()
     log._fh = open("/dev/full", "w")  # noqa: SIM115 - every flush fails with ENOSPC
-    assert log.write({"type": "request", "id": 1}) is False
-    assert log.write({"type": "probe"}) is False
+    assert log.write_raw({"type": "request", "id": 1}) is False
+    assert log.write_raw({"type": "probe"}) is False
     assert log.incomplete is not None
     assert log.incomplete.startswith("No space left on device: the session log ")
     assert "stops after its first 1 records (intact); record 2 (request)" in log.incomplete

@@ -14,7 +14,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.events import FailureKind, ServerStats, Status
 from llmtop.engines.openai import OpenAIEngine, api_base
 from llmtop.engines.openai_options import request_body
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 
 

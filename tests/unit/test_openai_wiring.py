@@ -13,10 +13,10 @@ from llmtop.connect import connect
 from llmtop.engines.base import EngineError
 from llmtop.engines.events import FailureKind
 from llmtop.probes.catalogue import Category, classify
-from llmtop.sessions.analysis import BenchStatus, first_pass_status
-from llmtop.sessions.calibration import CalibrationPoint, calibrate
-from llmtop.sessions.records import RequestRecord
-from llmtop.sessions.timeline import RequestMetrics
+from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
+from llmtop.sessions.measure.timeline import RequestMetrics
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.runners.calibration import CalibrationPoint, calibrate
 from llmtop.testing.scripted import ScriptedUpstream
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 
@@ -58,7 +58,7 @@ async def test_auto_prefers_ollama_native_api():
 
 async def test_openai_engine_through_a_running_relay(server):
     from llmtop.relay.server import create_app
-    from llmtop.sessions.request import chat_messages
+    from llmtop.sessions.measure.request import chat_messages
     from llmtop.testing.scripted import ServeInThread
 
     with ServeInThread(create_app(server.url, api="openai")) as relay_url:

@@ -16,7 +16,7 @@ from llmtop.probes.cgroup import (
     read_limits,
 )
 from llmtop.probes.system import SystemProbe, cpu_capacity
-from llmtop.sessions.environment import container_record
+from llmtop.sessions.runners.environment import container_record
 
 GIB = 1 << 30
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
-from llmtop.sessions.calibration import (
+from llmtop.sessions.measure.prompts import INSTRUCTION, SEPARATOR, PromptGenerator, word_list
+from llmtop.sessions.runners.calibration import (
     Calibration,
     CalibrationCache,
     CalibrationError,
@@ -23,7 +24,6 @@ from llmtop.sessions.calibration import (
     calibration_key,
     predicted_tokens,
 )
-from llmtop.sessions.prompts import INSTRUCTION, SEPARATOR, PromptGenerator, word_list
 
 OPTIONS = {"temperature": 0, "seed": 42, "num_predict": 200, "num_ctx": 4096}
 

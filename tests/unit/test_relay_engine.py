@@ -15,7 +15,7 @@ from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.server import create_app
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 from tests.unit.loopback import Server, answer_every_request
 

@@ -12,7 +12,7 @@ from llmtop.engines.openai import OpenAIEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.relay.request import parse_stream_request
 from llmtop.relay.server import create_app
-from llmtop.sessions.request import RequestCollector, chat_messages
+from llmtop.sessions.measure.request import RequestCollector, chat_messages
 from llmtop.testing.scripted import ServeInThread
 from llmtop.testing.scripted_openai import SCENARIOS, ScriptedOpenAI
 
@@ -79,7 +79,7 @@ async def test_a_refused_stream_options_is_an_error_through_the_relay(relay):
 
 
 async def test_calibration_through_the_relay_counts_with_the_upstream(upstream, relay):
-    from llmtop.sessions.calibration import CalibrationPoint, calibrate
+    from llmtop.sessions.runners.calibration import CalibrationPoint, calibrate
 
     direct = OpenAIEngine(upstream.url)
     engine = RelayEngine(relay, metadata=direct)

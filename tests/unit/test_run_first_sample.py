@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from llmtop.sessions.log import read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.testing.scripted import ScriptedUpstream
 
 

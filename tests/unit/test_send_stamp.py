@@ -9,8 +9,8 @@ import pytest
 
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.stamps import SendStamp, stamping
-from llmtop.sessions.log import request_record
-from llmtop.sessions.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
+from llmtop.sessions.records.schema import RequestRecord
 from llmtop.testing.scripted import ScriptedUpstream
 
 
@@ -37,7 +37,7 @@ async def test_send_stamp_is_after_preparation_and_before_the_first_chunk(server
         await engine.aclose()
     assert result.prep_ns is not None and result.prep_ns > 0
     assert result.events[0].t_ns > result.sent_ns
-    record = request_record(result)
+    record = RequestRecord.of(result).to_json()
     assert record["client_prep_ms"] == round(result.prep_ns / 1e6, 3)
 
 

@@ -7,7 +7,7 @@ import json
 import os
 
 from llmtop import cli
-from llmtop.sessions.catalog import catalogue, entry
+from llmtop.sessions.analysis.catalog import catalogue, entry
 from tests.unit.compare_logs import write_log
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmtop.sessions.stats import drift, percentile, summarize
-from llmtop.sessions.textfmt import sparkline
+from llmtop.sessions.measure.stats import drift, percentile, summarize
+from llmtop.sessions.reports.text import sparkline
 
 # The source's contaminated run (browser open): per-request generation tok/s, in order.
 CONTAMINATED = [21.9, 21.9, 22.0, 22.0, 22.0, 21.0, 21.0, 16.9, 17.8, 17.0, 17.0, 17.5, 18.7,

@@ -3,7 +3,7 @@
 import pytest
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
-from llmtop.sessions.timeline import (
+from llmtop.sessions.measure.timeline import (
     compute_metrics,
     live_chunk_rate,
     server_decode_tps,

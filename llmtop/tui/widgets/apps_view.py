@@ -6,13 +6,13 @@ from rich.text import Text
 
 from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import ProcessSample
-from llmtop.tui import fmt
+from llmtop.tui.state import fmt
 
 TOP_N = 5
 BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
-# llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming, README
-# "What llmtop costs"); above it llmtop is named as the noisy program it then is.
+# llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming,
+# docs/performance.md); above it llmtop is named as the noisy program it then is.
 SELF_BUDGET_PERCENT = 5.0
 
 

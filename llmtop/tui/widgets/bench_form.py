@@ -1,7 +1,7 @@
 """The bench form: requests, warm-up, prompt sizes (tokens), max output tokens, Start.
 
 Enter in any field or the Start button posts `BenchForm.StartRequested` with the raw texts;
-the screen validates them (`llmtop.tui.bench_config.config_from_form`).
+the screen validates them (`llmtop.tui.state.bench_config.config_from_form`).
 """
 
 from __future__ import annotations

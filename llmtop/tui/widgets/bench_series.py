@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from llmtop.sessions.textfmt import num, spark_cell
-from llmtop.tui.bench_state import WARMUP, BenchRow
+from llmtop.sessions.reports.text import num, spark_cell
+from llmtop.tui.state.bench_state import WARMUP, BenchRow
 
 LABEL_WIDTH = 14
 SUFFIX_WIDTH = 32  # "  last 1,234.5 · med 1,234.5"
@@ -52,18 +52,9 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
         counted = [v for r in rows if r.counts and (v := _value(r, key)) is not None]
         scale = counted or [v for r in rows if (v := _value(r, key)) is not None]
         lo, hi = (min(scale), max(scale)) if scale else (None, None)
-        text.append(f"{label:<{LABEL_WIDTH}}", style="bold")
-        text.append("…" if clipped else "", style="dim")
-        previous = shown[0].target if shown else None
-        for row in shown:
-            if row.target != previous:
-                text.append("│", style="dim")
-                previous = row.target
-            if row.phase != WARMUP and not row.counts:
-                text.append("✗", style="bold red")
-                continue
-            cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
-            text.append(cell, style="dim" if row.phase == WARMUP else "cyan")
+        text.append_text(
+            _marks_row(label, shown, clipped, _series_mark(key, lo, hi), bold_row=False)
+        )
         last = _value(rows[-1], key) if rows else None
         med = statistics.median(counted) if counted else None
         text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
@@ -78,6 +69,21 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
     return text
 
 
+def _series_mark(
+    key: str, lo: float | None, hi: float | None
+) -> Callable[[BenchRow], tuple[str, str]]:
+    """One series' cell of a row: its value's block on the lo…hi scale (cyan, a warm-up dim),
+    ✗ for a measured request that does not count."""
+
+    def mark(row: BenchRow) -> tuple[str, str]:
+        if row.phase != WARMUP and not row.counts:
+            return "✗", "bold red"
+        cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
+        return cell, "dim" if row.phase == WARMUP else "cyan"
+
+    return mark
+
+
 def _noise_mark(row: BenchRow) -> tuple[str, str]:
     return ("!", "bold yellow") if row.noisy else (" ", "")
 
@@ -87,8 +93,13 @@ def _marks_row(
     shown: Sequence[BenchRow],
     clipped: bool,
     mark: Callable[[BenchRow], tuple[str, str]],
+    bold_row: bool = True,
 ) -> Text:
-    text = Text(f"{label:<{LABEL_WIDTH}}", style="bold")
+    """One row: `label`, then each shown row's `mark` (a cell and its style), "│" between
+    prompt sizes. bold_row: the whole row is bold under its marks' styles (the marks rows),
+    else the label alone (a series)."""
+    padded = f"{label:<{LABEL_WIDTH}}"
+    text = Text(padded, style="bold") if bold_row else Text().append(padded, style="bold")
     text.append("…" if clipped else "", style="dim")
     previous = shown[0].target if shown else None
     for row in shown:

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from llmtop.sessions.analysis import METRICS, Analysis, SizeAnalysis
-from llmtop.sessions.stats import DRIFT_WINDOW
-from llmtop.tui import fmt
-from llmtop.tui.bench_state import BenchRow
+from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis
+from llmtop.sessions.measure.stats import DRIFT_WINDOW
+from llmtop.tui.state import fmt
+from llmtop.tui.state.bench_state import BenchRow
 from llmtop.tui.widgets.quiet_static import QuietStatic
 
 CLEAN, CONTAMINATED, NA = "CLEAN", "CONTAMINATED", "n/a"

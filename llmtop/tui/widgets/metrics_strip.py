@@ -19,10 +19,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from llmtop.engines.events import Status
-from llmtop.sessions.request import RequestResult
-from llmtop.tui import fmt
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.session_state import GapsView, gaps_view
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.tui.state import fmt
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text

@@ -23,10 +23,10 @@ from textual.strip import Strip
 
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
+from llmtop.tui.state.wrap import wrap_lines
 from llmtop.tui.widgets.apps_view import apps_text
 from llmtop.tui.widgets.system_view import system_text
 from llmtop.tui.widgets.verdict_badge import verdict_text
-from llmtop.tui.wrap import wrap_lines
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)

@@ -18,8 +18,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from llmtop.engines.events import Status
-from llmtop.tui import fmt
-from llmtop.tui.session_state import COMPARED, HistoryRow, SessionState, compare
+from llmtop.tui.state import fmt
+from llmtop.tui.state.session_state import COMPARED, HistoryRow, SessionState, compare
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "#"),

@@ -13,10 +13,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from llmtop.sessions.stats import DRIFT_THRESHOLD_PCT
-from llmtop.tui import fmt
-from llmtop.tui.live import LiveRequest
-from llmtop.tui.session_state import SessionState, TtftView
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.tui.state import fmt
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.session_state import SessionState, TtftView
 from llmtop.tui.widgets.spark_bars import SparkBars
 
 CURRENT_MARK = "▲"

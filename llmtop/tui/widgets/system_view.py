@@ -6,7 +6,7 @@ from rich.text import Text
 
 from llmtop.probes.gpu import GpuSample
 from llmtop.probes.system import SystemSample
-from llmtop.tui import fmt
+from llmtop.tui.state import fmt
 
 BAR_CORES_MAX = 16  # up to this many cores: one labelled bar each; more: one cell per core
 CORE_BAR_WIDTH = 8

@@ -1,6 +1,6 @@
 """The response as it streams: answer text plain, thinking text dim italic.
 
-A Line-API `ScrollView`: streamed text is wrapped incrementally (`llmtop.tui.wrap`) and only
+A Line-API `ScrollView`: streamed text is wrapped incrementally (`llmtop.tui.state.wrap`) and only
 the pane's own lines are repainted, so a frame costs what arrived since the last one instead
 of a re-layout of the whole screen.
 
@@ -26,8 +26,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from llmtop.engines.events import Failure, Status
-from llmtop.tui.live import THINKING, LiveRequest
-from llmtop.tui.wrap import IncrementalWrap
+from llmtop.tui.state.live import THINKING, LiveRequest
+from llmtop.tui.state.wrap import IncrementalWrap
 
 THINKING_STYLE = "italic dim"
 FOLLOW_JUMP = 1 / 3  # following a streaming text, scroll by a third of the pane at a time

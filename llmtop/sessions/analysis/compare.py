@@ -1,0 +1,353 @@
+"""Is B faster than A? Two session logs compared metric by metric, with a confidence interval.
+
+For each metric and prompt size: the medians of the ok requests of both runs (analysis.py's
+rules: warm-ups and excluded requests never count), the ratio median(B) / median(A) with a
+95 % confidence interval from scipy's bootstrap (requests resampled within each run, seeded),
+and scipy's Mann-Whitney U test. A difference is *significant* when the interval excludes 1
+and the test's p-value is under ALPHA: both must agree, so equal runs read "no significant
+difference" at least 1 − ALPHA of the time (tests/unit/test_compare.py checks it over seeded
+trials). The baseline-first form follows docs/method.md: a claim like "2× faster" needs a
+baseline measured the same way, so runs that were not measured the same way are refused
+(`comparability`), and a run the machine disturbed is named in the warnings.
+
+Bench, load and TUI session logs all read the same way: requests grouped by prompt size
+(`prompt_tokens_target`), relay path and, in a load log, level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llmtop.sessions.analysis.run import Analysis, analyze, calibrated_tokens, noisy_samples
+from llmtop.sessions.records.schema import RunLog
+
+if TYPE_CHECKING:
+    import numpy as np
+
+ALPHA = 0.05  # two-sided: a 95 % interval and a 5 % test
+CONFIDENCE = 1 - ALPHA
+N_RESAMPLES = 4999  # bootstrap resamples: the interval's ends move < 1 % between seeds at n=20
+MIN_OK = 5  # ok requests per run and group below which no comparison is made (drift's window)
+DEFAULT_THRESHOLD_PCT = 5.0  # a significant slowdown beyond this is a regression (exit 1)
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """A metric `compare` knows: its name on the command line, its field in
+    timeline.RequestMetrics, label, unit, and whether higher values are faster."""
+
+    name: str
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS: dict[str, MetricSpec] = {
+    m.name: m
+    for m in (
+        MetricSpec("ttft", "ttft_ms", "TTFT", "ms", False),
+        MetricSpec("tpot", "tpot_ms", "TPOT", "ms", False),
+        MetricSpec("decode", "server_decode_tps", "decode (server)", "tok/s", True),
+        MetricSpec("prefill", "server_prefill_tps", "prefill (server)", "tok/s", True),
+        MetricSpec("e2e", "e2e_ms", "E2E", "ms", False),
+    )
+}
+DEFAULT_METRICS = tuple(METRICS)
+
+# What a user may declare to be the point of a comparison (`--vary`); "options" is all three.
+OPTION_KEYS = {"temperature": "temperature", "num_ctx": "num_ctx", "max_tokens": "num_predict"}
+VARY_CHOICES = ("prompt", "options", *OPTION_KEYS, "engine", "model", "via")
+
+
+@dataclass(frozen=True, slots=True)
+class RatioTest:
+    """median(B) / median(A) of one metric, with its bootstrap interval and the U test.
+
+    n_a / n_b: values on each side. ci_low / ci_high: the CONFIDENCE interval of the ratio
+    (percentile bootstrap over requests, `N_RESAMPLES`, seeded). p_value: Mann-Whitney U,
+    two-sided.
+    """
+
+    n_a: int
+    n_b: int
+    median_a: float
+    median_b: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 1 and p < ALPHA."""
+        return (self.ci_low > 1 or self.ci_high < 1) and self.p_value < ALPHA
+
+    def ratio_ci_text(self) -> str:
+        """"1.02, 0.97–1.08": the ratio and its interval."""
+        return f"{self.ratio:.2f}, {self.ci_low:.2f}–{self.ci_high:.2f}"
+
+
+def _median_ratio(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], axis: int) -> Any:
+    import numpy as np
+
+    return np.median(y, axis=axis) / np.median(x, axis=axis)
+
+
+def ratio_test(a: Sequence[float], b: Sequence[float], seed: int = DEFAULT_SEED) -> RatioTest:
+    """Compare two samples of one positive metric (any unit, the same for both).
+
+    Raises ValueError when either has fewer than MIN_OK values or a median that is not
+    positive (a ratio of medians needs both above 0). The interval comes from
+    `scipy.stats.bootstrap` (independent samples, percentile method: BCa's jackknife fails on
+    the flat resample distribution a median of few values has); the test from
+    `scipy.stats.mannwhitneyu`.
+    """
+    # Imported here: the CLI reads this module's names for its flags on every start, and
+    # scipy.stats takes about half a second to import.
+    import numpy as np
+    from scipy import stats as sps
+
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if min(len(xa), len(xb)) < MIN_OK:
+        raise ValueError(f"too few values ({len(xa)} and {len(xb)}; at least {MIN_OK} each)")
+    med_a, med_b = float(np.median(xa)), float(np.median(xb))
+    if med_a <= 0 or med_b <= 0:
+        raise ValueError(f"medians must be positive for a ratio (got {med_a:g} and {med_b:g})")
+    if np.ptp(xa) == 0 and np.ptp(xb) == 0:  # constant samples: no spread to resample
+        low = high = med_b / med_a
+    else:
+        res = sps.bootstrap((xa, xb), _median_ratio, n_resamples=N_RESAMPLES, vectorized=True,
+                            paired=False, confidence_level=CONFIDENCE, method="percentile",
+                            rng=np.random.default_rng(seed))
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    p = float(sps.mannwhitneyu(xa, xb, alternative="two-sided").pvalue)
+    return RatioTest(len(xa), len(xb), med_a, med_b, med_b / med_a, low, high,
+                     1.0 if math.isnan(p) else p)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricComparison:
+    """One metric in one group (prompt size): the test, its verdict line, and whether B
+    regressed. test is None when a side had fewer than MIN_OK values (verdict says so).
+    speedup: how many times faster B is (> 1 faster, < 1 slower; ms metrics are inverted so
+    that faster is always > 1), with speedup_low / speedup_high its interval."""
+
+    metric: MetricSpec
+    group: str
+    n_a: int
+    n_b: int
+    test: RatioTest | None
+    verdict: str
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    regression: bool = False
+
+    @property
+    def significant(self) -> bool:
+        """A significant difference either way."""
+        return self.test is not None and self.test.significant
+
+
+def judge(metric: MetricSpec, group: str, a: Sequence[float], b: Sequence[float],
+          threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED
+          ) -> MetricComparison:
+    """The comparison of one metric in one group, in words: "B is 1.31× faster (95 % CI
+    1.24–1.38)", "B is 1.20× slower (…)", "no significant difference (…)", or "too few ok
+    requests …". A regression is a significant slowdown by more than threshold_pct %."""
+    if min(len(a), len(b)) < MIN_OK:
+        return MetricComparison(metric, group, len(a), len(b), None, (
+            f"too few ok requests to compare (A {len(a)}, B {len(b)}; at least {MIN_OK} each)"))
+    try:
+        t = ratio_test(a, b, seed)
+    except ValueError as exc:
+        return MetricComparison(metric, group, len(a), len(b), None, f"not compared: {exc}")
+    if metric.higher_is_better:
+        speed, low, high = t.ratio, t.ci_low, t.ci_high
+    else:
+        speed, low, high = 1 / t.ratio, 1 / t.ci_high, 1 / t.ci_low
+    ci = f"{CONFIDENCE:.0%} CI".replace("%", " %")
+    if not t.significant:
+        verdict = f"no significant difference ({ci} of B/A {t.ratio_ci_text()}, p={t.p_value:.2g})"
+    elif speed >= 1:
+        verdict = f"B is {speed:.2f}× faster ({ci} {low:.2f}–{high:.2f})"
+    else:
+        verdict = f"B is {1 / speed:.2f}× slower ({ci} {1 / high:.2f}–{1 / low:.2f})"
+    regression = t.significant and speed < 1 and (1 / speed - 1) * 100 > threshold_pct
+    return MetricComparison(metric, group, t.n_a, t.n_b, t, verdict, speed, low, high, regression)
+
+
+# ---------------------------------------------------------------------- groups of requests
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ok requests of one prompt size (and relay path, and load level) of one run.
+
+    label: "200 tok", "200 tok · relay", "200 tok · level 3", "interactive". values: the
+    metric field name → the ok requests' values, in request order (n/a ones left out)."""
+
+    target: int | None
+    label: str
+    values: dict[str, list[float]]
+
+
+def run_analysis(log: RunLog) -> Analysis:
+    """A log's bench analysis (analysis.analyze with its calibration and drift threshold)."""
+    return analyze(log.requests, calibrated_tokens(log.calibration),
+                   log.header.drift_threshold_pct)
+
+
+def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
+    """The ok requests of a run, grouped by prompt size, relay path and load level (a
+    request's `level`, present once load logs type it; None otherwise), in run order."""
+    keys = list(keys)
+    out: dict[tuple[Any, ...], Group] = {}
+    for size in analysis.sizes:
+        for r in size.ok:
+            level = getattr(r.record, "level", None)
+            key = (size.target, size.path, level)
+            if key not in out:
+                label = "interactive" if size.target is None else f"{size.target} tok"
+                label += f" · {size.path}" if size.path else ""
+                label += f" · level {level}" if level is not None else ""
+                out[key] = Group(size.target, label, {k: [] for k in keys})
+            for k in keys:
+                value = r.record.metric(k)
+                if value is not None and math.isfinite(value):
+                    out[key].values[k].append(value)
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------- comparability
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Why two runs cannot be compared (problems: refuse) and what to keep in mind
+    (warnings: compared anyway)."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _differs(what: str, a: object, b: object) -> str:
+    return f"{what} differ: A {a}, B {b}"
+
+
+def comparability(a: RunLog, b: RunLog, ga: Sequence[Group], gb: Sequence[Group],
+                  vary: Iterable[str] = ()) -> Checks:
+    """Refuse what was not measured the same way, unless `vary` names it as the point of
+    the comparison (VARY_CHOICES): other prompt sizes, generation options (temperature,
+    num_ctx, max tokens = num_predict) or engines. Warn for another model, model digest,
+    llmtop version, power source or relay path, and for a run that drifted (contaminated)
+    or met a NOISY machine in its probe samples."""
+    vary = set(vary)
+    checks = Checks()
+    sizes_a, sizes_b = [g.label for g in ga], [g.label for g in gb]
+    if sizes_a != sizes_b and "prompt" not in vary:
+        checks.problems.append(_differs("prompt sizes", ", ".join(sizes_a) or "none",
+                                        ", ".join(sizes_b) or "none") + " (--vary prompt "
+                               "pairs them in run order)")
+    oa, ob = a.header.options or {}, b.header.options or {}
+    for name, key in OPTION_KEYS.items():
+        if oa.get(key) != ob.get(key) and not vary & {name, "options"}:
+            checks.problems.append(_differs(f"options ({name})", oa.get(key), ob.get(key))
+                                   + f" (--vary {name} if that is the point)")
+    ha, hb = a.header, b.header
+    if ha.engine != hb.engine and "engine" not in vary:
+        checks.problems.append(_differs("engines", ha.engine, hb.engine) + " (--vary engine)")
+    _environment_warnings(a, b, vary, checks.warnings)
+    for name, log in (("A", a), ("B", b)):
+        checks.warnings.extend(_run_warnings(name, log))
+    return checks
+
+
+def _environment_warnings(a: RunLog, b: RunLog, vary: set[str], out: list[str]) -> None:
+    ha, hb = a.header, b.header
+    digest_a = (ha.model_details or {}).get("digest")
+    digest_b = (hb.model_details or {}).get("digest")
+    if ha.model != hb.model and "model" not in vary:
+        out.append(_differs("models", ha.model, hb.model))
+    elif digest_a != digest_b and "model" not in vary:
+        out.append(_differs("model digests", digest_a, digest_b) + ": another build of it")
+    if ha.llmtop_version != hb.llmtop_version:
+        out.append(_differs("llmtop versions", ha.llmtop_version, hb.llmtop_version))
+    power_a = ha.machine_environment.get("power")
+    power_b = hb.machine_environment.get("power")
+    if power_a != power_b:
+        out.append(_differs("power sources", power_a, power_b))
+    if (ha.via or "direct") != (hb.via or "direct") and "via" not in vary:
+        out.append(_differs("paths", ha.via or "direct", hb.via or "direct"))
+    if ha.kind != hb.kind:
+        out.append(_differs("kinds of run", ha.kind, hb.kind))
+
+
+def _run_warnings(name: str, log: RunLog) -> list[str]:
+    out = []
+    analysis = run_analysis(log)
+    if analysis.contaminated:
+        out.append(f"{name} drifted (verdict CONTAMINATED): its later requests ran slower "
+                   "than its first; `llmtop report` shows which metric")
+    noisy, total = noisy_samples(log.probes)
+    if noisy:
+        out.append(f"{name} was measured on a NOISY machine ({noisy} of {total} probe "
+                   "samples during requests)")
+    if log.interrupted:
+        out.append(f"{name} was interrupted")
+    if log.header.kind == "session":
+        out.append(f"{name} is an interactive session: each request had its own prompt")
+    return out
+
+
+# ---------------------------------------------------------------------- whole runs
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B against the baseline A. rows: one MetricComparison per group and metric (empty
+    when refused). names: how A and B are shown (their file names)."""
+
+    name_a: str
+    name_b: str
+    checks: Checks
+    rows: list[MetricComparison]
+    threshold_pct: float
+
+    @property
+    def refused(self) -> bool:
+        """True when the runs were not comparable (checks.problems says why)."""
+        return bool(self.checks.problems)
+
+    @property
+    def regression(self) -> bool:
+        """True when B is significantly slower than A by over threshold_pct in any row."""
+        return any(r.regression for r in self.rows)
+
+
+def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
+                 metrics: Sequence[str] = DEFAULT_METRICS, vary: Iterable[str] = (),
+                 threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED,
+                 on_row: Callable[[MetricComparison], None] | None = None) -> Comparison:
+    """Compare run B with the baseline A (see the module docstring). Raises KeyError for a
+    metric not in METRICS. Groups pair by label, or in run order with --vary prompt."""
+    specs = [METRICS[m] for m in metrics]
+    keys = [s.key for s in specs]
+    ga, gb = groups(run_analysis(a), keys), groups(run_analysis(b), keys)
+    checks = comparability(a, b, ga, gb, vary)
+    rows: list[MetricComparison] = []
+    if not checks.problems:
+        for x, y in zip(ga, gb, strict=False):
+            label = x.label if x.label == y.label else f"{x.label} → {y.label}"
+            for spec in specs:
+                row = judge(spec, label, x.values[spec.key], y.values[spec.key],
+                            threshold_pct, seed)
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    return Comparison(names[0], names[1], checks, rows, threshold_pct)

@@ -1,0 +1,349 @@
+"""Analysis of a load sweep from its session log alone (pure over the log's records).
+
+Per level: requests ok/failed (bench's per-request status rules, analysis.py), TTFT / TPOT /
+ITL / E2E percentiles, request and output-token throughput, goodput under the SLO, the
+engine's own queueing where its durations show it, the open loop's lag behind its timetable,
+the generator's CPU, and the probes' verdict during the level. Then the knee.
+
+Definitions:
+* throughput (req/s) = ok requests / the level's wall time (first send, or first scheduled
+  send, to the last completion); output tokens/s = their output tokens / the same time —
+  `vllm bench serve`'s request and output throughput.
+* goodput (req/s) = ok requests meeting every SLO term / wall time; the share is over all
+  the level's requests (a failed request never meets it) — DistServe's goodput. In an open
+  loop the SLO is judged on latencies from the *scheduled* send (coordinated omission).
+* queueing (ms) = total_duration − load − prompt eval − eval, from the server's own stats
+  (Ollama times the whole request, its wait for a slot included).
+* knee: with an SLO, the highest level whose goodput share is ≥ KNEE_SHARE; without one, the
+  first level after which throughput rises by less than KNEE_GAIN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
+from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
+
+KNEE_SHARE = 0.90  # the issue's rule: goodput share stays ≥ 90 %
+KNEE_GAIN = 0.10  # throughput "stops rising": the next level adds under 10 %
+GENERATOR_CPU_WARN = 0.70  # share of one core: above it the generator may be the limit
+LAG_WARN_MS = 5.0  # an open loop whose median send lags its timetable by more is behind
+QUANTILES = (50, 90, 95, 99)
+
+
+def min_samples(q: float) -> int:
+    """Samples a q-th percentile needs before it is more than the slowest sample relabelled:
+    100 / (100 − q), so p90 needs 10, p95 20 (stats.P95_MIN_SAMPLES, docs/method.md,
+    "Statistics") and p99 100. The median needs 1."""
+    if q <= 50:
+        return 1
+    return math.ceil(100 / (100 - q) - 1e-9)
+
+
+assert min_samples(95) == P95_MIN_SAMPLES  # the bench's rule, generalised
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """n and p50/p90/p95/p99 of one metric (its unit); a percentile is None when n is below
+    `min_samples(q)` (the honesty rule) or n is 0."""
+
+    n: int
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Percentiles:
+        """From the values present (None and non-finite ones are skipped)."""
+        xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+        cells = [percentile(xs, q) if xs and len(xs) >= min_samples(q) else None for q in QUANTILES]
+        return cls(len(xs), *cells)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One level of a sweep. Times in ms, throughput in requests/s and tokens/s.
+
+    value: concurrency (users) or rate (req/s); requests: all measured requests of the level;
+    statuses: count per bench status. ttft/e2e_scheduled: open loop only, from the scheduled
+    send. goodput_per_s/share: None without an SLO. lag_ms: open loop's send − scheduled.
+    queue_ms: the engine's own queueing (None cells when it reports no durations).
+    verdict: "QUIET", "NOISY: codes…" or "no samples". generator_cpu_share: the event loop's
+    CPU time / wall time (1.0 = a whole core).
+    """
+
+    level: int
+    mode: str
+    value: float
+    requests: int
+    ok: int
+    statuses: dict[str, int]
+    wall_s: float | None
+    ttft: Percentiles
+    tpot: Percentiles
+    itl: Percentiles
+    e2e: Percentiles
+    ttft_scheduled: Percentiles | None
+    e2e_scheduled: Percentiles | None
+    lag_ms: Percentiles | None
+    queue_ms: Percentiles
+    req_per_s: float | None
+    tok_per_s: float | None
+    goodput_per_s: float | None
+    goodput_share: float | None
+    verdict: str
+    generator_cpu_share: float | None
+    generator_cpu_ms_per_request: float | None
+    max_in_flight: int | None
+
+    @property
+    def failed(self) -> int:
+        """Requests that did not complete ok."""
+        return self.requests - self.ok
+
+    @property
+    def label(self) -> str:
+        """ "4 users" or "2 req/s"."""
+        return f"{self.value:g} users" if self.mode == "concurrency" else f"{self.value:g} req/s"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Knee:
+    """The sweep's knee: the level (None when no level qualifies), the rule used, one line."""
+
+    level: LevelResult | None
+    rule: str
+    sentence: str
+
+
+@dataclass(frozen=True)
+class LoadAnalysis:
+    """A sweep: its header, the SLO, every level, the knee, warnings for the reader, and the
+    body of its start environment record ({} without one)."""
+
+    header: Header
+    mode: str
+    slo: Slo
+    levels: tuple[LevelResult, ...]
+    knee: Knee
+    warnings: tuple[str, ...]
+    environment: dict[str, Any]
+
+    def level(self, index: int) -> LevelResult | None:
+        """The level with this index (position in the config's levels), None when absent."""
+        return next((lv for lv in self.levels if lv.level == index), None)
+
+
+def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
+    """Analyse the load log at `path`. Raises LogError for an unreadable log."""
+    return analyze_log(read_log(path))
+
+
+def analyze_log(log: RunLog) -> LoadAnalysis:
+    """Analyse a load log read back (its typed records, file order)."""
+    config = log.header.load or {}
+    mode = config.get("mode", "concurrency")
+    slo = Slo.from_dict(config.get("slo"))
+    expected = _expected_tokens(log, config.get("prompt_tokens"))
+    marks = list(log.of_type(LevelRecord))
+    ends = {r.level: r for r in marks if r.phase == "end"}
+    starts = {r.level: r for r in marks if r.phase == "start"}
+    levels = []
+    for index, start in sorted(starts.items()):
+        requests = [r for r in log.requests if r.level == index and r.phase == "measure"]
+        probes = [p for p in log.probes if p.level == index]
+        levels.append(
+            _level(index, mode, start.value, requests, probes, ends.get(index), slo, expected)
+        )
+    env = log.environment("start")
+    warnings = [*log.warnings, *_warnings(levels)]
+    return LoadAnalysis(
+        log.header,
+        mode,
+        slo,
+        tuple(levels),
+        find_knee(levels, slo, mode),
+        tuple(warnings),
+        dict(env.body) if env else {},
+    )
+
+
+def _expected_tokens(log: RunLog, target: Any) -> float | None:
+    calibration = log.calibration
+    if calibration is None or target is None:
+        return None
+    point = calibration.targets.get(str(target))
+    return point.tokens if point else None
+
+
+def _queue_ms(record: RequestRecord) -> float | None:
+    stats = record.stats
+    if stats is None:
+        return None
+    total, prefill, decode = (stats.total_duration, stats.prompt_eval_duration,
+                              stats.eval_duration)
+    if not total or prefill is None or decode is None:
+        return None
+    return max(0.0, float(total - (stats.load_duration or 0) - prefill - decode) / 1e6)
+
+
+def _level(
+    index: int,
+    mode: str,
+    value: float,
+    requests: list[RequestRecord],
+    probes: list[ProbeRecord],
+    end: LevelRecord | None,
+    slo: Slo,
+    expected: float | None,
+) -> LevelResult:
+    """One level's figures from its request, probe and end records."""
+    statuses: dict[str, int] = {}
+    ok = []
+    for r in requests:
+        status = str(first_pass_status(r, expected)[0])
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == BenchStatus.OK:
+            ok.append(r)
+    wall_s = end.wall_ns / 1e9 if end and end.wall_ns else None
+    open_loop = mode == "rate"
+    lags = [r.lag_ms or 0.0 for r in ok]
+    ttft = [r.metric("ttft_ms") for r in ok]
+    e2e = [r.metric("e2e_ms") for r in ok]
+    tpot = [r.metric("tpot_ms") for r in ok]
+    ttft_s = [None if t is None else t + lag for t, lag in zip(ttft, lags, strict=True)]
+    e2e_s = [None if t is None else t + lag for t, lag in zip(e2e, lags, strict=True)]
+    judged_ttft, judged_e2e = (ttft_s, e2e_s) if open_loop else (ttft, e2e)
+    met = sum(1 for a, b, c in zip(judged_ttft, tpot, judged_e2e, strict=True) if slo.met(a, b, c))
+    tokens = sum(r.metric("output_tokens") or 0 for r in ok)
+    cpu_ns = end.generator_cpu_ns if end else None
+    wall_ns = end.wall_ns if end else None
+    return LevelResult(
+        level=index,
+        mode=mode,
+        value=value,
+        requests=len(requests),
+        ok=len(ok),
+        statuses=statuses,
+        wall_s=wall_s,
+        ttft=Percentiles.of(ttft),
+        tpot=Percentiles.of(tpot),
+        itl=Percentiles.of(x for r in ok for x in r.metrics.itl_ms),
+        e2e=Percentiles.of(e2e),
+        ttft_scheduled=Percentiles.of(ttft_s) if open_loop else None,
+        e2e_scheduled=Percentiles.of(e2e_s) if open_loop else None,
+        lag_ms=Percentiles.of(lags) if open_loop else None,
+        queue_ms=Percentiles.of(_queue_ms(r) for r in ok),
+        req_per_s=len(ok) / wall_s if wall_s else None,
+        tok_per_s=tokens / wall_s if wall_s else None,
+        goodput_per_s=None if slo.empty or not wall_s else met / wall_s,
+        goodput_share=None if slo.empty or not requests else met / len(requests),
+        verdict=probe_verdict(probes),
+        generator_cpu_share=cpu_ns / wall_ns if cpu_ns and wall_ns else None,
+        generator_cpu_ms_per_request=cpu_ns / 1e6 / len(requests) if cpu_ns and requests else None,
+        max_in_flight=end.max_in_flight if end else None,
+    )
+
+
+def probe_verdict(probes: Sequence[ProbeRecord]) -> str:
+    """ "QUIET" when every sample's verdict was quiet, "NOISY: code, code" naming the findings
+    that were not, "no samples" when the level had none."""
+    if not probes:
+        return "no samples"
+    codes: list[str] = []
+    for p in probes:
+        if p.verdict is None or p.verdict.quiet:
+            continue
+        for f in p.verdict.findings:
+            if f.level != "info" and f.code not in codes:
+                codes.append(f.code)
+    return "QUIET" if not codes else "NOISY: " + ", ".join(codes)
+
+
+def _warnings(levels: Sequence[LevelResult]) -> list[str]:
+    out = []
+    for lv in levels:
+        share = lv.generator_cpu_share
+        if share is not None and share >= GENERATOR_CPU_WARN:
+            out.append(
+                f"at {lv.label} the generator used {share:.0%} of a core: it may be the "
+                "bottleneck, not the engine; spread the load over machines (llmtop's "
+                "Locust user class, docs/guide/load.md)"
+            )
+        if lv.lag_ms is not None and lv.lag_ms.p50 is not None and lv.lag_ms.p50 > LAG_WARN_MS:
+            worst = max(x for x in (lv.lag_ms.p50, lv.lag_ms.p90, lv.lag_ms.p95) if x is not None)
+            out.append(
+                f"at {lv.label} sends lagged their schedule by {lv.lag_ms.p50:.1f} ms "
+                f"(median; up to {worst:.1f} ms): latencies from the scheduled send "
+                "include it"
+            )
+        if lv.failed:
+            out.append(
+                f"at {lv.label} {lv.failed} of {lv.requests} requests failed: "
+                + ", ".join(f"{n} {s}" for s, n in lv.statuses.items() if s != "ok")
+            )
+    return out
+
+
+def find_knee(levels: Sequence[LevelResult], slo: Slo, mode: str) -> Knee:
+    """The knee and its one-line statement (rules in the module docstring)."""
+
+    def who(v: float) -> str:
+        if mode == "concurrency":
+            return f"{v:g} concurrent user{'s' if v != 1 else ''}"
+        return f"{v:g} requests/s"
+
+    verb = "serves" if mode == "concurrency" else "sustains"
+    ordered = sorted(levels, key=lambda lv: lv.value)
+    if not ordered:
+        return Knee(None, "none", "no level completed")
+    if not slo.empty:
+        rule = f"highest level with goodput share ≥ {KNEE_SHARE:.0%} ({slo.describe()})"
+        good = [
+            lv for lv in ordered if lv.goodput_share is not None and lv.goodput_share >= KNEE_SHARE
+        ]
+        if not good:
+            return Knee(
+                None,
+                rule,
+                f"no level met {slo.describe()} for {KNEE_SHARE:.0%} of its "
+                f"requests (lowest tried: {who(ordered[0].value)})",
+            )
+        best = good[-1]
+        return Knee(best, rule, f"this engine {verb} {who(best.value)} within {slo.describe()}")
+    rule = f"first level after which throughput rises by less than {KNEE_GAIN:.0%}"
+    for here, above in itertools.pairwise(ordered):
+        if here.req_per_s and (above.req_per_s or 0) < here.req_per_s * (1 + KNEE_GAIN):
+            return Knee(
+                here,
+                rule,
+                f"throughput stops rising at {who(here.value)} "
+                f"({here.req_per_s:.2f} req/s); more only adds latency",
+            )
+    top = ordered[-1]
+    rate = f" ({top.req_per_s:.2f} req/s)" if top.req_per_s else ""
+    return Knee(
+        top,
+        rule,
+        f"throughput still rises at {who(top.value)}{rate}, the highest level "
+        "tried: sweep higher to find the knee",
+    )

@@ -1,0 +1,91 @@
+"""The machine's own series beside the engine's (pure): the canary's times and the readings
+taken over each request, one value per request, in request order.
+
+The canary (probes/canary.py) runs right before each measured request, so the canary of a
+request is the one logged with `before_request` equal to its id; the readings (CPU steal,
+clocks, cgroup throttling, GPU clocks) are the request's own `machine` field. Analysis puts
+these series next to the metrics' and judges the canary's drift by the same rule
+(stats.drift); the readings are evidence, shown as first-5 → last-5 medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+
+from llmtop.sessions.records.schema import CanaryRecord, RequestRecord
+
+# (series key, label, unit, higher_is_better), like analysis.METRICS
+CANARY_METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("canary_cpu_ms", "canary: CPU loop", "ms", False),
+    ("canary_mem_ms", "canary: memory stride", "ms", False),
+    ("canary_simd_ms", "canary: SIMD on every core", "ms", False),
+)
+READINGS: tuple[tuple[str, str, str, bool], ...] = (
+    ("steal_pct", "CPU steal", "%", False),
+    ("cpu_mhz", "CPU clock (mean of cores)", "MHz", True),
+    ("throttled_ms", "cgroup CPU throttling", "ms", False),
+    ("gpu_mhz", "GPU graphics clock", "MHz", True),
+)
+
+
+def _mean(values: Iterable[float | int | None]) -> float | None:
+    known = [float(v) for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def reading(rec: RequestRecord, key: str) -> float | None:
+    """One request's reading by READINGS key (None: not recorded, e.g. an older log).
+    cpu_mhz: mean over the cores; gpu_mhz: mean graphics clock over the GPUs."""
+    m = rec.machine
+    if m is None:
+        return None
+    if key == "steal_pct":
+        return m.steal_percent
+    if key == "cpu_mhz":
+        return _mean(m.freq_mhz)
+    if key == "throttled_ms":
+        return m.throttled_ms
+    if key == "gpu_mhz":
+        return _mean(g.graphics_mhz for g in m.gpu)
+    raise KeyError(key)
+
+
+def gpu_reasons(recs: Sequence[RequestRecord]) -> set[str]:
+    """Every GPU throttle reason the requests ended with, but "gpu_idle" (a GPU between
+    kernels is idle, not slowed)."""
+    return {
+        reason
+        for r in recs if r.machine is not None
+        for g in r.machine.gpu
+        for reason in g.throttle_reasons or ()
+        if reason != "gpu_idle"
+    }
+
+
+def machine_series(
+    requests: Sequence[RequestRecord], canaries: Sequence[CanaryRecord]
+) -> dict[str, list[float | None]]:
+    """Per CANARY_METRICS and READINGS key, one value per request in `requests` (None where
+    the request had no canary before it or no reading)."""
+    before = {c.before_request: c for c in canaries if c.before_request is not None}
+    out: dict[str, list[float | None]] = {k: [] for k, *_ in CANARY_METRICS}
+    for r in requests:
+        c = before.get(r.id)
+        out["canary_cpu_ms"].append(c.cpu_ms if c else None)
+        out["canary_mem_ms"].append(c.mem_ms if c else None)
+        out["canary_simd_ms"].append(c.simd_ms if c else None)
+    for key, *_ in READINGS:
+        out[key] = [reading(r, key) for r in requests]
+    return out
+
+
+def canary_medians(canaries: Sequence[CanaryRecord]) -> tuple[float, float, float] | None:
+    """(median cpu ms, mem ms, simd ms) over a run's canaries; None without any canary that
+    has all three parts (a log written before the simd part)."""
+    full = [c for c in canaries if c.simd_ms is not None]
+    if not full:
+        return None
+    return (statistics.median(c.cpu_ms for c in full),
+            statistics.median(c.mem_ms for c in full),
+            statistics.median(c.simd_ms for c in full if c.simd_ms is not None))

@@ -1,0 +1,541 @@
+"""Analysis of a bench run from its log records alone (so a report is reproducible from the
+session log): per-request bench status, per prompt size statistics, drift, verdict; then what
+the reports show beside it: which app slowed the slow requests, the relay's overhead in a
+--compare-relay run, the probe samples' noise and GPU figures.
+
+Works on the typed records of the log (records.py), never on live objects. Everything that
+computes lives here; report.py only renders.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from llmtop.engines.events import ServerStats, Status
+from llmtop.sessions.analysis.attribution import (
+    Attribution,
+    CanaryPart,
+    Cause,
+    EngineSlowdown,
+    MachineEvidence,
+    attribute,
+    name_cause,
+)
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
+from llmtop.sessions.measure.stats import (
+    DRIFT_ALPHA,
+    DRIFT_FLOOR_MS,
+    DRIFT_THRESHOLD_PCT,
+    Drift,
+    Summary,
+    better_p_value,
+    drift,
+    percentile,
+    summarize,
+)
+from llmtop.sessions.records.schema import (
+    CalibrationRecord,
+    CanaryRecord,
+    ProbeRecord,
+    RequestRecord,
+)
+
+# (key in the request's "metrics", label, unit, higher_is_better)
+METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("ttft_ms", "TTFT", "ms", False),
+    ("e2e_ms", "E2E", "ms", False),
+    ("prompt_eval_ms", "prefill", "ms", False),
+    ("server_prefill_tps", "prefill", "tok/s", True),
+    ("client_decode_tps", "decode (client)", "tok/s", True),
+    ("server_decode_tps", "decode (server)", "tok/s", True),
+    ("tpot_ms", "TPOT", "ms", False),
+    ("overhead_ms", "overhead", "ms", False),
+)
+# Derived small quantities: their drift is shown but never decides the verdict alone
+# (docs/method.md, "The drift rule"). TPOT is 1000 / client decode rate, which decides in its
+# stead; overhead is TTFT − (load + prefill), a small difference of two measurements whose
+# few-ms wobble is a large percentage.
+DERIVED_METRICS = frozenset({"tpot_ms", "overhead_ms"})
+
+
+def drift_floor(unit: str) -> float:
+    """The absolute floor a drift must exceed, in the metric's unit: DRIFT_FLOOR_MS for
+    times; 0 for rates, whose server durations span whole generations (ns clocks, hundreds
+    of ms), so the clock's resolution is far below the 5 % threshold."""
+    return DRIFT_FLOOR_MS if unit == "ms" else 0.0
+
+# Thresholds chosen by llmtop (documented in docs/guide/bench.md):
+PROMPT_CUT_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt tokens: the server cut it
+CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → a cache hit
+COLD_START_MS = 1000.0  # load_duration over 1 s ...
+COLD_START_FACTOR = 10.0  # ... or over 10 × the warm median (and over 50 ms) is a (re)load
+COLD_START_FLOOR_MS = 50.0
+TIMING_GAP_SHARE = (
+    0.25  # total − load − prompt eval − eval over 25 % of total: timings don't add up
+)
+
+
+class BenchStatus(StrEnum):
+    """A bench request's status; only OK requests enter the statistics.
+
+    Derived when a log is read, never written into it, so a value can change without a log
+    format bump. PROMPT_CUT was called TRUNCATED, value "truncated", until the typed records
+    came (a name that clashed with `Status.TRUNCATED`, a stream without a done chunk).
+    Reports now say "prompt-cut"; `BenchStatus("truncated")`, as in an older report's CSV or
+    JSON, still reads as PROMPT_CUT.
+    """
+
+    OK = "ok"
+    ERROR = "error"
+    PROMPT_CUT = "prompt-cut"  # the server evaluated far fewer prompt tokens than calibrated
+    CACHED = "cached"  # the server evaluated far fewer tokens than sent (prefix cache)
+    NO_GENERATION = "no-generation"
+    DEGENERATE = "degenerate"  # < 2 output tokens or non-positive durations
+    COLD_START = "cold-start"  # the model was (re)loaded inside a measured request
+
+    @classmethod
+    def _missing_(cls, value: object) -> BenchStatus | None:
+        return cls.PROMPT_CUT if value == "truncated" else None
+
+
+def first_pass_status(
+    record: RequestRecord, expected_prompt_tokens: float | None
+) -> tuple[BenchStatus, str]:
+    """Status of one request judged on its own (the cached and cold-start checks need the
+    whole run: see `analyze`). Returns (status, reason; "" for ok)."""
+    if record.status in (Status.ERROR, Status.TRUNCATED, Status.CANCELLED):
+        return BenchStatus.ERROR, record.error or f"request {record.status}"
+    if record.status == Status.NO_GENERATION:
+        return BenchStatus.NO_GENERATION, (
+            "the server loaded the model but generated nothing (done_reason load)"
+        )
+    s = record.stats or ServerStats()
+    count = s.prompt_eval_count
+    expected = expected_prompt_tokens
+    if expected and count is not None and count < PROMPT_CUT_FRACTION * expected:
+        return BenchStatus.PROMPT_CUT, (
+            f"the server evaluated {count} prompt tokens, calibration predicts ~{expected:.0f}: "
+            "it cut the prompt — raise num_ctx"
+        )
+    # An OpenAI-compatible server (stats `source` set) may offer no count or durations at
+    # all: then the client's chunk count stands in and absent durations are n/a, not 0.
+    absent_is_na = s.source not in (None, "ollama")
+    eval_count = s.eval_count
+    if eval_count is None and absent_is_na:
+        eval_count = record.metrics.output_tokens
+    if eval_count is None or eval_count < 2:
+        return BenchStatus.DEGENERATE, (
+            f"{eval_count or 0} output token(s): no decode rate can be measured"
+        )
+    if not (absent_is_na and s.eval_duration is None) and (
+            not s.eval_duration or s.eval_duration <= 0):
+        return BenchStatus.DEGENERATE, "eval_duration missing or not positive"
+    if not (absent_is_na and s.prompt_eval_duration is None) and (
+            not s.prompt_eval_duration or s.prompt_eval_duration <= 0):
+        return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
+    return BenchStatus.OK, ""
+
+
+def timing_gap_share(record: RequestRecord) -> float | None:
+    """(total − load − prompt eval − eval) / total, from the server's own durations."""
+    s = record.stats
+    if s is None or not s.total_duration:
+        return None
+    parts = (s.load_duration or 0) + (s.prompt_eval_duration or 0) + (s.eval_duration or 0)
+    return (s.total_duration - parts) / s.total_duration
+
+
+@dataclass
+class RequestVerdict:
+    """One request as the analysis sees it."""
+
+    index: int
+    phase: str  # "warmup" or "measure"
+    prompt_tokens_target: int | None
+    status: BenchStatus
+    reason: str
+    timing_gap_share: float | None
+    record: RequestRecord = field(repr=False)
+
+
+@dataclass
+class SizeAnalysis:
+    """Everything about one prompt size: requests, statistics of the OK ones, drift.
+
+    summaries / drifts / series are keyed by METRICS keys and by machine.CANARY_METRICS and
+    machine.READINGS keys (the machine's series beside the engine's; all None in a log
+    without them). Only METRICS outside DERIVED_METRICS decide `contaminated`.
+    """
+
+    target: int | None
+    requests: list[RequestVerdict]
+    summaries: dict[str, Summary]
+    drifts: dict[str, Drift]
+    series: dict[str, list[float | None]]
+    path: str | None = None  # "direct" / "relay" in a --compare-relay run, else None
+    threshold_pct: float = DRIFT_THRESHOLD_PCT  # the drift threshold the size was judged by
+
+    @property
+    def ok(self) -> list[RequestVerdict]:
+        """The measured requests that count."""
+        return [r for r in self.requests if r.phase == "measure" and r.status == BenchStatus.OK]
+
+    @property
+    def excluded(self) -> list[RequestVerdict]:
+        """Measured requests that do not count, each with its reason."""
+        return [r for r in self.requests if r.phase == "measure" and r.status != BenchStatus.OK]
+
+    @property
+    def warmups(self) -> list[RequestVerdict]:
+        """The warm-up requests (kept, marked, never in the statistics)."""
+        return [r for r in self.requests if r.phase == "warmup"]
+
+    @property
+    def contaminated(self) -> bool:
+        """True when a deciding metric (not in DERIVED_METRICS) drifted by the drift rule."""
+        return bool(self.drifted)
+
+    @property
+    def drifted(self) -> list[str]:
+        """The deciding metrics whose drift counts, in METRICS order."""
+        return [k for k, *_ in METRICS if k not in DERIVED_METRICS and self.drifts[k].worse]
+
+
+@dataclass
+class Analysis:
+    """A whole run: one SizeAnalysis per prompt size, in the order the sizes ran."""
+
+    sizes: list[SizeAnalysis]
+    drift_threshold_pct: float
+    load_requests: list[RequestRecord] = field(default_factory=list)  # phase "load" records
+
+    @property
+    def load_ms(self) -> float | None:
+        """The model load the run paid (the first request's load_duration), in ms."""
+        loads = [x for r in self.load_requests if (x := r.metrics.load_ms) is not None]
+        return max(loads) if loads else None
+
+    @property
+    def contaminated(self) -> bool:
+        """True when any size's run drifted."""
+        return any(s.contaminated for s in self.sizes)
+
+    @property
+    def judged(self) -> bool:
+        """True when drift could be computed for at least one metric of one size (it needs
+        2 × 5 ok requests); otherwise a clean verdict would claim what was never checked."""
+        return any(d.change_pct is not None for s in self.sizes for d in s.drifts.values())
+
+    @property
+    def verdict(self) -> str:
+        """"contaminated", "clean", or "inconclusive" (too few ok requests to judge drift)."""
+        if self.contaminated:
+            return "contaminated"
+        return "clean" if self.judged else "inconclusive"
+
+    @property
+    def ok_count(self) -> int:
+        """Requests that entered the statistics."""
+        return sum(len(s.ok) for s in self.sizes)
+
+    @property
+    def timing_warnings(self) -> list[RequestVerdict]:
+        """OK requests whose server timings do not add up (a large unexplained share)."""
+        return [
+            r
+            for s in self.sizes
+            for r in s.ok
+            if r.timing_gap_share is not None and r.timing_gap_share > TIMING_GAP_SHARE
+        ]
+
+
+def analyze(
+    records: Iterable[RequestRecord],
+    expected_tokens: Mapping[int, float] | None = None,
+    drift_threshold_pct: float = DRIFT_THRESHOLD_PCT,
+    canaries: Sequence[CanaryRecord] = (),
+) -> Analysis:
+    """Analyse bench request records (with `phase`, `index`, `prompt_tokens_target`; an
+    interactive session's have none and count as measured); `expected_tokens` maps a target
+    to the calibrated token count; `canaries`, the log's canary records."""
+    expected_tokens = expected_tokens or {}
+    by_size: dict[tuple[int | None, str | None], list[RequestVerdict]] = {}
+    load_requests = []
+    for rec in records:
+        if rec.phase == "load":
+            load_requests.append(rec)
+            continue
+        target = rec.prompt_tokens_target
+        status, reason = first_pass_status(rec, expected_tokens.get(target) if target else None)
+        verdict = RequestVerdict(
+            index=rec.position,
+            phase=rec.phase or "measure",
+            prompt_tokens_target=target,
+            status=status,
+            reason=reason,
+            timing_gap_share=timing_gap_share(rec),
+            record=rec,
+        )
+        by_size.setdefault((target, rec.path), []).append(verdict)
+    sizes = [
+        _analyze_size(target, reqs, drift_threshold_pct, path, canaries)
+        for (target, path), reqs in by_size.items()
+    ]
+    return Analysis(sizes, drift_threshold_pct, load_requests)
+
+
+def calibrated_tokens(calibration: CalibrationRecord | None) -> dict[int, float]:
+    """Calibrated prompt tokens per target from a log's calibration record ({} without one;
+    a target key that is not a number is left out)."""
+    targets = calibration.targets if calibration else {}
+    return {int(t): p.tokens for t, p in targets.items() if t.isdigit()}
+
+
+def _analyze_size(
+    target: int | None, requests: list[RequestVerdict], threshold: float, path: str | None = None,
+    canaries: Sequence[CanaryRecord] = (),
+) -> SizeAnalysis:
+    measured = [r for r in requests if r.phase == "measure" and r.status == BenchStatus.OK]
+    _mark_cold_starts(measured)
+    _mark_cached(measured)
+    ok = [r for r in measured if r.status == BenchStatus.OK]
+    series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
+    series.update(machine_series([r.record for r in ok], canaries))
+    summaries = {key: summarize(values) for key, values in series.items()}
+    # The canary is timed around pure computation, not an event loop: no absolute floor.
+    floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
+    drifts = {
+        key: drift(
+            series[key],
+            higher_is_better=better,
+            threshold_pct=threshold,
+            floor=floors.get(key, 0.0),
+        )
+        for key, _l, unit, better in METRICS + CANARY_METRICS + READINGS
+    }
+    return SizeAnalysis(
+        target=target,
+        requests=requests,
+        summaries=summaries,
+        drifts=drifts,
+        series=series,
+        path=path,
+        threshold_pct=threshold,
+    )
+
+
+def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
+    loads = [((r.record.stats or ServerStats()).load_duration or 0) / 1e6 for r in requests]
+    if not loads:
+        return
+    warm = statistics.median(loads)
+    for r, load in zip(requests, loads, strict=True):
+        if load > COLD_START_MS or (load > COLD_START_FLOOR_MS and load > COLD_START_FACTOR * warm):
+            r.status = BenchStatus.COLD_START
+            r.reason = (
+                f"load_duration {load:.0f} ms (warm median {warm:.1f} ms): the model was (re)loaded"
+            )
+
+
+def _mark_cached(requests: list[RequestVerdict]) -> None:
+    per_token = {}
+    for r in requests:
+        s = r.record.stats
+        if s is not None and s.prompt_eval_count and s.prompt_eval_duration:
+            per_token[id(r)] = s.prompt_eval_duration / s.prompt_eval_count
+    if len(per_token) < 3:
+        return
+    median = statistics.median(per_token.values())
+    for r in requests:
+        value = per_token.get(id(r))
+        if value is not None and value < CACHED_FRACTION * median:
+            r.status = BenchStatus.CACHED
+            r.reason = (
+                f"prefill took {value / 1e6:.3f} ms/token, under {CACHED_FRACTION:.0%} of the "
+                "run's median "
+                f"{median / 1e6:.3f} ms/token: most of the prompt came from the cache"
+            )
+
+
+# ---------------------------------------------------------------------- beside the statistics
+
+# Which drifted metric decides "slow" for attribution, most telling first: decode rate is
+# where the source's browser showed (−30.8 %). Derived metrics never decide (DERIVED_METRICS).
+ATTRIBUTION_ORDER = (
+    "server_decode_tps", "client_decode_tps", "ttft_ms", "prompt_eval_ms",
+    "server_prefill_tps", "e2e_ms",
+)
+SLOW_MARGIN = 0.05  # slower than the first-5 median by over 5 %: the drift threshold's default
+
+
+def size_key(size: SizeAnalysis) -> int | str | None:
+    """How a size is keyed in attributions: its target, or "target:path" in a relay
+    comparison."""
+    return size.target if size.path is None else f"{size.target}:{size.path}"
+
+
+def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
+    """For a drifted size: the first drifted metric in ATTRIBUTION_ORDER, whether higher is
+    better for it, and the ids of the ok requests worse than its first-5 median by more than
+    SLOW_MARGIN. None when no metric drifted (or the drifted one has no first median)."""
+    drifted = [key for key in ATTRIBUTION_ORDER if size.drifts[key].worse]
+    if not drifted:
+        return None
+    key = drifted[0]
+    better = next(b for k, _l, _u, b in METRICS if k == key)
+    base = size.drifts[key].first_median
+    if base is None:
+        return None
+    limit = SLOW_MARGIN * abs(base)
+    slow = set()
+    for r in size.ok:
+        value = r.record.metric(key)
+        if value is None:
+            continue
+        if (better and value < base - limit) or (not better and value > base + limit):
+            slow.add(r.record.id)
+    return key, better, slow
+
+
+def engine_slowdown(size: SizeAnalysis) -> EngineSlowdown | None:
+    """The drift a cause must explain: the first drifted metric in ATTRIBUTION_ORDER and how
+    much slower the engine ran, % of time (a rate's fall r0 → r1 is r0 / r1 − 1 slower).
+    None when no deciding metric drifted."""
+    key = next((k for k in ATTRIBUTION_ORDER if size.drifts[k].worse), None)
+    if key is None:
+        return None
+    d = size.drifts[key]
+    label, better = next((lab, b) for k, lab, _u, b in METRICS if k == key)
+    if d.first_median is None or d.last_median is None or d.change_pct is None:
+        return None
+    slower = d.first_median / d.last_median - 1 if better and d.last_median else d.change_pct / 100
+    return EngineSlowdown(key, label, 100.0 * slower)
+
+
+def machine_evidence(size: SizeAnalysis) -> MachineEvidence:
+    """Each canary part's drift and the readings' first-5 → last-5 medians of a size."""
+    canary = tuple(
+        CanaryPart(label.removeprefix("canary: "), d.change_pct, d.worse, _differ(size, k, d))
+        for k, label, *_ in CANARY_METRICS if (d := size.drifts[k]).change_pct is not None
+    )
+    readings = {k: (size.drifts[k].first_median, size.drifts[k].last_median) for k, *_ in READINGS}
+    recs = [r.record for r in size.ok]
+    new_reasons = gpu_reasons(recs[-5:]) - gpu_reasons(recs[:5])
+    return MachineEvidence(canary, readings, tuple(sorted(new_reasons)), size.threshold_pct)
+
+
+def _differ(size: SizeAnalysis, key: str, d: Drift) -> bool:
+    """A canary series' first and last 5 really differ in the direction it moved (one-sided
+    rank test at DRIFT_ALPHA): slower, drift computed that p; faster, its mirror (a canary
+    part is a time: lower is better)."""
+    if d.change_pct is None or d.change_pct == 0:
+        return False
+    p = d.p_value if d.change_pct > 0 else better_p_value(size.series[key], higher_is_better=False)
+    return p is not None and p < DRIFT_ALPHA
+
+
+def cause_of(size: SizeAnalysis, attribution: Attribution) -> Cause | None:
+    """Who slowed a drifted size (attribution.name_cause); None when it did not drift."""
+    engine = engine_slowdown(size)
+    if engine is None:
+        return None
+    return name_cause(attribution, engine, machine_evidence(size))
+
+
+def attribute_size(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> Attribution:
+    """Which app likely slowed this size's slow requests: the drift's slow requests when it
+    drifted (`slow_by_drift`), else attribution's own outlier rule."""
+    requests = [r.record for r in size.ok]
+    by_drift = slow_by_drift(size)
+    if by_drift is not None:
+        key, better, slow = by_drift
+        return attribute(requests, probes, key, better, slow_ids=slow)
+    return attribute(requests, probes)
+
+
+@dataclass(frozen=True)
+class RelayComparison:
+    """Paired direct vs relayed requests of one prompt size (a --compare-relay run).
+
+    pairs: pairs where both requests were ok. ttft_diff_*: relay − direct client TTFT, ms
+    (median and the interquartile range, stats.percentile). overhead_*: median client TTFT
+    − (load + server prefill) per path, ms. decode_*: median client decode rate, tok/s.
+    """
+
+    target: int | None
+    pairs: int
+    ttft_diff_median: float | None
+    ttft_diff_p25: float | None
+    ttft_diff_p75: float | None
+    overhead_direct: float | None
+    overhead_relay: float | None
+    decode_direct: float | None
+    decode_relay: float | None
+
+
+def _ttft_by_pair(size: SizeAnalysis) -> dict[int, float]:
+    return {
+        r.record.pair if r.record.pair is not None else r.index: ttft
+        for r in size.ok
+        if (ttft := r.record.metrics.ttft_ms) is not None
+    }
+
+
+def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
+    """Pair each relayed request with the direct one of the same pair index and size."""
+    out = []
+    for target in dict.fromkeys(s.target for s in analysis.sizes if s.path):
+        by_path = {s.path: s for s in analysis.sizes if s.target == target and s.path}
+        direct, relay = by_path.get("direct"), by_path.get("relay")
+        if direct is None or relay is None:
+            continue
+        d, r = _ttft_by_pair(direct), _ttft_by_pair(relay)
+        diffs = [r[i] - d[i] for i in sorted(d.keys() & r.keys())]
+        out.append(RelayComparison(
+            target=target, pairs=len(diffs),
+            ttft_diff_median=statistics.median(diffs) if diffs else None,
+            ttft_diff_p25=percentile(diffs, 25) if diffs else None,
+            ttft_diff_p75=percentile(diffs, 75) if diffs else None,
+            overhead_direct=direct.summaries["overhead_ms"].median,
+            overhead_relay=relay.summaries["overhead_ms"].median,
+            decode_direct=direct.summaries["client_decode_tps"].median,
+            decode_relay=relay.summaries["client_decode_tps"].median,
+        ))
+    return out
+
+
+def noisy_samples(probes: Iterable[ProbeRecord]) -> tuple[int, int]:
+    """(NOISY probe samples, all probe samples) among those taken during a request."""
+    during = [p for p in probes if p.request_id is not None]
+    return sum(1 for p in during if p.noisy), len(during)
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """What the probe samples saw of the GPUs over the whole log (NVML readings).
+
+    util_median: median utilisation %, over every device of every sample (None: no reading).
+    peak_used: the largest memory used by one device in one sample, bytes.
+    """
+
+    util_median: float | None = None
+    peak_used: int | None = None
+
+
+def gpu_usage(probes: Iterable[ProbeRecord]) -> GpuUsage:
+    """The GPU figures of a log's probe samples (see GpuUsage)."""
+    devices = [d for p in probes if p.gpu is not None for d in p.gpu.devices]
+    utils = [d.util_percent for d in devices if d.util_percent is not None]
+    used = [d.memory_used for d in devices if d.memory_used is not None]
+    return GpuUsage(statistics.median(utils) if utils else None, max(used) if used else None)
+
+
+def warmup_load_ms(size: SizeAnalysis, analysis: Analysis) -> float | None:
+    """The largest load among the run's first request and this size's warm-ups, ms (None
+    when none of them reported one)."""
+    candidates = [r.record.metrics.load_ms for r in size.warmups] + [analysis.load_ms]
+    loads = [x for x in candidates if x is not None]
+    return max(loads) if loads else None

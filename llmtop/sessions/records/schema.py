@@ -1,0 +1,729 @@
+"""The session log's schema: every record type, written and read through the same types.
+
+This module owns the format (FORMAT_VERSION and its history). Each record type is a frozen
+dataclass with a `TYPE` (the record's `type` field), `to_json()` (the JSON object written as
+one line; log.SessionLog.write takes the record) and `from_json()` (the typed record read
+back; log.read_log returns them). Analysis, attribution and reports read attributes
+(`r.metrics.ttft_ms`, `p.verdict.quiet`) instead of walking dicts, so a misspelt field fails
+in mypy rather than reading as "n/a".
+
+`from_json` checks every field a type declares against its type with pydantic in strict JSON
+mode (an int where a string belongs, "5" where a number belongs, an unknown status are
+errors; an int is a valid float). Declared fields missing from the JSON take their defaults,
+so logs written by older llmtop versions (fewer fields) still read.
+
+Two kinds of record:
+* closed records (request, canary, header, calibration's points, level, summary, interrupted,
+  end, probe_source, bench): `to_json` writes the declared fields, nothing else;
+* open records (probe, environment, preflight, calibration): the body comes whole from
+  another module (a probe sample, the engine's environment, the preflight result), so the
+  record keeps it as `body` (written as is, read back as is) and declares, typed, the fields
+  llmtop reads back. `of(body)` builds one, validating it as a read would.
+
+`decode` turns any JSON record into its type (`UnknownRecord` for a type this llmtop does not
+know: a newer writer's), and `read_log` skips a record that fails, with a warning naming the
+line and the field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, NamedTuple, Self, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from llmtop.engines.events import FailureKind, ServerStats, Status
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.measure.timeline import RequestMetrics
+
+T = TypeVar("T")
+R = TypeVar("R", bound="Record")
+
+FORMAT_VERSION = 1
+# History of the format. Bump it when a reader of the previous version would misread a new
+# log; a field that older readers ignore needs no bump, and readers default a missing one,
+# so every version-1 log reads.
+# 1 (llmtop 0.1): header / request / probe / end records. Added within version 1: bench
+#   logs (calibration, environment, summary, interrupted records; request fields phase,
+#   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
+#   upstream; request path, pair); the header's machine record moved from a bench-only
+#   `machine` field into `environment` for every log (older bench logs have both); canary
+#   records and the request field `machine` (the machine-speed canary and readings); load
+#   logs (header `load`, `generator`; "level" records; request fields level, sent_offset_ns,
+#   scheduled_offset_ns, lag_ms, sent_unix_ns, end_unix_ns, client; probe fields level,
+#   request_ids); "probe_source" records (an agent connected, lost, refused) and the TUI's
+#   "bench" marks in an interactive session's log.
+SUPPORTED_FORMATS = (1,)
+
+Phase = Literal["load", "warmup", "measure"]
+"""A bench request's phase: the run's first request (pays the model load), a warm-up, or a
+measured request. Requests of an interactive session have no phase."""
+
+
+class RecordError(ValueError):
+    """A JSON record whose shape does not match its type.
+
+    kind: the record type ("request", "probe", "header"). field: the first bad field as a
+    dotted path ("metrics.ttft_ms"; "" for the record itself). The message says what the
+    field should be and what it held.
+    """
+
+    def __init__(self, kind: str, field_path: str, problem: str) -> None:
+        where = f"field {field_path}" if field_path else "the record"
+        super().__init__(f"{kind} record: {where}: {problem}")
+        self.kind = kind
+        self.field = field_path
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # built on first use: a few ms per record type
+
+
+def _refuse_non_finite(kind: str, text: str | bytes) -> None:
+    """Raise RecordError for a bare NaN/Infinity/-Infinity in a record: Python's json writes
+    and reads them, JSON does not have them, and no figure llmtop shows may be one (a NaN
+    crashes Textual's Sparkline and poisons every median). Strings containing the words are
+    fine: only a full parse, done when the words appear at all, can tell the two apart."""
+    probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if "NaN" not in probe and "Infinity" not in probe:
+        return
+
+    def refuse(constant: str) -> float:
+        raise RecordError(kind, "", f"holds {constant}, which no measurement can be")
+
+    with contextlib.suppress(json.JSONDecodeError):  # not JSON at all: validation says so
+        json.loads(probe, parse_constant=refuse)
+
+
+def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
+    """Validate one JSON record (a line, or an object already decoded) into `cls`.
+
+    Raises RecordError naming the first bad field. A decoded object is re-encoded so both
+    paths validate JSON types (a JSON array is a valid tuple; a Python list would not be in
+    strict mode).
+    """
+    text = data if isinstance(data, str | bytes) else json.dumps(data, default=str)
+    _refuse_non_finite(kind, text)
+    adapter = _ADAPTERS.get(cls) or _ADAPTERS.setdefault(cls, TypeAdapter(cls))
+    try:
+        record: T = adapter.validate_json(text, strict=True)
+        return record
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(part) for part in first["loc"])
+        got = first.get("input")
+        shown = "" if isinstance(got, dict) else f", got {json.dumps(got, default=str)[:60]}"
+        raise RecordError(kind, path, f"{first['msg']}{shown}") from None
+
+
+def _adapter(cls: type[T]) -> TypeAdapter[T]:
+    adapter: TypeAdapter[T] = _ADAPTERS.get(cls) or _ADAPTERS.setdefault(cls, TypeAdapter(cls))
+    return adapter
+
+
+class Record:
+    """A closed record type: `to_json` writes its declared fields under its `TYPE`."""
+
+    __slots__ = ()
+    TYPE: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of this record (`type` first), as one log line holds it."""
+        body: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
+        return {"type": self.TYPE, **body}
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> Self:
+        """Validate one record (see `parse`); raises RecordError naming the first bad field."""
+        return parse(cls, cls.TYPE, data)
+
+
+class OpenRecord(Record):
+    """A record whose body comes whole from elsewhere: `body` is written and read as is, and
+    the declared fields are its typed view (module docstring)."""
+
+    __slots__ = ()
+    body: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The body under this record's `type`."""
+        return {"type": self.TYPE, **self.body}
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> Self:
+        """Validate the typed view (raises RecordError) and keep the whole body."""
+        text = data if isinstance(data, str | bytes) else json.dumps(data, default=str)
+        typed = parse(cls, cls.TYPE, text)
+        decoded = json.loads(text)
+        # the body is the record's own JSON, set once on the instance just built (frozen)
+        object.__setattr__(typed, "body", {k: v for k, v in decoded.items() if k != "type"})
+        return typed
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> Self:
+        """A record of `body` (JSON-ready), validated as it will read back; raises
+        RecordError."""
+        return cls.from_json(dict(body))
+
+
+class Chunk(NamedTuple):
+    """One streamed chunk as logged: `[offset_ns, content, thinking]`, the offset being ns
+    from the request's send stamp (client clock)."""
+
+    offset_ns: int
+    content: str
+    thinking: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClocksRecord:
+    """One GPU's clocks (MHz) and active throttle reasons at the end of a request (NVML)."""
+
+    index: int
+    graphics_mhz: int | None = None
+    sm_mhz: int | None = None
+    memory_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRecord:
+    """The machine over one bench request (probes.machine_speed.MachineInterval, read right
+    before and right after it): seconds spanned; CPU steal, 0–100 %; each core's clock at
+    the end, MHz; cgroup CPU throttling, ms and periods; GPU clocks. None: not readable."""
+
+    seconds: float | None = None
+    steal_percent: float | None = None
+    freq_mhz: tuple[float | None, ...] = ()
+    throttled_ms: float | None = None
+    throttled_periods: int | None = None
+    gpu: tuple[GpuClocksRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRecord(Record):
+    """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
+
+    before_request: the id of the request that ran next (None: not tied to a request).
+    cpu_ms / mem_ms / simd_ms: the median of `repeats` timings of each part (simd_ms None in
+    logs written before that part existed); threads: the simd part's threads. t_ns:
+    perf_counter_ns when it began.
+    """
+
+    TYPE: ClassVar[str] = "canary"
+    cpu_ms: float
+    mem_ms: float
+    simd_ms: float | None = None
+    before_request: int | None = None
+    repeats: int = 1
+    threads: int | None = None
+    t_ns: int | None = None
+
+    @property
+    def total_ms(self) -> float:
+        """cpu_ms + mem_ms + simd_ms (0 when absent)."""
+        return self.cpu_ms + self.mem_ms + (self.simd_ms or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord(Record):
+    """One request as logged (`type: "request"`; `RequestRecord.of` builds it from a result).
+
+    id: the session's request number (from 1). status: how the stream ended. error /
+    error_kind: the failure's text and kind, None when it did not fail. stats: the server's
+    own statistics (Ollama names, ns, tokens), None when it sent none. metrics: derived
+    (timeline.RequestMetrics: ms, tokens/s). chunks: arrival offsets and text.
+    Bench fields (None in an interactive session): phase; index, the position within its
+    prompt size (0-based, warm-ups first); prompt_tokens_target and prompt_words, the
+    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
+    client_prep_ms: the client's own time from asking for the request until its body was on
+    the socket (ms; outside TTFT since the send stamp is that socket write); None in older
+    logs and from engines that cannot stamp the write. machine: the machine's speed readings
+    over a bench request (None in older logs).
+    Load fields (`llmtop load`, the Locust user class): level, the sweep level's index;
+    sent_offset_ns, its send from the level's start; scheduled_offset_ns and lag_ms, an open
+    loop's timetable and how far the send lagged it; sent_unix_ns / end_unix_ns / client,
+    a Locust worker's wall clock and name.
+    """
+
+    TYPE: ClassVar[str] = "request"
+    id: int
+    status: Status
+    prompt: str = ""
+    model: str | None = None
+    started_at: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    error_kind: FailureKind | None = None
+    stats: ServerStats | None = None
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    content: str = ""
+    thinking: str = ""
+    chunks: tuple[Chunk, ...] = ()
+    phase: Phase | None = None
+    index: int | None = None
+    prompt_tokens_target: int | None = None
+    prompt_words: int | None = None
+    path: str | None = None
+    pair: int | None = None
+    client_prep_ms: float | None = None
+    machine: MachineRecord | None = None
+    level: int | None = None
+    sent_offset_ns: int | None = None
+    scheduled_offset_ns: int | None = None
+    lag_ms: float | None = None
+    sent_unix_ns: int | None = None
+    end_unix_ns: int | None = None
+    client: str | None = None
+
+    @classmethod
+    def of(cls, result: RequestResult, **fields: Any) -> RequestRecord:
+        """The record of one finished (or cancelled) request, with the caller's `fields`
+        (bench phase, index, level...), validated as it will read back; chunk stamps become
+        offsets from the send, ns. Raises RecordError for a field of the wrong type."""
+        return cls.from_json({
+            "id": result.request_id,
+            "started_at": result.wall_start,
+            "model": result.model,
+            "prompt": result.prompt,
+            "options": result.options,
+            "status": str(result.status),
+            "error": str(result.failure) if result.failure else None,
+            "error_kind": str(result.failure.kind) if result.failure else None,
+            "stats": result.stats.to_dict() if result.stats else None,
+            "metrics": result.metrics.to_dict(),
+            "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
+            "content": result.content,
+            "thinking": result.thinking,
+            "chunks": [
+                [e.t_ns - result.sent_ns, e.content, e.thinking]
+                for e in result.events
+                if not e.done or e.has_text
+            ],
+            **fields,
+        })
+
+    @property
+    def measured(self) -> bool:
+        """A measured request: phase "measure", or no phase (an interactive session)."""
+        return self.phase in (None, "measure")
+
+    def metric(self, name: str) -> float | None:
+        """One derived metric by its field name in timeline.RequestMetrics ("ttft_ms"); None
+        when n/a. Raises AttributeError for a name that is not a metric."""
+        value = getattr(self.metrics, name)
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def position(self) -> int:
+        """Its index within its prompt size, else (interactive) its id."""
+        return self.id if self.index is None else self.index
+
+
+@dataclass(frozen=True, slots=True)
+class AppCpu:
+    """One application in a probe sample: name, category (probes.processes.Category value),
+    CPU in % of one core (None: unknown this sample)."""
+
+    app: str
+    category: str | None = None
+    cpu_percent: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessesRecord:
+    """The processes part of a probe sample: the busiest apps (at most 20 are logged), and
+    warming_up, True on the probe's first sample (no CPU reading yet)."""
+
+    warming_up: bool = False
+    apps: tuple[AppCpu, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDeviceRecord:
+    """One GPU in a probe sample (NVML): utilisation %, memory used and total in bytes."""
+
+    name: str | None = None
+    util_percent: float | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """The GPU part of a probe sample; `reason` says why there is no reading."""
+
+    available: bool | None = None
+    reason: str | None = None
+    devices: tuple[GpuDeviceRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRecord:
+    """One finding of a probe verdict or a preflight check (probes.preflight.finding_dict):
+    its code, level ("info", "warn", "fail"), message and remedy, and the measured value
+    against its threshold (in `unit`)."""
+
+    code: str = ""
+    level: str = "info"
+    message: str = ""
+    remedy: str = ""
+    value: float | None = None
+    threshold: float | None = None
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeVerdict:
+    """The probe verdict of a sample: quiet is False when any finding was WARN or FAIL."""
+
+    quiet: bool = True
+    findings: tuple[FindingRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSource:
+    """Where a probe sample was taken: kind "local" (this machine) or "agent" (`llmtop agent`
+    at `url` on `machine`, its stamps mapped onto ours with `clock_offset_ns` ±
+    `clock_uncertainty_ns`; received_ns: our perf_counter_ns when it arrived)."""
+
+    kind: str = "local"
+    machine: str | None = None
+    url: str | None = None
+    clock_offset_ns: int | None = None
+    clock_uncertainty_ns: int | None = None
+    received_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRecord(OpenRecord):
+    """One probe sample as logged (`type: "probe"`; an open record whose body is
+    probes.sampler.ProbeSample.to_dict plus the fields below).
+
+    request_id: the request it overlapped (None between requests); in a load sweep, level
+    and request_ids: the level running and the ids in flight. t_ns: perf_counter_ns
+    when sampling began. processes / gpu / verdict: None when that probe failed (or, for an
+    older log, was not written). cost_ms: the sampling thread's CPU time, ms. source: where
+    it was taken (None in logs written before llmtop recorded it: this machine).
+    """
+
+    request_id: int | None = None
+    t_ns: int | None = None
+    wall_time: str | None = None
+    processes: ProcessesRecord | None = None
+    gpu: GpuRecord | None = None
+    verdict: ProbeVerdict | None = None
+    cost_ms: float | None = None
+    source: ProbeSource | None = None
+    level: int | None = None
+    request_ids: tuple[int, ...] = ()
+    body: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    TYPE: ClassVar[str] = "probe"
+
+    @property
+    def noisy(self) -> bool:
+        """True when the sample's verdict was NOISY (False when it had none)."""
+        return self.verdict is not None and not self.verdict.quiet
+
+
+@dataclass(frozen=True, slots=True)
+class Header(Record):
+    """A session log's first record (`type: "header"`).
+
+    format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
+    engine / engine_version / host / model: what was measured; engine_config: the embedded
+    engine's llama.cpp configuration (engines/llama_config.Choice.to_dict), else None;
+    via: "direct" or "relay",
+    upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
+    through (None: direct; never for a loopback engine). model_details: /api/show's summary.
+    options: the
+    Ollama options sent with every request. environment: the machine
+    (sessions.environment). bench: a bench's BenchConfig.to_dict(), else None. machine:
+    only in bench logs written before the machine record moved into `environment` (it held
+    the GPU and power there); read both through `machine_environment`. load: a sweep's
+    LoadConfig.to_dict(); generator: what sent a sweep's requests ("locust"; None: llmtop).
+    """
+
+    TYPE: ClassVar[str] = "header"
+    format: int
+    llmtop_version: str | None = None
+    distribution: str | None = None  # the package's name on the index: "llmtop-latency"
+    started_at: str | None = None
+    kind: str = "session"
+    engine: str | None = None
+    engine_version: str | None = None
+    engine_config: dict[str, Any] | None = None
+    host: str | None = None
+    via: str | None = None
+    upstream: str | None = None
+    proxy: str | None = None
+    model: str | None = None
+    model_details: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    bench: dict[str, Any] | None = None
+    machine: dict[str, Any] | None = None
+    load: dict[str, Any] | None = None
+    generator: str | None = None
+
+    @property
+    def machine_environment(self) -> dict[str, Any]:
+        """The machine (OS, CPU, RAM, GPU, power), from either place a log keeps it."""
+        return {**self.environment, **(self.machine or {})}
+
+    @property
+    def drift_threshold_pct(self) -> float:
+        """A bench's drift threshold, % (stats.DRIFT_THRESHOLD_PCT when not a bench)."""
+        value = (self.bench or {}).get("drift_threshold_pct")
+        return float(value) if isinstance(value, int | float) else DRIFT_THRESHOLD_PCT
+
+
+@dataclass(frozen=True, slots=True)
+class EndRecord(Record):
+    """The last record of a log closed cleanly (`type: "end"`): when, wall clock."""
+
+    TYPE: ClassVar[str] = "end"
+    ended_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptedRecord(Record):
+    """A bench or sweep cancelled before its end (`type: "interrupted"`): when, wall clock."""
+
+    TYPE: ClassVar[str] = "interrupted"
+    at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRecord(Record):
+    """A bench's closing summary (`type: "summary"`): whether drift contaminated the run, its
+    ok requests, and the drift threshold it judged against (%)."""
+
+    TYPE: ClassVar[str] = "summary"
+    contaminated: bool | None = None
+    ok_requests: int | None = None
+    drift_threshold_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPoint:
+    """One calibrated prompt size: the words that make it and the tokens the server counted."""
+
+    words: int
+    tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationRecord(Record):
+    """The prompt calibration of a bench or sweep (`type: "calibration"`;
+    calibration.Calibration.to_dict). targets: per target size in tokens (a string key, as
+    JSON has it), its point; probes: (words, prompt_eval_count) pairs measured;
+    template_tokens: the chat template's own cost; from_cache: read from the cache."""
+
+    TYPE: ClassVar[str] = "calibration"
+    calibration_format: int | None = None
+    engine_host: str | None = None
+    model: str | None = None
+    options_key: str | None = None
+    template_tokens: int | None = None
+    targets: dict[str, CalibrationPoint] = field(default_factory=dict)
+    probes: tuple[tuple[int, int], ...] = ()
+    from_cache: bool = False
+
+    @classmethod
+    def of(cls, calibration: Mapping[str, Any]) -> CalibrationRecord:
+        """The record of a Calibration.to_dict(); raises RecordError."""
+        return cls.from_json(dict(calibration))
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentRecord(OpenRecord):
+    """The engine's environment at a run's "start" or "end" (`type: "environment"`; an open
+    record whose body is runners' engine_environment: engine, version, model details, and
+    `loaded`, /api/ps's view of the loaded model; a sweep adds `parallel`)."""
+
+    TYPE: ClassVar[str] = "environment"
+    phase: str = "start"
+    loaded: dict[str, Any] | None = None
+    body: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightRecord(OpenRecord):
+    """The preflight verdict of a bench or sweep (`type: "preflight"`; an open record whose
+    body is probes.preflight.PreflightResult.to_dict): QUIET / NOISY / CANNOT CHECK, quiet,
+    its findings, and the error when it could not check."""
+
+    TYPE: ClassVar[str] = "preflight"
+    verdict: str = "CANNOT CHECK"
+    quiet: bool = False
+    findings: tuple[FindingRecord, ...] = ()
+    error: str | None = None
+    body: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def problems(self) -> tuple[FindingRecord, ...]:
+        """The findings above "info"."""
+        return tuple(f for f in self.findings if f.level != "info")
+
+
+@dataclass(frozen=True, slots=True)
+class LevelRecord(Record):
+    """One end of a sweep level (`type: "level"`). phase "start": mode, value (users or
+    req/s), requests planned (None: by duration), duration_s. phase "end": wall_ns (first send
+    to last completion), generator_cpu_ns (the event loop's CPU time), max_in_flight."""
+
+    TYPE: ClassVar[str] = "level"
+    phase: Literal["start", "end"]
+    level: int
+    value: float = 0.0
+    mode: str | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    wall_ns: int | None = None
+    generator_cpu_ns: int | None = None
+    max_in_flight: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSourceRecord(Record):
+    """A change of the probe source (`type: "probe_source"`): an agent "connected", "lost",
+    "refused", with a line saying why."""
+
+    TYPE: ClassVar[str] = "probe_source"
+    state: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchMarkRecord(Record):
+    """A bench started or ended from the TUI (`type: "bench"`, in the interactive session's
+    log): phase "start" (with the BenchConfig.to_dict()) or "end" (with its outcome), and the
+    bench's own log."""
+
+    TYPE: ClassVar[str] = "bench"
+    phase: str
+    log: str
+    bench: dict[str, Any] | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownRecord:
+    """A record of a type this llmtop does not know (a newer writer's), kept as written."""
+
+    kind: str
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as it was written."""
+        return {"type": self.kind, **self.body}
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.TYPE: cls
+    for cls in (Header, RequestRecord, ProbeRecord, CanaryRecord, CalibrationRecord,
+                EnvironmentRecord, PreflightRecord, SummaryRecord, InterruptedRecord, EndRecord,
+                LevelRecord, ProbeSourceRecord, BenchMarkRecord)
+}
+"""Every record type of the session log, by its `type` field."""
+
+AnyRecord = Record | UnknownRecord
+
+
+def decode(data: str | bytes | Mapping[str, Any]) -> AnyRecord:
+    """Any JSON record into its type (UnknownRecord for an unknown `type`). Raises RecordError
+    for a record that is not a JSON object or whose fields do not match its type."""
+    obj = json.loads(data) if isinstance(data, str | bytes) else dict(data)
+    if not isinstance(obj, dict):
+        raise RecordError("?", "", "not a JSON object")
+    kind = str(obj.get("type", ""))
+    cls = RECORD_TYPES.get(kind)
+    if cls is None:
+        return UnknownRecord(kind, {k: v for k, v in obj.items() if k != "type"})
+    return cls.from_json(data if isinstance(data, str | bytes) else obj)
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """A whole session log read back (log.read_log).
+
+    requests / probes / canaries: the typed records in file order (no canaries in logs written
+    before llmtop had the canary). records: every other record, typed, in file order.
+    warnings: one line per record that was skipped (torn, unreadable, or with a field of the
+    wrong type), "line N: …".
+    """
+
+    header: Header
+    requests: tuple[RequestRecord, ...] = ()
+    probes: tuple[ProbeRecord, ...] = ()
+    records: tuple[AnyRecord, ...] = ()
+    warnings: tuple[str, ...] = ()
+    canaries: tuple[CanaryRecord, ...] = ()
+
+    @classmethod
+    def of(cls, header: Header, records: Iterable[AnyRecord],
+           warnings: Iterable[str] = ()) -> RunLog:
+        """A log from its header and its other records in file order (sorted into requests,
+        probes, canaries and the rest)."""
+        kinds: dict[type, list[Any]] = {RequestRecord: [], ProbeRecord: [], CanaryRecord: []}
+        others: list[AnyRecord] = []
+        for record in records:
+            kinds.get(type(record), others).append(record)
+        return cls(header, tuple(kinds[RequestRecord]), tuple(kinds[ProbeRecord]),
+                   tuple(others), tuple(warnings), tuple(kinds[CanaryRecord]))
+
+    @classmethod
+    def from_json(cls, header: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> RunLog:
+        """A log from JSON objects (a header, then its records), each through `decode`; a
+        record that fails is skipped with a warning, as `read_log` does."""
+        typed: list[AnyRecord] = []
+        warnings: list[str] = []
+        for number, record in enumerate(records, start=2):
+            try:
+                typed.append(decode(record))
+            except RecordError as exc:
+                warnings.append(f"record {number}: {exc}; skipped")
+        return cls.of(Header.from_json(header), typed, warnings)
+
+    def of_type(self, kind: type[R]) -> Iterator[R]:
+        """The records of one type among `records`, in file order (requests, probes and
+        canaries are `requests`, `probes`, `canaries`)."""
+        return (r for r in self.records if isinstance(r, kind))
+
+    def first(self, kind: type[R]) -> R | None:
+        """The first record of a type among `records`, None when there is none."""
+        return next(self.of_type(kind), None)
+
+    def environment(self, phase: str) -> EnvironmentRecord | None:
+        """The engine environment record of a phase ("start" / "end"), None when absent."""
+        return next((e for e in self.of_type(EnvironmentRecord) if e.phase == phase), None)
+
+    @property
+    def calibration(self) -> CalibrationRecord | None:
+        """The run's calibration, None when not a bench or sweep."""
+        return self.first(CalibrationRecord)
+
+    @property
+    def preflight(self) -> PreflightRecord | None:
+        """The run's preflight verdict, None when none was taken."""
+        return self.first(PreflightRecord)
+
+    @property
+    def summary(self) -> SummaryRecord | None:
+        """A bench's closing summary, None when it has none."""
+        return self.first(SummaryRecord)
+
+    @property
+    def interrupted(self) -> bool:
+        """True when the run logged an interruption (a cancelled bench)."""
+        return self.first(InterruptedRecord) is not None
+
+    @property
+    def ended_at(self) -> str | None:
+        """When the log was closed cleanly (wall clock), None when it was not."""
+        end = self.first(EndRecord)
+        return None if end is None else end.ended_at

@@ -1,0 +1,105 @@
+"""`llmtop compare` written out: markdown and JSON (compare.py computes; html_report.py draws).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
+from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports.text import md_table, num
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    """`llmtop compare`'s subject for formats.render: the comparisons (each B against the
+    baseline A) and the logs they came from (A first, then each B in the same order)."""
+
+    comparisons: Sequence[Comparison]
+    logs: Sequence[RunLog]
+
+CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
+
+
+def headline(c: Comparison) -> str:
+    """One line for a whole comparison: refused, a regression, or the count of faster and
+    slower rows."""
+    if c.refused:
+        return f"NOT COMPARABLE: {c.name_b} vs {c.name_a}: " + "; ".join(c.checks.problems)
+    faster = sum(1 for r in c.rows if r.significant and (r.speedup or 0) >= 1)
+    slower = sum(1 for r in c.rows if r.significant and (r.speedup or 0) < 1)
+    state = (f"REGRESSION (slower by over {c.threshold_pct:g} %)" if c.regression
+             else "no regression")
+    return (f"{c.name_b} vs {c.name_a}: {state}; {faster} faster, {slower} slower, "
+            f"{len(c.rows) - faster - slower} without a significant difference")
+
+
+def row_cells(r: MetricComparison) -> tuple[object, ...]:
+    """One row of the results table: group, metric, n, both medians, B/A with its interval,
+    p-value, verdict."""
+    t = r.test
+    unit = r.metric.unit
+    return (
+        r.group, r.metric.label, f"{r.n_a} / {r.n_b}",
+        f"{num(t.median_a, 2)} {unit}" if t else "n/a",
+        f"{num(t.median_b, 2)} {unit}" if t else "n/a",
+        t.ratio_ci_text() if t else "n/a",
+        f"{t.p_value:.2g}" if t else "n/a",
+        ("⚠ " if r.regression else "") + r.verdict,
+    )
+
+
+ROW_HEADERS = ("prompt", "metric", "n A / B", "median A", "median B",
+               f"B/A, {CI}", "p (U test)", "verdict")
+
+
+def method_note() -> str:
+    """How the verdicts were reached, one paragraph."""
+    return (f"Medians of the ok requests (warm-ups and excluded requests never count); B/A "
+            f"with a {CI} from a seeded bootstrap over requests "
+            f"(scipy.stats.bootstrap) and a Mann-Whitney U test (scipy.stats.mannwhitneyu). "
+            f"A difference is significant when the interval excludes 1 and p < {ALPHA:g}; "
+            f"fewer than {MIN_OK} ok requests per side are not compared.")
+
+
+def markdown(comparisons: Sequence[Comparison]) -> str:
+    """Every comparison (each B against the baseline A) as one markdown document."""
+    lines = ["# llmtop compare", "", method_note()]
+    for c in comparisons:
+        lines += ["", f"## {c.name_b} against {c.name_a}", "", f"**{headline(c)}**"]
+        if c.checks.warnings:
+            lines += ["", *(f"- warning: {w}" for w in c.checks.warnings)]
+        if c.rows:
+            lines += ["", *md_table(ROW_HEADERS, [row_cells(r) for r in c.rows])]
+    return "\n".join(lines) + "\n"
+
+
+def _row_json(r: MetricComparison) -> dict[str, Any]:
+    t = r.test
+    return {
+        "group": r.group, "metric": r.metric.name, "field": r.metric.key, "unit": r.metric.unit,
+        "n_a": r.n_a, "n_b": r.n_b,
+        "median_a": t.median_a if t else None, "median_b": t.median_b if t else None,
+        "ratio": t.ratio if t else None, "ci_low": t.ci_low if t else None,
+        "ci_high": t.ci_high if t else None, "p_value": t.p_value if t else None,
+        "significant": r.significant, "speedup": r.speedup, "speedup_low": r.speedup_low,
+        "speedup_high": r.speedup_high, "regression": r.regression, "verdict": r.verdict,
+    }
+
+
+def to_json(comparisons: Sequence[Comparison]) -> str:
+    """Every comparison as one JSON document ({"confidence", "alpha", "comparisons": […]})."""
+    doc = {
+        "confidence": CONFIDENCE, "alpha": ALPHA, "min_ok": MIN_OK,
+        "comparisons": [
+            {"a": c.name_a, "b": c.name_b, "refused": c.refused, "problems": c.checks.problems,
+             "warnings": c.checks.warnings, "regression": c.regression,
+             "threshold_pct": c.threshold_pct, "headline": headline(c),
+             "rows": [_row_json(r) for r in c.rows]}
+            for c in comparisons
+        ],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

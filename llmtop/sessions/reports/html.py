@@ -1,0 +1,139 @@
+"""Reports as one self-contained HTML file: the markdown report's tables plus plotly figures.
+
+The page carries plotly.js inline (plotly's offline bundle, once per page) and loads nothing
+else, so it opens with no network. The text part is the markdown report (report.py,
+compare_report.py) turned into HTML by markdown-it-py with raw HTML disabled: text from a log
+(prompts, error messages, app names) is escaped, never run.
+
+`page(title, sections)` is the one way a page is built; `report_html` (a run),
+`compare_html` (`llmtop compare`) and `load_curve_section` (a load run's curve, from plain
+per-level points) feed it.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+from collections.abc import Iterable, Sequence
+
+from markdown_it import MarkdownIt
+
+from llmtop.sessions.analysis.compare import groups, run_analysis
+from llmtop.sessions.analysis.load import LoadAnalysis
+from llmtop.sessions.analysis.run import size_key
+from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
+from llmtop.sessions.reports import load as load_report
+from llmtop.sessions.reports.compare import Comparisons
+from llmtop.sessions.reports.compare import markdown as compare_markdown
+from llmtop.sessions.reports.plots import (
+    LoadPoint,
+    TimeAxis,
+    compare_figure,
+    figure_html,
+    itl_figure,
+    load_curve_figure,
+    series_figure,
+)
+from llmtop.sessions.reports.run import Report
+from llmtop.sessions.reports.run import markdown as run_markdown
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
+       color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+code { font-size: 0.85em; }
+.plot { margin: 1em 0 2em; }
+"""
+
+
+def markdown_html(text: str) -> str:
+    """Markdown (CommonMark plus tables) as HTML, raw HTML in the text escaped."""
+    return str(MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
+
+
+def page(title: str, sections: Iterable[str]) -> str:
+    """A whole HTML document: plotly.js inline in the head, then the sections (HTML
+    fragments: `markdown_html`, `figure_html`) in order."""
+    from plotly.offline import get_plotlyjs
+
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>",
+        *sections, "</body></html>", ""])
+
+
+def _plot(fig_html: str) -> str:
+    return f'<div class="plot">{fig_html}</div>'
+
+
+def run_plots(report: Report) -> list[str]:
+    """The plots of a run: per prompt size its series (with the culprit's CPU), then the
+    inter-token latency distributions of the ok requests."""
+    log, counter = report.log, itertools.count(1)
+    axis = TimeAxis.of(log.requests)
+    out = ["<h2>Plots</h2>"]
+    for size in report.analysis.sizes:
+        label = size_label(size)
+        att = report.attributions.get(size_key(size))
+        fig = series_figure(size, f"Requests in order — {label}", log.probes, axis,
+                            att.culprit if att else None)
+        out.append(_plot(figure_html(fig, f"series-{next(counter)}")))
+    itl = {size_label(s): [g for r in s.ok for g in chunk_gaps_ms(r.record)]
+           for s in report.analysis.sizes}
+    if any(itl.values()):
+        out.append(_plot(figure_html(itl_figure(itl), "itl")))
+    return out
+
+
+def report_html(report: Report) -> str:
+    """A run's report as a page: the verdict and result table, the plots, then the rest of
+    the markdown report (statistics, machine, requests, calibration, environment)."""
+    text = run_markdown(report)
+    head, mark, rest = text.partition("\n## Statistics")
+    h = report.log.header
+    return page(f"llmtop {h.kind} report — {h.model}",
+                [markdown_html(head), *run_plots(report), markdown_html(mark + rest)])
+
+
+def load_curve_section(points: Sequence[LoadPoint], slo_ms: float | None = None,
+                       throughput_unit: str = "req/s", latency: str = "TTFT") -> str:
+    """The throughput–latency curve of a load run as a page section (plots.LoadPoint per
+    level, in order; slo_ms draws the SLO line). For a load report's `page`."""
+    fig = load_curve_figure(points, slo_ms, throughput_unit, latency)
+    return _plot(figure_html(fig, "load-curve"))
+
+
+def load_html(analysis: LoadAnalysis) -> str:
+    """A sweep as one page: the markdown report, then TTFT p50/p95 against request
+    throughput per level (levels without a throughput or a TTFT median are left out)."""
+    points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
+              for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]
+    sections = [markdown_html(load_report.markdown(analysis))]
+    if points:
+        sections.append(load_curve_section(points, analysis.slo.ttft_ms))
+    return page("llmtop load", sections)
+
+
+def compare_html(subject: Comparisons) -> str:
+    """`llmtop compare` as a page: the markdown tables, then per comparison and prompt size
+    the per-request values of A and B side by side."""
+    comparisons, logs = subject.comparisons, subject.logs
+    sections = [markdown_html(compare_markdown(comparisons))]
+    counter = itertools.count(1)
+    for c, log_b in zip(comparisons, logs[1:], strict=True):
+        if c.refused:
+            continue
+        specs = list(dict.fromkeys(r.metric for r in c.rows))
+        keys = [s.key for s in specs]
+        ga, gb = groups(run_analysis(logs[0]), keys), groups(run_analysis(log_b), keys)
+        sections.append(f"<h2>Every request: {html.escape(c.name_b)} against "
+                        f"{html.escape(c.name_a)}</h2>")
+        for x, y in zip(ga, gb, strict=False):
+            fig = compare_figure(f"{x.label}: A = {c.name_a}, B = {c.name_b}",
+                                 [(s.key, f"{s.label} ({s.unit})") for s in specs],
+                                 x.values, y.values)
+            sections.append(_plot(figure_html(fig, f"compare-{next(counter)}")))
+    return page("llmtop compare", sections)

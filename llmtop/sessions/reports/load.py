@@ -1,0 +1,202 @@
+"""Renderings of a load sweep (analysis/load.py): markdown, CSV, JSON (formats.render picks
+one, or the HTML page: html.load_html).
+
+The markdown has one row per level (ok/failed, TTFT/TPOT/ITL/E2E percentiles, throughput,
+goodput, queueing, probe verdict, generator CPU), the knee in one line, the engine's parallel
+slots where it revealed them, and the warnings. Missing cells read "n/a" with the reason in
+the notes (a p95 below 20 samples is not shown: docs/method.md, "Statistics").
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _pcts(p: Percentiles | None) -> str:
+    """ "p50 / p90 / p95" with n/a where the sample is too small."""
+    if p is None or p.n == 0:
+        return "n/a"
+    return " / ".join(_n(x) for x in (p.p50, p.p90, p.p95))
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def level_row(lv: LevelResult) -> list[str]:
+    """The markdown cells of one level (same order as TABLE_HEAD)."""
+    ttft = lv.ttft_scheduled if lv.ttft_scheduled is not None else lv.ttft
+    e2e = lv.e2e_scheduled if lv.e2e_scheduled is not None else lv.e2e
+    goodput = (
+        "n/a"
+        if lv.goodput_per_s is None
+        else f"{lv.goodput_per_s:.2f} ({_share(lv.goodput_share)})"
+    )
+    cpu = (
+        "n/a"
+        if lv.generator_cpu_share is None
+        else (f"{lv.generator_cpu_share:.0%} ({_n(lv.generator_cpu_ms_per_request, 2)} ms/req)")
+    )
+    return [
+        lv.label,
+        f"{lv.ok}/{lv.failed}",
+        _pcts(ttft),
+        _pcts(lv.tpot),
+        _pcts(lv.itl),
+        _pcts(e2e),
+        _n(lv.req_per_s, 2),
+        _n(lv.tok_per_s),
+        goodput,
+        _n(lv.queue_ms.p50),
+        lv.verdict,
+        cpu,
+    ]
+
+
+TABLE_HEAD = [
+    "level",
+    "ok/failed",
+    "TTFT ms p50/p90/p95",
+    "TPOT ms",
+    "ITL ms",
+    "E2E ms",
+    "req/s",
+    "tok/s",
+    "goodput req/s (share)",
+    "queue ms p50",
+    "probes",
+    "generator CPU",
+]
+
+
+def markdown(a: LoadAnalysis) -> str:
+    """The markdown report."""
+    h = a.header
+    cfg = h.load or {}
+    loop = (
+        "closed loop (each user sends its next request when the last one ends)"
+        if a.mode == "concurrency"
+        else f"open loop, {cfg.get('arrivals', 'poisson')} arrivals "
+        "(latencies from the scheduled send)"
+    )
+    per_level = (
+        f"{cfg['requests']} requests"
+        if cfg.get("requests") is not None
+        else f"{cfg.get('duration_s')} s"
+    )
+    prompt = (
+        f"~{cfg['prompt_tokens']} tokens"
+        if cfg.get("prompt_tokens")
+        else f"{cfg.get('prompt_words', '?')} words"
+    )
+    lines = [
+        f"# llmtop load — {h.model or '?'} on {h.engine or '?'} ({h.host or '?'})",
+        "",
+        (
+            f"{loop}; {per_level} per level; prompt {prompt}, "
+            f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"
+        ),
+        "",
+        f"**Knee:** {a.knee.sentence}.",
+        f"(rule: {a.knee.rule})",
+        "",
+        "| " + " | ".join(TABLE_HEAD) + " |",
+        "|" + "---|" * len(TABLE_HEAD),
+    ]
+    lines += ["| " + " | ".join(level_row(lv)) + " |" for lv in a.levels]
+    lines += ["", "p95 needs ≥ 20 samples and p90 ≥ 10 (else n/a); p99 (JSON) needs ≥ 100."]
+    if a.mode == "rate":
+        lines += [_lag_line(lv) for lv in a.levels if lv.lag_ms is not None]
+    parallel = a.environment.get("parallel")
+    if parallel:
+        detail = ", ".join(f"{k} {v}" for k, v in parallel.items() if k != "source")
+        lines += ["", f"Engine parallelism: {detail or 'unknown'} ({parallel.get('source')})."]
+    if a.warnings:
+        lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
+    return "\n".join(lines) + "\n"
+
+
+def _lag_line(lv: LevelResult) -> str:
+    lag = lv.lag_ms
+    assert lag is not None
+    return (
+        f"- {lv.label}: sends lagged the timetable by {_n(lag.p50, 2)} ms (median), "
+        f"{_n(lag.p90, 2)} ms (p90); TTFT from the actual send {_pcts(lv.ttft)} ms"
+    )
+
+
+CSV_FIELDS = (
+    "level",
+    "mode",
+    "value",
+    "requests",
+    "ok",
+    "failed",
+    "wall_s",
+    "req_per_s",
+    "tok_per_s",
+    "goodput_per_s",
+    "goodput_share",
+    "verdict",
+    "generator_cpu_share",
+    "generator_cpu_ms_per_request",
+    "max_in_flight",
+)
+CSV_METRICS = (
+    "ttft",
+    "tpot",
+    "itl",
+    "e2e",
+    "ttft_scheduled",
+    "e2e_scheduled",
+    "lag_ms",
+    "queue_ms",
+)
+
+
+def csv_text(a: LoadAnalysis) -> str:
+    """One CSV row per level."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    quantiles = ("n", "p50", "p90", "p95", "p99")
+    writer.writerow([*CSV_FIELDS, *(f"{m}_{q}" for m in CSV_METRICS for q in quantiles)])
+    for lv in a.levels:
+        row: list[Any] = [lv.failed if f == "failed" else getattr(lv, f) for f in CSV_FIELDS]
+        for m in CSV_METRICS:
+            p = getattr(lv, m)
+            row += [getattr(p, q) if p is not None else None for q in quantiles]
+        writer.writerow(["" if v is None else v for v in row])
+    return out.getvalue()
+
+
+def json_text(a: LoadAnalysis) -> str:
+    """The sweep as one JSON document (`as_json`)."""
+    return json.dumps(as_json(a), indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def as_json(a: LoadAnalysis) -> dict[str, Any]:
+    """The JSON report: header, SLO, levels, knee, environment, warnings."""
+    return {
+        "kind": "load",
+        "header": a.header.to_json(),
+        "mode": a.mode,
+        "slo": a.slo.to_dict(),
+        "levels": [lv.to_dict() for lv in a.levels],
+        "knee": {
+            "level": a.knee.level.level if a.knee.level else None,
+            "value": a.knee.level.value if a.knee.level else None,
+            "rule": a.knee.rule,
+            "sentence": a.knee.sentence,
+        },
+        "environment": a.environment,
+        "warnings": list(a.warnings),
+    }

@@ -1,0 +1,443 @@
+"""Reports of a session log — markdown, CSV, JSON — computed from the log alone.
+
+`build(log)` gathers a log's analysis (analysis/run.py: statistics, drift, attribution,
+relay comparison, probe figures) into a `Report`; `markdown`, `csv_text` and `json_text`
+write it out (formats.render picks one, or the HTML page). This module only renders. The
+markdown follows the source's form (docs/method.md, "Result table"): a row per prompt size,
+every cell filled from measurements (or saying why it cannot be). Every markdown table goes
+through `md_table` (text.py), which escapes the cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.analysis.run import (
+    METRICS,
+    Analysis,
+    GpuUsage,
+    RelayComparison,
+    SizeAnalysis,
+    analyze,
+    attribute_size,
+    calibrated_tokens,
+    cause_of,
+    gpu_usage,
+    noisy_samples,
+    relay_comparisons,
+    size_key,
+    warmup_load_ms,
+)
+from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
+from llmtop.sessions.records.schema import (
+    AnyRecord,
+    CalibrationRecord,
+    EnvironmentRecord,
+    FindingRecord,
+    PreflightRecord,
+    RequestRecord,
+    RunLog,
+    SummaryRecord,
+)
+from llmtop.sessions.reports.text import md_table, sparkline
+from llmtop.sessions.reports.text import num as _num
+from llmtop.sessions.reports.text import size as _bytes
+
+
+@dataclass
+class Report:
+    """A log's analysis plus what a report shows beside it, all computed by analysis.py.
+
+    attributions: per prompt size (`analysis.size_key`), which application likely slowed
+    the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
+    samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
+    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
+    """
+
+    log: RunLog
+    analysis: Analysis
+    calibration: CalibrationRecord | None
+    env_start: EnvironmentRecord | None
+    env_end: EnvironmentRecord | None
+    summary: SummaryRecord | None
+    interrupted: bool
+    preflight: PreflightRecord | None = None
+
+    @property
+    def loaded(self) -> dict[str, Any]:
+        """/api/ps's view of the loaded model, from the end environment else the start's."""
+        return ((self.env_end.loaded if self.env_end else None)
+                or (self.env_start.loaded if self.env_start else None) or {})
+    attributions: dict[int | str | None, Attribution] = field(default_factory=dict)
+    noisy: tuple[int, int] = (0, 0)
+    gpu: GpuUsage = field(default_factory=GpuUsage)
+    relay: list[RelayComparison] = field(default_factory=list)
+    causes: dict[int | str | None, Cause] = field(default_factory=dict)
+
+
+def build(log: RunLog) -> Report:
+    """Analyse a log read back (bench or interactive session)."""
+    calibration = log.calibration
+    analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct,
+                       log.canaries)
+    attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
+    causes = {size_key(s): c for s in analysis.sizes
+              if (c := cause_of(s, attributions[size_key(s)])) is not None}
+    return Report(
+        log=log,
+        analysis=analysis,
+        calibration=calibration,
+        env_start=log.environment("start"),
+        env_end=log.environment("end"),
+        summary=log.summary,
+        interrupted=log.interrupted,
+        preflight=log.preflight,
+        attributions=attributions,
+        noisy=noisy_samples(log.probes),
+        gpu=gpu_usage(log.probes),
+        relay=relay_comparisons(analysis),
+        causes=causes,
+    )
+
+
+def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
+    via = f" · {size.path}" if size.path else ""
+    if size.target is None:
+        return "interactive" + via
+    point = calibration.targets.get(str(size.target)) if calibration else None
+    if point:
+        return f"{size.target} tok ({point.words} words → {point.tokens:g}){via}"
+    return f"{size.target} tok{via}"
+
+
+def _markdown_relay(report: Report) -> list[str]:
+    if not report.relay:
+        return []
+    headers = ("prompt", "pairs", "TTFT relay − direct, median [IQR]",
+               "TTFT − load − prefill: direct / relay", "decode tok/s (client): direct / relay")
+    rows = [
+        (f"{c.target} tok", c.pairs,
+         (f"{_num(c.ttft_diff_median, 2)} ms "
+          f"[{_num(c.ttft_diff_p25, 2)}, {_num(c.ttft_diff_p75, 2)}]"),
+         f"{_num(c.overhead_direct, 2)} / {_num(c.overhead_relay, 2)} ms",
+         f"{_num(c.decode_direct)} / {_num(c.decode_relay)}")
+        for c in report.relay
+    ]
+    return ["", "## Relay overhead (direct and relayed requests interleaved)", "",
+            *md_table(headers, rows)]
+
+
+def _gpu_cells(report: Report) -> tuple[str, str]:
+    """GPU util % (median of the probe samples) and VRAM, each with the tool it came from."""
+    loaded = report.loaded
+    ps = ""
+    if loaded.get("size"):
+        ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)"
+    gpu = report.gpu
+    if gpu.util_median is None:
+        reason = (report.log.header.machine_environment.get("gpu") or {}).get("reason")
+        return f"n/a ({reason or 'no GPU samples'})", ps or "n/a"
+    util = f"{gpu.util_median:.0f} (nvml, median)"
+    vram = f"{_bytes(gpu.peak_used)} peak (nvml)" + (f"; {ps}" if ps else "")
+    return util, vram
+
+
+def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
+    load = warmup_load_ms(size, analysis)
+    return "n/a (no warm-up)" if load is None else f"{_num(load)} ms"
+
+
+def _notes(size: SizeAnalysis) -> str:
+    notes = []
+    worse = [f"{label} {d.change_pct:+.1f} %" for key, label, _unit, _ in METRICS
+             if key in size.drifted and (d := size.drifts[key]).change_pct is not None]
+    shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
+             if key not in size.drifted and (d := size.drifts[key]).worse
+             and d.change_pct is not None]
+    notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
+    if shown:
+        notes.append("derived: " + ", ".join(shown))
+    if size.excluded:
+        notes.append(f"{len(size.excluded)} excluded")
+    return "; ".join(notes)
+
+
+# ---------------------------------------------------------------------- markdown
+
+
+def markdown(report: Report) -> str:
+    """The markdown report (the source's form: docs/method.md, "Result table")."""
+    h, a = report.log.header, report.analysis
+    lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
+    lines.append(
+        f"**Verdict: {a.verdict.upper()}**{why.get(a.verdict, '')} (drift threshold "
+        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
+        f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
+        f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
+        f"{a.ok_count} requests in the statistics."
+    )
+    noisy, total = report.noisy
+    if noisy:
+        lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
+                     "requests: see \"Was the machine quiet?\" before trusting these numbers.")
+    buffered = [r for r in report.log.requests if r.metrics.buffered]
+    if buffered:
+        lines.append(
+            f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
+            f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
+            f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
+            "n/a and left out of the statistics; their TTFT is the time to the whole answer.")
+    if report.log.warnings:
+        lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
+    if report.interrupted:
+        lines.append("**The run was interrupted**: the statistics cover the requests that "
+                     "finished.")
+    for s in a.sizes:
+        cause = report.causes.get(size_key(s))
+        if cause is not None:
+            lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
+                         f"{cause.summary}.")
+    lines += ["", "## Results", "", *_results_table(report)]
+    for s in a.sizes:
+        title = f"## Statistics — {_size_label(s, report.calibration)}"
+        lines += ["", title, "", *_stats_table(s)]
+    lines += _markdown_relay(report)
+    lines += _markdown_machine(report)
+    lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
+    return "\n".join(lines) + "\n"
+
+
+def _results_table(report: Report) -> list[str]:
+    util, vram = _gpu_cells(report)
+    headers = ("prompt", "n (after warm-up)", "TTFT p50 / p95 (client)", "E2E p50",
+               "prefill tok/s (server)", "decode tok/s (server)", "load (warm-up)", "GPU util %",
+               "VRAM (tool)", "notes")
+    rows = []
+    for s in report.analysis.sizes:
+        t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
+        p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
+        rows.append((
+            _size_label(s, report.calibration), len(s.ok), f"{_num(t.median)} / {p95} ms",
+            f"{_num(e.median)} ms", _num(s.summaries["server_prefill_tps"].median),
+            _num(s.summaries["server_decode_tps"].median), _warmup_load(s, report.analysis),
+            util, vram, _notes(s),
+        ))
+    return md_table(headers, rows)
+
+
+def _stats_table(s: SizeAnalysis) -> list[str]:
+    """One row per metric, then the machine's own series (canary, readings) beside them."""
+    headers = ("metric", "unit", "n", "median", "min", "max", "p95", "first 5 → last 5", "drift",
+               "series")
+    rows = []
+    machine = [m for m in CANARY_METRICS + READINGS if s.summaries[m[0]].n]
+    for key, label, unit, _better in METRICS + tuple(machine):
+        m, d = s.summaries[key], s.drifts[key]
+        p95 = _num(m.p95, 2) if m.p95 is not None else (m.p95_note or "n/a")
+        if d.change_pct is None:
+            change, trend = "n/a", d.note or "n/a"
+        else:
+            change = f"{d.change_pct:+.1f} %" + (" ⚠" if d.worse else "")
+            if d.beyond_threshold and not d.worse:
+                change += " (not counted: within spread or floor)"
+            trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}"
+        rows.append((label, unit, m.n, _num(m.median, 2), _num(m.min, 2), _num(m.max, 2), p95,
+                     trend, change, f"`{sparkline(s.series.get(key, []))}`"))
+    return md_table(headers, rows)
+
+
+def _measured(f: FindingRecord) -> str:
+    if f.value is None:
+        return ""
+    threshold = ""
+    if f.threshold is not None:
+        threshold = f" vs threshold {f.threshold} {f.unit}"
+    return f" (measured {f.value} {f.unit}{threshold})"
+
+
+def _markdown_machine(report: Report) -> list[str]:
+    """Preflight findings and, per prompt size, who likely slowed the slow requests."""
+    lines = ["", "## Was the machine quiet?", ""]
+    pf = report.preflight
+    if pf is None:
+        lines.append("No preflight check was recorded.")
+    else:
+        body = pf.body
+        lines.append(f"Preflight ({body.get('duration_s')} s, {body.get('samples')} samples): "
+                     f"**{pf.verdict}**, background CPU "
+                     f"{_num(body.get('background_cpu_median'))} % of the machine (median).")
+        for f in pf.findings:
+            lines.append(f"- {f.level.upper()} {f.code}: "
+                         f"{f.message}{_measured(f)} — {f.remedy}")
+    noisy, total = report.noisy
+    lines.append("")
+    lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
+    for s in report.analysis.sizes:
+        att = report.attributions.get(size_key(s))
+        if att is not None:
+            who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
+            lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
+    return lines
+
+
+def _warm_row(label: str, status: str, rec: RequestRecord) -> tuple[str, ...]:
+    m = rec.metrics
+    return (label, status, _num(m.ttft_ms), _num(m.load_ms), _num(m.prompt_eval_ms),
+            _num(m.server_decode_tps))
+
+
+def _markdown_requests(a: Analysis) -> list[str]:
+    lines = ["", "## Warm-up requests (kept, not in the statistics)", ""]
+    warm = [_warm_row("first request", rec.status, rec) for rec in a.load_requests]
+    warm += [_warm_row(f"{r.prompt_tokens_target} tok #{r.index + 1}", r.status, r.record)
+             for s in a.sizes for r in s.warmups]
+    if warm:
+        lines += md_table(("request", "status", "TTFT ms", "load ms", "prefill ms",
+                           "decode tok/s (server)"), warm)
+    else:
+        lines.append("none")
+    lines += ["", "## Excluded requests", ""]
+    excluded = [(r.prompt_tokens_target, r.index + 1, r.status, r.reason)
+                for s in a.sizes for r in s.excluded]
+    if excluded:
+        lines += md_table(("prompt", "#", "status", "reason"), excluded)
+    else:
+        lines.append("none: every measured request was ok")
+    if a.timing_warnings:
+        lines += ["", "## Server timings that do not add up", ""]
+        for r in a.timing_warnings:
+            lines.append(f"- request {r.index + 1} ({r.prompt_tokens_target} tok): "
+                         f"{r.timing_gap_share:.0%} of total_duration is neither load, prompt "
+                         "eval nor eval; its derived rates are estimates")
+    return lines
+
+
+def _markdown_calibration(report: Report) -> list[str]:
+    c = report.calibration
+    lines = ["", "## Calibration", ""]
+    if not c:
+        return lines + ["none (not a bench run)"]
+    how = "Measured for this run."
+    if c.from_cache:
+        how = "From the cache (one target re-checked)."
+    lines += [f"Chat template's own cost: {c.template_tokens} tokens. {how}", ""]
+    return lines + md_table(("words", "prompt_eval_count"), c.probes)
+
+
+def _markdown_environment(report: Report) -> list[str]:
+    h = report.log.header
+    m = h.machine_environment
+    md = h.model_details or {}
+    loaded = report.loaded
+    gpu = m.get("gpu") or {}
+    devices = gpu.get("devices") or []
+    gpus = ", ".join(f"{d.get('name')} ({_bytes(d.get('memory_total'))})" for d in devices)
+    gpus = gpus or f"none ({gpu.get('reason', 'not checked')})"
+    note = f" — {loaded['note']}" if loaded.get("note") else ""
+    rows = [
+        ("llmtop", h.llmtop_version),
+        ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"
+                   + (f" through the proxy {h.proxy} (it adds its hop to every TTFT)"
+                      if h.proxy else "")),
+        ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
+                   f"{md.get('quantization')}")),
+        ("loaded (/api/ps)",
+         f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}{note}"),
+        ("options", json.dumps(h.options)),
+        ("OS", m.get("os")),
+        ("CPU", (f"{m.get('cpu_model')} · {m.get('cpu_cores_physical')} cores / "
+                 f"{m.get('cpu_cores_logical')} threads")),
+        ("RAM", _bytes(m.get("ram_bytes"))),
+        ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),
+        ("power", m.get("power", "unknown")),
+        *([("container", c["description"])] if isinstance(c := m.get("container"), dict)
+          and c.get("description") else []),
+        ("Python", m.get("python")),
+        ("started", h.started_at),
+        ("ended", report.log.ended_at or "n/a (log not closed)"),
+    ]
+    return ["", "## Environment", "", *md_table(("item", "value"), rows)]
+
+
+# ---------------------------------------------------------------------- CSV and JSON
+
+CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
+               "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
+CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
+               "prompt_eval_count", "eval_count", "prompt_words", "started_at")
+
+
+def csv_text(report: Report) -> str:
+    """Every request of the run as one CSV row."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for s in report.analysis.sizes:
+        for r in s.requests:
+            rec = r.record
+            writer.writerow({
+                "prompt_tokens_target": r.prompt_tokens_target, "index": r.index + 1,
+                "phase": r.phase, "status": r.status, "reason": r.reason,
+                **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
+                "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
+                "eval_count": rec.stats.eval_count if rec.stats else None,
+                "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+            })
+    return out.getvalue()
+
+
+def _body(record: AnyRecord | None) -> dict[str, Any] | None:
+    """A record's JSON without its `type` (None stays None)."""
+    if record is None:
+        return None
+    return {k: v for k, v in record.to_json().items() if k != "type"}
+
+
+def json_text(report: Report) -> str:
+    """The report as one JSON document."""
+    return json.dumps(_json(report), indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def _json(report: Report) -> dict[str, Any]:
+    a = report.analysis
+    return {
+        "header": asdict(report.log.header),
+        "verdict": a.verdict,
+        "noisy_probe_samples": dict(zip(("noisy", "during_requests"), report.noisy, strict=True)),
+        "interrupted": report.interrupted,
+        "drift_threshold_pct": a.drift_threshold_pct,
+        "calibration": _body(report.calibration),
+        "environment": {"start": _body(report.env_start) or {}, "end": _body(report.env_end) or {}},
+        "preflight": _body(report.preflight),
+        "relay_comparison": [asdict(c) for c in report.relay],
+        "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
+        "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
+        "sizes": [_json_size(s) for s in a.sizes],
+        "warnings": list(report.log.warnings),
+    }
+
+
+def _json_size(s: SizeAnalysis) -> dict[str, Any]:
+    return {
+        "prompt_tokens_target": s.target,
+        "path": s.path,
+        "n_ok": len(s.ok),
+        "contaminated": s.contaminated,
+        "drifted": s.drifted,
+        "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
+        "drift": {k: v.to_dict() for k, v in s.drifts.items()},
+        "series": s.series,
+        "requests": [
+            {"index": r.index + 1, "phase": r.phase, "status": r.status, "reason": r.reason,
+             "timing_gap_share": r.timing_gap_share, "metrics": r.record.metrics.to_dict(),
+             "stats": r.record.stats.to_dict() if r.record.stats else None}
+            for r in s.requests
+        ],
+    }

@@ -1,0 +1,311 @@
+"""`llmtop bench`: the measurement protocol of the source documents, end to end.
+
+Order of a run (docs/method.md, "The bench run"):
+1. record the environment (engine, model, options, machine, GPU, power);
+2. calibrate cache-busting prompts against the server's own token counts (prompts.py);
+3. per prompt size: `warmup` discarded-but-kept requests, then `requests` measured ones, each
+   with a fresh random prompt of the calibrated word count and the same fixed options;
+   between measured requests, never during one, the machine-speed canary runs (a "canary"
+   record, probes/canary.py), and each request records the machine's readings over it
+   (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
+4. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
+5. append the summary. Everything is flushed record by record.
+
+Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
+the CLI and the TUI drive the same runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from llmtop.engines.connection import Connection
+from llmtop.engines.events import StreamEvent
+from llmtop.probes.canary import Canary, CanaryCache
+from llmtop.probes.config import load_thresholds
+from llmtop.probes.machine_speed import MachineReader, interval
+from llmtop.probes.remote import AgentTarget, make_sampler
+from llmtop.sessions.analysis.machine import canary_medians
+from llmtop.sessions.analysis.run import Analysis, analyze
+from llmtop.sessions.measure.options import Workload
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import (
+    CalibrationRecord,
+    CanaryRecord,
+    InterruptedRecord,
+    PreflightRecord,
+    RequestRecord,
+    RunLog,
+    SummaryRecord,
+)
+from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.environment import (
+    PROBE_INTERVAL_S,
+    environment_record,
+    preflight_record,
+)
+from llmtop.sessions.runners.recorder import SessionRecorder
+
+
+@dataclass(frozen=True)
+class BenchConfig(Workload):
+    """A run's fixed parameters: the workload (options.Workload) and the protocol's own.
+    Times in ms, sizes in tokens.
+
+    Defaults follow the source's protocol: 25 requests, 1 warm-up, ~200-token prompts,
+    100 output tokens, num_ctx 8192, temperature 0, seed 42.
+    """
+
+    requests: int = 25
+    warmup: int = 1
+    prompt_tokens: tuple[int, ...] = (200,)
+    drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
+    compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
+    preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
+    require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        data = asdict(self)
+        data["prompt_tokens"] = list(self.prompt_tokens)
+        return data
+
+
+@dataclass(frozen=True)
+class BenchProgress:
+    """Where the run is: phase ("environment", "calibrating", "warmup", "measure", "done"),
+    the prompt size, the request's position (1-based) and the total, and the last result."""
+
+    phase: str
+    target: int | None = None
+    done: int = 0
+    total: int = 0
+    result: RequestResult | None = None
+    record: RequestRecord | None = None
+    message: str = ""
+
+
+@dataclass
+class BenchOutcome:
+    """A finished run: its analysis, calibration, log path and the log read back."""
+
+    analysis: Analysis
+    calibration: Calibration
+    log_path: str
+    log: RunLog
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class NoisyMachine(Exception):
+    """`require_quiet` was set and the preflight check found the machine NOISY."""
+
+    def __init__(self, preflight: PreflightRecord) -> None:
+        findings = "; ".join(f.message for f in preflight.problems)
+        super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
+        self.preflight = preflight
+
+
+class BenchRunner:
+    """Runs one bench on a connection, writing a bench session log.
+
+    Raises LogError (log not writable) and CalibrationError (prompt sizes unreachable).
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        config: BenchConfig,
+        log_path: str | None = None,
+        on_progress: Callable[[BenchProgress], None] | None = None,
+        on_event: Callable[[StreamEvent], None] | None = None,
+        extra_header: dict[str, Any] | None = None,
+        agent: AgentTarget | None = None,
+    ) -> None:
+        self.conn = conn
+        self.agent = agent  # --probes: probe samples from the engine's machine
+        self.config = config
+        self.on_progress = on_progress or (lambda _p: None)
+        self.on_event = on_event
+        header = {"bench": config.to_dict(), **(extra_header or {})}
+        self.recorder = SessionRecorder(
+            conn, config.options(), log_path, kind="bench", extra_header=header, think=config.think
+        )
+        self.canary = Canary()
+        self.machine = MachineReader(lambda: conn.engine_pids)
+
+        if config.compare_relay and not conn.via_relay:
+            raise ValueError(
+                "compare_relay needs a connection through the relay (connect(..., via='relay'))"
+            )
+
+    @property
+    def log_path(self) -> str:
+        """Where the run is logged."""
+        return str(self.recorder.log.path)
+
+    async def run(self) -> BenchOutcome:
+        """Run the whole protocol; the log is closed when this returns or raises."""
+        cfg = self.config
+        interrupted = False
+        # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
+        sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
+                               lambda: self.conn.engine_pids, load_thresholds(),
+                               on_state=self.recorder.record_probe_state)
+        sampler.start()
+        try:
+            self.on_progress(
+                BenchProgress("environment", message="reading the engine's environment")
+            )
+            self.recorder.log.write(await environment_record(self.conn, "start"))
+            if cfg.preflight_s > 0:
+                self.on_progress(
+                    BenchProgress(
+                        "preflight",
+                        message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
+                    )
+                )
+                preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
+                self.recorder.log.write(preflight)
+                verdict = f"preflight {preflight.verdict}" + "".join(
+                    f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
+                )
+                self.on_progress(BenchProgress("preflight", message=verdict))
+                if cfg.require_quiet and not preflight.quiet:
+                    raise NoisyMachine(preflight)
+            self.on_progress(
+                BenchProgress("warmup", message="first request (pays the model load, if any)")
+            )
+            await self._load_request()
+            self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
+            cache = CalibrationCache() if cfg.use_cache else None
+            calibration = await calibrate(
+                self.conn.engine,
+                self.conn.model,
+                list(cfg.prompt_tokens),
+                {**cfg.options(), "num_predict": 1},
+                seed=cfg.seed,
+                cache=cache,
+                think=cfg.think,
+            )
+            self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
+            how = (
+                "from the cache (re-checked with one probe)"
+                if calibration.from_cache
+                else "measured"
+            )
+            table = ", ".join(
+                f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
+            )
+            self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
+            generator = PromptGenerator(cfg.seed)
+            try:
+                for target in cfg.prompt_tokens:
+                    await self._run_size(target, calibration, generator)
+            except asyncio.CancelledError:
+                interrupted = True
+                raise
+            finally:
+                if interrupted:
+                    self.recorder.log.write(
+                        InterruptedRecord(datetime.now().astimezone().isoformat())
+                    )
+            self.recorder.log.write(await environment_record(self.conn, "end"))
+            expected = {t: p.tokens for t, p in calibration.targets.items()}
+            log = read_log(self.recorder.log.path)
+            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
+            self._remember_canary(log)
+            self.recorder.log.write(
+                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
+            )
+        finally:
+            sampler.stop()
+            self.canary.close()
+            self.recorder.close()
+        outcome = BenchOutcome(
+            analysis, calibration, self.log_path, read_log(self.log_path), interrupted
+        )
+        self.on_progress(BenchProgress("done", message="done"))
+        return outcome
+
+    def _remember_canary(self, log: RunLog) -> None:
+        """Keep this run's canary medians for `llmtop preflight` (only when the run may use
+        caches: `use_cache`)."""
+        medians = canary_medians(log.canaries)
+        if self.config.use_cache and medians is not None:
+            CanaryCache().store(*medians, source=f"bench {self.log_path}")
+
+    async def _canary(self, before_request: int | None) -> None:
+        """Run the canary (in a thread: a TUI's event loop stays responsive) and log it."""
+        t_ns = time.perf_counter_ns()
+        result = await asyncio.to_thread(self.canary.run)
+        self.recorder.log.write(CanaryRecord.from_json(
+            {"before_request": before_request, "t_ns": t_ns, **result.to_dict()}))
+
+    async def _load_request(self) -> None:
+        """One short request before anything else, so the model's load lands in a request of
+        its own (phase "load": kept in the log and the report's load column, never a sample)."""
+        options = {**self.config.options(), "num_predict": 2}  # num_predict does not force a reload
+        await self.recorder.measure("Hello", options=options, phase="load", index=0,
+                                    prompt_tokens_target=None, prompt_words=1)
+
+    async def _run_size(
+        self, target: int, calibration: Calibration, generator: PromptGenerator
+    ) -> None:
+        cfg = self.config
+        words = calibration.targets[target].words
+        total = cfg.warmup + cfg.requests
+        for i in range(total):
+            phase = "warmup" if i < cfg.warmup else "measure"
+            if not cfg.compare_relay:
+                await self._one(
+                    target, words, i, total, phase, generator.make(words), self.conn.engine, {}
+                )
+                continue
+            # Paired run: both paths per index, alternating which goes first; each request has a
+            # fresh prompt of the same calibrated size (never the same prompt twice: caches).
+            paths = [("direct", self.conn.upstream), ("relay", self.conn.engine)]
+            for path, engine in paths if i % 2 == 0 else reversed(paths):
+                await self._one(
+                    target,
+                    words,
+                    i,
+                    total,
+                    phase,
+                    generator.make(words),
+                    engine,
+                    {"path": path, "pair": i},
+                )
+
+    async def _one(
+        self,
+        target: int,
+        words: int,
+        i: int,
+        total: int,
+        phase: str,
+        prompt: str,
+        engine: Any,
+        extra: dict[str, Any],
+    ) -> None:
+        if phase == "measure":  # between requests, never during one (nor tagged as in one)
+            await self._canary(self.recorder.requests + 1)
+        label = f" {extra['path']}" if extra else ""
+        self.on_progress(
+            BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
+        )
+        before = self.machine.read()
+        result, record = await self.recorder.measure(
+            prompt, self.on_event, engine=engine,
+            late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
+            phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
+        )
+        self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

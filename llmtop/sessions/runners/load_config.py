@@ -1,0 +1,101 @@
+"""What `llmtop load` sweeps and when requests leave (pure; no I/O). The latency target it
+judges against, `Slo`, is the analysis's (analysis/slo.py).
+
+* `LoadConfig`: closed loop (`mode="concurrency"`: N workers, each sends its next request
+  when its last one ends) or open loop (`mode="rate"`: requests leave on a timetable, Poisson
+  or constant, whatever the server does).
+* `arrival_offsets`: the open loop's timetable, seeded, so a run can be repeated.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.options import Workload
+
+Mode = Literal["concurrency", "rate"]
+
+
+@dataclass(frozen=True)
+class LoadConfig(Workload):
+    """A sweep's fixed parameters: the workload (options.Workload) and the sweep's own.
+
+    mode/levels: "concurrency" with worker counts (ints ≥ 1), or "rate" with requests/s (> 0).
+    requests: requests per level; or duration_s: seconds per level (closed loop: no request
+    starts after it; open loop: rate × duration requests are scheduled). Exactly one is set.
+    arrivals: open loop's timetable, "poisson" (exponential gaps, seeded) or "constant".
+    prompt_tokens: the calibrated prompt size of every request.
+    preflight_s: seconds of machine sampling before the sweep (0 skips it).
+    """
+
+    mode: Mode = "concurrency"
+    levels: tuple[float, ...] = (1, 2, 4, 8)
+    requests: int | None = 40
+    duration_s: float | None = None
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    prompt_tokens: int = 200
+    slo: Slo = field(default_factory=Slo)
+    preflight_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError("give either requests or duration_s per level, not both or neither")
+        if not self.levels or any(v <= 0 for v in self.levels):
+            raise ValueError("levels must be positive")
+        if self.mode == "concurrency" and any(v != int(v) for v in self.levels):
+            raise ValueError("concurrency levels must be whole numbers")
+
+    def level_label(self, value: float) -> str:
+        """ "4 users" or "2 req/s"."""
+        return f"{value:g} users" if self.mode == "concurrency" else f"{value:g} req/s"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the log header's "load" field)."""
+        data = asdict(self)
+        data["levels"] = list(self.levels)
+        data["slo"] = self.slo.to_dict()
+        return data
+
+
+def arrival_offsets(rate: float, count: int, arrivals: str, seed: int) -> list[float]:
+    """When each of `count` open-loop requests leaves, in seconds from the level's start.
+
+    "constant": k / rate. "poisson": a Poisson process of `rate` per second — exponential
+    gaps with mean 1/rate (random.expovariate, seeded with `seed`), first request at 0.
+    Raises ValueError for a rate ≤ 0 or an unknown arrival kind.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate!r}")
+    if arrivals == "constant":
+        return [k / rate for k in range(count)]
+    if arrivals != "poisson":
+        raise ValueError(f"arrivals must be poisson or constant, got {arrivals!r}")
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for _ in range(count):
+        offsets.append(t)
+        t += rng.expovariate(rate)
+    return offsets
+
+
+def parse_levels(text: str, whole: bool) -> tuple[float, ...]:
+    """ "1,2,4,8" → (1, 2, 4, 8); "0.5,1,2" → (0.5, 1.0, 2.0). `whole`: concurrency levels must
+    be whole numbers ≥ 1. Levels are sorted and deduplicated. Raises ValueError naming the bad
+    part."""
+    levels = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"level {part!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0 or (whole and value != int(value)):
+            kind = "a whole number of users >= 1" if whole else "a rate > 0 (requests/s)"
+            raise ValueError(f"level {part!r} is not {kind}")
+        levels.add(int(value) if whole else value)
+    if not levels:
+        raise ValueError("no levels given")
+    return tuple(sorted(levels))

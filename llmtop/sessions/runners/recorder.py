@@ -1,0 +1,184 @@
+"""A measuring session: the engine connection, the options, the log and the probe samples.
+
+Shared by the TUI, `llmtop run`, bench and load so all record the same things the same way:
+`SessionRecorder.measure` is the one choreography of a request (a new numbered request →
+stream it → record it; a cancelled one is recorded with what arrived, then the cancel goes
+on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any, NamedTuple
+
+from llmtop.engines.connection import Connection
+from llmtop.engines.events import StreamEvent
+from llmtop.sessions.measure.request import (
+    RequestCollector,
+    RequestResult,
+    chat_messages,
+    run_request,
+)
+from llmtop.sessions.records.log import SessionLog, default_log_path
+from llmtop.sessions.records.schema import ProbeSourceRecord, RequestRecord
+from llmtop.sessions.runners.environment import environment
+
+LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
+
+
+class Measured(NamedTuple):
+    """One measured request: its result (events, stamps, metrics) and its record as logged."""
+
+    result: RequestResult
+    record: RequestRecord
+
+
+class SessionRecorder:
+    """Owns the session log of one connection and numbers its requests.
+
+    log_path: where to append (None → a new file in the user data directory).
+    options: the Ollama `options` sent with every request (recorded in the header).
+    write_behind: request records are written in a thread, off the caller's path (a sweep's
+    workers send their next request at once, not after the disk); `drain()` waits for them.
+    streaming: the ids of the requests streaming now; peak_streaming: the most at once since
+    the caller last reset it (a sweep's level).
+    Raises LogError when the log cannot be created.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        options: dict[str, Any],
+        log_path: str | os.PathLike[str] | None = None,
+        *,
+        kind: str = "session",
+        extra_header: dict[str, Any] | None = None,
+        think: bool | None = None,
+        write_behind: bool = False,
+    ) -> None:
+        self.conn = conn
+        self.options = dict(options)
+        self.think = think
+        header = {"kind": kind, **self.header(), **(extra_header or {})}
+        self.log = SessionLog(log_path or default_log_path(kind), header)
+        self.requests = 0
+        self.in_flight: int | None = None  # id of the request being streamed, for probe records
+        self.streaming: set[int] = set()
+        self.peak_streaming = 0
+        self.write_behind = write_behind
+        self._writes: set[asyncio.Task[bool]] = set()
+
+    def header(self) -> dict[str, Any]:
+        """The header record's fields: engine, host, model and its details, options, machine."""
+        return {
+            "engine": self.conn.engine.name,
+            "engine_version": self.conn.version,
+            "engine_config": self.conn.engine_config,
+            "host": self.conn.engine.host,
+            "via": "relay" if self.conn.via_relay else "direct",
+            "upstream": self.conn.upstream.host,
+            # an HTTP proxy between llmtop and the engine lands inside every TTFT: say so
+            "proxy": getattr(self.conn.upstream, "proxy", None),
+            "model": self.conn.model,
+            "model_details": self.conn.info.to_dict() if self.conn.info else None,
+            "options": self.options,
+            "environment": environment(),
+        }
+
+    def new_request(self, prompt: str, options: dict[str, Any] | None = None) -> RequestCollector:
+        """A collector for the next request (ids count from 1), sending `options` (default:
+        the session's)."""
+        self.requests += 1
+        self.in_flight = self.requests
+        self.streaming.add(self.requests)
+        self.peak_streaming = max(self.peak_streaming, len(self.streaming))
+        return RequestCollector(prompt=prompt, options=options or self.options,
+                                model=self.conn.model, request_id=self.requests)
+
+    def stream(self, prompt: str, engine: Any = None,
+               options: dict[str, Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
+        """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
+        connection's own: the relay client when streaming through the relay; `options`,
+        default the session's)."""
+        return (engine or self.conn.engine).stream_chat(
+            self.conn.model, chat_messages(prompt), options=options or self.options,
+            think=self.think,
+        )
+
+    async def measure(
+        self,
+        prompt: str,
+        on_event: Callable[[StreamEvent], None] | None = None,
+        *,
+        engine: Any = None,
+        options: dict[str, Any] | None = None,
+        on_start: Callable[[RequestCollector], None] | None = None,
+        on_end: Callable[[RequestResult, RequestRecord], None] | None = None,
+        late: Callable[[RequestResult], Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> Measured:
+        """Measure one request: a new numbered request for `prompt`, streamed on `engine` with
+        `options` (defaults: the connection's, the session's), recorded with `fields` (bench
+        phase, index...) plus `late(result)` (fields known only after it: the machine's
+        readings, a sweep's send offset). on_event: each event as it arrives (keep it cheap);
+        on_start: the collector before the stream starts (a live view); on_end: the result
+        and its record, once it is logged. A cancelled request (CancelledError) is recorded
+        with what arrived (status "cancelled", without `late`), on_end is called, and the
+        cancel goes on. Raises RecordError for a field of the wrong type."""
+        collector = self.new_request(prompt, options)
+        if on_start is not None:
+            on_start(collector)
+        try:
+            result = await run_request(
+                lambda: self.stream(prompt, engine, collector.options), collector, on_event
+            )
+        except asyncio.CancelledError:
+            cancelled = collector.finish(cancelled=True)
+            record = self.record(cancelled, behind=False, **fields)
+            if on_end is not None:
+                on_end(cancelled, record)
+            raise
+        record = self.record(result, **fields, **(late(result) if late else {}))
+        if on_end is not None:
+            on_end(result, record)
+        return Measured(result, record)
+
+    def record(self, result: RequestResult, *, behind: bool | None = None,
+               **extra: Any) -> RequestRecord:
+        """Append a finished (or cancelled) request to the log, with `extra` fields (bench
+        phase, index...); returns the record as it will read back (records.RequestRecord).
+        behind: write it in a thread (default `write_behind`; needs a running event loop).
+        Raises RecordError when an `extra` field has the wrong type (nothing is written)."""
+        self.in_flight = None
+        self.streaming.discard(result.request_id)
+        record = RequestRecord.of(result, **extra)
+        if self.write_behind if behind is None else behind:
+            write = asyncio.create_task(asyncio.to_thread(self.log.write, record))
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
+        else:
+            self.log.write(record)
+        return record
+
+    async def drain(self) -> None:
+        """Wait for the records written behind so far."""
+        await asyncio.gather(*self._writes)
+
+    def record_probe(self, sample: Any) -> None:
+        """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
+        `source` says where it was taken: LOCAL_SOURCE, or the agent's (probes.remote)."""
+        record = sample.to_dict()
+        if record.get("source") is None:
+            record["source"] = LOCAL_SOURCE
+        self.log.write_probe(record, self.in_flight)
+
+    def record_probe_state(self, state: str, detail: str) -> None:
+        """Log a change of the probe source (an agent "connected", "lost", "refused")."""
+        self.log.write(ProbeSourceRecord(state, detail))
+
+    def close(self) -> None:
+        """Write the end record and close the log."""
+        self.log.close()

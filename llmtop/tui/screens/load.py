@@ -1,0 +1,175 @@
+"""The load screen (Ctrl+L): `llmtop load`'s sweep, through the same `LoadRunner`, on the
+app's connection: the level running, requests in flight, live TTFT/TPOT percentiles and
+throughput, the finished levels' table, the throughput–latency curve, and the knee.
+
+The runner runs in an exclusive worker of this screen; its callbacks only update a
+`LoadLive`, and one timer (RENDER_HZ) redraws when something changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Select, Static
+from textual.worker import Worker
+
+from llmtop.engines.connection import Connection
+from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.runners.calibration import CalibrationError
+from llmtop.sessions.runners.load import LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
+from llmtop.tui.state.load_view import LoadLive, curve, levels_table
+from llmtop.tui.state.settings import TuiSettings
+
+RENDER_HZ = 10
+
+
+def config_from_form(
+    settings: TuiSettings, mode: Mode, levels: str, requests: str, slo: str, prompt_tokens: str
+) -> LoadConfig:
+    """The LoadConfig the form asks for, with the app's generation options. Raises
+    ValueError with a message for the user."""
+    if not requests.strip().isdigit() or int(requests) < 1:
+        raise ValueError("requests per level must be a whole number >= 1")
+    if not prompt_tokens.strip().isdigit() or int(prompt_tokens) < 8:
+        raise ValueError("prompt tokens must be a whole number >= 8")
+    return LoadConfig.from_options(
+        settings.options,
+        mode=mode,
+        levels=parse_levels(levels, mode == "concurrency"),
+        requests=int(requests),
+        slo=Slo.parse(slo),
+        prompt_tokens=int(prompt_tokens),
+    )
+
+
+class LoadScreen(Screen[None]):
+    """Form and live line on top; the levels' table, the curve and the knee below."""
+
+    DEFAULT_CSS = """
+    #load-title { height: 1; padding: 0 1; }
+    #load-form { height: 3; }
+    #load-form Input { width: 1fr; }
+    #load-mode { width: 20; }
+    #load-body { padding: 0 1; }
+    #load-live, #load-knee { height: auto; margin: 1 0 0 0; }
+    #load-table, #load-curve { height: auto; margin: 1 0 0 0; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave", "Cancel sweep / back", priority=True),
+    ]
+
+    def __init__(self, conn: Connection, settings: TuiSettings) -> None:
+        super().__init__()
+        self.conn = conn
+        self.settings = settings
+        self.live = LoadLive()
+        self.worker: Worker[None] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            Text(f"llmtop load · {self.conn.engine.name} · {self.conn.model}", style="bold"),
+            id="load-title",
+        )
+        with Horizontal(id="load-form"):
+            yield Select(
+                [("concurrency", "concurrency"), ("rate (req/s)", "rate")],
+                value="concurrency",
+                allow_blank=False,
+                id="load-mode",
+            )
+            yield Input("1,2,4", placeholder="levels", id="load-levels")
+            yield Input("20", placeholder="requests per level", id="load-requests")
+            yield Input("200", placeholder="prompt tokens", id="load-prompt")
+            yield Input("ttft=500ms,tpot=50ms", placeholder="SLO", id="load-slo")
+            yield Button("Start", id="load-start", variant="primary")
+        with Vertical(id="load-body"):
+            yield Static("", id="load-live")
+            yield Static("", id="load-table")
+            yield Static("", id="load-curve")
+            yield Static("", id="load-knee")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1 / RENDER_HZ, self._redraw, name="load-render")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "load-start":
+            self.start()
+
+    def on_input_submitted(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        """Start a sweep with the form's values (a bad value is shown, nothing starts)."""
+        if self.running:
+            return
+
+        def value(name: str) -> str:
+            return self.query_one(f"#load-{name}", Input).value
+
+        mode: Mode = (
+            "rate" if self.query_one("#load-mode", Select).value == "rate" else "concurrency"
+        )
+        try:
+            config = config_from_form(
+                self.settings,
+                mode,
+                value("levels"),
+                value("requests"),
+                value("slo"),
+                value("prompt"),
+            )
+        except ValueError as exc:
+            self.query_one("#load-knee", Static).update(Text(f"✗ {exc}", style="bold red"))
+            return
+        self.live = LoadLive()
+        self.worker = self._run(config)
+
+    @property
+    def running(self) -> bool:
+        """True while a sweep runs."""
+        return self.worker is not None and not self.worker.is_finished
+
+    @work(exclusive=True, group="load", exit_on_error=False)
+    async def _run(self, config: LoadConfig) -> None:
+        knee = self.query_one("#load-knee", Static)
+        try:
+            runner = await asyncio.to_thread(
+                LoadRunner, self.conn, config, None, self.live.on_progress
+            )
+            outcome = await runner.run()
+            knee.update(
+                Text(
+                    f"Knee: {outcome.analysis.knee.sentence}.\nlog {outcome.log_path}", style="bold"
+                )
+            )
+        except asyncio.CancelledError:
+            knee.update(Text("sweep cancelled (recorded in its log)", style="yellow"))
+            raise
+        except (CalibrationError, LogError, ValueError) as exc:
+            knee.update(Text(f"✗ {type(exc).__name__}: {exc}", style="bold red"))
+
+    def _redraw(self) -> None:
+        if not self.live.dirty and not self.running:
+            return
+        self.live.dirty = False
+        self.query_one("#load-live", Static).update(self.live.live_line())
+        if self.live.levels:
+            self.query_one("#load-table", Static).update(levels_table(self.live.levels))
+        self.query_one("#load-curve", Static).update(curve(self.live.levels))
+
+    async def action_leave(self) -> None:
+        """Esc: cancel a running sweep (its log records it), else back to the prompt."""
+        if self.running and self.worker is not None:
+            self.worker.cancel()
+            return
+        self.app.pop_screen()

@@ -1,0 +1,35 @@
+"""A modal that shows a bench's full markdown report (`llmtop.sessions.reports.run`), scrollable."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown, Static
+
+
+class ReportScreen(ModalScreen[None]):
+    """The report as rendered Markdown; arrows/PgUp/PgDn scroll, Esc / q / r close."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,r", "dismiss", "Close report"),
+    ]
+
+    def __init__(self, markdown: str, log_path: str, title: str = "bench report") -> None:
+        super().__init__()
+        self.markdown = markdown
+        self.log_path = log_path
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="report-box") as box:
+            box.border_title = self.title_text
+            box.border_subtitle = "Esc closes"
+            yield Markdown(self.markdown, id="report-md")
+            yield Static(f"from {self.log_path} (llmtop report {self.log_path})", classes="dim")
+
+    def on_mount(self) -> None:
+        self.query_one("#report-box", VerticalScroll).focus()

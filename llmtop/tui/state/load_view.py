@@ -1,0 +1,123 @@
+"""What the load screen draws, as plain functions over the sweep's progress (no widgets):
+the live line of the level running, the table of finished levels, and the
+throughput–latency curve (x: requests/s, y: TTFT p50), drawn as levels finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+from rich.table import Table
+from rich.text import Text
+
+from llmtop.sessions.analysis.load import LevelResult, Percentiles
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.reports.load import level_row
+from llmtop.sessions.runners.load import LoadProgress
+
+PLOT_HEIGHT = 8
+PLOT_WIDTH = 48
+
+
+@dataclass
+class LoadLive:
+    """The sweep as the screen knows it: the level running (its records so far) and the
+    finished levels. Fed by `on_progress` on the app's loop; `dirty` until drawn."""
+
+    phase: str = "not started"
+    message: str = ""
+    level_label: str = ""
+    in_flight: int = 0
+    done: int = 0
+    total: int | None = None
+    started_ns: int = 0
+    records: list[RequestRecord] = field(default_factory=list)
+    levels: list[LevelResult] = field(default_factory=list)
+    dirty: bool = True
+
+    def on_progress(self, p: LoadProgress) -> None:
+        """Take one progress report from the runner."""
+        self.phase, self.dirty = p.phase, True
+        if p.message:
+            self.message = p.message
+        if p.phase == "level":
+            self.records, self.done, self.total = [], 0, p.total
+            self.level_label, self.started_ns = p.message, perf_counter_ns()
+        elif p.phase == "request" and p.record is not None:
+            self.records.append(p.record)
+            self.in_flight, self.done = p.in_flight, p.done
+        elif p.phase == "level-done" and p.result is not None:
+            self.levels.append(p.result)
+            self.in_flight = 0
+
+    def live_line(self) -> Text:
+        """The level running: its label, requests in flight, done/total, live TTFT p50/p90,
+        TPOT p50 and ok requests/s so far."""
+        if self.phase not in ("level", "request"):
+            return Text(self.message or self.phase, style="dim")
+        ok = [r for r in self.records if r.status == "ok"]
+        ttft = Percentiles.of(r.metrics.ttft_ms for r in ok)
+        tpot = Percentiles.of(r.metrics.tpot_ms for r in ok)
+        elapsed_s = (perf_counter_ns() - self.started_ns) / 1e9
+        rate = len(ok) / elapsed_s if elapsed_s > 0 else 0.0
+        total = "?" if self.total is None else str(self.total)
+        return Text(
+            f"{self.level_label} · {self.in_flight} in flight · {self.done}/{total} done · "
+            f"TTFT p50/p90 {_p(ttft.p50)}/{_p(ttft.p90)} ms · TPOT p50 {_p(tpot.p50)} ms · "
+            f"{rate:.2f} req/s"
+        )
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def levels_table(levels: Sequence[LevelResult]) -> Table:
+    """The finished levels, as `llmtop report` shows them."""
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for name in (
+        "level",
+        "ok/failed",
+        "TTFT p50/p90/p95",
+        "TPOT",
+        "E2E",
+        "req/s",
+        "tok/s",
+        "goodput (share)",
+        "probes",
+    ):
+        table.add_column(name)
+    for lv in levels:
+        cells = level_row(lv)
+        table.add_row(*cells[:4], cells[5], cells[6], cells[7], cells[8], cells[10])
+    return table
+
+
+def curve(
+    levels: Sequence[LevelResult], width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT
+) -> Text:
+    """The throughput–latency curve: each finished level is a point at (req/s, TTFT p50 ms),
+    marked with its position (1, 2, …); the axes say their ranges. Empty until a level ends."""
+    points = [
+        (lv.req_per_s, lv.ttft.p50)
+        for lv in levels
+        if lv.req_per_s is not None and lv.ttft.p50 is not None
+    ]
+    if not points:
+        return Text("the throughput–latency curve appears as levels finish", style="dim")
+    x_hi = max(x for x, _ in points) or 1.0
+    y_hi = max(y for _, y in points) or 1.0
+    grid = [[" "] * width for _ in range(height)]
+    for n, (x, y) in enumerate(points, start=1):
+        col = min(width - 1, round(x / x_hi * (width - 1)))
+        row = height - 1 - min(height - 1, round(y / y_hi * (height - 1)))
+        grid[row][col] = str(n % 10)
+    out = Text()
+    for i, cells in enumerate(grid):
+        label = f"{y_hi:>7.0f} ┤" if i == 0 else ("      0 ┤" if i == height - 1 else "        │")
+        out.append(label, style="dim").append("".join(cells) + "\n", style="bold cyan")
+    out.append("        └" + "─" * width + "\n", style="dim")
+    out.append(f"         0{' ' * (width - 12)}{x_hi:>8.2f} req/s   (y: TTFT p50 ms)", style="dim")
+    return out

@@ -1,0 +1,290 @@
+"""The session on the main screen: every request so far, as numbers (pure: no Textual, no clocks).
+
+The main screen shows three things from here, all derived from figures already computed (the
+`LiveRequest` buffers while a request streams, its `RequestResult.metrics` once it ended):
+
+* `ttft_view`: TTFT of each request of the session (ms), one value per request that got a
+  first chunk, the request on screen marked, the NOISY ones marked, and their median and
+  min–max (`llmtop.sessions.measure.stats.summarize`).
+* `gaps_view`: the request's inter-chunk gaps (ms) with an honest label — per *token* only
+  when the server's eval_count equals the number of text chunks — its running TPOT and decode
+  rate, and the previous request's TPOT as a reference.
+* `history_row` / `compare`: one history row per finished request, and the ratio of each figure
+  of a request to the one before it.
+
+`SessionState.version` counts changes (a request added, a NOISY mark changed), so the widgets
+recompute and redraw only when it moves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.stats import summarize
+from llmtop.sessions.measure.timeline import RequestMetrics
+from llmtop.tui.state.live import LiveRequest
+
+MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
+PROMPT_CHARS = 18  # a history row shows the prompt's first 18 characters (fits 94 columns)
+
+
+def finite(values: Sequence[float | None]) -> tuple[float, ...]:
+    """The values that are numbers (None, NaN and ±inf dropped): what a Sparkline may draw."""
+    return tuple(v for v in values if v is not None and math.isfinite(v))
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """value / reference, or None when either is missing or the reference is 0 (no ratio)."""
+    if value is None or reference is None or reference == 0:
+        return None
+    out = value / reference
+    return out if math.isfinite(out) else None
+
+
+@dataclass(frozen=True, slots=True)
+class TtftView:
+    """The TTFT sparkline across the session.
+
+    values: TTFT (ms) of the last ≤ MAX_BARS requests that have one, oldest first (finite).
+    numbers: each value's request number in the session (1-based).
+    noisy: each value's request ran while a probe sample was NOISY.
+    current: the index in `values` of the request on screen, None when it has no TTFT (yet).
+    median_ms, min_ms, max_ms: over every request of the session with a TTFT (None when none).
+    n: how many requests those statistics cover.
+    """
+
+    values: tuple[float, ...] = ()
+    numbers: tuple[int, ...] = ()
+    noisy: tuple[bool, ...] = ()
+    current: int | None = None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    n: int = 0
+
+    @property
+    def current_vs_median(self) -> float | None:
+        """The request on screen's TTFT / the session median (1.25 = 25 % slower)."""
+        if self.current is None:
+            return None
+        return ratio(self.values[self.current], self.median_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class GapsView:
+    """The inter-chunk gaps of one request and the figures beside them.
+
+    gaps_ms: successive text-chunk gaps, ms (finite values only).
+    per_token: True when each chunk carried one token (the server's eval_count equals the
+    chunk count), so the gaps are per-token TPOT; False while streaming (unknown yet) and
+    when the counts differ or the server sent none.
+    tokens_per_chunk: eval_count / text chunks when that is not 1 (None otherwise).
+    tpot_ms, rate: the running time per chunk (ms) and chunks/s while streaming; per output
+    token and tokens/s once the server's counts arrived (`unit` says which: "chunk" / "tok").
+    previous_tpot_ms, previous_unit: the request before's TPOT (None when there is none).
+    """
+
+    gaps_ms: tuple[float, ...]
+    per_token: bool
+    tokens_per_chunk: float | None
+    tpot_ms: float | None
+    rate: float | None
+    unit: str
+    previous_tpot_ms: float | None = None
+    previous_unit: str = "tok"
+
+    @property
+    def label(self) -> str:
+        """What the sparkline shows, e.g. "token gaps ms" or "chunk gaps ms (2.0 tok/chunk)"."""
+        if self.per_token:
+            return "token gaps ms"
+        if self.tokens_per_chunk is not None:
+            return f"chunk gaps ms ({self.tokens_per_chunk:.1f} tok/chunk)"
+        return "chunk gaps ms"
+
+
+def unit_of(metrics: RequestMetrics) -> str:
+    """"tok" when the output count is the server's eval_count, "chunk" when it is the client's
+    chunk count (the server sent none)."""
+    return "chunk" if metrics.tokens_basis == "chunks" else "tok"
+
+
+def gaps_view(live: LiveRequest, previous: RequestResult | None) -> GapsView:
+    """The gaps sparkline's data and figures for `live` (see `GapsView`).
+
+    While streaming: TPOT = 1000 / `live_decode_cps` ms per chunk (the mean gap so far).
+    Done: the result's TPOT and client decode rate (`timeline.compute_metrics`).
+    """
+    gaps = finite(live.itl_ms)
+    previous_tpot = previous.metrics.tpot_ms if previous is not None else None
+    previous_unit = unit_of(previous.metrics) if previous is not None else "tok"
+    result = live.result
+    if result is None:
+        rate = live.live_decode_cps
+        tpot = 1000.0 / rate if rate else None
+        return GapsView(gaps, False, None, tpot, rate, "chunk", previous_tpot, previous_unit)
+    m = result.metrics
+    per_chunk = None
+    if m.tokens_basis == "eval_count" and m.output_tokens is not None and m.text_chunks:
+        per_chunk = m.output_tokens / m.text_chunks
+    per_token = per_chunk == 1.0
+    return GapsView(
+        gaps,
+        per_token,
+        None if per_token else per_chunk,
+        m.tpot_ms,
+        m.client_decode_tps,
+        unit_of(m),
+        previous_tpot,
+        previous_unit,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One finished request as the history shows it.
+
+    number: 1-based in this session; time: its send's wall clock, "HH:MM:SS"; prompt: its
+    first PROMPT_CHARS characters on one line. Figures in ms and tokens/s (None = n/a);
+    decode is the client's rate, server_decode the server's; tokens the output count
+    (`tokens_basis` "eval_count" or "chunks"); noisy: the NOISY finding, or None.
+    """
+
+    number: int
+    time: str
+    prompt: str
+    status: str
+    ttft_ms: float | None
+    tpot_ms: float | None
+    decode_tps: float | None
+    server_decode_tps: float | None
+    tokens: int | None
+    tokens_basis: str | None
+    e2e_ms: float | None
+    noisy: str | None
+
+
+def clock_time(wall_start: str) -> str:
+    """"HH:MM:SS" of an ISO 8601 timestamp; the text itself when it is not one."""
+    try:
+        return datetime.fromisoformat(wall_start).strftime("%H:%M:%S")
+    except ValueError:
+        return wall_start
+
+
+def prompt_start(prompt: str, chars: int = PROMPT_CHARS) -> str:
+    """The prompt's first `chars` characters on one line, "…" when cut."""
+    flat = " ".join(prompt.split())
+    return flat if len(flat) <= chars else flat[: chars - 1] + "…"
+
+
+def history_row(number: int, result: RequestResult, noisy: str | None) -> HistoryRow:
+    """The history row of request `number` (see `HistoryRow`)."""
+    m = result.metrics
+    return HistoryRow(
+        number=number,
+        time=clock_time(result.wall_start),
+        prompt=prompt_start(result.prompt),
+        status=str(result.status),
+        ttft_ms=m.ttft_ms,
+        tpot_ms=m.tpot_ms,
+        decode_tps=m.client_decode_tps,
+        server_decode_tps=m.server_decode_tps,
+        tokens=m.output_tokens,
+        tokens_basis=m.tokens_basis,
+        e2e_ms=m.e2e_ms,
+        noisy=noisy,
+    )
+
+
+COMPARED: tuple[tuple[str, Callable[[HistoryRow], float | None]], ...] = (
+    ("TTFT", lambda r: r.ttft_ms),
+    ("TPOT", lambda r: r.tpot_ms),
+    ("decode", lambda r: r.decode_tps),
+    ("srv decode", lambda r: r.server_decode_tps),
+    ("tokens", lambda r: r.tokens),
+    ("E2E", lambda r: r.e2e_ms),
+)
+
+
+def compare(row: HistoryRow, before: HistoryRow) -> dict[str, float | None]:
+    """Each figure of `row` divided by the same figure of `before`, by name (COMPARED's
+    order): 1.25 = 25 % higher. None where either is n/a or the earlier one is 0."""
+    return {name: ratio(get(row), get(before)) for name, get in COMPARED}
+
+
+class SessionState:
+    """The requests of this session in order: each finished request's `LiveRequest` (its text
+    and NOISY mark, as drawn) and so its `RequestResult`.
+
+    version: bumped by `add` and by a NOISY mark that changed; the views depend on nothing else
+    but the request on screen, so widgets redraw when (version, request on screen) moves.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[LiveRequest] = []
+        self.version = 0
+        self._numbers: dict[int, int] = {}  # id(request) → its number (the list holds it)
+
+    def add(self, live: LiveRequest) -> int:
+        """Add a finished request (its `result` set); returns its 1-based number.
+        Raises ValueError when it has no result yet."""
+        if live.result is None:
+            raise ValueError("only finished requests join the history")
+        self.requests.append(live)
+        self._numbers[id(live)] = len(self.requests)
+        self.version += 1
+        return len(self.requests)
+
+    def mark_noisy(self, live: LiveRequest, message: str | None) -> bool:
+        """Set `live`'s NOISY mark (`LiveRequest.mark_noisy`); True when it changed."""
+        changed = live.mark_noisy(message)
+        if changed and self.number_of(live) is not None:
+            self.version += 1
+        return changed
+
+    def number_of(self, live: LiveRequest | None) -> int | None:
+        """The 1-based number of a finished request, None for one not (yet) in the session."""
+        return self._numbers.get(id(live))
+
+    def row(self, number: int) -> HistoryRow:
+        """The history row of request `number` (1-based). Raises IndexError when out of range."""
+        if not 1 <= number <= len(self.requests):
+            raise IndexError(f"no request {number} in this session")
+        live = self.requests[number - 1]
+        assert live.result is not None
+        return history_row(number, live.result, live.noisy)
+
+    def previous(self, live: LiveRequest | None) -> RequestResult | None:
+        """The finished request before `live` (the last one when `live` is not in the
+        session yet, i.e. streaming); None for the first."""
+        number = self.number_of(live)
+        before = len(self.requests) if number is None else number - 1
+        return self.requests[before - 1].result if before >= 1 else None
+
+    def ttft_view(self, shown: LiveRequest | None) -> TtftView:
+        """The TTFT sparkline's data, with `shown` (the request on screen) marked; a request
+        still streaming is included once its first chunk arrived."""
+        entries = [(i + 1, live) for i, live in enumerate(self.requests)]
+        if shown is not None and shown.streaming:
+            entries.append((len(self.requests) + 1, shown))
+        picked = [(n, live, live.ttft_ms) for n, live in entries]
+        picked = [p for p in picked if p[2] is not None and math.isfinite(p[2])]
+        stats = summarize([p[2] for p in picked])
+        last = picked[-MAX_BARS:]
+        current = next((i for i, p in enumerate(last) if p[1] is shown), None)
+        return TtftView(
+            values=tuple(float(p[2]) for p in last),  # type: ignore[arg-type]
+            numbers=tuple(p[0] for p in last),
+            noisy=tuple(p[1].noisy is not None for p in last),
+            current=current,
+            median_ms=stats.median,
+            min_ms=stats.min,
+            max_ms=stats.max,
+            n=stats.n,
+        )
+
