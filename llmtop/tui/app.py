@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import socket
 import sys
@@ -105,6 +106,7 @@ from llmtop.tui.widgets.token_pane import TokenPane
 # apart; the first chunk and the end at once); the render timer draws the rest (the end,
 # probe samples, keys) and is paused meanwhile.
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
+TERMINAL_CHECK_S = 1.0  # how often the app checks that its terminal is still there
 TEXT_EVERY = 2  # streamed text: every 2nd tick; every stream frame is a text tick
 NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in every stream
 # frame (a multiple of TEXT_EVERY: numbers and text share a frame)
@@ -164,6 +166,7 @@ class LlmtopApp(App[int]):
         self._frame = 0  # render timer ticks
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self._render_timer: Timer | None = None  # paused while there is nothing to draw
+        self._tty_fd: int | None = None  # the terminal checked by _check_terminal
         self._ticking = True  # the render timer runs (paused idle and while streaming)
         self._paused = False  # idle with everything drawn
         self._frames = StreamFrames(self._stream_frame)  # frames while a request streams
@@ -194,6 +197,14 @@ class LlmtopApp(App[int]):
         )
         yield Footer()
 
+    def _check_terminal(self) -> None:
+        """Exit with ExitCode.HANGUP once the terminal llmtop started on is gone (a hung-up
+        tty is no longer a tty: isatty's tcgetattr fails with EIO)."""
+        if self._tty_fd is not None and not os.isatty(self._tty_fd):
+            self._tty_fd = None
+            self.exit_code = ExitCode.HANGUP  # main() returns it
+            self.exit()
+
     def on_mount(self) -> None:
         self.query_one(HeaderLine).show_starting(self.settings.engine)
         self.query_one(TokenPane).show_message(
@@ -204,6 +215,13 @@ class LlmtopApp(App[int]):
         prompt.focus()
         self.query_one(RequestHistory).display = False  # F2 shows it
         self._render_timer = self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render")
+        # A terminal that went away (its window closed without a SIGHUP reaching llmtop: tmux
+        # kill-server, a dropped ssh) leaves Textual's input thread reading EOF in a loop at a
+        # core's worth of CPU: look once a second, and leave as on SIGHUP.
+        stdin = sys.__stdin__
+        self._tty_fd = stdin.fileno() if stdin is not None and stdin.isatty() else None
+        if self._tty_fd is not None:
+            self.set_interval(TERMINAL_CHECK_S, self._check_terminal, name="terminal")
         if self.settings.probes:
             self.sampler = make_sampler(
                 self.settings.agent,

@@ -177,3 +177,26 @@ def _drain(fd: int, until, timeout_s: float = TIMEOUT_S) -> bytes:
             except OSError:
                 break
     return seen
+
+
+def test_tui_leaves_when_its_terminal_goes_away_without_a_signal(upstream, tmp_path):
+    """The pty's master closed and no SIGHUP sent (tmux kill-server reaches only the pane's
+    session leader): the app exits as on SIGHUP instead of spinning on EOF. Found with a TUI
+    left behind at 90 % of a core for 37 minutes."""
+    upstream.recorder.reset()
+    log = tmp_path / "tui.jsonl"
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", upstream.url,
+         "--model", "slow", "--log", str(log)],
+        env={**ENV, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
+        stdin=sub, stdout=sub, stderr=sub, close_fds=True, start_new_session=True)
+    os.close(sub)
+    try:
+        assert len(_drain(main, until=lambda seen: len(seen) > 4000)) > 4000
+        os.close(main)  # the terminal is gone; the app never gets a signal
+        proc.wait(TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 129  # ExitCode.HANGUP, as for SIGHUP
