@@ -135,17 +135,24 @@ def _read_quietly(url: str) -> None:
         pass
 
 
+def tui_in_pty(url: str, log: Path, **popen: object) -> tuple[int, subprocess.Popen]:
+    """The TUI on the scripted upstream's "slow" model in a 120x40 pty: (master fd, process).
+    Textual draws on stderr, so all three streams are the pty."""
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", url,
+         "--model", "slow", "--log", str(log)],
+        env={**ENV, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
+        stdin=sub, stdout=sub, stderr=sub, close_fds=True, **popen)  # type: ignore[call-overload]
+    os.close(sub)
+    return main, proc
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_tui_ends_as_on_quit(upstream, tmp_path, sig, code):
     upstream.recorder.reset()
     log = tmp_path / "tui.jsonl"
-    main, sub = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", upstream.url,
-         "--model", "slow", "--log", str(log)],
-        env={**ENV, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
-        stdin=sub, stdout=sub, stderr=sub, close_fds=True)  # Textual draws on stderr
-    os.close(sub)
+    main, proc = tui_in_pty(upstream.url, log)
     try:
         # The app is running once it has drawn its first screen (thousands of bytes).
         assert len(_drain(main, until=lambda seen: len(seen) > 4000)) > 4000
@@ -185,13 +192,7 @@ def test_tui_leaves_when_its_terminal_goes_away_without_a_signal(upstream, tmp_p
     left behind at 90 % of a core for 37 minutes."""
     upstream.recorder.reset()
     log = tmp_path / "tui.jsonl"
-    main, sub = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", upstream.url,
-         "--model", "slow", "--log", str(log)],
-        env={**ENV, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
-        stdin=sub, stdout=sub, stderr=sub, close_fds=True, start_new_session=True)
-    os.close(sub)
+    main, proc = tui_in_pty(upstream.url, log, start_new_session=True)
     try:
         assert len(_drain(main, until=lambda seen: len(seen) > 4000)) > 4000
         os.close(main)  # the terminal is gone; the app never gets a signal
