@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection
 from time import monotonic
 from typing import Any
 
+from llmtop import DISTRIBUTION
 from llmtop.engines.base import EngineError
 from llmtop.engines.child import EmbeddedProcess, autopsy
 from llmtop.engines.connection import Connection
@@ -129,12 +130,17 @@ async def _reach(
     given = _given_host(host)
     if version is None and engine == "auto" and given is not None:
         # An address the user gave is never silently replaced by the embedded engine.
+        missing = EmbeddedProcess.missing(model_path)
+        instead = (f"to measure llmtop's embedded engine instead, unset {given} or pass "
+                   "--engine embedded" if missing is None else
+                   f"the embedded engine is not installed here ({missing} missing): "
+                   f"`pipx install '{DISTRIBUTION}[embedded]'` (from a checkout: "
+                   "`pip install '.[embedded]'`)")
         raise EngineError(Failure(
             FailureKind.UNREACHABLE,
             f"no engine answers at {target} (from {given}): neither Ollama's /api/version nor "
             "an OpenAI-compatible /v1/models",
-            f"start your engine there or correct {given}; to measure llmtop's embedded engine "
-            f"instead, unset {given} or pass --engine embedded",
+            f"start your engine there or correct {given}; {instead}",
         ))
     if version is not None:
         client = OllamaEngine(target, name="ollama")

