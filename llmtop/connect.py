@@ -159,7 +159,7 @@ async def _reach(
         undo.callback(child.stop)  # also when start() is cancelled (the user quit meanwhile)
         await child.start()
         client = OllamaEngine(child.host, name="embedded")
-        version = await ollama_version(child.host, timeout_s=5.0)
+        version = child.version  # read once by start()
     undo.push_async_callback(client.aclose)
     return client, version, child
 

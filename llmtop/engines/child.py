@@ -32,6 +32,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.http import Autopsy
 from llmtop.engines.llama_config import Trial, signal_text
+from llmtop.engines.ollama import version_info
 
 DEATH_WAIT_S = 1.0  # after a broken stream: how long to wait for a dying child to be reaped
 LOG_TAIL_LINES = 5  # how many of a dead child's last log lines a message quotes
@@ -272,7 +273,8 @@ class EmbeddedProcess(ChildServer):
     def __init__(self, model_path: str | None = None, port: int | None = None) -> None:
         super().__init__(port)
         self.model_path = model_path
-        self.llama_config: dict[str, Any] | None = None  # its /api/version's, once started
+        self.version: str | None = None  # its /api/version's, once started
+        self.llama_config: dict[str, Any] | None = None
 
     def death_remedy(self, death: Death) -> str:
         """SIGILL: the CPU path, what the self-test chose and how to force the safe one;
@@ -335,13 +337,12 @@ class EmbeddedProcess(ChildServer):
     async def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> None:
         """Start and wait until ready (assembling the bundled model takes a few seconds; on
         a machine's first start, the llama.cpp self-test a few more: llama_config.py), then
-        read which llama.cpp configuration it chose (`llama_config`)."""
+        read its `/api/version` once: `version`, and the llama.cpp configuration it chose
+        (`llama_config`)."""
         await super().start(timeout_s)
-        async with httpx.AsyncClient(base_url=self.url, timeout=5.0, trust_env=False) as client:
-            try:
-                found = (await client.get("/api/version")).json().get("llama_config")
-            except (httpx.HTTPError, ValueError, AttributeError):
-                found = None
+        info = await version_info(self.url, timeout_s=5.0) or {}
+        self.version = str(info["version"]) if "version" in info else None
+        found = info.get("llama_config")
         self.llama_config = found if isinstance(found, dict) else None
 
 
