@@ -42,13 +42,13 @@ import numpy as np
 import psutil
 from scipy.stats import spearmanr
 
-from llmtop.engines.child import EmbeddedProcess
 from llmtop.probes.canary import (
     CACHE_LINE,
     CPU_LOOP_ITERATIONS,
     MEM_BUFFER_BYTES,
     cpu_loop,
 )
+from llmtop.servers.child import EmbeddedProcess
 from llmtop.sessions.measure.prompts import PromptGenerator
 
 OPTIONS = {"temperature": 0.0, "seed": 42, "num_ctx": 8192, "num_predict": 100}

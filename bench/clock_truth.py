@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmtop.engines.child import free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
-from llmtop.relay.process import RelayProcess
+from llmtop.servers.child import free_port
+from llmtop.servers.relay.process import RelayProcess
 from llmtop.sessions.measure.request import (
     RequestCollector,
     RequestResult,

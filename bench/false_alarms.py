@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from llmtop.engines.child import EmbeddedProcess
+from llmtop.servers.child import EmbeddedProcess
 
 
 def bench_once(host: str, log: Path, extra: list[str]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
     python bench/llama_configs.py [--requests 5] [--num-predict 64] [--json FILE]
 
 Two real embedded engines are started side by side, one forced to each configuration
-(LLMTOP_LLAMA_REPACK=on / off: llmtop/engines/llama_config.py), and requests alternate
+(LLMTOP_LLAMA_REPACK=on / off: llmtop/servers/embedded/llama_config.py), and requests alternate
 between them (on, off, on, off…), so both see the same machine. Each request has its own
 ~100-token prompt (a distinct first word: no prefix-cache reuse) and a `num_predict`-token
 answer; the rates are the engine's own counters (eval_count / eval_duration, prompt_eval_count
@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.engines.child import EmbeddedProcess
+from llmtop.servers.child import EmbeddedProcess
 
 TEXT = ("Describe, in plain words, how a lighthouse keeper spent a long winter on a small "
         "island far from the coast, what the keeper ate, what the keeper read, how the lamp "

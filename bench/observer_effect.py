@@ -18,9 +18,9 @@ import random
 import statistics
 import sys
 
-from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.sampler import ProbeSampler
+from llmtop.servers.child import EmbeddedProcess
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 

@@ -3,7 +3,7 @@
     python bench/relay_overhead.py [--rounds 40] [--engine-rounds 30] [--no-engine]
                                    [--engine-url URL] [--model NAME] [--num-predict 16]
 
-Two upstreams, each measured with the relay (a child process, `llmtop.relay`) in front and
+Two upstreams, each measured with the relay (a child process, `llmtop.servers.relay`) in front and
 without it:
   (a) a scripted Ollama-API upstream with known timings: first chunk after 50 ms, then 20
       chunks 10 ms apart (a child process, `python -m llmtop.testing.scripted`);
@@ -52,10 +52,10 @@ from time import perf_counter_ns
 import httpx
 from cputime import CpuMeter
 
-from llmtop.engines.child import EmbeddedProcess, free_port
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
-from llmtop.relay.process import RelayProcess
+from llmtop.servers.child import EmbeddedProcess, free_port
+from llmtop.servers.relay.process import RelayProcess
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 

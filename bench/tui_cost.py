@@ -63,8 +63,8 @@ from clock_truth import Truth
 from cputime import thread_stats
 
 import llmtop
-from llmtop.engines.child import EmbeddedProcess
 from llmtop.engines.ollama import OllamaEngine
+from llmtop.servers.child import EmbeddedProcess
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 
 MODEL = "gemma3:270m"

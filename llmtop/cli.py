@@ -25,11 +25,11 @@ import platformdirs
 import shtab
 
 from llmtop import DISTRIBUTION, __version__
-from llmtop.engines import llama_config
 from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
 from llmtop.engines.openai import API_KEY_ENV
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
+from llmtop.servers.embedded import llama_config
 from llmtop.sessions.analysis.compare import (
     DEFAULT_METRICS,
     DEFAULT_THRESHOLD_PCT,

@@ -20,12 +20,10 @@ from typing import Any
 
 from llmtop import DISTRIBUTION
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import EmbeddedProcess, autopsy
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S
-from llmtop.engines.model_files import BUNDLED_MODEL_NAME
 from llmtop.engines.ollama import (
     OLLAMA_PROBE_TIMEOUT_S,
     OllamaEngine,
@@ -36,7 +34,9 @@ from llmtop.engines.openai import OpenAIEngine, api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.engines.relay import RelayEngine
 from llmtop.probes.engine_state import local_engine_pids
-from llmtop.relay.process import RelayProcess
+from llmtop.servers.child import EmbeddedProcess, autopsy
+from llmtop.servers.embedded.model_files import BUNDLED_MODEL_NAME
+from llmtop.servers.relay.process import RelayProcess
 
 ENGINES = ("auto", "ollama", "embedded", "openai")
 PIDS_REFRESH_S = 5.0  # how long a socket-owner lookup of the engine's pids is reused

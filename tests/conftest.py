@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmtop.engines.child import ChildServer, EmbeddedProcess
+from llmtop.servers.child import ChildServer, EmbeddedProcess
 
 MODEL = "gemma3:270m"
 
@@ -37,6 +37,6 @@ def fresh_engine():
 @pytest.fixture(scope="session")
 def relay(engine_url):
     """One relay child process in front of the shared embedded engine."""
-    from llmtop.relay.process import RelayProcess
+    from llmtop.servers.relay.process import RelayProcess
 
     yield from running(RelayProcess(engine_url))

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import uvicorn
 
-from llmtop.agent.server import Agent, create_app
-from llmtop.engines.child import port_problem, watch_parent
 from llmtop.engines.hosts import HostError, resolve_host
 from llmtop.exitcodes import ExitCode
+from llmtop.servers.agent.server import Agent, create_app
+from llmtop.servers.child import port_problem, watch_parent
 
 PROG = "llmtop agent"
 MIN_TOKEN_CHARS = 16  # a guessable token is no protection; `openssl rand -hex 16` gives 32

@@ -7,18 +7,18 @@ import os
 import sys
 
 from llmtop.commands.serving import leave, serve
-from llmtop.engines.child import port_problem, watch_parent
-from llmtop.engines.embedded import EmbeddedEngine, create_app
-from llmtop.engines.guard import Guard
-from llmtop.engines.llama_backend import physical_cores
-from llmtop.engines.llama_config import ENV_FORCE, NoSafeConfig, apply, choose
-from llmtop.engines.model_files import (
+from llmtop.exitcodes import ExitCode
+from llmtop.servers.child import port_problem, watch_parent
+from llmtop.servers.embedded.app import EmbeddedEngine, create_app
+from llmtop.servers.embedded.llama_backend import physical_cores
+from llmtop.servers.embedded.llama_config import ENV_FORCE, NoSafeConfig, apply, choose
+from llmtop.servers.embedded.model_files import (
     BUNDLED_MODEL_NAME,
     ModelFileError,
     bundled_model_path,
     describe,
 )
-from llmtop.exitcodes import ExitCode
+from llmtop.servers.guard import Guard
 
 
 def main(args: argparse.Namespace) -> int:
@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     if args.parent_pid:
         watch_parent(args.parent_pid)
     # Before the first load: which llama.cpp configuration survives on this CPU, and is the
-    # faster (trial processes on the first start, then cached: engines/llama_config.py).
+    # faster (trial processes on the first start, then cached: servers/embedded/llama_config.py).
     try:
         choice = choose(path, physical_cores())
     except ValueError as exc:

@@ -15,14 +15,14 @@ import sys
 
 from llmtop.commands.serving import leave, serve
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import EmbeddedProcess, port_problem, watch_parent
-from llmtop.engines.guard import Guard
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import ollama_version
 from llmtop.engines.openai import API_KEY_ENV, api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.exitcodes import ExitCode
-from llmtop.relay.server import create_app
+from llmtop.servers.child import EmbeddedProcess, port_problem, watch_parent
+from llmtop.servers.guard import Guard
+from llmtop.servers.relay.server import create_app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -88,6 +88,22 @@ class ModelInfo:
         }
 
 
+class Stoppable(Protocol):
+    """A server process llmtop started for a connection (the embedded engine, a relay), as the
+    connection sees it: its pid while it runs (None once it ended), and `stop()`, which ends it
+    and waits at most `timeout_s` seconds before killing it. `llmtop.servers.child.ChildServer`
+    is the implementation; engines depend on this shape, not on the servers."""
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while the process runs, else None."""
+        ...
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End the process (blocking; killed after `timeout_s` s)."""
+        ...
+
+
 class EngineError(Exception):
     """A non-streaming call failed; `failure` says what happened and what to do."""
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtop.engines.base import Engine, ModelInfo
-from llmtop.engines.child import ChildServer
+from llmtop.engines.base import Engine, ModelInfo, Stoppable
 
 
 @dataclass
@@ -24,12 +23,12 @@ class Connection:
     model: the model tag every request names; info: its details (None when unknown).
     version: the engine's version string (None when it gave none).
     upstream_client: the engine itself when `engine` streams through a relay, else None.
-    children: child servers llmtop started for this connection (the embedded engine, a relay),
-    stopped by `close()` in reverse order.
+    children: child servers llmtop started for this connection (the embedded engine, a relay;
+    `base.Stoppable`), stopped by `close()` in reverse order.
     find_engine_pids: returns the pids of the measured engine (and of the relay in the path),
     so probes never count them as noise; None = unknown (an empty set).
     engine_config: the embedded engine's llama.cpp configuration as its `/api/version` gives
-    it (engines/llama_config.Choice.to_dict: config, reason, source, trials); None for any
+    it (servers/embedded/llama_config.Choice.to_dict: config, reason, source, trials); None for any
     other engine.
     """
 
@@ -38,7 +37,7 @@ class Connection:
     info: ModelInfo | None
     version: str | None
     upstream_client: Engine | None = None
-    children: list[ChildServer] = field(default_factory=list)
+    children: list[Stoppable] = field(default_factory=list)
     find_engine_pids: Callable[[], set[int]] | None = None
     engine_config: dict[str, Any] | None = None
 

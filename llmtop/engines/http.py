@@ -2,7 +2,7 @@
 
 Used by the three places that talk HTTP to an Ollama-API server or to the relay:
 `OllamaEngine` (engines/ollama.py), `RelayEngine` (engines/relay.py) and the relay server
-(relay/stream.py). Each turns a status, a body or a transport exception into the same
+(servers/relay/stream.py). Each turns a status, a body or a transport exception into the same
 `Failure` (kind, message, remedy), with the same wording, naming the server it talked to.
 
 `Peer` says who that server is: its URL, what it should be ("an Ollama server", "the llmtop
@@ -55,7 +55,7 @@ class Peer:
 
 
 # A client's hook for a failed request: given the failure and the stream's progress words
-# (StreamProgress.words), the failure to report instead (engines/child.autopsy names a child
+# (StreamProgress.words), the failure to report instead (servers/child.autopsy names a child
 # server of llmtop's that died).
 Autopsy = Callable[[Failure, str], Awaitable[Failure]]
 

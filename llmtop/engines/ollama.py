@@ -5,7 +5,7 @@ Streams yield `StreamEvent`s stamped, once the client has parsed the chunk's JSO
 before any UI work, with the arrival of the bytes that completed the line (`stamps.arrival_ns`:
 the client's connections come from `arrivals.measured_transport`, which notes when each block
 reached the event loop). The send stamp is httpcore's "request body written" trace event
-(engines/stamps.py). After the `done` chunk the response is read to its end before the done
+(stamping/stamps.py). After the `done` chunk the response is read to its end before the done
 event is handed on, so the connection goes back to the pool and the next request does not
 reconnect inside its TTFT.
 
@@ -39,7 +39,6 @@ finally:
     if _saved_host is not None:
         os.environ["OLLAMA_HOST"] = _saved_host
 
-from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, ServerStats, StreamEvent
 from llmtop.engines.http import (
@@ -55,7 +54,8 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.stamps import arrival_ns, drain, stamp_hooks
+from llmtop.stamping.arrivals import measured_transport
+from llmtop.stamping.stamps import arrival_ns, drain, stamp_hooks
 
 
 class OllamaEngine:

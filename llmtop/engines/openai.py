@@ -34,7 +34,6 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, StreamEvent
 from llmtop.engines.hosts import proxy_for, resolve_host
@@ -55,7 +54,8 @@ from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
 from llmtop.engines.sse import end_stream
-from llmtop.engines.stamps import arrival_ns, stamp_hooks
+from llmtop.stamping.arrivals import measured_transport
+from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
 API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"

@@ -1,4 +1,5 @@
-"""vLLM's Prometheus `/metrics` as per-request server figures (docs/protocols.md §4.3).
+"""vLLM's Prometheus `/metrics` as per-request server figures (docs/protocols.md,
+"OpenAI-compatible servers: vLLM").
 
 vLLM streams only `usage` (counts), but its `/metrics` keeps histograms of each request's
 phases: `vllm:request_prefill_time_seconds`, `vllm:request_decode_time_seconds` and

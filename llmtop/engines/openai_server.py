@@ -1,7 +1,7 @@
 """Which OpenAI-compatible server answers, and what its model listing says.
 
-`identify` asks the server's root for the routes only one kind of server has (docs/protocols.md
-§3.1, §4.3–4.4, §5.3), in this order, each with a short timeout:
+`identify` asks the server's root for the routes only one kind of server has (docs/protocols.md,
+"OpenAI-compatible servers"), in this order, each with a short timeout:
 
 | route                        | answer                                       | kind              |
 |------------------------------|----------------------------------------------|-------------------|

@@ -4,8 +4,8 @@
 as httpx-sse hands them over and keeps what the end of the request needs: the finish reason,
 the last `usage`, llama.cpp's `timings`, LM Studio's `stats`. `ChunkReader.stats()` maps them
 onto `ServerStats` (Ollama's names and units) and names the source. Shapes from
-docs/protocols.md §3.4–3.5 (llama-server), §4.1 (OpenAI), §4.2 (Ollama `/v1`), §4.3 (vLLM),
-§4.4 (LM Studio), §5.3 (llama-cpp-python's server).
+docs/protocols.md, "OpenAI-compatible servers" (the OpenAI stream, llama-server, Ollama's
+`/v1`, vLLM, LM Studio, llama-cpp-python's server).
 
 The mapping, field by field (absent stays None, never 0):
 

@@ -1,4 +1,4 @@
-"""The client side of llmtop's SSE relay (`llmtop relay`, server in `llmtop.relay`).
+"""The client side of llmtop's SSE relay (`llmtop relay`, server in `llmtop.servers.relay`).
 
 `RelayEngine` has the same interface as `OllamaEngine` where llmtop uses one (`name`, `host`,
 `stream_chat`, `list_models`, `model_info`, `version`, `aclose`), so the
@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, aconnect_sse
 
-from llmtop.engines.arrivals import measured_transport
 from llmtop.engines.base import Engine, EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent
 from llmtop.engines.http import (
@@ -44,7 +43,8 @@ from llmtop.engines.http import (
 )
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.sse import end_stream
-from llmtop.engines.stamps import arrival_ns, stamp_hooks
+from llmtop.stamping.arrivals import measured_transport
+from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
 
 def _base_url(url: str) -> str:

@@ -3,7 +3,7 @@
 Both read their server's events with httpx-sse in a generator of `StreamEvent`s and
 `Failure`s; `end_stream` turns that into the `Engine` contract: the text events, then exactly
 one done event (handed on once the response has been read to its end, so its connection is
-reused: engines/stamps.py) — the server's own, or one carrying the first Failure (an HTTP error, an
+reused: stamping/stamps.py) — the server's own, or one carrying the first Failure (an HTTP error, an
 error event, a truncation) or the transport error that cut the stream.
 """
 
@@ -24,7 +24,7 @@ from llmtop.engines.http import (
     failure_for_transport,
     failure_protocol,
 )
-from llmtop.engines.stamps import drain
+from llmtop.stamping.stamps import drain
 
 
 async def end_stream(
@@ -38,7 +38,7 @@ async def end_stream(
     naming how long it had streamed) ends the stream with `StreamEvent(done=True,
     failure=...)`, stamped when it happened. `before_failure` runs after that stamp, before
     the event is yielded (e.g. a re-scrape); `autopsy` may then replace the failure (a child
-    server of llmtop's that died: engines/child.autopsy)."""
+    server of llmtop's that died: servers/child.autopsy)."""
     failure: Failure | None = None
     progress = StreamProgress()
     try:

@@ -32,7 +32,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from llmtop.engines.http import Peer
-from llmtop.loadtest.stream import arrival_transport, stream_chat
+from llmtop.loadtest.stream import stream_chat
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector
@@ -40,6 +40,7 @@ from llmtop.sessions.records.log import SessionLog
 from llmtop.sessions.records.schema import LevelRecord, RequestRecord
 from llmtop.sessions.runners.environment import environment as machine_environment
 from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.stamping.blocking import arrival_transport
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
 

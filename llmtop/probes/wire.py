@@ -1,4 +1,4 @@
-"""The wire format of `llmtop agent`, shared by the agent (llmtop/agent/) and its client
+"""The wire format of `llmtop agent`, shared by the agent (llmtop/servers/agent/) and its client
 (probes/remote.py).
 
 Routes (all `GET`, JSON unless said; every one needs `Authorization: Bearer TOKEN` when the

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 
 VERSION = "0.0.0-scripted"
 STATS: dict[str, Any] = {

@@ -1,9 +1,9 @@
 """A scripted OpenAI-compatible server: each model name replays one stream shape byte for byte.
 
 Not an engine: it replays fixed SSE bodies (`SCENARIOS`) written after the shapes in
-docs/protocols.md — llama-server with `timings` (§3.4–3.6), vLLM's trailing and continuous
-usage (§4.3), LM Studio's `stats` (§4.4), Ollama's `/v1` with `delta.reasoning` (§4.2),
-llama-cpp-python's usage-less stream (§5.3) — plus the SSE details that break naive clients
+docs/protocols.md, "OpenAI-compatible servers" — llama-server with `timings`, vLLM's
+trailing and continuous usage, LM Studio's `stats`, Ollama's `/v1` with `delta.reasoning`,
+llama-cpp-python's usage-less stream — plus the SSE details that break naive clients
 (comments, CRLF, `data:` without a space, errors mid-stream, early `[DONE]`). A few names
 answer with an HTTP error instead: "http-400", "http-500", "refuses-usage" (400 while the
 request carries `stream_options`, the "no-usage" stream without it); an unknown name gets 404.
@@ -63,32 +63,32 @@ def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, 
 DONE = b"data: [DONE]\n\n"
 HELLO = [data(chunk("Hel", role="assistant")), data(chunk("lo")), data(chunk("!"))]
 SCENARIOS: dict[str, list[bytes]] = {
-    # llama-server (§3.6): role + first text in one write; usage chunk carries `timings`
+    # llama-server: role + first text in one write; usage chunk carries `timings`
     "llama-server": [
         data(chunk(None, role="assistant")) + data(chunk("Hel")), data(chunk("lo")),
         data(chunk("!")), data(chunk(None, finish="length")),
         data({"choices": [], "usage": usage(11, 3, cached=2), "timings": TIMINGS}), DONE],
-    # vLLM (§4.3): trailing usage chunk; or cumulative usage on every chunk
+    # vLLM: trailing usage chunk; or cumulative usage on every chunk
     "vllm": [*HELLO, data(chunk(None, finish="stop")),
              data({"choices": [], "usage": usage(12, 3)}), DONE],
     "vllm-continuous": [
         data({**chunk("Hel", role="assistant"), "usage": usage(12, 1)}),
         data({**chunk("lo"), "usage": usage(12, 2)}), data({**chunk("!"), "usage": usage(12, 3)}),
         data({**chunk(None, finish="stop"), "usage": usage(12, 3)}), DONE],
-    # LM Studio (§4.4): standard usage plus `stats` (seconds)
+    # LM Studio: standard usage plus `stats` (seconds)
     "lm-studio": [*HELLO, data({**chunk(None, finish="stop"), "usage": usage(13, 3),
                                 "stats": {"tokens_per_second": 150.0,
                                           "time_to_first_token": 0.125,
                                           "generation_time": 0.02, "stop_reason": "eosFound"}}),
                   DONE],
-    # Ollama /v1 (§4.2): thinking under delta.reasoning, finish chunk, usage chunk
+    # Ollama /v1: thinking under delta.reasoning, finish chunk, usage chunk
     "ollama-v1": [data(chunk("", role="assistant", reasoning="Let me")),
                   data(chunk("", reasoning=" think")), data(chunk("Yes")),
                   data(chunk("", finish="stop")), data({"choices": [], "usage": usage(14, 3)}),
                   DONE],
     "reasoning-content": [data(chunk(None, role="assistant", reasoning_content="Hm")),
                           data(chunk("Ok")), data(chunk(None, finish="stop")), DONE],
-    # llama-cpp-python (§5.2b/5.3): role-only first chunk, no usage at all
+    # llama-cpp-python: role-only first chunk, no usage at all
     "no-usage": [data(chunk(None, role="assistant")), data(chunk("")), *HELLO[1:],
                  data(chunk(None, finish="stop")), DONE],
     "comments": [b": ping\n\n", b":\n\n", *HELLO, b": ping - 2026-01-01 00:00:00\n\n",

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.engines.child import ChildServer, watch_parent
+from llmtop.servers.child import ChildServer, watch_parent
 from llmtop.testing.scripted import ROUTES, Script, ServeInThread, chunk
 
 MODEL = "slotted"

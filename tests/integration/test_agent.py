@@ -23,10 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.exitcodes import ExitCode
 from llmtop.probes import wire
 from llmtop.probes.remote import AgentClient, AgentSampler, AgentTarget
+from llmtop.servers.child import free_port
 from llmtop.sessions.records.log import read_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -16,10 +16,10 @@ import httpx
 import psutil
 import pytest
 
-from llmtop.engines import llama_config as lc
-from llmtop.engines.llama_backend import physical_cores
-from llmtop.engines.model_files import bundled_model_path
 from llmtop.exitcodes import ExitCode
+from llmtop.servers.embedded import llama_config as lc
+from llmtop.servers.embedded.llama_backend import physical_cores
+from llmtop.servers.embedded.model_files import bundled_model_path
 from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration

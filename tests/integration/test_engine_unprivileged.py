@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

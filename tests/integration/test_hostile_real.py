@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from llmtop.engines.llama_backend import context_memory
+from llmtop.servers.embedded.llama_backend import context_memory
 from tests.conftest import MODEL
 
 pytestmark = pytest.mark.integration

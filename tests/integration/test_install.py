@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmtop import DISTRIBUTION, __version__
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 from llmtop.testing.scripted import ScriptedUpstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -33,7 +33,7 @@ def light(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert wheels[0].name.startswith("llmtop_latency-")  # the free name, not the index's llmtop
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = wheel.namelist()
-    assert "llmtop/tui/llmtop.tcss" in names and "llmtop/relay/page.html" in names
+    assert "llmtop/tui/llmtop.tcss" in names and "llmtop/servers/relay/page.html" in names
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from llmtop.connect import connect
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 from llmtop.sessions.analysis.load import analyze_load
 from llmtop.sessions.runners.load import LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig

@@ -3,7 +3,7 @@
 and the same prompt through the embedded Ollama-API engine for comparison.
 
 The embedded engine serves the bundled base model as Ollama serves a model without a
-template (`{{ .Prompt }}`: the user's text, nothing else; llmtop/engines/llama_backend.py,
+template (`{{ .Prompt }}`: the user's text, nothing else; llmtop/servers/embedded/llama_backend.py,
 chat format "raw"). llama-cpp-python's server is given the same rendering: `LAUNCHER` registers
 a "raw" chat format with llama-cpp-python's own `register_chat_format` and runs the server's
 own entry point, so both send the model the same tokens.
@@ -22,9 +22,9 @@ import httpx
 import psutil
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.engines.openai import OpenAIEngine
 from llmtop.exitcodes import ExitCode
+from llmtop.servers.child import free_port
 from llmtop.sessions.measure.request import chat_messages
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,12 @@ READY_TIMEOUT_S = 120  # loading the model; the wait polls readiness, it asserts
 # default is half the logical CPUs, which alone makes its rates differ (1 vs 2 threads here).
 THREADS = psutil.cpu_count(logical=False) or os.cpu_count() or 1
 # llama-cpp-python's server loads with the llama.cpp configuration the embedded engine's
-# self-test keeps on this machine (engines/llama_config.py: on a CPU whose AMX path crashes,
-# repacking off), as llama-server would be started with --no-repack there.
+# self-test keeps on this machine (servers/embedded/llama_config.py: on a CPU whose AMX path
+# crashes, repacking off), as llama-server would be started with --no-repack there.
 LAUNCHER = """
 import sys
-from llmtop.engines import llama_config
-from llmtop.engines.llama_backend import physical_cores
+from llmtop.servers.embedded import llama_config
+from llmtop.servers.embedded.llama_backend import physical_cores
 
 model = sys.argv[sys.argv.index("--model") + 1]
 llama_config.apply(llama_config.choose(model, physical_cores()).config)
@@ -66,7 +66,7 @@ def llmtop(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 def llama_cpp_server(tmp_path_factory):
     """llama-cpp-python's OpenAI server on a free loopback port; yields its /v1 base URL."""
     pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
-    from llmtop.engines.model_files import bundled_model_path
+    from llmtop.servers.embedded.model_files import bundled_model_path
 
     port = free_port()
     log = (tmp_path_factory.mktemp("lcp") / "server.log").open("w")

@@ -11,11 +11,11 @@ import time
 import httpx
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.exitcodes import ExitCode
+from llmtop.servers.child import free_port
 from llmtop.sessions.measure.request import chat_messages
 from tests.conftest import MODEL
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.exitcodes import ExitCode
+from llmtop.servers.child import free_port
 from llmtop.sessions.records.log import read_log
 
 pytestmark = pytest.mark.integration

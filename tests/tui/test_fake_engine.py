@@ -248,7 +248,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
 
 
 async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> None:
-    from llmtop.engines.child import free_port
+    from llmtop.servers.child import free_port
 
     settings = TuiSettings(
         engine="ollama",

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Self
 
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 
 Handler = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 HEAD_200_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n" \

@@ -13,7 +13,6 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from llmtop.agent.server import TokenGate
 from llmtop.commands.agent import MIN_TOKEN_CHARS, check, is_loopback, read_token
 from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
@@ -23,6 +22,7 @@ from llmtop.probes.remote import AgentError, AgentTarget, probes_note, remote_sa
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import DEFAULT, Finding, Level, Thresholds, Verdict
+from llmtop.servers.agent.server import TokenGate
 from llmtop.sessions.records.schema import ProbeRecord
 
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -222,9 +222,9 @@ def test_a_bad_probes_address_is_refused_before_anything_starts(capsys) -> None:
 
 
 async def test_a_bench_preflight_without_its_agent_is_recorded_not_raised() -> None:
-    from llmtop.engines.child import free_port
     from llmtop.engines.connection import Connection
     from llmtop.engines.ollama import OllamaEngine
+    from llmtop.servers.child import free_port
     from llmtop.sessions.runners.environment import preflight_record
 
     engine = OllamaEngine("http://127.0.0.1:1")

@@ -1,4 +1,4 @@
-"""engines/arrivals.py: connections that stamp each block of bytes as it arrives.
+"""stamping/arrivals.py: connections that stamp each block of bytes as it arrives.
 
 The stamps are checked by order on one clock (perf_counter_ns before and after a block is
 handed to the protocol; a server thread's stamp before it sends), never by durations. The
@@ -21,14 +21,14 @@ from time import perf_counter_ns
 import httpx
 import pytest
 
-from llmtop.engines.arrivals import (
+from llmtop.stamping.arrivals import (
     ArrivalBackend,
     ArrivalStream,
     BlockBuffer,
     measured_transport,
     stamp_arrivals,
 )
-from llmtop.engines.stamps import arrival_ns, stamping
+from llmtop.stamping.stamps import arrival_ns, stamping
 
 Handler = Callable[[socket.socket, "Server"], None]
 

@@ -1,5 +1,5 @@
 """A child server of llmtop's that dies is named: which one, which signal, its log, a remedy
-(llmtop/engines/child.py). The children here are real processes killed by real signals."""
+(llmtop/servers/child.py). The children here are real processes killed by real signals."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import ChildServer, EmbeddedProcess, autopsy
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.http import StreamProgress
+from llmtop.servers.child import ChildServer, EmbeddedProcess, autopsy
 
 
 class FileServer(ChildServer):
@@ -103,7 +103,7 @@ def test_the_embedded_engine_remedy_fits_the_signal(tmp_path, monkeypatch):
     with model.open("wb") as fh:
         fh.truncate(3 * 2**30 // 2)  # a sparse 1.50 GiB file
     engine = EmbeddedProcess(model_path=str(model))
-    from llmtop.engines.child import Death
+    from llmtop.servers.child import Death
 
     def death(signum):
         return Death("embedded engine", 42, -signum, signum, engine.log_path, (), 1.0)

@@ -53,7 +53,7 @@ async def test_a_missing_model_lists_what_is_installed() -> None:
 async def test_a_host_the_user_gave_is_never_replaced_by_the_embedded_engine(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from llmtop.connect import connect
-    from llmtop.engines.child import free_port
+    from llmtop.servers.child import free_port
 
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
@@ -73,7 +73,7 @@ def test_run_with_a_dead_host_exits_3_naming_it(monkeypatch: pytest.MonkeyPatch)
     import subprocess
     import sys
 
-    from llmtop.engines.child import free_port
+    from llmtop.servers.child import free_port
 
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     dead = f"http://127.0.0.1:{free_port()}"

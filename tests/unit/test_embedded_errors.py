@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
-from llmtop.engines.embedded import EmbeddedEngine, create_app
-from llmtop.engines.llama_backend import GenerationError, GenerationResult
-from llmtop.engines.model_files import ModelDescription
+from llmtop.servers.embedded.app import EmbeddedEngine, create_app
+from llmtop.servers.embedded.llama_backend import GenerationError, GenerationResult
+from llmtop.servers.embedded.model_files import ModelDescription
 
 DESC = ModelDescription(
     name="m:1",

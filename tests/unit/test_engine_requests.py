@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmtop.engines.llama_backend import StopScanner
-from llmtop.engines.requests import BadRequest, parse_body, parse_keep_alive, parse_request
+from llmtop.servers.embedded.llama_backend import StopScanner
+from llmtop.servers.embedded.requests import BadRequest, parse_body, parse_keep_alive, parse_request
 
 M = "gemma3:270m"
 

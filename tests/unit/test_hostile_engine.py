@@ -20,10 +20,10 @@ import httpx
 import psutil
 import pytest
 
-from llmtop.engines.embedded import QUEUED_AND_GONE, EmbeddedEngine, create_app
-from llmtop.engines.llama_backend import GenerationResult, context_memory
-from llmtop.engines.model_files import ModelDescription
-from llmtop.engines.requests import parse_request
+from llmtop.servers.embedded.app import QUEUED_AND_GONE, EmbeddedEngine, create_app
+from llmtop.servers.embedded.llama_backend import GenerationResult, context_memory
+from llmtop.servers.embedded.model_files import ModelDescription
+from llmtop.servers.embedded.requests import parse_request
 from llmtop.testing.scripted import ServeInThread
 
 GEMMA3_INFO = {  # the bundled Gemma 3 270M's GGUF metadata, as model_files.describe reads it

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from test_hostile_engine import CountingBackend, engine_with
 
-from llmtop.engines.embedded import create_app as engine_app
-from llmtop.relay.server import create_app as relay_app
+from llmtop.servers.embedded.app import create_app as engine_app
+from llmtop.servers.relay.server import create_app as relay_app
 from llmtop.testing.scripted import ScriptedUpstream, ServeInThread
 
 SEED = 20261130

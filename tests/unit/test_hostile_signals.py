@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.child import free_port
+from llmtop.servers.child import free_port
 from llmtop.testing.scripted import ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

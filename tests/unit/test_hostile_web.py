@@ -9,12 +9,12 @@ import os
 import httpx
 import pytest
 
-from llmtop.engines.embedded import EmbeddedEngine
-from llmtop.engines.embedded import create_app as engine_app
-from llmtop.engines.guard import Guard, origin_pattern
-from llmtop.engines.model_files import ModelDescription
-from llmtop.relay.request import parse_stream_request
-from llmtop.relay.server import create_app as relay_app
+from llmtop.servers.embedded.app import EmbeddedEngine
+from llmtop.servers.embedded.app import create_app as engine_app
+from llmtop.servers.embedded.model_files import ModelDescription
+from llmtop.servers.guard import Guard, origin_pattern
+from llmtop.servers.relay.request import parse_stream_request
+from llmtop.servers.relay.server import create_app as relay_app
 
 DESC = ModelDescription(name="m:1", path="/nonexistent.gguf", size=1, digest="d", modified_at="t",
                         family="f", parameter_count=1, parameter_size="1", quantization_level="Q",

@@ -2,7 +2,8 @@
 
 1. import-linter's contracts in pyproject.toml: the layers, "only the TUI imports
    Textual", the route inside sessions (runners | reports, analysis, records, measure), the
-   layers inside reports, and "only the HTML pages and plots import plotly and markdown-it".
+   layers inside reports, the layers inside llmtop's own servers, and "only the HTML pages
+   and plots import plotly and markdown-it".
    The test runs `lint-imports` on the tree, and on copies of the tree with one upward
    import planted (between packages, inside sessions, inside reports, plotly in a text
    renderer, Textual in the TUI's state, a widget importing a screen), each of which must be
@@ -44,9 +45,15 @@ def test_the_contracts_hold() -> None:
     assert f"Contracts: {CONTRACTS} kept, 0 broken." in result.stdout
 
 
-CONTRACTS = 7
+CONTRACTS = 8
 PLANTED = [  # (the module that imports, what it must not import, the contract it breaks)
     ("llmtop.engines.events", "llmtop.sessions.reports.run", "llmtop's layers"),
+    # a client reaching for llmtop's own servers (Connection once needed the child class)
+    ("llmtop.engines.connection", "llmtop.servers.child", "llmtop's layers"),
+    # the wire stamping knows no client
+    ("llmtop.stamping.stamps", "llmtop.engines.events", "llmtop's layers"),
+    ("llmtop.servers.guard", "llmtop.servers.embedded.app", "llmtop's servers"),
+    ("llmtop.servers.agent.server", "llmtop.servers.relay.server", "llmtop's servers"),
     ("llmtop.sessions.records.schema", "llmtop.sessions.runners.bench",
      "The route of a measurement"),
     ("llmtop.sessions.measure.timeline", "llmtop.sessions.analysis.run",
@@ -90,7 +97,8 @@ def test_core_imports_without_textual() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
-    # every layer below the TUI was imported: cli, commands, connect, sessions, relay,
-    # probes, engines, exitcodes
+    # every layer below the TUI was imported: cli, commands, connect, sessions, servers,
+    # probes, engines, stamping, exitcodes
     assert {n.split(".")[1] for n in names} >= {"cli", "commands", "connect", "sessions",
-                                                 "relay", "probes", "engines", "exitcodes"}
+                                                 "servers", "probes", "engines", "stamping",
+                                                 "exitcodes"}

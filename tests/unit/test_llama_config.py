@@ -1,5 +1,6 @@
-"""The llama.cpp self-test (llmtop/engines/llama_config.py): trials in real throwaway processes
-(scripted ones where a case needs an exact crash or exact rates), the choice, the cache."""
+"""The llama.cpp self-test (llmtop/servers/embedded/llama_config.py): trials in real throwaway
+processes (scripted ones where a case needs an exact crash or exact rates), the choice, the
+cache."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from llmtop.engines import llama_config as lc
-from llmtop.engines.llama_config import NO_REPACK, REPACK, Choice, Trial
+from llmtop.servers.embedded import llama_config as lc
+from llmtop.servers.embedded.llama_config import NO_REPACK, REPACK, Choice, Trial
 
 
 def script(code: str) -> list[str]:

@@ -11,8 +11,9 @@ import httpx
 
 from llmtop.engines.events import FailureKind, Status, StreamEvent
 from llmtop.engines.http import Peer
-from llmtop.loadtest.stream import _ArrivalBackend, arrival_transport, stream_chat
+from llmtop.loadtest.stream import stream_chat
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
+from llmtop.stamping.blocking import BlockingArrivalBackend, arrival_transport
 from tests.unit.loopback import END_CHUNKED, HEAD_200_CHUNKED, Server, answer_every_request, chunk
 
 LINES = (b'{"message":{"content":"He"},"done":false}\n'
@@ -30,7 +31,7 @@ async def measure(url: str, collector: RequestCollector | None = None) -> Reques
 
 def test_the_transport_carries_the_arrival_backend():
     # the guard for httpx/httpcore moving the private names arrival_transport sets
-    assert isinstance(arrival_transport()._pool._network_backend, _ArrivalBackend)
+    assert isinstance(arrival_transport()._pool._network_backend, BlockingArrivalBackend)
 
 
 async def test_lines_that_arrived_in_one_read_share_its_arrival_stamp():

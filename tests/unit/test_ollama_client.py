@@ -2,10 +2,10 @@
 
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.ollama import OllamaEngine
+from llmtop.servers.child import free_port
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.testing.scripted import ScriptedUpstream
 

@@ -1,5 +1,6 @@
 """OpenAIEngine (llmtop/engines/openai.py) against the scripted OpenAI server: every stream
-shape and SSE detail of docs/protocols.md §3–5 gives exact text, stats and failure kinds.
+shape and SSE detail of docs/protocols.md, "OpenAI-compatible servers", gives exact text,
+stats and failure kinds.
 
 Expected values are read off the scripted bodies in llmtop/testing/scripted_openai.py by hand
 (e.g. llama-server: usage.prompt_tokens 11 = timings prompt_n 9 + cache_n 2; prompt_ms 30.5 →
@@ -249,7 +250,7 @@ def test_api_base(given, base):
 
 
 async def test_unreachable_server_is_a_failure():
-    from llmtop.engines.child import free_port
+    from llmtop.servers.child import free_port
     events = await stream(f"http://127.0.0.1:{free_port()}/v1", "m")
     assert events[-1].failure.kind == FailureKind.UNREACHABLE
 

@@ -57,7 +57,7 @@ async def test_auto_prefers_ollama_native_api():
 
 
 async def test_openai_engine_through_a_running_relay(server):
-    from llmtop.relay.server import create_app
+    from llmtop.servers.relay.server import create_app
     from llmtop.sessions.measure.request import chat_messages
     from llmtop.testing.scripted import ServeInThread
 
@@ -75,7 +75,7 @@ async def test_openai_engine_through_a_running_relay(server):
 
 
 async def test_engine_openai_with_nothing_there_is_unreachable():
-    from llmtop.engines.child import free_port
+    from llmtop.servers.child import free_port
     with pytest.raises(EngineError) as err:
         await connect("openai", f"http://127.0.0.1:{free_port()}/v1")
     assert err.value.failure.kind == FailureKind.UNREACHABLE
@@ -90,7 +90,7 @@ async def test_unknown_model_lists_the_served_ones(server):
 
 
 def test_relay_flags_and_child_args_for_an_openai_upstream():
-    from llmtop.relay.process import RelayProcess
+    from llmtop.servers.relay.process import RelayProcess
 
     args = build_parser().parse_args(["relay", "--upstream", "http://127.0.0.1:8080/v1",
                                       "--upstream-api", "openai"])

@@ -14,7 +14,6 @@ import pytest
 
 from llmtop.cli import build_parser
 from llmtop.commands import preflight as command
-from llmtop.engines.child import free_port
 from llmtop.probes import config
 from llmtop.probes.catalogue import Category
 from llmtop.probes.gpu import GpuSample
@@ -22,6 +21,7 @@ from llmtop.probes.processes import AppUsage, ProcessSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import Finding, Level, Verdict
+from llmtop.servers.child import free_port
 from llmtop.testing.scripted import ScriptedUpstream
 
 SYS = SystemSample(5.0, (5.0, 5.0), 0.1, 1000, 900, 10.0, 0, 0, 0.0, None, None, None, 2)

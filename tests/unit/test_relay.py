@@ -1,4 +1,4 @@
-"""The relay server (llmtop/relay/server.py) against a scripted upstream with known replies.
+"""The relay server (llmtop/servers/relay/server.py) against a scripted upstream with known replies.
 
 Everything runs over real sockets (uvicorn in threads), because buffering, headers and
 disconnects are exactly what a test client that bypasses the network would hide.
@@ -16,10 +16,10 @@ import httpx
 import pytest
 from httpx_sse import EventSource, aconnect_sse
 
-from llmtop.engines.child import free_port
 from llmtop.engines.http import BadRequest
-from llmtop.relay.request import parse_stream_request
-from llmtop.relay.server import choose_default, create_app
+from llmtop.servers.child import free_port
+from llmtop.servers.relay.request import parse_stream_request
+from llmtop.servers.relay.server import choose_default, create_app
 from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 
 MSG = [{"role": "user", "content": "hi"}]

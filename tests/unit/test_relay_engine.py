@@ -10,11 +10,11 @@ from time import perf_counter_ns
 import pytest
 
 from llmtop.engines.base import EngineError
-from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.relay import RelayEngine
-from llmtop.relay.server import create_app
+from llmtop.servers.child import free_port
+from llmtop.servers.relay.server import create_app
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.testing.scripted import STATS, ScriptedUpstream, ServeInThread, Timing
 from tests.unit.loopback import Server, answer_every_request

@@ -10,8 +10,8 @@ import pytest
 from llmtop.engines.events import FailureKind
 from llmtop.engines.openai import OpenAIEngine
 from llmtop.engines.relay import RelayEngine
-from llmtop.relay.request import parse_stream_request
-from llmtop.relay.server import create_app
+from llmtop.servers.relay.request import parse_stream_request
+from llmtop.servers.relay.server import create_app
 from llmtop.sessions.measure.request import RequestCollector, chat_messages
 from llmtop.testing.scripted import ServeInThread
 from llmtop.testing.scripted_openai import SCENARIOS, ScriptedOpenAI

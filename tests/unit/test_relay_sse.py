@@ -1,4 +1,4 @@
-"""The relay's SSE response (llmtop/relay/sse.py) served by uvicorn to raw-socket clients:
+"""The relay's SSE response (llmtop/servers/relay/sse.py) served by uvicorn to raw-socket clients:
 pings while no frame comes, a client that stops reading is cut off, a client that leaves
 closes the frames at once; the background task runs in every case."""
 
@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmtop.relay.sse import PING, SSEResponse
+from llmtop.servers.relay.sse import PING, SSEResponse
 from llmtop.testing.scripted import ServeInThread
 
 WAIT_S = 10.0  # deadline for what must happen (the checks poll; nothing sleeps for a result)

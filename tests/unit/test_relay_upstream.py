@@ -1,4 +1,4 @@
-"""The relay's upstream side (llmtop/relay/upstream.py: one aiohttp session) against small
+"""The relay's upstream side (llmtop/servers/relay/upstream.py: one aiohttp session) against small
 real HTTP servers on loopback (tests/unit/loopback.py): framing, keep-alive reuse and the
 connect stamps, a stale pooled connection, refused ports, cut and silent replies,
 backpressure, the request on the wire before `start` returns, and the failure each error
@@ -18,11 +18,11 @@ from time import perf_counter_ns
 import aiohttp
 import pytest
 
-from llmtop.engines.child import free_port
 from llmtop.engines.events import FailureKind
 from llmtop.engines.http import Peer
-from llmtop.relay.request import StreamJob
-from llmtop.relay.upstream import (
+from llmtop.servers.child import free_port
+from llmtop.servers.relay.request import StreamJob
+from llmtop.servers.relay.upstream import (
     CONNECT_DONE,
     CONNECT_START,
     Relay,

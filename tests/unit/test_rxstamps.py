@@ -1,4 +1,4 @@
-"""engines/rxstamps.py: the kernel's receive stamps on plain TCP connections (Linux).
+"""stamping/rxstamps.py: the kernel's receive stamps on plain TCP connections (Linux).
 
 A stamp taken in Python cannot be earlier than the moment the event loop ran; the kernel's
 is taken while the sender's `send` is still in progress. So the check is an ordering on one
@@ -19,11 +19,11 @@ import httpcore
 import httpx
 import pytest
 
-from llmtop.engines.arrivals import ArrivalBackend, ArrivalStream, measured_transport
-from llmtop.engines.netbuffer import HIGH_WATER
-from llmtop.engines.rxstamps import MAX_AGE_NS, SCM_TIMESTAMPNS, KernelStampedStream, to_perf_ns
-from llmtop.engines.stamps import stamping
-from llmtop.loadtest.stream import _ArrivalBackend
+from llmtop.stamping.arrivals import ArrivalBackend, ArrivalStream, measured_transport
+from llmtop.stamping.blocking import BlockingArrivalBackend
+from llmtop.stamping.netbuffer import HIGH_WATER
+from llmtop.stamping.rxstamps import MAX_AGE_NS, SCM_TIMESTAMPNS, KernelStampedStream, to_perf_ns
+from llmtop.stamping.stamps import stamping
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
 
@@ -121,7 +121,7 @@ async def test_an_event_loop_that_cannot_watch_sockets_keeps_python_stamps(monke
 @linux_only
 def test_the_load_generators_blocking_reads_keep_the_kernels_stamp_too():
     sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-    stream = _ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
+    stream = BlockingArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
     try:
         stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         sender.go.set()

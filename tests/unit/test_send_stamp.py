@@ -8,9 +8,9 @@ its body, then the first chunk — not from any timing.
 import pytest
 
 from llmtop.engines.ollama import OllamaEngine
-from llmtop.engines.stamps import SendStamp, stamping
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.records.schema import RequestRecord
+from llmtop.stamping.stamps import SendStamp, stamping
 from llmtop.testing.scripted import ScriptedUpstream
 
 

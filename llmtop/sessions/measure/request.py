@@ -1,7 +1,7 @@
 """One measured request: stream it, collect its events, decide its status, derive metrics.
 
 Shared by the TUI and `llmtop run`, so both measure the same way. The send stamp is the
-moment the request body was written to the socket (engines/stamps.py, taken by the engine's
+moment the request body was written to the socket (stamping/stamps.py, taken by the engine's
 HTTP client); the time from asking for the request until then is kept apart as `prep_ns`.
 An engine that cannot stamp the socket write leaves the stamp taken just before the stream's
 first iteration, when the `ollama` client sends the request (docs/protocols.md: its streams
@@ -18,8 +18,8 @@ from time import perf_counter_ns
 from typing import Any
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
-from llmtop.engines.stamps import SendStamp, stamping
 from llmtop.sessions.measure.timeline import RequestMetrics, compute_metrics
+from llmtop.stamping.stamps import SendStamp, stamping
 
 
 class EventText:

@@ -435,7 +435,7 @@ class Header(Record):
 
     format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
     engine / engine_version / host / model: what was measured; engine_config: the embedded
-    engine's llama.cpp configuration (engines/llama_config.Choice.to_dict), else None;
+    engine's llama.cpp configuration (servers/embedded/llama_config.Choice.to_dict), else None;
     via: "direct" or "relay",
     upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
     through (None: direct; never for a loopback engine). model_details: /api/show's summary.

@@ -6,7 +6,7 @@ where it reveals them (`engine_parallelism`, a sweep's), and the preflight verdi
 
 How many requests an engine serves at once:
 * llmtop's embedded engine serves one request at a time (its generation lock,
-  llmtop/engines/embedded.py).
+  llmtop/servers/embedded/app.py).
 * Ollama reads `OLLAMA_NUM_PARALLEL` (slots per loaded model) and `OLLAMA_MAX_QUEUE` from
   its own environment (Ollama's FAQ, "How does Ollama handle concurrent requests?");
   its API does not report them, so they are read from the environment of the local server

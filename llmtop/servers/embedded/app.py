@@ -36,8 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from llmtop import __version__
-from llmtop.engines.guard import Guard, LocalOnly, read_body, wrong_type
-from llmtop.engines.llama_backend import (
+from llmtop.servers.embedded.llama_backend import (
     GenerationError,
     GenerationResult,
     LlamaBackend,
@@ -45,9 +44,10 @@ from llmtop.engines.llama_backend import (
     OutOfMemory,
     context_memory,
 )
-from llmtop.engines.llama_config import Choice
-from llmtop.engines.model_files import ModelDescription
-from llmtop.engines.requests import BadRequest, ParsedRequest, parse_body, parse_request
+from llmtop.servers.embedded.llama_config import Choice
+from llmtop.servers.embedded.model_files import ModelDescription
+from llmtop.servers.embedded.requests import BadRequest, ParsedRequest, parse_body, parse_request
+from llmtop.servers.guard import Guard, LocalOnly, read_body, wrong_type
 
 try:  # Starlette imports anyio's asyncio backend (~90 ms) on the first streamed response;
     # import it now so the first request's TTFT does not pay for it.
@@ -101,8 +101,8 @@ class EmbeddedEngine:
 
     description: the model's metadata (model_files.describe). default_num_ctx: tokens, used
     when a request gives no num_ctx. llama_config: the llama.cpp configuration chosen for this
-    machine (engines/llama_config.py, already applied), reported by `/api/version`; None when
-    the caller applied none. Requests queue on an asyncio lock and never interleave on the
+    machine (servers/embedded/llama_config.py, already applied), reported by `/api/version`;
+    None when the caller applied none. Requests queue on an asyncio lock and never interleave on the
     shared llama.cpp context.
     """
 

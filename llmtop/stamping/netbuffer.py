@@ -1,7 +1,7 @@
 """The received blocks of one connection, each with its arrival stamp, and how they are read.
 
-Shared by the two stamping streams (engines/arrivals.py, stamps taken in `data_received`;
-engines/rxstamps.py, the kernel's receive stamps): both put (perf_counter_ns, bytes) blocks
+Shared by the two stamping streams (stamping/arrivals.py, stamps taken in `data_received`;
+stamping/rxstamps.py, the kernel's receive stamps): both put (perf_counter_ns, bytes) blocks
 into a `BlockBuffer` and httpcore reads them back through `read_block`, which notes the
 arrival of the block it hands on (`stamps.note_arrival`; docs/method.md, "Chunk stamps").
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import httpcore
 
-from llmtop.engines.stamps import note_arrival
+from llmtop.stamping.stamps import note_arrival
 
 HIGH_WATER = 1 << 20  # bytes buffered before the socket is no longer read (a slow consumer)
 

@@ -6,7 +6,7 @@ path dies by a signal at the first matrix product — SIGILL on `tilezero` in
 `ggml_backend_amx_mul_mat` on Xeons where the kernel keeps AMX tile state off per thread
 (llama.cpp PR #26954; reports #28756, #28328). A crash by signal cannot be caught inside the
 process, so each configuration is tried in a throwaway child process (`python -m
-llmtop.engines.llama_config --trial NAME`): it loads the model, evaluates a 64-token prompt
+llmtop.servers.embedded.llama_config --trial NAME`): it loads the model, evaluates a 64-token prompt
 and 24 single-token decodes three times, and prints the best round's rates (noise from
 other programs only slows a round down). A child killed by a signal marks that configuration
 unsafe on this machine.
@@ -192,7 +192,7 @@ def applied() -> LlamaConfig | None:
 
 def trial_command(config: LlamaConfig, model_path: str, threads: int) -> list[str]:
     """The throwaway process that tries `config`: this Python, this module, `--trial`."""
-    return [sys.executable, "-m", "llmtop.engines.llama_config", "--trial", config.name,
+    return [sys.executable, "-m", "llmtop.servers.embedded.llama_config", "--trial", config.name,
             "--model", model_path, "--threads", str(threads)]
 
 
@@ -532,8 +532,8 @@ def _trial_main(config_name: str, model_path: str, threads: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m llmtop.engines.llama_config --trial NAME --model PATH --threads N`."""
-    parser = argparse.ArgumentParser(prog="llmtop.engines.llama_config")
+    """`python -m llmtop.servers.embedded.llama_config --trial NAME --model PATH --threads N`."""
+    parser = argparse.ArgumentParser(prog="llmtop.servers.embedded.llama_config")
     parser.add_argument("--trial", required=True, choices=sorted(BY_NAME))
     parser.add_argument("--model", required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)

@@ -45,9 +45,9 @@ from typing import Any
 import httpcore
 import httpx
 
-from llmtop.engines import rxstamps
-from llmtop.engines.netbuffer import BlockBuffer, read_block, socket_readable
-from llmtop.engines.stamps import note_written
+from llmtop.stamping import rxstamps
+from llmtop.stamping.netbuffer import BlockBuffer, read_block, socket_readable
+from llmtop.stamping.stamps import note_written
 
 
 class ArrivalStream(httpcore.AsyncNetworkStream):

@@ -19,7 +19,7 @@ The stamping streams (`arrivals.measured_transport`) make both stamps exact to a
 write notes the moment just before its send (`note_written`), which the trace then takes, and
 a chunk is stamped with the arrival of the bytes that completed it, not with the moment its
 parsing ended: each block's arrival (the kernel's receive stamp on plain TCP on Linux,
-engines/rxstamps.py; elsewhere the event loop's `data_received`) is noted in the open
+stamping/rxstamps.py; elsewhere the event loop's `data_received`) is noted in the open
 SendStamp (`note_arrival`), and an engine that has parsed a chunk and found text in it takes
 `arrival_ns()`. Without such a transport, `arrival_ns()` is the time of the call, the earlier
 definition.
@@ -56,8 +56,8 @@ class SendStamp:
     sent_ns: when httpcore had written the request body to the socket; None until then, and
         for engines that do not install `stamp_hook`.
     received_ns: when the block of bytes read last for this request reached the machine (the
-        kernel's receive stamp, engines/rxstamps.py, or the event loop's `data_received`,
-        engines/arrivals.py); None without a stamping stream.
+        kernel's receive stamp, stamping/rxstamps.py, or the event loop's `data_received`,
+        stamping/arrivals.py); None without a stamping stream.
     written_ns: just before the stream's last write for this request went to the socket; the
         body-written trace takes it as `sent_ns` (the trace runs after httpcore's bookkeeping,
         and on loopback the woken server may run first); None without a stamping stream.

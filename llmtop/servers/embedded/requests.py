@@ -5,7 +5,7 @@ the server returns as HTTP 400 `{"error": "..."}` (Ollama's shape: docs/protocol
 Options that could exhaust the machine are held to what it has: `num_thread` to its logical
 cores, integers to the C types llama.cpp stores them in, `keep_alive` to a Go duration's
 range (Ollama's type for it). What the body may hold at all (size, depth, NaN, surrogates) is
-checked first, by `llmtop.engines.guard`.
+checked first, by `llmtop.servers.guard`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtop.engines.guard import parse_json, wrong_type
 from llmtop.engines.http import BadRequest
-from llmtop.engines.llama_backend import DEFAULT_SAMPLING, Sampling
+from llmtop.servers.embedded.llama_backend import DEFAULT_SAMPLING, Sampling
+from llmtop.servers.guard import parse_json, wrong_type
 
 DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's OLLAMA_KEEP_ALIVE default: 5 minutes
 _GO_DURATION = re.compile(r"^(-?)((?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+)$")

@@ -11,7 +11,7 @@ read together at the read; a stamp that does not fit (later than now, or older t
 `MAX_AGE_NS`: the wall clock was stepped) is replaced by the read's own time.
 
 `KernelStampedStream` is an httpcore network stream over a plain non-blocking TCP socket read
-with `recvmsg` from the event loop's reader callback; `engines/arrivals.py` uses it for plain
+with `recvmsg` from the event loop's reader callback; `stamping/arrivals.py` uses it for plain
 TCP connections on Linux and keeps its asyncio-protocol stream elsewhere (TLS, Unix sockets,
 other systems, event loops without `add_reader`).
 """
@@ -29,8 +29,8 @@ from typing import Any
 
 import httpcore
 
-from llmtop.engines.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable, wake
-from llmtop.engines.stamps import note_written
+from llmtop.stamping.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable, wake
+from llmtop.stamping.stamps import note_written
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS

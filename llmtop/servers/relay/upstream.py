@@ -12,7 +12,7 @@ and one call per request.
   llmtop measures, and a well-kept one beats our own even when slower. Measured per relayed
   request (relay CPU, scripted upstream, 21 chunks 10 ms apart, one bare ASGI app, 2-core VM):
   httpx 13.8 ms, aiohttp 8.3 ms, the hand-written asyncio + httptools client this replaced
-  6.3 ms; relay/server.py has the side-by-side numbers for the whole relay.
+  6.3 ms; servers/relay/server.py has the side-by-side numbers for the whole relay.
 * Each upstream request is started as soon as the body is validated (`Relay.start`), which
   returns once the request is on the wire when a pooled connection carried it (aiohttp's
   trace `on_request_chunk_sent` fires just before the body's write, in the same step), or
@@ -52,7 +52,7 @@ from llmtop.engines.http import (
     failure_for_transport,
 )
 from llmtop.engines.openai import API_KEY_ENV, api_base
-from llmtop.relay.request import StreamJob
+from llmtop.servers.relay.request import StreamJob
 
 CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left
 TAGS_TIMEOUT_S = 5.0  # listing the upstream's models

@@ -25,7 +25,7 @@ Routes (all JSON unless said):
     own message when it sent one (e.g. its 404 text for an unknown model), "status" its HTTP
     status when it answered with one. Tokens already relayed stay relayed.
   A body that is not a valid request is answered `400 {"error": ...}` (no stream), one over
-  the size limit `413`; a request from a foreign Host or Origin `403` (llmtop/engines/guard.py).
+  the size limit `413`; a request from a foreign Host or Origin `403` (llmtop/servers/guard.py).
 * `GET /api/models`: `{"models": [...], "default": name, "upstream": url}` from the
   upstream's `/api/tags` (502 with `{"error"}` when it does not answer).
 * `GET /api/relay`: `{"upstream": url, "version": llmtop's version}`.
@@ -37,15 +37,15 @@ Design choices, each for the ≤ 1 ms TTFT and ≤ 3 ms CPU-per-request targets 
 * One aiohttp client session (one connection pool) for the app's lifetime (lifespan), for
   every upstream call: aiohttp's C parser and flat per-chunk path cost about 5 ms less CPU
   per relayed request than httpx's (httpcore, h11, anyio), and a well-kept library beats the
-  hand-written client that was 2 ms cheaper still (relay/upstream.py). On a pooled
+  hand-written client that was 2 ms cheaper still (servers/relay/upstream.py). On a pooled
   connection the upstream request is written as soon as the body is validated, before the
   SSE response starts.
 * Upstream lines parsed with `json.loads`, events written as preformatted bytes, one ASGI
-  body message each (relay/stream.py); uvicorn does not buffer, asyncio sets TCP_NODELAY.
-* The SSE response is relay/sse.py's `SSEResponse`, not sse-starlette's
+  body message each (servers/relay/stream.py); uvicorn does not buffer, asyncio sets TCP_NODELAY.
+* The SSE response is servers/relay/sse.py's `SSEResponse`, not sse-starlette's
   EventSourceResponse (a cancel scope per frame, a task group per response) nor Starlette's
   StreamingResponse (no pings, no send timeout): a frame costs one `send`.
-* Request validation: relay/request.py. Failure wording: llmtop/engines/http.py.
+* Request validation: servers/relay/request.py. Failure wording: llmtop/engines/http.py.
 * No compression on the stream (no GZip middleware is installed), `Cache-Control:
   no-cache`, `X-Accel-Buffering: no`.
 * Keep-alive pings: kept, every 15 s, as SSE *comment* lines (`: ping`). A comment has no
@@ -89,13 +89,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from llmtop import __version__
-from llmtop.engines.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, BadRequest
-from llmtop.engines.model_files import BUNDLED_MODEL_NAME
-from llmtop.relay.request import parse_stream_request
-from llmtop.relay.sse import SSEResponse
-from llmtop.relay.stream import events
-from llmtop.relay.upstream import METADATA_ERRORS, Relay
+from llmtop.servers.embedded.model_files import BUNDLED_MODEL_NAME
+from llmtop.servers.guard import Guard, LocalOnly, parse_json, read_body
+from llmtop.servers.relay.request import parse_stream_request
+from llmtop.servers.relay.sse import SSEResponse
+from llmtop.servers.relay.stream import events
+from llmtop.servers.relay.upstream import METADATA_ERRORS, Relay
 
 try:  # Starlette imports anyio's asyncio backend on the first streamed response; pay it now.
     import anyio._backends._asyncio  # noqa: F401
@@ -205,7 +205,7 @@ def create_app(
 
     Timeouts in seconds apply to the upstream; ping_interval_s is the SSE comment-ping
     interval (0 disables it). guard: the Host, Origin and size rules
-    (`llmtop.engines.guard`; default: a loopback server's).
+    (`llmtop.servers.guard`; default: a loopback server's).
     """
     guard = guard or Guard()
     app = Starlette(routes=ROUTES, lifespan=lifespan,

@@ -6,7 +6,7 @@ gave it) are split into lines here and parsed with `json.loads`; events are writ
 preformatted bytes (no pydantic, no per-event objects), each one ASGI body message written to
 the socket as sent. Every failure becomes one `error` frame whose kind, message and remedy
 come from `llmtop.engines.http`, the same words `OllamaEngine` uses for a direct request.
-The frames' fields are listed in `llmtop.relay.server`'s docstring.
+The frames' fields are listed in `llmtop.servers.relay.server`'s docstring.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from llmtop.engines.http import (
     server_error,
 )
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
-from llmtop.relay.request import dumps
-from llmtop.relay.upstream import (
+from llmtop.servers.relay.request import dumps
+from llmtop.servers.relay.upstream import (
     CONNECT_DONE,
     CONNECT_START,
     UPSTREAM_ERRORS,

@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.engines.guard import wrong_type
 from llmtop.engines.http import BadRequest
 from llmtop.engines.openai_options import request_body
-from llmtop.engines.requests import parse_keep_alive, parse_options
+from llmtop.servers.embedded.requests import parse_keep_alive, parse_options
+from llmtop.servers.guard import wrong_type
 
 REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
 ACCEPTED_KEYS = frozenset(
@@ -55,8 +55,8 @@ def parse_stream_request(body: Any, api: str = "ollama") -> StreamJob:
     Fields that would name another host are refused as such; any other unknown field is
     refused too (a misplaced `num_predict` must not silently generate 200 tokens). Options
     and keep_alive are held to the embedded engine's types and ranges before anything is
-    forwarded (`llmtop.engines.requests`: num_thread at most this machine's cores, C integer
-    ranges, keep_alive within a Go duration).
+    forwarded (`llmtop.servers.embedded.requests`: num_thread at most this machine's cores,
+    C integer ranges, keep_alive within a Go duration).
     """
     _check_keys(body)
     model = body.get("model")

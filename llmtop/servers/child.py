@@ -28,11 +28,11 @@ import platformdirs
 import psutil
 
 from llmtop import DISTRIBUTION
-from llmtop.engines.base import EngineError
+from llmtop.engines.base import EngineError, Stoppable
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.http import Autopsy
-from llmtop.engines.llama_config import Trial, signal_text
 from llmtop.engines.ollama import version_info
+from llmtop.servers.embedded.llama_config import Trial, signal_text
 
 DEATH_WAIT_S = 1.0  # after a broken stream: how long to wait for a dying child to be reaped
 LOG_TAIL_LINES = 5  # how many of a dead child's last log lines a message quotes
@@ -348,7 +348,7 @@ class EmbeddedProcess(ChildServer):
 
 def _model_size(model_path: str | None) -> int | None:
     """The GGUF's size in bytes (the bundled model's when None), None when unknown."""
-    from llmtop.engines.model_files import ModelFileError, bundled_model_path
+    from llmtop.servers.embedded.model_files import ModelFileError, bundled_model_path
 
     try:
         return os.path.getsize(model_path or bundled_model_path())
@@ -362,12 +362,13 @@ _TRANSPORT_KINDS = (FailureKind.TRUNCATED, FailureKind.UNREACHABLE, FailureKind.
                     FailureKind.SERVER_ERROR, FailureKind.PROTOCOL)
 
 
-def autopsy(children: Iterable[ChildServer]) -> Autopsy:
+def autopsy(children: Iterable[Stoppable]) -> Autopsy:
     """The hook an engine client calls with a request's failure (engines/http.Autopsy): when
     one of `children` (the servers llmtop started for this connection, in start order) has
     died, the failure becomes `death_failure` — which child, which signal, its log's tail
-    and path, the remedy — else it is returned unchanged."""
-    chain = tuple(children)
+    and path, the remedy — else it is returned unchanged. Children that are not
+    `ChildServer`s (no log to read) are skipped."""
+    chain = tuple(c for c in children if isinstance(c, ChildServer))
 
     async def explain(failure: Failure, during: str = "") -> Failure:
         wait_s = DEATH_WAIT_S if failure.kind in _TRANSPORT_KINDS else 0.0

@@ -7,8 +7,8 @@ exits if we die without stopping it.
 
 from __future__ import annotations
 
-from llmtop.engines.child import ChildServer
 from llmtop.engines.hosts import resolve_host
+from llmtop.servers.child import ChildServer
 
 RELAY_START_TIMEOUT_S = 30.0
 
