@@ -34,6 +34,11 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--requests", "20", "--runs", "8"],
         ["--requests", "10", "--runs", "4"],
     ),
+    "cli-start": (
+        "cli_start.py",
+        ["--rounds", "9"],
+        ["--rounds", "5"],
+    ),
     "probe": (
         "probe_cost.py",
         ["-n", "40", "--interval", "0.1"],

@@ -4,13 +4,9 @@ The distribution is published as `llmtop-latency` (the name `llmtop` on the pack
 belongs to an unrelated project); the command and the import package are `llmtop`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 DISTRIBUTION = "llmtop-latency"
-
-try:
-    __version__ = version(DISTRIBUTION)
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+source"
+# The one place the version is written: pyproject.toml reads it from here (setuptools'
+# dynamic `attr`), so no start-up pays for importlib.metadata to find it.
+__version__ = "0.1.0"
 
 __all__ = ["DISTRIBUTION", "__version__"]

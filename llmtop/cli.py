@@ -3,7 +3,9 @@
 Every subcommand is declared the same way: an entry in `COMMANDS` (its help line, the function
 that adds its flags, and the module whose `main(args) -> int` runs it). The module is imported
 only when its command runs, so `llmtop run` never loads Textual and `llmtop engine` never
-loads the TUI. The engine and generation flags are shared: given before the subcommand
+loads the TUI; and `main` declares only the flags of the command being run, whose defaults
+come from light modules, so `llmtop --version` and `--help` start in a few tens of ms
+(bench/cli_start.py). The engine and generation flags are shared: given before the subcommand
 (`llmtop --model qwen run …`) or after it, they are kept (a subcommand's unset flag never
 overwrites the value given before it). Exit codes are `llmtop.exitcodes.ExitCode`.
 """
@@ -13,37 +15,40 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.metadata
 import math
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-
-import platformdirs
-import shtab
+from typing import TYPE_CHECKING, Any
 
 from llmtop import DISTRIBUTION, __version__
-from llmtop.engines.hosts import HostError, parse_address, proxy_for, resolve_address
-from llmtop.engines.openai import API_KEY_ENV
-from llmtop.exitcodes import ExitCode
-from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
-from llmtop.servers.embedded import llama_config
-from llmtop.sessions.analysis.compare import (
-    DEFAULT_METRICS,
-    DEFAULT_THRESHOLD_PCT,
-    METRICS,
-    VARY_CHOICES,
+from llmtop.engines.hosts import (
+    API_KEY_ENV,
+    HostError,
+    parse_address,
+    proxy_for,
+    resolve_address,
 )
+from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.bench import BenchConfig
-from llmtop.sessions.runners.environment import cpu_model
 from llmtop.sessions.runners.load_config import parse_levels
-from llmtop.tui.state.settings import TuiSettings
 
-BENCH = BenchConfig()
+if TYPE_CHECKING:
+    from llmtop.tui.state.settings import TuiSettings
+
+# Imported when they are needed, never at start-up (each pulls in httpx, pydantic, numpy or
+# scipy): probes.config (config files, when a command needs them), the bench and compare
+# defaults (when their flags are declared), the versions and paths of `--version -v`.
+
+
+def _bench_defaults() -> Any:
+    """The bench protocol's defaults (sessions.runners.bench.BenchConfig())."""
+    from llmtop.sessions.runners.bench import BenchConfig
+
+    return BenchConfig()
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -220,6 +225,14 @@ def version_report(verbose: bool = False) -> str:
     lines = [f"llmtop {__version__} ({DISTRIBUTION})"]
     if not verbose:
         return lines[0]
+    import importlib.metadata
+
+    import platformdirs
+
+    from llmtop.probes.config import config_path
+    from llmtop.servers.embedded import llama_config
+    from llmtop.sessions.runners.environment import cpu_model
+
     for name in REPORTED_DISTRIBUTIONS:
         try:
             found = importlib.metadata.version(name)
@@ -252,6 +265,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _bench_flags(p: argparse.ArgumentParser) -> None:
+    BENCH = _bench_defaults()
     _engine_flags(p, top=False, num_predict=False)
     b = p.add_argument_group("protocol")
     b.add_argument("--requests", type=whole_number(1, 1_000_000), default=BENCH.requests,
@@ -309,6 +323,7 @@ def _checked(parse: Callable[[str], object]) -> Callable[[str], object]:
 
 
 def _load_flags(p: argparse.ArgumentParser) -> None:
+    BENCH = _bench_defaults()
     _engine_flags(p, top=False, num_predict=False)
     s = p.add_argument_group("sweep (closed loop by --concurrency, or open loop by --rate)")
     levels = s.add_mutually_exclusive_group()
@@ -383,6 +398,13 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_flags(p: argparse.ArgumentParser) -> None:
+    from llmtop.sessions.analysis.compare import (
+        DEFAULT_METRICS,
+        DEFAULT_THRESHOLD_PCT,
+        METRICS,
+        VARY_CHOICES,
+    )
+
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="session logs: the first is the baseline A, each other is compared with it")
     p.add_argument("--metric", default=DEFAULT_METRICS, type=name_list(tuple(METRICS), "metric"),
@@ -469,8 +491,31 @@ COMMANDS: dict[str, Command] = {
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for `llmtop` and every subcommand."""
+# `--print-completion`'s shells: shtab's (tests/unit/test_cli.py checks they are the same);
+# shtab itself is imported only when a script is printed.
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
+
+
+class _PrintCompletion(argparse.Action):
+    """`--print-completion SHELL`: print shtab's completion script for the whole parser (every
+    command's flags declared) and exit 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        import shtab
+
+        print(shtab.complete(build_parser(), shell=values))
+        parser.exit(0)
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser for `llmtop` and its subcommands.
+
+    commands: the subcommands whose flags are declared; the others keep only their name and
+    help line (enough for `llmtop --help`). None: all of them (the completion script, the
+    reference pages, the tests). `main` declares just the commands named on its command
+    line, so starting one never imports what another one's flag defaults need.
+    """
     parser = argparse.ArgumentParser(
         prog="llmtop",
         description="Honest latency numbers for LLMs on your own machine. With no command: the "
@@ -480,13 +525,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the version and exit; with -v also the versions of the "
                         "libraries a bug report needs, and where llmtop keeps its files")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail (--version)")
-    shells = ", ".join(shtab.SUPPORTED_SHELLS[:-1]) + f" or {shtab.SUPPORTED_SHELLS[-1]}"
-    shtab.add_argument_to(parser, ["--print-completion"], help="print a shell completion script "
-                          f"({shells}) and exit")
+    shells = ", ".join(COMPLETION_SHELLS[:-1]) + f" or {COMPLETION_SHELLS[-1]}"
+    parser.add_argument("--print-completion", choices=COMPLETION_SHELLS, action=_PrintCompletion,
+                        metavar="SHELL",
+                        help=f"print a shell completion script ({shells}) and exit")
     _engine_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
-        command.flags(sub.add_parser(name, help=command.help, description=command.help))
+        p = sub.add_parser(name, help=command.help, description=command.help)
+        if commands is None or name in commands:
+            command.flags(p)
     return parser
 
 
@@ -511,6 +559,8 @@ def check_addresses(args: argparse.Namespace) -> str | None:
 
 def tui_settings(args: argparse.Namespace) -> TuiSettings:
     """The TUI's settings from the parsed top-level flags (and the loaded thresholds)."""
+    from llmtop.tui.state.settings import TuiSettings
+
     return TuiSettings(
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
@@ -536,8 +586,9 @@ def agent_target(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run llmtop; returns the process exit code."""
-    try:
-        args = build_parser().parse_args(argv)  # --help / --print-completion print and exit
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # --help / --print-completion print and exit
+        args = build_parser(commands=[a for a in argv if a in COMMANDS]).parse_args(argv)
     except BrokenPipeError:
         return _reader_left()
     if args.version:
@@ -561,6 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"llmtop relay: {exc}", file=sys.stderr)
                 return ExitCode.USAGE
         if command is None or command.needs_config:
+            from llmtop.probes.config import ConfigError, load_engine_pids, load_thresholds
+
             try:
                 args.thresholds = load_thresholds()  # a bad file fails before anything starts
                 args.engine_pids = tuple(args.engine_pid or ()) or load_engine_pids()

@@ -15,9 +15,9 @@ import sys
 
 from llmtop.commands.serving import leave, serve
 from llmtop.engines.base import EngineError
-from llmtop.engines.hosts import resolve_host
+from llmtop.engines.hosts import API_KEY_ENV, resolve_host
 from llmtop.engines.ollama import ollama_version
-from llmtop.engines.openai import API_KEY_ENV, api_base
+from llmtop.engines.openai import api_base
 from llmtop.engines.openai_server import openai_models
 from llmtop.exitcodes import ExitCode
 from llmtop.servers.child import EmbeddedProcess, port_problem, watch_parent

@@ -25,12 +25,13 @@ import importlib.util
 import ipaddress
 import os
 import re
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
+# The bearer token of an OpenAI-compatible server (`--api-key` sets it for every client).
+API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_PORT = {"": 11434, "http": 80, "https": 443}  # by the scheme written (none: Ollama's)
 BIND_ALL = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 _HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -192,6 +193,8 @@ def _bypassed(hostname: str, port: int | None, no_proxy: str) -> bool:
     if no_proxy.strip() == "*":
         return True
     target = f"{hostname}:{port}" if port else hostname
+    import urllib.request  # http.client and email with it: ~40 ms, only with a NO_PROXY set
+
     # urllib's own NO_PROXY matcher (public in the module, absent from its type stubs)
     bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
     return bool(bypass(target, {"no": no_proxy}))

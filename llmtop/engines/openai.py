@@ -36,7 +36,7 @@ from httpx_sse import EventSource, aconnect_sse
 
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, FailureKind, StreamEvent
-from llmtop.engines.hosts import proxy_for, resolve_host
+from llmtop.engines.hosts import API_KEY_ENV, proxy_for, resolve_host
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
@@ -57,7 +57,6 @@ from llmtop.engines.sse import end_stream
 from llmtop.stamping.arrivals import measured_transport
 from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
-API_KEY_ENV = "OPENAI_API_KEY"
 DONE = "[DONE]"
 
 

@@ -113,3 +113,51 @@ def test_print_completion_names_every_shell_and_exits_quietly_on_a_closed_pipe()
                            "| head -c 10 >/dev/null; exit ${PIPESTATUS[0]}")],
             capture_output=True, text=True, timeout=60, check=False)
         assert (p.returncode, p.stderr) == (0, ""), p.stderr
+
+
+def test_completion_shells_are_shtabs_and_the_script_has_every_commands_flags():
+    import subprocess
+    import sys
+
+    import shtab
+
+    from llmtop.cli import COMPLETION_SHELLS
+
+    assert COMPLETION_SHELLS == tuple(shtab.SUPPORTED_SHELLS)
+    script = subprocess.run([sys.executable, "-m", "llmtop", "--print-completion", "bash"],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    # flags of commands that were not named on the command line are in the script too
+    assert "--drift-threshold" in script and "--concurrency" in script and "--threshold" in script
+
+
+# What a start-up that declares only the named command's flags must not import: each of
+# these costs 50-600 ms on a 2-core machine (issue 31; bench/cli_start.py times them).
+HEAVY = ("numpy", "scipy", "httpx", "pydantic", "psutil", "textual", "aiohttp", "plotly")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"],
+                                  ["preflight", "--help"], ["sessions", "--help"]])
+def test_starting_imports_nothing_heavy(argv):
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy\n"
+            f"sys.argv = ['llmtop', *{argv!r}]\n"
+            "from llmtop.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout[-500:]
+
+
+def test_a_command_gets_its_flags_when_named_after_top_level_flags(capsys):
+    from llmtop.cli import main
+
+    # `--model` before the command, the command's own flag after it: the flag is declared
+    # (its range check speaks, not "unrecognized arguments")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "m", "bench", "--requests", "0"])  # 0 is below bench's range
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --requests" in err and "unrecognized" not in err

@@ -155,3 +155,41 @@ def test_an_unreadable_log_is_refused_with_its_reason(tmp_path, capsys):
     a, _b = _pair(tmp_path)
     assert cli.main(["compare", str(a), str(old)]) == 2
     assert "session-log format 99, written by llmtop 9.0" in capsys.readouterr().err
+
+
+def _probes(noisy_ids, quiet_ids):
+    return ([{"request_id": i, "verdict": {"quiet": False}} for i in noisy_ids]
+            + [{"request_id": i} for i in quiet_ids])
+
+
+def test_two_noisy_runs_make_no_claim_however_large_the_difference(tmp_path):
+    from llmtop.sessions.reports.compare import headline, to_json
+
+    rng = random.Random(21)
+    # B's TTFT is half of A's (B 2x faster by the numbers), but both met a NOISY machine:
+    # A in 20 of 20 samples during its requests, B in 2 of 20 (10 %: the NOISY_SHARE edge)
+    a = write_log(tmp_path / "a.jsonl", lognormal(rng, 800, 20),
+                  probes=_probes(range(20), []))
+    b = write_log(tmp_path / "b.jsonl", lognormal(rng, 400, 20),
+                  probes=_probes(range(2), range(2, 20)))
+    c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
+    assert c.distrust == ["A was NOISY in 20 of 20 probe samples",
+                          "B was NOISY in 2 of 20 probe samples"]
+    line = headline(c)
+    assert line.startswith("NOT ATTRIBUTABLE: b vs a: A was NOISY in 20 of 20 probe samples; "
+                           "B was NOISY in 2 of 20 probe samples;")
+    assert "faster" not in line
+    assert any("faster" in r.verdict for r in c.rows)  # the numbers are still shown below
+    doc = json.loads(to_json([c]))["comparisons"][0]
+    assert doc["trusted"] is False and doc["distrust"] == c.distrust
+
+
+def test_one_noisy_sample_in_twenty_still_allows_a_claim(tmp_path):
+    from llmtop.sessions.reports.compare import headline
+
+    rng = random.Random(22)
+    a = write_log(tmp_path / "a.jsonl", lognormal(rng, 800, 20), probes=_probes([], range(20)))
+    b = write_log(tmp_path / "b.jsonl", lognormal(rng, 400, 20),
+                  probes=_probes([0], range(1, 20)))  # 1 of 20 = 5 % < 10 %
+    c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
+    assert c.trusted and headline(c).startswith("b vs a: no regression; ")

@@ -44,14 +44,14 @@ import httpx
 
 from llmtop import __version__
 from llmtop.engines.events import Failure
-from llmtop.engines.hosts import resolve_host
+from llmtop.engines.hosts import API_KEY_ENV, resolve_host
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     Peer,
     failure_for_transport,
 )
-from llmtop.engines.openai import API_KEY_ENV, api_base
+from llmtop.engines.openai import api_base
 from llmtop.servers.relay.request import StreamJob
 
 CLOSE_TIMEOUT_S = 1.0  # closing the upstream connection after a client left

@@ -288,6 +288,25 @@ def _environment_warnings(a: RunLog, b: RunLog, vary: set[str], out: list[str]) 
         out.append(_differs("kinds of run", ha.kind, hb.kind))
 
 
+# A side whose measured requests met a NOISY machine in at least this share of their probe
+# samples cannot carry a claim: a tenth of the measured time is enough to move the spread,
+# and so the interval, of a 25-request run (newcomer test: two runs NOISY in 100 % of their
+# samples were headlined "B is 2.26x faster").
+NOISY_SHARE = 0.10
+
+
+def distrust(name: str, log: RunLog) -> str | None:
+    """Why a difference involving this run cannot be attributed to what was changed: it
+    drifted (CONTAMINATED), or NOISY_SHARE or more of the probe samples taken during its
+    requests were NOISY; None when neither. name: "A" or "B"."""
+    if run_analysis(log).contaminated:
+        return f"{name} drifted (CONTAMINATED)"
+    noisy, total = noisy_samples(log.probes)
+    if total and noisy / total >= NOISY_SHARE:
+        return f"{name} was NOISY in {noisy} of {total} probe samples"
+    return None
+
+
 def _run_warnings(name: str, log: RunLog) -> list[str]:
     out = []
     analysis = run_analysis(log)
@@ -318,6 +337,12 @@ class Comparison:
     checks: Checks
     rows: list[MetricComparison]
     threshold_pct: float
+    distrust: list[str] = field(default_factory=list)  # why no claim holds (see `distrust`)
+
+    @property
+    def trusted(self) -> bool:
+        """False when either run's machine or drift makes a difference unattributable."""
+        return not self.distrust
 
     @property
     def refused(self) -> bool:
@@ -350,4 +375,5 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
                 rows.append(row)
                 if on_row is not None:
                     on_row(row)
-    return Comparison(names[0], names[1], checks, rows, threshold_pct)
+    why = [w for name, log in (("A", a), ("B", b)) if (w := distrust(name, log)) is not None]
+    return Comparison(names[0], names[1], checks, rows, threshold_pct, why)

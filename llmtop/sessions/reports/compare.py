@@ -25,10 +25,15 @@ CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
 
 
 def headline(c: Comparison) -> str:
-    """One line for a whole comparison: refused, a regression, or the count of faster and
-    slower rows."""
+    """One line for a whole comparison: refused; not attributable (either run drifted or met
+    a NOISY machine: the rows are shown, no claim is made); a regression; or the count of
+    faster and slower rows."""
     if c.refused:
         return f"NOT COMPARABLE: {c.name_b} vs {c.name_a}: " + "; ".join(c.checks.problems)
+    if not c.trusted:
+        return (f"NOT ATTRIBUTABLE: {c.name_b} vs {c.name_a}: {'; '.join(c.distrust)}; the "
+                "differences below may be the machine's, not the change's (measure again on "
+                "a quiet machine: `llmtop preflight`)")
     faster = sum(1 for r in c.rows if r.significant and (r.speedup or 0) >= 1)
     slower = sum(1 for r in c.rows if r.significant and (r.speedup or 0) < 1)
     state = (f"REGRESSION (slower by over {c.threshold_pct:g} %)" if c.regression
@@ -98,6 +103,7 @@ def to_json(comparisons: Sequence[Comparison]) -> str:
             {"a": c.name_a, "b": c.name_b, "refused": c.refused, "problems": c.checks.problems,
              "warnings": c.checks.warnings, "regression": c.regression,
              "threshold_pct": c.threshold_pct, "headline": headline(c),
+             "trusted": c.trusted, "distrust": c.distrust,
              "rows": [_row_json(r) for r in c.rows]}
             for c in comparisons
         ],
