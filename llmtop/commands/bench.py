@@ -32,7 +32,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
 
 
-def _progress_printer(quiet: bool):
+def _progress_printer(quiet: bool, config: BenchConfig):
     def show(p: BenchProgress) -> None:
         if quiet:
             return
@@ -40,8 +40,9 @@ def _progress_printer(quiet: bool):
             m = p.result.metrics
             ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
+            where = config.position(p.phase, p.done - 1)  # "warm-up 1/1", "request 3/10"
             print(
-                f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · "
+                f"[{p.target} tok] {where}: {p.result.status} · TTFT {ttft} · "
                 f"decode {rate}",
                 file=sys.stderr,
                 flush=True,
@@ -58,7 +59,8 @@ async def _bench(args: argparse.Namespace) -> int:
         return conn
     try:
         try:
-            runner = BenchRunner(conn, config, args.log, on_progress=_progress_printer(args.json),
+            runner = BenchRunner(conn, config, args.log,
+                                 on_progress=_progress_printer(args.json, config),
                                  agent=getattr(args, "agent", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)

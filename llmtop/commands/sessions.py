@@ -1,4 +1,5 @@
-"""`llmtop sessions`: the saved session logs, newest first."""
+"""`llmtop sessions`: the saved session logs, newest first: aligned columns on a terminal (as
+`ollama list` prints), a markdown table when piped, a JSON array with --json."""
 
 from __future__ import annotations
 
@@ -6,19 +7,30 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.catalog import SessionEntry, catalogue, sessions_folder
 from llmtop.sessions.reports.text import md_table
 
-HEADERS = ("date", "engine", "model", "kind", "requests (ok)", "verdict", "log")
+HEADERS = ("date", "engine", "model", "kind", "requests", "verdict", "log")
 
 
-def row(e: SessionEntry) -> tuple[object, ...]:
-    """One table row; an unreadable log shows its reason in the verdict column."""
-    date = (e.started or "")[:19].replace("T", " ") or "n/a"
-    verdict = e.verdict if e.problem is None else f"unreadable: {e.problem}"
-    return (date, e.engine, e.model, e.kind, f"{e.requests} ({e.ok})", verdict, e.path)
+def row(e: SessionEntry, folder: Path | None = None) -> tuple[str, ...]:
+    """One table row; an unreadable log shows its reason in the verdict column, a single
+    request "—" (nothing to judge). folder: paths inside it are shown by file name."""
+    path = Path(e.path)
+    shown = path.name if folder is not None and path.parent == folder else e.path
+    return (*e.cells(), shown)
+
+
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """The rows under upper-case headers, each column as wide as its widest cell, three
+    spaces apart; the last column is not padded."""
+    table = [tuple(h.upper() for h in HEADERS), *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADERS) - 1)]
+    return ["   ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+            for r in table]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -37,5 +49,11 @@ def main(args: argparse.Namespace) -> int:
         where = ", ".join(args.paths) or str(sessions_folder())
         print(f"no session logs in {where}")
         return ExitCode.OK
-    print("\n".join(md_table(HEADERS, [row(e) for e in entries])))
+    if sys.stdout.isatty():
+        folder = sessions_folder() if not args.paths else None
+        print("\n".join(columns([row(e, folder) for e in entries])))
+        if folder is not None:
+            print(f"\n(logs in {folder})")
+    else:
+        print("\n".join(md_table(HEADERS, [row(e) for e in entries])))
     return ExitCode.OK

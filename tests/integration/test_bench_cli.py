@@ -64,6 +64,10 @@ def test_small_bench_on_the_real_model(engine_url, tmp_path):
         for r in bench
     )
     assert loaded.probes, "probe samples are logged during the run"
+    # progress counts within each phase, as asked: warm-up 1/1, then request 1/8 … 8/8
+    done = [line.split("]", 1)[1].split(":", 1)[0].strip() for line in p.stderr.splitlines()
+            if line.startswith("[64 tok]")]
+    assert done == ["warm-up 1/1"] + [f"request {k}/8" for k in range(1, 9)], p.stderr
     # the result row: every cell filled
     row = next(line for line in md.splitlines() if line.startswith("| 64 tok"))
     cells = [c.strip() for c in row.strip("|").split("|")]

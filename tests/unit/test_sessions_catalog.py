@@ -26,6 +26,7 @@ def test_entries_with_their_verdict_newest_first(tmp_path):
     assert (first.path, first.kind, first.engine, first.model) == (
         str(ok), "bench", "embedded", "gemma3:270m")
     assert (first.requests, first.ok, first.verdict) == (13, 12, "clean")  # 1 warm-up + 12
+    assert first.requests_text == "13: 12 ok, 1 warm-up"
     assert second.path == str(old) and second.verdict == "unreadable"
     assert "session-log format 99, written by llmtop 9.0" in second.problem
 
@@ -38,10 +39,68 @@ def test_the_command_prints_a_table_or_json(tmp_path, capsys):
     ok, _old = _logs(tmp_path)
     assert cli.main(["sessions", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("| date | engine | model | kind | requests (ok) | verdict | log |")
-    assert "| embedded | gemma3:270m | bench | 13 (12) | clean |" in lines[2]
+    assert lines[0].startswith("| date | engine | model | kind | requests | verdict | log |")
+    assert "| embedded | gemma3:270m | bench | 13: 12 ok, 1 warm-up | clean |" in lines[2]
     assert "unreadable: " in lines[3]
     assert cli.main(["sessions", "--json", str(ok)]) == 0
     (item,) = json.loads(capsys.readouterr().out)
     assert item["verdict"] == "clean"
     assert cli.main(["sessions", str(tmp_path / "nowhere")]) == 2
+
+
+def test_an_interactive_session_is_numbered_as_the_tui_numbered_it(tmp_path):
+    """The TUI shows its requests as #1, #2, #3 (their ids); the report and CSV must say the
+    same numbers (newcomer row 6: they said #2-#4)."""
+    import csv
+    import io
+    import json
+
+    from llmtop.sessions.records.log import SessionLog, read_log
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import build
+    from tests.unit.compare_logs import HEADER
+    from tests.unit.test_analysis_report import record_json
+
+    path = tmp_path / "tui.jsonl"
+    log = SessionLog(path, {**HEADER, "kind": "session"})
+    for i in range(3):
+        rec = record_json(i)
+        for bench_only in ("index", "phase", "prompt_tokens_target", "prompt_words"):
+            rec.pop(bench_only)
+        log.write_raw(rec)  # ids 1, 2, 3, as the TUI's recorder gives them
+    log.close()
+    report = build(read_log(path))
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    assert [r["index"] for r in rows] == ["1", "2", "3"]
+    doc = json.loads(render(report, "json"))
+    assert [r["index"] for s in doc["sizes"] for r in s["requests"]] == [1, 2, 3]
+
+
+def test_listed_by_start_time_not_file_time_and_one_request_is_not_judged(tmp_path):
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    write_log(tmp_path / "early.jsonl", [400.0] * 3, started_at="2026-11-30T18:07:00+00:00")
+    late = write_log(tmp_path / "late.jsonl", [400.0] * 3, started_at="2026-11-30T18:15:00+00:00")
+    os.utime(late, (10, 10))  # the later run's file is older (copied, touched): start decides
+    single = SessionLog(tmp_path / "run.jsonl", {**HEADER, "kind": "session",
+                                                  "started_at": "2026-11-30T17:00:00+00:00"})
+    single.write_raw({k: v for k, v in request(0, 500.0, 20.0).items()
+                      if k not in ("index", "phase", "prompt_tokens_target", "prompt_words")})
+    single.close()
+    listed = catalogue([tmp_path])
+    assert [os.path.basename(e.path) for e in listed] == ["late.jsonl", "early.jsonl", "run.jsonl"]
+    assert listed[2].verdict is None and listed[2].requests == 1
+
+
+def test_columns_line_up_under_their_headers():
+    from llmtop.commands.sessions import columns
+
+    lines = columns([("2026-11-30 18:15:00", "ollama", "qwen3:8b", "bench", "26: 25 ok, 1 warm-up",
+                      "clean", "a.jsonl"),
+                     ("2026-11-30 18:07:00", "embedded", "gemma3:270m", "session", "1: 1 ok", "—",
+                      "b.jsonl")])
+    assert lines[0].startswith("DATE                  ENGINE     MODEL         KIND      ")
+    starts = [lines[0].index(h) for h in ("ENGINE", "MODEL", "KIND", "REQUESTS", "VERDICT", "LOG")]
+    for line in lines[1:]:  # every cell starts under its header
+        assert all(line[s - 1] == " " and line[s] != " " for s in starts), line

@@ -8,8 +8,10 @@ reason instead of being skipped, so a user sees why an old log does not open.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,11 @@ def sessions_folder() -> Path:
 @dataclass(frozen=True, slots=True)
 class SessionEntry:
     """One saved log. started: the header's wall-clock start (ISO); kind: "session", "bench",
-    "load"; requests: request records; ok: those in the statistics; verdict: the analysis
-    verdict ("clean", "contaminated", "inconclusive"), or "unreadable" with `problem`."""
+    "load"; requests: request records; ok: those in the statistics; statuses: every request
+    counted by the word the report uses for it ("ok", "warm-up", "model load", "cold-start",
+    "error", ...); verdict: the analysis verdict ("clean", "contaminated", "inconclusive"),
+    None when the log holds a single request (nothing to judge), or "unreadable" with
+    `problem`."""
 
     path: str
     started: str | None = None
@@ -37,8 +42,26 @@ class SessionEntry:
     kind: str | None = None
     requests: int = 0
     ok: int = 0
-    verdict: str = "unreadable"
+    verdict: str | None = "unreadable"
     problem: str | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def cells(self) -> tuple[str, str, str, str, str, str]:
+        """The list's cells, the same in `llmtop sessions` and the TUI's Ctrl+O: date,
+        engine, model, kind, requests by status, verdict ("—" for a single request, the
+        reason for an unreadable log)."""
+        date = (self.started or "")[:19].replace("T", " ") or "n/a"
+        verdict = (self.verdict or "—") if self.problem is None else f"unreadable: {self.problem}"
+        return (date, self.engine or "n/a", self.model or "n/a", self.kind or "n/a",
+                self.requests_text, verdict)
+
+    @property
+    def requests_text(self) -> str:
+        """"10: 9 ok, 1 cold-start" (the statuses, ok first), or "0"."""
+        if not self.statuses:
+            return str(self.requests)
+        order = sorted(self.statuses.items(), key=lambda kv: (kv[0] != "ok", -kv[1], kv[0]))
+        return f"{self.requests}: " + ", ".join(f"{n} {word}" for word, n in order)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -53,13 +76,18 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
         return SessionEntry(str(path), problem=str(exc))
     h = log.header
     analysis = run_analysis(log)
+    words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
+    for size in analysis.sizes:
+        words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
+    verdict = analysis.verdict if len(log.requests) > 1 else None
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
-                        analysis.ok_count, analysis.verdict)
+                        analysis.ok_count, verdict, statuses=dict(words))
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
     """The .jsonl files named, or found in the folders named (default: `sessions_folder`),
-    newest first by modification time. A missing default folder gives []."""
+    newest first by modification time (`catalogue` then orders by start). A missing default
+    folder gives []."""
     found: list[Path] = []
     for p in [Path(x) for x in paths] or [sessions_folder()]:
         if p.is_dir():
@@ -70,5 +98,17 @@ def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
 
 
 def catalogue(paths: Iterable[str | os.PathLike[str]] = ()) -> list[SessionEntry]:
-    """One SessionEntry per log file (see `log_files`), newest first."""
-    return [entry(f) for f in log_files(paths)]
+    """One SessionEntry per log file (see `log_files`), newest start first (the date the
+    list shows; a log still being written ends later than it started). Logs without a
+    readable start follow, newest file first."""
+    entries = [entry(f) for f in log_files(paths)]
+    return sorted(entries, key=lambda e: (_start(e) is None, -(_start(e) or 0.0)))
+
+
+def _start(e: SessionEntry) -> float | None:
+    """The entry's start as a POSIX time (a start without a zone is read as UTC), else None."""
+    try:
+        when = datetime.fromisoformat(e.started or "")
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

@@ -319,8 +319,10 @@ class RequestRecord(Record):
 
     @property
     def position(self) -> int:
-        """Its index within its prompt size, else (interactive) its id."""
-        return self.id if self.index is None else self.index
+        """Its 0-based position: the index within its prompt size (bench), else (an
+        interactive session or `run`, which number requests by id from 1) its id − 1, so a
+        report's "#n" (position + 1) is the number the TUI showed."""
+        return self.id - 1 if self.index is None else self.index
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,13 @@ class BenchConfig(Workload):
         data["prompt_tokens"] = list(self.prompt_tokens)
         return data
 
+    def position(self, phase: str, i: int) -> str:
+        """Where request `i` (0-based within a prompt size, warm-ups first) stands, counted
+        within its phase as the user asked for them: "warm-up 1/1", "request 7/25"."""
+        if phase == "warmup":
+            return f"warm-up {i + 1}/{self.warmup}"
+        return f"request {i + 1 - self.warmup}/{self.requests}"
+
 
 @dataclass(frozen=True)
 class BenchProgress:
@@ -300,7 +307,8 @@ class BenchRunner:
             await self._canary(self.recorder.requests + 1)
         label = f" {extra['path']}" if extra else ""
         self.on_progress(
-            BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
+            BenchProgress(phase, target, i, total,
+                          message=f"{self.config.position(phase, i)}{label}")
         )
         before = self.machine.read()
         result, record = await self.recorder.measure(

@@ -26,16 +26,13 @@ from llmtop.sessions.reports.run import build
 from llmtop.tui.screens.plots import PlotsScreen
 from llmtop.tui.screens.report import ReportScreen
 
-COLUMNS = ("date", "engine", "model", "kind", "requests (ok)", "verdict")
+COLUMNS = ("date", "engine", "model", "kind", "requests", "verdict")
 HINT = "Enter/r report · p plots · c compare (first c: baseline A; then c on B) · Esc back"
 
 
 def cells(e: SessionEntry) -> tuple[str, ...]:
-    """One row of the table (an unreadable log shows why in the verdict column)."""
-    date = (e.started or "")[:19].replace("T", " ") or "n/a"
-    verdict = e.verdict if e.problem is None else f"unreadable: {e.problem}"
-    return (date, e.engine or "n/a", e.model or "n/a", e.kind or "n/a",
-            f"{e.requests} ({e.ok})", verdict)
+    """One row of the table (SessionEntry.cells: the same as `llmtop sessions`)."""
+    return e.cells()
 
 
 class SessionsScreen(Screen[None]):

@@ -53,9 +53,7 @@ class BenchRow:
 def request_label(config: BenchConfig, phase: str, i: int, target: int | None) -> str:
     """e.g. "warm-up 1/1 · 200 tok" or "request 7/25 · 200 tok" (i: 0-based within a size)."""
     size = f" · {target} tok" if target is not None else ""
-    if phase == WARMUP:
-        return f"warm-up {i + 1}/{config.warmup}{size}"
-    return f"request {i + 1 - config.warmup}/{config.requests}{size}"
+    return f"{config.position(phase, i)}{size}"
 
 
 @dataclass
