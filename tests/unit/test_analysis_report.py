@@ -250,3 +250,14 @@ def test_a_failure_reason_with_a_pipe_stays_in_its_row(tmp_path):
     log.close()
     md = render(build(read_log(path)), "md")
     assert "| 200 | 4 | error | engine exited \\| llama: bad magic |" in md
+
+
+def test_a_cancelled_request_is_cancelled_in_the_report_not_an_error():
+    from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
+
+    rec = record_json(3)
+    rec.update(status="cancelled", error="request cancelled")
+    assert first_pass_status(RequestRecord.from_json(rec), 200) == (
+        BenchStatus.CANCELLED, "cancelled by the user")
+    rec.update(status="error", error="boom")
+    assert first_pass_status(RequestRecord.from_json(rec), 200) == (BenchStatus.ERROR, "boom")

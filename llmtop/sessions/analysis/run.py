@@ -95,6 +95,7 @@ class BenchStatus(StrEnum):
     NO_GENERATION = "no-generation"
     DEGENERATE = "degenerate"  # < 2 output tokens or non-positive durations
     COLD_START = "cold-start"  # the model was (re)loaded inside a measured request
+    CANCELLED = "cancelled"  # the user stopped it (Esc, a new prompt): not the engine's error
 
     @classmethod
     def _missing_(cls, value: object) -> BenchStatus | None:
@@ -106,7 +107,9 @@ def first_pass_status(
 ) -> tuple[BenchStatus, str]:
     """Status of one request judged on its own (the cached and cold-start checks need the
     whole run: see `analyze`). Returns (status, reason; "" for ok)."""
-    if record.status in (Status.ERROR, Status.TRUNCATED, Status.CANCELLED):
+    if record.status == Status.CANCELLED:
+        return BenchStatus.CANCELLED, "cancelled by the user"
+    if record.status in (Status.ERROR, Status.TRUNCATED):
         return BenchStatus.ERROR, record.error or f"request {record.status}"
     if record.status == Status.NO_GENERATION:
         return BenchStatus.NO_GENERATION, (
