@@ -195,7 +195,55 @@ def identify(proc: ProcLike, name: str | None) -> Identity:
     if from_memory and cmdline:
         # Run from an anonymous memory file: "memfd:sealed-91" says nothing; its argv[0] does.
         name = os.path.basename(cmdline[0]) or name
+    program = interpreted_program(name, cmdline)
+    if program is not None:
+        return Identity(program, Category.OTHER)
     return Identity(_group_name(name), Category.OTHER)
+
+
+# An interpreter's options that take the next argument as their value (so it is not the
+# program): python -W/-X/-Q, node -r/--require/--import/-e is code, java's class path and -D.
+_OPTION_WITH_VALUE = {
+    "python": {"-W", "-X", "-Q", "--check-hash-based-pycs"},
+    "node": {"-r", "--require", "--import", "--loader", "--experimental-loader", "--conditions",
+             "--title", "--env-file", "--max-old-space-size"},
+    "java": {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--add-modules",
+             "--add-opens", "--add-exports"},
+}
+
+
+def interpreted_program(name: str | None, cmdline: list[str] | None) -> str | None:
+    """What an uncatalogued interpreter runs, as a group name a person recognises (htop's
+    command-line view, shortened): "python3 -m llmtop", "python3 train.py", "python3 -c …",
+    "node server.js", "java app.jar", "java org.example.Main"; None for a process that is
+    not python, node or java, or whose command line is unreadable or names no program (an
+    interactive interpreter keeps its plain name). Only a module name or a file's base name
+    is shown, never a `-c` one-liner's code or any other argument (they may hold secrets)."""
+    if not name or not cmdline:
+        return None
+    low = name.lower()
+    family = "python" if low.startswith("python") else low if low in ("node", "java") else None
+    if family is None:
+        return None
+    takes_value = _OPTION_WITH_VALUE[family]
+    args = iter(cmdline[1:])
+    for arg in args:
+        if family == "python" and arg in ("-m", "-c"):
+            following = next(args, "")
+            return f"{name} -m {following}" if arg == "-m" and following else f"{name} -c …"
+        if family == "node" and arg in ("-e", "--eval", "-p", "--print"):
+            return f"{name} -e …"
+        if family == "java" and arg == "-jar":
+            jar = next(args, "")
+            return f"{name} {os.path.basename(jar)}" if jar else None
+        if arg in takes_value:
+            next(args, None)
+            continue
+        if arg.startswith("-"):
+            continue
+        shown = arg if family == "java" else os.path.basename(arg)
+        return f"{name} {shown}" if shown else None
+    return None
 
 
 KERNEL_APP = "kernel threads"

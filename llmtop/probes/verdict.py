@@ -172,6 +172,27 @@ def background_cpu_percent(system: SystemSample, processes: ProcessSample) -> fl
     return max(0.0, system.cpu_percent - (machine_percent(ours, cpus) or 0.0))
 
 
+# The share of the background CPU that no process accounts for, above which the finding says
+# so (and its size): processes that lived between two samples, other users' processes on a
+# system that hides them, a container's neighbours. Below it, the two readings' different
+# windows explain the gap (newcomer row 8: 44 % said, the listed apps added up to 6 % of a core).
+UNATTRIBUTED_SHARE = 1 / 3
+UNATTRIBUTED_MIN_PERCENT = 10.0  # % of the machine
+
+
+def unattributed_cpu_percent(system: SystemSample, processes: ProcessSample) -> float | None:
+    """The background CPU (`background_cpu_percent`) that no process read in the sample
+    accounts for, % of the machine, floored at 0; None while warming up."""
+    background = background_cpu_percent(system, processes)
+    if background is None:
+        return None
+    cpus = system.logical_cpus or processes.logical_cpus
+    listed = sum(a.cpu_percent_machine if a.cpu_percent_machine is not None
+                 else machine_percent(a.cpu_percent, cpus) or 0.0
+                 for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE))
+    return max(0.0, background - listed)
+
+
 def _background_cpu(system: SystemSample, processes: ProcessSample, t: Thresholds) -> list[Finding]:
     value = background_cpu_percent(system, processes)
     if value is None or value <= t.background_cpu_warn:
@@ -179,6 +200,10 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     fail = value > t.background_cpu_fail
     maybe = ", ".join(a.app for a in _unidentified_engines(processes) if a.cpu_percent)
     note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""
+    hidden = unattributed_cpu_percent(system, processes) or 0.0
+    if hidden >= UNATTRIBUTED_MIN_PERCENT and hidden >= UNATTRIBUTED_SHARE * value:
+        note += (f"; {hidden:.0f} % of it is in no process llmtop could read (short-lived "
+                 "processes, or other users' processes hidden from it)")
     return [
         Finding(
             "background-cpu",

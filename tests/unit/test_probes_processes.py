@@ -126,6 +126,33 @@ def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
     assert identify(kworker, None) == Identity("(unknown)", Category.OTHER)
 
 
+@pytest.mark.parametrize(("name", "cmdline", "app"), [
+    # another llmtop's engine child was plain "python" (newcomer row 8)
+    ("python3", ["/usr/bin/python3", "-u", "-m", "llmtop", "engine", "--port", "9"],
+     "python3 -m llmtop"),
+    # a one-liner hog: named as such, its code never shown
+    ("python3", ["python3", "-c", "while 1: pass"], "python3 -c …"),
+    ("python3.11", ["/venv/bin/python3.11", "-X", "importtime", "/home/u/train.py", "--lr", "3"],
+     "python3.11 train.py"),
+    ("node", ["node", "--max-old-space-size", "4096", "--inspect", "/srv/app/server.js"],
+     "node server.js"),
+    ("node", ["node", "-e", "for(;;){}"], "node -e …"),
+    ("java", ["java", "-Xmx1g", "-jar", "/opt/tools/app.jar", "serve"], "java app.jar"),
+    ("java", ["java", "-cp", "a.jar:b.jar", "-Dx=1", "org.example.Main"], "java org.example.Main"),
+    ("python3", ["python3"], "python3"),  # an interactive interpreter: its plain name
+    ("python3", psutil.AccessDenied(5), "python3"),  # unreadable: its plain name
+])
+def test_an_interpreter_is_named_by_the_program_it_runs(name, cmdline, app) -> None:
+    proc = FakeProc(5, exe="/usr/bin/" + name, cmdline=cmdline)
+    assert identify(proc, name) == Identity(app, Category.OTHER)
+
+
+def test_interpreters_running_different_programs_are_different_apps() -> None:
+    hog = FakeProc(6, exe="/usr/bin/python3", cmdline=["python3", "-c", "while 1: pass"])
+    tool = FakeProc(7, exe="/usr/bin/python3", cmdline=["python3", "/usr/bin/unattended-upgrade"])
+    assert identify(hog, "python3").app != identify(tool, "python3").app
+
+
 # --- group: pure grouping with exact numbers
 
 

@@ -113,13 +113,26 @@ def test_background_cpu_levels_exact() -> None:
         55.0,
         50.0,
         "% CPU (machine)",
-        "other programs are using 55 % of the machine's CPU",
+        # no process in the sample accounts for any of it: said, with its size
+        "other programs are using 55 % of the machine's CPU; 55 % of it is in no process "
+        "llmtop could read (short-lived processes, or other users' processes hidden from it)",
         "close the busy applications listed below before measuring",
     )
     # 32 − 8 / 4 = 30 % → WARN (> 25)
     warn = evaluate(sys_(cpu_percent=32.0), procs(self_cpu=8.0))
     assert codes(warn) == [("background-cpu", Level.WARN)]
     assert warn.findings[0].value == 30.0 and warn.findings[0].threshold == 25.0
+
+
+def test_background_cpu_a_listed_app_explains_needs_no_note() -> None:
+    # 60 % machine on 4 CPUs; a hog at 200 % of a core = 50 % of the machine; self 0, engine
+    # 20 → background 55; unattributed 55 − 50 = 5 (< 10): no note
+    explained = evaluate(sys_(cpu_percent=60.0), procs(app("hog", 200.0), self_cpu=0.0,
+                                                       engine=20.0))
+    assert explained.findings[0].message.endswith("using 55 % of the machine's CPU")
+    # the hog at 80 % of a core = 20 % of the machine: 35 unattributed, >= 55 / 3 → said
+    hidden = evaluate(sys_(cpu_percent=60.0), procs(app("hog", 80.0), self_cpu=0.0, engine=20.0))
+    assert "; 35 % of it is in no process llmtop could read" in hidden.findings[0].message
 
 
 def test_warming_up_skips_cpu_rules_but_not_memory() -> None:
