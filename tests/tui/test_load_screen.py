@@ -47,7 +47,7 @@ async def test_a_sweep_from_the_form(tmp_path, monkeypatch):
                 console = Console(width=140, record=True)
                 console.print(levels_table(screen.live.levels))  # what #load-table shows
                 table = console.export_text()
-                assert "1 users" in table and "2 users" in table and "4/0" in table
+                assert "1 user " in table and "2 users" in table and "4/0" in table
         finally:
             await conn.close()
 

@@ -175,7 +175,7 @@ def test_renderings_carry_the_table_and_the_knee():
     )
     md = render_load(a, "md")
     assert "**Knee:** this engine serves 1 concurrent user within TTFT ≤ 100 ms." in md
-    assert "| 1 users | 4/0 | 50.0 / n/a / n/a |" in md
+    assert "| 1 user | 4/0 | 50.0 / n/a / n/a |" in md
     csv_text = render_load(a, "csv")
     assert csv_text.splitlines()[1].startswith("0,concurrency,1.0,4,4,0,0.6,")
     assert '"sentence": "this engine serves 1 concurrent user within TTFT' in render_load(a, "json")

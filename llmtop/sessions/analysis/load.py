@@ -118,8 +118,10 @@ class LevelResult:
 
     @property
     def label(self) -> str:
-        """ "4 users" or "2 req/s"."""
-        return f"{self.value:g} users" if self.mode == "concurrency" else f"{self.value:g} req/s"
+        """ "1 user", "4 users" or "2 req/s"."""
+        if self.mode != "concurrency":
+            return f"{self.value:g} req/s"
+        return f"{self.value:g} {'user' if self.value == 1 else 'users'}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

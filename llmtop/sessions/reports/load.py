@@ -89,7 +89,7 @@ def markdown(a: LoadAnalysis) -> str:
         "(latencies from the scheduled send)"
     )
     per_level = (
-        f"{cfg['requests']} requests"
+        f"{cfg['requests']} {'request' if cfg['requests'] == 1 else 'requests'}"
         if cfg.get("requests") is not None
         else f"{cfg.get('duration_s')} s"
     )

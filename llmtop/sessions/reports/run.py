@@ -181,7 +181,7 @@ def markdown(report: Report) -> str:
         f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
         f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
         f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
-        f"{a.ok_count} requests in the statistics."
+        f"{a.ok_count} {'request' if a.ok_count == 1 else 'requests'} in the statistics."
     )
     noisy, total = report.noisy
     if noisy:

@@ -50,8 +50,10 @@ class LoadConfig(Workload):
             raise ValueError("concurrency levels must be whole numbers")
 
     def level_label(self, value: float) -> str:
-        """ "4 users" or "2 req/s"."""
-        return f"{value:g} users" if self.mode == "concurrency" else f"{value:g} req/s"
+        """ "1 user", "4 users" or "2 req/s"."""
+        if self.mode != "concurrency":
+            return f"{value:g} req/s"
+        return f"{value:g} {'user' if value == 1 else 'users'}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the log header's "load" field)."""
