@@ -28,6 +28,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.machine import canary_medians
@@ -47,6 +48,7 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.energy import EnergyMeter, request_stamps
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -129,8 +131,14 @@ class BenchRunner:
         on_event: Callable[[StreamEvent], None] | None = None,
         extra_header: dict[str, Any] | None = None,
         agent: AgentTarget | None = None,
+        energy: EnergyMeter | None = None,
     ) -> None:
         self.conn = conn
+        # this machine's energy sources (none read when the probes watch another machine)
+        self.energy = energy or EnergyMeter(
+            remote_host=None if agent is None and is_local_host(conn.upstream.host)
+            else conn.upstream.host)
+        self._measured: list[RequestResult] = []
         self.agent = agent  # --probes: probe samples from the engine's machine
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
@@ -159,9 +167,11 @@ class BenchRunner:
         # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
                                lambda: self.conn.engine_pids, load_thresholds(),
-                               on_state=self.recorder.record_probe_state)
+                               on_state=self.recorder.record_probe_state,
+                               energy=self.energy.reader)
         sampler.start()
         try:
+            self.recorder.log.write(self.energy.sources_record())
             self.on_progress(
                 BenchProgress("environment", message="reading the engine's environment")
             )
@@ -173,8 +183,12 @@ class BenchRunner:
                         message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
                     )
                 )
+                idle_from = self.energy.sample()
                 preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
+                idle_to = self.energy.sample("end")
                 self.recorder.log.write(preflight)
+                for record in self.energy.measure_idle(idle_from, idle_to):
+                    self.recorder.log.write(record)
                 verdict = f"preflight {preflight.verdict}" + "".join(
                     f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
                 )
@@ -218,6 +232,7 @@ class BenchRunner:
                     self.recorder.log.write(
                         InterruptedRecord(datetime.now().astimezone().isoformat())
                     )
+            self._write_run_energy()
             self.recorder.log.write(await environment_record(self.conn, "end"))
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
@@ -235,6 +250,18 @@ class BenchRunner:
         )
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    def _write_run_energy(self) -> None:
+        """The "run" energy records: first measured send → last measured chunk, all-in
+        J per output token over the measured requests (the figure to use where per-request
+        windows are too coarse). The canary runs between measured requests fall inside
+        this window, so it is an upper bound of the requests' own energy."""
+        spans = [s for s in map(request_stamps, self._measured) if s is not None]
+        if not spans:
+            return
+        for record in self.energy.span("run", min(s[0] for s in spans),
+                                       max(s[2] for s in spans), self._measured):
+            self.recorder.log.write(record)
 
     def _remember_canary(self, log: RunLog) -> None:
         """Keep this run's canary medians for `llmtop preflight` (only when the run may use
@@ -303,9 +330,15 @@ class BenchRunner:
             BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
         )
         before = self.machine.read()
+        on_start, on_event = self.energy.hooks(self.on_event)
         result, record = await self.recorder.measure(
-            prompt, self.on_event, engine=engine,
+            prompt, on_event, engine=engine, on_start=on_start,
             late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
             phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
         )
+        self.energy.sample("end")
+        for energy in self.energy.request(result):
+            self.recorder.log.write(energy)
+        if phase == "measure" and result.status == "ok":
+            self._measured.append(result)
         self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

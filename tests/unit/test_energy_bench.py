@@ -1,0 +1,148 @@
+"""Energy through a whole bench (issue 26's done-when): the slotted scripted engine
+(llmtop/testing/slotted.py) and a fake RAPL powercap tree whose counter is computed from the
+perf clock at each read: 15 W × the time since the tree was made, so the joules in any window
+[a, b] are exactly 15 × (b − a) s, whatever the machine's speed. The expected figures are
+therefore computed from the request records' own stamps, by hand, beside each assertion.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmtop.connect import connect
+from llmtop.probes.energy import discover_sources
+from llmtop.probes.energy.rapl import read_text
+from llmtop.sessions.records.schema import EnergyRecord, RunLog
+from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.energy import EnergyMeter
+from llmtop.testing.slotted import MODEL, TEMPLATE_TOKENS, Service, SlottedUpstream
+
+WATTS = 15
+MAX_RANGE = 262143328850  # a real package's max_energy_range_uj
+# prefill 200 ms: long enough that the few ms between the edge samples and the send / first
+# token stamps on a loaded runner stay under the coarse rule's 10 % (probes/energy/window.py)
+SERVICE = Service(slots=1, prefill_s=0.2, tokens=9, gap_s=0.02)
+
+
+class NoGpu:
+    """pynvml's surface with no GPU: the NVML family is absent."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 0
+
+
+def fifteen_watt_tree(root: Path) -> Any:
+    """A powercap tree with one package zone; its energy_uj read as 15 W × elapsed: µJ =
+    W × ns / 1000. Returns the file reader the sources use."""
+    zone = root / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text(f"{MAX_RANGE}\n")
+    (zone / "energy_uj").write_text("0\n")
+    t0 = time.perf_counter_ns()
+
+    def read(path: Path) -> str:
+        if path.name == "energy_uj":
+            return str(WATTS * (time.perf_counter_ns() - t0) // 1000)
+        return read_text(path)
+
+    return read
+
+
+def meter(tmp_path: Path) -> EnergyMeter:
+    read = fifteen_watt_tree(tmp_path / "powercap")
+    found = discover_sources(
+        tmp_path / "powercap", tmp_path / "ps", nvml_lib=NoGpu(), platform="linux", read=read
+    )
+    return EnergyMeter(found)
+
+
+@pytest.fixture(scope="module")
+def bench_log(tmp_path_factory: pytest.TempPathFactory) -> RunLog:
+    import asyncio
+
+    tmp = tmp_path_factory.mktemp("energy")
+
+    async def run() -> RunLog:
+        with SlottedUpstream(SERVICE) as up:
+            conn = await connect("ollama", up.url, MODEL)
+            try:
+                cfg = BenchConfig(
+                    requests=4,
+                    warmup=1,
+                    prompt_tokens=(40,),
+                    max_tokens=9,
+                    num_ctx=2048,
+                    use_cache=False,
+                    preflight_s=0.3,
+                )
+                runner = BenchRunner(conn, cfg, str(tmp / "bench.jsonl"), energy=meter(tmp))
+                return (await runner.run()).log
+            finally:
+                await conn.close()
+
+    return asyncio.run(run())
+
+
+def energy(log: RunLog, scope: str) -> list[EnergyRecord]:
+    return [e for e in log.energy if e.scope == scope]
+
+
+def test_the_sources_line_names_the_fake_package(bench_log: RunLog) -> None:
+    (sources,) = energy(bench_log, "sources")
+    assert sources.readable and sources.line == "energy: rapl:package-0 (CPU package 0)"
+
+
+def test_fifteen_watts_is_fifteen_joules_per_second(bench_log: RunLog) -> None:
+    (idle,) = energy(bench_log, "idle")  # preflight's window, 0.3 s of it at least
+    assert idle.source == "rapl:cpu" and (idle.duration_s or 0) >= 0.3
+    assert idle.mean_power_w == pytest.approx(WATTS, rel=0.01)
+    (run,) = energy(bench_log, "run")
+    assert run.mean_power_w == pytest.approx(WATTS, rel=0.01)
+    assert run.energy_j == pytest.approx(WATTS * (run.duration_s or 0), rel=0.01)
+    for r in energy(bench_log, "request"):
+        assert r.mean_power_w == pytest.approx(WATTS, rel=0.01)
+
+
+def test_j_per_token_is_the_hand_computation_from_the_stamps(bench_log: RunLog) -> None:
+    by_id = {r.id: r for r in bench_log.requests}
+    measured = [e for e in energy(bench_log, "request") if by_id[e.request_id or 0].measured]
+    assert len(measured) == 4
+    for e in measured:
+        req = by_id[e.request_id or 0]
+        offsets = [c[0] for c in req.chunks]
+        ttft_s, e2e_s = offsets[0] / 1e9, offsets[-1] / 1e9
+        # The slotted server: 40 calibrated prompt tokens (words + TEMPLATE_TOKENS), 9 output
+        # tokens, the first after 200 ms of "prefill", then 8 more 20 ms apart; the client's
+        # stamps say when each arrived. With E = 15 W × t:
+        #   prefill J = 15 × TTFT s               (≈ 15 × 0.200 = 3.0 J)
+        #   decode  J = 15 × (E2E − TTFT) s       (≈ 15 × 0.160 = 2.4 J)
+        #   J/output token = decode J / 9          (≈ 0.267 J)
+        #   J/prompt token = prefill J / 40        (≈ 0.075 J)
+        assert (e.prompt_tokens, e.output_tokens) == (req.stats.prompt_eval_count, 9)
+        assert e.prompt_tokens is not None and e.prompt_tokens >= TEMPLATE_TOKENS
+        assert e.prefill_j == pytest.approx(WATTS * ttft_s, rel=0.01)
+        assert e.decode_j == pytest.approx(WATTS * (e2e_s - ttft_s), rel=0.01)
+        assert e.output_j_per_token == pytest.approx(WATTS * (e2e_s - ttft_s) / 9, rel=0.01)
+        assert e.prompt_j_per_token == pytest.approx(WATTS * ttft_s / e.prompt_tokens, rel=0.01)
+        assert e.energy_j == pytest.approx(WATTS * e2e_s, rel=0.01)
+        # idle is 15 W too, so nothing is above it: |above idle| under 1 % of the total
+        assert abs(e.energy_above_idle_j or 0) < 0.01 * (e.energy_j or 0)
+        assert not e.coarse, e.reason
+
+
+def test_the_run_figure_is_all_in_energy_over_every_output_token(bench_log: RunLog) -> None:
+    (run,) = energy(bench_log, "run")
+    # 4 measured requests × 9 output tokens = 36; J/token = 15 W × run seconds / 36
+    assert (run.requests, run.output_tokens) == (4, 36)
+    assert run.output_j_per_token == pytest.approx(WATTS * (run.duration_s or 0) / 36, rel=0.01)
