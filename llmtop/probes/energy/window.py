@@ -27,8 +27,9 @@ each edge, so the figure borrows that much of the power around the edge; with no
 near it, it is the surrounding interval's mean power × the window, not a measurement of
 the window). A slow source (`SourceInfo.coarse`: a battery) whose update period is neither
 known nor seen in the samples is coarse unless the window spans 1 / MAX_EDGE_ERROR of the
-longest sample spacings (an upper bound of its period when every sample changed), and always when the gauge changed fewer than twice. Coarse figures are
-still returned: aggregate them over the run (`run_energy`) and say so.
+longest sample spacings (an upper bound of its period when every sample changed), and always
+when the gauge changed fewer than twice. Coarse figures are still returned: aggregate them
+over the run (`run_energy`) and say so.
 """
 
 from __future__ import annotations
