@@ -7,6 +7,9 @@ therefore computed from the request records' own stamps, by hand, beside each as
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ from llmtop.connect import connect
 from llmtop.probes.energy import discover_sources
 from llmtop.probes.energy.rapl import read_text
 from llmtop.sessions.records.schema import EnergyRecord, RunLog
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
 from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.testing.slotted import MODEL, TEMPLATE_TOKENS, Service, SlottedUpstream
@@ -146,3 +151,56 @@ def test_the_run_figure_is_all_in_energy_over_every_output_token(bench_log: RunL
     # 4 measured requests × 9 output tokens = 36; J/token = 15 W × run seconds / 36
     assert (run.requests, run.output_tokens) == (4, 36)
     assert run.output_j_per_token == pytest.approx(WATTS * (run.duration_s or 0) / 36, rel=0.01)
+
+
+def test_every_energy_record_reads_back_as_written(bench_log: RunLog) -> None:
+    assert bench_log.energy and not bench_log.warnings
+    for e in bench_log.energy:
+        assert EnergyRecord.from_json(e.to_json()) == e
+
+
+def test_the_reports_give_the_figures(bench_log: RunLog) -> None:
+    report = build(bench_log)
+    (run,) = energy(bench_log, "run")
+    md = render(report, "md")
+    section = md[md.index("## Energy") :].split("\n## ", 1)[0]
+    assert "energy: rapl:package-0 (CPU package 0)" in section
+    row = next(line for line in section.splitlines() if line.startswith("| rapl:cpu"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "15 W" and cells[2] == "4"  # idle power (3 digits), 4 measured requests
+    assert cells[8].startswith(f"{run.output_j_per_token:.3g} J (")  # the run's all-in figure
+    data = json.loads(render(report, "json"))["energy"]
+    (src,) = data["sources"]
+    per = src["per_request"]["output_j_per_token"]
+    values = sorted(
+        e.output_j_per_token or 0
+        for e in energy(bench_log, "request")
+        if e.request_id in {r.id for r in bench_log.requests if r.measured}
+    )
+    assert per["n"] == 4 and per["median"] == pytest.approx((values[1] + values[2]) / 2)
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    by_id = {e.request_id: e for e in energy(bench_log, "request")}
+    sized = [r for r in bench_log.requests if r.phase != "load"]  # the warm-up, 4 measured
+    for row_, req in zip(rows, sized, strict=True):
+        assert float(row_["output_j_per_token[rapl:cpu]"]) == pytest.approx(
+            by_id[req.id].output_j_per_token
+        )
+
+
+def test_without_a_source_the_report_says_na_once_and_csv_is_unchanged(tmp_path: Path) -> None:
+    found = discover_sources(tmp_path / "none", tmp_path / "ps", nvml_lib=NoGpu(), platform="linux")
+    meter_ = EnergyMeter(found)
+    assert meter_.line.startswith("energy: n/a — no readable source (")
+    # no source: nothing is read and no figure is made
+    assert not meter_.active and meter_.measure_idle(0, 10**9) == []
+    assert meter_.span("run", 0, 10**9, []) == []
+    record = meter_.sources_record()
+    log = RunLog.from_json(
+        {"type": "header", "format": 1, "kind": "bench", "model": "m", "engine": "e"},
+        [record.to_json()],
+    )
+    md = render(build(log), "md")
+    section = md[md.index("## Energy") :].split("\n## ", 1)[0]
+    assert section.strip().splitlines()[-1] == meter_.line
+    assert md.count("energy: n/a") == 1
+    assert "[" not in render(build(log), "csv").splitlines()[0]  # no energy columns
