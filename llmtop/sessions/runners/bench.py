@@ -28,7 +28,6 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
-from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.machine import canary_medians
@@ -48,7 +47,7 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
-from llmtop.sessions.runners.energy import EnergyMeter, request_stamps
+from llmtop.sessions.runners.energy import EnergyMeter, local_meter, request_stamps
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -134,18 +133,17 @@ class BenchRunner:
         energy: EnergyMeter | None = None,
     ) -> None:
         self.conn = conn
-        # this machine's energy sources (none read when the probes watch another machine)
-        self.energy = energy or EnergyMeter(
-            remote_host=None if agent is None and is_local_host(conn.upstream.host)
-            else conn.upstream.host)
         self._measured: list[RequestResult] = []
         self.agent = agent  # --probes: probe samples from the engine's machine
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
         header = {"bench": config.to_dict(), **(extra_header or {})}
+        # this machine's energy sources (none read when the probes watch another machine)
+        self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(
-            conn, config.options(), log_path, kind="bench", extra_header=header, think=config.think
+            conn, config.options(), log_path, kind="bench", extra_header=header,
+            think=config.think, energy=self.energy,
         )
         self.canary = Canary()
         self.machine = MachineReader(lambda: conn.engine_pids)
@@ -171,7 +169,6 @@ class BenchRunner:
                                energy=self.energy.reader)
         sampler.start()
         try:
-            self.recorder.log.write(self.energy.sources_record())
             self.on_progress(
                 BenchProgress("environment", message="reading the engine's environment")
             )
@@ -330,15 +327,11 @@ class BenchRunner:
             BenchProgress(phase, target, i, total, message=f"{phase} {i + 1}/{total}{label}")
         )
         before = self.machine.read()
-        on_start, on_event = self.energy.hooks(self.on_event)
         result, record = await self.recorder.measure(
-            prompt, on_event, engine=engine, on_start=on_start,
+            prompt, self.on_event, engine=engine,
             late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
             phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
         )
-        self.energy.sample("end")
-        for energy in self.energy.request(result):
-            self.recorder.log.write(energy)
         if phase == "measure" and result.status == "ok":
             self._measured.append(result)
         self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

@@ -32,6 +32,7 @@ from llmtop.probes.energy import (
     discover_sources,
     run_from_window,
 )
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
 
@@ -250,3 +251,22 @@ def span_record(scope: str, e: RunEnergy, covers: str, level: int | None = None)
         reason=e.window.reason,
         integrated=e.window.integrated,
     )
+
+
+def local_meter(engine_host: str, agent: object | None = None) -> EnergyMeter:
+    """The meter a command uses: this machine's sources when the engine runs here and the
+    probes watch this machine, else none (the line says the engine is elsewhere)."""
+    here = agent is None and is_local_host(engine_host)
+    return EnergyMeter(remote_host=None if here else engine_host)
+
+
+def request_line(e: EnergyRecord) -> str:
+    """One request's energy in words: "rapl:cpu 0.267 J/output token (decode 2.4 J),
+    0.075 J/prompt token (prefill 3 J), 5.4 J in all", with "(coarse: …)" when so."""
+    def j(value: float | None, unit: str = "J") -> str:
+        return "n/a" if value is None else f"{value:.3g} {unit}"
+
+    text = (f"{e.source} {j(e.output_j_per_token, 'J/output token')} (decode {j(e.decode_j)}), "
+            f"{j(e.prompt_j_per_token, 'J/prompt token')} (prefill {j(e.prefill_j)}), "
+            f"{j(e.energy_j)} in all")
+    return text + (f" (coarse: {e.reason})" if e.coarse else "")
