@@ -204,3 +204,47 @@ def test_without_a_source_the_report_says_na_once_and_csv_is_unchanged(tmp_path:
     assert section.strip().splitlines()[-1] == meter_.line
     assert md.count("energy: n/a") == 1
     assert "[" not in render(build(log), "csv").splitlines()[0]  # no energy columns
+
+
+def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
+    import asyncio
+
+    from llmtop.sessions.analysis.load import analyze_log
+    from llmtop.sessions.records.log import read_log
+    from llmtop.sessions.runners.load import LoadRunner
+    from llmtop.sessions.runners.load_config import LoadConfig
+
+    async def run() -> str:
+        with SlottedUpstream(Service(slots=2, prefill_s=0.02, tokens=9, gap_s=0.01)) as up:
+            conn = await connect("ollama", up.url, MODEL)
+            try:
+                cfg = LoadConfig(
+                    levels=(1, 2),
+                    requests=4,
+                    prompt_tokens=30,
+                    max_tokens=9,
+                    num_ctx=2048,
+                    use_cache=False,
+                    preflight_s=0.2,
+                )
+                runner = LoadRunner(conn, cfg, str(tmp_path / "load.jsonl"), energy=meter(tmp_path))
+                return (await runner.run()).log_path
+            finally:
+                await conn.close()
+
+    log = read_log(asyncio.run(run()))
+    assert not energy(log, "request")  # concurrent requests share the machine: per level only
+    levels = energy(log, "level")
+    assert [e.level for e in levels] == [0, 1]
+    for e in levels:
+        # each level: 4 ok requests × 9 output tokens = 36; J = 15 W × the level's seconds
+        assert (e.requests, e.output_tokens) == (4, 36)
+        assert e.mean_power_w == pytest.approx(WATTS, rel=0.01)
+        assert e.output_j_per_token == pytest.approx(WATTS * (e.duration_s or 0) / 36, rel=0.01)
+    md = render(analyze_log(log), "md")
+    section = md[md.index("## Energy") :].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| rapl:cpu")]
+    assert [r.split("|")[2].strip() for r in rows] == ["1 users", "2 users"]
+    assert f"{levels[1].output_j_per_token:.3g} J" in rows[1]
+    header = render(analyze_log(log), "csv").splitlines()[0]
+    assert "output_j_per_token[rapl:cpu]" in header
