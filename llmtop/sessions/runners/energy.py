@@ -37,6 +37,11 @@ from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
 
 
+def no_sources() -> Discovery:
+    """A discovery that found nothing (for a meter that must not read this machine)."""
+    return Discovery(())
+
+
 def remote_line(host: str) -> str:
     """The energy line when the engine is not on this machine."""
     return (
