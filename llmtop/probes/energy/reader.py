@@ -256,8 +256,27 @@ class EnergyReader:
             return tuple(self._series[name])
 
     def window(self, name: str, t0_ns: int, t1_ns: int) -> WindowEnergy:
-        """`window.window_energy` over source `name`'s samples."""
-        return window_energy(self.info(name), self.samples(name), t0_ns, t1_ns)
+        """`window.window_energy` over source `name`'s samples. For a source whose update
+        period is known (RAPL) only the samples from the last one at or before t0_ns on are
+        used (walked from the newest: a request's window is recent), so a window costs its
+        own samples, not the whole series; a source that needs its series to judge its
+        period (a battery, NVML) gets all of it."""
+        info = self.info(name)
+        if info.update_period_s is None:
+            return window_energy(info, self.samples(name), t0_ns, t1_ns)
+        return window_energy(info, self._since(name, t0_ns), t0_ns, t1_ns)
+
+    def _since(self, name: str, t0_ns: int) -> list[EnergySample]:
+        """Source `name`'s samples from the last one at or before t0_ns (all, when none is),
+        in time order."""
+        out: list[EnergySample] = []
+        with self._lock:
+            for sample in reversed(self._series[name]):
+                out.append(sample)
+                if sample.t_ns <= t0_ns:
+                    break
+        out.reverse()
+        return out
 
     def cpu_window(self, t0_ns: int, t1_ns: int) -> WindowEnergy | None:
         """The CPU packages' joules summed ("rapl:cpu"), None without a summed package."""

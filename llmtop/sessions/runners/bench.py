@@ -8,8 +8,11 @@ Order of a run (docs/method.md, "The bench run"):
    between measured requests, never during one, the machine-speed canary runs (a "canary"
    record, probes/canary.py), and each request records the machine's readings over it
    (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
-4. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
-5. append the summary. Everything is flushed record by record.
+4. energy, where this machine has a readable source (runners/energy.py): the sources line
+   first, idle power over the preflight window, each request's joules (prefill, decode,
+   J/token; `SessionRecorder.measure` samples its edges) and the run's all-in J/token;
+5. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
+6. append the summary. Everything is flushed record by record.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
 the CLI and the TUI drive the same runner.
