@@ -248,3 +248,61 @@ def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
     assert f"{levels[1].output_j_per_token:.3g} J" in rows[1]
     header = render(analyze_log(log), "csv").splitlines()[0]
     assert "output_j_per_token[rapl:cpu]" in header
+    page = render(analyze_log(log), "html")  # the markdown's section, as a page
+    assert "<h2>Energy</h2>" in page and "rapl:cpu (CPU package 0)" in page
+
+
+def test_a_coarse_source_reports_the_run_figure_and_says_why(tmp_path: Path) -> None:
+    # A battery gauge: every request's window coarse. The run: 120 J over 60 s (2 W) for
+    # 3 requests × 100 output tokens = 300 tokens → 120 / 300 = 0.4 J per output token.
+    header = {"type": "header", "format": 1, "kind": "bench", "model": "m", "engine": "e"}
+    records: list[dict[str, Any]] = [
+        EnergyRecord("sources", line="energy: battery:BAT0 (whole machine, coarse)").to_json()
+    ]
+    for i in (1, 2, 3):
+        records.append(
+            {
+                "type": "request",
+                "id": i,
+                "status": "ok",
+                "phase": "measure",
+                "index": i - 1,
+                "prompt_tokens_target": 64,
+            }
+        )
+        records.append(
+            EnergyRecord(
+                "request",
+                "battery:BAT0",
+                "whole machine",
+                request_id=i,
+                energy_j=0.0,
+                output_tokens=100,
+                coarse=True,
+                reason="too coarse for one request: aggregate over the run "
+                "(the gauge changed fewer than twice)",
+            ).to_json()
+        )
+    records.append(
+        EnergyRecord(
+            "run",
+            "battery:BAT0",
+            "whole machine",
+            duration_s=60.0,
+            energy_j=120.0,
+            mean_power_w=2.0,
+            output_tokens=300,
+            requests=3,
+            output_j_per_token=0.4,
+        ).to_json()
+    )
+    md = render(build(RunLog.from_json(header, records)), "md")
+    row = next(line for line in md.splitlines() if line.startswith("| battery:BAT0"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "0" and cells[5] == "n/a"  # no request counts; no per-request median
+    assert cells[8] == "0.4 J (120 J over 60.00 s, 2 W)"
+    assert cells[9].startswith(
+        "per-request windows too coarse (too coarse for one request: "
+        "aggregate over the run (the gauge changed fewer than twice))"
+        ": aggregated over the run"
+    )
