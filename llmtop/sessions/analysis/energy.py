@@ -4,8 +4,8 @@ compare.
 Per source (the CPU packages summed as "rapl:cpu", a GPU, a battery): the medians over the
 measured ok requests of their energy, prefill and decode joules, J per output token (decode
 J / output tokens) and J per prompt token (prefill J / prompt tokens), total and above idle;
-the idle power (preflight's window); the run's all-in figure (first send → last chunk, J /
-all output tokens); and, in a sweep, one all-in figure per level. When a source's
+the idle power (preflight's window); the run's all-in figure (the requests' windows summed,
+J / all output tokens); and, in a sweep, one all-in figure per level. When a source's
 per-request windows are too coarse (a battery, a slow counter: `coarse` in their records),
 the per-request medians are left out and the run's figure is the one to read, which the
 summary says (`per_request` False, `note`).

@@ -627,8 +627,9 @@ class EnergyRecord(Record):
     "sources": line (the `describe_sources` line: "energy: …" or "energy: n/a — …"),
     sources (each SourceInfo.to_dict()), readable (any source readable).
     "idle": duration_s of the window and mean_power_w, W, in it (idle_power_w the same).
-    "request" (request_id), "run", "level" (level): energy_j (J, send → last chunk for a
-    request, first send → last chunk of the run or level otherwise), prefill_j (send → first
+    "request" (request_id), "run", "level" (level): energy_j (J: send → last chunk for a
+    request; for a run the measured requests' windows summed, duration_s their seconds; for
+    a level its first send → last chunk), prefill_j (send → first
     token) and decode_j (first token → last chunk) for a request; prompt_tokens and
     output_tokens (the server's counts); output_j_per_token (decode J / output tokens for a
     request; all-in energy J / output tokens for a run or level), prompt_j_per_token

@@ -300,8 +300,8 @@ def _j(value: float | None, unit: str = "J") -> str:
 ENERGY_NOTE = (
     "J / output token per request: decode joules (first token → last chunk) / output tokens; "
     "J / prompt token: prefill joules (send → first token) / prompt tokens; the run's figure: "
-    "all joules from the first send to the last chunk / all output tokens. Above idle: less "
-    "the idle power measured in preflight's window × the window's seconds."
+    "the measured requests' joules (send → last chunk, summed) / all their output tokens. "
+    "Above idle: less the idle power measured in preflight's window × the window's seconds."
 )
 
 

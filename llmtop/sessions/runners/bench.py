@@ -50,7 +50,7 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
-from llmtop.sessions.runners.energy import EnergyMeter, local_meter, request_stamps
+from llmtop.sessions.runners.energy import EnergyMeter, local_meter
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -252,15 +252,10 @@ class BenchRunner:
         return outcome
 
     def _write_run_energy(self) -> None:
-        """The "run" energy records: first measured send → last measured chunk, all-in
-        J per output token over the measured requests (the figure to use where per-request
-        windows are too coarse). The canary runs between measured requests fall inside
-        this window, so it is an upper bound of the requests' own energy."""
-        spans = [s for s in map(request_stamps, self._measured) if s is not None]
-        if not spans:
-            return
-        for record in self.energy.span("run", min(s[0] for s in spans),
-                                       max(s[2] for s in spans), self._measured):
+        """The "run" energy records: the measured ok requests' own windows summed, all-in J
+        per output token over them (`EnergyMeter.in_requests`): the figure to use where
+        per-request windows are too coarse."""
+        for record in self.energy.in_requests(self._measured):
             self.recorder.log.write(record)
 
     def _remember_canary(self, log: RunLog) -> None:

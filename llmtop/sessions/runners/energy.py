@@ -208,6 +208,45 @@ class EnergyMeter:
         return out
 
 
+    def in_requests(self, results: Iterable[RequestResult]) -> list[EnergyRecord]:
+        """The bench's "run" records: the joules of every request's own window (send → last
+        chunk) summed, over the seconds those windows last and the output tokens of
+        `results`: all-in J per output token (prefill included) without what ran between
+        the requests (the machine-speed canary, the log). For a source too coarse for one
+        request the sum is still the figure to read: its edge errors are a smaller share of
+        a whole run's joules; it is coarse when the run's span is (the source's coarse rule
+        over first send → last chunk)."""
+        if self.reader is None:
+            return []
+        done = [(r, s) for r in results if (s := request_stamps(r)) is not None]
+        if not done:
+            return []
+        prompt = sum(request_tokens(r)[0] for r, _ in done)
+        output = sum(request_tokens(r)[1] for r, _ in done)
+        seconds = sum((s[2] - s[0]) / 1e9 for _, s in done)
+        span = (min(s[0] for _, s in done), max(s[2] for _, s in done))
+        out = []
+        for label, names in self.reader.groups():
+            parts = [self.reader.group_window(label, names, s[0], s[2]) for _, s in done]
+            whole = self.reader.group_window(label, names, *span)
+            missing = next((w.reason for w in parts if w.joules is None), None)
+            joules = None if missing else sum(w.joules or 0.0 for w in parts)
+            idle = self.idle_w.get(label)
+            above = None if joules is None or idle is None else joules - idle * seconds
+            out.append(EnergyRecord(
+                scope="run", source=label, covers=self.reader.covers(label),
+                duration_s=seconds, energy_j=joules,
+                mean_power_w=None if joules is None or seconds <= 0 else joules / seconds,
+                prompt_tokens=prompt, output_tokens=output, requests=len(done),
+                output_j_per_token=None if joules is None or not output else joules / output,
+                idle_power_w=idle, energy_above_idle_j=above,
+                output_above_idle_j_per_token=None if above is None or not output
+                else above / output,
+                coarse=whole.coarse, reason=missing or whole.reason,
+                integrated=whole.integrated))
+        return out
+
+
 def request_record(e: RequestEnergy, request_id: int, covers: str) -> EnergyRecord:
     """A RequestEnergy as the log's "request" energy record."""
     reasons = [w.reason for w in (e.total, e.prefill, e.decode) if w is not None and w.reason]
