@@ -299,7 +299,7 @@ class LlmtopApp(App[int]):
             return None
         if self.settings.agent is None and is_local_host(conn.upstream.host):
             return self.energy
-        return EnergyMeter(no_sources(), remote_host=conn.upstream.host)
+        return EnergyMeter(remote_host=conn.upstream.host)
 
     @property
     def ready(self) -> bool:

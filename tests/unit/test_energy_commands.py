@@ -12,6 +12,7 @@ import pytest
 
 from llmtop import cli
 from llmtop.probes.energy import NA_PREFIX, describe_sources, discover_sources
+from llmtop.sessions.runners.energy import local_meter, remote_line
 from llmtop.testing.scripted import ScriptedUpstream
 from llmtop.testing.slotted import MODEL, Service, SlottedUpstream
 
@@ -162,3 +163,12 @@ def test_preflight_says_na_once_and_gives_no_idle_power(
     assert code in (0, 1)
     assert energy_lines(out.err) == [f"llmtop preflight: {bare}"]
     assert "idle_power" not in json.loads(out.out)
+
+
+def test_an_engine_on_another_machine_is_not_metered_here() -> None:
+    host = "http://192.0.2.1:11434"  # TEST-NET-1: never this machine
+    meter = local_meter(host)
+    assert not meter.active and meter.line == remote_line(host)
+    assert meter.line == ("energy: n/a — the engine at http://192.0.2.1:11434 runs on another "
+                          "machine, and energy is read on this machine only")
+    assert meter.sources_record().sources == ()  # this machine's sources not looked for

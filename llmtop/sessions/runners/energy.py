@@ -75,7 +75,8 @@ class EnergyMeter:
     """This machine's energy sources for one run.
 
     discovery: the sources (default `discover_sources()`: tests pass fake trees).
-    remote_host: the engine's host when it is not this machine (then nothing is read).
+    remote_host: the engine's host when it is not this machine (then nothing is looked for
+    or read, and `line` says why).
     clock: the reader's stamp function (default time.perf_counter_ns).
     `line`: the one line every command prints once ("energy: …" or "energy: n/a — …").
     """
@@ -87,7 +88,10 @@ class EnergyMeter:
         remote_host: str | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
-        found = discovery if discovery is not None else discover_sources()
+        if discovery is not None:
+            found = discovery
+        else:  # an engine elsewhere: this machine's sources are not looked for
+            found = discover_sources() if remote_host is None else no_sources()
         self.summary = describe_sources(found)
         self.line = self.summary.line if remote_host is None else remote_line(remote_host)
         readable = found.readable if remote_host is None else ()
