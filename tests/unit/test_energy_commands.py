@@ -169,6 +169,8 @@ def test_an_engine_on_another_machine_is_not_metered_here() -> None:
     host = "http://192.0.2.1:11434"  # TEST-NET-1: never this machine
     meter = local_meter(host)
     assert not meter.active and meter.line == remote_line(host)
-    assert meter.line == ("energy: n/a — the engine at http://192.0.2.1:11434 runs on another "
-                          "machine, and energy is read on this machine only")
+    assert meter.line == (
+        "energy: n/a — the engine at http://192.0.2.1:11434 runs on another "
+        "machine, and energy is read on this machine only"
+    )
     assert meter.sources_record().sources == ()  # this machine's sources not looked for

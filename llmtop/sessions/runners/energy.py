@@ -211,7 +211,6 @@ class EnergyMeter:
             out.append(span_record(scope, figures, self.reader.covers(label), level))
         return out
 
-
     def in_requests(self, results: Iterable[RequestResult]) -> list[EnergyRecord]:
         """The bench's "run" records: the joules of every request's own window (send → last
         chunk) summed, over the seconds those windows last and the output tokens of
@@ -237,17 +236,28 @@ class EnergyMeter:
             joules = None if missing else sum(w.joules or 0.0 for w in parts)
             idle = self.idle_w.get(label)
             above = None if joules is None or idle is None else joules - idle * seconds
-            out.append(EnergyRecord(
-                scope="run", source=label, covers=self.reader.covers(label),
-                duration_s=seconds, energy_j=joules,
-                mean_power_w=None if joules is None or seconds <= 0 else joules / seconds,
-                prompt_tokens=prompt, output_tokens=output, requests=len(done),
-                output_j_per_token=None if joules is None or not output else joules / output,
-                idle_power_w=idle, energy_above_idle_j=above,
-                output_above_idle_j_per_token=None if above is None or not output
-                else above / output,
-                coarse=whole.coarse, reason=missing or whole.reason,
-                integrated=whole.integrated))
+            out.append(
+                EnergyRecord(
+                    scope="run",
+                    source=label,
+                    covers=self.reader.covers(label),
+                    duration_s=seconds,
+                    energy_j=joules,
+                    mean_power_w=None if joules is None or seconds <= 0 else joules / seconds,
+                    prompt_tokens=prompt,
+                    output_tokens=output,
+                    requests=len(done),
+                    output_j_per_token=None if joules is None or not output else joules / output,
+                    idle_power_w=idle,
+                    energy_above_idle_j=above,
+                    output_above_idle_j_per_token=None
+                    if above is None or not output
+                    else above / output,
+                    coarse=whole.coarse,
+                    reason=missing or whole.reason,
+                    integrated=whole.integrated,
+                )
+            )
         return out
 
 
@@ -311,10 +321,13 @@ def local_meter(engine_host: str, agent: object | None = None) -> EnergyMeter:
 def request_line(e: EnergyRecord) -> str:
     """One request's energy in words: "rapl:cpu 0.267 J/output token (decode 2.4 J),
     0.075 J/prompt token (prefill 3 J), 5.4 J in all", with "(coarse: …)" when so."""
+
     def j(value: float | None, unit: str = "J") -> str:
         return "n/a" if value is None else f"{value:.3g} {unit}"
 
-    text = (f"{e.source} {j(e.output_j_per_token, 'J/output token')} (decode {j(e.decode_j)}), "
-            f"{j(e.prompt_j_per_token, 'J/prompt token')} (prefill {j(e.prefill_j)}), "
-            f"{j(e.energy_j)} in all")
+    text = (
+        f"{e.source} {j(e.output_j_per_token, 'J/output token')} (decode {j(e.decode_j)}), "
+        f"{j(e.prompt_j_per_token, 'J/prompt token')} (prefill {j(e.prefill_j)}), "
+        f"{j(e.energy_j)} in all"
+    )
     return text + (f" (coarse: {e.reason})" if e.coarse else "")
