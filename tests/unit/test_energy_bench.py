@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from llmtop.connect import connect
+from llmtop.engines.events import Status
 from llmtop.probes.energy import discover_sources
 from llmtop.probes.energy.rapl import read_text
 from llmtop.sessions.records.schema import EnergyRecord, RunLog
@@ -310,3 +311,31 @@ def test_a_coarse_source_reports_the_run_figure_and_says_why(tmp_path: Path) -> 
         "aggregate over the run (the gauge changed fewer than twice))"
         ": aggregated over the run"
     )
+
+
+def test_stamps_out_of_order_give_no_figure_and_never_fail_the_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from llmtop.engines.events import StreamEvent
+    from llmtop.sessions.measure.request import RequestResult
+    from llmtop.sessions.measure.timeline import RequestMetrics
+
+    m = meter(tmp_path)
+    t = m.sample()
+    # a first chunk stamped before the send (a clock that jumped): no window can be made
+    result = RequestResult(
+        request_id=7,
+        wall_start="",
+        model="m",
+        prompt="p",
+        options={},
+        sent_ns=t + 5_000,
+        events=(StreamEvent(t_ns=t + 1_000, content="x"), StreamEvent(t_ns=t + 9_000, done=True)),
+        stats=None,
+        status=Status.OK,
+        failure=None,
+        metrics=RequestMetrics(),
+    )
+    m.sample("end")
+    assert m.request(result) == []
+    assert "request 7: no energy figure: stamps must satisfy send ≤ first token" in caplog.text

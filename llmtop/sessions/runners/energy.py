@@ -18,6 +18,7 @@ and says so.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +36,8 @@ from llmtop.probes.energy import (
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
+
+log = logging.getLogger(__name__)
 
 
 def no_sources() -> Discovery:
@@ -174,16 +177,21 @@ class EnergyMeter:
 
     def request(self, result: RequestResult) -> list[EnergyRecord]:
         """The "request" records of one finished request (one per figure); none without a
-        source or without events."""
+        source, without events, or with stamps out of order (logged as a warning). Never
+        raises."""
         stamps = request_stamps(result)
         if self.reader is None or stamps is None:
             return []
         prompt, output = request_tokens(result)
         out = []
         for label, names in self.reader.groups():
-            figures = self.reader.group_request(
-                label, names, *stamps, prompt, output, self.idle_w.get(label)
-            )
+            try:
+                figures = self.reader.group_request(
+                    label, names, *stamps, prompt, output, self.idle_w.get(label)
+                )
+            except ValueError as exc:  # stamps out of order: no figure, never a failed request
+                log.warning("request %d: no energy figure: %s", result.request_id, exc)
+                return []
             out.append(request_record(figures, result.request_id, self.reader.covers(label)))
         return out
 
