@@ -174,6 +174,7 @@ def test_the_reports_give_the_figures(bench_log: RunLog) -> None:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "15 W" and cells[2] == "4"  # idle power (3 digits), 4 measured requests
     assert cells[8].startswith(f"{run.output_j_per_token:.3g} J (")  # the run's all-in figure
+    assert "<h2>Energy</h2>" in render(report, "html")  # the page carries the section
     data = json.loads(render(report, "json"))["energy"]
     (src,) = data["sources"]
     per = src["per_request"]["output_j_per_token"]
