@@ -74,6 +74,7 @@ async def _bench(args: argparse.Namespace) -> int:
         note = probes_note(getattr(args, "agent", None), conn.upstream.host)
         if note:
             print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
+        print(f"llmtop bench: {runner.energy.line}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:

@@ -8,6 +8,7 @@ import sys
 from llmtop.commands.output import emit
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.analysis.energy_compare import compare_energy
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.compare import Comparisons
@@ -38,7 +39,9 @@ def main(args: argparse.Namespace) -> int:
                      args.threshold, args.seed)
         for path, log in zip(args.logs[1:], logs[1:], strict=True)
     ]
-    text = render(Comparisons(comparisons, logs), args.format)
+    energy = [[] if c.refused else compare_energy(logs[0], log, args.seed)
+              for c, log in zip(comparisons, logs[1:], strict=True)]
+    text = render(Comparisons(comparisons, logs, energy), args.format)
     if not emit(text, args.out, "llmtop compare"):
         return ExitCode.USAGE
     for c in comparisons:

@@ -70,6 +70,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
             file=sys.stderr,
             flush=True,
         )
+        print(f"llmtop load: {runner.energy.line}", file=sys.stderr, flush=True)
         try:
             outcome = await runner.run()
         except CalibrationError as exc:

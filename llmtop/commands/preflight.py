@@ -34,7 +34,9 @@ from llmtop.probes.preflight import (
     collect_samples,
 )
 from llmtop.probes.remote import AgentSampler
+from llmtop.probes.sampler import ProbeSampler
 from llmtop.probes.verdict import Finding
+from llmtop.sessions.runners.energy import EnergyMeter
 
 PROG = "llmtop preflight"
 TOP_APPS = 5  # busiest apps listed in text mode
@@ -60,15 +62,22 @@ def main(args: argparse.Namespace) -> int:
     model = getattr(args, "model", None)
     version = asyncio.run(ollama_version(host))
     agent = getattr(args, "agent", None)
-    sampler = AgentSampler(agent, thresholds=thresholds) if agent is not None else None
+    # this machine's energy, sampled with the probes: its idle power over the window
+    energy = EnergyMeter(remote_host=None if agent is None else agent.url)
+    print(f"{PROG}: {energy.line}", file=sys.stderr, flush=True)
     # With --probes the agent identifies the engine on its machine; here it is not local.
     identity = identify_engine(host, pinned) if version is not None and agent is None else None
     engine_pids = set(identity.pids) if identity is not None else set()
+    sampler: AgentSampler | ProbeSampler = (
+        AgentSampler(agent, thresholds=thresholds) if agent is not None
+        else ProbeSampler(interval, engine_pids=engine_pids, energy=energy.reader))
     try:
+        idle_from = energy.sample()
         samples, took = collect_samples(duration, interval, engine_pids, sampler=sampler)
+        idle = energy.measure_idle(idle_from, energy.sample("end"))
     except Exception as exc:  # noqa: BLE001 - an unreadable machine state is "could not check"
         return _cannot_check(f"could not sample the machine: {type(exc).__name__}: {exc}", as_json)
-    if sampler is not None:
+    if isinstance(sampler, AgentSampler):
         config["probes"] = _agent_summary(sampler)
     result = aggregate(
         samples, thresholds, duration_s=took, interval_s=interval, taken=len(samples) + 1
@@ -88,11 +97,19 @@ def main(args: argparse.Namespace) -> int:
             engine.update(checked=True, source="/api/ps", pids=sorted(engine_pids))
             result = result.with_findings(state)
     canary = check_against_last()  # after sampling: its few hundred ms of CPU stay out of it
-    result = _with_extra(result, {"engine": engine, "config": config, "canary": canary.to_dict()})
+    extra: dict[str, Any] = {"engine": engine, "config": config, "canary": canary.to_dict()}
+    if idle:  # only where a source was read: otherwise the output is unchanged
+        extra["idle_power"] = [{k: v for k, v in e.to_json().items() if k != "sources"}
+                               for e in idle]
+    result = _with_extra(result, extra)
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:
         print_result(result, engine, config)
+        for e in idle:
+            power = "n/a" if e.mean_power_w is None else f"{e.mean_power_w:.3g} W"
+            print(f"idle power  {e.source} ({e.covers}): {power} over {e.duration_s:.1f} s"
+                  + (f" ({e.reason})" if e.reason else ""))
     if result.exit_code is PreflightExit.CANNOT_CHECK and result.error:
         print(f"{PROG}: {result.error}", file=sys.stderr)
     return int(result.exit_code)

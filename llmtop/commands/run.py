@@ -19,6 +19,7 @@ from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.log import LogError
+from llmtop.sessions.runners.energy import local_meter, request_line
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
@@ -142,18 +143,20 @@ async def _run(args: argparse.Namespace) -> int:
     if isinstance(conn, int):
         return conn
     try:
+        agent = getattr(args, "agent", None)
+        energy = local_meter(conn.upstream.host, agent)
         try:
             recorder = SessionRecorder(
-                conn, GenerationOptions.from_flags(args).to_ollama(), args.log
+                conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy
             )
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
-        agent = getattr(args, "agent", None)
         first_sample = _FirstSample(recorder.record_probe)
         sampler = make_sampler(agent, PROBE_INTERVAL_S, first_sample,
                                lambda: conn.engine_pids, args.thresholds,
-                               on_state=_probe_state(recorder, args.json))
+                               on_state=_probe_state(recorder, args.json),
+                               energy=energy.reader)
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
@@ -163,6 +166,7 @@ async def _run(args: argparse.Namespace) -> int:
             note = probes_note(agent, conn.upstream.host)
             if note:
                 print(f"# {note}", file=sys.stderr)
+        print(f"# {energy.line}", file=sys.stderr)
 
         def show(event: StreamEvent) -> None:
             if not args.json and (event.content or event.thinking):
@@ -178,10 +182,15 @@ async def _run(args: argparse.Namespace) -> int:
             sampler.stop()
             recorder.close()
         if args.json:
-            print(json.dumps(result_json(result, conn, str(recorder.log.path))))
+            data = result_json(result, conn, str(recorder.log.path))
+            if recorder.last_energy:  # only where a source was read: otherwise unchanged
+                data["energy"] = [e.to_json() for e in recorder.last_energy]
+            print(json.dumps(data))
         else:
             print("\n")
             print_metrics(result)
+            for e in recorder.last_energy:
+                print(f"energy        {request_line(e)}")
             print(f"log           {recorder.log.path}")
         for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
             print(f"llmtop: note: {note}", file=sys.stderr)

@@ -29,6 +29,7 @@ import httpx
 
 from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
+from llmtop.probes.energy import EnergyReader
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.processes import PidSource
 from llmtop.probes.sampler import ProbeSample, ProbeSampler, SamplerState
@@ -324,12 +325,15 @@ def make_sampler(
     engine_pids: PidSource | None = None,
     thresholds: Thresholds | None = None,
     on_state: Callable[[str, str], None] | None = None,
+    energy: EnergyReader | None = None,
 ) -> ProbeSampler | AgentSampler:
     """The sampler a session uses: the agent's (`--probes`) when `agent` is given, else this
-    machine's `ProbeSampler` (engine_pids: the measured engine's local pids)."""
+    machine's `ProbeSampler` (engine_pids: the measured engine's local pids; energy: this
+    machine's energy reader, sampled with the probes; an agent's machine is not read)."""
     if agent is not None:
         return AgentSampler(agent, interval_s, on_sample, thresholds=thresholds, on_state=on_state)
-    return ProbeSampler(interval_s, on_sample, engine_pids=engine_pids, thresholds=thresholds)
+    return ProbeSampler(interval_s, on_sample, engine_pids=engine_pids, thresholds=thresholds,
+                        energy=energy)
 
 
 def probes_note(agent: AgentTarget | None, engine_host: str) -> str | None:

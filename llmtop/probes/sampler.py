@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from llmtop.probes.energy import EnergyReader
 from llmtop.probes.gpu import GpuProbe, GpuSample
 from llmtop.probes.processes import PidSource, ProbeTimeout, ProcessProbe, ProcessSample
 from llmtop.probes.system import SystemProbe, SystemSample
@@ -144,6 +145,9 @@ class ProbeSampler(SamplerState):
     self_pids / engine_pids: see `ProcessProbe`. The probes can be injected (tests).
     thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config
     file's).
+    energy: an `EnergyReader` sampled first in every sample (a few sysfs reads or NVML calls,
+    stamped on the perf_counter_ns clock), so request windows can be integrated; its cost is
+    in `cost_ms`.
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
     """
@@ -162,8 +166,10 @@ class ProbeSampler(SamplerState):
         process_probe: ProcessProbe | None = None,
         gpu_probe: GpuProbe | None = None,
         thresholds: Thresholds | None = None,
+        energy: EnergyReader | None = None,
     ) -> None:
         self._interval = self._check(interval_s)
+        self._energy = energy
         self._thresholds = thresholds or DEFAULT
         self._on_sample = on_sample
         self._system = system_probe or SystemProbe()
@@ -194,6 +200,8 @@ class ProbeSampler(SamplerState):
             c0 = _thread_ns()
             wall = datetime.now().astimezone().isoformat(timespec="milliseconds")
             errors: list[Finding] = []
+            if self._energy is not None:
+                self._guard("energy", self._energy.sample, errors)
             system = self._guard("system", self._system.sample, errors)
             processes = self._guard("process", self._processes.sample, errors)
             gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None

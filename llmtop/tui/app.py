@@ -77,6 +77,7 @@ from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
 from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
@@ -151,6 +152,7 @@ class LlmtopApp(App[int]):
         self.conn: Connection | None = None
         self.recorder: SessionRecorder | None = None
         self.sampler: ProbeSampler | AgentSampler | None = None
+        self.energy: EnergyMeter | None = None  # this machine's sources (with the probes)
         self.live: LiveRequest | None = None
         self.session = SessionState()
         self.viewing: LiveRequest | None = None  # a past request picked in the history
@@ -223,6 +225,9 @@ class LlmtopApp(App[int]):
         if self._tty_fd is not None:
             self.set_interval(TERMINAL_CHECK_S, self._check_terminal, name="terminal")
         if self.settings.probes:
+            # this machine's energy sources, sampled with the probes (an agent's machine:
+            # none); the session log records them, the metrics strip shows a request's J/token
+            self.energy = EnergyMeter(None if self.settings.agent is None else no_sources())
             self.sampler = make_sampler(
                 self.settings.agent,
                 self.settings.probe_interval_s,
@@ -230,6 +235,7 @@ class LlmtopApp(App[int]):
                 engine_pids=self._engine_pids,
                 thresholds=self.settings.thresholds,
                 on_state=self._on_probe_state_thread,
+                energy=self.energy.reader,
             )
             self.sampler.start()
         self._label_probes()
@@ -269,7 +275,8 @@ class LlmtopApp(App[int]):
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
         try:
-            self.recorder = SessionRecorder(conn, s.options, s.log_path)
+            self.recorder = SessionRecorder(conn, s.options, s.log_path,
+                                            energy=self._energy_for(conn))
         except LogError as exc:
             self.connect_failure = exc
             self.exit_code = ExitCode.USAGE
@@ -284,6 +291,15 @@ class LlmtopApp(App[int]):
         if self._pending is not None:
             prompt, self._pending = self._pending, None
             self.send(prompt)
+
+    def _energy_for(self, conn: Connection) -> EnergyMeter | None:
+        """The energy meter for a connection: the sampled one when the engine runs here,
+        else one that reads nothing and says why; None without probes."""
+        if self.energy is None:
+            return None
+        if self.settings.agent is None and is_local_host(conn.upstream.host):
+            return self.energy
+        return EnergyMeter(remote_host=conn.upstream.host)
 
     @property
     def ready(self) -> bool:
@@ -338,6 +354,7 @@ class LlmtopApp(App[int]):
 
             def on_end(result: RequestResult, _record: RequestRecord) -> None:
                 assert live is not None
+                live.energy = tuple(recorder.last_energy)
                 self._sample_at_end(live)
                 self._ended(result, live)
 

@@ -168,7 +168,8 @@ def test_fifteen_watts_gives_fifteen_joules_per_second_and_hand_computed_j_per_t
     """The issue's check: a counter advancing 5 W while idle (0–1 s), then 15 W × elapsed.
 
     Request (scripted stamps): send 1.03 s, first token 1.28 s, last chunk 3.28 s;
-    50 prompt tokens, 100 output tokens. Samples every 0.1 s from 0 to 4 s.
+    50 prompt tokens, 100 output tokens. Samples every 0.01 s from 0 to 4 s (a runner
+    samples at the request's edges: the windows are not coarse).
       total   = 15 W × 2.25 s = 33.75 J;  prefill = 15 × 0.25 = 3.75 J;  decode = 15 × 2 = 30 J
       J/output token = 30 / 100 = 0.3;     J/prompt token = 3.75 / 50 = 0.075
       idle power over [0, 1 s] = 5 J / 1 s = 5 W
@@ -180,8 +181,8 @@ def test_fifteen_watts_gives_fifteen_joules_per_second_and_hand_computed_j_per_t
     clock = Clock()
     found = discover_sources(tmp_path, tmp_path / "ps", nvml_lib=no_gpu(), platform="linux")
     reader = EnergyReader(found.sources, clock=clock)
-    for k in range(41):
-        t_ns = k * S // 10
+    for k in range(401):
+        t_ns = k * S // 100
         # µJ = W × ns / 1000 (1 W = 1 µJ/µs)
         uj = 5 * t_ns // 1000 if t_ns <= S else 5 * S // 1000 + 15 * (t_ns - S) // 1000
         (path / "energy_uj").write_text(f"{uj}\n")

@@ -200,7 +200,9 @@ def test_engine_whose_ps_fails_cannot_check(capsys: pytest.CaptureFixture[str]) 
     assert data["error"].startswith(
         f"could not check the engine: cannot read /api/ps at {url} (ResponseError"
     )
-    assert captured.err.startswith("llmtop preflight: could not check the engine: ")
+    energy, error = captured.err.splitlines()  # the energy sources line, once, then the error
+    assert energy.startswith("llmtop preflight: energy: ")
+    assert error.startswith("llmtop preflight: could not check the engine: ")
 
 
 def test_format_finding_without_numbers() -> None:

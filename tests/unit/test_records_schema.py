@@ -14,6 +14,7 @@ from llmtop.sessions.records.schema import (
     CalibrationRecord,
     CanaryRecord,
     EndRecord,
+    EnergyRecord,
     EnvironmentRecord,
     Header,
     InterruptedRecord,
@@ -61,6 +62,9 @@ def write_every_type(path) -> SessionLog:
     log.write(LevelRecord("end", 1, 2.0, wall_ns=4_000, generator_cpu_ns=400, max_in_flight=3))
     log.write(ProbeSourceRecord("lost", "agent at http://a:1 gone"))
     log.write(BenchMarkRecord("end", "/tmp/bench.jsonl", outcome="QUIET"))
+    log.write(EnergyRecord("request", "rapl:cpu", "CPU package 0", request_id=3, energy_j=1.5,
+                           prefill_j=0.5, decode_j=1.0, output_tokens=7,
+                           output_j_per_token=1.0 / 7, coarse=True, reason="too coarse"))
     return log
 
 
@@ -101,6 +105,10 @@ def test_every_record_type_round_trips_typed(tmp_path):
     assert (end.wall_ns, end.generator_cpu_ns, end.max_in_flight) == (4_000, 400, 3)
     assert log.first(ProbeSourceRecord) == ProbeSourceRecord("lost", "agent at http://a:1 gone")
     assert log.first(BenchMarkRecord) == BenchMarkRecord("end", "/tmp/bench.jsonl", outcome="QUIET")
+    (e,) = log.energy
+    assert (e.scope, e.source, e.request_id, e.energy_j, e.output_tokens, e.coarse) == (
+        "request", "rapl:cpu", 3, 1.5, 7, True)
+    assert e.output_j_per_token == 1.0 / 7 and e.prompt_j_per_token is None
     assert log.ended_at is not None and log.first(EndRecord) is not None
 
 

@@ -18,6 +18,7 @@ from llmtop.probes.energy.model import (
     WindowEnergy,
 )
 from llmtop.probes.energy.reader import (
+    CPU_GROUP,
     NA_PREFIX,
     Discovery,
     EnergyReader,
@@ -34,13 +35,16 @@ from llmtop.probes.energy.window import (
     idle_power,
     observed_update_period,
     request_energy,
+    request_from_windows,
     run_energy,
+    run_from_window,
     segment_joules,
     window_energy,
 )
 
 __all__ = [
     "COARSE_ADVICE",
+    "CPU_GROUP",
     "MAX_EDGE_ERROR",
     "NA_PREFIX",
     "Discovery",
@@ -60,7 +64,9 @@ __all__ = [
     "idle_power",
     "observed_update_period",
     "request_energy",
+    "request_from_windows",
     "run_energy",
+    "run_from_window",
     "segment_joules",
     "version_line",
     "window_energy",

@@ -28,11 +28,17 @@ from llmtop.probes.energy.model import (
     SourceInfo,
     WindowEnergy,
 )
-from llmtop.probes.energy.window import combine, request_energy, window_energy
+from llmtop.probes.energy.window import (
+    combine,
+    request_energy,
+    request_from_windows,
+    window_energy,
+)
 
 NA_PREFIX = "energy: n/a — no readable source"
 APPLE_REASON = ("Apple: `powermetrics` needs root, and the IOReport energy counters it reads "
                 "are a private API; nothing is read without sudo")
+CPU_GROUP = "rapl:cpu"  # the summed CPU packages, as reports name them
 DEFAULT_MAX_SAMPLES = 7200  # two hours at the sampler's 1 s; older samples are dropped
 
 
@@ -250,8 +256,27 @@ class EnergyReader:
             return tuple(self._series[name])
 
     def window(self, name: str, t0_ns: int, t1_ns: int) -> WindowEnergy:
-        """`window.window_energy` over source `name`'s samples."""
-        return window_energy(self.info(name), self.samples(name), t0_ns, t1_ns)
+        """`window.window_energy` over source `name`'s samples. For a source whose update
+        period is known (RAPL) only the samples from the last one at or before t0_ns on are
+        used (walked from the newest: a request's window is recent), so a window costs its
+        own samples, not the whole series; a source that needs its series to judge its
+        period (a battery, NVML) gets all of it."""
+        info = self.info(name)
+        if info.update_period_s is None:
+            return window_energy(info, self.samples(name), t0_ns, t1_ns)
+        return window_energy(info, self._since(name, t0_ns), t0_ns, t1_ns)
+
+    def _since(self, name: str, t0_ns: int) -> list[EnergySample]:
+        """Source `name`'s samples from the last one at or before t0_ns (all, when none is),
+        in time order."""
+        out: list[EnergySample] = []
+        with self._lock:
+            for sample in reversed(self._series[name]):
+                out.append(sample)
+                if sample.t_ns <= t0_ns:
+                    break
+        out.reverse()
+        return out
 
     def cpu_window(self, t0_ns: int, t1_ns: int) -> WindowEnergy | None:
         """The CPU packages' joules summed ("rapl:cpu"), None without a summed package."""
@@ -273,3 +298,54 @@ class EnergyReader:
         """`window.request_energy` over source `name`'s samples."""
         return request_energy(self.info(name), self.samples(name), send_ns, first_token_ns,
                               last_chunk_ns, prompt_tokens, output_tokens, idle_power_w)
+
+    def groups(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The figures a run reports, each (label, source names summed into it): CPU_GROUP
+        for the CPU packages (`SourceInfo.summed`) when there is one, then every other
+        readable source on its own, mirrors (`duplicate_of`) left out: a subdomain or psys
+        is inside the packages' figure, so nothing here is to be added to another."""
+        out: list[tuple[str, tuple[str, ...]]] = []
+        packages = tuple(i.name for i in self.infos if i.summed)
+        if packages:
+            out.append((CPU_GROUP, packages))
+        out.extend((i.name, (i.name,)) for i in self.infos
+                   if not i.summed and i.duplicate_of is None and i.role is not Role.PACKAGE)
+        return tuple(out)
+
+    def covers(self, label: str) -> str:
+        """What a group's joules include, in words (`groups`' labels)."""
+        if label == CPU_GROUP:
+            parts = [i.covers for i in self.infos if i.summed]
+            return ", ".join(parts) if len(parts) > 1 else parts[0]
+        return self.info(label).covers
+
+    def group_window(self, label: str, names: Sequence[str], t0_ns: int,
+                     t1_ns: int) -> WindowEnergy:
+        """The window's joules of one group: its one source's, or the sum (`combine`)."""
+        if len(names) == 1 and names[0] == label:
+            return self.window(label, t0_ns, t1_ns)
+        return combine(label, [self.window(n, t0_ns, t1_ns) for n in names])
+
+    def group_request(
+        self,
+        label: str,
+        names: Sequence[str],
+        send_ns: int,
+        first_token_ns: int | None,
+        last_chunk_ns: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        idle_power_w: float | None = None,
+    ) -> RequestEnergy:
+        """`request_energy` for a group (`groups`): each window summed over its sources.
+        Raises ValueError for stamps out of order or negative token counts."""
+        if first_token_ns is not None and not send_ns <= first_token_ns <= last_chunk_ns:
+            raise ValueError("stamps must satisfy send ≤ first token ≤ last chunk: "
+                             f"{send_ns}, {first_token_ns}, {last_chunk_ns}")
+        total = self.group_window(label, names, send_ns, last_chunk_ns)
+        prefill = decode = None
+        if first_token_ns is not None:
+            prefill = self.group_window(label, names, send_ns, first_token_ns)
+            decode = self.group_window(label, names, first_token_ns, last_chunk_ns)
+        return request_from_windows(label, total, prefill, decode, prompt_tokens,
+                                    output_tokens, idle_power_w)

@@ -21,13 +21,15 @@ The window's joules are E(t1) − E(t0); both edges must lie within the samples.
 period at each edge, and a difference of two readings is uncertain by one resolution step, so
 a window is coarse when it is shorter than `1 / MAX_EDGE_ERROR` update periods, or its joules
 are under `1 / MAX_EDGE_ERROR` resolution steps (that bounds the edge error to about
-MAX_EDGE_ERROR = 10 % of the figure); and when it is shorter than the spacing of the samples
-around it (no sample inside: the figure is then the surrounding interval's mean power × the
-window, not a measurement of the window). A slow source (`SourceInfo.coarse`: a battery)
-whose update period is neither known nor seen in the samples is coarse unless the window
-spans 1 / MAX_EDGE_ERROR of the longest sample spacings (an upper bound of its period when
-every sample changed), and always when the gauge changed fewer than twice. Coarse figures are
-still returned: aggregate them over the run (`run_energy`) and say so.
+MAX_EDGE_ERROR = 10 % of the figure); and when its two edges lie further from their nearest
+samples, summed, than MAX_EDGE_ERROR of its length (E is interpolated over that distance at
+each edge, so the figure borrows that much of the power around the edge; with no sample
+near it, it is the surrounding interval's mean power × the window, not a measurement of
+the window). A slow source (`SourceInfo.coarse`: a battery) whose update period is neither
+known nor seen in the samples is coarse unless the window spans 1 / MAX_EDGE_ERROR of the
+longest sample spacings (an upper bound of its period when every sample changed), and always
+when the gauge changed fewer than twice. Coarse figures are still returned: aggregate them
+over the run (`run_energy`) and say so.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def window_energy(
         return result(None, False, "the window is not inside the samples (need one at or "
                                    "before its start and one at or after its end)")
     joules = 0.0
-    gap_ns = 0
+    outside_ns = _to_nearest(stamps, t0_ns) + _to_nearest(stamps, t1_ns)
     for k in range(i0, max(i1, i0 + 1)):
         if k + 1 >= len(samples):
             break
@@ -142,15 +144,21 @@ def window_energy(
         seg, why = segment_joules(info, a, b)
         if seg is None:
             return result(None, False, why)
-        gap_ns = max(gap_ns, b.t_ns - a.t_ns)
         lo, hi = max(t0_ns, a.t_ns), min(t1_ns, b.t_ns)
         if hi > lo:
             joules += _partial(info, a, b, seg, hi) - _partial(info, a, b, seg, lo)
-    return result(joules, *_coarse(info, samples, (t1_ns - t0_ns) / 1e9, gap_ns / 1e9, joules))
+    return result(joules, *_coarse(info, samples, (t1_ns - t0_ns) / 1e9, outside_ns / 1e9,
+                                  joules))
+
+
+def _to_nearest(stamps: Sequence[int], t_ns: int) -> int:
+    """ns from `t_ns` to the nearest stamp: how far E(t) is interpolated at an edge."""
+    k = bisect.bisect_left(stamps, t_ns)
+    return min(abs(stamps[j] - t_ns) for j in (k - 1, k) if 0 <= j < len(stamps))
 
 
 def _coarse(
-    info: SourceInfo, samples: Sequence[EnergySample], duration_s: float, gap_s: float,
+    info: SourceInfo, samples: Sequence[EnergySample], duration_s: float, outside_s: float,
     joules: float,
 ) -> tuple[bool, str | None]:
     why: list[str] = []
@@ -160,9 +168,10 @@ def _coarse(
                    f"of {period:.3g} s")
     elif period is None and info.coarse:
         why.extend(_unknown_period(samples, duration_s))
-    if duration_s < gap_s:
-        why.append(f"{duration_s:.3g} s is shorter than the {gap_s:.3g} s between the "
-                   "samples around it")
+    if outside_s > MAX_EDGE_ERROR * duration_s:
+        why.append(f"its edges are {outside_s:.3g} s from the nearest samples, over "
+                   f"{MAX_EDGE_ERROR:.0%} of its {duration_s:.3g} s: the figure is the "
+                   "surrounding interval's mean power, not the window's")
     if info.resolution_j and abs(joules) < info.resolution_j / MAX_EDGE_ERROR:
         why.append(f"{joules:.3g} J is under {1 / MAX_EDGE_ERROR:g} steps of "
                    f"{info.resolution_j:.3g} J")
@@ -236,11 +245,30 @@ def request_energy(
     if first_token_ns is not None:
         prefill = window_energy(info, samples, send_ns, first_token_ns)
         decode = window_energy(info, samples, first_token_ns, last_chunk_ns)
+    return request_from_windows(info.name, total, prefill, decode, prompt_tokens,
+                                output_tokens, idle_power_w)
+
+
+def request_from_windows(
+    source: str,
+    total: WindowEnergy,
+    prefill: WindowEnergy | None,
+    decode: WindowEnergy | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    idle_power_w: float | None = None,
+) -> RequestEnergy:
+    """A request's figures from its three windows (send → last chunk, send → first token,
+    first token → last chunk), already measured: one source's (`request_energy`) or a sum
+    over several (`combine`). Per-token and above-idle arithmetic as in `request_energy`.
+    Raises ValueError for negative token counts."""
+    if prompt_tokens < 0 or output_tokens < 0:
+        raise ValueError(f"token counts must be ≥ 0: {prompt_tokens}, {output_tokens}")
     pre_j = prefill.joules if prefill else None
     dec_j = decode.joules if decode else None
     pre_idle, dec_idle = _less_idle(prefill, idle_power_w), _less_idle(decode, idle_power_w)
     return RequestEnergy(
-        source=info.name,
+        source=source,
         total=total,
         prefill=prefill,
         decode=decode,
@@ -273,10 +301,26 @@ def run_energy(
     `window_energy` does, or for negative counts."""
     if min(prompt_tokens, output_tokens, requests) < 0:
         raise ValueError("counts must be ≥ 0")
-    window = window_energy(info, samples, t0_ns, t1_ns)
+    return run_from_window(info.name, window_energy(info, samples, t0_ns, t1_ns),
+                           prompt_tokens, output_tokens, requests, idle_power_w)
+
+
+def run_from_window(
+    source: str,
+    window: WindowEnergy,
+    prompt_tokens: int,
+    output_tokens: int,
+    requests: int,
+    idle_power_w: float | None = None,
+) -> RunEnergy:
+    """A run's figures from its window, already measured (one source's or a `combine`d
+    sum): J per output token = window J / output_tokens; above idle as in `run_energy`.
+    Raises ValueError for negative counts."""
+    if min(prompt_tokens, output_tokens, requests) < 0:
+        raise ValueError("counts must be ≥ 0")
     above = _less_idle(window, idle_power_w)
     return RunEnergy(
-        source=info.name,
+        source=source,
         window=window,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
@@ -140,7 +141,8 @@ class Knee:
 @dataclass(frozen=True)
 class LoadAnalysis:
     """A sweep: its header, the SLO, every level, the knee, warnings for the reader, and the
-    body of its start environment record ({} without one)."""
+    body of its start environment record ({} without one); its energy (analysis/energy.py:
+    per level, the all-in J per output token)."""
 
     header: Header
     mode: str
@@ -149,6 +151,7 @@ class LoadAnalysis:
     knee: Knee
     warnings: tuple[str, ...]
     environment: dict[str, Any]
+    energy: EnergySummary | None = None
 
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
@@ -186,6 +189,7 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
         find_knee(levels, slo, mode),
         tuple(warnings),
         dict(env.body) if env else {},
+        summarize_energy(log),
     )
 
 

@@ -56,7 +56,9 @@ FORMAT_VERSION = 1
 #   logs (header `load`, `generator`; "level" records; request fields level, sent_offset_ns,
 #   scheduled_offset_ns, lag_ms, sent_unix_ns, end_unix_ns, client; probe fields level,
 #   request_ids); "probe_source" records (an agent connected, lost, refused) and the TUI's
-#   "bench" marks in an interactive session's log.
+#   "bench" marks in an interactive session's log; "energy" records (issue 26: the sources
+#   line, idle power, per request, per run and per load level; readers before it skip them
+#   as unknown records, so no bump).
 SUPPORTED_FORMATS = (1,)
 
 Phase = Literal["load", "warmup", "measure"]
@@ -613,6 +615,59 @@ class BenchMarkRecord(Record):
     outcome: str | None = None
 
 
+EnergyScope = Literal["sources", "idle", "request", "run", "level"]
+"""What an energy record covers: the machine's sources (once, at the start), the idle power
+(preflight's window), one request, a bench run, or one sweep level."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyRecord(Record):
+    """Energy figures from one source (`type: "energy"`; runners/energy.py writes them).
+
+    scope: see EnergyScope. source: the figure's source ("rapl:cpu", the CPU packages summed;
+    "nvml:gpu0", "battery:BAT0", …; "" for scope "sources"); covers: what its joules include.
+    "sources": line (the `describe_sources` line: "energy: …" or "energy: n/a — …"),
+    sources (each SourceInfo.to_dict()), readable (any source readable).
+    "idle": duration_s of the window and mean_power_w, W, in it (idle_power_w the same).
+    "request" (request_id), "run", "level" (level): energy_j (J: send → last chunk for a
+    request; for a run the measured requests' windows summed, duration_s their seconds; for
+    a level its first send → last chunk), prefill_j (send → first
+    token) and decode_j (first token → last chunk) for a request; prompt_tokens and
+    output_tokens (the server's counts); output_j_per_token (decode J / output tokens for a
+    request; all-in energy J / output tokens for a run or level), prompt_j_per_token
+    (prefill J / prompt tokens); idle_power_w subtracted for the *_above_idle figures.
+    coarse: the source cannot resolve this window (reason says which rule): aggregate.
+    integrated: joules from integrated power samples rather than a counter.
+    """
+
+    TYPE: ClassVar[str] = "energy"
+    scope: EnergyScope
+    source: str = ""
+    covers: str = ""
+    line: str | None = None
+    sources: tuple[dict[str, Any], ...] = ()
+    readable: bool = True
+    request_id: int | None = None
+    level: int | None = None
+    duration_s: float | None = None
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    prefill_j: float | None = None
+    decode_j: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    requests: int | None = None
+    output_j_per_token: float | None = None
+    prompt_j_per_token: float | None = None
+    idle_power_w: float | None = None
+    energy_above_idle_j: float | None = None
+    output_above_idle_j_per_token: float | None = None
+    prompt_above_idle_j_per_token: float | None = None
+    coarse: bool = False
+    reason: str | None = None
+    integrated: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class UnknownRecord:
     """A record of a type this llmtop does not know (a newer writer's), kept as written."""
@@ -629,7 +684,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (Header, RequestRecord, ProbeRecord, CanaryRecord, CalibrationRecord,
                 EnvironmentRecord, PreflightRecord, SummaryRecord, InterruptedRecord, EndRecord,
-                LevelRecord, ProbeSourceRecord, BenchMarkRecord)
+                LevelRecord, ProbeSourceRecord, BenchMarkRecord, EnergyRecord)
 }
 """Every record type of the session log, by its `type` field."""
 
@@ -718,6 +773,11 @@ class RunLog:
     def summary(self) -> SummaryRecord | None:
         """A bench's closing summary, None when it has none."""
         return self.first(SummaryRecord)
+
+    @property
+    def energy(self) -> tuple[EnergyRecord, ...]:
+        """The run's energy records in file order (none in logs written before them)."""
+        return tuple(self.of_type(EnergyRecord))
 
     @property
     def interrupted(self) -> bool:

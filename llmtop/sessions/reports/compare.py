@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
+from llmtop.sessions.analysis.energy_compare import EnergyComparison
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.text import md_table, num
 
@@ -16,10 +17,13 @@ from llmtop.sessions.reports.text import md_table, num
 @dataclass(frozen=True)
 class Comparisons:
     """`llmtop compare`'s subject for formats.render: the comparisons (each B against the
-    baseline A) and the logs they came from (A first, then each B in the same order)."""
+    baseline A) and the logs they came from (A first, then each B in the same order);
+    energy: per comparison, its energy per output token (analysis/energy_compare.py; empty
+    for a refused comparison or when not computed)."""
 
     comparisons: Sequence[Comparison]
     logs: Sequence[RunLog]
+    energy: Sequence[Sequence[EnergyComparison]] = field(default_factory=tuple)
 
 CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
 
@@ -70,15 +74,21 @@ def method_note() -> str:
             f"fewer than {MIN_OK} ok requests per side are not compared.")
 
 
-def markdown(comparisons: Sequence[Comparison]) -> str:
-    """Every comparison (each B against the baseline A) as one markdown document."""
+def markdown(comparisons: Sequence[Comparison],
+             energy: Sequence[Sequence[EnergyComparison]] = ()) -> str:
+    """Every comparison (each B against the baseline A) as one markdown document, each with
+    its energy per output token where `energy` gives it."""
     lines = ["# llmtop compare", "", method_note()]
-    for c in comparisons:
+    for k, c in enumerate(comparisons):
         lines += ["", f"## {c.name_b} against {c.name_a}", "", f"**{headline(c)}**"]
         if c.checks.warnings:
             lines += ["", *(f"- warning: {w}" for w in c.checks.warnings)]
         if c.rows:
             lines += ["", *md_table(ROW_HEADERS, [row_cells(r) for r in c.rows])]
+        mine = energy[k] if k < len(energy) else ()
+        if mine:
+            lines += ["", "Energy per output token (per request: decode J / output tokens):",
+                      *(f"- {e.source + ': ' if e.source else ''}{e.verdict}" for e in mine)]
     return "\n".join(lines) + "\n"
 
 
@@ -95,8 +105,10 @@ def _row_json(r: MetricComparison) -> dict[str, Any]:
     }
 
 
-def to_json(comparisons: Sequence[Comparison]) -> str:
-    """Every comparison as one JSON document ({"confidence", "alpha", "comparisons": […]})."""
+def to_json(comparisons: Sequence[Comparison],
+            energy: Sequence[Sequence[EnergyComparison]] = ()) -> str:
+    """Every comparison as one JSON document ({"confidence", "alpha", "comparisons": […]}),
+    each with its "energy" comparisons (a list; empty when none was made)."""
     doc = {
         "confidence": CONFIDENCE, "alpha": ALPHA, "min_ok": MIN_OK,
         "comparisons": [
@@ -104,8 +116,9 @@ def to_json(comparisons: Sequence[Comparison]) -> str:
              "warnings": c.checks.warnings, "regression": c.regression,
              "threshold_pct": c.threshold_pct, "headline": headline(c),
              "trusted": c.trusted, "distrust": c.distrust,
-             "rows": [_row_json(r) for r in c.rows]}
-            for c in comparisons
+             "rows": [_row_json(r) for r in c.rows],
+             "energy": [e.to_dict() for e in (energy[k] if k < len(energy) else ())]}
+            for k, c in enumerate(comparisons)
         ],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
+from llmtop.sessions.reports.text import md_table
 
 
 def _n(value: float | None, digits: int = 1) -> str:
@@ -120,9 +121,41 @@ def markdown(a: LoadAnalysis) -> str:
     if parallel:
         detail = ", ".join(f"{k} {v}" for k, v in parallel.items() if k != "source")
         lines += ["", f"Engine parallelism: {detail or 'unknown'} ({parallel.get('source')})."]
+    lines += markdown_energy(a)
     if a.warnings:
         lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
     return "\n".join(lines) + "\n"
+
+
+def _j(value: float | None, unit: str = "J") -> str:
+    return "n/a" if value is None else f"{value:.3g} {unit}"
+
+
+def markdown_energy(a: LoadAnalysis) -> list[str]:
+    """The "Energy" section of a sweep: per source and level, the level's joules (first
+    send → last chunk), its mean power and the all-in J per output token, total and above
+    idle; the sources line alone (n/a and why) when none was read."""
+    energy = a.energy
+    lines = ["", "## Energy", ""]
+    if energy is None or not energy.available:
+        return [*lines, energy.line if energy is not None else "energy: n/a"]
+    lines += [energy.line, ""]
+    labels = {lv.level: lv.label for lv in a.levels}
+    rows = [
+        (f"{s.source} ({s.covers})", labels.get(r.level or 0, str(r.level)),
+         _j(r.energy_j), _j(r.mean_power_w, "W"), r.output_tokens,
+         _j(r.output_j_per_token), _j(r.output_above_idle_j_per_token),
+         r.reason or "—")
+        for s in energy.sources for r in s.levels
+    ]
+    lines += md_table(("source (covers)", "level", "energy", "mean power", "output tokens",
+                       "J / output token (all-in)", "above idle", "notes"), rows)
+    idle = [f"{s.source} {_j(s.idle_power_w, 'W')}" for s in energy.sources]
+    note = (f"Idle power (preflight's window): {', '.join(idle)}. J / output token: the "
+            "level's joules / the output tokens of its ok requests (prefill included: "
+            "concurrent requests share the machine, so energy is not split per request).")
+    lines += ["", note]
+    return lines
 
 
 def _lag_line(lv: LevelResult) -> str:
@@ -163,17 +196,26 @@ CSV_METRICS = (
 )
 
 
+CSV_ENERGY = ("energy_j", "mean_power_w", "output_j_per_token", "output_above_idle_j_per_token")
+
+
 def csv_text(a: LoadAnalysis) -> str:
-    """One CSV row per level."""
+    """One CSV row per level; with energy sources, each one's level figures in columns named
+    "FIELD[SOURCE]" (CSV_ENERGY: J, W, J/token)."""
     out = io.StringIO()
     writer = csv.writer(out)
     quantiles = ("n", "p50", "p90", "p95", "p99")
-    writer.writerow([*CSV_FIELDS, *(f"{m}_{q}" for m in CSV_METRICS for q in quantiles)])
+    sources = a.energy.sources if a.energy else []
+    writer.writerow([*CSV_FIELDS, *(f"{m}_{q}" for m in CSV_METRICS for q in quantiles),
+                     *(f"{f}[{s.source}]" for s in sources for f in CSV_ENERGY)])
     for lv in a.levels:
         row: list[Any] = [lv.failed if f == "failed" else getattr(lv, f) for f in CSV_FIELDS]
         for m in CSV_METRICS:
             p = getattr(lv, m)
             row += [getattr(p, q) if p is not None else None for q in quantiles]
+        for s in sources:
+            mine = next((r for r in s.levels if r.level == lv.level), None)
+            row += [getattr(mine, f) if mine else None for f in CSV_ENERGY]
         writer.writerow(["" if v is None else v for v in row])
     return out.getvalue()
 
@@ -198,5 +240,6 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
             "sentence": a.knee.sentence,
         },
         "environment": a.environment,
+        "energy": a.energy.to_dict() if a.energy else None,
         "warnings": list(a.warnings),
     }

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.run import (
     METRICS,
@@ -38,6 +39,7 @@ from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.records.schema import (
     AnyRecord,
     CalibrationRecord,
+    EnergyRecord,
     EnvironmentRecord,
     FindingRecord,
     PreflightRecord,
@@ -79,6 +81,7 @@ class Report:
     gpu: GpuUsage = field(default_factory=GpuUsage)
     relay: list[RelayComparison] = field(default_factory=list)
     causes: dict[int | str | None, Cause] = field(default_factory=dict)
+    energy: EnergySummary | None = None
 
 
 def build(log: RunLog) -> Report:
@@ -103,6 +106,7 @@ def build(log: RunLog) -> Report:
         gpu=gpu_usage(log.probes),
         relay=relay_comparisons(analysis),
         causes=causes,
+        energy=summarize_energy(log),
     )
 
 
@@ -210,6 +214,7 @@ def markdown(report: Report) -> str:
         lines += ["", title, "", *_stats_table(s)]
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
+    lines += markdown_energy(report.energy)
     lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
     return "\n".join(lines) + "\n"
 
@@ -284,6 +289,52 @@ def _markdown_machine(report: Report) -> list[str]:
         if att is not None:
             who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
             lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
+    return lines
+
+
+def _j(value: float | None, unit: str = "J") -> str:
+    """An energy figure with 3 significant digits and its unit, or "n/a"."""
+    return "n/a" if value is None else f"{value:.3g} {unit}"
+
+
+ENERGY_NOTE = (
+    "J / output token per request: decode joules (first token → last chunk) / output tokens; "
+    "J / prompt token: prefill joules (send → first token) / prompt tokens; the run's figure: "
+    "the measured requests' joules (send → last chunk, summed) / all their output tokens. "
+    "Above idle: less the idle power measured in preflight's window × the window's seconds."
+)
+
+
+def markdown_energy(energy: EnergySummary | None) -> list[str]:
+    """The "Energy" section: the sources line, then per source the per-request medians
+    (total and above idle) and the run's all-in figure; n/a with the reason otherwise."""
+    lines = ["", "## Energy", ""]
+    if energy is None or not energy.available:
+        line = energy.line if energy is not None else "energy: n/a"
+        return [*lines, line]
+    lines += [energy.line, ""]
+    headers = ("source (covers)", "idle power", "n", "energy / request p50",
+               "prefill / decode p50", "J / output token p50", "J / prompt token p50",
+               "above idle: J / output token p50", "run: J / output token (all-in)", "notes")
+    rows = []
+    for s in energy.sources:
+        p = {k: v.median for k, v in s.per_request.items()}
+        n = s.per_request["output_j_per_token"].n
+        run = s.run
+        run_cell = "n/a" if run is None else (
+            f"{_j(run.output_j_per_token)} ({_j(run.energy_j)} over {_num(run.duration_s, 2)} s, "
+            f"{_j(run.mean_power_w, 'W')}"
+            + (f"; above idle {_j(run.output_above_idle_j_per_token)}"
+               if run.output_above_idle_j_per_token is not None else "") + ")")
+        notes = [x for x in (s.note, "integrated from power samples" if s.integrated else None,
+                             "coarse" if run is not None and run.coarse else None) if x]
+        rows.append((f"{s.source} ({s.covers})", _j(s.idle_power_w, "W"), n,
+                     _j(p["energy_j"]), f"{_j(p['prefill_j'])} / {_j(p['decode_j'])}",
+                     _j(p["output_j_per_token"]), _j(p["prompt_j_per_token"]),
+                     _j(p["output_above_idle_j_per_token"]), run_cell,
+                     "; ".join(notes) or "—"))
+    lines += md_table(headers, rows)
+    lines += ["", ENERGY_NOTE]
     return lines
 
 
@@ -374,14 +425,23 @@ CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CS
                "prompt_eval_count", "eval_count", "prompt_words", "started_at")
 
 
+CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt_j_per_token",
+              "energy_above_idle_j", "output_above_idle_j_per_token", "coarse")
+
+
 def csv_text(report: Report) -> str:
-    """Every request of the run as one CSV row."""
+    """Every request of the run as one CSV row; with energy sources, their figures per
+    request in columns named "FIELD[SOURCE]" (J, J/token; CSV_ENERGY), empty where n/a."""
+    energy = _energy_by_request(report.log)
+    sources = list(dict.fromkeys(src for per in energy.values() for src in per))
+    extra = [f"{f}[{src}]" for src in sources for f in CSV_ENERGY]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=[*CSV_COLUMNS, *extra], lineterminator="\n")
     writer.writeheader()
     for s in report.analysis.sizes:
         for r in s.requests:
             rec = r.record
+            per = energy.get(rec.id, {})
             writer.writerow({
                 "prompt_tokens_target": r.prompt_tokens_target, "index": r.index + 1,
                 "phase": r.phase, "status": r.status, "reason": r.reason,
@@ -389,8 +449,18 @@ def csv_text(report: Report) -> str:
                 "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
                 "eval_count": rec.stats.eval_count if rec.stats else None,
                 "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+                **{f"{f}[{src}]": getattr(e, f) for src, e in per.items() for f in CSV_ENERGY},
             })
     return out.getvalue()
+
+
+def _energy_by_request(log: RunLog) -> dict[int, dict[str, EnergyRecord]]:
+    """request id → source → its "request" energy record."""
+    out: dict[int, dict[str, EnergyRecord]] = {}
+    for e in log.energy:
+        if e.scope == "request" and e.request_id is not None:
+            out.setdefault(e.request_id, {})[e.source] = e
+    return out
 
 
 def _body(record: AnyRecord | None) -> dict[str, Any] | None:
@@ -420,6 +490,7 @@ def _json(report: Report) -> dict[str, Any]:
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
+        "energy": report.energy.to_dict() if report.energy else None,
         "warnings": list(report.log.warnings),
     }
 

@@ -8,8 +8,11 @@ Order of a run (docs/method.md, "The bench run"):
    between measured requests, never during one, the machine-speed canary runs (a "canary"
    record, probes/canary.py), and each request records the machine's readings over it
    (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
-4. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
-5. append the summary. Everything is flushed record by record.
+4. energy, where this machine has a readable source (runners/energy.py): the sources line
+   first, idle power over the preflight window, each request's joules (prefill, decode,
+   J/token; `SessionRecorder.measure` samples its edges) and the run's all-in J/token;
+5. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
+6. append the summary. Everything is flushed record by record.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
 the CLI and the TUI drive the same runner.
@@ -47,6 +50,7 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.energy import EnergyMeter, local_meter
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -136,15 +140,20 @@ class BenchRunner:
         on_event: Callable[[StreamEvent], None] | None = None,
         extra_header: dict[str, Any] | None = None,
         agent: AgentTarget | None = None,
+        energy: EnergyMeter | None = None,
     ) -> None:
         self.conn = conn
+        self._measured: list[RequestResult] = []
         self.agent = agent  # --probes: probe samples from the engine's machine
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
         header = {"bench": config.to_dict(), **(extra_header or {})}
+        # this machine's energy sources (none read when the probes watch another machine)
+        self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(
-            conn, config.options(), log_path, kind="bench", extra_header=header, think=config.think
+            conn, config.options(), log_path, kind="bench", extra_header=header,
+            think=config.think, energy=self.energy,
         )
         self.canary = Canary()
         self.machine = MachineReader(lambda: conn.engine_pids)
@@ -166,7 +175,8 @@ class BenchRunner:
         # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
                                lambda: self.conn.engine_pids, load_thresholds(),
-                               on_state=self.recorder.record_probe_state)
+                               on_state=self.recorder.record_probe_state,
+                               energy=self.energy.reader)
         sampler.start()
         try:
             self.on_progress(
@@ -180,8 +190,12 @@ class BenchRunner:
                         message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
                     )
                 )
+                idle_from = self.energy.sample()
                 preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
+                idle_to = self.energy.sample("end")
                 self.recorder.log.write(preflight)
+                for record in self.energy.measure_idle(idle_from, idle_to):
+                    self.recorder.log.write(record)
                 verdict = f"preflight {preflight.verdict}" + "".join(
                     f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
                 )
@@ -225,6 +239,7 @@ class BenchRunner:
                     self.recorder.log.write(
                         InterruptedRecord(datetime.now().astimezone().isoformat())
                     )
+            self._write_run_energy()
             self.recorder.log.write(await environment_record(self.conn, "end"))
             expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
@@ -242,6 +257,13 @@ class BenchRunner:
         )
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    def _write_run_energy(self) -> None:
+        """The "run" energy records: the measured ok requests' own windows summed, all-in J
+        per output token over them (`EnergyMeter.in_requests`): the figure to use where
+        per-request windows are too coarse."""
+        for record in self.energy.in_requests(self._measured):
+            self.recorder.log.write(record)
 
     def _remember_canary(self, log: RunLog) -> None:
         """Keep this run's canary medians for `llmtop preflight` (only when the run may use
@@ -316,4 +338,6 @@ class BenchRunner:
             late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
             phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
         )
+        if phase == "measure" and result.status == "ok":
+            self._measured.append(result)
         self.on_progress(BenchProgress(phase, target, i + 1, total, result=result, record=record))

@@ -44,6 +44,7 @@ from llmtop.sessions.records.schema import (
     RequestRecord,
 )
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
+from llmtop.sessions.runners.energy import EnergyMeter, local_meter
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     engine_parallelism,
@@ -121,10 +122,14 @@ class LoadRunner:
         config: LoadConfig,
         log_path: str | None = None,
         on_progress: Callable[[LoadProgress], None] | None = None,
+        energy: EnergyMeter | None = None,
     ) -> None:
         self.conn = conn
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
+        # this machine's energy: per level, since concurrent requests share the machine
+        self.energy = energy or local_meter(conn.upstream.host)
+        self._level_results: list[RequestResult] = []
         self.recorder = SessionRecorder(
             conn,
             config.options(),
@@ -133,6 +138,8 @@ class LoadRunner:
             extra_header={"load": config.to_dict()},
             think=config.think,
             write_behind=True,  # fsync'd in a thread: a worker sends its next request at once
+            energy=self.energy,
+            energy_per_request=False,
         )
         self.engine: Engine = conn.engine
         self.level: int | None = None
@@ -150,6 +157,7 @@ class LoadRunner:
             self._probe,
             engine_pids=lambda: self.conn.engine_pids,
             thresholds=load_thresholds(),
+            energy=self.energy.reader,
         )
         self.engine, owned = pooled_engine(self.conn, self.config)
         interrupted = False
@@ -185,8 +193,12 @@ class LoadRunner:
             self.on_progress(
                 LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s")
             )
+            idle_from = self.energy.sample()
             preflight = await preflight_record(self.conn, cfg.preflight_s)
+            idle_to = self.energy.sample("end")
             self.recorder.log.write(preflight)
+            for record in self.energy.measure_idle(idle_from, idle_to):
+                self.recorder.log.write(record)
             self.on_progress(LoadProgress("preflight", message=f"preflight {preflight.verdict}"))
         self.on_progress(
             LoadProgress("warmup", message="first request (pays the model load, if any)")
@@ -260,6 +272,8 @@ class LoadRunner:
             "prompt_tokens_target": cfg.prompt_tokens,
             "prompt_words": words,
         }
+        self._level_results = []
+        energy_from = self.energy.sample()
         cpu0, t0 = thread_time_ns(), perf_counter_ns()
         if cfg.mode == "concurrency":
             await self._closed(int(value), total, t0, fields, lambda: generator.make(words))
@@ -267,7 +281,11 @@ class LoadRunner:
             assert total is not None
             await self._open(value, total, t0, fields, lambda: generator.make(words))
         wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
+        energy_to = self.energy.sample("end")
         await self.recorder.drain()
+        for record in self.energy.span("level", energy_from, energy_to, self._level_results,
+                                       level=index):
+            self.recorder.log.write(record)
         self.recorder.log.write(LevelRecord(
             "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
             max_in_flight=self.recorder.peak_streaming,
@@ -355,10 +373,12 @@ class LoadRunner:
                     "scheduled_offset_ns": scheduled_ns - t0,
                     "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
 
-        _, record = await self.recorder.measure(
+        result, record = await self.recorder.measure(
             prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
             late=late, **fields,
         )
+        if fields.get("phase") == "measure" and result.status == "ok":
+            self._level_results.append(result)  # its tokens count in the level's J/token
         self._done += 1
         streaming = len(self.recorder.streaming)
         self.on_progress(

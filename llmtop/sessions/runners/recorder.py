@@ -23,7 +23,8 @@ from llmtop.sessions.measure.request import (
     run_request,
 )
 from llmtop.sessions.records.log import SessionLog, default_log_path
-from llmtop.sessions.records.schema import ProbeSourceRecord, RequestRecord
+from llmtop.sessions.records.schema import EnergyRecord, ProbeSourceRecord, RequestRecord
+from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.sessions.runners.environment import environment
 
 LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
@@ -36,6 +37,19 @@ class Measured(NamedTuple):
     record: RequestRecord
 
 
+def _both(first: Callable[[Any], None] | None,
+          then: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """A callback calling `first` then `then` (either may be None)."""
+    if first is None or then is None:
+        return first or then
+
+    def call(value: Any) -> None:
+        first(value)
+        then(value)
+
+    return call
+
+
 class SessionRecorder:
     """Owns the session log of one connection and numbers its requests.
 
@@ -45,6 +59,10 @@ class SessionRecorder:
     workers send their next request at once, not after the disk); `drain()` waits for them.
     streaming: the ids of the requests streaming now; peak_streaming: the most at once since
     the caller last reset it (a sweep's level).
+    energy: this machine's energy sources (runners/energy.py): its "sources" record is logged
+    first, and `measure` samples them at each request's edges and logs its "energy" records
+    (`last_energy`), unless `energy_per_request` is False (a sweep's concurrent requests
+    share the machine: their energy is measured per level, not per request).
     Raises LogError when the log cannot be created.
     """
 
@@ -58,6 +76,8 @@ class SessionRecorder:
         extra_header: dict[str, Any] | None = None,
         think: bool | None = None,
         write_behind: bool = False,
+        energy: EnergyMeter | None = None,
+        energy_per_request: bool = True,
     ) -> None:
         self.conn = conn
         self.options = dict(options)
@@ -70,6 +90,11 @@ class SessionRecorder:
         self.peak_streaming = 0
         self.write_behind = write_behind
         self._writes: set[asyncio.Task[bool]] = set()
+        self.energy = energy
+        self.energy_per_request = energy_per_request and energy is not None and energy.active
+        self.last_energy: list[EnergyRecord] = []  # the last measured request's figures
+        if energy is not None:
+            self.log.write(energy.sources_record())
 
     def header(self) -> dict[str, Any]:
         """The header record's fields: engine, host, model and its details, options, machine."""
@@ -128,6 +153,9 @@ class SessionRecorder:
         and its record, once it is logged. A cancelled request (CancelledError) is recorded
         with what arrived (status "cancelled", without `late`), on_end is called, and the
         cancel goes on. Raises RecordError for a field of the wrong type."""
+        if self.energy_per_request and self.energy is not None:
+            energy_start, on_event = self.energy.hooks(on_event)
+            on_start = _both(energy_start, on_start)
         collector = self.new_request(prompt, options)
         if on_start is not None:
             on_start(collector)
@@ -141,10 +169,21 @@ class SessionRecorder:
             if on_end is not None:
                 on_end(cancelled, record)
             raise
+        self.last_energy = self._energy(result)
         record = self.record(result, **fields, **(late(result) if late else {}))
+        for energy in self.last_energy:
+            self.log.write(energy)
         if on_end is not None:
             on_end(result, record)
         return Measured(result, record)
+
+    def _energy(self, result: RequestResult) -> list[EnergyRecord]:
+        """One more sample (a stream that ended without a done chunk) and the request's
+        energy records; none without per-request energy."""
+        if not self.energy_per_request or self.energy is None:
+            return []
+        self.energy.sample("end")
+        return self.energy.request(result)
 
     def record(self, result: RequestResult, *, behind: bool | None = None,
                **extra: Any) -> RequestRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llmtop.sessions.reports.text import NA, size, spark_cell
 
-__all__ = ["NA", "WARMING", "bar", "ms", "pct", "rate", "size", "spark_char"]
+__all__ = ["NA", "WARMING", "bar", "joules", "ms", "pct", "rate", "size", "spark_char"]
 
 WARMING = "warming up"
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -19,6 +19,11 @@ def ms(value: float | None, digits: int = 1) -> str:
 def rate(value: float | None, unit: str = "tok/s") -> str:
     """A rate, e.g. "112.3 tok/s"."""
     return NA if value is None else f"{value:.1f} {unit}"
+
+
+def joules(value: float | None) -> str:
+    """Joules with 3 significant digits, e.g. "0.267 J"."""
+    return NA if value is None else f"{value:.3g} J"
 
 
 def pct(value: float | None) -> str:

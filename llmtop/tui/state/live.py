@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
+from llmtop.sessions.records.schema import EnergyRecord
 
 THINKING = "thinking"
 CONTENT = "content"
@@ -30,6 +31,7 @@ class LiveRequest:
     it is drawn on the next frame rather than at the slower numbers rate.
     noisy: the first finding of a NOISY probe sample taken while it streamed (see
     `llmtop.tui.state.noise`); None when every sample in its span was QUIET (or none was taken).
+    energy: its energy records once it ended (runners/energy.py; empty without a source).
     """
 
     collector: RequestCollector
@@ -44,6 +46,7 @@ class LiveRequest:
     numbers_dirty: bool = True
     urgent: bool = True
     noisy: str | None = None
+    energy: tuple[EnergyRecord, ...] = ()
 
     @property
     def prompt(self) -> str:

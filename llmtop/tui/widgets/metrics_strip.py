@@ -8,10 +8,13 @@ per token after) and the previous request's TPOT, faint. Row 3: bars of those ga
 `SparkBars`), growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5:
 server prefill/decode (tok/s), load and overhead (ms). Row 6: the failure and its remedy,
 when there is one. Row 7: "⚠ machine NOISY during this request: …" when a probe sample taken
-while the request streamed was NOISY.
+while the request streamed was NOISY. Row 8: the request's energy where a source was read
+("energy 0.267 J/out tok · 0.075 J/prompt tok · 5.4 J · rapl:cpu"), absent otherwise.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,6 +23,7 @@ from textual.widgets import Static
 
 from llmtop.engines.events import Status
 from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.records.schema import EnergyRecord
 from llmtop.tui.state import fmt
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.session_state import GapsView, gaps_view
@@ -27,7 +31,7 @@ from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text
 
-_HIDE_EMPTY = frozenset({"failure", "noise"})
+_HIDE_EMPTY = frozenset({"failure", "noise", "energy"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
 NOISY_PREFIX = "⚠ machine NOISY during this request: "
@@ -54,6 +58,23 @@ def server_text(result: RequestResult) -> Text:
         " · overhead ",
         (fmt.ms(m.overhead_ms), "bold"),
     )
+
+
+def energy_text(records: Sequence[EnergyRecord]) -> Text | str:
+    """A finished request's energy, one figure per source: J per output token (decode J /
+    output tokens), J per prompt token (prefill J / prompt tokens) and the request's J;
+    "(coarse)" dim where the source cannot resolve one request. "" without records."""
+    parts: list[Text | str | tuple[str, str]] = []
+    for e in records:
+        if parts:
+            parts.append("   ")
+        parts += [("energy", "dim"), " ",
+                  (fmt.joules(e.output_j_per_token), "bold"), "/out tok · ",
+                  (fmt.joules(e.prompt_j_per_token), "bold"), "/prompt tok · ",
+                  (fmt.joules(e.energy_j), "bold"), (f" · {e.source}", "dim")]
+        if e.coarse:
+            parts.append((" (coarse: aggregate over a bench)", "dim"))
+    return Text.assemble(*parts) if parts else ""
 
 
 def live_texts(live: LiveRequest) -> dict[str, Text]:
@@ -135,6 +156,7 @@ class MetricsStrip(Vertical):
         yield QuietStatic("", id="server")
         yield QuietStatic("", id="failure")
         yield QuietStatic("", id="noise")
+        yield QuietStatic("", id="energy")
 
     def on_mount(self) -> None:
         for wid in _HIDE_EMPTY:
@@ -169,9 +191,11 @@ class MetricsStrip(Vertical):
                 self._put("client", Text("streaming…", style="dim"))
                 self._put("server", "")
                 self._put("failure", "")
+                self._put("energy", "")
         elif self._shown is not result:
             self._shown = result
             self.show_result(result)
+            self._put("energy", energy_text(live.energy))
         if live.noisy != self._noise_shown:
             self._noise_shown = live.noisy
             self._put("noise", noise_text(live.noisy))
