@@ -250,7 +250,7 @@ def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
     md = render(analyze_log(log), "md")
     section = md[md.index("## Energy") :].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| rapl:cpu")]
-    assert [r.split("|")[2].strip() for r in rows] == ["1 users", "2 users"]
+    assert [r.split("|")[2].strip() for r in rows] == ["1 user", "2 users"]
     assert f"{levels[1].output_j_per_token:.3g} J" in rows[1]
     header = render(analyze_log(log), "csv").splitlines()[0]
     assert "output_j_per_token[rapl:cpu]" in header
