@@ -51,17 +51,29 @@ class ProbeSample:
         """JSON-ready dict (enums → strings, tuples → lists) for the session log.
 
         `max_apps` keeps the busiest apps only (None: all); `processes.apps_omitted` counts
-        the rest, so a 1 Hz log stays small.
+        the rest, so a 1 Hz log stays small. For the same reason floats keep FLOAT_DIGITS
+        decimals (a CPU % to 0.001, a byte count is an int anyway) and an app lists at most
+        MAX_PIDS of its pids (its `n_procs` still counts them all: the kernel's ~60 threads
+        were a fifth of a record).
         """
         out: dict[str, Any] = _plain(self)
         procs = out.get("processes")
-        if procs is not None and max_apps is not None:
+        if procs is not None:
             apps = procs["apps"]
-            procs["apps"], procs["apps_omitted"] = apps[:max_apps], max(0, len(apps) - max_apps)
+            if max_apps is not None:
+                apps = apps[:max_apps]
+                procs["apps_omitted"] = max(0, len(procs["apps"]) - max_apps)
+            procs["apps"] = [{**a, "pids": a["pids"][:MAX_PIDS]} for a in apps]
         return out
 
 
+FLOAT_DIGITS = 3  # decimals a logged float keeps (see ProbeSample.to_dict)
+MAX_PIDS = 8  # pids a logged app lists (its n_procs counts them all)
+
+
 def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, FLOAT_DIGITS)
     if is_dataclass(value) and not isinstance(value, type):
         return {k: _plain(v) for k, v in asdict(value).items()}
     if isinstance(value, Enum):

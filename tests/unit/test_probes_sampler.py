@@ -192,3 +192,16 @@ def test_interval_must_be_positive(bad: float) -> None:
     sampler = make()
     with pytest.raises(ValueError):
         sampler.set_interval(bad)
+
+
+def test_a_logged_sample_keeps_3_decimals_and_8_pids_per_app() -> None:
+    class Kernel(StubProcesses):
+        def __init__(self) -> None:
+            # 56 kernel threads at 1/3 % of a core: the whole count stays, 8 pids are listed
+            self.apps = (AppUsage("kernel threads", Category.OTHER, 1 / 3, 0, 56,
+                                  tuple(range(3, 59)), False, 1 / 6),)
+
+    d = make(process_probe=Kernel()).sample_once().to_dict()
+    (app,) = d["processes"]["apps"]
+    assert app["pids"] == [3, 4, 5, 6, 7, 8, 9, 10] and app["n_procs"] == 56
+    assert app["cpu_percent"] == 0.333 and app["cpu_percent_machine"] == 0.167
