@@ -202,6 +202,7 @@ async def _show(request: Request) -> Response:
         "model_info": {"general.architecture": "scripted"},
         "details": {"family": "scripted", "parameter_size": "0M", "quantization_level": "none",
                     "format": "none"},
+        "capabilities": ["completion", "thinking"] if model == "thinking" else ["completion"],
     })
 
 

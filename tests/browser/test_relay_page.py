@@ -74,6 +74,14 @@ def test_the_model_field_is_prefilled_with_the_upstreams_model(page):
     assert page.text_content("#status") == "idle"
 
 
+def test_think_is_disabled_for_a_model_that_does_not_think(page):
+    # the embedded engine's /api/show lists only "completion" for its model (newcomer row 30:
+    # the box was offered, and every think request came back 400)
+    page.wait_for_function("() => document.getElementById('think').disabled", timeout=10_000)
+    assert page.is_checked("#think") is False
+    assert "does not think" in (page.get_attribute("#think-label", "title") or "")
+
+
 def test_first_token_shows_before_the_stream_ends_and_ttft_is_shown(page):
     page.wait_for_function("() => document.getElementById('model').value !== ''", timeout=10_000)
     page.fill("#num_predict", "120")

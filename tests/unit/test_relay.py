@@ -353,3 +353,15 @@ async def test_client_leaving_before_the_first_token_closes_the_upstream_too():
         )
         assert upstream.recorder.cut_short == [True]
         assert (upstream.recorder.closed_ns[0] - t_closed) / 1e9 < 1.0
+
+
+def test_capabilities_route_says_whether_a_model_thinks(relay):
+    # the scripted upstream's /api/show lists "thinking" for the model "thinking" only
+    yes = httpx.get(relay + "/api/capabilities", params={"model": "thinking"}).json()
+    assert yes == {"model": "thinking", "capabilities": ["completion", "thinking"],
+                   "thinking": True}
+    no = httpx.get(relay + "/api/capabilities", params={"model": "ok"}).json()
+    assert no["thinking"] is False
+    assert httpx.get(relay + "/api/capabilities").status_code == 400
+    missing = httpx.get(relay + "/api/capabilities", params={"model": "nope"})
+    assert missing.status_code == 502 and "'nope'" in missing.json()["error"]

@@ -153,6 +153,28 @@ async def models(request: Request) -> Response:
     )
 
 
+async def capabilities(request: Request) -> Response:
+    """`GET /api/capabilities?model=NAME`: `{"model", "capabilities", "thinking"}` — the
+    upstream's list for the model and whether it thinks (null when the upstream does not
+    say), so the page can disable "think" for a model that answers every think request with
+    400; 400 without a model, 502 when the upstream does not answer."""
+    relay: Relay = request.app.state.relay
+    model = request.query_params.get("model", "").strip()
+    if not model:
+        return JSONResponse({"error": "give the model: /api/capabilities?model=NAME"},
+                            status_code=400)
+    try:
+        found = await relay.capabilities(model)
+    except METADATA_ERRORS as exc:
+        return JSONResponse(
+            {"error": f"cannot read {model!r} at {relay.upstream} ({type(exc).__name__}: {exc})",
+             "upstream": relay.upstream},
+            status_code=502,
+        )
+    return JSONResponse({"model": model, "capabilities": found,
+                         "thinking": None if found is None else "thinking" in found})
+
+
 async def stream(request: Request) -> Response:
     """`POST /api/stream`: validate, start the upstream call, answer with its SSE frames."""
     t0 = perf_counter_ns()
@@ -177,6 +199,7 @@ ROUTES = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/api/relay", info, methods=["GET"]),
     Route("/api/models", models, methods=["GET"]),
+    Route("/api/capabilities", capabilities, methods=["GET"]),
     Route("/api/stream", stream, methods=["POST"]),
 ]
 

@@ -209,6 +209,21 @@ class Relay:
         except METADATA_ERRORS:
             return []
 
+    async def capabilities(self, model: str) -> list[str] | None:
+        """What the upstream says `model` can do (Ollama's `/api/show` `capabilities`:
+        "completion", "thinking", "tools", ...), within TAGS_TIMEOUT_S; None when it does not
+        say (an OpenAI-compatible upstream, an older Ollama, a reply without the list).
+        Raises METADATA_ERRORS as `tags` does (a 404 for an unknown model too)."""
+        if self.api == "openai":
+            return None
+        timeout = aiohttp.ClientTimeout(total=TAGS_TIMEOUT_S)
+        async with self._session().post(self.upstream + "/api/show", json={"model": model},
+                                        timeout=timeout) as resp:
+            resp.raise_for_status()
+            reply = await resp.json(content_type=None)
+        found = reply.get("capabilities")
+        return [str(c) for c in found] if isinstance(found, list) else None
+
     async def tags(self) -> list[str]:
         """The upstream's installed models (`/api/tags`, or `{base}/models` for an OpenAI
         upstream), within TAGS_TIMEOUT_S. Raises METADATA_ERRORS: aiohttp's errors (an HTTP
