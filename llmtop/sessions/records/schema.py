@@ -56,12 +56,15 @@ FORMAT_VERSION = 1
 #   logs (header `load`, `generator`; "level" records; request fields level, sent_offset_ns,
 #   scheduled_offset_ns, lag_ms, sent_unix_ns, end_unix_ns, client; probe fields level,
 #   request_ids); "probe_source" records (an agent connected, lost, refused) and the TUI's
-#   "bench" marks in an interactive session's log.
+#   "bench" marks in an interactive session's log; the request phases "cache-cold",
+#   "cache-warm" (bench --cache-pairs) and "turn" (bench --turns).
 SUPPORTED_FORMATS = (1,)
 
-Phase = Literal["load", "warmup", "measure"]
-"""A bench request's phase: the run's first request (pays the model load), a warm-up, or a
-measured request. Requests of an interactive session have no phase."""
+Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn"]
+"""A bench request's phase: the run's first request (pays the model load), a warm-up, a
+measured request, one of a cache pair (`pair` numbers it: a fresh prefix, then the same
+prefix with a new suffix), or a conversation's turn (`index` numbers it from 0). Requests of
+an interactive session have no phase."""
 
 
 class RecordError(ValueError):

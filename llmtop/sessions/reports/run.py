@@ -17,6 +17,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.context import (
+    CachePair,
+    PrefillSweep,
+    Turn,
+    cache_pairs,
+    conversation,
+    prefill_sweep,
+)
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.run import (
     METRICS,
@@ -45,6 +53,12 @@ from llmtop.sessions.records.schema import (
     RunLog,
     SummaryRecord,
 )
+from llmtop.sessions.reports.context import (
+    context_json,
+    pairs_markdown,
+    sweep_markdown,
+    turns_markdown,
+)
 from llmtop.sessions.reports.text import md_table, sparkline
 from llmtop.sessions.reports.text import num as _num
 from llmtop.sessions.reports.text import size as _bytes
@@ -58,6 +72,8 @@ class Report:
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
     causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
+    sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
+    and the conversation's turns (analysis/context.py; None / empty when the run had none).
     """
 
     log: RunLog
@@ -79,6 +95,9 @@ class Report:
     gpu: GpuUsage = field(default_factory=GpuUsage)
     relay: list[RelayComparison] = field(default_factory=list)
     causes: dict[int | str | None, Cause] = field(default_factory=dict)
+    sweep: PrefillSweep | None = None
+    pairs: list[CachePair] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
 
 
 def build(log: RunLog) -> Report:
@@ -89,6 +108,8 @@ def build(log: RunLog) -> Report:
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
               if (c := cause_of(s, attributions[size_key(s)])) is not None}
+    sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
+    num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(
         log=log,
         analysis=analysis,
@@ -103,6 +124,10 @@ def build(log: RunLog) -> Report:
         gpu=gpu_usage(log.probes),
         relay=relay_comparisons(analysis),
         causes=causes,
+        sweep=sweep,
+        pairs=cache_pairs(log.requests),
+        turns=conversation(log.requests, sweep.prefill if sweep else None,
+                           num_ctx if isinstance(num_ctx, int) else None),
     )
 
 
@@ -208,6 +233,8 @@ def markdown(report: Report) -> str:
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
+    lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
+    lines += turns_markdown(report.turns)
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
@@ -420,6 +447,7 @@ def _json(report: Report) -> dict[str, Any]:
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
+        **context_json(report.sweep, report.pairs, report.turns),
         "warnings": list(report.log.warnings),
     }
 

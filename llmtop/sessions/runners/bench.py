@@ -47,6 +47,7 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.context import run_cache_pairs, run_conversation
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -71,6 +72,9 @@ class BenchConfig(Workload):
     compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
+    cache_pairs: int = 0  # prefix-cache pairs after the sweep (runners/context.py)
+    turns: int = 0  # a conversation's turns after the sweep and the pairs
+    prior_curve: dict[str, Any] | None = None  # a saved prefill curve to check (runners/curves.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -81,8 +85,9 @@ class BenchConfig(Workload):
 
 @dataclass(frozen=True)
 class BenchProgress:
-    """Where the run is: phase ("environment", "calibrating", "warmup", "measure", "done"),
-    the prompt size, the request's position (1-based) and the total, and the last result."""
+    """Where the run is: phase ("environment", "calibrating", "warmup", "measure",
+    "cache-cold", "cache-warm", "turn", "done"), the prompt size (None for the pairs and
+    turns), the request's position (1-based) and the total, and the last result."""
 
     phase: str
     target: int | None = None
@@ -210,6 +215,7 @@ class BenchRunner:
             try:
                 for target in cfg.prompt_tokens:
                     await self._run_size(target, calibration, generator)
+                await self._run_context(calibration, generator)
             except asyncio.CancelledError:
                 interrupted = True
                 raise
@@ -235,6 +241,19 @@ class BenchRunner:
         )
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    async def _run_context(self, calibration: Calibration, generator: PromptGenerator) -> None:
+        """The cache pairs, then the conversation, when the config asks for them."""
+        def progress(phase: str, done: int, total: int, result: RequestResult | None,
+                     record: RequestRecord | None) -> None:
+            message = f"{phase} {done + (result is None)}/{total}"
+            self.on_progress(BenchProgress(phase, None, done, total, result, record, message))
+        if self.config.cache_pairs:
+            await run_cache_pairs(self.recorder, calibration, self.config.cache_pairs, generator,
+                                  progress, self.on_event)
+        if self.config.turns:
+            await run_conversation(self.recorder, calibration, self.config.turns, generator,
+                                   progress, self.on_event)
 
     def _remember_canary(self, log: RunLog) -> None:
         """Keep this run's canary medians for `llmtop preflight` (only when the run may use
