@@ -29,6 +29,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,
+        cache_pairs=args.cache_pairs,
+        turns=args.turns,
+        save_curve=not args.no_save_curve,
     )
 
 

@@ -206,6 +206,9 @@ class PredictionCheck:
     def sentence(self, source: str = "your curve") -> str:
         """'your curve predicts 885 ms at 195 tokens; measured 796 ms: 11 % pessimistic'."""
         err = self.error_pct
+        if abs(err) < 0.5:
+            return (f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "
+                    f"measured {self.measured_ms:.0f} ms: it holds (within 0.5 %)")
         word = "pessimistic" if err > 0 else "optimistic"
         return (
             f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
+from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, analyze
 from llmtop.sessions.measure.options import Workload
@@ -48,6 +49,7 @@ from llmtop.sessions.records.schema import (
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.runners.context import run_cache_pairs, run_conversation
+from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key, curve_label
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
     environment_record,
@@ -75,6 +77,7 @@ class BenchConfig(Workload):
     cache_pairs: int = 0  # prefix-cache pairs after the sweep (runners/context.py)
     turns: int = 0  # a conversation's turns after the sweep and the pairs
     prior_curve: dict[str, Any] | None = None  # a saved prefill curve to check (runners/curves.py)
+    save_curve: bool = True  # save a sweep's prefill curve as this model's (runners/curves.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -137,6 +140,10 @@ class BenchRunner:
     ) -> None:
         self.conn = conn
         self.agent = agent  # --probes: probe samples from the engine's machine
+        self.curve_key = curve_key(conn.engine.name, conn.engine.host, conn.model)
+        if config.prior_curve is None and config.use_cache:
+            prior = CurveStore().load(self.curve_key)
+            config = replace(config, prior_curve=prior.to_entry() if prior else None)
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
@@ -229,6 +236,7 @@ class BenchRunner:
             log = read_log(self.recorder.log.path)
             analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
             self._remember_canary(log)
+            self._save_curve(log, analysis, calibration)
             self.recorder.log.write(
                 SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
             )
@@ -254,6 +262,19 @@ class BenchRunner:
         if self.config.turns:
             await run_conversation(self.recorder, calibration, self.config.turns, generator,
                                    progress, self.on_event)
+
+    def _save_curve(self, log: RunLog, analysis: Analysis, calibration: Calibration) -> None:
+        """Save a sweep's prefill curve for this model (when `save_curve` and it has one),
+        with the calibration's tokens per word for predicting a typed prompt."""
+        sweep = prefill_sweep(analysis)
+        if not self.config.save_curve or sweep is None or sweep.prefill is None:
+            return
+        points = [p for p in calibration.targets.values() if p.words]
+        template = calibration.template_tokens or 0
+        ratios = [(p.tokens - template) / p.words for p in points]
+        saved = SavedCurve(sweep.prefill, curve_label(log.header.started_at, self.log_path),
+                           sum(ratios) / len(ratios) if ratios else None, template)
+        CurveStore().store(self.curve_key, saved, self.log_path)
 
     def _remember_canary(self, log: RunLog) -> None:
         """Keep this run's canary medians for `llmtop preflight` (only when the run may use
