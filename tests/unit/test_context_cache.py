@@ -59,6 +59,7 @@ def test_cache_pairs_saving_per_cached_token_is_exact(tmp_path):
     md = render(report, "md")
     assert "## Prefix cache" in md and "the warm prompt_eval_count was smaller" in md
     assert "inferred" not in md
+    assert 'id="cache-pairs"' in render(report, "html")
 
 
 def test_a_server_that_reports_no_cached_count_gets_an_inferred_label(tmp_path):
@@ -94,3 +95,4 @@ def test_conversation_grows_and_marks_where_the_context_fills(tmp_path):
         assert t.record.metrics.prompt_eval_ms == pytest.approx(t.predicted_ms, rel=1e-6)
     md = render(report, "md")
     assert "## Conversation" in md and "The context filled at turn 6" in md
+    assert 'id="turns"' in render(report, "html")

@@ -106,6 +106,8 @@ def test_sweep_fits_the_scripted_prefill_within_5_percent(cache_home):
     md = render(report, "md")
     assert "`prefill(ms) = 20 + 0.8·T + 4.00e-4·T²`" in md
     assert "from T ≈ 200 tokens" in md
+    page = render(report, "html")  # the curve with its fit and residuals, in the HTML report
+    assert 'id="prefill-curve"' in page and "prefill(ms) = 20 + 0.8·T + 4.00e-4·T²" in page
     # the saved curve checked on each size: at T = 32 it predicts 4.5·32 + 1.96e-4·32² =
     # 144.20 ms against 20 + 25.6 + 0.4096 = 46.01 ms measured: +213 % pessimistic
     first = sweep.prior_checks[0]

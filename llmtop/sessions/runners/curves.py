@@ -2,7 +2,7 @@
 check ("your curve from 11-30 predicts …") and the TUI's prefill prediction.
 
 JSON at `<user cache dir>/llmtop/prefill-curves.json`: `{"format": 1, "entries": {key:
-entry}}`, key `"<engine> <host> <model>"`, entry `{"curve": Curve.to_dict(), "label": ...,
+entry}}`, key `curve_key(...)`, entry `{"curve": Curve.to_dict(), "label": ...,
 "saved_at": ISO time, "log": path, "tokens_per_word": float, "template_tokens": int}`. As
 the calibration cache: a missing, unreadable or corrupt file reads as empty, an entry of an
 unknown shape as absent, and the file is replaced atomically (temporary file, rename); a
@@ -33,8 +33,9 @@ def default_curves_path() -> Path:
 
 
 def curve_key(engine: str, host: str, model: str) -> str:
-    """The store's key for a model on an engine at a host."""
-    return f"{engine} {host} {model}"
+    """The store's key for a model on an engine at a host; the embedded engine's host is
+    left out (llmtop starts it on a new free port each time)."""
+    return f"{engine} {model}" if engine == "embedded" else f"{engine} {host} {model}"
 
 
 @dataclass(frozen=True)
