@@ -43,8 +43,9 @@ def _progress_printer(quiet: bool):
             m = p.result.metrics
             ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
+            where = f"[{p.target} tok] " if p.target is not None else ""
             print(
-                f"[{p.target} tok] {p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · "
+                f"{where}{p.phase} {p.done}/{p.total}: {p.result.status} · TTFT {ttft} · "
                 f"decode {rate}",
                 file=sys.stderr,
                 flush=True,

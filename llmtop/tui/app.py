@@ -77,6 +77,7 @@ from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
 from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
@@ -88,6 +89,7 @@ from llmtop.tui.screens.sessions import SessionsScreen
 from llmtop.tui.state.frames import StreamFrames
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
+from llmtop.tui.state.prefill import PrefillExpectation, expectation_for
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
@@ -107,6 +109,7 @@ from llmtop.tui.widgets.token_pane import TokenPane
 # probe samples, keys) and is paused meanwhile.
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
 TERMINAL_CHECK_S = 1.0  # how often the app checks that its terminal is still there
+PREFILL_TICK_S = 0.5  # while the prefill of a predicted prompt runs, its wait is redrawn this often
 TEXT_EVERY = 2  # streamed text: every 2nd tick; every stream frame is a text tick
 NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in every stream
 # frame (a multiple of TEXT_EVERY: numbers and text share a frame)
@@ -326,7 +329,9 @@ class LlmtopApp(App[int]):
 
             def on_start(collector: RequestCollector) -> None:
                 nonlocal live
-                live = self.live = LiveRequest(collector)
+                live = self.live = LiveRequest(collector, expected=self._expected(prompt))
+                if live.expected is not None:
+                    self._watch_prefill(live)
                 self.viewing = None
                 self._wake()  # frames follow the stream until it ended, then the timer draws
                 self._set_probe_interval(streaming=True)
@@ -342,6 +347,27 @@ class LlmtopApp(App[int]):
                 self._ended(result, live)
 
             await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end)
+
+    def _expected(self, prompt: str) -> PrefillExpectation | None:
+        """The saved prefill curve's prediction for `prompt` on this model (None without)."""
+        conn = self.conn
+        if conn is None:
+            return None
+        key = curve_key(conn.engine.name, conn.engine.host, conn.model)
+        return expectation_for(CurveStore().load(key), prompt)
+
+    def _watch_prefill(self, live: LiveRequest) -> None:
+        """Until its first chunk, redraw the wait beside the prediction every PREFILL_TICK_S
+        (the only clock read for it: the wait is set on the live state, which draws it)."""
+        def tick() -> None:
+            if not live.waiting_for_prefill or self.live is not live:
+                timer.stop()
+                return
+            if live.collector.sent_ns:
+                live.waited_ms = (time.perf_counter_ns() - live.collector.sent_ns) / 1e6
+                live.numbers_dirty = True
+                self._frames.changed()
+        timer = self.set_interval(PREFILL_TICK_S, tick, name="prefill-wait")
 
     def _ended(self, result: RequestResult, live: LiveRequest) -> None:
         """Show a logged request's end; a log that cannot be written is reported on screen

@@ -1,0 +1,54 @@
+"""Prefill you can watch: while a prompt waits for its first token, the metrics strip shows
+what this model's saved curve predicts for it and how long it has waited (tui/state/prefill.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtop.sessions.analysis.prefill import Curve
+from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key
+from llmtop.tui.app import make_app
+from llmtop.tui.state.prefill import PrefillExpectation, expectation_for, waiting_text
+from llmtop.tui.state.settings import TuiSettings
+
+from .fakes import HANG, FakeEngine, fake_connection, shown, wait_for
+
+# prefill(ms) = 20 + 0.8·T: the template's 10 tokens + 1990 one-token words = 2,000 tokens
+# → 20 + 1600 = 1620 ms
+CURVE = Curve(20.0, 0.8, 0.0, (20, 20), (0.8, 0.8), (0, 0), 8, 32, 4096, 1.0, 0.0)
+SAVED = SavedCurve(CURVE, "your curve from 2026-12-01 (b.jsonl)", 1.0, 10)
+PROMPT = " ".join(["word"] * 1990)
+
+
+def test_the_prediction_for_a_2000_token_prompt():
+    expected = expectation_for(SAVED, PROMPT)
+    assert expected == PrefillExpectation(2000, 1620.0, "your curve from 2026-12-01")
+    assert waiting_text(expected, None) == (
+        "prefill ≈ 1.6 s expected for ~2,000 tokens (your curve from 2026-12-01)"
+    )
+    assert waiting_text(expected, 1400.0).endswith(" · 1.4 s so far")
+    assert waiting_text(expected, 2100.0).endswith(" · 2.1 s so far, 480 ms over")
+    assert expectation_for(None, PROMPT) is None  # no saved curve: nothing predicted
+    assert expectation_for(SavedCurve(CURVE, "x"), PROMPT) is None  # no tokens per word
+
+
+async def test_the_strip_shows_the_prediction_while_the_prompt_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    engine = FakeEngine(extra={PROMPT: [HANG]})  # never a first token
+    CurveStore().store(curve_key(engine.name, engine.host, "fake-model"), SAVED)
+    settings = TuiSettings(
+        engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
+    )
+    app = make_app(settings, connection=fake_connection(engine))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        app.send(PROMPT)
+        head = "prefill ≈ 1.6 s expected for ~2,000 tokens (your curve from 2026-12-01)"
+        await wait_for(pilot, lambda: shown(app, "#client").startswith(head), what="prediction")
+        await wait_for(pilot, lambda: "so far" in shown(app, "#client"), what="the wait")
+        await pilot.press("escape")
