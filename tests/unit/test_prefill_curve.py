@@ -66,6 +66,18 @@ def test_the_sources_curve_against_its_clean_measurement():
         check_prediction(seed, 195, 0.0)
 
 
+def test_a_curve_that_does_not_hold_is_called_poor():
+    tokens = [64, 128, 256, 512] * 2
+    exact = fit_curve(tokens, [TRUE.ms(t) for t in tokens])
+    assert exact.poor_fit(500.0) == ""
+    # the same sizes with prefill jumping by ±40 %: the residuals swamp the curve
+    noisy = fit_curve(tokens, [TRUE.ms(t) * (1.4 if i % 2 else 0.6) for i, t in enumerate(tokens)])
+    assert "residual SD" in noisy.poor_fit(500.0)
+    # a curve that goes below 0 ms inside its own range: a = −100, b = 1 → −36 ms at 64
+    down = Curve(-100.0, 1.0, 0.0, (0, 0), (0, 0), (0, 0), 8, 64, 512, 0.9, 1.0)
+    assert down.poor_fit(None) == "it predicts a time ≤ 0 inside the sizes measured"
+
+
 def test_too_few_sizes_is_a_clear_error():
     with pytest.raises(CurveError, match="at least 3 prompt sizes.*--prompt-tokens"):
         fit_curve([100, 100, 200, 200], [1.0, 1.0, 2.0, 2.0])

@@ -24,6 +24,7 @@ from scipy import stats
 
 CONFIDENCE = 0.95  # the coefficients' confidence level
 QUADRATIC_SHARE = 0.10  # the quadratic term "matters" once it adds 10 % to the linear term
+POOR_FIT_SHARE = 0.10  # residual SD over 10 % of the median time: the curve does not hold
 SCALE = 1000.0  # T is fitted in thousands of tokens, so the design matrix stays well scaled
 
 
@@ -64,6 +65,24 @@ class Curve:
     def formula(self) -> str:
         """The curve as text: "prefill(ms) = 20.0 + 0.800·T + 4.00e-4·T²"."""
         return f"{self.metric}(ms) = {coef_text(self.a)} {_signed(self.b)}·T {_signed(self.c)}·T²"
+
+    def poor_fit(self, median_ms: float | None) -> str:
+        """Why the curve should not be trusted ("" when it can be): its residual SD is over
+        POOR_FIT_SHARE of `median_ms` (the measured median), or it predicts a time ≤ 0
+        inside the sizes it was fitted on (llmtop's rules)."""
+        reasons = []
+        if median_ms and self.residual_sd_ms > POOR_FIT_SHARE * median_ms:
+            reasons.append(
+                f"the residual SD ({self.residual_sd_ms:.0f} ms) is "
+                f"{100 * self.residual_sd_ms / median_ms:.0f} % of the median time"
+            )
+        lowest = min(self.predict(self.t_min), self.predict(self.t_max))
+        vertex = -self.b / (2 * self.c) if self.c else None
+        if vertex is not None and self.t_min < vertex < self.t_max:
+            lowest = min(lowest, self.predict(vertex))
+        if lowest <= 0:
+            reasons.append("it predicts a time ≤ 0 inside the sizes measured")
+        return "; ".join(reasons)
 
     @property
     def quadratic_significant(self) -> bool:
@@ -207,8 +226,10 @@ class PredictionCheck:
         """'your curve predicts 885 ms at 195 tokens; measured 796 ms: 11 % pessimistic'."""
         err = self.error_pct
         if abs(err) < 0.5:
-            return (f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "
-                    f"measured {self.measured_ms:.0f} ms: it holds (within 0.5 %)")
+            return (
+                f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "
+                f"measured {self.measured_ms:.0f} ms: it holds (within 0.5 %)"
+            )
         word = "pessimistic" if err > 0 else "optimistic"
         return (
             f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "

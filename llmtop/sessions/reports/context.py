@@ -76,6 +76,17 @@ def sweep_markdown(sweep: PrefillSweep | None) -> list[str]:
         "",
         _quadratic(sweep.prefill),
     ]
+    medians = [r.prefill_ms for r in sweep.rows if r.prefill_ms is not None]
+    poor = sweep.prefill.poor_fit(statistics.median(medians) if medians else None)
+    if poor:
+        lines += [
+            "",
+            (
+                f"**Poor fit**: {poor}. The prefill times vary more than a curve "
+                "explains: check whether the machine was quiet (below) and rerun with more "
+                "requests per size before trusting the formula."
+            ),
+        ]
     if sweep.ttft is not None:
         lines += ["", f"TTFT (client): {_fit_line(sweep.ttft)}"]
     rows = [

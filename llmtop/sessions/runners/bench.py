@@ -18,6 +18,7 @@ the CLI and the TUI drive the same runner.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -264,11 +265,15 @@ class BenchRunner:
                                    progress, self.on_event)
 
     def _save_curve(self, log: RunLog, analysis: Analysis, calibration: Calibration) -> None:
-        """Save a sweep's prefill curve for this model (when `save_curve` and it has one),
-        with the calibration's tokens per word for predicting a typed prompt."""
+        """Save a sweep's prefill curve for this model (when `save_curve` and it has one that
+        is not a poor fit: `Curve.poor_fit`), with the calibration's tokens per word for
+        predicting a typed prompt."""
         sweep = prefill_sweep(analysis)
         if not self.config.save_curve or sweep is None or sweep.prefill is None:
             return
+        medians = [r.prefill_ms for r in sweep.rows if r.prefill_ms is not None]
+        if sweep.prefill.poor_fit(statistics.median(medians) if medians else None):
+            return  # a curve the report calls poor would mislead the next prediction
         points = [p for p in calibration.targets.values() if p.words]
         template = calibration.template_tokens or 0
         ratios = [(p.tokens - template) / p.words for p in points]
