@@ -12,7 +12,9 @@ import pytest
 from scipy import stats
 
 from llmtop.connect import connect
+from llmtop.sessions.analysis.compare import compare_logs
 from llmtop.sessions.analysis.prefill import Curve, CurveError, check_prediction, fit_curve
+from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
@@ -131,3 +133,17 @@ def test_sweep_fits_the_scripted_prefill_within_5_percent(cache_home):
     now = CurveStore().load(key)
     assert now is not None and now.curve.b == pytest.approx(0.8, rel=0.05)
     assert now.tokens_per_word == pytest.approx(1.0)
+
+
+def test_compare_says_how_a_curve_predicts_the_other_run(cache_home):
+    with ContextUpstream(TRUE) as up:
+        a = asyncio.run(_bench(up.url, str(cache_home / "a.jsonl"), save_curve=False))
+    faster_fixed = Prefill(10.0, 0.9, 4e-4)  # B: another engine, same model name
+    with ContextUpstream(faster_fixed) as up:
+        b = asyncio.run(_bench(up.url, str(cache_home / "b.jsonl"), save_curve=False))
+    comparison = compare_logs(a.log, b.log)
+    md = render(Comparisons([comparison], [a.log, b.log]), "md")
+    # A's curve at T = 128: 20 + 102.4 + 6.5536 = 128.95 ms; B measured 10 + 115.2 + 6.5536 =
+    # 131.75 ms: (128.95 − 131.75) / 131.75 = −2.1 %, optimistic
+    assert "A's prefill curve against these prefill times:" in md
+    assert "- it predicts 129 ms at 128 tokens; measured 132 ms: 2 % optimistic" in md

@@ -135,6 +135,25 @@ def prefill_sweep(analysis: Analysis, prior: dict[str, Any] | None = None) -> Pr
     return PrefillSweep(prefill, ttft, rows, note, label, checks)
 
 
+def curve_checks(baseline: Analysis, other: Analysis) -> list[PredictionCheck]:
+    """What `baseline`'s prefill curve (a sweep's; none: []) predicts for each prompt size of
+    `other`, at its median server token count, against its median prefill (`llmtop
+    compare`: how A's curve predicts B)."""
+    sweep = prefill_sweep(baseline)
+    if sweep is None or sweep.prefill is None:
+        return []
+    out = []
+    for s in other.sizes:
+        if s.target is None or s.path is not None:
+            continue
+        counts = [r.record.stats.prompt_eval_count for r in s.ok if r.record.stats]
+        tokens = _median(float(c) for c in counts if c)
+        measured = s.summaries["prompt_eval_ms"].median
+        if tokens and measured:
+            out.append(check_prediction(sweep.prefill, tokens, measured))
+    return out
+
+
 # ---------------------------------------------------------------------- the prefix cache
 
 

@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
+from llmtop.sessions.analysis.compare import (
+    ALPHA,
+    CONFIDENCE,
+    MIN_OK,
+    Comparison,
+    MetricComparison,
+    run_analysis,
+)
+from llmtop.sessions.analysis.context import curve_checks
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.text import md_table, num
 
@@ -65,15 +73,28 @@ def method_note() -> str:
             f"fewer than {MIN_OK} ok requests per side are not compared.")
 
 
-def markdown(comparisons: Sequence[Comparison]) -> str:
-    """Every comparison (each B against the baseline A) as one markdown document."""
+def curve_lines(baseline: RunLog, other: RunLog, name_a: str) -> list[str]:
+    """How the baseline's prefill curve (when it swept sizes) predicts the other run's
+    sizes: one sentence per size ([] without a curve)."""
+    checks = curve_checks(run_analysis(baseline), run_analysis(other))
+    if not checks:
+        return []
+    return ["", f"{name_a}'s prefill curve against these prefill times:", "",
+            *(f"- {c.sentence('it')}" for c in checks)]
+
+
+def markdown(comparisons: Sequence[Comparison], logs: Sequence[RunLog] = ()) -> str:
+    """Every comparison (each B against the baseline A) as one markdown document; with the
+    `logs` (A, then each B), also how A's prefill curve predicts each B."""
     lines = ["# llmtop compare", "", method_note()]
-    for c in comparisons:
+    for i, c in enumerate(comparisons):
         lines += ["", f"## {c.name_b} against {c.name_a}", "", f"**{headline(c)}**"]
         if c.checks.warnings:
             lines += ["", *(f"- warning: {w}" for w in c.checks.warnings)]
         if c.rows:
             lines += ["", *md_table(ROW_HEADERS, [row_cells(r) for r in c.rows])]
+        if len(logs) > i + 1:
+            lines += curve_lines(logs[0], logs[i + 1], c.name_a)
     return "\n".join(lines) + "\n"
 
 

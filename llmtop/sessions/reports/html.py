@@ -131,7 +131,7 @@ def compare_html(subject: Comparisons) -> str:
     """`llmtop compare` as a page: the markdown tables, then per comparison and prompt size
     the per-request values of A and B side by side."""
     comparisons, logs = subject.comparisons, subject.logs
-    sections = [markdown_html(compare_markdown(comparisons))]
+    sections = [markdown_html(compare_markdown(comparisons, logs))]
     counter = itertools.count(1)
     for c, log_b in zip(comparisons, logs[1:], strict=True):
         if c.refused:
