@@ -138,6 +138,7 @@ class LlmtopApp(App[int]):
         Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
         Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
         Binding("ctrl+l", "load", "Load", priority=True, show=False),
+        Binding("ctrl+k", "keep_history", "Keep history", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
@@ -158,6 +159,8 @@ class LlmtopApp(App[int]):
         self.session = SessionState()
         self.viewing: LiveRequest | None = None  # a past request picked in the history
         self.last_prompt: str | None = None
+        self.keep_history = False  # Ctrl+K: each prompt continues the conversation
+        self.chat: list[dict[str, str]] = []  # the conversation so far (user, assistant, …)
         self.connect_failure: EngineError | LogError | None = None
         self._pending: str | None = None
         self._stream_lock = asyncio.Lock()  # one request at a time, even across cancellation
@@ -329,7 +332,8 @@ class LlmtopApp(App[int]):
 
             def on_start(collector: RequestCollector) -> None:
                 nonlocal live
-                live = self.live = LiveRequest(collector, expected=self._expected(prompt))
+                said = " ".join([*(m["content"] for m in history), prompt])
+                live = self.live = LiveRequest(collector, expected=self._expected(said))
                 if live.expected is not None:
                     self._watch_prefill(live)
                 self.viewing = None
@@ -345,8 +349,13 @@ class LlmtopApp(App[int]):
                 assert live is not None
                 self._sample_at_end(live)
                 self._ended(result, live)
+                if self.keep_history and result.status == "ok":
+                    self.chat += [{"role": "user", "content": prompt},
+                                  {"role": "assistant", "content": result.content}]
 
-            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end)
+            history = tuple(self.chat) if self.keep_history else ()
+            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end,
+                                   history=history)
 
     def _expected(self, prompt: str) -> PrefillExpectation | None:
         """The saved prefill curve's prediction for `prompt` on this model (None without)."""
@@ -616,6 +625,14 @@ class LlmtopApp(App[int]):
         self.viewing = None if picked is self.live else picked
         picked.dirty = picked.numbers_dirty = picked.urgent = True
         self._wake()
+
+    def action_keep_history(self) -> None:
+        """Ctrl+K: start a conversation (each prompt is sent after the whole history, so the
+        context grows every turn) or end it (back to single prompts)."""
+        self.keep_history = not self.keep_history
+        self.chat = []
+        self.notify("conversation: each prompt is sent after the whole history (Ctrl+K ends "
+                    "it)" if self.keep_history else "conversation ended: single prompts again")
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""

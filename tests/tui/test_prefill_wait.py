@@ -52,3 +52,49 @@ async def test_the_strip_shows_the_prediction_while_the_prompt_waits(
         await wait_for(pilot, lambda: shown(app, "#client").startswith(head), what="prediction")
         await wait_for(pilot, lambda: "so far" in shown(app, "#client"), what="the wait")
         await pilot.press("escape")
+
+
+class RecordingEngine(FakeEngine):
+    """The fake engine, keeping the messages of every request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[list[dict[str, object]]] = []
+
+    def stream_chat(self, model, messages, **kwargs):  # type: ignore[no-untyped-def,override]
+        self.sent.append([dict(m) for m in messages])
+        return super().stream_chat(model, messages, **kwargs)
+
+
+async def test_ctrl_k_keeps_the_history_until_pressed_again(tmp_path: Path) -> None:
+    engine = RecordingEngine()
+    settings = TuiSettings(
+        engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
+    )
+    app = make_app(settings, connection=fake_connection(engine))
+
+    def done(n: int) -> bool:
+        return (
+            app.recorder is not None
+            and app.recorder.requests >= n
+            and not (app.live is not None and app.live.streaming)
+        )
+
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+k")
+        for n, prompt in enumerate(("hello", "think", "hello"), start=1):
+            app.send(prompt)
+            await wait_for(pilot, lambda n=n: done(n), what=f"request {n}")
+        await pilot.press("ctrl+k")  # the conversation ends: a single prompt again
+        app.send("hello")
+        await wait_for(pilot, lambda: done(4), what="request 4")
+    # the scripts answer "Hello world!" to hello and "Answer." to think (fakes.SCRIPTS)
+    assert [len(m) for m in engine.sent] == [1, 3, 5, 1]
+    assert engine.sent[2] == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hello world!"},
+        {"role": "user", "content": "think"},
+        {"role": "assistant", "content": "Answer."},
+        {"role": "user", "content": "hello"},
+    ]
