@@ -66,6 +66,11 @@ def test_the_sources_curve_against_its_clean_measurement():
     )
     with pytest.raises(CurveError, match="positive"):
         check_prediction(seed, 195, 0.0)
+    below = Curve(-100.0, 1.0, 0.0, (0, 0), (0, 0), (0, 0), 8, 64, 512, 0.9, 1.0)
+    assert check_prediction(below, 32, 50.0).sentence() == (  # −100 + 32 = −68 ms
+        "your curve predicts -68 ms at 32 tokens, no time at all; measured 50 ms: it does not "
+        "hold here"
+    )
 
 
 def test_a_curve_that_does_not_hold_is_called_poor():

@@ -225,6 +225,11 @@ class PredictionCheck:
     def sentence(self, source: str = "your curve") -> str:
         """'your curve predicts 885 ms at 195 tokens; measured 796 ms: 11 % pessimistic'."""
         err = self.error_pct
+        if self.predicted_ms <= 0:
+            return (
+                f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens, "
+                f"no time at all; measured {self.measured_ms:.0f} ms: it does not hold here"
+            )
         if abs(err) < 0.5:
             return (
                 f"{source} predicts {self.predicted_ms:.0f} ms at {self.tokens:.0f} tokens; "
