@@ -138,6 +138,8 @@ def test_sweep_fits_the_scripted_prefill_within_5_percent(cache_home):
     now = CurveStore().load(key)
     assert now is not None and now.curve.b == pytest.approx(0.8, rel=0.05)
     assert now.tokens_per_word == pytest.approx(1.0)
+    # the chat's own 10 template tokens: calibration's 17 less the 7-word closing instruction
+    assert now.template_tokens == 10 and now.prompt_tokens(" ".join(["w"] * 1990)) == 2000
 
 
 def test_compare_says_how_a_curve_predicts_the_other_run(cache_home):

@@ -35,7 +35,7 @@ from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, analyze
 from llmtop.sessions.measure.options import Workload
-from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.sessions.records.log import read_log
@@ -277,8 +277,12 @@ class BenchRunner:
         points = [p for p in calibration.targets.values() if p.words]
         template = calibration.template_tokens or 0
         ratios = [(p.tokens - template) / p.words for p in points]
+        ratio = sum(ratios) / len(ratios) if ratios else None
+        # the calibration's template tokens hold the bench prompts' closing instruction,
+        # which a typed prompt does not have
+        chat = template - round(len(INSTRUCTION.split()) * (ratio or 0))
         saved = SavedCurve(sweep.prefill, curve_label(log.header.started_at, self.log_path),
-                           sum(ratios) / len(ratios) if ratios else None, template)
+                           ratio, max(chat, 0))
         CurveStore().store(self.curve_key, saved, self.log_path)
 
     def _remember_canary(self, log: RunLog) -> None:

@@ -44,16 +44,12 @@ def _seconds(ms: float) -> str:
 
 
 def waiting_text(expected: PrefillExpectation, waited_ms: float | None) -> str:
-    """'prefill ≈ 1.9 s expected for ~2,000 tokens (your curve from 2026-12-01) · 1.4 s so
-    far' (without the last part before the request was sent); past the prediction it says by
-    how much."""
-    text = (
-        f"prefill ≈ {_seconds(expected.expected_ms)} expected for ~{expected.tokens:,} "
-        f"tokens ({expected.label})"
-    )
-    if waited_ms is None:
-        return text
-    text += f" · {_seconds(waited_ms)} so far"
-    if waited_ms > expected.expected_ms:
-        text += f", {_seconds(waited_ms - expected.expected_ms)} over"
-    return text
+    """'prefill ≈ 1.9 s expected for ~2,000 tokens · 1.4 s so far (your curve from
+    2026-12-01)' (without the wait before the request was sent); past the prediction it says
+    by how much."""
+    text = f"prefill ≈ {_seconds(expected.expected_ms)} expected for ~{expected.tokens:,} tokens"
+    if waited_ms is not None:
+        text += f" · {_seconds(waited_ms)} so far"
+        if waited_ms > expected.expected_ms:
+            text += f", {_seconds(waited_ms - expected.expected_ms)} over"
+    return f"{text} ({expected.label})"
