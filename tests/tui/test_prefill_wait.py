@@ -101,3 +101,57 @@ async def test_ctrl_k_keeps_the_history_until_pressed_again(tmp_path: Path) -> N
         {"role": "assistant", "content": "Answer."},
         {"role": "user", "content": "hello"},
     ]
+
+
+async def test_the_plots_screen_draws_the_context_of_a_bench(tmp_path: Path, monkeypatch) -> None:
+    import asyncio as aio
+
+    from textual.app import App
+    from textual.widgets import Static
+    from textual_plotext import PlotextPlot
+
+    from llmtop.connect import connect
+    from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+    from llmtop.testing.context import ContextUpstream, Prefill
+    from llmtop.tui.screens.plots import PlotsScreen
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = str(tmp_path / "b.jsonl")
+    with ContextUpstream(Prefill(20.0, 0.8, 4e-4), cache="count") as up:
+        conn = await connect("ollama", up.url, "slotted")
+        try:
+            cfg = BenchConfig(
+                requests=2,
+                warmup=0,
+                prompt_tokens=(32, 64, 128),
+                max_tokens=4,
+                preflight_s=0,
+                save_curve=False,
+                cache_pairs=1,
+                turns=3,
+            )
+            await BenchRunner(conn, cfg, path).run()
+        finally:
+            await conn.close()
+    await aio.sleep(0)
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    screen = PlotsScreen(path)
+    async with Host().run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: screen.series != [], what="series")
+        await pilot.press("c")
+        await pilot.pause()
+        assert str(screen.query_one("#plots-title", Static).render()).startswith(
+            f"context (c: back) · {path}"
+        )  # a sweep, a pair and turns: nothing missing
+        assert screen.sweep is not None and screen.sweep.prefill is not None
+        drawn = str(screen.query_one("#plot-ttft", PlotextPlot).render())
+        assert screen.sweep.prefill.formula() in drawn
+        assert "cold vs warm" in str(screen.query_one("#plot-itl-hist", PlotextPlot).render())
+        assert [t.turn for t in screen.turns] == [1, 2, 3] and len(screen.pairs) == 1
+        await pilot.press("c")  # back to the per-size plots
+        await pilot.pause()
+        assert str(screen.query_one("#plots-title", Static).render()).startswith("32 tok")
