@@ -16,6 +16,7 @@ from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.runners.calibration import CalibrationError
+from llmtop.sessions.runners.context import SUFFIX_WORDS
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -125,10 +126,14 @@ def main(args: argparse.Namespace) -> int:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
         return ExitCode.USAGE
-    needed = max(args.prompt_tokens) + args.max_tokens
+    # a cache pair's prompt is the largest size plus a suffix of SUFFIX_WORDS words (and the
+    # closing instruction's 7): 2 tokens a word bounds it for the tokenizers seen
+    suffix = 2 * (SUFFIX_WORDS + 7) if args.cache_pairs else 0
+    needed = max(args.prompt_tokens) + suffix + args.max_tokens
     if needed > args.num_ctx:
         print(
-            f"llmtop bench: a {max(args.prompt_tokens)}-token prompt plus {args.max_tokens} output "
+            f"llmtop bench: a {max(args.prompt_tokens) + suffix}-token prompt plus "
+            f"{args.max_tokens} output "
             "tokens needs "
             f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up "
             "to the "

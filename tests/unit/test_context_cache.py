@@ -96,3 +96,33 @@ def test_conversation_grows_and_marks_where_the_context_fills(tmp_path):
     md = render(report, "md")
     assert "## Conversation" in md and "The context filled at turn 6" in md
     assert 'id="turns"' in render(report, "html")
+
+
+def test_a_cache_pair_that_cannot_fit_num_ctx_is_refused_before_anything_is_sent(capsys):
+    from llmtop.cli import main
+    from llmtop.exitcodes import ExitCode
+
+    with ContextUpstream(TRUE) as up:
+        # 2010 + 2 × (12 + 7) suffix tokens + 8 output = 2056 > 2048; without the pair, 2018 fits
+        argv = [
+            "bench",
+            "--engine",
+            "ollama",
+            "--host",
+            up.url,
+            "--model",
+            "slotted",
+            "--prompt-tokens",
+            "2010",
+            "--max-tokens",
+            "8",
+            "--num-ctx",
+            "2048",
+            "--cache-pairs",
+            "1",
+            "--preflight-duration",
+            "0",
+        ]
+        assert main(argv) == ExitCode.USAGE
+        assert up.state.seen == []
+    assert "a 2048-token prompt plus 8 output tokens needs 2056 tokens" in capsys.readouterr().err
