@@ -126,3 +126,49 @@ def test_a_cache_pair_that_cannot_fit_num_ctx_is_refused_before_anything_is_sent
         assert main(argv) == ExitCode.USAGE
         assert up.state.seen == []
     assert "a 2048-token prompt plus 8 output tokens needs 2056 tokens" in capsys.readouterr().err
+
+
+def _record(
+    rid: int, phase: str, count: int, cached: int | None, prefill_ms: float, **fields: object
+):  # type: ignore[no-untyped-def]
+    from llmtop.sessions.records.schema import RequestRecord
+
+    stats = {
+        "prompt_eval_count": count,
+        "prompt_eval_duration": round(prefill_ms * 1e6),
+        "eval_count": 4,
+        "eval_duration": 40_000_000,
+        "source": "usage + llama.cpp timings",
+    }
+    if cached is not None:
+        stats["prompt_cached_count"] = cached
+    return RequestRecord.from_json(
+        {
+            "id": rid,
+            "status": "ok",
+            "phase": phase,
+            "stats": stats,
+            "metrics": {"prompt_eval_ms": prefill_ms},
+            **fields,
+        }
+    )
+
+
+def test_llama_servers_reported_cache_counts():
+    from llmtop.sessions.analysis.context import cache_pairs, conversation
+
+    # docs/protocols.md, llama-server: the same 53-token prompt twice gives cache_n 0 /
+    # prompt_n 53, then cache_n 52 / prompt_n 1; prompt_eval_count is prompt_n + cache_n
+    cold = _record(1, "cache-cold", 53, 0, 106.0, pair=0)
+    warm = _record(2, "cache-warm", 53, 52, 2.0, pair=0)
+    (pair,) = cache_pairs([cold, warm])
+    assert (pair.source, pair.cached_tokens) == ("reported", 52)
+    assert pair.saving_ms_per_token == pytest.approx((106.0 - 2.0) / 52)
+    turns = conversation(
+        [_record(3, "turn", 53, 0, 106.0, index=0), _record(4, "turn", 110, 56, 110.0, index=1)]
+    )
+    # the whole prompt as counted, the cached part as reported, the rest evaluated
+    assert [(t.context_tokens, t.cached, t.evaluated) for t in turns] == [
+        (53, 0, 53),
+        (110, 56, 54),
+    ]

@@ -216,10 +216,12 @@ def cache_pairs(records: Iterable[RequestRecord]) -> list[CachePair]:
 
 @dataclass(frozen=True)
 class Turn:
-    """One turn. context_tokens: the prompt the server counted (plus its reported cached
-    tokens); evaluated: its prompt_eval_count; cached: reported cached tokens (None: not
-    reported); predicted_ms: the sweep's prefill curve at context_tokens (a cold prefill);
-    full: why the context is marked full at this turn ("" when it is not)."""
+    """One turn. context_tokens: the prompt the server counted (`prompt_eval_count`: the
+    whole prompt, cached tokens included, on current Ollama, llama-server and the embedded
+    engine; only the evaluated tokens on Ollama before v0.1.49 — docs/protocols.md); cached:
+    its reported cached tokens (None: not reported); evaluated: context − cached (None
+    without a cached count); predicted_ms: the sweep's prefill curve at context_tokens (a
+    cold prefill); full: why the context is marked full at this turn ("" when it is not)."""
 
     turn: int
     record: RequestRecord = field(repr=False)
@@ -241,9 +243,9 @@ def conversation(
         if r.phase != "turn" or r.status != "ok":
             continue
         s = r.stats
-        evaluated = s.prompt_eval_count if s else None
+        context = s.prompt_eval_count if s else None
         cached = s.prompt_cached_count if s else None
-        context = None if evaluated is None else evaluated + (cached or 0)
+        evaluated = None if context is None or cached is None else context - cached
         out = (s.eval_count if s else None) or 0
         full = ""
         if context is not None and num_ctx and context + out >= num_ctx:

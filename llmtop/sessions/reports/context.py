@@ -204,7 +204,7 @@ def turns_markdown(turns: Sequence[Turn]) -> list[str]:
             (
                 "turn",
                 "context tokens (server)",
-                "evaluated",
+                "evaluated (reported)",
                 "cached (reported)",
                 "TTFT ms",
                 "prefill ms",
