@@ -76,8 +76,7 @@ def sweep_markdown(sweep: PrefillSweep | None) -> list[str]:
         "",
         _quadratic(sweep.prefill),
     ]
-    medians = [r.prefill_ms for r in sweep.rows if r.prefill_ms is not None]
-    poor = sweep.prefill.poor_fit(statistics.median(medians) if medians else None)
+    poor = sweep.poor_fit()
     if poor:
         lines += [
             "",

@@ -18,7 +18,6 @@ the CLI and the TUI drive the same runner.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -142,7 +141,7 @@ class BenchRunner:
         self.conn = conn
         self.agent = agent  # --probes: probe samples from the engine's machine
         self.curve_key = curve_key(conn.engine.name, conn.engine.host, conn.model)
-        if config.prior_curve is None and config.use_cache:
+        if config.prior_curve is None:
             prior = CurveStore().load(self.curve_key)
             config = replace(config, prior_curve=prior.to_entry() if prior else None)
         self.config = config
@@ -271,8 +270,7 @@ class BenchRunner:
         sweep = prefill_sweep(analysis)
         if not self.config.save_curve or sweep is None or sweep.prefill is None:
             return
-        medians = [r.prefill_ms for r in sweep.rows if r.prefill_ms is not None]
-        if sweep.prefill.poor_fit(statistics.median(medians) if medians else None):
+        if sweep.poor_fit():
             return  # a curve the report calls poor would mislead the next prediction
         points = [p for p in calibration.targets.values() if p.words]
         template = calibration.template_tokens or 0
