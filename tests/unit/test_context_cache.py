@@ -96,6 +96,8 @@ def test_conversation_grows_and_marks_where_the_context_fills(tmp_path):
     md = render(report, "md")
     assert "## Conversation" in md and "The context filled at turn 6" in md
     assert 'id="turns"' in render(report, "html")
+    rows = render(report, "csv").splitlines()  # every request: the sizes', then the turns
+    assert sum(1 for line in rows if ",turn,ok," in line) == 7
 
 
 def test_a_cache_pair_that_cannot_fit_num_ctx_is_refused_before_anything_is_sent(capsys):

@@ -27,6 +27,7 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.run import (
+    CONTEXT_PHASES,
     METRICS,
     Analysis,
     GpuUsage,
@@ -401,22 +402,30 @@ CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CS
                "prompt_eval_count", "eval_count", "prompt_words", "started_at")
 
 
+def _csv_row(rec: RequestRecord, index: int, phase: str | None, status: str,
+             reason: str) -> dict[str, Any]:
+    return {
+        "prompt_tokens_target": rec.prompt_tokens_target, "index": index, "phase": phase,
+        "status": status, "reason": reason,
+        **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
+        "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
+        "eval_count": rec.stats.eval_count if rec.stats else None,
+        "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+    }
+
+
 def csv_text(report: Report) -> str:
-    """Every request of the run as one CSV row."""
+    """Every request of the run as one CSV row: the sizes' (with their bench status), then
+    the cache pairs' and the conversation's (with the stream's status)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for s in report.analysis.sizes:
         for r in s.requests:
-            rec = r.record
-            writer.writerow({
-                "prompt_tokens_target": r.prompt_tokens_target, "index": r.index + 1,
-                "phase": r.phase, "status": r.status, "reason": r.reason,
-                **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
-                "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
-                "eval_count": rec.stats.eval_count if rec.stats else None,
-                "prompt_words": rec.prompt_words, "started_at": rec.started_at,
-            })
+            writer.writerow(_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason))
+    for rec in report.log.requests:
+        if rec.phase in CONTEXT_PHASES:
+            writer.writerow(_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, ""))
     return out.getvalue()
 
 
