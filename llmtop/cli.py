@@ -277,6 +277,17 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    f"server (default {','.join(map(str, BENCH.prompt_tokens))})")
     b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=BENCH.max_tokens,
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
+    b.add_argument("--cache-pairs", type=whole_number(0, 10_000), default=BENCH.cache_pairs,
+                   metavar="N", help="after the sweep, N prefix-cache pairs (a fresh prefix of "
+                   "the largest size, then the same prefix with a new suffix): cached tokens and "
+                   "the prefill saved per cached token (default 0)")
+    b.add_argument("--turns", type=whole_number(0, 10_000), default=BENCH.turns, metavar="N",
+                   help="after the sweep, an N-turn conversation (each turn sends the whole "
+                   "history; messages of the smallest size): TTFT and prefill per turn against "
+                   "the curve (default 0)")
+    b.add_argument("--no-save-curve", action="store_true",
+                   help="do not save this sweep's prefill curve as this model's (the TUI's "
+                   "prefill prediction and the next bench's check read it)")
     b.add_argument(
         "--think", choices=("on", "off"), help="send think true/false (default: not sent)"
     )

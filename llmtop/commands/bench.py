@@ -16,6 +16,7 @@ from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
 from llmtop.sessions.runners.calibration import CalibrationError
+from llmtop.sessions.runners.context import SUFFIX_WORDS
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -29,6 +30,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,
+        cache_pairs=args.cache_pairs,
+        turns=args.turns,
+        save_curve=not args.no_save_curve,
     )
 
 
@@ -40,9 +44,12 @@ def _progress_printer(quiet: bool, config: BenchConfig):
             m = p.result.metrics
             ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
-            where = config.position(p.phase, p.done - 1)  # "warm-up 1/1", "request 3/10"
+            size = f"[{p.target} tok] " if p.target is not None else ""
+            # "warm-up 1/1", "request 3/10"; a cache pair's or a turn's own count
+            where = (config.position(p.phase, p.done - 1) if p.phase in ("warmup", "measure")
+                     else f"{p.phase} {p.done}/{p.total}")
             print(
-                f"[{p.target} tok] {where}: {p.result.status} · TTFT {ttft} · "
+                f"{size}{where}: {p.result.status} · TTFT {ttft} · "
                 f"decode {rate}",
                 file=sys.stderr,
                 flush=True,
@@ -124,10 +131,14 @@ def main(args: argparse.Namespace) -> int:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)
         return ExitCode.USAGE
-    needed = max(args.prompt_tokens) + args.max_tokens
+    # a cache pair's prompt is the largest size plus a suffix of SUFFIX_WORDS words (and the
+    # closing instruction's 7): 2 tokens a word bounds it for the tokenizers seen
+    suffix = 2 * (SUFFIX_WORDS + 7) if args.cache_pairs else 0
+    needed = max(args.prompt_tokens) + suffix + args.max_tokens
     if needed > args.num_ctx:
         print(
-            f"llmtop bench: a {max(args.prompt_tokens)}-token prompt plus {args.max_tokens} output "
+            f"llmtop bench: a {max(args.prompt_tokens) + suffix}-token prompt plus "
+            f"{args.max_tokens} output "
             "tokens needs "
             f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up "
             "to the "

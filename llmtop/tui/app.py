@@ -77,6 +77,7 @@ from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
 from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
@@ -89,6 +90,7 @@ from llmtop.tui.screens.sessions import SessionsScreen
 from llmtop.tui.state.frames import StreamFrames
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
+from llmtop.tui.state.prefill import PrefillExpectation, expectation_for
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
@@ -108,6 +110,7 @@ from llmtop.tui.widgets.token_pane import TokenPane
 # probe samples, keys) and is paused meanwhile.
 RENDER_HZ = 8  # the render timer: nothing is drawn more often than this
 TERMINAL_CHECK_S = 1.0  # how often the app checks that its terminal is still there
+PREFILL_TICK_S = 0.5  # while the prefill of a predicted prompt runs, its wait is redrawn this often
 TEXT_EVERY = 2  # streamed text: every 2nd tick; every stream frame is a text tick
 NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in every stream
 # frame (a multiple of TEXT_EVERY: numbers and text share a frame)
@@ -136,6 +139,7 @@ class LlmtopApp(App[int]):
         Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
         Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
         Binding("ctrl+l", "load", "Load", priority=True, show=False),
+        Binding("ctrl+k", "keep_history", "Keep history", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
@@ -157,6 +161,8 @@ class LlmtopApp(App[int]):
         self.session = SessionState()
         self.viewing: LiveRequest | None = None  # a past request picked in the history
         self.last_prompt: str | None = None
+        self.keep_history = False  # Ctrl+K: each prompt continues the conversation
+        self.chat: list[dict[str, str]] = []  # the conversation so far (user, assistant, …)
         self.connect_failure: EngineError | LogError | None = None
         self._pending: str | None = None
         self._stream_lock = asyncio.Lock()  # one request at a time, even across cancellation
@@ -342,7 +348,10 @@ class LlmtopApp(App[int]):
 
             def on_start(collector: RequestCollector) -> None:
                 nonlocal live
-                live = self.live = LiveRequest(collector)
+                said = " ".join([*(m["content"] for m in history), prompt])
+                live = self.live = LiveRequest(collector, expected=self._expected(said))
+                if live.expected is not None:
+                    self._watch_prefill(live)
                 self.viewing = None
                 self._wake()  # frames follow the stream until it ended, then the timer draws
                 self._set_probe_interval(streaming=True)
@@ -357,8 +366,34 @@ class LlmtopApp(App[int]):
                 live.energy = tuple(recorder.last_energy)
                 self._sample_at_end(live)
                 self._ended(result, live)
+                if self.keep_history and result.status == "ok":
+                    self.chat += [{"role": "user", "content": prompt},
+                                  {"role": "assistant", "content": result.content}]
 
-            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end)
+            history = tuple(self.chat) if self.keep_history else ()
+            await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end,
+                                   history=history)
+
+    def _expected(self, prompt: str) -> PrefillExpectation | None:
+        """The saved prefill curve's prediction for `prompt` on this model (None without)."""
+        conn = self.conn
+        if conn is None:
+            return None
+        key = curve_key(conn.engine.name, conn.engine.host, conn.model)
+        return expectation_for(CurveStore().load(key), prompt)
+
+    def _watch_prefill(self, live: LiveRequest) -> None:
+        """Until its first chunk, redraw the wait beside the prediction every PREFILL_TICK_S
+        (the only clock read for it: the wait is set on the live state, which draws it)."""
+        def tick() -> None:
+            if not live.waiting_for_prefill or self.live is not live:
+                timer.stop()
+                return
+            if live.collector.sent_ns:
+                live.waited_ms = (time.perf_counter_ns() - live.collector.sent_ns) / 1e6
+                live.numbers_dirty = True
+                self._frames.changed()
+        timer = self.set_interval(PREFILL_TICK_S, tick, name="prefill-wait")
 
     def _ended(self, result: RequestResult, live: LiveRequest) -> None:
         """Show a logged request's end; a log that cannot be written is reported on screen
@@ -607,6 +642,14 @@ class LlmtopApp(App[int]):
         self.viewing = None if picked is self.live else picked
         picked.dirty = picked.numbers_dirty = picked.urgent = True
         self._wake()
+
+    def action_keep_history(self) -> None:
+        """Ctrl+K: start a conversation (each prompt is sent after the whole history, so the
+        context grows every turn) or end it (back to single prompts)."""
+        self.keep_history = not self.keep_history
+        self.chat = []
+        self.notify("conversation: each prompt is sent after the whole history (Ctrl+K ends "
+                    "it)" if self.keep_history else "conversation ended: single prompts again")
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""

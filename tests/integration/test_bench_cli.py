@@ -91,3 +91,29 @@ def test_report_of_a_bad_file_is_a_usage_error(tmp_path):
     bad.write_text("not json\n")
     p = llmtop("report", str(bad))
     assert p.returncode == ExitCode.USAGE and "does not start with an llmtop header" in p.stderr
+
+
+def test_sweep_cache_pair_and_conversation_on_the_real_model(engine_url, tmp_path):
+    """Issue 24 end to end, kept short: 3 sizes, 1 cache pair, 3 turns."""
+    log = tmp_path / "context.jsonl"
+    p = llmtop(
+        "bench", "--engine", "embedded", "--host", engine_url, "--requests", "2",
+        "--warmup", "0", "--prompt-tokens", "32,64,96", "--max-tokens", "4",
+        "--num-ctx", "1024", "--cache-pairs", "1", "--turns", "3", "--no-cache",
+        "--no-save-curve", "--preflight-duration", "0", "--log", str(log), "--format", "json",
+    )
+    assert p.returncode in (ExitCode.OK, ExitCode.NOISY), p.stderr
+    data = json.loads(p.stdout)
+    curve = data["prefill_curve"]
+    assert [round(s["tokens"]) for s in curve["sizes"]] == pytest.approx([32, 64, 96], abs=5)
+    assert curve["prefill"] is not None and curve["formula"].startswith("prefill(ms) = ")
+    (pair,) = data["cache_pairs"]
+    # the embedded engine counts the whole prompt, cache or not: the hit shows in time only,
+    # and the shared prefix (~96 tokens) leaves the warm request ~20 new tokens to read
+    assert pair["source"] == "inferred" and pair["cached_tokens"] == 96
+    assert pair["warm"]["prompt_eval_ms"] < pair["cold"]["prompt_eval_ms"]
+    turns = data["conversation"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    counts = [t["context_tokens"] for t in turns]
+    # each turn adds its ~32-token message and the previous answer (4 tokens) to the history
+    assert counts[0] < counts[1] < counts[2] and not any(t["full"] for t in turns)

@@ -78,6 +78,9 @@ TIMING_GAP_SHARE = (
 )
 
 
+CONTEXT_PHASES = frozenset({"cache-cold", "cache-warm", "turn"})
+
+
 class BenchStatus(StrEnum):
     """A bench request's status; only OK requests enter the statistics.
 
@@ -270,6 +273,8 @@ def analyze(
     for rec in records:
         if rec.phase == "load":
             load_requests.append(rec)
+            continue
+        if rec.phase in CONTEXT_PHASES:  # cache pairs and turns: analysis/context.py
             continue
         target = rec.prompt_tokens_target
         status, reason = first_pass_status(rec, expected_tokens.get(target) if target else None)

@@ -59,11 +59,15 @@ FORMAT_VERSION = 1
 #   "bench" marks in an interactive session's log; "energy" records (issue 26: the sources
 #   line, idle power, per request, per run and per load level; readers before it skip them
 #   as unknown records, so no bump).
+#   "bench" marks in an interactive session's log; the request phases "cache-cold",
+#   "cache-warm" (bench --cache-pairs) and "turn" (bench --turns).
 SUPPORTED_FORMATS = (1,)
 
-Phase = Literal["load", "warmup", "measure"]
-"""A bench request's phase: the run's first request (pays the model load), a warm-up, or a
-measured request. Requests of an interactive session have no phase."""
+Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn"]
+"""A bench request's phase: the run's first request (pays the model load), a warm-up, a
+measured request, one of a cache pair (`pair` numbers it: a fresh prefix, then the same
+prefix with a new suffix), or a conversation's turn (`index` numbers it from 0). Requests of
+an interactive session have no phase."""
 
 
 class RecordError(ValueError):

@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtop.sessions.analysis.compare import ALPHA, CONFIDENCE, MIN_OK, Comparison, MetricComparison
+from llmtop.sessions.analysis.compare import (
+    ALPHA,
+    CONFIDENCE,
+    MIN_OK,
+    Comparison,
+    MetricComparison,
+    run_analysis,
+)
+from llmtop.sessions.analysis.context import curve_checks
 from llmtop.sessions.analysis.energy_compare import EnergyComparison
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.text import md_table, num
@@ -74,10 +82,22 @@ def method_note() -> str:
             f"fewer than {MIN_OK} ok requests per side are not compared.")
 
 
+def curve_lines(baseline: RunLog, other: RunLog, name_a: str) -> list[str]:
+    """How the baseline's prefill curve (when it swept sizes) predicts the other run's
+    sizes: one sentence per size ([] without a curve)."""
+    checks = curve_checks(run_analysis(baseline), run_analysis(other))
+    if not checks:
+        return []
+    return ["", f"{name_a}'s prefill curve against these prefill times:", "",
+            *(f"- {c.sentence('it')}" for c in checks)]
+
+
 def markdown(comparisons: Sequence[Comparison],
-             energy: Sequence[Sequence[EnergyComparison]] = ()) -> str:
+             energy: Sequence[Sequence[EnergyComparison]] = (),
+             logs: Sequence[RunLog] = ()) -> str:
     """Every comparison (each B against the baseline A) as one markdown document, each with
-    its energy per output token where `energy` gives it."""
+    its energy per output token where `energy` gives it; with the `logs` (A, then each B),
+    also how A's prefill curve predicts each B."""
     lines = ["# llmtop compare", "", method_note()]
     for k, c in enumerate(comparisons):
         lines += ["", f"## {c.name_b} against {c.name_a}", "", f"**{headline(c)}**"]
@@ -89,6 +109,8 @@ def markdown(comparisons: Sequence[Comparison],
         if mine:
             lines += ["", "Energy per output token (per request: decode J / output tokens):",
                       *(f"- {e.source + ': ' if e.source else ''}{e.verdict}" for e in mine)]
+        if len(logs) > k + 1:
+            lines += curve_lines(logs[0], logs[k + 1], c.name_a)
     return "\n".join(lines) + "\n"
 
 

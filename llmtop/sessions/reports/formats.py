@@ -23,7 +23,7 @@ Subject = Report | LoadAnalysis | Comparisons
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
     Report: {"md": run.markdown, "csv": run.csv_text, "json": run.json_text},
     LoadAnalysis: {"md": load.markdown, "csv": load.csv_text, "json": load.json_text},
-    Comparisons: {"md": lambda c: compare.markdown(c.comparisons, c.energy),
+    Comparisons: {"md": lambda c: compare.markdown(c.comparisons, c.energy, c.logs),
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},
 }
 """The text renderers of each subject type, by format name."""

@@ -28,11 +28,14 @@ from llmtop.sessions.reports.compare import markdown as compare_markdown
 from llmtop.sessions.reports.plots import (
     LoadPoint,
     TimeAxis,
+    cache_pairs_figure,
     compare_figure,
     figure_html,
     itl_figure,
     load_curve_figure,
+    prefill_curve_figure,
     series_figure,
+    turns_figure,
 )
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run import markdown as run_markdown
@@ -70,8 +73,9 @@ def _plot(fig_html: str) -> str:
 
 
 def run_plots(report: Report) -> list[str]:
-    """The plots of a run: per prompt size its series (with the culprit's CPU), then the
-    inter-token latency distributions of the ok requests."""
+    """The plots of a run: per prompt size its series (with the culprit's CPU), the
+    inter-token latency distributions of the ok requests, then the prefill curve, the cache
+    pairs and the conversation when the run had them."""
     log, counter = report.log, itertools.count(1)
     axis = TimeAxis.of(log.requests)
     out = ["<h2>Plots</h2>"]
@@ -85,6 +89,12 @@ def run_plots(report: Report) -> list[str]:
            for s in report.analysis.sizes}
     if any(itl.values()):
         out.append(_plot(figure_html(itl_figure(itl), "itl")))
+    if report.sweep is not None and report.sweep.prefill is not None:
+        out.append(_plot(figure_html(prefill_curve_figure(report.sweep), "prefill-curve")))
+    if report.pairs:
+        out.append(_plot(figure_html(cache_pairs_figure(report.pairs), "cache-pairs")))
+    if report.turns:
+        out.append(_plot(figure_html(turns_figure(report.turns), "turns")))
     return out
 
 
@@ -121,7 +131,7 @@ def compare_html(subject: Comparisons) -> str:
     """`llmtop compare` as a page: the markdown tables, then per comparison and prompt size
     the per-request values of A and B side by side."""
     comparisons, logs = subject.comparisons, subject.logs
-    sections = [markdown_html(compare_markdown(comparisons, subject.energy))]
+    sections = [markdown_html(compare_markdown(comparisons, subject.energy, logs))]
     counter = itertools.count(1)
     for c, log_b in zip(comparisons, logs[1:], strict=True):
         if c.refused:

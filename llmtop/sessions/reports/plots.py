@@ -8,6 +8,8 @@
 * `itl_figure`: inter-token latency distributions (gaps between streamed chunks).
 * `load_curve_figure`: throughput against latency per load level, with the SLO line.
 * `compare_figure`: the per-request values of A and B side by side for each metric.
+* `prefill_curve_figure`, `turns_figure`, `cache_pairs_figure`: a sweep's prefill curve with
+  its residuals, a conversation's turns, the prefix cache's cold and warm requests.
 
 Text from a log (app names, reasons) is HTML-escaped before plotly.js shows it.
 """
@@ -24,6 +26,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from llmtop.sessions.analysis.attribution import EXCLUDED_CATEGORIES
+from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn
 from llmtop.sessions.analysis.run import RequestVerdict, SizeAnalysis
 from llmtop.sessions.analysis.series import kind_of
 from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
@@ -226,6 +229,76 @@ def compare_figure(title: str, metrics: Sequence[tuple[str, str]],
                                  boxpoints="all", jitter=0.4, marker_color=colour,
                                  showlegend=False), row=1, col=col)
     fig.update_layout(title=html.escape(title), height=400)
+    return fig
+
+
+def prefill_curve_figure(sweep: PrefillSweep) -> go.Figure:
+    """The sweep's prefill per request against the server's token count with the fitted
+    curve (and the TTFT curve) above, the residuals (measured − curve, ms) below."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3],
+                        vertical_spacing=0.06, subplot_titles=("prefill and TTFT (ms)",
+                                                               "prefill residual (ms)"))
+    curve = sweep.prefill
+    fig.add_trace(go.Scatter(x=[r.tokens for r in sweep.rows],
+                             y=[r.prefill_ms for r in sweep.rows], mode="markers",
+                             name="prefill (median per size)"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[r.tokens for r in sweep.rows], y=[r.ttft_ms for r in sweep.rows],
+                             mode="markers", marker_symbol="diamond-open",
+                             name="TTFT (median per size)"), row=1, col=1)
+    if curve is not None:
+        xs = [curve.t_min + (curve.t_max - curve.t_min) * i / 50 for i in range(51)]
+        fig.add_trace(go.Scatter(x=xs, y=[curve.predict(x) for x in xs], mode="lines",
+                                 name=html.escape(curve.formula())), row=1, col=1)
+        if sweep.ttft is not None:
+            fig.add_trace(go.Scatter(x=xs, y=[sweep.ttft.predict(x) for x in xs], mode="lines",
+                                     line={"dash": "dot"}, name=html.escape(sweep.ttft.formula())),
+                          row=1, col=1)
+        fig.add_trace(go.Scatter(
+            x=[r.tokens for r in sweep.rows],
+            y=[None if r.prefill_ms is None or r.prefill_predicted_ms is None
+               else r.prefill_ms - r.prefill_predicted_ms for r in sweep.rows],
+            mode="markers", name="residual", showlegend=False), row=2, col=1)
+        fig.add_hline(y=0, line_color="#7f7f7f", row=2, col=1)
+    fig.update_xaxes(title_text="prompt tokens (the server's count)", row=2, col=1)
+    fig.update_layout(title="Prefill curve", height=560)
+    return fig
+
+
+def turns_figure(turns: Sequence[Turn]) -> go.Figure:
+    """A conversation: TTFT and prefill per turn against the context the server counted, the
+    curve's cold prefill beside them, turns where the context was full marked."""
+    fig = go.Figure()
+    x = [t.context_tokens for t in turns]
+    text = [f"turn {t.turn}" + (" (context full)" if t.full else "") for t in turns]
+    fig.add_trace(go.Scatter(x=x, y=[t.record.metrics.ttft_ms for t in turns], text=text,
+                             mode="lines+markers", name="TTFT"))
+    fig.add_trace(go.Scatter(x=x, y=[t.record.metrics.prompt_eval_ms for t in turns], text=text,
+                             mode="lines+markers", name="prefill (server)"))
+    if any(t.predicted_ms is not None for t in turns):
+        fig.add_trace(go.Scatter(x=x, y=[t.predicted_ms for t in turns], mode="lines",
+                                 line={"dash": "dot"}, name="the curve: cold prefill"))
+    full = [t for t in turns if t.full]
+    if full:
+        fig.add_trace(go.Scatter(x=[t.context_tokens for t in full],
+                                 y=[t.record.metrics.ttft_ms for t in full], mode="markers",
+                                 marker={"symbol": "x", "size": 12, "color": "#d62728"},
+                                 name="context full"))
+    fig.update_layout(title="Conversation: per turn", xaxis_title="context tokens (server)",
+                      yaxis_title="ms", height=420)
+    return fig
+
+
+def cache_pairs_figure(pairs: Sequence[CachePair]) -> go.Figure:
+    """Cold against warm prefill and TTFT, one group of bars per pair."""
+    fig = go.Figure()
+    names = [f"pair {p.pair + 1}" for p in pairs]
+    for label, side, key in (("prefill cold", "cold", "prompt_eval_ms"),
+                             ("prefill warm", "warm", "prompt_eval_ms"),
+                             ("TTFT cold", "cold", "ttft_ms"), ("TTFT warm", "warm", "ttft_ms")):
+        values = [getattr(p, side).metric(key) for p in pairs]
+        fig.add_trace(go.Bar(x=names, y=values, name=label))
+    fig.update_layout(title="Prefix cache: cold against warm", barmode="group",
+                      yaxis_title="ms", height=380)
     return fig
 
 

@@ -17,9 +17,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.context import (
+    CachePair,
+    PrefillSweep,
+    Turn,
+    cache_pairs,
+    conversation,
+    prefill_sweep,
+)
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.run import (
+    CONTEXT_PHASES,
     METRICS,
     Analysis,
     GpuUsage,
@@ -47,6 +56,12 @@ from llmtop.sessions.records.schema import (
     RunLog,
     SummaryRecord,
 )
+from llmtop.sessions.reports.context import (
+    context_json,
+    pairs_markdown,
+    sweep_markdown,
+    turns_markdown,
+)
 from llmtop.sessions.reports.text import md_table, sparkline
 from llmtop.sessions.reports.text import num as _num
 from llmtop.sessions.reports.text import size as _bytes
@@ -60,6 +75,8 @@ class Report:
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
     causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
+    sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
+    and the conversation's turns (analysis/context.py; None / empty when the run had none).
     """
 
     log: RunLog
@@ -82,6 +99,9 @@ class Report:
     relay: list[RelayComparison] = field(default_factory=list)
     causes: dict[int | str | None, Cause] = field(default_factory=dict)
     energy: EnergySummary | None = None
+    sweep: PrefillSweep | None = None
+    pairs: list[CachePair] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
 
 
 def build(log: RunLog) -> Report:
@@ -92,6 +112,8 @@ def build(log: RunLog) -> Report:
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
               if (c := cause_of(s, attributions[size_key(s)])) is not None}
+    sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
+    num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(
         log=log,
         analysis=analysis,
@@ -107,6 +129,10 @@ def build(log: RunLog) -> Report:
         relay=relay_comparisons(analysis),
         causes=causes,
         energy=summarize_energy(log),
+        sweep=sweep,
+        pairs=cache_pairs(log.requests),
+        turns=conversation(log.requests, sweep.prefill if sweep else None,
+                           num_ctx if isinstance(num_ctx, int) else None),
     )
 
 
@@ -212,6 +238,8 @@ def markdown(report: Report) -> str:
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
+    lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
+    lines += turns_markdown(report.turns)
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += markdown_energy(report.energy)
@@ -429,9 +457,25 @@ CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt
               "energy_above_idle_j", "output_above_idle_j_per_token", "coarse")
 
 
+def _csv_row(rec: RequestRecord, index: int, phase: str | None, status: str, reason: str,
+             energy: dict[int, dict[str, EnergyRecord]]) -> dict[str, Any]:
+    return {
+        "prompt_tokens_target": rec.prompt_tokens_target, "index": index, "phase": phase,
+        "status": status, "reason": reason,
+        **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
+        "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
+        "eval_count": rec.stats.eval_count if rec.stats else None,
+        "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+        **{f"{f}[{src}]": getattr(e, f) for src, e in energy.get(rec.id, {}).items()
+           for f in CSV_ENERGY},
+    }
+
+
 def csv_text(report: Report) -> str:
-    """Every request of the run as one CSV row; with energy sources, their figures per
-    request in columns named "FIELD[SOURCE]" (J, J/token; CSV_ENERGY), empty where n/a."""
+    """Every request of the run as one CSV row: the sizes' (with their bench status), then
+    the cache pairs' and the conversation's (with the stream's status); with energy sources,
+    their figures per request in columns named "FIELD[SOURCE]" (J, J/token; CSV_ENERGY),
+    empty where n/a."""
     energy = _energy_by_request(report.log)
     sources = list(dict.fromkeys(src for per in energy.values() for src in per))
     extra = [f"{f}[{src}]" for src in sources for f in CSV_ENERGY]
@@ -440,17 +484,11 @@ def csv_text(report: Report) -> str:
     writer.writeheader()
     for s in report.analysis.sizes:
         for r in s.requests:
-            rec = r.record
-            per = energy.get(rec.id, {})
-            writer.writerow({
-                "prompt_tokens_target": r.prompt_tokens_target, "index": r.index + 1,
-                "phase": r.phase, "status": r.status, "reason": r.reason,
-                **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
-                "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
-                "eval_count": rec.stats.eval_count if rec.stats else None,
-                "prompt_words": rec.prompt_words, "started_at": rec.started_at,
-                **{f"{f}[{src}]": getattr(e, f) for src, e in per.items() for f in CSV_ENERGY},
-            })
+            writer.writerow(_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy))
+    for rec in report.log.requests:
+        if rec.phase in CONTEXT_PHASES:
+            writer.writerow(_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "",
+                                     energy))
     return out.getvalue()
 
 
@@ -491,6 +529,7 @@ def _json(report: Report) -> dict[str, Any]:
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
         "energy": report.energy.to_dict() if report.energy else None,
+        **context_json(report.sweep, report.pairs, report.turns),
         "warnings": list(report.log.warnings),
     }
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -33,10 +33,11 @@ from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
+from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, analyze
 from llmtop.sessions.measure.options import Workload
-from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.sessions.records.log import read_log
@@ -50,6 +51,8 @@ from llmtop.sessions.records.schema import (
     SummaryRecord,
 )
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
+from llmtop.sessions.runners.context import run_cache_pairs, run_conversation
+from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key, curve_label
 from llmtop.sessions.runners.energy import EnergyMeter, local_meter
 from llmtop.sessions.runners.environment import (
     PROBE_INTERVAL_S,
@@ -75,6 +78,10 @@ class BenchConfig(Workload):
     compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
+    cache_pairs: int = 0  # prefix-cache pairs after the sweep (runners/context.py)
+    turns: int = 0  # a conversation's turns after the sweep and the pairs
+    prior_curve: dict[str, Any] | None = None  # a saved prefill curve to check (runners/curves.py)
+    save_curve: bool = True  # save a sweep's prefill curve as this model's (runners/curves.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -92,8 +99,9 @@ class BenchConfig(Workload):
 
 @dataclass(frozen=True)
 class BenchProgress:
-    """Where the run is: phase ("environment", "calibrating", "warmup", "measure", "done"),
-    the prompt size, the request's position (1-based) and the total, and the last result."""
+    """Where the run is: phase ("environment", "calibrating", "warmup", "measure",
+    "cache-cold", "cache-warm", "turn", "done"), the prompt size (None for the pairs and
+    turns), the request's position (1-based) and the total, and the last result."""
 
     phase: str
     target: int | None = None
@@ -145,6 +153,10 @@ class BenchRunner:
         self.conn = conn
         self._measured: list[RequestResult] = []
         self.agent = agent  # --probes: probe samples from the engine's machine
+        self.curve_key = curve_key(conn.engine.name, conn.engine.host, conn.model)
+        if config.prior_curve is None:
+            prior = CurveStore().load(self.curve_key)
+            config = replace(config, prior_curve=prior.to_entry() if prior else None)
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
@@ -231,6 +243,7 @@ class BenchRunner:
             try:
                 for target in cfg.prompt_tokens:
                     await self._run_size(target, calibration, generator)
+                await self._run_context(calibration, generator)
             except asyncio.CancelledError:
                 interrupted = True
                 raise
@@ -245,6 +258,7 @@ class BenchRunner:
             log = read_log(self.recorder.log.path)
             analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
             self._remember_canary(log)
+            self._save_curve(log, analysis, calibration)
             self.recorder.log.write(
                 SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
             )
@@ -264,6 +278,38 @@ class BenchRunner:
         per-request windows are too coarse."""
         for record in self.energy.in_requests(self._measured):
             self.recorder.log.write(record)
+    async def _run_context(self, calibration: Calibration, generator: PromptGenerator) -> None:
+        """The cache pairs, then the conversation, when the config asks for them."""
+        def progress(phase: str, done: int, total: int, result: RequestResult | None,
+                     record: RequestRecord | None) -> None:
+            message = f"{phase} {done + (result is None)}/{total}"
+            self.on_progress(BenchProgress(phase, None, done, total, result, record, message))
+        if self.config.cache_pairs:
+            await run_cache_pairs(self.recorder, calibration, self.config.cache_pairs, generator,
+                                  progress, self.on_event)
+        if self.config.turns:
+            await run_conversation(self.recorder, calibration, self.config.turns, generator,
+                                   progress, self.on_event)
+
+    def _save_curve(self, log: RunLog, analysis: Analysis, calibration: Calibration) -> None:
+        """Save a sweep's prefill curve for this model (when `save_curve` and it has one that
+        is not a poor fit: `Curve.poor_fit`), with the calibration's tokens per word for
+        predicting a typed prompt."""
+        sweep = prefill_sweep(analysis)
+        if not self.config.save_curve or sweep is None or sweep.prefill is None:
+            return
+        if sweep.poor_fit():
+            return  # a curve the report calls poor would mislead the next prediction
+        points = [p for p in calibration.targets.values() if p.words]
+        template = calibration.template_tokens or 0
+        ratios = [(p.tokens - template) / p.words for p in points]
+        ratio = sum(ratios) / len(ratios) if ratios else None
+        # the calibration's template tokens hold the bench prompts' closing instruction,
+        # which a typed prompt does not have
+        chat = template - round(len(INSTRUCTION.split()) * (ratio or 0))
+        saved = SavedCurve(sweep.prefill, curve_label(log.header.started_at, self.log_path),
+                           ratio, max(chat, 0))
+        CurveStore().store(self.curve_key, saved, self.log_path)
 
     def _remember_canary(self, log: RunLog) -> None:
         """Keep this run's canary medians for `llmtop preflight` (only when the run may use

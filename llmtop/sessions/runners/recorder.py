@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from llmtop.engines.connection import Connection
@@ -123,14 +123,15 @@ class SessionRecorder:
         return RequestCollector(prompt=prompt, options=options or self.options,
                                 model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str, engine: Any = None,
-               options: dict[str, Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
-        """The lazy event stream for a single-turn chat with `prompt` (on `engine`, default the
-        connection's own: the relay client when streaming through the relay; `options`,
-        default the session's)."""
+    def stream(self, prompt: str, engine: Any = None, options: dict[str, Any] | None = None,
+               history: Sequence[Mapping[str, Any]] = ()) -> AsyncGenerator[StreamEvent, None]:
+        """The lazy event stream for a chat ending with `prompt` after the messages of
+        `history` (a conversation's earlier turns; none: a single turn), on `engine` (default
+        the connection's own: the relay client when streaming through the relay), with
+        `options` (default the session's)."""
         return (engine or self.conn.engine).stream_chat(
-            self.conn.model, chat_messages(prompt), options=options or self.options,
-            think=self.think,
+            self.conn.model, [*history, *chat_messages(prompt)],
+            options=options or self.options, think=self.think,
         )
 
     async def measure(
@@ -143,10 +144,12 @@ class SessionRecorder:
         on_start: Callable[[RequestCollector], None] | None = None,
         on_end: Callable[[RequestResult, RequestRecord], None] | None = None,
         late: Callable[[RequestResult], Mapping[str, Any]] | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
         **fields: Any,
     ) -> Measured:
         """Measure one request: a new numbered request for `prompt`, streamed on `engine` with
-        `options` (defaults: the connection's, the session's), recorded with `fields` (bench
+        `options` (defaults: the connection's, the session's) after the chat messages of
+        `history` (a conversation's earlier turns), recorded with `fields` (bench
         phase, index...) plus `late(result)` (fields known only after it: the machine's
         readings, a sweep's send offset). on_event: each event as it arrives (keep it cheap);
         on_start: the collector before the stream starts (a live view); on_end: the result
@@ -161,7 +164,8 @@ class SessionRecorder:
             on_start(collector)
         try:
             result = await run_request(
-                lambda: self.stream(prompt, engine, collector.options), collector, on_event
+                lambda: self.stream(prompt, engine, collector.options, history), collector,
+                on_event,
             )
         except asyncio.CancelledError:
             cancelled = collector.finish(cancelled=True)

@@ -5,7 +5,10 @@ Four plots of one prompt size: TTFT and the server's decode rate per request in 
 (ok requests joined, warm-ups and excluded requests as separate marked series), and the
 distributions of TTFT and of the inter-token gaps. The log is read afresh when the screen
 opens (the session log is flushed per record), so it shows the session up to now; `[` and
-`]` step through the prompt sizes of a bench log.
+`]` step through the prompt sizes of a bench log. `c` switches to the context view of a
+bench with a sweep, cache pairs or a conversation (analysis/context.py): the prefill curve
+with the sizes' medians, its residuals, TTFT and prefill per turn against the context, and
+prefill cold vs warm per cache pair.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
 from llmtop.sessions.analysis.compare import run_analysis
+from llmtop.sessions.analysis.context import (
+    CachePair,
+    PrefillSweep,
+    Turn,
+    cache_pairs,
+    conversation,
+    prefill_sweep,
+)
 from llmtop.sessions.analysis.series import SizeSeries, run_series
 from llmtop.sessions.records.log import LogError, read_log
 
@@ -38,6 +49,7 @@ class PlotsScreen(Screen[None]):
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("right_square_bracket", "step(1)", "Next size"),
         Binding("left_square_bracket", "step(-1)", "Previous size"),
+        Binding("c", "context", "Context"),
     ]
 
     def __init__(self, log_path: str) -> None:
@@ -46,6 +58,10 @@ class PlotsScreen(Screen[None]):
         self.series: list[SizeSeries] = []
         self.index = 0
         self.problem: str | None = None
+        self.sweep: PrefillSweep | None = None
+        self.pairs: list[CachePair] = []
+        self.turns: list[Turn] = []
+        self.context = False  # showing the context view (`c`)
 
     def compose(self) -> ComposeResult:
         yield Static(id="plots-title")
@@ -56,9 +72,22 @@ class PlotsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         try:
-            self.series = run_series(run_analysis(read_log(self.log_path)))
+            log = read_log(self.log_path)
         except LogError as exc:
             self.problem = str(exc)
+        else:
+            analysis = run_analysis(log)
+            self.series = run_series(analysis)
+            self.sweep = prefill_sweep(analysis)
+            self.pairs = cache_pairs(log.requests)
+            num_ctx = (log.header.options or {}).get("num_ctx")
+            self.turns = conversation(log.requests, self.sweep.prefill if self.sweep else None,
+                                      num_ctx if isinstance(num_ctx, int) else None)
+        self.draw()
+
+    def action_context(self) -> None:
+        """Switch between the per-size plots and the context view."""
+        self.context = not self.context
         self.draw()
 
     def action_step(self, delta: int) -> None:
@@ -70,6 +99,9 @@ class PlotsScreen(Screen[None]):
     def draw(self) -> None:
         """Redraw the four plots for the current prompt size (or say why there are none)."""
         title = self.query_one("#plots-title", Static)
+        if self.context:
+            self.draw_context(title)
+            return
         if self.problem or not self.series:
             title.update(self.problem or f"{self.log_path}: no requests yet")
             return
@@ -89,6 +121,47 @@ class PlotsScreen(Screen[None]):
         plt = self._fresh("#plot-itl-hist", "inter-token gaps (ok requests)", "ms")
         if s.gaps:
             plt.hist(s.gaps, bins=BINS)
+        for plot in self.query(PlotextPlot):
+            plot.refresh()
+
+    def draw_context(self, title: Static) -> None:
+        """The context view: curve, residuals, turns, cache pairs (each empty with its
+        reason in the title when the log has none)."""
+        sweep = self.sweep
+        curve = sweep.prefill if sweep else None
+        missing = [what for what, have in (("prefill curve", curve), ("cache pairs",
+                   self.pairs), ("a conversation", self.turns)) if not have]
+        title.update("context (c: back)" + (f" · this log has no {', no '.join(missing)}"
+                                             if missing else "") + f" · {self.log_path}")
+        plt = self._fresh("#plot-ttft", curve.formula() if curve else "prefill curve",
+                          "prompt tokens (server)")
+        if sweep is not None and curve is not None:
+            plt.scatter([r.tokens for r in sweep.rows], [r.prefill_ms or 0 for r in sweep.rows],
+                        marker="dot", label="median prefill ms")
+            xs = [curve.t_min + (curve.t_max - curve.t_min) * i / 40 for i in range(41)]
+            plt.plot(xs, [curve.predict(x) for x in xs], label="curve")
+        plt = self._fresh("#plot-decode", "prefill residual ms (measured − curve)",
+                          "prompt tokens (server)")
+        if sweep is not None and curve is not None:
+            rows = [r for r in sweep.rows if r.prefill_ms is not None and r.prefill_predicted_ms]
+            plt.scatter([r.tokens for r in rows],
+                        [(r.prefill_ms or 0) - (r.prefill_predicted_ms or 0) for r in rows])
+        plt = self._fresh("#plot-ttft-hist", "per turn: TTFT ms (x: context full)",
+                          "context tokens (server)")
+        turns = [t for t in self.turns if t.context_tokens is not None]
+        if turns:
+            plt.plot([t.context_tokens for t in turns], [t.record.metrics.ttft_ms or 0
+                                                        for t in turns], label="TTFT")
+            full = [t for t in turns if t.full]
+            if full:
+                plt.scatter([t.context_tokens for t in full],
+                            [t.record.metrics.ttft_ms or 0 for t in full], marker="x")
+        plt = self._fresh("#plot-itl-hist", "prefill ms: cold vs warm", "cache pair")
+        if self.pairs:
+            plt.multiple_bar([str(p.pair + 1) for p in self.pairs],
+                             [[p.cold.metrics.prompt_eval_ms or 0 for p in self.pairs],
+                              [p.warm.metrics.prompt_eval_ms or 0 for p in self.pairs]],
+                             labels=["cold", "warm"])
         for plot in self.query(PlotextPlot):
             plot.refresh()
 

@@ -14,6 +14,7 @@ from llmtop.engines.events import Failure, StreamEvent
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 from llmtop.sessions.records.schema import EnergyRecord
+from llmtop.tui.state.prefill import PrefillExpectation, waiting_text
 
 THINKING = "thinking"
 CONTENT = "content"
@@ -32,6 +33,9 @@ class LiveRequest:
     noisy: the first finding of a NOISY probe sample taken while it streamed (see
     `llmtop.tui.state.noise`); None when every sample in its span was QUIET (or none was taken).
     energy: its energy records once it ended (runners/energy.py; empty without a source).
+    expected: the saved curve's prefill prediction for this prompt (None: no curve);
+    waited_ms: how long it has waited for its first chunk, set by the app's clock while it
+    waits (None before the send).
     """
 
     collector: RequestCollector
@@ -47,6 +51,8 @@ class LiveRequest:
     urgent: bool = True
     noisy: str | None = None
     energy: tuple[EnergyRecord, ...] = ()
+    expected: PrefillExpectation | None = None
+    waited_ms: float | None = None
 
     @property
     def prompt(self) -> str:
@@ -110,6 +116,18 @@ class LiveRequest:
         if self.first_text_ns is None or not self.collector.sent_ns:
             return None
         return (self.first_text_ns - self.collector.sent_ns) / NS_PER_MS
+
+    @property
+    def waiting_for_prefill(self) -> bool:
+        """Streaming and no text yet: the engine is (most likely) still reading the prompt."""
+        return self.result is None and self.first_text_ns is None
+
+    def wait_text(self) -> str | None:
+        """The prefill prediction and the wait so far while waiting for the first chunk
+        (`prefill.waiting_text`); None without a prediction or once text arrived."""
+        if self.expected is None or not self.waiting_for_prefill:
+            return None
+        return waiting_text(self.expected, self.waited_ms)
 
     @property
     def live_decode_cps(self) -> float | None:

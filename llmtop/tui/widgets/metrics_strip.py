@@ -188,10 +188,10 @@ class MetricsStrip(Vertical):
                 self._put(wid, content)
             if self._shown is not live:
                 self._shown = live
-                self._put("client", Text("streaming…", style="dim"))
                 self._put("server", "")
                 self._put("failure", "")
                 self._put("energy", "")
+            self._put("client", Text(live.wait_text() or "streaming…", style="dim"))
         elif self._shown is not result:
             self._shown = result
             self.show_result(result)
