@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmtop.sessions.analysis.run import Analysis, analyze, calibrated_tokens, noisy_samples
+from llmtop.sessions.analysis.run import Analysis, analyze_log, noisy_samples
 from llmtop.sessions.records.schema import RunLog
 
 if TYPE_CHECKING:
@@ -198,9 +198,9 @@ class Group:
 
 
 def run_analysis(log: RunLog) -> Analysis:
-    """A log's bench analysis (analysis.analyze with its calibration and drift threshold)."""
-    return analyze(log.requests, calibrated_tokens(log.calibration),
-                   log.header.drift_threshold_pct)
+    """A log's bench analysis (analysis.analyze_log: the one the report and the verdict
+    use)."""
+    return analyze_log(log)
 
 
 def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:

@@ -74,7 +74,7 @@ SIGMA_FLOOR = 0.01  # σ is at least 1 % of the median level (attribution.SPREAD
 PENALTY_LOG_N = 3.0  # pen = 3 ln n per change point (module docstring)
 LEVEL_K = 2.0  # an episode's level is over 2 σ from the baseline's (attribution.K_SPREAD)
 MIN_SIZE = 3  # requests in the shortest episode (module docstring)
-MIN_POINTS = 6  # fewer values: nothing is detected
+MIN_POINTS = 10  # fewer values: nothing is judged (the drift rule's 2 × 5, stats.py)
 DEFAULT_THRESHOLD_PCT = 5.0  # the drift threshold's default (stats.DRIFT_THRESHOLD_PCT)
 
 
@@ -266,7 +266,8 @@ def find_episodes(
 
     numbers: the request numbers of the values, in run order (one per value of every
     series); series: per key, one value or None per request; higher_is_better and floors
-    (default 0): per key. A request is in an episode when any series put it in one;
+    (default 0): per key. Values that are None, not finite or not positive (a degenerate
+    time) are left out of their series. A request is in an episode when any series put it in one;
     requests next to each other in `numbers` that are all in episodes make one episode.
     Raises ValueError when a series' length differs from `numbers`'."""
     floors = floors or {}
@@ -279,7 +280,7 @@ def find_episodes(
         present = [
             (n, float(v))
             for n, v in zip(numbers, values, strict=True)
-            if v is not None and math.isfinite(v)
+            if v is not None and math.isfinite(v) and v > 0
         ]
         shape = shape_of(
             [v for _, v in present],

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.run import (
     METRICS,
@@ -24,9 +25,8 @@ from llmtop.sessions.analysis.run import (
     GpuUsage,
     RelayComparison,
     SizeAnalysis,
-    analyze,
+    analyze_log,
     attribute_size,
-    calibrated_tokens,
     cause_of,
     gpu_usage,
     noisy_samples,
@@ -57,7 +57,9 @@ class Report:
     attributions: per prompt size (`analysis.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
-    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
+    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained);
+    for a size with slow episodes and no drift, its costliest episode's cause. episodes: per
+    prompt size, every slow episode with its cost and cause (episode_causes.py).
     """
 
     log: RunLog
@@ -79,16 +81,24 @@ class Report:
     gpu: GpuUsage = field(default_factory=GpuUsage)
     relay: list[RelayComparison] = field(default_factory=list)
     causes: dict[int | str | None, Cause] = field(default_factory=dict)
+    episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
 
 
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
     calibration = log.calibration
-    analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct,
-                       log.canaries)
+    analysis = analyze_log(log)
+    episodes = {size_key(s): episode_causes(s, log.probes) for s in analysis.sizes}
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
               if (c := cause_of(s, attributions[size_key(s)])) is not None}
+    for key, found in episodes.items():
+        costly = max(found, key=lambda e: e.slowdown.slower_pct if e.slowdown else 0.0,
+                     default=None)
+        if costly is not None and key not in causes:
+            attributions[key] = costly.attribution
+            if costly.cause is not None:
+                causes[key] = costly.cause
     return Report(
         log=log,
         analysis=analysis,
@@ -103,6 +113,7 @@ def build(log: RunLog) -> Report:
         gpu=gpu_usage(log.probes),
         relay=relay_comparisons(analysis),
         causes=causes,
+        episodes=episodes,
     )
 
 

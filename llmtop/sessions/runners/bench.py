@@ -31,7 +31,7 @@ from llmtop.probes.config import load_thresholds
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.machine import canary_medians
-from llmtop.sessions.analysis.run import Analysis, analyze
+from llmtop.sessions.analysis.run import Analysis, analyze_log
 from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
@@ -219,9 +219,8 @@ class BenchRunner:
                         InterruptedRecord(datetime.now().astimezone().isoformat())
                     )
             self.recorder.log.write(await environment_record(self.conn, "end"))
-            expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
-            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
+            analysis = analyze_log(log)
             self._remember_canary(log)
             self.recorder.log.write(
                 SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
