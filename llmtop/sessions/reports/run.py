@@ -174,6 +174,13 @@ def _notes(size: SizeAnalysis) -> str:
     notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
     if shown:
         notes.append("derived: " + ", ".join(shown))
+    in_episodes = len(size.ok) - len(size.baseline)
+    if in_episodes:
+        notes.append(f"{in_episodes} in slow episodes (requests "
+                     f"{', '.join(e.requests for e in size.episodes.episodes)})")
+    if size.episodes.trends:
+        notes.append("trend: " + ", ".join(f"{k} {v:+.0f} %"
+                                           for k, v in size.episodes.trends.items()))
     if size.excluded:
         notes.append(f"{len(size.excluded)} excluded")
     return "; ".join(notes)
@@ -186,13 +193,16 @@ def markdown(report: Report) -> str:
     """The markdown report (the source's form: docs/method.md, "Result table")."""
     h, a = report.log.header, report.analysis
     lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    j = a.judgement
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
+    reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
     lines.append(
-        f"**Verdict: {a.verdict.upper()}**{why.get(a.verdict, '')} (drift threshold "
-        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
-        f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
-        f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
-        f"{a.ok_count} requests in the statistics."
+        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons} (slow episodes: change points "
+        "in the ordered TTFT, prefill, decode and E2E series, beyond their own noise; drift "
+        f"threshold ±{a.drift_threshold_pct:g} %, either way, between the medians of the first "
+        f"and last 5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and "
+        f"the two groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}). "
+        f"{sum(len(s.baseline) for s in a.sizes)} requests in the statistics."
     )
     noisy, total = report.noisy
     if noisy:
@@ -219,15 +229,43 @@ def markdown(report: Report) -> str:
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
+    lines += _markdown_episodes(report)
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += _markdown_requests(a) + _markdown_calibration(report) + _markdown_environment(report)
     return "\n".join(lines) + "\n"
 
 
+def _markdown_episodes(report: Report) -> list[str]:
+    """Every slow episode, its size, its cost and cause; what was re-measured."""
+    lines = ["", "## Slow episodes", ""]
+    labels = {k: label for k, label, _u, _b in METRICS}
+    required = report.analysis.required
+    rows = []
+    for s in report.analysis.sizes:
+        for e in report.episodes.get(size_key(s), []):
+            sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.episode.changes.items())
+            cause = e.cause.summary if e.cause is not None else "n/a"
+            rows.append((_size_label(s, report.calibration), e.episode.requests, sizes,
+                         e.sentence, cause))
+    if rows:
+        lines += md_table(("prompt", "requests", "size", "cost", "cause"), rows)
+    else:
+        lines.append("none: every series kept one level within its noise")
+    for s in report.analysis.sizes:
+        measured = sum(r.phase == "measure" for r in s.requests)
+        if required is not None and measured > required:
+            lines.append("")
+            lines.append(
+                f"{_size_label(s, report.calibration)}: re-measured {measured - required} "
+                f"requests beyond the protocol's {required} (after a pause) to have "
+                f"{len(s.baseline)} outside the episodes; the log keeps every request.")
+    return lines
+
+
 def _results_table(report: Report) -> list[str]:
     util, vram = _gpu_cells(report)
-    headers = ("prompt", "n (after warm-up)", "TTFT p50 / p95 (client)", "E2E p50",
+    headers = ("prompt", "n (baseline)", "TTFT p50 / p95 (client)", "E2E p50",
                "prefill tok/s (server)", "decode tok/s (server)", "load (warm-up)", "GPU util %",
                "VRAM (tool)", "notes")
     rows = []
@@ -235,7 +273,7 @@ def _results_table(report: Report) -> list[str]:
         t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
         p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
         rows.append((
-            _size_label(s, report.calibration), len(s.ok), f"{_num(t.median)} / {p95} ms",
+            _size_label(s, report.calibration), len(s.baseline), f"{_num(t.median)} / {p95} ms",
             f"{_num(e.median)} ms", _num(s.summaries["server_prefill_tps"].median),
             _num(s.summaries["server_decode_tps"].median), _warmup_load(s, report.analysis),
             util, vram, _notes(s),
@@ -382,7 +420,7 @@ def _markdown_environment(report: Report) -> list[str]:
 CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
                "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
-               "prompt_eval_count", "eval_count", "prompt_words", "started_at")
+               "prompt_eval_count", "eval_count", "prompt_words", "started_at", "episode")
 
 
 def csv_text(report: Report) -> str:
@@ -400,6 +438,7 @@ def csv_text(report: Report) -> str:
                 "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
                 "eval_count": rec.stats.eval_count if rec.stats else None,
                 "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+                "episode": r.episode,
             })
     return out.getvalue()
 
@@ -421,6 +460,8 @@ def _json(report: Report) -> dict[str, Any]:
     return {
         "header": asdict(report.log.header),
         "verdict": a.verdict,
+        "verdict_reasons": list(a.judgement.reasons),
+        "episodes": {str(k): [e.to_dict() for e in v] for k, v in report.episodes.items()},
         "noisy_probe_samples": dict(zip(("noisy", "during_requests"), report.noisy, strict=True)),
         "interrupted": report.interrupted,
         "drift_threshold_pct": a.drift_threshold_pct,
@@ -440,13 +481,16 @@ def _json_size(s: SizeAnalysis) -> dict[str, Any]:
         "prompt_tokens_target": s.target,
         "path": s.path,
         "n_ok": len(s.ok),
+        "n_baseline": len(s.baseline),
+        "trends": s.episodes.trends,
         "contaminated": s.contaminated,
         "drifted": s.drifted,
         "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
         "drift": {k: v.to_dict() for k, v in s.drifts.items()},
         "series": s.series,
         "requests": [
-            {"index": r.index + 1, "phase": r.phase, "status": r.status, "reason": r.reason,
+            {"index": r.index + 1, "number": r.number, "episode": r.episode,
+             "phase": r.phase, "status": r.status, "reason": r.reason,
              "timing_gap_share": r.timing_gap_share, "metrics": r.record.metrics.to_dict(),
              "stats": r.record.stats.to_dict() if r.record.stats else None}
             for r in s.requests
