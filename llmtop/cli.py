@@ -270,8 +270,26 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
         "--drift-threshold",
         type=finite_number(0.0, above_low=True),
         default=BENCH.drift_threshold_pct,
-        help="%% worsening first-5 → last-5 that marks the run contaminated "
+        help="%% change first-5 → last-5 baseline requests, either way, that marks the run "
+        "contaminated; also the smallest slow episode "
         f"(default {BENCH.drift_threshold_pct:g})",
+    )
+    b.add_argument(
+        "--remeasure-budget",
+        type=whole_number(0, 1_000_000),
+        default=None,
+        metavar="N",
+        help="extra requests per prompt size to re-measure around slow episodes (default: "
+        "--requests, twice the protocol's count in all; 0 turns re-measuring off)",
+    )
+    b.add_argument("--no-remeasure", action="store_true",
+                   help="never re-measure: episodes leave the baseline short (CONTAMINATED)")
+    b.add_argument(
+        "--remeasure-pause",
+        type=finite_number(0.0, 3600.0),
+        default=BENCH.remeasure_pause_s,
+        metavar="S",
+        help=f"seconds to wait before re-measuring (default {BENCH.remeasure_pause_s:g})",
     )
     b.add_argument(
         "--compare-relay",

@@ -29,6 +29,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
         compare_relay=args.compare_relay,
+        remeasure_budget=0 if args.no_remeasure else args.remeasure_budget,
+        remeasure_pause_s=args.remeasure_pause,
     )
 
 
@@ -46,7 +48,8 @@ def _progress_printer(quiet: bool):
                 file=sys.stderr,
                 flush=True,
             )
-        elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup"):
+        elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup",
+                                       "remeasure"):
             print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
     return show
 
@@ -108,14 +111,19 @@ async def _bench(args: argparse.Namespace) -> int:
     if outcome.analysis.ok_count == 0:
         print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
-    if outcome.analysis.contaminated:
+    judgement = outcome.analysis.judgement
+    if judgement.word != "inconclusive":
+        why = "".join(f"\n  {r}" for r in judgement.reasons)
+        print(f"llmtop bench: verdict {judgement.label}{why}", file=sys.stderr)
+    if judgement.contaminated:
         return ExitCode.NOISY
     return ExitCode.LOG_INCOMPLETE if incomplete is not None else ExitCode.OK
 
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
-    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok), or
+    ExitCode (0 clean, clean after re-measuring or inconclusive, 1 contaminated or refused
+    as noisy, 5 nothing ok), or
     128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "

@@ -118,13 +118,18 @@ def machine_during(size: SizeAnalysis, episode: Episode) -> MachineEvidence:
         change = (d - b) / b * 100.0
         p = worse_p_value(base, during, change < 0) if change else 1.0
         significant = p < DRIFT_ALPHA
-        parts.append(CanaryPart(label.removeprefix("canary: "), change,
-                                change > t and significant, significant))
+        parts.append(
+            CanaryPart(
+                label.removeprefix("canary: "), change, change > t and significant, significant
+            )
+        )
     readings: dict[str, tuple[float | None, float | None]] = {}
     for key, *_ in READINGS:
         base, during = _split(size, episode, key)
-        readings[key] = (statistics.median(base) if base else None,
-                         statistics.median(during) if during else None)
+        readings[key] = (
+            statistics.median(base) if base else None,
+            statistics.median(during) if during else None,
+        )
     recs_in = [r.record for r in size.ok if r.number in episode.numbers]
     recs_out = [r.record for r in size.baseline]
     new = gpu_reasons(recs_in) - gpu_reasons(recs_out)
@@ -142,7 +147,11 @@ def episode_causes(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> list[Ep
         att = attribute(requests, probes, key, _LABELS[key][1], slow_ids=ids)
         cause = None
         if engine is not None:
-            cause = name_cause(att, engine, machine_during(size, episode),
-                               when=f"during requests {episode.requests}")
+            cause = name_cause(
+                att,
+                engine,
+                machine_during(size, episode),
+                when=f"during requests {episode.requests}",
+            )
         out.append(EpisodeCause(episode, att, cause, engine))
     return out

@@ -8,8 +8,15 @@ Order of a run (docs/method.md, "The bench run"):
    between measured requests, never during one, the machine-speed canary runs (a "canary"
    record, probes/canary.py), and each request records the machine's readings over it
    (its `machine` field: steal, clocks, cgroup throttling; probes/machine_speed.py);
-4. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
-5. append the summary. Everything is flushed record by record.
+4. re-measure around slow episodes (docs/guide/bench.md, "Slow episodes"): after a size's
+   requests, the log so far is analysed; while it has episodes (analysis/episodes.py) and
+   fewer than `requests` ok requests outside them, the runner pauses `remeasure_pause_s` and
+   measures the shortfall again, until the baseline is complete or `remeasure_budget` extra
+   requests are spent (default: `requests` more, twice the protocol's count in all; 0 is
+   off). Extra requests are phase "measure", their index continuing the size's;
+5. analyse from the log's records alone (analysis/run.py): statuses, episodes, the
+   baseline's n/median/min/max/p95, drift, the verdict;
+6. append the summary (with the verdict's word). Everything is flushed record by record.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
 the CLI and the TUI drive the same runner.
@@ -31,7 +38,7 @@ from llmtop.probes.config import load_thresholds
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.machine import canary_medians
-from llmtop.sessions.analysis.run import Analysis, analyze_log
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log
 from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
@@ -71,6 +78,17 @@ class BenchConfig(Workload):
     compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
+    remeasure_budget: int | None = None  # extra requests per size for episodes; None: `requests`
+    remeasure_pause_s: float = 10.0  # the pause before re-measuring (an episode may pass)
+
+    @property
+    def extra_budget(self) -> int:
+        """The most requests re-measured per prompt size (`remeasure_budget`, default
+        `requests`: twice the protocol's count in all); 0 under --compare-relay, whose pairs
+        re-measuring would break."""
+        if self.compare_relay:
+            return 0
+        return self.requests if self.remeasure_budget is None else self.remeasure_budget
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -112,6 +130,17 @@ class NoisyMachine(Exception):
         findings = "; ".join(f.message for f in preflight.problems)
         super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
         self.preflight = preflight
+
+
+def episode_tags(analysis: Analysis) -> list[dict[str, Any]]:
+    """Every slow episode of a run as the summary record keeps it (SummaryRecord.episodes)."""
+    return [
+        {"prompt_tokens_target": size.target, "path": size.path, "first": e.first,
+         "last": e.last,
+         "request_ids": [r.record.id for r in size.ok if r.number in e.numbers],
+         "changes_pct": {k: round(v, 2) for k, v in e.changes.items()}}
+        for size in analysis.sizes for e in size.episodes.episodes
+    ]
 
 
 class BenchRunner:
@@ -223,7 +252,8 @@ class BenchRunner:
             analysis = analyze_log(log)
             self._remember_canary(log)
             self.recorder.log.write(
-                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
+                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct,
+                              analysis.verdict, episode_tags(analysis))
             )
         finally:
             sampler.stop()
@@ -262,7 +292,39 @@ class BenchRunner:
         cfg = self.config
         words = calibration.targets[target].words
         total = cfg.warmup + cfg.requests
-        for i in range(total):
+        await self._requests(target, words, range(total), total, generator)
+        extra = 0
+        while extra < cfg.extra_budget:
+            size = self._size_so_far(target)
+            if size is None or not size.episodes.episodes or size.episodes.trends:
+                return
+            short = cfg.requests - len(size.baseline)
+            if short <= 0:
+                return
+            more = min(short, cfg.extra_budget - extra)
+            where = ", ".join(e.requests for e in size.episodes.episodes)
+            self.on_progress(BenchProgress(
+                "remeasure", target, 0, more,
+                message=f"slow episodes at requests {where}: {len(size.baseline)} of "
+                f"{cfg.requests} requests outside them; re-measuring {more} after a "
+                f"{cfg.remeasure_pause_s:g} s pause"))
+            await asyncio.sleep(cfg.remeasure_pause_s)
+            start = total + extra
+            await self._requests(target, words, range(start, start + more), start + more,
+                                 generator)
+            extra += more
+
+    def _size_so_far(self, target: int) -> SizeAnalysis | None:
+        """The analysis of one prompt size from the log written so far."""
+        log = read_log(self.recorder.log.path)
+        analysis = analyze_log(log)
+        return next((s for s in analysis.sizes if s.target == target and s.path is None), None)
+
+    async def _requests(
+        self, target: int, words: int, indexes: range, total: int, generator: PromptGenerator
+    ) -> None:
+        cfg = self.config
+        for i in indexes:
             phase = "warmup" if i < cfg.warmup else "measure"
             if not cfg.compare_relay:
                 await self._one(
