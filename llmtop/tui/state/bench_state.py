@@ -30,6 +30,8 @@ class BenchRow:
     ttft_ms / prefill_ms: client TTFT and server prompt-eval time, ms; decode_tps: server
     eval_count / eval_duration, tok/s. span_ns: (send, last event), perf_counter_ns.
     noisy: the first finding of a NOISY probe sample taken in that span, else None.
+    episode: after the run, the 1-based number of the slow episode it fell in (None: outside
+    every episode, or not analysed yet).
     """
 
     n: int
@@ -43,6 +45,7 @@ class BenchRow:
     decode_tps: float | None
     span_ns: tuple[int, int | None]
     noisy: str | None = None
+    episode: int | None = None
 
     @property
     def counts(self) -> bool:
@@ -208,3 +211,4 @@ def _apply_analysis(rows: list[BenchRow], analysis: Analysis) -> None:
         verdict = verdicts.get((row.target, row.phase, row.index))
         if verdict is not None:
             row.status, row.reason = str(verdict.status), verdict.reason
+            row.episode = verdict.episode
