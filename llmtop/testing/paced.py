@@ -22,7 +22,7 @@ short request (num_predict ≤ 2) are never slowed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,12 +129,14 @@ class PacedEngine:
         messages: list[Mapping[str, Any]],
         *,
         options: Mapping[str, Any] | None = None,
-        **_: Any,
-    ) -> AsyncIterator[StreamEvent]:
-        """Replay a generated reply to the last message (module docstring)."""
+        think: bool | str | None = None,
+        keep_alive: float | str | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Replay a generated reply to the last message (module docstring); `think` and
+        `keep_alive` change nothing."""
         events = self._reply(str(messages[-1]["content"]), options or {})
 
-        async def gen() -> AsyncIterator[StreamEvent]:
+        async def gen() -> AsyncGenerator[StreamEvent, None]:
             for event in events:
                 await asyncio.sleep(0)
                 yield event
