@@ -291,9 +291,10 @@ def _environment_warnings(a: RunLog, b: RunLog, vary: set[str], out: list[str]) 
 def _run_warnings(name: str, log: RunLog) -> list[str]:
     out = []
     analysis = run_analysis(log)
-    if analysis.contaminated:
-        out.append(f"{name} drifted (verdict CONTAMINATED): its later requests ran slower "
-                   "than its first; `llmtop report` shows which metric")
+    judgement = analysis.judgement
+    if judgement.contaminated:
+        out.append(f"{name} drifted (verdict CONTAMINATED): " + "; ".join(judgement.reasons)
+                   + "; `llmtop report` shows which metric")
     noisy, total = noisy_samples(log.probes)
     if noisy:
         out.append(f"{name} was measured on a NOISY machine ({noisy} of {total} probe "

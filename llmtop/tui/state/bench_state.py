@@ -54,11 +54,15 @@ class BenchRow:
 
 
 def request_label(config: BenchConfig, phase: str, i: int, target: int | None) -> str:
-    """e.g. "warm-up 1/1 · 200 tok" or "request 7/25 · 200 tok" (i: 0-based within a size)."""
+    """e.g. "warm-up 1/1 · 200 tok", "request 7/25 · 200 tok" or, past the protocol's count,
+    "request 27 (re-measuring) · 200 tok" (i: 0-based within a size)."""
     size = f" · {target} tok" if target is not None else ""
     if phase == WARMUP:
         return f"warm-up {i + 1}/{config.warmup}{size}"
-    return f"request {i + 1 - config.warmup}/{config.requests}{size}"
+    number = i + 1 - config.warmup
+    if number > config.requests:  # re-measured around a slow episode
+        return f"request {number} (re-measuring){size}"
+    return f"request {number}/{config.requests}{size}"
 
 
 @dataclass
