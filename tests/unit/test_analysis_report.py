@@ -277,3 +277,19 @@ def test_a_failure_reason_with_a_pipe_stays_in_its_row(tmp_path):
     log.close()
     md = render(build(read_log(path)), "md")
     assert "| 200 | 4 | error | engine exited \\| llama: bad magic |" in md
+
+
+def test_the_report_says_whether_preflight_held(tmp_path):
+    # a QUIET preflight, then the seed's run with its two episodes (8–13, 20–25)
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "e", "model": "m"})
+    log.write_raw({"type": "preflight", "verdict": "QUIET", "quiet": True, "findings": []})
+    for r in contaminated_json():
+        log.write_raw(r)
+    log.close()
+    report = build(read_log(path))
+    md = render(report, "md")
+    assert ("Preflight said QUIET, and 2 slow episodes followed: the machine changed its mind "
+            "during the run.") in md
+    held = json.loads(render(report, "json"))["preflight_held"]
+    assert held["preflight"] == "QUIET" and held["episodes"] == 2 and held["changed"]

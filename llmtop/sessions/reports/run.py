@@ -325,6 +325,10 @@ def _markdown_machine(report: Report) -> list[str]:
         for f in pf.findings:
             lines.append(f"- {f.level.upper()} {f.code}: "
                          f"{f.message}{_measured(f)} — {f.remedy}")
+    held = preflight_held(report)
+    if held is not None:
+        lines.append("")
+        lines.append(held["sentence"])
     noisy, total = report.noisy
     lines.append("")
     lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
@@ -334,6 +338,26 @@ def _markdown_machine(report: Report) -> list[str]:
             who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
             lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
     return lines
+
+
+def preflight_held(report: Report) -> dict[str, Any] | None:
+    """Did the machine keep what preflight said (issue 25, item 5)? None without a preflight;
+    else {"preflight": its verdict, "episodes": slow episodes that followed, "changed": a
+    QUIET preflight followed by episodes, "sentence": the report's line}."""
+    pf = report.preflight
+    if pf is None:
+        return None
+    count = sum(len(s.episodes.episodes) for s in report.analysis.sizes)
+    changed = pf.quiet and count > 0
+    if changed:
+        sentence = (f"Preflight said {pf.verdict}, and {count} slow episode"
+                    f"{'s' if count != 1 else ''} followed: the machine changed its mind "
+                    "during the run.")
+    else:
+        follow = (f"{count} slow episode{'s' if count != 1 else ''} followed" if count
+                  else "no slow episode followed")
+        sentence = f"Preflight said {pf.verdict}; {follow}."
+    return {"preflight": pf.verdict, "episodes": count, "changed": changed, "sentence": sentence}
 
 
 def _warm_row(label: str, status: str, rec: RequestRecord) -> tuple[str, ...]:
@@ -468,6 +492,7 @@ def _json(report: Report) -> dict[str, Any]:
         "calibration": _body(report.calibration),
         "environment": {"start": _body(report.env_start) or {}, "end": _body(report.env_end) or {}},
         "preflight": _body(report.preflight),
+        "preflight_held": preflight_held(report),
         "relay_comparison": [asdict(c) for c in report.relay],
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
