@@ -291,6 +291,12 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds to wait before re-measuring (default {BENCH.remeasure_pause_s:g})",
     )
+    b.add_argument("--runs", type=whole_number(1, 1000), default=1, metavar="K",
+                   help="K independent runs, a cool-down between them, the engine kept loaded: "
+                   "the spread of their baseline medians and a 95 %% confidence interval "
+                   "(default 1)")
+    b.add_argument("--cool-down", type=finite_number(0.0, 3600.0), default=30.0, metavar="S",
+                   help="seconds between runs of --runs (default 30)")
     b.add_argument(
         "--compare-relay",
         action="store_true",

@@ -13,12 +13,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
 from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import (
     METRICS,
     Analysis,
@@ -521,3 +523,25 @@ def _json_size(s: SizeAnalysis) -> dict[str, Any]:
             for r in s.requests
         ],
     }
+
+
+# ---------------------------------------------------------------------- --runs
+
+
+def repeat_markdown(spreads: Sequence[SizeSpread], logs: Sequence[str]) -> list[str]:
+    """`bench --runs K`'s section: per prompt size and metric, each run's baseline median,
+    their range, the 95 % interval of the mean and the runs that disagree
+    (analysis/repeat.py)."""
+    lines = ["", f"## Repeatability across {len(logs)} runs", ""]
+    rows = []
+    for size in spreads:
+        for sp in size.spreads:
+            ci = "n/a" if sp.ci is None else f"{_num(sp.ci[0], 2)} – {_num(sp.ci[1], 2)}"
+            odd = ", ".join(f"run {i}" for i in sp.disagree) or "none"
+            rows.append((f"{size.target} tok", f"{sp.label} {sp.unit}",
+                         " / ".join(_num(m, 2) for m in sp.medians), _num(sp.centre, 2),
+                         "n/a" if sp.range_pct is None else f"{sp.range_pct:.1f} %", ci, odd))
+    lines += md_table(("prompt", "metric", "baseline median per run", "median of runs",
+                       "range", "95 % CI of the mean", "disagrees"), rows)
+    lines += ["", "Logs: " + ", ".join(f"run {i} `{p}`" for i, p in enumerate(logs, start=1))]
+    return lines
