@@ -45,3 +45,16 @@ def test_each_run_has_its_own_log():
     assert run_log("b.jsonl", 0, 1) == "b.jsonl"
     assert run_log("out/b.jsonl", 1, 3) == "out/b-run2.jsonl"
     assert run_log(None, 2, 3) is None
+
+
+def test_the_report_gets_the_runs_section_or_key():
+    import json
+
+    from llmtop.commands.bench import with_repeatability
+
+    spreads = repeatability([flat_run(21.9), flat_run(22.0)])
+    data = json.loads(with_repeatability('{"verdict": "clean"}', "json", spreads, ["a", "b"]))
+    assert data["verdict"] == "clean" and data["repeatability"]["logs"] == ["a", "b"]
+    assert data["repeatability"]["sizes"][0]["spreads"][1]["medians"] == [21.9, 22.0]
+    md = with_repeatability("# report\n", "md", spreads, ["a", "b"])
+    assert md.startswith("# report\n") and "## Repeatability across 2 runs" in md
