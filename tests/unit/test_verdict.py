@@ -13,14 +13,14 @@ EPISODE = Episode(7, 12, tuple(range(7, 13)), {"server_decode_tps": -31.0})
 
 
 def test_a_noisy_machine_is_never_clean():
-    # issue 25: CLEAN while 717 of 717 probe samples said NOISY
+    # issue 25: CLEAN while 717 of 717 probe samples said NOISY (every request overlapped one)
     steady = SizeEvidence("200 tok", baseline_n=25, required=25)
-    v = judge([steady], noisy=(717, 717))
+    v = judge([steady], noisy=(25, 25))
     assert v.word == Word.CONTAMINATED
     assert v.reasons == (
-        ("the probes found the machine NOISY in 717 of 717 samples taken during the requests"),
+        "the probes found the machine NOISY during 25 of the 25 measured requests",
     )
-    # half of the samples is not more than half (NOISY_SHARE 0.5): clean
+    # half of the requests is not more than half (NOISY_SHARE 0.5): clean
     assert judge([steady], noisy=(10, 20)).word == Word.CLEAN
     assert judge([steady], noisy=(11, 20)).word == Word.CONTAMINATED
 
@@ -70,4 +70,7 @@ def test_the_analysis_reads_the_probes_noisy_share():
     ]
     assert analyze(recs, {200: 198}, required=25).verdict == "clean"
     a = analyze(recs, {200: 198}, probes=probes, required=25)
-    assert a.verdict == "contaminated" and "NOISY in 25 of 25" in a.judgement.reasons[0]
+    assert a.verdict == "contaminated" and "NOISY during 25 of the 25" in a.judgement.reasons[0]
+    # one NOISY sample, the only one taken, during one request of 25: not the run's state
+    one = analyze(recs, {200: 198}, probes=probes[:1], required=25)
+    assert one.verdict == "clean" and one.noisy == (1, 25)

@@ -254,7 +254,7 @@ class Analysis:
     sizes: list[SizeAnalysis]
     drift_threshold_pct: float
     load_requests: list[RequestRecord] = field(default_factory=list)  # phase "load" records
-    noisy: tuple[int, int] = (0, 0)  # (NOISY probe samples, all) during requests
+    noisy: tuple[int, int] = (0, 0)  # (measured requests a NOISY sample overlapped, measured)
     required: int | None = None  # the protocol's measured requests per size (None: no bench)
 
     @property
@@ -338,7 +338,8 @@ def analyze(
         _analyze_size(target, reqs, drift_threshold_pct, path, canaries)
         for (target, path), reqs in by_size.items()
     ]
-    return Analysis(sizes, drift_threshold_pct, load_requests, noisy_samples(probes), required)
+    return Analysis(sizes, drift_threshold_pct, load_requests,
+                    noisy_requests(sizes, probes), required)
 
 
 def analyze_log(log: RunLog) -> Analysis:
@@ -595,6 +596,13 @@ def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
             decode_relay=relay.summaries["client_decode_tps"].median,
         ))
     return out
+
+
+def noisy_requests(sizes: Sequence[SizeAnalysis], probes: Iterable[ProbeRecord]) -> tuple[int, int]:
+    """(measured requests that a NOISY probe sample overlapped, measured requests)."""
+    measured = {r.record.id for s in sizes for r in s.requests if r.phase == "measure"}
+    noisy = {p.request_id for p in probes if p.noisy and p.request_id in measured}
+    return len(noisy), len(measured)
 
 
 def noisy_samples(probes: Iterable[ProbeRecord]) -> tuple[int, int]:

@@ -12,10 +12,12 @@ The words (docs/guide/bench.md, "The verdict"):
      requests outside every episode), in *either* direction (stats.drift's three tests:
      threshold, floor, rank test): a run that gets faster was slowed at its start, and a
      large change either way is instability, not a pass;
-  3. the probes called the machine NOISY in more than NOISY_SHARE of their samples taken
-     during the requests: a run measured on a machine its own probes call noisy is not a
-     baseline, whatever its series look like (issue 25: a run said CLEAN while 717 of 717
-     samples said NOISY);
+  3. more than NOISY_SHARE of the measured requests ran while the probes called the machine
+     NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
+     measured on a machine its own probes call noisy is not a baseline, whatever its series
+     look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
+     request, not by sample: a short run's one NOISY sample, the only sample taken, is one
+     request of many, not "100 % of the samples";
   4. episodes were found and fewer than the protocol's requests are left outside them (the
      re-measuring budget ran out, or re-measuring was off);
 * **inconclusive** when nothing could be judged (fewer ok requests than drift and the
@@ -36,7 +38,7 @@ from enum import StrEnum
 
 from llmtop.sessions.analysis.episodes import Episode
 
-NOISY_SHARE = 0.5  # more than half of the probe samples during requests said NOISY
+NOISY_SHARE = 0.5  # more than half of the measured requests ran during a NOISY sample
 
 
 class Word(StrEnum):
@@ -89,8 +91,9 @@ def _episodes(episodes: Sequence[Episode]) -> str:
 
 
 def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> RunVerdict:
-    """The verdict of a run from each prompt size's evidence and (NOISY probe samples, all
-    probe samples) taken during its requests (the module docstring's rules, in order)."""
+    """The verdict of a run from each prompt size's evidence and (measured requests that
+    overlapped a NOISY probe sample, measured requests) (the module docstring's rules, in
+    order)."""
     reasons = []
     for s in sizes:
         reasons += [
@@ -106,8 +109,7 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
     bad, total = noisy
     if total and bad > NOISY_SHARE * total:
         reasons.append(
-            f"the probes found the machine NOISY in {bad} of {total} samples taken during the "
-            "requests"
+            f"the probes found the machine NOISY during {bad} of the {total} measured requests"
         )
     for s in sizes:
         if s.episodes and s.required is not None and s.baseline_n < s.required:
