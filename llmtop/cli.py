@@ -295,9 +295,33 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
         "--drift-threshold",
         type=finite_number(0.0, above_low=True),
         default=BENCH.drift_threshold_pct,
-        help="%% worsening first-5 → last-5 that marks the run contaminated "
+        help="%% change first-5 → last-5 baseline requests, either way, that marks the run "
+        "contaminated; also the smallest slow episode "
         f"(default {BENCH.drift_threshold_pct:g})",
     )
+    b.add_argument(
+        "--remeasure-budget",
+        type=whole_number(0, 1_000_000),
+        default=None,
+        metavar="N",
+        help="extra requests per prompt size to re-measure around slow episodes (default: "
+        "--requests, twice the protocol's count in all; 0 turns re-measuring off)",
+    )
+    b.add_argument("--no-remeasure", action="store_true",
+                   help="never re-measure: episodes leave the baseline short (CONTAMINATED)")
+    b.add_argument(
+        "--remeasure-pause",
+        type=finite_number(0.0, 3600.0),
+        default=BENCH.remeasure_pause_s,
+        metavar="S",
+        help=f"seconds to wait before re-measuring (default {BENCH.remeasure_pause_s:g})",
+    )
+    b.add_argument("--runs", type=whole_number(1, 1000), default=1, metavar="K",
+                   help="K independent runs, a cool-down between them, the engine kept loaded: "
+                   "the spread of their baseline medians and a 95 %% confidence interval "
+                   "(default 1)")
+    b.add_argument("--cool-down", type=finite_number(0.0, 3600.0), default=30.0, metavar="S",
+                   help="seconds between runs of --runs (default 30)")
     b.add_argument(
         "--compare-relay",
         action="store_true",

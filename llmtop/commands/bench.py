@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.output import emit
 from llmtop.commands.stopping import run_stoppable
+from llmtop.engines.connection import Connection
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
+from llmtop.sessions.analysis.repeat import SizeSpread, repeatability
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchProgress, BenchRunner, NoisyMachine
+from llmtop.sessions.reports.run import build, repeat_markdown
+from llmtop.sessions.runners.bench import (
+    BenchConfig,
+    BenchOutcome,
+    BenchProgress,
+    BenchRunner,
+    NoisyMachine,
+)
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.context import SUFFIX_WORDS
 
@@ -33,6 +45,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         cache_pairs=args.cache_pairs,
         turns=args.turns,
         save_curve=not args.no_save_curve,
+        remeasure_budget=0 if args.no_remeasure else args.remeasure_budget,
+        remeasure_pause_s=args.remeasure_pause,
     )
 
 
@@ -54,9 +68,57 @@ def _progress_printer(quiet: bool, config: BenchConfig):
                 file=sys.stderr,
                 flush=True,
             )
-        elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup"):
+        elif p.message and p.phase in ("environment", "preflight", "calibrating", "warmup",
+                                       "remeasure"):
             print(f"llmtop bench: {p.message}", file=sys.stderr, flush=True)
     return show
+
+
+async def _one_run(
+    args: argparse.Namespace, conn: Connection, config: BenchConfig, k: int, runs: int
+) -> tuple[BenchRunner, BenchOutcome] | int:
+    """Run k (0-based) of `runs`: its runner and outcome, or the ExitCode it failed with."""
+    if k:
+        print(f"llmtop bench: run {k} of {runs} done; cooling down {args.cool_down:g} s "
+              "(the engine stays loaded)", file=sys.stderr, flush=True)
+        await asyncio.sleep(args.cool_down)
+    try:
+        runner = BenchRunner(conn, config, run_log(args.log, k, runs),
+                             on_progress=_progress_printer(args.json, config),
+                             agent=getattr(args, "agent", None))
+    except LogError as exc:
+        print(f"llmtop: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    print(
+        f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log "
+        f"{runner.log_path}" + (f" (run {k + 1} of {runs})" if runs > 1 else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    note = probes_note(getattr(args, "agent", None), conn.upstream.host)
+    if note and k == 0:
+        print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
+    if k == 0:
+        print(f"llmtop bench: {runner.energy.line}", file=sys.stderr, flush=True)
+    try:
+        outcome = await runner.run()
+    except CalibrationError as exc:
+        print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
+        return ExitCode.REQUEST_FAILED
+    except ConfigError as exc:
+        print(f"llmtop bench: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except NoisyMachine as exc:
+        print(
+            f"llmtop bench: not started ({exc}); --require-quiet was given. Log: "
+            f"{runner.log_path}",
+            file=sys.stderr,
+        )
+        return ExitCode.NOISY
+    if runs > 1:
+        print(f"llmtop bench: run {k + 1}: verdict {outcome.analysis.judgement.label}",
+              file=sys.stderr, flush=True)
+    return runner, outcome
 
 
 async def _bench(args: argparse.Namespace) -> int:
@@ -64,46 +126,31 @@ async def _bench(args: argparse.Namespace) -> int:
     conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
     if isinstance(conn, int):
         return conn
+    runs: int = getattr(args, "runs", 1)
+    outcomes = []
     try:
-        try:
-            runner = BenchRunner(conn, config, args.log,
-                                 on_progress=_progress_printer(args.json, config),
-                                 agent=getattr(args, "agent", None))
-        except LogError as exc:
-            print(f"llmtop: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
-        print(
-            f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log "
-            f"{runner.log_path}",
-            file=sys.stderr,
-            flush=True,
-        )
-        note = probes_note(getattr(args, "agent", None), conn.upstream.host)
-        if note:
-            print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
-        print(f"llmtop bench: {runner.energy.line}", file=sys.stderr, flush=True)
-        try:
-            outcome = await runner.run()
-        except CalibrationError as exc:
-            print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
-            return ExitCode.REQUEST_FAILED
-        except ConfigError as exc:
-            print(f"llmtop bench: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
-        except NoisyMachine as exc:
-            print(
-                f"llmtop bench: not started ({exc}); --require-quiet was given. Log: "
-                f"{runner.log_path}",
-                file=sys.stderr,
-            )
-            return ExitCode.NOISY
+        for k in range(runs):
+            done = await _one_run(args, conn, config, k, runs)
+            if isinstance(done, int):
+                return done
+            runner, outcome = done
+            outcomes.append(outcome)
         for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
             print(f"llmtop bench: note: {note}", file=sys.stderr)
     finally:
         await conn.close()
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
-    if not emit(render(build(outcome.log), fmt), getattr(args, "out", None), "llmtop bench"):
+    text = render(build(outcome.log), fmt)
+    spreads = repeatability([o.analysis for o in outcomes]) if runs > 1 else []
+    if spreads:
+        text = with_repeatability(text, fmt, spreads, [o.log_path for o in outcomes])
+    if not emit(text, getattr(args, "out", None), "llmtop bench"):
         return ExitCode.USAGE
+    if any(sp.disagree for size in spreads for sp in size.spreads) or any(
+            o.analysis.contaminated for o in outcomes[:-1]):
+        print("llmtop bench: the runs do not agree (see \"Repeatability\"), or an earlier "
+              "run was CONTAMINATED", file=sys.stderr)
+        return ExitCode.NOISY
     if outcome.analysis.verdict == "inconclusive":
         print(
             "llmtop bench: verdict INCONCLUSIVE: drift needs at least 10 ok requests per prompt "
@@ -118,14 +165,42 @@ async def _bench(args: argparse.Namespace) -> int:
     if outcome.analysis.ok_count == 0:
         print("llmtop bench: no request completed ok; see the excluded requests", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
-    if outcome.analysis.contaminated:
+    judgement = outcome.analysis.judgement
+    if judgement.word != "inconclusive":
+        why = "".join(f"\n  {r}" for r in judgement.reasons)
+        print(f"llmtop bench: verdict {judgement.label}{why}", file=sys.stderr)
+    if judgement.contaminated:
         return ExitCode.NOISY
     return ExitCode.LOG_INCOMPLETE if incomplete is not None else ExitCode.OK
 
 
+def run_log(log: str | None, k: int, runs: int) -> str | None:
+    """The log of run k (0-based) of `runs`: --log itself for one run; else --log with
+    "-run<k+1>" before its suffix (None: a new default file each run)."""
+    if log is None or runs == 1:
+        return log
+    path = Path(log)
+    return str(path.with_name(f"{path.stem}-run{k + 1}{path.suffix}"))
+
+
+def with_repeatability(text: str, fmt: str, spreads: list[SizeSpread], logs: list[str]) -> str:
+    """The last run's report with the runs' repeatability: a markdown section, a JSON key
+    "repeatability"; an HTML page is left as it is (the section goes to stderr)."""
+    if fmt == "json":
+        data = json.loads(text)
+        data["repeatability"] = {"logs": logs, "sizes": [asdict(s) for s in spreads]}
+        return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    section = "\n".join(repeat_markdown(spreads, logs)) + "\n"
+    if fmt == "md":
+        return text + section
+    print(section, file=sys.stderr)
+    return text
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
-    ExitCode (0 clean or inconclusive, 1 contaminated or refused as noisy, 5 nothing ok), or
+    ExitCode (0 clean, clean after re-measuring or inconclusive, 1 contaminated or refused
+    as noisy, 5 nothing ok), or
     128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "

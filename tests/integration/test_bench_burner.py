@@ -1,5 +1,7 @@
-"""A CPU burner switched on halfway through a bench: the run is flagged as drifted and the
-burner is named as the likely culprit (docs/method.md, "Quiet machine"). Real engine and burner."""
+"""A CPU burner switched on halfway through a bench: the slow requests are a slow episode,
+the run (not re-measured) is CONTAMINATED as its baseline is short, and the burner is named
+as the episode's culprit with its cost (docs/method.md, "Quiet machine", "Slow episodes").
+Real engine and burner."""
 
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ def test_burner_halfway_is_named(engine_url, tmp_path):
                 "--preflight-duration",
                 "0",
                 "--no-cache",
+                "--no-remeasure",  # the burner runs to the end: re-measuring would meet it
                 "--log",
                 str(log),
                 "--json",
@@ -95,8 +98,11 @@ def test_burner_halfway_is_named(engine_url, tmp_path):
     assert p.returncode == ExitCode.NOISY, p.stderr[-2000:]
     report = json.loads(p.stdout)
     assert report["verdict"] == "contaminated"
-    drift = report["sizes"][0]["drift"]["server_decode_tps"]
-    assert drift["worse"] and drift["change_pct"] < -5
+    episodes = report["episodes"]["32"]
+    # the burner started after request 7 and ran to the end: the last episode reaches 14
+    assert episodes and episodes[-1]["last"] == 14 and episodes[0]["first"] > SWITCH_AT - 2
+    costly = max(episodes, key=lambda e: e["slower_pct"] or 0.0)
+    assert costly["slower_pct"] > 5 and costly["sentence"].startswith(f"{NAME} was busy")
     att = report["attribution"]["32"]
     assert att["culprit"] == NAME, att
     assert att["evidence"].startswith(f"{NAME}: ")

@@ -102,3 +102,24 @@ def test_compare_figure_has_a_box_per_run_and_metric():
                          {"ttft_ms": [1.0, 2.0], "e2e_ms": [3.0]}, {"ttft_ms": [4.0]})
     assert [(t.name, list(t.y)) for t in fig.data] == [
         ("A", [1.0, 2.0]), ("B", [4.0]), ("A", [3.0]), ("B", [])]
+
+
+def test_series_shades_each_slow_episode(tmp_path):
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.test_analysis_report import contaminated_json
+
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "e", "model": "m"})
+    for r in contaminated_json():  # the seed's run: episodes at measured requests 8–13, 20–25
+        log.write_raw(r)
+    log.close()
+    run = read_log(path)
+    size = build(run).analysis.sizes[0]
+    fig = series_figure(size, "t", run.probes, TimeAxis.of(run.requests), None)
+    # no wall stamps: x is the request id, the warm-up is id 1, so measured request n is id
+    # n + 1 and each request spans ±0.4; one band per episode in each panel with data (TTFT,
+    # decode: this log has no probe samples for the CPU panel)
+    bands = sorted({(s.x0, s.x1) for s in fig.layout.shapes})
+    assert bands == [(9 - 0.4, 14 + 0.4), (21 - 0.4, 26 + 0.4)]
+    assert len(fig.layout.shapes) == 4
+    assert {a.text for a in fig.layout.annotations} >= {"episode 8–13", "episode 20–25"}

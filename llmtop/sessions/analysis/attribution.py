@@ -415,9 +415,12 @@ def _moved(machine: MachineEvidence) -> list[str]:
 
 
 def name_cause(
-    attribution: Attribution, engine: EngineSlowdown, machine: MachineEvidence
+    attribution: Attribution, engine: EngineSlowdown, machine: MachineEvidence,
+    when: str = "in the second half",
 ) -> Cause:
-    """Name who slowed a drifted run (the rule in the module docstring). Pure; never raises."""
+    """Name who slowed a drifted run (the rule in the module docstring). Pure; never raises.
+    when: the slow requests as the sentence names them ("during requests 7–12" for a slow
+    episode, episode_causes.py)."""
     slowed = f"the engine's {engine.label} ran {engine.slower_pct:.0f} % slower"
     moved = _moved(machine)
     app = attribution.culprit
@@ -427,7 +430,7 @@ def name_cause(
     slowed_part = machine.canary_slowed
     if slowed_part is not None or moved:
         which = "; ".join(moved) if moved else GENERIC_MACHINE
-        ran = (f"the machine ran {slowed_part.change_pct:.0f} % slower in the second half "
+        ran = (f"the machine ran {slowed_part.change_pct:.0f} % slower {when} "
                f"(canary: {slowed_part.label})" if slowed_part else "the machine slowed")
         summary = f"{ran}; no program explains it — {which}"
         # A reading that moved measures the machine taking the engine's time directly; the

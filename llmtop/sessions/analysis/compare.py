@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmtop.sessions.analysis.run import Analysis, analyze, calibrated_tokens, noisy_samples
+from llmtop.sessions.analysis.run import Analysis, analyze_log, noisy_samples
 from llmtop.sessions.records.schema import RunLog
 
 if TYPE_CHECKING:
@@ -198,9 +198,9 @@ class Group:
 
 
 def run_analysis(log: RunLog) -> Analysis:
-    """A log's bench analysis (analysis.analyze with its calibration and drift threshold)."""
-    return analyze(log.requests, calibrated_tokens(log.calibration),
-                   log.header.drift_threshold_pct)
+    """A log's bench analysis (analysis.analyze_log: the one the report and the verdict
+    use)."""
+    return analyze_log(log)
 
 
 def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
@@ -310,9 +310,10 @@ def distrust(name: str, log: RunLog) -> str | None:
 def _run_warnings(name: str, log: RunLog) -> list[str]:
     out = []
     analysis = run_analysis(log)
-    if analysis.contaminated:
-        out.append(f"{name} drifted (verdict CONTAMINATED): its later requests ran slower "
-                   "than its first; `llmtop report` shows which metric")
+    judgement = analysis.judgement
+    if judgement.contaminated:
+        out.append(f"{name} drifted (verdict CONTAMINATED): " + "; ".join(judgement.reasons)
+                   + "; `llmtop report` shows which metric")
     noisy, total = noisy_samples(log.probes)
     if noisy:
         out.append(f"{name} was measured on a NOISY machine ({noisy} of {total} probe "

@@ -1,5 +1,7 @@
 """Analysis of a bench run from its log records alone (so a report is reproducible from the
-session log): per-request bench status, per prompt size statistics, drift, verdict; then what
+session log): per-request bench status, slow episodes (episodes.py), per prompt size
+statistics of the baseline (the ok requests outside every episode), drift, the verdict
+(verdict.py); then what
 the reports show beside it: which app slowed the slow requests, the relay's overhead in a
 --compare-relay run, the probe samples' noise and GPU figures.
 
@@ -24,7 +26,9 @@ from llmtop.sessions.analysis.attribution import (
     attribute,
     name_cause,
 )
+from llmtop.sessions.analysis.episodes import Episodes, find_episodes
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
+from llmtop.sessions.analysis.verdict import RunVerdict, SizeEvidence, judge
 from llmtop.sessions.measure.stats import (
     DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
@@ -41,6 +45,7 @@ from llmtop.sessions.records.schema import (
     CanaryRecord,
     ProbeRecord,
     RequestRecord,
+    RunLog,
 )
 
 # (key in the request's "metrics", label, unit, higher_is_better)
@@ -59,6 +64,10 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
 # stead; overhead is TTFT − (load + prefill), a small difference of two measurements whose
 # few-ms wobble is a large percentage.
 DERIVED_METRICS = frozenset({"tpot_ms", "overhead_ms"})
+# The series searched for slow episodes (issue 25: TTFT, prefill, decode rate, E2E); the
+# client's decode rate stands in for the server's when the server reports none (an
+# OpenAI-compatible server without timings).
+EPISODE_METRICS = ("ttft_ms", "prompt_eval_ms", "server_decode_tps", "e2e_ms")
 
 
 def drift_floor(unit: str) -> float:
@@ -156,7 +165,9 @@ def timing_gap_share(record: RequestRecord) -> float | None:
 
 @dataclass
 class RequestVerdict:
-    """One request as the analysis sees it."""
+    """One request as the analysis sees it. number: a measured request's number within its
+    prompt size as the user sees it (1 = the first after the warm-ups; None for a warm-up);
+    episode: the 1-based number of the slow episode it fell in (None: outside every one)."""
 
     index: int
     phase: str  # "warmup" or "measure"
@@ -165,6 +176,8 @@ class RequestVerdict:
     reason: str
     timing_gap_share: float | None
     record: RequestRecord = field(repr=False)
+    number: int | None = None
+    episode: int | None = None
 
 
 @dataclass
@@ -173,7 +186,10 @@ class SizeAnalysis:
 
     summaries / drifts / series are keyed by METRICS keys and by machine.CANARY_METRICS and
     machine.READINGS keys (the machine's series beside the engine's; all None in a log
-    without them). Only METRICS outside DERIVED_METRICS decide `contaminated`.
+    without them). series: every ok request's values (the pictures, the episode finder);
+    base_series, summaries and drifts: the baseline's (ok requests outside every episode).
+    episodes: what the finder saw (EPISODE_METRICS). Only METRICS outside DERIVED_METRICS
+    decide `contaminated`.
     """
 
     target: int | None
@@ -183,11 +199,18 @@ class SizeAnalysis:
     series: dict[str, list[float | None]]
     path: str | None = None  # "direct" / "relay" in a --compare-relay run, else None
     threshold_pct: float = DRIFT_THRESHOLD_PCT  # the drift threshold the size was judged by
+    episodes: Episodes = field(default_factory=lambda: Episodes({}))
+    base_series: dict[str, list[float | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> list[RequestVerdict]:
         """The measured requests that count."""
         return [r for r in self.requests if r.phase == "measure" and r.status == BenchStatus.OK]
+
+    @property
+    def baseline(self) -> list[RequestVerdict]:
+        """The ok requests outside every slow episode: the baseline's figures."""
+        return [r for r in self.ok if r.episode is None]
 
     @property
     def excluded(self) -> list[RequestVerdict]:
@@ -201,13 +224,33 @@ class SizeAnalysis:
 
     @property
     def contaminated(self) -> bool:
-        """True when a deciding metric (not in DERIVED_METRICS) drifted by the drift rule."""
-        return bool(self.drifted)
+        """True when a deciding metric (not in DERIVED_METRICS) drifted by the drift rule,
+        either way, or a deciding series is a trend."""
+        return bool(self.drifted) or bool(self.episodes.trends)
 
     @property
     def drifted(self) -> list[str]:
-        """The deciding metrics whose drift counts, in METRICS order."""
-        return [k for k, *_ in METRICS if k not in DERIVED_METRICS and self.drifts[k].worse]
+        """The deciding metrics whose baseline drift counts, worse or improved, in METRICS
+        order."""
+        return [k for k, *_ in METRICS if k not in DERIVED_METRICS
+                and (self.drifts[k].worse or self.drifts[k].improved)]
+
+    def evidence(self, required: int | None) -> SizeEvidence:
+        """This size as the verdict reads it (verdict.SizeEvidence); required: the protocol's
+        request count (None: not a bench, or an older log: its own measured requests, so
+        episodes that were not re-measured leave it short)."""
+        labels = {k: f"{label} {unit}" for k, label, unit, _b in METRICS}
+        drifted = tuple(f"{labels[k]} {d.change_pct:+.1f} %" for k in self.drifted
+                        if (d := self.drifts[k]).change_pct is not None)
+        judged = self.episodes.judged or any(
+            d.change_pct is not None for d in self.drifts.values())
+        label = "interactive" if self.target is None else f"{self.target} tok"
+        return SizeEvidence(
+            label + (f" · {self.path}" if self.path else ""),
+            {labels[k]: pct for k, pct in self.episodes.trends.items()},
+            drifted, self.episodes.episodes, len(self.baseline),
+            required if required is not None else sum(r.phase == "measure" for r in self.requests),
+            judged)
 
 
 @dataclass
@@ -217,6 +260,8 @@ class Analysis:
     sizes: list[SizeAnalysis]
     drift_threshold_pct: float
     load_requests: list[RequestRecord] = field(default_factory=list)  # phase "load" records
+    noisy: tuple[int, int] = (0, 0)  # (measured requests a NOISY sample overlapped, measured)
+    required: int | None = None  # the protocol's measured requests per size (None: no bench)
 
     @property
     def load_ms(self) -> float | None:
@@ -225,9 +270,14 @@ class Analysis:
         return max(loads) if loads else None
 
     @property
+    def judgement(self) -> RunVerdict:
+        """The run's verdict and its reasons (verdict.judge: the one rule everywhere)."""
+        return judge([s.evidence(self.required) for s in self.sizes], self.noisy)
+
+    @property
     def contaminated(self) -> bool:
-        """True when any size's run drifted."""
-        return any(s.contaminated for s in self.sizes)
+        """True when the verdict is CONTAMINATED."""
+        return self.judgement.contaminated
 
     @property
     def judged(self) -> bool:
@@ -237,10 +287,9 @@ class Analysis:
 
     @property
     def verdict(self) -> str:
-        """"contaminated", "clean", or "inconclusive" (too few ok requests to judge drift)."""
-        if self.contaminated:
-            return "contaminated"
-        return "clean" if self.judged else "inconclusive"
+        """The verdict's word (verdict.Word): "clean", "clean after re-measuring",
+        "contaminated" or "inconclusive"."""
+        return str(self.judgement.word)
 
     @property
     def ok_count(self) -> int:
@@ -263,10 +312,15 @@ def analyze(
     expected_tokens: Mapping[int, float] | None = None,
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT,
     canaries: Sequence[CanaryRecord] = (),
+    *,
+    probes: Sequence[ProbeRecord] = (),
+    required: int | None = None,
 ) -> Analysis:
     """Analyse bench request records (with `phase`, `index`, `prompt_tokens_target`; an
     interactive session's have none and count as measured); `expected_tokens` maps a target
-    to the calibrated token count; `canaries`, the log's canary records."""
+    to the calibrated token count; `canaries`, the log's canary records; `probes`, its probe
+    samples (their NOISY share enters the verdict); `required`, the protocol's measured
+    requests per size (a bench's `requests`: the count the baseline must reach)."""
     expected_tokens = expected_tokens or {}
     by_size: dict[tuple[int | None, str | None], list[RequestVerdict]] = {}
     load_requests = []
@@ -292,7 +346,17 @@ def analyze(
         _analyze_size(target, reqs, drift_threshold_pct, path, canaries)
         for (target, path), reqs in by_size.items()
     ]
-    return Analysis(sizes, drift_threshold_pct, load_requests)
+    return Analysis(sizes, drift_threshold_pct, load_requests,
+                    noisy_requests(sizes, probes), required)
+
+
+def analyze_log(log: RunLog) -> Analysis:
+    """`analyze` a log read back: its requests, calibration, drift threshold, canaries,
+    probe samples and (a bench's) request count."""
+    requests = (log.header.bench or {}).get("requests")
+    return analyze(log.requests, calibrated_tokens(log.calibration),
+                   log.header.drift_threshold_pct, log.canaries, probes=log.probes,
+                   required=requests if isinstance(requests, int) else None)
 
 
 def calibrated_tokens(calibration: CalibrationRecord | None) -> dict[int, float]:
@@ -306,18 +370,27 @@ def _analyze_size(
     target: int | None, requests: list[RequestVerdict], threshold: float, path: str | None = None,
     canaries: Sequence[CanaryRecord] = (),
 ) -> SizeAnalysis:
+    for number, r in enumerate((r for r in requests if r.phase == "measure"), start=1):
+        r.number = number
     measured = [r for r in requests if r.phase == "measure" and r.status == BenchStatus.OK]
     _mark_cold_starts(measured)
     _mark_cached(measured)
     ok = [r for r in measured if r.status == BenchStatus.OK]
     series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
     series.update(machine_series([r.record for r in ok], canaries))
-    summaries = {key: summarize(values) for key, values in series.items()}
+    episodes = _find_episodes(ok, series, threshold)
+    for i, e in enumerate(episodes.episodes, start=1):
+        for r in ok:
+            if r.number in e.numbers:
+                r.episode = i
+    keep = [r.episode is None for r in ok]
+    base = {k: [v for v, kept in zip(vs, keep, strict=True) if kept] for k, vs in series.items()}
+    summaries = {key: summarize(values) for key, values in base.items()}
     # The canary is timed around pure computation, not an event loop: no absolute floor.
     floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
     drifts = {
         key: drift(
-            series[key],
+            base[key],
             higher_is_better=better,
             threshold_pct=threshold,
             floor=floors.get(key, 0.0),
@@ -332,7 +405,24 @@ def _analyze_size(
         series=series,
         path=path,
         threshold_pct=threshold,
+        episodes=episodes,
+        base_series=base,
     )
+
+
+def _find_episodes(
+    ok: list[RequestVerdict], series: dict[str, list[float | None]], threshold: float
+) -> Episodes:
+    """The episode finder on EPISODE_METRICS of the ok requests (the client's decode rate
+    when the server's is n/a throughout)."""
+    keys = list(EPISODE_METRICS)
+    if all(v is None for v in series["server_decode_tps"]):
+        keys[keys.index("server_decode_tps")] = "client_decode_tps"
+    units = {k: (unit, better) for k, _l, unit, better in METRICS}
+    return find_episodes(
+        [r.number or 0 for r in ok], {k: series[k] for k in keys},
+        {k: units[k][1] for k in keys}, threshold_pct=threshold,
+        floors={k: drift_floor(units[k][0]) for k in keys})
 
 
 def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
@@ -441,7 +531,8 @@ def _differ(size: SizeAnalysis, key: str, d: Drift) -> bool:
     part is a time: lower is better)."""
     if d.change_pct is None or d.change_pct == 0:
         return False
-    p = d.p_value if d.change_pct > 0 else better_p_value(size.series[key], higher_is_better=False)
+    values = size.base_series.get(key, size.series[key])
+    p = d.p_value if d.change_pct > 0 else better_p_value(values, higher_is_better=False)
     return p is not None and p < DRIFT_ALPHA
 
 
@@ -513,6 +604,13 @@ def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
             decode_relay=relay.summaries["client_decode_tps"].median,
         ))
     return out
+
+
+def noisy_requests(sizes: Sequence[SizeAnalysis], probes: Iterable[ProbeRecord]) -> tuple[int, int]:
+    """(measured requests that a NOISY probe sample overlapped, measured requests)."""
+    measured = {r.record.id for s in sizes for r in s.requests if r.phase == "measure"}
+    noisy = {p.request_id for p in probes if p.noisy and p.request_id in measured}
+    return len(noisy), len(measured)
 
 
 def noisy_samples(probes: Iterable[ProbeRecord]) -> tuple[int, int]:

@@ -19,7 +19,9 @@ than all three of
    1/252 ≈ 0.004 (the groups do not overlap at all) and p < 0.05 needs U ≤ 4: at most 4 of
    the 25 (first, last) pairs may be in the "wrong" order.
 A change beyond the threshold that fails 2 or 3 is shown (`beyond_threshold`, `note` says
-which test it failed) but does not count (`worse` False).
+which test it failed) but does not count (`worse` False). A change in the good direction
+that passes the same three tests (the rank test mirrored) is `improved`: the run's verdict
+counts it too (analysis/verdict.py: a run that gets faster was slowed at its start).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ class Drift:
     change_pct: (last − first) / first × 100, signed. beyond_threshold: the change goes in
     the bad direction by more than the relative threshold. p_value: the one-sided rank
     test's p that the last group is worse than the first (None when not computed). worse:
-    the drift counts (the module docstring's three tests all passed). note: why a change
+    the drift counts (the module docstring's three tests all passed). improved: the same
+    three tests passed in the good direction (p mirrored). note: why a change
     beyond the threshold does not count, or why nothing was computed. None fields when
     there are too few values (fewer than 2 × window) or the first median is 0.
     """
@@ -76,6 +79,7 @@ class Drift:
     note: str | None = None
     beyond_threshold: bool = False
     p_value: float | None = None
+    improved: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -137,6 +141,10 @@ def drift(
     change = (last - first) / first * 100.0
     beyond = change < -threshold_pct if higher_is_better else change > threshold_pct
     if not beyond:
+        gained = change > threshold_pct if higher_is_better else change < -threshold_pct
+        if (gained and abs(last - first) > floor
+                and worse_p_value(head, tail, not higher_is_better) < alpha):
+            return Drift(first, last, change, False, improved=True)
         return Drift(first, last, change, False)
     p = worse_p_value(head, tail, higher_is_better)
     if abs(last - first) <= floor:

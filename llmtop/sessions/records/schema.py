@@ -61,6 +61,9 @@ FORMAT_VERSION = 1
 #   as unknown records, so no bump).
 #   "bench" marks in an interactive session's log; the request phases "cache-cold",
 #   "cache-warm" (bench --cache-pairs) and "turn" (bench --turns).
+#   "bench" marks in an interactive session's log; the summary's `verdict` and `episodes`
+#   (slow episodes and the request ids in each, issue 25; re-measured requests are phase
+#   "measure" with an index past the warm-ups + `requests`).
 SUPPORTED_FORMATS = (1,)
 
 Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn"]
@@ -507,13 +510,20 @@ class InterruptedRecord(Record):
 
 @dataclass(frozen=True, slots=True)
 class SummaryRecord(Record):
-    """A bench's closing summary (`type: "summary"`): whether drift contaminated the run, its
-    ok requests, and the drift threshold it judged against (%)."""
+    """A bench's closing summary (`type: "summary"`): whether the run was contaminated, its
+    ok requests, and the drift threshold it judged against (%); verdict: the verdict's word
+    (analysis/verdict.py: "clean", "clean after re-measuring", "contaminated",
+    "inconclusive"); episodes: the slow episodes, each {"prompt_tokens_target", "path",
+    "first", "last" (request numbers within the size, 1 = the first measured), "request_ids"
+    (the request records' `id`s in it), "changes_pct" (per series key)}: every request's
+    episode tag. None in logs written before them."""
 
     TYPE: ClassVar[str] = "summary"
     contaminated: bool | None = None
     ok_requests: int | None = None
     drift_threshold_pct: float | None = None
+    verdict: str | None = None
+    episodes: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@
   since the run's first request): TTFT, the server's decode rate, and the CPU of the app that
   attribution names (else the busiest other app) from the probe samples on the same axis.
   Warm-ups and excluded requests are marked; requests that overlapped a NOISY probe sample
-  are shaded.
+  are shaded red, slow episodes (analysis/episodes.py) purple with their request numbers.
 * `itl_figure`: inter-token latency distributions (gaps between streamed chunks).
 * `load_curve_figure`: throughput against latency per load level, with the SLO line.
 * `compare_figure`: the per-request values of A and B side by side for each metric.
@@ -32,6 +32,7 @@ from llmtop.sessions.analysis.series import kind_of
 from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
 
 NOISY_FILL = "rgba(214, 39, 40, 0.12)"
+EPISODE_FILL = "rgba(148, 103, 189, 0.18)"  # a slow episode (purple: neither ok nor NOISY)
 MARKERS = {"ok": ("circle", "#1f77b4"), "warmup": ("diamond-open", "#7f7f7f"),
            "excluded": ("x", "#d62728")}
 
@@ -163,8 +164,17 @@ def series_figure(size: SizeAnalysis, title: str, probes: Sequence[ProbeRecord],
         if r.record.id in noisy:
             x0, x1 = axis.span(r.record)
             fig.add_vrect(x0=x0, x1=x1, fillcolor=NOISY_FILL, line_width=0, layer="below")
-    if noisy:
-        fig.add_annotation(text="shaded: a NOISY probe sample overlapped the request",
+    for e in size.episodes.episodes:  # a slow episode: from its first request to its last
+        spans = [axis.span(r.record) for r in size.ok if r.number in e.numbers]
+        fig.add_vrect(x0=min(a for a, _ in spans), x1=max(b for _, b in spans),
+                      fillcolor=EPISODE_FILL, line_width=0, layer="below",
+                      annotation_text=html.escape(f"episode {e.requests}"),
+                      annotation_position="top left")
+    notes = ["shaded red: a NOISY probe sample overlapped the request"] if noisy else []
+    if size.episodes.episodes:
+        notes.append("shaded purple: a slow episode (outside the baseline)")
+    if notes:
+        fig.add_annotation(text="; ".join(notes),
                            xref="paper", yref="paper", x=0, y=1.06, showarrow=False)
     fig.update_xaxes(title_text=axis.title, row=3, col=1)
     fig.update_layout(title=html.escape(title), height=620, margin={"t": 70})

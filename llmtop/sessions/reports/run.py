@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +27,9 @@ from llmtop.sessions.analysis.context import (
     prefill_sweep,
 )
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
+from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import (
     CONTEXT_PHASES,
     METRICS,
@@ -34,9 +37,8 @@ from llmtop.sessions.analysis.run import (
     GpuUsage,
     RelayComparison,
     SizeAnalysis,
-    analyze,
+    analyze_log,
     attribute_size,
-    calibrated_tokens,
     cause_of,
     gpu_usage,
     noisy_samples,
@@ -74,7 +76,9 @@ class Report:
     attributions: per prompt size (`analysis.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
-    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained).
+    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained);
+    for a size with slow episodes and no drift, its costliest episode's cause. episodes: per
+    prompt size, every slow episode with its cost and cause (episode_causes.py).
     sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
     and the conversation's turns (analysis/context.py; None / empty when the run had none).
     """
@@ -102,16 +106,24 @@ class Report:
     sweep: PrefillSweep | None = None
     pairs: list[CachePair] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
 
 
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
     calibration = log.calibration
-    analysis = analyze(log.requests, calibrated_tokens(calibration), log.header.drift_threshold_pct,
-                       log.canaries)
+    analysis = analyze_log(log)
+    episodes = {size_key(s): episode_causes(s, log.probes) for s in analysis.sizes}
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
               if (c := cause_of(s, attributions[size_key(s)])) is not None}
+    for key, found in episodes.items():
+        costly = max(found, key=lambda e: e.slowdown.slower_pct if e.slowdown else 0.0,
+                     default=None)
+        if costly is not None and key not in causes:
+            attributions[key] = costly.attribution
+            if costly.cause is not None:
+                causes[key] = costly.cause
     sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
     num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(
@@ -133,6 +145,7 @@ def build(log: RunLog) -> Report:
         pairs=cache_pairs(log.requests),
         turns=conversation(log.requests, sweep.prefill if sweep else None,
                            num_ctx if isinstance(num_ctx, int) else None),
+        episodes=episodes,
     )
 
 
@@ -193,6 +206,13 @@ def _notes(size: SizeAnalysis) -> str:
     notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
     if shown:
         notes.append("derived: " + ", ".join(shown))
+    in_episodes = len(size.ok) - len(size.baseline)
+    if in_episodes:
+        notes.append(f"{in_episodes} in slow episodes (requests "
+                     f"{', '.join(e.requests for e in size.episodes.episodes)})")
+    if size.episodes.trends:
+        notes.append("trend: " + ", ".join(f"{k} {v:+.0f} %"
+                                           for k, v in size.episodes.trends.items()))
     if size.excluded:
         notes.append(f"{len(size.excluded)} excluded")
     return "; ".join(notes)
@@ -205,13 +225,17 @@ def markdown(report: Report) -> str:
     """The markdown report (the source's form: docs/method.md, "Result table")."""
     h, a = report.log.header, report.analysis
     lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    j = a.judgement
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
+    reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
     lines.append(
-        f"**Verdict: {a.verdict.upper()}**{why.get(a.verdict, '')} (drift threshold "
-        f"±{a.drift_threshold_pct:g} % between the medians of the first and last 5 ok requests, "
-        f"counted when over {DRIFT_FLOOR_MS:g} ms for times and the two groups differ by a "
-        f"one-sided rank test at p < {DRIFT_ALPHA:g}; TTFT, prefill, decode and E2E decide). "
-        f"{a.ok_count} {'request' if a.ok_count == 1 else 'requests'} in the statistics."
+        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons} (slow episodes: change points "
+        "in the ordered TTFT, prefill, decode and E2E series, beyond their own noise; drift "
+        f"threshold ±{a.drift_threshold_pct:g} %, either way, between the medians of the first "
+        f"and last 5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and "
+        f"the two groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}). "
+        f"{(n := sum(len(s.baseline) for s in a.sizes))} {'request' if n == 1 else 'requests'} "
+        "in the statistics."
     )
     noisy, total = report.noisy
     if noisy:
@@ -238,6 +262,7 @@ def markdown(report: Report) -> str:
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
+    lines += _markdown_episodes(report)
     lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
     lines += turns_markdown(report.turns)
     lines += _markdown_relay(report)
@@ -247,9 +272,36 @@ def markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _markdown_episodes(report: Report) -> list[str]:
+    """Every slow episode, its size, its cost and cause; what was re-measured."""
+    lines = ["", "## Slow episodes", ""]
+    labels = {k: label for k, label, _u, _b in METRICS}
+    required = report.analysis.required
+    rows = []
+    for s in report.analysis.sizes:
+        for e in report.episodes.get(size_key(s), []):
+            sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.episode.changes.items())
+            cause = e.cause.summary if e.cause is not None else "n/a"
+            rows.append((_size_label(s, report.calibration), e.episode.requests, sizes,
+                         e.sentence, cause))
+    if rows:
+        lines += md_table(("prompt", "requests", "size", "cost", "cause"), rows)
+    else:
+        lines.append("none: every series kept one level within its noise")
+    for s in report.analysis.sizes:
+        measured = sum(r.phase == "measure" for r in s.requests)
+        if required is not None and measured > required:
+            lines.append("")
+            lines.append(
+                f"{_size_label(s, report.calibration)}: re-measured {measured - required} "
+                f"requests beyond the protocol's {required} (after a pause) to have "
+                f"{len(s.baseline)} outside the episodes; the log keeps every request.")
+    return lines
+
+
 def _results_table(report: Report) -> list[str]:
     util, vram = _gpu_cells(report)
-    headers = ("prompt", "n (after warm-up)", "TTFT p50 / p95 (client)", "E2E p50",
+    headers = ("prompt", "n (baseline)", "TTFT p50 / p95 (client)", "E2E p50",
                "prefill tok/s (server)", "decode tok/s (server)", "load (warm-up)", "GPU util %",
                "VRAM (tool)", "notes")
     rows = []
@@ -257,7 +309,7 @@ def _results_table(report: Report) -> list[str]:
         t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
         p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
         rows.append((
-            _size_label(s, report.calibration), len(s.ok), f"{_num(t.median)} / {p95} ms",
+            _size_label(s, report.calibration), len(s.baseline), f"{_num(t.median)} / {p95} ms",
             f"{_num(e.median)} ms", _num(s.summaries["server_prefill_tps"].median),
             _num(s.summaries["server_decode_tps"].median), _warmup_load(s, report.analysis),
             util, vram, _notes(s),
@@ -309,6 +361,10 @@ def _markdown_machine(report: Report) -> list[str]:
         for f in pf.findings:
             lines.append(f"- {f.level.upper()} {f.code}: "
                          f"{f.message}{_measured(f)} — {f.remedy}")
+    held = preflight_held(report)
+    if held is not None:
+        lines.append("")
+        lines.append(held["sentence"])
     noisy, total = report.noisy
     lines.append("")
     lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
@@ -364,6 +420,26 @@ def markdown_energy(energy: EnergySummary | None) -> list[str]:
     lines += md_table(headers, rows)
     lines += ["", ENERGY_NOTE]
     return lines
+
+
+def preflight_held(report: Report) -> dict[str, Any] | None:
+    """Did the machine keep what preflight said (issue 25, item 5)? None without a preflight;
+    else {"preflight": its verdict, "episodes": slow episodes that followed, "changed": a
+    QUIET preflight followed by episodes, "sentence": the report's line}."""
+    pf = report.preflight
+    if pf is None:
+        return None
+    count = sum(len(s.episodes.episodes) for s in report.analysis.sizes)
+    changed = pf.quiet and count > 0
+    if changed:
+        sentence = (f"Preflight said {pf.verdict}, and {count} slow episode"
+                    f"{'s' if count != 1 else ''} followed: the machine changed its mind "
+                    "during the run.")
+    else:
+        follow = (f"{count} slow episode{'s' if count != 1 else ''} followed" if count
+                  else "no slow episode followed")
+        sentence = f"Preflight said {pf.verdict}; {follow}."
+    return {"preflight": pf.verdict, "episodes": count, "changed": changed, "sentence": sentence}
 
 
 def _warm_row(label: str, status: str, rec: RequestRecord) -> tuple[str, ...]:
@@ -450,7 +526,7 @@ def _markdown_environment(report: Report) -> list[str]:
 CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
                "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
-               "prompt_eval_count", "eval_count", "prompt_words", "started_at")
+               "prompt_eval_count", "eval_count", "prompt_words", "started_at", "episode")
 
 
 CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt_j_per_token",
@@ -458,14 +534,15 @@ CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt
 
 
 def _csv_row(rec: RequestRecord, index: int, phase: str | None, status: str, reason: str,
-             energy: dict[int, dict[str, EnergyRecord]]) -> dict[str, Any]:
+             energy: dict[int, dict[str, EnergyRecord]],
+             episode: int | None = None) -> dict[str, Any]:
     return {
         "prompt_tokens_target": rec.prompt_tokens_target, "index": index, "phase": phase,
         "status": status, "reason": reason,
         **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
         "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
         "eval_count": rec.stats.eval_count if rec.stats else None,
-        "prompt_words": rec.prompt_words, "started_at": rec.started_at,
+        "prompt_words": rec.prompt_words, "started_at": rec.started_at, "episode": episode,
         **{f"{f}[{src}]": getattr(e, f) for src, e in energy.get(rec.id, {}).items()
            for f in CSV_ENERGY},
     }
@@ -484,7 +561,8 @@ def csv_text(report: Report) -> str:
     writer.writeheader()
     for s in report.analysis.sizes:
         for r in s.requests:
-            writer.writerow(_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy))
+            writer.writerow(_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy,
+                                     r.episode))
     for rec in report.log.requests:
         if rec.phase in CONTEXT_PHASES:
             writer.writerow(_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "",
@@ -518,12 +596,15 @@ def _json(report: Report) -> dict[str, Any]:
     return {
         "header": asdict(report.log.header),
         "verdict": a.verdict,
+        "verdict_reasons": list(a.judgement.reasons),
+        "episodes": {str(k): [e.to_dict() for e in v] for k, v in report.episodes.items()},
         "noisy_probe_samples": dict(zip(("noisy", "during_requests"), report.noisy, strict=True)),
         "interrupted": report.interrupted,
         "drift_threshold_pct": a.drift_threshold_pct,
         "calibration": _body(report.calibration),
         "environment": {"start": _body(report.env_start) or {}, "end": _body(report.env_end) or {}},
         "preflight": _body(report.preflight),
+        "preflight_held": preflight_held(report),
         "relay_comparison": [asdict(c) for c in report.relay],
         "attribution": {str(k): v.to_dict() for k, v in report.attributions.items()},
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
@@ -539,15 +620,40 @@ def _json_size(s: SizeAnalysis) -> dict[str, Any]:
         "prompt_tokens_target": s.target,
         "path": s.path,
         "n_ok": len(s.ok),
+        "n_baseline": len(s.baseline),
+        "trends": s.episodes.trends,
         "contaminated": s.contaminated,
         "drifted": s.drifted,
         "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
         "drift": {k: v.to_dict() for k, v in s.drifts.items()},
         "series": s.series,
         "requests": [
-            {"index": r.index + 1, "phase": r.phase, "status": r.status, "reason": r.reason,
+            {"index": r.index + 1, "number": r.number, "episode": r.episode,
+             "phase": r.phase, "status": r.status, "reason": r.reason,
              "timing_gap_share": r.timing_gap_share, "metrics": r.record.metrics.to_dict(),
              "stats": r.record.stats.to_dict() if r.record.stats else None}
             for r in s.requests
         ],
     }
+
+
+# ---------------------------------------------------------------------- --runs
+
+
+def repeat_markdown(spreads: Sequence[SizeSpread], logs: Sequence[str]) -> list[str]:
+    """`bench --runs K`'s section: per prompt size and metric, each run's baseline median,
+    their range, the 95 % interval of the mean and the runs that disagree
+    (analysis/repeat.py)."""
+    lines = ["", f"## Repeatability across {len(logs)} runs", ""]
+    rows = []
+    for size in spreads:
+        for sp in size.spreads:
+            ci = "n/a" if sp.ci is None else f"{_num(sp.ci[0], 2)} – {_num(sp.ci[1], 2)}"
+            odd = ", ".join(f"run {i}" for i in sp.disagree) or "none"
+            rows.append((f"{size.target} tok", f"{sp.label} {sp.unit}",
+                         " / ".join(_num(m, 2) for m in sp.medians), _num(sp.centre, 2),
+                         "n/a" if sp.range_pct is None else f"{sp.range_pct:.1f} %", ci, odd))
+    lines += md_table(("prompt", "metric", "baseline median per run", "median of runs",
+                       "range", "95 % CI of the mean", "disagrees"), rows)
+    lines += ["", "Logs: " + ", ".join(f"run {i} `{p}`" for i, p in enumerate(logs, start=1))]
+    return lines

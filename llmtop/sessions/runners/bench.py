@@ -11,8 +11,15 @@ Order of a run (docs/method.md, "The bench run"):
 4. energy, where this machine has a readable source (runners/energy.py): the sources line
    first, idle power over the preflight window, each request's joules (prefill, decode,
    J/token; `SessionRecorder.measure` samples its edges) and the run's all-in J/token;
-5. analyse from the log's records alone (analysis/run.py): statuses, n/median/min/max/p95, drift;
-6. append the summary. Everything is flushed record by record.
+5. re-measure around slow episodes (docs/guide/bench.md, "Slow episodes"): after a size's
+   requests, the log so far is analysed; while it has episodes (analysis/episodes.py) and
+   fewer than `requests` ok requests outside them, the runner pauses `remeasure_pause_s` and
+   measures the shortfall again, until the baseline is complete or `remeasure_budget` extra
+   requests are spent (default: `requests` more, twice the protocol's count in all; 0 is
+   off). Extra requests are phase "measure", their index continuing the size's;
+6. analyse from the log's records alone (analysis/run.py): statuses, episodes, the
+   baseline's n/median/min/max/p95, drift, the verdict;
+7. append the summary (with the verdict's word). Everything is flushed record by record.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
 the CLI and the TUI drive the same runner.
@@ -35,7 +42,7 @@ from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
-from llmtop.sessions.analysis.run import Analysis, analyze
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log
 from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
@@ -82,6 +89,17 @@ class BenchConfig(Workload):
     turns: int = 0  # a conversation's turns after the sweep and the pairs
     prior_curve: dict[str, Any] | None = None  # a saved prefill curve to check (runners/curves.py)
     save_curve: bool = True  # save a sweep's prefill curve as this model's (runners/curves.py)
+    remeasure_budget: int | None = None  # extra requests per size for episodes; None: `requests`
+    remeasure_pause_s: float = 10.0  # the pause before re-measuring (an episode may pass)
+
+    @property
+    def extra_budget(self) -> int:
+        """The most requests re-measured per prompt size (`remeasure_budget`, default
+        `requests`: twice the protocol's count in all); 0 under --compare-relay, whose pairs
+        re-measuring would break."""
+        if self.compare_relay:
+            return 0
+        return self.requests if self.remeasure_budget is None else self.remeasure_budget
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -91,10 +109,14 @@ class BenchConfig(Workload):
 
     def position(self, phase: str, i: int) -> str:
         """Where request `i` (0-based within a prompt size, warm-ups first) stands, counted
-        within its phase as the user asked for them: "warm-up 1/1", "request 7/25"."""
+        within its phase as the user asked for them: "warm-up 1/1", "request 7/25", or
+        "request 27 (re-measuring)" past the protocol's count (a slow episode's shortfall)."""
         if phase == "warmup":
             return f"warm-up {i + 1}/{self.warmup}"
-        return f"request {i + 1 - self.warmup}/{self.requests}"
+        number = i + 1 - self.warmup
+        if number > self.requests:  # re-measured around a slow episode
+            return f"request {number} (re-measuring)"
+        return f"request {number}/{self.requests}"
 
 
 @dataclass(frozen=True)
@@ -131,6 +153,17 @@ class NoisyMachine(Exception):
         findings = "; ".join(f.message for f in preflight.problems)
         super().__init__(f"the machine is NOISY: {findings or 'see the preflight record'}")
         self.preflight = preflight
+
+
+def episode_tags(analysis: Analysis) -> list[dict[str, Any]]:
+    """Every slow episode of a run as the summary record keeps it (SummaryRecord.episodes)."""
+    return [
+        {"prompt_tokens_target": size.target, "path": size.path, "first": e.first,
+         "last": e.last,
+         "request_ids": [r.record.id for r in size.ok if r.number in e.numbers],
+         "changes_pct": {k: round(v, 2) for k, v in e.changes.items()}}
+        for size in analysis.sizes for e in size.episodes.episodes
+    ]
 
 
 class BenchRunner:
@@ -254,13 +287,13 @@ class BenchRunner:
                     )
             self._write_run_energy()
             self.recorder.log.write(await environment_record(self.conn, "end"))
-            expected = {t: p.tokens for t, p in calibration.targets.items()}
             log = read_log(self.recorder.log.path)
-            analysis = analyze(log.requests, expected, cfg.drift_threshold_pct, log.canaries)
+            analysis = analyze_log(log)
             self._remember_canary(log)
             self._save_curve(log, analysis, calibration)
             self.recorder.log.write(
-                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct)
+                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct,
+                              analysis.verdict, episode_tags(analysis))
             )
         finally:
             sampler.stop()
@@ -338,7 +371,39 @@ class BenchRunner:
         cfg = self.config
         words = calibration.targets[target].words
         total = cfg.warmup + cfg.requests
-        for i in range(total):
+        await self._requests(target, words, range(total), total, generator)
+        extra = 0
+        while extra < cfg.extra_budget:
+            size = self._size_so_far(target)
+            if size is None or not size.episodes.episodes or size.episodes.trends:
+                return
+            short = cfg.requests - len(size.baseline)
+            if short <= 0:
+                return
+            more = min(short, cfg.extra_budget - extra)
+            where = ", ".join(e.requests for e in size.episodes.episodes)
+            self.on_progress(BenchProgress(
+                "remeasure", target, 0, more,
+                message=f"slow episodes at requests {where}: {len(size.baseline)} of "
+                f"{cfg.requests} requests outside them; re-measuring {more} after a "
+                f"{cfg.remeasure_pause_s:g} s pause"))
+            await asyncio.sleep(cfg.remeasure_pause_s)
+            start = total + extra
+            await self._requests(target, words, range(start, start + more), start + more,
+                                 generator)
+            extra += more
+
+    def _size_so_far(self, target: int) -> SizeAnalysis | None:
+        """The analysis of one prompt size from the log written so far."""
+        log = read_log(self.recorder.log.path)
+        analysis = analyze_log(log)
+        return next((s for s in analysis.sizes if s.target == target and s.path is None), None)
+
+    async def _requests(
+        self, target: int, words: int, indexes: range, total: int, generator: PromptGenerator
+    ) -> None:
+        cfg = self.config
+        for i in indexes:
             phase = "warmup" if i < cfg.warmup else "measure"
             if not cfg.compare_relay:
                 await self._one(

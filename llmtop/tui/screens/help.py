@@ -48,7 +48,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("CPU %", "machine total 0–100 %; per app: % of one core (a busy app can pass 100)"),
     ("QUIET", "no finding at WARN or worse; NOISY lists what disturbs the measurement"),
     ("⚠ / !", "a probe sample taken while that request streamed was NOISY"),
-    ("drift", "bench: last 5 vs first 5 ok requests' medians, signed %; ±5 % worse = CONTAMINATED"),
+    ("drift", "bench: first 5 vs last 5 baseline medians, signed; ±5 % either way = CONTAMINATED"),
+    ("episode", "bench: requests slowed beyond the noise (e), left out and re-measured"),
 )
 
 

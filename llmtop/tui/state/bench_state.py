@@ -30,6 +30,8 @@ class BenchRow:
     ttft_ms / prefill_ms: client TTFT and server prompt-eval time, ms; decode_tps: server
     eval_count / eval_duration, tok/s. span_ns: (send, last event), perf_counter_ns.
     noisy: the first finding of a NOISY probe sample taken in that span, else None.
+    episode: after the run, the 1-based number of the slow episode it fell in (None: outside
+    every episode, or not analysed yet).
     """
 
     n: int
@@ -43,6 +45,7 @@ class BenchRow:
     decode_tps: float | None
     span_ns: tuple[int, int | None]
     noisy: str | None = None
+    episode: int | None = None
 
     @property
     def counts(self) -> bool:
@@ -51,7 +54,8 @@ class BenchRow:
 
 
 def request_label(config: BenchConfig, phase: str, i: int, target: int | None) -> str:
-    """e.g. "warm-up 1/1 · 200 tok" or "request 7/25 · 200 tok" (i: 0-based within a size)."""
+    """e.g. "warm-up 1/1 · 200 tok", "request 7/25 · 200 tok" or, past the protocol's count,
+    "request 27 (re-measuring) · 200 tok" (i: 0-based within a size)."""
     size = f" · {target} tok" if target is not None else ""
     return f"{config.position(phase, i)}{size}"
 
@@ -206,3 +210,4 @@ def _apply_analysis(rows: list[BenchRow], analysis: Analysis) -> None:
         verdict = verdicts.get((row.target, row.phase, row.index))
         if verdict is not None:
             row.status, row.reason = str(verdict.status), verdict.reason
+            row.episode = verdict.episode

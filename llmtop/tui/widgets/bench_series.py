@@ -1,7 +1,8 @@
 """The bench's per-request series, one cell per request in run order: TTFT (ms), prefill
 (ms, server) and decode (tok/s, server); then a status row — "w" warm-up (kept apart, drawn
-dim), "✗" a request that does not count (red), "·" counted — and a NOISY row: "!" where a
-probe sample taken during the request was NOISY.
+dim), "✗" a request that does not count (red), "e" a request in a slow episode (magenta;
+outside the baseline: analysis/episodes.py), "·" counted — and a NOISY row: "!" where a
+probe sample taken during the request was NOISY. An episode's series cells are magenta too.
 
 Each series is scaled between the min and max of the requests that count, so one slow
 warm-up (a model load) does not flatten the rest; values outside that range are clipped.
@@ -26,6 +27,7 @@ SERIES: tuple[tuple[str, str], ...] = (
     ("decode_tps", "decode tok/s"),
 )
 LEGEND = "w warm-up, kept apart   ✗ does not count (see the report)   · counted"
+EPISODE_LEGEND = "   e slow episode"
 
 
 def _value(row: BenchRow, key: str) -> float | None:
@@ -38,6 +40,8 @@ def _mark(row: BenchRow) -> tuple[str, str]:
         return "w", "dim"
     if not row.counts:
         return "✗", "bold red"
+    if row.episode is not None:
+        return "e", "bold magenta"
     return "·", "dim"
 
 
@@ -59,7 +63,8 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
         med = statistics.median(counted) if counted else None
         text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
     text.append_text(_marks_row("status", shown, clipped, _mark))
-    text.append(f"  {LEGEND}\n", style="dim")
+    legend = LEGEND + (EPISODE_LEGEND if any(r.episode is not None for r in rows) else "")
+    text.append(f"  {legend}\n", style="dim")
     text.append_text(_marks_row("NOISY", shown, clipped, _noise_mark))
     noisy = sum(1 for r in rows if r.noisy)
     if noisy:
@@ -79,6 +84,8 @@ def _series_mark(
         if row.phase != WARMUP and not row.counts:
             return "✗", "bold red"
         cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
+        if row.episode is not None:
+            return cell, "magenta"
         return cell, "dim" if row.phase == WARMUP else "cyan"
 
     return mark

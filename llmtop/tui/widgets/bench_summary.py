@@ -1,6 +1,7 @@
-"""The bench's verdict once it ends: CLEAN / CONTAMINATED (the drifting metrics with their
-signed change, first 5 → last 5 ok requests) / n/a (too few requests for drift), then per
-prompt size n, warm-ups and exclusions, and the medians; then the noisy requests.
+"""The bench's verdict once it ends, the one word of analysis/verdict.py: CLEAN /
+CLEAN AFTER RE-MEASURING (the episodes excluded, each with its cost) / CONTAMINATED (with
+its reasons) / n/a (too few requests to judge), then per prompt size n, warm-ups and
+exclusions, and the baseline's medians; then the noisy requests.
 """
 
 from __future__ import annotations
@@ -16,21 +17,23 @@ from llmtop.tui.state.bench_state import BenchRow
 from llmtop.tui.widgets.quiet_static import QuietStatic
 
 CLEAN, CONTAMINATED, NA = "CLEAN", "CONTAMINATED", "n/a"
+CLEAN_AFTER = "CLEAN AFTER RE-MEASURING"
 _BADGE = {
     CLEAN: "bold black on green",
+    CLEAN_AFTER: "bold black on green",
     CONTAMINATED: "bold white on red",
     NA: "bold black on yellow",
 }
 _LABEL = {key: f"{label} {unit}" for key, label, unit, _better in METRICS}
 
 
-_WORD = {"contaminated": CONTAMINATED, "clean": CLEAN, "inconclusive": NA}
+_WORD = {"contaminated": CONTAMINATED, "clean": CLEAN, "inconclusive": NA,
+         "clean after re-measuring": CLEAN_AFTER}
 
 
 def verdict(analysis: Analysis) -> str:
-    """`Analysis.verdict` as the badge says it: CONTAMINATED when a metric drifted the wrong
-    way past the threshold; n/a when no drift could be computed (fewer than 2 × 5 ok requests
-    per size); else CLEAN."""
+    """`Analysis.verdict` (analysis/verdict.py, the one rule) as the badge says it; n/a when
+    nothing could be judged (fewer than 2 × 5 ok requests per size)."""
     return _WORD[analysis.verdict]
 
 
@@ -49,12 +52,13 @@ def _headline(analysis: Analysis) -> Text:
     text = Text.assemble((f" {word} ", _BADGE[word]), " ")
     threshold = f"±{analysis.drift_threshold_pct:g} %"
     if word == CONTAMINATED:
-        worst = [m for s in analysis.sizes for m in drifting(s)]
-        text.append(f"drifted past {threshold}: " + ", ".join(worst), style="bold red")
+        text.append("; ".join(analysis.judgement.reasons), style="bold red")
+    elif word == CLEAN_AFTER:
+        text.append("; ".join(analysis.judgement.reasons))
     elif word == CLEAN:
         text.append(
-            f"no metric drifted past {threshold} (median of the first {DRIFT_WINDOW} vs the "
-            f"last {DRIFT_WINDOW} ok requests)"
+            f"no slow episode, no trend, no metric drifted past {threshold} (median of the "
+            f"first {DRIFT_WINDOW} vs the last {DRIFT_WINDOW} ok requests)"
         )
     else:
         n = min((len(s.ok) for s in analysis.sizes), default=0)
@@ -67,14 +71,21 @@ def _headline(analysis: Analysis) -> Text:
 
 def _size_lines(size: SizeAnalysis) -> Text:
     target = "?" if size.target is None else str(size.target)
+    in_episodes = len(size.ok) - len(size.baseline)
     text = Text.assemble(
         (f"\n{target} tok", "bold"),
-        f"  n {len(size.ok)} · {len(size.warmups)} warm-up kept apart · "
-        f"{len(size.excluded)} excluded",
+        f"  n {len(size.baseline)} · {len(size.warmups)} warm-up kept apart · "
+        f"{len(size.excluded)} excluded" + (f" · {in_episodes} in slow episodes"
+                                              if in_episodes else ""),
     )
     if size.excluded:
         first = size.excluded[0]
         text.append(f" (#{first.index}: {first.status} — {first.reason})", style="red")
+    labels = {key: label for key, label, _u, _b in METRICS}
+    for e in size.episodes.episodes:
+        sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.changes.items())
+        text.append(f"\n  slow episode: requests {e.requests} ({sizes}), left out of the "
+                    "baseline", style="magenta")
     med = {key: s.median for key, s in size.summaries.items()}
     text.append("\n  medians  TTFT ")
     text.append(fmt.ms(med["ttft_ms"]), style="bold")

@@ -1,0 +1,133 @@
+"""A run's verdict, one word everywhere: the TUI's badge, `bench`'s exit code and stderr,
+`report`, the sessions list and `compare` all read `judge`'s answer (through
+`run.Analysis.judgement`). Pure.
+
+The words (docs/guide/bench.md, "The verdict"):
+
+* **contaminated**, with its cause, when any of these holds, in this order:
+  1. a deciding series is a *trend* the whole way (episodes.Shape.TREND: a line explains it
+     better than steps) — heat, a leak, a filling cache: no request of the run is a
+     baseline;
+  2. a deciding metric drifted between the first 5 and the last 5 baseline requests (the
+     requests outside every episode), in *either* direction (stats.drift's three tests:
+     threshold, floor, rank test): a run that gets faster was slowed at its start, and a
+     large change either way is instability, not a pass;
+  3. more than NOISY_SHARE of the measured requests ran while the probes called the machine
+     NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
+     measured on a machine its own probes call noisy is not a baseline, whatever its series
+     look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
+     request, not by sample: a short run's one NOISY sample, the only sample taken, is one
+     request of many, not "100 % of the samples";
+  4. episodes were found and fewer than the protocol's requests are left outside them (the
+     re-measuring budget ran out, or re-measuring was off);
+* **inconclusive** when nothing could be judged (fewer ok requests than drift and the
+  episode finder need);
+* **clean after re-measuring** when episodes were found, excluded (named in the reasons)
+  and enough requests outside them make the baseline;
+* **clean** otherwise.
+
+Exit codes (bench): contaminated → ExitCode.NOISY (1); the others → 0, as a baseline was
+obtained (clean after re-measuring included: README, "Exit codes").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from llmtop.sessions.analysis.episodes import Episode
+
+NOISY_SHARE = 0.5  # more than half of the measured requests ran during a NOISY sample
+
+
+class Word(StrEnum):
+    """The verdict's word; `str(word).upper()` is how it is shown."""
+
+    CLEAN = "clean"
+    CLEAN_AFTER_REMEASURING = "clean after re-measuring"
+    CONTAMINATED = "contaminated"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True, slots=True)
+class SizeEvidence:
+    """What one prompt size says, as plain data. label: "200 tok"; trends: label of a
+    trending series → its line's change over the run, %; drifted: "decode (server) −7.1 %"
+    for each deciding metric whose baseline drift counted (either direction); episodes: the
+    episodes found; baseline_n: ok requests outside them; required: the protocol's request
+    count (None: not a bench, no count to reach); judged: the finder or drift could judge."""
+
+    label: str
+    trends: dict[str, float] = field(default_factory=dict)
+    drifted: tuple[str, ...] = ()
+    episodes: tuple[Episode, ...] = ()
+    baseline_n: int = 0
+    required: int | None = None
+    judged: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunVerdict:
+    """The word and why, one sentence a reason ("200 tok: decode (server) is a trend, −27 %
+    from the first to the last request")."""
+
+    word: Word
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The word as shown: "CLEAN AFTER RE-MEASURING"."""
+        return str(self.word).upper()
+
+    @property
+    def contaminated(self) -> bool:
+        """True for CONTAMINATED."""
+        return self.word == Word.CONTAMINATED
+
+
+def _episodes(episodes: Sequence[Episode]) -> str:
+    return ", ".join(f"requests {e.requests}" for e in episodes)
+
+
+def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> RunVerdict:
+    """The verdict of a run from each prompt size's evidence and (measured requests that
+    overlapped a NOISY probe sample, measured requests) (the module docstring's rules, in
+    order)."""
+    reasons = []
+    for s in sizes:
+        reasons += [
+            f"{s.label}: {name} is a trend the whole way ({pct:+.0f} % from the first to the "
+            "last request)"
+            for name, pct in s.trends.items()
+        ]
+        if s.drifted:
+            reasons.append(
+                f"{s.label}: drifted between the first and last 5 baseline requests: "
+                + ", ".join(s.drifted)
+            )
+    bad, total = noisy
+    if total and bad > NOISY_SHARE * total:
+        reasons.append(
+            f"the probes found the machine NOISY during {bad} of the {total} measured requests"
+        )
+    for s in sizes:
+        if s.episodes and s.required is not None and s.baseline_n < s.required:
+            reasons.append(
+                f"{s.label}: only {s.baseline_n} of the {s.required} requests are outside the "
+                f"episodes ({_episodes(s.episodes)}): the re-measuring budget ran out, or "
+                "re-measuring was off"
+            )
+    if reasons:
+        return RunVerdict(Word.CONTAMINATED, tuple(reasons))
+    if not any(s.judged for s in sizes):
+        return RunVerdict(Word.INCONCLUSIVE, ("too few ok requests to judge",))
+    excluded = [
+        f"{s.label}: episodes excluded ({_episodes(s.episodes)}); the baseline is the "
+        f"{s.baseline_n} requests outside them"
+        for s in sizes
+        if s.episodes
+    ]
+    if excluded:
+        return RunVerdict(Word.CLEAN_AFTER_REMEASURING, tuple(excluded))
+    return RunVerdict(Word.CLEAN)

@@ -1,0 +1,105 @@
+"""The bench finds slow episodes, re-measures around them and reports the baseline, on a
+scripted engine with exact timings (llmtop/testing/paced.py; issue 25).
+
+The engine's clock is virtual (request.perf_counter_ns patched with it), so every TTFT,
+E2E and decode rate is exactly the script's, whatever the machine's load. The real probe
+sampler still runs, so the verdict is checked on the log's requests without its probe
+samples (the NOISY share of a shared test machine is not this test's subject; the rule is
+tested in test_verdict.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from llmtop.sessions.analysis.run import analyze, calibrated_tokens
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import SummaryRecord
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
+from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, trend
+
+REQUESTS = 25
+
+
+def bench(tmp_path, monkeypatch, engine: PacedEngine, **config):
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
+    cfg = BenchConfig(
+        requests=REQUESTS,
+        warmup=1,
+        prompt_tokens=(200,),
+        max_tokens=50,
+        preflight_s=0,
+        use_cache=False,
+        remeasure_pause_s=0,
+        **config,
+    )
+    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / "bench.jsonl"))
+    outcome = asyncio.run(runner.run())
+    log = read_log(outcome.log_path)
+    quiet = analyze(
+        log.requests, calibrated_tokens(log.calibration), 5.0, log.canaries, required=REQUESTS
+    )
+    return log, quiet
+
+
+def unslowed(tokens: float, pace: Pace) -> tuple[float, float]:
+    """(TTFT ms, server decode tok/s) of an unslowed reply: load + prefill + overhead, and
+    one token per gap."""
+    return pace.load_ms + tokens * pace.prefill_ms_per_token + pace.overhead_ms, 1000 / pace.gap_ms
+
+
+def test_two_known_episodes_are_found_and_re_measured(tmp_path, monkeypatch):
+    engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
+    log, a = bench(tmp_path, monkeypatch, engine)
+    (size,) = a.sizes
+    found = size.episodes.episodes
+    assert [(e.first, e.last) for e in found] == [(6, 10), (18, 21)]
+    # every duration × 1.3: TTFT, prefill and E2E +30 %; decode 100 → 76.9 tok/s, −23.1 %
+    for e in found:
+        assert e.changes["ttft_ms"] == pytest.approx(30.0, abs=0.1)
+        assert e.changes["prompt_eval_ms"] == pytest.approx(30.0, abs=0.1)
+        assert e.changes["server_decode_tps"] == pytest.approx((1 / 1.3 - 1) * 100, abs=0.1)
+    # 25 − 5 − 4 = 16 outside the episodes: 9 more measured, after the pause
+    measured = [r for r in log.requests if r.phase == "measure"]
+    assert len(measured) == REQUESTS + 9
+    assert len(size.baseline) == REQUESTS
+    assert a.verdict == "clean after re-measuring"
+    expected = (
+        "200 tok: episodes excluded (requests 6–10, requests 18–21); the baseline is the 25 "
+        "requests outside them"
+    )
+    assert a.judgement.reasons == (expected,)
+    tokens = log.calibration.targets["200"].tokens
+    ttft, decode = unslowed(tokens, Pace())
+    assert size.summaries["ttft_ms"].median == pytest.approx(ttft, rel=0.02)
+    assert size.summaries["server_decode_tps"].median == pytest.approx(decode, rel=0.02)
+    # the log tags every request of an episode (the summary record's request ids)
+    summary = next(r for r in log.records if isinstance(r, SummaryRecord))
+    tags = [(t["first"], t["last"], len(t["request_ids"])) for t in summary.episodes or []]
+    assert tags == [(6, 10, 5), (18, 21, 4)]
+    md = render(build(log), "md")
+    assert "## Slow episodes" in md and "| 6–10 |" in md and "| 18–21 |" in md
+    assert "re-measured 9 requests beyond the protocol's 25" in md
+
+
+def test_without_re_measuring_the_baseline_is_short(tmp_path, monkeypatch):
+    engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
+    log, a = bench(tmp_path, monkeypatch, engine, remeasure_budget=0)
+    assert sum(r.phase == "measure" for r in log.requests) == REQUESTS
+    assert a.verdict == "contaminated"
+    assert "only 16 of the 25 requests are outside the episodes" in a.judgement.reasons[0]
+
+
+def test_a_steady_trend_is_contaminated_not_episodes(tmp_path, monkeypatch):
+    engine = PacedEngine(factor=trend(0.01))  # +1 % per measured request, compounding
+    log, a = bench(tmp_path, monkeypatch, engine)
+    (size,) = a.sizes
+    assert size.episodes.episodes == ()
+    assert set(size.episodes.trends) >= {"ttft_ms", "server_decode_tps"}
+    assert sum(r.phase == "measure" for r in log.requests) == REQUESTS  # nothing to re-measure
+    assert a.verdict == "contaminated"
+    assert any("is a trend the whole way" in r for r in a.judgement.reasons)

@@ -1,0 +1,76 @@
+"""The one verdict (analysis/verdict.py) and the drift rule's two directions."""
+
+from __future__ import annotations
+
+from llmtop.sessions.analysis.episodes import Episode
+from llmtop.sessions.analysis.run import analyze
+from llmtop.sessions.analysis.verdict import SizeEvidence, Word, judge
+from llmtop.sessions.measure.stats import drift
+from llmtop.sessions.records.schema import ProbeRecord
+from tests.unit.test_analysis_report import record
+
+EPISODE = Episode(7, 12, tuple(range(7, 13)), {"server_decode_tps": -31.0})
+
+
+def test_a_noisy_machine_is_never_clean():
+    # issue 25: CLEAN while 717 of 717 probe samples said NOISY (every request overlapped one)
+    steady = SizeEvidence("200 tok", baseline_n=25, required=25)
+    v = judge([steady], noisy=(25, 25))
+    assert v.word == Word.CONTAMINATED
+    assert v.reasons == (
+        "the probes found the machine NOISY during 25 of the 25 measured requests",
+    )
+    # half of the requests is not more than half (NOISY_SHARE 0.5): clean
+    assert judge([steady], noisy=(10, 20)).word == Word.CLEAN
+    assert judge([steady], noisy=(11, 20)).word == Word.CONTAMINATED
+
+
+def test_episodes_excluded_or_left_short():
+    done = SizeEvidence("200 tok", episodes=(EPISODE,), baseline_n=25, required=25)
+    v = judge([done])
+    assert v.word == Word.CLEAN_AFTER_REMEASURING and v.label == "CLEAN AFTER RE-MEASURING"
+    assert v.reasons == (
+        (
+            "200 tok: episodes excluded (requests 7–12); the baseline is the 25 "
+            "requests outside them"
+        ),
+    )
+    short = SizeEvidence("200 tok", episodes=(EPISODE,), baseline_n=19, required=25)
+    assert judge([short]).word == Word.CONTAMINATED
+    trend = SizeEvidence(
+        "200 tok", trends={"decode (server) tok/s": -27.0}, baseline_n=25, required=25
+    )
+    assert judge([trend]).reasons == (
+        (
+            "200 tok: decode (server) tok/s is a trend the whole way "
+            "(-27 % from the first to the last request)"
+        ),
+    )
+    assert judge([SizeEvidence("200 tok", judged=False)]).word == Word.INCONCLUSIVE
+
+
+def test_a_run_that_gets_faster_drifted():
+    # rates 15.2 → 22.0: +44.7 %, the groups apart (rank test p = 1/252): improved, counted
+    values = [15.0, 15.2, 15.4, 15.1, 15.3, 22.0, 21.9, 22.1, 22.0, 21.8]
+    d = drift(values, higher_is_better=True)
+    assert not d.worse and d.improved and d.change_pct is not None and d.change_pct > 40
+    # within the threshold or within the spread: not counted
+    assert not drift([10.0] * 5 + [10.4] * 5, higher_is_better=True).improved
+    assert not drift([10, 14, 9, 13, 10, 14, 10, 13, 9, 14], higher_is_better=True).improved
+
+
+def test_the_analysis_reads_the_probes_noisy_share():
+    # 25 flat requests, each with one NOISY probe sample: CLEAN series, CONTAMINATED run
+    recs = [record(i) for i in range(25)]
+    probes = [
+        ProbeRecord.from_json(
+            {"type": "probe", "request_id": i + 1, "noisy": True, "verdict": {"quiet": False}}
+        )
+        for i in range(25)
+    ]
+    assert analyze(recs, {200: 198}, required=25).verdict == "clean"
+    a = analyze(recs, {200: 198}, probes=probes, required=25)
+    assert a.verdict == "contaminated" and "NOISY during 25 of the 25" in a.judgement.reasons[0]
+    # one NOISY sample, the only one taken, during one request of 25: not the run's state
+    one = analyze(recs, {200: 198}, probes=probes[:1], required=25)
+    assert one.verdict == "clean" and one.noisy == (1, 25)
