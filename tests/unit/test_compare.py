@@ -129,7 +129,7 @@ def test_a_drifted_run_is_named(tmp_path):
     drifting = [400.0] * 10 + [600.0] * 10  # last-5 median 50 % above the first-5: CONTAMINATED
     b = write_log(tmp_path / "b.jsonl", drifting)
     warnings = compare_logs(read_log(a), read_log(b)).checks.warnings
-    assert any(w.startswith("B drifted (verdict CONTAMINATED)") for w in warnings)
+    assert any(w.startswith("B's verdict is CONTAMINATED: ") for w in warnings)
 
 
 def test_cli_exit_codes_and_formats(tmp_path, capsys):
@@ -173,11 +173,14 @@ def test_two_noisy_runs_make_no_claim_however_large_the_difference(tmp_path):
     b = write_log(tmp_path / "b.jsonl", lognormal(rng, 400, 20),
                   probes=_probes(range(2), range(2, 20)))
     c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
-    assert c.distrust == ["A was NOISY in 20 of 20 probe samples",
+    # A's own verdict is CONTAMINATED: its measured requests have ids 2-21 (the warm-up is 1,
+    # compare_logs.write_log), so the NOISY samples tagged 0-19 overlap 18 of its 20
+    assert c.distrust == ["A was CONTAMINATED: the probes found the machine NOISY during 18 "
+                          "of the 20 measured requests",
                           "B was NOISY in 2 of 20 probe samples"]
     line = headline(c)
-    assert line.startswith("NOT ATTRIBUTABLE: b vs a: A was NOISY in 20 of 20 probe samples; "
-                           "B was NOISY in 2 of 20 probe samples;")
+    assert line.startswith("NOT ATTRIBUTABLE: b vs a: A was CONTAMINATED: ")
+    assert "; B was NOISY in 2 of 20 probe samples;" in line
     assert "faster" not in line
     assert any("faster" in r.verdict for r in c.rows)  # the numbers are still shown below
     doc = json.loads(to_json([c]))["comparisons"][0]

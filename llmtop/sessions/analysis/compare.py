@@ -296,11 +296,13 @@ NOISY_SHARE = 0.10
 
 
 def distrust(name: str, log: RunLog) -> str | None:
-    """Why a difference involving this run cannot be attributed to what was changed: it
-    drifted (CONTAMINATED), or NOISY_SHARE or more of the probe samples taken during its
-    requests were NOISY; None when neither. name: "A" or "B"."""
-    if run_analysis(log).contaminated:
-        return f"{name} drifted (CONTAMINATED)"
+    """Why a difference involving this run cannot be attributed to what was changed: its
+    verdict is CONTAMINATED (with the verdict's first reason), or NOISY_SHARE or more of the
+    probe samples taken during its requests were NOISY; None when neither. name: "A" or "B"."""
+    judgement = run_analysis(log).judgement
+    if judgement.contaminated:
+        why = f": {judgement.reasons[0]}" if judgement.reasons else ""
+        return f"{name} was CONTAMINATED{why}"
     noisy, total = noisy_samples(log.probes)
     if total and noisy / total >= NOISY_SHARE:
         return f"{name} was NOISY in {noisy} of {total} probe samples"
@@ -312,7 +314,7 @@ def _run_warnings(name: str, log: RunLog) -> list[str]:
     analysis = run_analysis(log)
     judgement = analysis.judgement
     if judgement.contaminated:
-        out.append(f"{name} drifted (verdict CONTAMINATED): " + "; ".join(judgement.reasons)
+        out.append(f"{name}'s verdict is CONTAMINATED: " + "; ".join(judgement.reasons)
                    + "; `llmtop report` shows which metric")
     noisy, total = noisy_samples(log.probes)
     if noisy:
