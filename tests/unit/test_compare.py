@@ -175,8 +175,8 @@ def test_two_noisy_runs_make_no_claim_however_large_the_difference(tmp_path):
     c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
     # A's own verdict is CONTAMINATED: its measured requests have ids 2-21 (the warm-up is 1,
     # compare_logs.write_log), so the NOISY samples tagged 0-19 overlap 18 of its 20
-    assert c.distrust == ["A was CONTAMINATED: the probes found the machine NOISY during 18 "
-                          "of the 20 measured requests",
+    assert c.distrust == [("A was CONTAMINATED: the probes found the machine NOISY during 18 "
+                          "of the 20 measured requests"),
                           "B was NOISY in 2 of 20 probe samples"]
     line = headline(c)
     assert line.startswith("NOT ATTRIBUTABLE: b vs a: A was CONTAMINATED: ")
