@@ -18,7 +18,8 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import FindingRecord
 from llmtop.sessions.runners.energy import local_meter, request_line
 from llmtop.sessions.runners.recorder import SessionRecorder
 
@@ -104,6 +105,34 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     print("\n".join(lines), file=out)
 
 
+def request_noise(log_path: str, request_id: int) -> tuple[int, int, list[FindingRecord]]:
+    """What the probes saw during request `request_id`, read back from its log: (NOISY
+    samples, samples, each distinct WARN/FAIL finding once — the worst level of its code,
+    FAIL first). (0, 0, []) when the log cannot be read back (its own error is said apart)."""
+    try:
+        probes = [p for p in read_log(log_path).probes if p.request_id == request_id]
+    except LogError:
+        return 0, 0, []
+    noisy = [p for p in probes if p.noisy]
+    worst: dict[str, FindingRecord] = {}
+    for p in noisy:
+        for f in p.verdict.findings if p.verdict else ():
+            if f.level in ("warn", "fail") and (f.code not in worst or f.level == "fail"):
+                worst[f.code] = f
+    ordered = sorted(worst.values(), key=lambda f: f.level != "fail")
+    return len(noisy), len(probes), ordered
+
+
+def noise_lines(noisy: int, total: int, findings: list[FindingRecord]) -> list[str]:
+    """"⚠ machine NOISY during this request (4 of 6 probe samples): …" and one line per
+    finding with its remedy; [] when no sample during the request was NOISY."""
+    if not noisy:
+        return []
+    return [(f"⚠ machine NOISY during this request ({noisy} of {total} probe samples): these "
+            "figures include the noise"),
+            *(f"  {f.level.upper()} {f.message} — {f.remedy}" for f in findings)]
+
+
 def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str], None]:
     """An agent's state changes (`--probes`): logged, and said on stderr unless `quiet`."""
 
@@ -181,8 +210,13 @@ async def _run(args: argparse.Namespace) -> int:
         finally:
             sampler.stop()
             recorder.close()
+        noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
         if args.json:
             data = result_json(result, conn, str(recorder.log.path))
+            data["noisy"] = noisy > 0
+            data["probe_samples"] = {"noisy": noisy, "total": samples}
+            data["findings"] = [{"code": f.code, "level": f.level, "message": f.message,
+                                 "remedy": f.remedy} for f in findings]
             if recorder.last_energy:  # only where a source was read: otherwise unchanged
                 data["energy"] = [e.to_json() for e in recorder.last_energy]
             print(json.dumps(data))
@@ -191,7 +225,12 @@ async def _run(args: argparse.Namespace) -> int:
             print_metrics(result)
             for e in recorder.last_energy:
                 print(f"energy        {request_line(e)}")
+            state = "NOISY" if noisy else "QUIET"
+            print(f"machine       {state} ({noisy} of {samples} probe samples NOISY during the "
+                  "request)" if samples else "machine       no probe sample during the request")
             print(f"log           {recorder.log.path}")
+            for line in noise_lines(noisy, samples, findings):
+                print(f"llmtop: {line}", file=sys.stderr)
         for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
             print(f"llmtop: note: {note}", file=sys.stderr)
         if result.failure is not None and not args.json:

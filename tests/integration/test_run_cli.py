@@ -63,6 +63,11 @@ def test_run_json_on_the_real_model_cold_then_warm(fresh_engine, tmp_path):
     (req,) = loaded.requests
     assert req.stats is not None and req.stats.eval_count == 24 and len(req.chunks) >= 1
     assert loaded.probes, "probe samples are logged with the request"
+    # the JSON says what the probes saw during the request, as its log does
+    during = [pr for pr in loaded.probes if pr.request_id == req.id]
+    assert second["probe_samples"] == {"noisy": sum(pr.noisy for pr in during),
+                                       "total": len(during)}
+    assert second["noisy"] == any(pr.noisy for pr in during)
 
 
 def test_run_text_mode_starts_and_stops_its_own_engine(tmp_path):
