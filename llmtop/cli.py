@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 
 def _bench_defaults() -> Any:
-    """The bench protocol's defaults (sessions.runners.bench.BenchConfig())."""
-    from llmtop.sessions.runners.bench import BenchConfig
+    """The bench protocol's defaults (sessions.runners.bench_config.BenchConfig())."""
+    from llmtop.sessions.runners.bench_config import BenchConfig
 
     return BenchConfig()
 
@@ -433,7 +433,7 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_flags(p: argparse.ArgumentParser) -> None:
-    from llmtop.sessions.analysis.compare import (
+    from llmtop.sessions.analysis.compare_spec import (
         DEFAULT_METRICS,
         DEFAULT_THRESHOLD_PCT,
         METRICS,

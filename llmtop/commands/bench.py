@@ -21,12 +21,12 @@ from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build, repeat_markdown
 from llmtop.sessions.runners.bench import (
-    BenchConfig,
     BenchOutcome,
     BenchProgress,
     BenchRunner,
     NoisyMachine,
 )
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.context import SUFFIX_WORDS
 

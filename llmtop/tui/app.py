@@ -76,7 +76,7 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
-from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S

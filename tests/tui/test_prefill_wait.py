@@ -111,7 +111,8 @@ async def test_the_plots_screen_draws_the_context_of_a_bench(tmp_path: Path, mon
     from textual_plotext import PlotextPlot
 
     from llmtop.connect import connect
-    from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+    from llmtop.sessions.runners.bench import BenchRunner
+    from llmtop.sessions.runners.bench_config import BenchConfig
     from llmtop.testing.context import ContextUpstream, Prefill
     from llmtop.tui.screens.plots import PlotsScreen
 

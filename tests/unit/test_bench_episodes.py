@@ -19,7 +19,8 @@ from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import SummaryRecord
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.bench import BenchRunner
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, trend
 
 REQUESTS = 25

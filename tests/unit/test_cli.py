@@ -7,7 +7,7 @@ import pytest
 
 from llmtop.cli import COMMANDS, build_parser, tui_settings
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.bench_config import BenchConfig
 
 
 def parse(*argv: str):
@@ -136,6 +136,7 @@ HEAVY = ("numpy", "scipy", "httpx", "pydantic", "psutil", "textual", "aiohttp", 
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"],
+                                  ["bench", "--help"], ["load", "--help"], ["compare", "--help"],
                                   ["preflight", "--help"], ["sessions", "--help"]])
 def test_starting_imports_nothing_heavy(argv):
     import subprocess

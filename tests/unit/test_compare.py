@@ -11,7 +11,8 @@ import statistics
 import pytest
 
 from llmtop import cli
-from llmtop.sessions.analysis.compare import METRICS, MIN_OK, compare_logs, judge, ratio_test
+from llmtop.sessions.analysis.compare import MIN_OK, compare_logs, judge, ratio_test
+from llmtop.sessions.analysis.compare_spec import METRICS
 from llmtop.sessions.records.log import read_log
 from tests.unit.compare_logs import lognormal, write_log
 

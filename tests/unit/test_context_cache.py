@@ -13,7 +13,8 @@ import pytest
 from llmtop.connect import connect
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.bench import BenchRunner
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.testing.context import ContextUpstream, Prefill
 
 TRUE = Prefill(20.0, 0.8, 4e-4)

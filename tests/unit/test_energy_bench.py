@@ -23,7 +23,8 @@ from llmtop.probes.energy.rapl import read_text
 from llmtop.sessions.records.schema import EnergyRecord, RunLog
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.bench import BenchRunner
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.testing.slotted import MODEL, TEMPLATE_TOKENS, Service, SlottedUpstream
 

@@ -17,7 +17,8 @@ from llmtop.sessions.analysis.prefill import Curve, CurveError, check_prediction
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.bench import BenchRunner
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key
 from llmtop.testing.context import ContextUpstream, Prefill
 

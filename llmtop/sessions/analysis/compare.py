@@ -21,6 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmtop.sessions.analysis.compare_spec import (
+    DEFAULT_METRICS,
+    DEFAULT_THRESHOLD_PCT,
+    METRICS,
+    OPTION_KEYS,
+    MetricSpec,
+)
 from llmtop.sessions.analysis.run import Analysis, analyze_log, noisy_samples
 from llmtop.sessions.records.schema import RunLog
 
@@ -31,37 +38,7 @@ ALPHA = 0.05  # two-sided: a 95 % interval and a 5 % test
 CONFIDENCE = 1 - ALPHA
 N_RESAMPLES = 4999  # bootstrap resamples: the interval's ends move < 1 % between seeds at n=20
 MIN_OK = 5  # ok requests per run and group below which no comparison is made (drift's window)
-DEFAULT_THRESHOLD_PCT = 5.0  # a significant slowdown beyond this is a regression (exit 1)
 DEFAULT_SEED = 0
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """A metric `compare` knows: its name on the command line, its field in
-    timeline.RequestMetrics, label, unit, and whether higher values are faster."""
-
-    name: str
-    key: str
-    label: str
-    unit: str
-    higher_is_better: bool
-
-
-METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in (
-        MetricSpec("ttft", "ttft_ms", "TTFT", "ms", False),
-        MetricSpec("tpot", "tpot_ms", "TPOT", "ms", False),
-        MetricSpec("decode", "server_decode_tps", "decode (server)", "tok/s", True),
-        MetricSpec("prefill", "server_prefill_tps", "prefill (server)", "tok/s", True),
-        MetricSpec("e2e", "e2e_ms", "E2E", "ms", False),
-    )
-}
-DEFAULT_METRICS = tuple(METRICS)
-
-# What a user may declare to be the point of a comparison (`--vary`); "options" is all three.
-OPTION_KEYS = {"temperature": "temperature", "num_ctx": "num_ctx", "max_tokens": "num_predict"}
-VARY_CHOICES = ("prompt", "options", *OPTION_KEYS, "engine", "model", "via")
 
 
 @dataclass(frozen=True, slots=True)

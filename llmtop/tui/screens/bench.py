@@ -30,7 +30,8 @@ from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.bench import BenchConfig, BenchRunner
+from llmtop.sessions.runners.bench import BenchRunner
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.state.bench_config import (

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.analysis.run import Analysis, BenchStatus, first_pass_status
 from llmtop.sessions.measure.request import RequestCollector
-from llmtop.sessions.runners.bench import BenchConfig, BenchOutcome, BenchProgress
+from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress
+from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.tui.state.live import LiveRequest, request_span_ns
 from llmtop.tui.state.noise import NoiseTracker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtop.sessions.runners.bench import BenchConfig
+from llmtop.sessions.runners.bench_config import BenchConfig
 
 # Idle, a probe sample every 2 s: a sample costs ~5 ms of CPU (+ ~20 ms for the engine's pids
 # every 5 s), the panel's redraw ~4 ms more, against an idle budget of 1 % of a core
