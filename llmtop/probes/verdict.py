@@ -213,9 +213,26 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             "% CPU (machine)",
             f"other programs are using {value:.0f} % of the machine's CPU{note}",
             "close the busy applications listed below before measuring"
-            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
+            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else "")
+            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus),
         )
     ]
+
+
+# On this many logical CPUs or fewer, one busy program takes a core llama.cpp's threads all
+# wait on: with as many threads as cores, every decode step waits for the thread that lost
+# its core (newcomer test, 2 cores: 11 tok/s fell to 0.2 chunk/s under one busy process).
+FEW_CORES = 4
+
+
+def _few_cores_remedy(cpus: float) -> str:
+    """The remedy's tail on a small machine: give the engine one thread fewer than the cores
+    ("" above FEW_CORES logical CPUs, or when the count is unknown)."""
+    n = int(cpus)
+    if not 2 <= n <= FEW_CORES:
+        return ""
+    return (f"; on {n} CPUs an engine with a thread per core stalls when another program "
+            f"takes one (decode can fall tenfold): --num-thread {n - 1} leaves it room")
 
 
 def _unidentified_engines(processes: ProcessSample) -> list[AppUsage]:

@@ -116,7 +116,10 @@ def test_background_cpu_levels_exact() -> None:
         # no process in the sample accounts for any of it: said, with its size
         "other programs are using 55 % of the machine's CPU; 55 % of it is in no process "
         "llmtop could read (short-lived processes, or other users' processes hidden from it)",
-        "close the busy applications listed below before measuring",
+        # QUIET_SYSTEM has 4 logical CPUs: the small machine's advice, one thread fewer
+        "close the busy applications listed below before measuring; on 4 CPUs an engine with "
+        "a thread per core stalls when another program takes one (decode can fall tenfold): "
+        "--num-thread 3 leaves it room",
     )
     # 32 − 8 / 4 = 30 % → WARN (> 25)
     warn = evaluate(sys_(cpu_percent=32.0), procs(self_cpu=8.0))
@@ -133,6 +136,15 @@ def test_background_cpu_a_listed_app_explains_needs_no_note() -> None:
     # the hog at 80 % of a core = 20 % of the machine: 35 unattributed, >= 55 / 3 → said
     hidden = evaluate(sys_(cpu_percent=60.0), procs(app("hog", 80.0), self_cpu=0.0, engine=20.0))
     assert "; 35 % of it is in no process llmtop could read" in hidden.findings[0].message
+
+
+def test_the_thread_advice_is_for_small_machines_only() -> None:
+    eight = sys_(cpu_percent=60.0, logical_cpus=8, per_cpu=(60.0,) * 8)
+    big = evaluate(eight, procs(self_cpu=0.0))
+    assert big.findings[0].remedy == "close the busy applications listed below before measuring"
+    two = evaluate(sys_(cpu_percent=60.0, logical_cpus=2, per_cpu=(60.0, 60.0)),
+                   procs(self_cpu=0.0))
+    assert two.findings[0].remedy.endswith("--num-thread 1 leaves it room")
 
 
 def test_warming_up_skips_cpu_rules_but_not_memory() -> None:
