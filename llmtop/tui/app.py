@@ -91,10 +91,12 @@ from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.header_line import HeaderLine
+from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
 from llmtop.tui.widgets.request_history import RequestHistory
+from llmtop.tui.widgets.scrollbars import use_whole_cell_scrollbars
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
@@ -122,6 +124,13 @@ PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however 
 IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most every 30 s
 # (by socket owner: ~20 ms of CPU, every 5 s otherwise — a third of the idle CPU)
 SHUTDOWN_WAIT_S = 5.0
+# The screen at every size (issue 32): below NARROW_BELOW columns the response and its figures
+# get the width and the probe panel gives way to a one-line badge (`MachineBadge`; at 80
+# columns the 46-column panel left the answer 32); from WIDE_FROM the panel widens (a quarter
+# of the screen, llmtop.tcss) and, as tall as the screen is, lists more apps and the CPU
+# history (`ProbePanel`). Textual sets the class on the screen as its width crosses them.
+NARROW_BELOW = 100
+WIDE_FROM = 200
 
 
 class LlmtopApp(App[int]):
@@ -129,6 +138,11 @@ class LlmtopApp(App[int]):
 
     CSS_PATH = "llmtop.tcss"
     TITLE = "llmtop"
+    HORIZONTAL_BREAKPOINTS = [
+        (0, "-narrow"),
+        (NARROW_BELOW, "-normal"),
+        (WIDE_FROM, "-wide"),
+    ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "repeat", "Repeat last", priority=True),
         Binding("ctrl+b", "bench", "Bench", priority=True),
@@ -146,6 +160,7 @@ class LlmtopApp(App[int]):
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
         super().__init__()
+        use_whole_cell_scrollbars()  # no scrollbar end that reads as a bar chart (row 4)
         self.settings = settings
         self._injected = connection
         self.conn: Connection | None = None
@@ -189,6 +204,7 @@ class LlmtopApp(App[int]):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
+                yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
                 yield RequestHistory(id="history")
             yield ProbePanel(id="probes")
         yield PromptInput(
@@ -243,7 +259,8 @@ class LlmtopApp(App[int]):
         s = self.settings
         try:
             conn = self._injected or await connect(
-                s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids)
+                s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids
+            )
         except EngineError as exc:
             self.connect_failure = exc
             self.exit_code = exit_code_for(exc.failure.kind)
@@ -354,8 +371,7 @@ class LlmtopApp(App[int]):
         incomplete = self.recorder.log.incomplete
         if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
             self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
-            self.notify(incomplete, title="session log incomplete", severity="error",
-                        timeout=30)
+            self.notify(incomplete, title="session log incomplete", severity="error", timeout=30)
 
     def _sample_at_end(self, live: LiveRequest) -> None:
         """The request ended: one probe sample now, which measures its last stretch (since
@@ -535,6 +551,7 @@ class LlmtopApp(App[int]):
         self._panel_ns = now
         self._label_probes()
         self.query_one(ProbePanel).show(self._probe_sample)
+        self.query_one(MachineBadge).show(self._probe_sample)
 
     @property
     def render_paused(self) -> bool:
@@ -732,8 +749,11 @@ def main(settings: TuiSettings) -> int:
     """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value
     (USAGE without a terminal: scripts use `llmtop run` or `llmtop bench`)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        print("llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
-              "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
+        print(
+            "llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
+            "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`",
+            file=sys.stderr,
+        )
         return int(ExitCode.USAGE)
     app = make_app(settings)
     app.freeze_gc_when_ready = True

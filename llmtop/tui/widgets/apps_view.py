@@ -8,7 +8,8 @@ from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import ProcessSample
 from llmtop.tui.state import fmt
 
-TOP_N = 5
+TOP_N = 5  # apps listed in a panel of ordinary height; a taller one lists up to MAX_APPS
+MAX_APPS = 20  # the apps a probe record keeps (`ProbeSample.to_dict`)
 BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
 # llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming,
@@ -17,9 +18,12 @@ SELF_BUDGET_PERCENT = 5.0
 
 
 def apps_text(
-    processes: ProcessSample | None, cost_ms: float | None = None, stale_s: float | None = None
+    processes: ProcessSample | None,
+    cost_ms: float | None = None,
+    stale_s: float | None = None,
+    top_n: int = TOP_N,
 ) -> Text:
-    """Top TOP_N apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
+    """The `top_n` busiest apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
 
     A None CPU reading is "warming up" (psutil needs two readings), never 0.0. `stale_s`: the
     processes come from an earlier sample, this many seconds old (the last read gave up);
@@ -32,7 +36,7 @@ def apps_text(
         text.append(f"stale: process data from {stale_s:.1f} s ago\n", style="bold yellow")
     text.append("top apps      CPU (% of 1 core)  RSS", style="bold underline")
     others = [a for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE)]
-    for app in others[:TOP_N]:
+    for app in others[:top_n]:
         mark = BROWSER_MARK if app.is_browser else "  "
         name = app.app if app.n_procs == 1 else f"{app.app} ×{app.n_procs}"
         if len(name) > NAME_WIDTH:
