@@ -85,6 +85,7 @@ from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.load import LoadScreen
 from llmtop.tui.screens.plots import PlotsScreen
 from llmtop.tui.screens.sessions import SessionsScreen
+from llmtop.tui.state.connect_failure import connect_failure_view
 from llmtop.tui.state.frames import StreamFrames
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
@@ -138,7 +139,7 @@ class LlmtopApp(App[int]):
 
     CSS_PATH = "llmtop.tcss"
     TITLE = "llmtop"
-    HORIZONTAL_BREAKPOINTS = [
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 — App declares it without ClassVar (mypy)
         (0, "-narrow"),
         (NARROW_BELOW, "-normal"),
         (WIDE_FROM, "-wide"),
@@ -264,8 +265,9 @@ class LlmtopApp(App[int]):
         except EngineError as exc:
             self.connect_failure = exc
             self.exit_code = exit_code_for(exc.failure.kind)
-            self.query_one(HeaderLine).show_failed("no engine")
-            self.query_one(TokenPane).show_failure(exc.failure, "Could not reach an engine: ")
+            view = connect_failure_view(exc.failure.kind)  # "no engine" only when none answered
+            self.query_one(HeaderLine).show_failed(view.header)
+            self.query_one(TokenPane).show_failure(exc.failure, view.title)
             return
         except Exception as exc:  # noqa: BLE001 — unforeseen: say so, stay usable to quit
             failure = Failure(
