@@ -91,6 +91,7 @@ from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.state.settings import TuiSettings
+from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
@@ -249,6 +250,7 @@ class LlmtopApp(App[int]):
                 on_state=self._on_probe_state_thread,
             )
             self.sampler.start()
+        self.query_one(ProbePanel).engine_unknown = ENGINE_STARTING
         self._label_probes()
         self._connect()
 
@@ -267,6 +269,7 @@ class LlmtopApp(App[int]):
             self.exit_code = exit_code_for(exc.failure.kind)
             view = connect_failure_view(exc.failure.kind)  # "no engine" only when none answered
             self.query_one(HeaderLine).show_failed(view.header)
+            self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
             self.query_one(TokenPane).show_failure(exc.failure, view.title)
             return
         except Exception as exc:  # noqa: BLE001 — unforeseen: say so, stay usable to quit
@@ -278,12 +281,15 @@ class LlmtopApp(App[int]):
             self.connect_failure = EngineError(failure)
             self.exit_code = ExitCode.ENGINE_UNREACHABLE
             self.query_one(HeaderLine).show_failed("no engine")
+            self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
             self.query_one(TokenPane).show_failure(failure, "")
             return
         if self._closed:  # quit while the engine was starting
             await conn.close()
             return
         self.conn = conn
+        self.query_one(ProbePanel).engine_unknown = ENGINE_UNKNOWN
+        self._probe_dirty = True  # the engine line: no longer "starting…"
         self._label_probes()
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
