@@ -54,13 +54,16 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult, ScreenStackError
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import Worker
@@ -74,8 +77,10 @@ from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
-from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchConfig
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
@@ -84,6 +89,7 @@ from llmtop.tui.screens.bench import BenchScreen
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.load import LoadScreen
 from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.screens.sessions import SessionsScreen
 from llmtop.tui.state.connect_failure import connect_failure_view
 from llmtop.tui.state.frames import StreamFrames
@@ -146,15 +152,18 @@ class LlmtopApp(App[int]):
         (WIDE_FROM, "-wide"),
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+r", "repeat", "Repeat last", priority=True),
+        # every screen's key in the footer (issue 32, row 27), short enough for 80 columns;
+        # Ctrl+R and Esc are in the prompt's placeholder; README's "Keys" line and the help
+        # (F1) name them all
+        Binding("ctrl+r", "repeat", "Repeat", priority=True, show=False),
         Binding("ctrl+b", "bench", "Bench", priority=True),
-        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
-        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
-        Binding("ctrl+l", "load", "Load", priority=True, show=False),
+        Binding("ctrl+g", "plots", "Plots", priority=True),
+        Binding("ctrl+o", "sessions", "Sessions", priority=True),
+        Binding("ctrl+l", "load", "Load", priority=True),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
-        Binding("escape", "stop", "Stop / leave prompt"),
+        Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         Binding("q", "quit", "Quit", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -213,7 +222,7 @@ class LlmtopApp(App[int]):
             placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
             id="prompt",
         )
-        yield Footer()
+        yield Footer(compact=True)
 
     def _check_terminal(self) -> None:
         """Exit with ExitCode.HANGUP once the terminal llmtop started on is gone (a hung-up
@@ -615,6 +624,50 @@ class LlmtopApp(App[int]):
         self.viewing = None if picked is self.live else picked
         picked.dirty = picked.numbers_dirty = picked.urgent = True
         self._wake()
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette (Ctrl+P): llmtop's screens first, then Textual's own, whose
+        Screenshot is replaced by `action_save_screenshot` (Textual's saves to ~/Downloads,
+        and said only "Failed to save screenshot" where there is none)."""
+        yield SystemCommand("Bench", "Ctrl+B: the bench protocol on this engine", self.action_bench)
+        yield SystemCommand("History", "F2: this session's requests", self.action_history)
+        yield SystemCommand("Plots", "Ctrl+G: plots of this session", self.action_plots)
+        yield SystemCommand("Sessions", "Ctrl+O: the saved session logs", self.action_sessions)
+        yield SystemCommand("Load", "Ctrl+L: a concurrency or rate sweep", self.action_load)
+        yield SystemCommand("Report", "this session's report so far", self.action_report)
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":
+                yield command
+        yield SystemCommand(
+            "Screenshot",
+            "Save an SVG of the screen beside the session log (else here)",
+            self.action_save_screenshot,
+        )
+
+    def action_save_screenshot(self) -> None:
+        """Save an SVG of the screen in the session log's folder (the working directory before
+        there is a log), and say where — or why it could not be written."""
+        folder = Path.cwd() if self.recorder is None else self.recorder.log.path.parent
+        try:
+            path = self.save_screenshot(path=str(folder))
+        except OSError as exc:
+            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                        title="Screenshot", severity="error", timeout=10)
+            return
+        self.notify(f"saved {path}", title="Screenshot", timeout=10)
+
+    def action_report(self) -> None:
+        """The report of this session's log so far (as `llmtop report LOG`), in a box."""
+        if self.recorder is None:
+            self.notify("no session log yet")
+            return
+        path = str(self.recorder.log.path)
+        try:
+            text = render(build(read_log(path)), "md")
+        except (LogError, ValueError) as exc:
+            self.notify(f"no report: {exc}", severity="error")
+            return
+        self.push_screen(ReportScreen(text, path, title="session report"))
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""

@@ -36,7 +36,7 @@ def bar_levels(values: Sequence[float], width: int) -> list[int]:
     if n <= 1:
         return [TOP if n else 0] * width
     if n >= width:
-        cells = [max(values[n * k // width:n * (k + 1) // width]) for k in range(width)]
+        cells = [max(values[n * k // width : n * (k + 1) // width]) for k in range(width)]
     else:
         cells = [values[n * c // width] for c in range(width)]
     low = min(values)
@@ -69,9 +69,7 @@ class SparkBars(Widget):
     }
     """
 
-    def __init__(
-        self, data: Sequence[float] = (), stretch: bool = True, **kwargs: object
-    ) -> None:
+    def __init__(self, data: Sequence[float] = (), stretch: bool = True, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.stretch = stretch
         self._note = ""
