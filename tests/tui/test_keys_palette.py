@@ -51,8 +51,11 @@ def test_readme_keys_line_names_every_footer_key() -> None:
     assert found is not None, "README has no 'Keys: … quit.' line"
     line = " ".join(found.group(1).split())
     keys = [b.key for b in LlmtopApp.BINDINGS if isinstance(b, Binding)]
-    missing = [spelled(k) for k in keys if k not in ("question_mark", "slash", "q")
-               and spelled(k) not in line]
+    missing = [
+        spelled(k)
+        for k in keys
+        if k not in ("question_mark", "slash", "q") and spelled(k) not in line
+    ]
     assert missing == []
     assert "Ctrl+P palette" in line
 
@@ -64,8 +67,16 @@ async def test_footer_shows_the_screen_keys(tmp_path: Path) -> None:
         await pilot.pause()
         cells = screen_cells(app)
         footer = "".join(cells[(x, 23)] for x in range(80))
-    for words in ("^g Plots", "^o Sessions", "^l Load", "^b Bench", "f2 History", "f1 Help",
-                  "^q Quit", "^p palette"):
+    for words in (
+        "^g Plots",
+        "^o Sessions",
+        "^l Load",
+        "^b Bench",
+        "f2 History",
+        "f1 Help",
+        "^q Quit",
+        "^p palette",
+    ):
         assert words in footer, footer
 
 
