@@ -13,6 +13,8 @@ def test_padding_keeps_points_off_the_frame() -> None:
     # one value: ±8 % of it; a time never below 0
     assert padded_range([50.0]) == pytest.approx((46.0, 54.0))
     assert padded_range([1.0, 100.0], floor=0.0)[0] == 0.0
+    # a value under the floor (a negative overhead) keeps its padding: lo < hi always
+    assert padded_range([-10.0], floor=0.0) == pytest.approx((-10.8, -9.2))
     with pytest.raises(ValueError, match="at least one"):
         padded_range([])
 

@@ -18,14 +18,17 @@ MOST_TICKS = 8  # at most this many integer ticks on an axis
 
 def padded_range(values: Sequence[float], floor: float | None = None) -> tuple[float, float]:
     """(lo, hi) around `values` with PAD of their span on each side (a single value or equal
-    values: ±PAD of the value, or ±1 for 0); `floor` (e.g. 0 for times) bounds lo from below.
+    values: ±PAD of the value, or ±1 for 0); `floor` (e.g. 0 for times) bounds lo from below
+when every value is at or above it.
     Raises ValueError for no values."""
     if not values:
         raise ValueError("padded_range needs at least one value")
     lo, hi = min(values), max(values)
     pad = (hi - lo) * PAD or abs(hi) * PAD or 1.0
     lo, hi = lo - pad, hi + pad
-    return (max(lo, floor) if floor is not None else lo), hi
+    if floor is not None and min(values) >= floor:  # a floor under every value, never above
+        lo = max(lo, floor)
+    return lo, hi
 
 
 def integer_ticks(lo: float, hi: float, most: int = MOST_TICKS) -> list[int]:
