@@ -19,8 +19,7 @@ MOST_TICKS = 8  # at most this many integer ticks on an axis
 def padded_range(values: Sequence[float], floor: float | None = None) -> tuple[float, float]:
     """(lo, hi) around `values` with PAD of their span on each side (a single value or equal
     values: ±PAD of the value, or ±1 for 0); `floor` (e.g. 0 for times) bounds lo from below
-when every value is at or above it.
-    Raises ValueError for no values."""
+    when every value is at or above it. Raises ValueError for no values."""
     if not values:
         raise ValueError("padded_range needs at least one value")
     lo, hi = min(values), max(values)
