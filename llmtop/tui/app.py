@@ -651,8 +651,12 @@ class LlmtopApp(App[int]):
         try:
             path = self.save_screenshot(path=str(folder))
         except OSError as exc:
-            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
-                        title="Screenshot", severity="error", timeout=10)
+            self.notify(
+                f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                title="Screenshot",
+                severity="error",
+                timeout=10,
+            )
             return
         self.notify(f"saved {path}", title="Screenshot", timeout=10)
 

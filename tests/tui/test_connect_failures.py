@@ -27,8 +27,12 @@ def bad_model(tmp_path: Path) -> Path:
 
 
 async def test_tui_exits_usage_for_a_bad_model_path(tmp_path: Path) -> None:
-    settings = TuiSettings(engine="embedded", model_path=str(bad_model(tmp_path)),
-                           log_path=str(tmp_path / "s.jsonl"), probes=False)
+    settings = TuiSettings(
+        engine="embedded",
+        model_path=str(bad_model(tmp_path)),
+        log_path=str(tmp_path / "s.jsonl"),
+        probes=False,
+    )
     app = make_app(settings)
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.connect_failure is not None, 60.0, "the failure")
@@ -39,9 +43,24 @@ async def test_tui_exits_usage_for_a_bad_model_path(tmp_path: Path) -> None:
 
 def test_run_exits_usage_for_a_bad_model_path(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "llmtop", "--engine", "embedded", "--model-path",
-         str(bad_model(tmp_path)), "run", "--prompt", "hi", "--log", str(tmp_path / "r.jsonl")],
-        capture_output=True, text=True, check=False, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "llmtop",
+            "--engine",
+            "embedded",
+            "--model-path",
+            str(bad_model(tmp_path)),
+            "run",
+            "--prompt",
+            "hi",
+            "--log",
+            str(tmp_path / "r.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert p.returncode == ExitCode.USAGE, p.stderr
     assert "--model-path" in p.stderr
@@ -53,8 +72,13 @@ async def test_a_missing_model_is_not_called_unreachable(tmp_path: Path) -> None
     and Ollama's advice, the header says "model not found", and the exit code is 4
     (README, "Exit codes"), never "Could not reach an engine"."""
     with ScriptedUpstream() as up:
-        settings = TuiSettings(engine="ollama", host=up.url, model="timd",
-                               log_path=str(tmp_path / "s.jsonl"), probes=False)
+        settings = TuiSettings(
+            engine="ollama",
+            host=up.url,
+            model="timd",
+            log_path=str(tmp_path / "s.jsonl"),
+            probes=False,
+        )
         app = make_app(settings)
         async with app.run_test() as pilot:
             await wait_for(pilot, lambda: app.connect_failure is not None, 30.0, "the failure")
@@ -74,7 +98,7 @@ async def test_a_missing_model_is_not_called_unreachable(tmp_path: Path) -> None
 
 
 def test_only_an_unanswered_connect_reads_unreachable() -> None:
-    """"Could not reach an engine" for UNREACHABLE and TIMEOUT (nothing answered) only."""
+    """ "Could not reach an engine" for UNREACHABLE and TIMEOUT (nothing answered) only."""
     said = {kind: connect_failure_view(kind) for kind in FailureKind}
     reached = [k for k, v in said.items() if "Could not reach" in v.title]
     assert reached == [FailureKind.UNREACHABLE, FailureKind.TIMEOUT]

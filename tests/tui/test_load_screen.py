@@ -126,8 +126,12 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
             siblings = list(field.parent.children)
             before = siblings[siblings.index(field) - 1]
             labels[field.id] = str(before.render())
-        assert labels == {"load-levels": "levels", "load-requests": "requests",
-                          "load-prompt": "prompt tokens", "load-slo": "SLO"}
+        assert labels == {
+            "load-levels": "levels",
+            "load-requests": "requests",
+            "load-prompt": "prompt tokens",
+            "load-slo": "SLO",
+        }
         start = screen.query_one("#load-start").region
         assert start.width >= 9 and start.right <= width
         badge = str(screen.query_one(MachineBadge).content)

@@ -28,8 +28,9 @@ from .fakes import (
 
 
 def sample(self_cpu: float | None) -> ProcessSample:
-    return ProcessSample(apps=(), self_cpu_percent=self_cpu, engine_cpu_percent=None,
-                         warming_up=False)
+    return ProcessSample(
+        apps=(), self_cpu_percent=self_cpu, engine_cpu_percent=None, warming_up=False
+    )
 
 
 def test_within_budget_is_plain() -> None:
@@ -190,14 +191,16 @@ def test_engine_line_while_the_engine_starts() -> None:
 async def test_the_panel_says_no_engine_when_none_answered(tmp_path: Path) -> None:
     """Nothing listens at port 9: connecting fails, and the engine line no longer says
     "starting…" but "n/a (no engine)"; a connection made says the ordinary wording."""
-    settings = TuiSettings(engine="ollama", host="http://127.0.0.1:9",
-                           log_path=str(tmp_path / "s.jsonl"), probes=False)
+    settings = TuiSettings(
+        engine="ollama", host="http://127.0.0.1:9", log_path=str(tmp_path / "s.jsonl"), probes=False
+    )
     app = make_app(settings)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.connect_failure is not None, 30.0, "the failure")
         assert app.query_one(ProbePanel).engine_unknown == "n/a (no engine)"
-    app = make_app(TuiSettings(log_path=str(tmp_path / "t.jsonl"), probes=False),
-                   connection=fake_connection())
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "t.jsonl"), probes=False), connection=fake_connection()
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         assert app.query_one(ProbePanel).engine_unknown == ENGINE_UNKNOWN

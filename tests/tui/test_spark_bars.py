@@ -53,8 +53,9 @@ def test_levels_by_hand() -> None:
 
 async def test_the_strip_is_rendered_once_per_change_of_values(tmp_path: Path) -> None:
     """Frames that repaint the bars without new values reuse the cached strip."""
-    app = make_app(TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False),
-                   connection=fake_connection())
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         bars = app.query_one("#itl", SparkBars)
@@ -83,8 +84,9 @@ async def test_the_strip_is_rendered_once_per_change_of_values(tmp_path: Path) -
 async def test_the_gap_bars_carry_their_scale(tmp_path: Path) -> None:
     """The note follows the bars after a space; with more values than the cells the note
     leaves, each cell is its run's maximum (`bar_levels` at the cells left)."""
-    app = make_app(TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False),
-                   connection=fake_connection())
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         bars = app.query_one("#itl", SparkBars)

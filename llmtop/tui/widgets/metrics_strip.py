@@ -125,8 +125,9 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
     status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
     texts: dict[str, Text | str] = {
         # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
-        "ttft": Text.assemble("whole answer " if m.buffered else "TTFT ",
-                              (fmt.ms(m.ttft_ms), "bold")),
+        "ttft": Text.assemble(
+            "whole answer " if m.buffered else "TTFT ", (fmt.ms(m.ttft_ms), "bold")
+        ),
         "count": Text.assemble(label, (tokens, "bold")),
         "decode": Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")),
         "client": Text.assemble(
@@ -141,9 +142,13 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
             if result.stats is None
             else server_text(result)
         ),
-        "failure": failure_text(result.failure) if result.failure else (
+        "failure": failure_text(result.failure)
+        if result.failure
+        else (
             Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
-            if m.buffered else ""),
+            if m.buffered
+            else ""
+        ),
     }
     cut = cut_short(result)
     return texts if cut is None else {**texts, **cut_short_texts(cut)}
