@@ -54,13 +54,16 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult, ScreenStackError
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import Worker
@@ -74,8 +77,10 @@ from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
-from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import BenchMarkRecord, RequestRecord
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
@@ -86,18 +91,23 @@ from llmtop.tui.screens.bench import BenchScreen
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.load import LoadScreen
 from llmtop.tui.screens.plots import PlotsScreen
+from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.screens.sessions import SessionsScreen
+from llmtop.tui.state.connect_failure import connect_failure_view
 from llmtop.tui.state.frames import StreamFrames
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.prefill import PrefillExpectation, expectation_for
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.state.settings import TuiSettings
+from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
 from llmtop.tui.widgets.header_line import HeaderLine
+from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
 from llmtop.tui.widgets.request_history import RequestHistory
+from llmtop.tui.widgets.scrollbars import use_whole_cell_scrollbars
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
@@ -126,6 +136,13 @@ PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however 
 IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most every 30 s
 # (by socket owner: ~20 ms of CPU, every 5 s otherwise — a third of the idle CPU)
 SHUTDOWN_WAIT_S = 5.0
+# The screen at every size (issue 32): below NARROW_BELOW columns the response and its figures
+# get the width and the probe panel gives way to a one-line badge (`MachineBadge`; at 80
+# columns the 46-column panel left the answer 32); from WIDE_FROM the panel widens (a quarter
+# of the screen, llmtop.tcss) and, as tall as the screen is, lists more apps and the CPU
+# history (`ProbePanel`). Textual sets the class on the screen as its width crosses them.
+NARROW_BELOW = 100
+WIDE_FROM = 200
 
 
 class LlmtopApp(App[int]):
@@ -133,17 +150,25 @@ class LlmtopApp(App[int]):
 
     CSS_PATH = "llmtop.tcss"
     TITLE = "llmtop"
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 — App declares it without ClassVar (mypy)
+        (0, "-narrow"),
+        (NARROW_BELOW, "-normal"),
+        (WIDE_FROM, "-wide"),
+    ]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+r", "repeat", "Repeat last", priority=True),
+        # every screen's key in the footer (issue 32, row 27), short enough for 80 columns;
+        # Ctrl+R and Esc are in the prompt's placeholder; README's "Keys" line and the help
+        # (F1) name them all
+        Binding("ctrl+r", "repeat", "Repeat", priority=True, show=False),
         Binding("ctrl+b", "bench", "Bench", priority=True),
-        Binding("ctrl+g", "plots", "Plots", priority=True, show=False),  # in the help (F1)
-        Binding("ctrl+o", "sessions", "Sessions", priority=True, show=False),
-        Binding("ctrl+l", "load", "Load", priority=True, show=False),
+        Binding("ctrl+g", "plots", "Plots", priority=True),
+        Binding("ctrl+o", "sessions", "Sessions", priority=True),
+        Binding("ctrl+l", "load", "Load", priority=True),
         Binding("ctrl+k", "keep_history", "Keep history", priority=True, show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
-        Binding("escape", "stop", "Stop / leave prompt"),
+        Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         Binding("q", "quit", "Quit", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -151,6 +176,7 @@ class LlmtopApp(App[int]):
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
         super().__init__()
+        use_whole_cell_scrollbars()  # no scrollbar end that reads as a bar chart (row 4)
         self.settings = settings
         self._injected = connection
         self.conn: Connection | None = None
@@ -197,13 +223,14 @@ class LlmtopApp(App[int]):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
+                yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
                 yield RequestHistory(id="history")
             yield ProbePanel(id="probes")
         yield PromptInput(
             placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
             id="prompt",
         )
-        yield Footer()
+        yield Footer(compact=True)
 
     def _check_terminal(self) -> None:
         """Exit with ExitCode.HANGUP once the terminal llmtop started on is gone (a hung-up
@@ -244,6 +271,7 @@ class LlmtopApp(App[int]):
                 energy=self.energy.reader,
             )
             self.sampler.start()
+        self.query_one(ProbePanel).engine_unknown = ENGINE_STARTING
         self._label_probes()
         self._connect()
 
@@ -255,12 +283,15 @@ class LlmtopApp(App[int]):
         s = self.settings
         try:
             conn = self._injected or await connect(
-                s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids)
+                s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids
+            )
         except EngineError as exc:
             self.connect_failure = exc
             self.exit_code = exit_code_for(exc.failure.kind)
-            self.query_one(HeaderLine).show_failed("no engine")
-            self.query_one(TokenPane).show_failure(exc.failure, "Could not reach an engine: ")
+            view = connect_failure_view(exc.failure.kind)  # "no engine" only when none answered
+            self.query_one(HeaderLine).show_failed(view.header)
+            self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
+            self.query_one(TokenPane).show_failure(exc.failure, view.title)
             return
         except Exception as exc:  # noqa: BLE001 — unforeseen: say so, stay usable to quit
             failure = Failure(
@@ -271,12 +302,15 @@ class LlmtopApp(App[int]):
             self.connect_failure = EngineError(failure)
             self.exit_code = ExitCode.ENGINE_UNREACHABLE
             self.query_one(HeaderLine).show_failed("no engine")
+            self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
             self.query_one(TokenPane).show_failure(failure, "")
             return
         if self._closed:  # quit while the engine was starting
             await conn.close()
             return
         self.conn = conn
+        self.query_one(ProbePanel).engine_unknown = ENGINE_UNKNOWN
+        self._probe_dirty = True  # the engine line: no longer "starting…"
         self._label_probes()
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
@@ -406,8 +440,7 @@ class LlmtopApp(App[int]):
         incomplete = self.recorder.log.incomplete
         if incomplete is not None and self.exit_code != ExitCode.LOG_INCOMPLETE:
             self.exit_code = ExitCode.LOG_INCOMPLETE  # said once; later records are counted
-            self.notify(incomplete, title="session log incomplete", severity="error",
-                        timeout=30)
+            self.notify(incomplete, title="session log incomplete", severity="error", timeout=30)
 
     def _sample_at_end(self, live: LiveRequest) -> None:
         """The request ended: one probe sample now, which measures its last stretch (since
@@ -587,6 +620,7 @@ class LlmtopApp(App[int]):
         self._panel_ns = now
         self._label_probes()
         self.query_one(ProbePanel).show(self._probe_sample)
+        self.query_one(MachineBadge).show(self._probe_sample)
 
     @property
     def render_paused(self) -> bool:
@@ -650,6 +684,54 @@ class LlmtopApp(App[int]):
         self.chat = []
         self.notify("conversation: each prompt is sent after the whole history (Ctrl+K ends "
                     "it)" if self.keep_history else "conversation ended: single prompts again")
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette (Ctrl+P): llmtop's screens first, then Textual's own, whose
+        Screenshot is replaced by `action_save_screenshot` (Textual's saves to ~/Downloads,
+        and said only "Failed to save screenshot" where there is none)."""
+        yield SystemCommand("Bench", "Ctrl+B: the bench protocol on this engine", self.action_bench)
+        yield SystemCommand("History", "F2: this session's requests", self.action_history)
+        yield SystemCommand("Plots", "Ctrl+G: plots of this session", self.action_plots)
+        yield SystemCommand("Sessions", "Ctrl+O: the saved session logs", self.action_sessions)
+        yield SystemCommand("Load", "Ctrl+L: a concurrency or rate sweep", self.action_load)
+        yield SystemCommand("Report", "this session's report so far", self.action_report)
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":
+                yield command
+        yield SystemCommand(
+            "Screenshot",
+            "Save an SVG of the screen beside the session log (else here)",
+            self.action_save_screenshot,
+        )
+
+    def action_save_screenshot(self) -> None:
+        """Save an SVG of the screen in the session log's folder (the working directory before
+        there is a log), and say where — or why it could not be written."""
+        folder = Path.cwd() if self.recorder is None else self.recorder.log.path.parent
+        try:
+            path = self.save_screenshot(path=str(folder))
+        except OSError as exc:
+            self.notify(
+                f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                title="Screenshot",
+                severity="error",
+                timeout=10,
+            )
+            return
+        self.notify(f"saved {path}", title="Screenshot", timeout=10)
+
+    def action_report(self) -> None:
+        """The report of this session's log so far (as `llmtop report LOG`), in a box."""
+        if self.recorder is None:
+            self.notify("no session log yet")
+            return
+        path = str(self.recorder.log.path)
+        try:
+            text = render(build(read_log(path)), "md")
+        except (LogError, ValueError) as exc:
+            self.notify(f"no report: {exc}", severity="error")
+            return
+        self.push_screen(ReportScreen(text, path, title="session report"))
 
     def action_repeat(self) -> None:
         """Send the last prompt again."""
@@ -792,8 +874,11 @@ def main(settings: TuiSettings) -> int:
     """`llmtop` with no command: run the TUI until the user quits; returns an ExitCode value
     (USAGE without a terminal: scripts use `llmtop run` or `llmtop bench`)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        print("llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
-              "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`", file=sys.stderr)
+        print(
+            "llmtop: the interactive app needs a terminal (stdin and stdout are not one); "
+            "for scripts use `llmtop run --prompt TEXT` or `llmtop bench`",
+            file=sys.stderr,
+        )
         return int(ExitCode.USAGE)
     app = make_app(settings)
     app.freeze_gc_when_ready = True

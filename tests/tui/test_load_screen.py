@@ -98,3 +98,41 @@ def test_curve_puts_each_level_at_its_throughput_and_latency():
     assert rows[0].endswith("2") and rows[0].startswith("    200 ┤")
     assert rows[1].index("1") == len("        │") + 5
     assert isinstance(curve([]), Text) and "appears as levels finish" in curve([]).plain
+
+
+@pytest.mark.parametrize("width", [80, 200])
+async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
+    """Ctrl+L at 80 and 200 columns (issue 32, row 10): a label before each field, in the bench
+    form's words; the Start button wholly on screen; the app's NOISY sample in the badge."""
+    from llmtop.probes.verdict import Verdict
+    from llmtop.tui.messages import ProbeSampled
+    from llmtop.tui.widgets.machine_badge import MachineBadge
+
+    from .fakes import browser_busy, busy_apps, machine_sample, wait_for
+    from .test_fake_engine import build
+
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(width, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        noisy = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
+        app.post_message(ProbeSampled(noisy))
+        await wait_for(pilot, lambda: app.latest_probe is noisy, what="the sample")
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadScreen), what="load screen")
+        await pilot.pause(0.3)
+        screen = app.screen
+        labels = {}
+        for field in screen.query(Input):
+            siblings = list(field.parent.children)
+            before = siblings[siblings.index(field) - 1]
+            labels[field.id] = str(before.render())
+        assert labels == {
+            "load-levels": "levels",
+            "load-requests": "requests",
+            "load-prompt": "prompt tokens",
+            "load-slo": "SLO",
+        }
+        start = screen.query_one("#load-start").region
+        assert start.width >= 9 and start.right <= width
+        badge = str(screen.query_one(MachineBadge).content)
+        assert badge.startswith(" NOISY  Chromium (14 processes) is using 38 % CPU")

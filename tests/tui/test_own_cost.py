@@ -9,8 +9,13 @@ from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import make_app
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.state.settings import TuiSettings
-from llmtop.tui.widgets.apps_view import SELF_BUDGET_PERCENT, apps_text
-from llmtop.tui.widgets.probe_panel import ProbePanel
+from llmtop.tui.widgets.apps_view import (
+    ENGINE_STARTING,
+    ENGINE_UNKNOWN,
+    SELF_BUDGET_PERCENT,
+    apps_text,
+)
+from llmtop.tui.widgets.probe_panel import STARTED_NS, STARTUP_GRACE_NS, ProbePanel
 
 from .fakes import (
     browser_busy,
@@ -23,8 +28,9 @@ from .fakes import (
 
 
 def sample(self_cpu: float | None) -> ProcessSample:
-    return ProcessSample(apps=(), self_cpu_percent=self_cpu, engine_cpu_percent=None,
-                         warming_up=False)
+    return ProcessSample(
+        apps=(), self_cpu_percent=self_cpu, engine_cpu_percent=None, warming_up=False
+    )
 
 
 def test_within_budget_is_plain() -> None:
@@ -149,3 +155,52 @@ async def test_idle_reuses_the_engine_pids_a_request_asks_each_sample(tmp_path: 
         app._engine_pids()
         assert len(asked) == 3
         await pilot.press("escape")
+
+
+def engine_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("engine:"))
+
+
+async def test_no_budget_warning_during_llmtop_start_up(tmp_path: Path) -> None:
+    """llmtop's first samples measure its own start-up (the newcomer's first frame: "llmtop
+    itself: 22.8 % ⚠ over its 5 % budget"): a sample taken within STARTUP_GRACE_NS of the TUI's
+    start shows the figure without the mark; one taken after it marks it."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        panel = app.query_one(ProbePanel)
+        for after_ns, marked in ((10**9, False), (STARTUP_GRACE_NS + 10**9, True)):
+            s = machine_sample(STARTED_NS + after_ns, 40.0, busy_apps(), Verdict.of([]), 22.8)
+            app.post_message(ProbeSampled(s))
+            await wait_for(pilot, lambda s=s: panel.sample is s, what="the sample drawn")
+            text = panel.texts["apps"].plain
+            assert "llmtop itself: 22.8 %" in text
+            assert ("⚠ over its 5 % budget" in text) is marked
+
+
+def test_engine_line_while_the_engine_starts() -> None:
+    """No engine CPU in the sample: "starting…" while connecting, "n/a (not identified)" once
+    connected (the engine's process was not found)."""
+    procs = sample(1.0)
+    assert engine_line(apps_text(procs, engine_unknown=ENGINE_STARTING).plain) == (
+        "engine:        starting…"
+    )
+    assert engine_line(apps_text(procs).plain) == "engine:        n/a (not identified)"
+
+
+async def test_the_panel_says_no_engine_when_none_answered(tmp_path: Path) -> None:
+    """Nothing listens at port 9: connecting fails, and the engine line no longer says
+    "starting…" but "n/a (no engine)"; a connection made says the ordinary wording."""
+    settings = TuiSettings(
+        engine="ollama", host="http://127.0.0.1:9", log_path=str(tmp_path / "s.jsonl"), probes=False
+    )
+    app = make_app(settings)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.connect_failure is not None, 30.0, "the failure")
+        assert app.query_one(ProbePanel).engine_unknown == "n/a (no engine)"
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "t.jsonl"), probes=False), connection=fake_connection()
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        assert app.query_one(ProbePanel).engine_unknown == ENGINE_UNKNOWN

@@ -1,6 +1,8 @@
 """Snapshot tests (pytest-textual-snapshot): the main screen after a request, the probe panel
 NOISY with a grouped browser, the main screen with a session of three requests and its history,
-the bench verdict (CLEAN and CONTAMINATED) and the help screen.
+the bench verdict (CLEAN and CONTAMINATED) and the help screen; the main screen at 80×24,
+120×40 and 240×70, after a resize, and each overlay (help, history, report) at 120×40, where
+each of them scrolls (issue 32, rows 4 and 5).
 
 Everything on screen is seeded: the scripted engine on its virtual clock (fakes.py), fixed probe
 samples (no psutil), the session log at a relative path inside a temporary working directory,
@@ -28,6 +30,7 @@ from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.state import bench_config
 from llmtop.tui.widgets.probe_panel import ProbePanel
 
@@ -45,7 +48,7 @@ from .test_bench_screen import build as bench_build
 from .test_bench_screen import finish, open_and_start
 from .test_fake_engine import build as main_build
 from .test_fake_engine import drawn, send
-from .test_session_view import run_three, session_app
+from .test_session_view import TickingClock, run_three, session_app
 
 MAIN_SIZE = (140, 36)
 SESSION_SIZE = (140, 44)  # room for the history under the metrics
@@ -210,3 +213,62 @@ def test_bench_verdict_contaminated(snap_compare: Snap, monkeypatch: pytest.Monk
         await run_bench(pilot, noisy_rows=1)
 
     assert snap_compare(app, terminal_size=BENCH_SIZE, run_before=run_before)
+
+
+SIZES = [(80, 24), (120, 40), (240, 70)]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_main_screen_at_every_size(
+    snap_compare: Snap, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
+    """After a request with a NOISY sample: at 80×24 the panel is the one-line badge and the
+    response gets the width; at 120×40 the 46-column panel; at 240×70 a quarter of the width,
+    with every app of the sample and the CPU history under the machine's lines."""
+    app = main_app(monkeypatch)
+    noisy = Verdict.of([browser_busy()])
+    assert snap_compare(app, terminal_size=size, run_before=hello_with(100.0, noisy))
+
+
+def test_main_screen_after_a_resize(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawn at 120×40, then resized to 80×24: the same screen as one started at 80×24."""
+    app = main_app(monkeypatch)
+    noisy = Verdict.of([browser_busy()])
+    before = hello_with(100.0, noisy)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await before(pilot)
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: not app.query_one(ProbePanel).display, what="narrow")
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+@pytest.mark.parametrize("key", ["f1", "f2"])
+def test_overlay_at_120x40(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """F1 (taller than the box: it scrolls) and F2 over the main screen after a request (its
+    wall-clock time seeded: 03:04:05)."""
+    TickingClock.calls = 0
+    monkeypatch.setattr("llmtop.sessions.measure.request.datetime", TickingClock)
+    app = main_app(monkeypatch)
+    before = hello_with(500.0, Verdict.of([]))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await before(pilot)
+        await pilot.press(key)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_report_overlay_at_120x40(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report box over the main screen, with a report longer than the box."""
+    app = main_app(monkeypatch)
+    report = "\n\n".join(f"paragraph {i} of the report" for i in range(40))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await app.push_screen(ReportScreen(report, "s.jsonl"))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

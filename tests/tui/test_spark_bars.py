@@ -53,8 +53,9 @@ def test_levels_by_hand() -> None:
 
 async def test_the_strip_is_rendered_once_per_change_of_values(tmp_path: Path) -> None:
     """Frames that repaint the bars without new values reuse the cached strip."""
-    app = make_app(TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False),
-                   connection=fake_connection())
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         bars = app.query_one("#itl", SparkBars)
@@ -69,14 +70,32 @@ async def test_the_strip_is_rendered_once_per_change_of_values(tmp_path: Path) -
         bars.data = [10.0, 17.0, 24.0]
         first = bars.render_line(0)
         width = bars.size.width
-        assert width > 10 and first.text == reference([10.0, 17.0, 24.0], width)
+        # the gaps' bars: one cell per value from the left (stretch=False), the rest blank
+        assert width > 10 and first.text == reference([10.0, 17.0, 24.0], 3).ljust(width)
         assert bars.render_line(0) is first and rendered == [width]
         bars.data = [10.0, 17.0, 24.0]  # the same values: nothing to do
         assert bars.render_line(0) is first and rendered == [width]
         bars.data = [24.0, 10.0]
-        # two values over `width` cells: cell c shows value 2c // width, so the first
-        # ⌈width / 2⌉ cells are the maximum (█) and the rest the minimum (▁)
-        half = (width + 1) // 2
-        assert bars.render_line(0).text == "█" * half + "▁" * (width - half)
+        assert bars.render_line(0).text == "█▁".ljust(width)
         assert rendered == [width, width]
         await pilot.pause()
+
+
+async def test_the_gap_bars_carry_their_scale(tmp_path: Path) -> None:
+    """The note follows the bars after a space; with more values than the cells the note
+    leaves, each cell is its run's maximum (`bar_levels` at the cells left)."""
+    app = make_app(
+        TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        bars = app.query_one("#itl", SparkBars)
+        width = bars.size.width
+        bars.data = [10.0, 17.0, 24.0]
+        bars.note = "max 24.0 · p50 17.0 ms"
+        assert bars.render_line(0).text == "▁▄█ max 24.0 · p50 17.0 ms".ljust(width)
+        many = [float(i % 11) for i in range(300)]
+        bars.data = many
+        cells = width - len(bars.note) - 1
+        expected = "".join(BARS[level] for level in bar_levels(many, cells))
+        assert bars.render_line(0).text == f"{expected} {bars.note}"

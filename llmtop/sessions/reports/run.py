@@ -176,6 +176,21 @@ def _markdown_relay(report: Report) -> list[str]:
             *md_table(headers, rows)]
 
 
+NO_NVIDIA_DRIVER = ("Shared Library Not Found", "cannot open shared object", "No module named")
+
+
+def gpu_absent(reason: str | None) -> str:
+    """Why there is no GPU figure, in words: "none" when NVML's library is not there at all (no
+    NVIDIA driver: the machine has no GPU llmtop can read), else the probe's reason (a driver
+    not loaded, no permission) — the library's own error text was a report's GPU line before
+    (issue 32, row 13)."""
+    if reason is None:
+        return "not checked"
+    if any(mark in reason for mark in NO_NVIDIA_DRIVER):
+        return "none"
+    return reason
+
+
 def _gpu_cells(report: Report) -> tuple[str, str]:
     """GPU util % (median of the probe samples) and VRAM, each with the tool it came from."""
     loaded = report.loaded
@@ -185,7 +200,8 @@ def _gpu_cells(report: Report) -> tuple[str, str]:
     gpu = report.gpu
     if gpu.util_median is None:
         reason = (report.log.header.machine_environment.get("gpu") or {}).get("reason")
-        return f"n/a ({reason or 'no GPU samples'})", ps or "n/a"
+        said = "no GPU samples" if reason is None else gpu_absent(reason)
+        return ("n/a (no GPU)" if said == "none" else f"n/a ({said})"), ps or "n/a"
     util = f"{gpu.util_median:.0f} (nvml, median)"
     vram = f"{_bytes(gpu.peak_used)} peak (nvml)" + (f"; {ps}" if ps else "")
     return util, vram
@@ -494,7 +510,8 @@ def _markdown_environment(report: Report) -> list[str]:
     gpu = m.get("gpu") or {}
     devices = gpu.get("devices") or []
     gpus = ", ".join(f"{d.get('name')} ({_bytes(d.get('memory_total'))})" for d in devices)
-    gpus = gpus or f"none ({gpu.get('reason', 'not checked')})"
+    said = gpu_absent(gpu.get("reason"))
+    gpus = gpus or ("none" if said == "none" else f"none ({said})")
     note = f" — {loaded['note']}" if loaded.get("note") else ""
     rows = [
         ("llmtop", h.llmtop_version),

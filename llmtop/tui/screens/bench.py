@@ -41,12 +41,13 @@ from llmtop.tui.state.bench_config import (
     form_defaults,
 )
 from llmtop.tui.state.bench_state import BenchState
-from llmtop.tui.state.noise import NoiseTracker, noisy_message
+from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.bench_form import BenchForm
 from llmtop.tui.widgets.bench_series import BenchSeries
 from llmtop.tui.widgets.bench_summary import BenchSummary, verdict
 from llmtop.tui.widgets.header_line import identity
+from llmtop.tui.widgets.machine_badge import badge_text
 from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.token_pane import TokenPane
@@ -187,7 +188,11 @@ class BenchScreen(Screen[None]):
 
         def make() -> BenchRunner:
             return BenchRunner(
-                self.conn, config, str(path) if path else None, state.on_progress, state.on_event,
+                self.conn,
+                config,
+                str(path) if path else None,
+                state.on_progress,
+                state.on_event,
                 agent=self.host.settings.agent,
             )
 
@@ -241,14 +246,7 @@ class BenchScreen(Screen[None]):
         if sample is not None and sample is not self._probe_shown:
             self._probe_shown = sample
             self.query_one(ProbePanel).show(sample)
-            quiet = sample.verdict.quiet
-            self.query_one("#bench-badge", Static).update(
-                Text(" QUIET ", "bold black on green")
-                if quiet
-                else Text.assemble(
-                    (" NOISY ", "bold white on red"), " ", noisy_message(sample.verdict)
-                )
-            )
+            self.query_one("#bench-badge", Static).update(badge_text(sample, cpu=False))
 
     def _render_state(self) -> None:
         state = self.state

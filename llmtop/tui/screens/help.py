@@ -26,6 +26,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+O", "saved sessions: report (Enter), plots (p), compare two (c, c)"),
     ("Ctrl+L", "load: concurrency or request-rate sweep on this engine, the knee"),
     ("Ctrl+K", "conversation on/off: each prompt is sent after the whole history"),
+    ("Ctrl+P", "command palette: these screens, this session's report, a screenshot (SVG)"),
     ("Esc", "stop the streaming request; when idle, leave the prompt box"),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only outside the prompt box or when it is empty)"),

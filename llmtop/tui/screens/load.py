@@ -17,10 +17,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
+from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
@@ -28,8 +29,16 @@ from llmtop.sessions.runners.load import LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
 from llmtop.tui.state.load_view import LoadLive, curve, levels_table
 from llmtop.tui.state.settings import TuiSettings
+from llmtop.tui.widgets.machine_badge import MachineBadge
 
 RENDER_HZ = 10
+# (field id, label, default, placeholder) after the mode: the bench form's words
+FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    ("levels", "levels", "1,2,4", "1,2,4"),
+    ("requests", "requests", "20", "per level"),
+    ("prompt", "prompt tokens", "200", "tokens"),
+    ("slo", "SLO", "ttft=500ms,tpot=50ms", "ttft=500ms,tpot=50ms"),
+)
 
 
 def config_from_form(
@@ -54,11 +63,20 @@ def config_from_form(
 class LoadScreen(Screen[None]):
     """Form and live line on top; the levels' table, the curve and the knee below."""
 
+    # every field labelled as on the bench form, the SLO and the Start button on a row of
+    # their own, so that all fits at 80 columns (issue 32, row 10: unlabelled boxes, a clipped
+    # button)
     DEFAULT_CSS = """
-    #load-title { height: 1; padding: 0 1; }
-    #load-form { height: 3; }
-    #load-form Input { width: 1fr; }
-    #load-mode { width: 20; }
+    #load-title-row { height: 1; padding: 0 1; }
+    #load-title { width: auto; text-wrap: nowrap; margin-right: 2; }
+    #load-badge { width: 1fr; }
+    #load-form, #load-form-slo { height: 3; }
+    #load-form .bench-label, #load-form-slo .bench-label { padding: 0 0 0 1; }
+    #load-levels { width: 12; }
+    #load-requests, #load-prompt { width: 9; }
+    #load-slo { width: 1fr; }
+    #load-mode { width: 19; }
+    #load-start { min-width: 9; margin-left: 1; }
     #load-body { padding: 0 1; }
     #load-live, #load-knee { height: auto; margin: 1 0 0 0; }
     #load-table, #load-curve { height: auto; margin: 1 0 0 0; }
@@ -73,12 +91,15 @@ class LoadScreen(Screen[None]):
         self.settings = settings
         self.live = LoadLive()
         self.worker: Worker[None] | None = None
+        self._probe_shown: ProbeSample | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(
-            Text(f"llmtop load · {self.conn.engine.name} · {self.conn.model}", style="bold"),
-            id="load-title",
-        )
+        with Horizontal(id="load-title-row"):
+            yield Static(
+                Text(f"llmtop load · {self.conn.engine.name} · {self.conn.model}", style="bold"),
+                id="load-title",
+            )
+            yield MachineBadge(id="load-badge")  # the load screen has no probe panel
         with Horizontal(id="load-form"):
             yield Select(
                 [("concurrency", "concurrency"), ("rate (req/s)", "rate")],
@@ -86,10 +107,13 @@ class LoadScreen(Screen[None]):
                 allow_blank=False,
                 id="load-mode",
             )
-            yield Input("1,2,4", placeholder="levels", id="load-levels")
-            yield Input("20", placeholder="requests per level", id="load-requests")
-            yield Input("200", placeholder="prompt tokens", id="load-prompt")
-            yield Input("ttft=500ms,tpot=50ms", placeholder="SLO", id="load-slo")
+            for fid, label, value, hint in FIELDS[:-1]:
+                yield Label(label, classes="bench-label")
+                yield Input(value, placeholder=hint, id=f"load-{fid}")
+        with Horizontal(id="load-form-slo"):  # a row of its own: the button fits at 80 columns
+            fid, label, value, hint = FIELDS[-1]
+            yield Label(label, classes="bench-label")
+            yield Input(value, placeholder=hint, id=f"load-{fid}")
             yield Button("Start", id="load-start", variant="primary")
         with Vertical(id="load-body"):
             yield Static("", id="load-live")
@@ -159,6 +183,11 @@ class LoadScreen(Screen[None]):
             knee.update(Text(f"✗ {type(exc).__name__}: {exc}", style="bold red"))
 
     def _redraw(self) -> None:
+        # the app's latest probe sample (LlmtopApp.latest_probe; a host without probes: none)
+        sample = getattr(self.app, "latest_probe", None)
+        if sample is not self._probe_shown:
+            self._probe_shown = sample
+            self.query_one(MachineBadge).show(sample)
         if not self.live.dirty and not self.running:
             return
         self.live.dirty = False

@@ -3,7 +3,9 @@ pictures, drawn with textual-plotext's PlotextPlot widget.
 
 Four plots of one prompt size: TTFT and the server's decode rate per request in run order
 (ok requests joined, warm-ups and excluded requests as separate marked series), and the
-distributions of TTFT and of the inter-token gaps. The log is read afresh when the screen
+distributions of TTFT and of the inter-token gaps. The axes are padded (no point on the frame),
+request numbers and counts are whole ticks, and both histograms start at 0 ms
+(`llmtop.tui.state.plot_axes`). The log is read afresh when the screen
 opens (the session log is flushed per record), so it shows the session up to now; `[` and
 `]` step through the prompt sizes of a bench log. `c` switches to the context view of a
 bench with a sweep, cache pairs or a conversation (analysis/context.py): the prefill curve
@@ -13,6 +15,7 @@ prefill cold vs warm per cache pair.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -33,8 +36,11 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.series import SizeSeries, run_series
 from llmtop.sessions.records.log import LogError, read_log
+from llmtop.tui.state.plot_axes import PAD, histogram, integer_ticks, padded_range
 
 MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
+# excluded red and warm-ups grey, as the HTML report draws them (red crosses): never green
+COLORS = {"ok": "cyan", "warmup": "gray", "excluded": "red"}
 BINS = 30
 
 
@@ -106,21 +112,33 @@ class PlotsScreen(Screen[None]):
             title.update(self.problem or f"{self.log_path}: no requests yet")
             return
         s = self.series[self.index]
-        title.update(f"{s.label} ({self.index + 1} of {len(self.series)}; [ ] switch) · "
-                     f"{self.log_path}")
+        title.update(
+            f"{s.label} ({self.index + 1} of {len(self.series)}; [ ] switch) · {self.log_path}"
+        )
         for column, name, label in ((1, "ttft", "TTFT ms"), (2, "decode", "decode tok/s")):
             plt = self._fresh(f"#plot-{name}", f"{label} per request", "request #")
+            xs: list[float] = []
+            ys: list[float] = []
             for kind, points in s.points.items():
                 xy = [(p[0], p[column]) for p in points if p[column] is not None]
                 if xy:
                     draw = plt.plot if kind == "ok" else plt.scatter
-                    draw([x for x, _ in xy], [y for _, y in xy], marker=MARKS[kind], label=kind)
-        plt = self._fresh("#plot-ttft-hist", "TTFT distribution (ok requests)", "ms")
-        if s.ok_ttft:
-            plt.hist(s.ok_ttft, bins=BINS)
-        plt = self._fresh("#plot-itl-hist", "inter-token gaps (ok requests)", "ms")
-        if s.gaps:
-            plt.hist(s.gaps, bins=BINS)
+                    draw(
+                        [x for x, _ in xy],
+                        [y for _, y in xy],
+                        marker=MARKS[kind],
+                        label=kind,
+                        color=COLORS[kind],
+                    )
+                    xs += [float(x) for x, _ in xy]
+                    ys += [float(y) for _, y in xy if y is not None]
+            if xs:  # padded: no point on the frame; request numbers are whole
+                x_lo, x_hi = padded_range(xs)
+                plt.xlim(x_lo, x_hi)
+                plt.xticks(integer_ticks(x_lo, x_hi))
+                plt.ylim(*padded_range(ys, floor=0.0))
+        self._histogram("#plot-ttft-hist", "TTFT distribution (ok requests)", s.ok_ttft, None)
+        self._histogram("#plot-itl-hist", "inter-token gaps (ok requests)", s.gaps, 0.0)
         for plot in self.query(PlotextPlot):
             plot.refresh()
 
@@ -164,6 +182,21 @@ class PlotsScreen(Screen[None]):
                              labels=["cold", "warm"])
         for plot in self.query(PlotextPlot):
             plot.refresh()
+
+    def _histogram(
+        self, selector: str, title: str, values: Sequence[float], low: float | None
+    ) -> None:
+        """Counts of `values` (ms) in BINS bins from `low` (`plot_axes.histogram`), with
+        whole-number ticks for the counts and the ms."""
+        plt = self._fresh(selector, title, "ms")
+        if not values:
+            return
+        lefts, counts, width = histogram(values, BINS, low)
+        plt.bar([x + width / 2 for x in lefts], counts, width=0.9, color="cyan")
+        plt.xlim(lefts[0], lefts[-1] + width)
+        plt.xticks(integer_ticks(lefts[0], lefts[-1] + width))
+        plt.ylim(0, max(counts) * (1 + PAD))
+        plt.yticks(integer_ticks(0, max(counts)))
 
     def _fresh(self, selector: str, title: str, xlabel: str):  # type: ignore[no-untyped-def]
         plt = self.query_one(selector, PlotextPlot).plt

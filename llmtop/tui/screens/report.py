@@ -10,9 +10,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown, Static
 
+from llmtop.tui.state.report_layout import terminal_markdown
+
 
 class ReportScreen(ModalScreen[None]):
-    """The report as rendered Markdown; arrows/PgUp/PgDn scroll, Esc / q / r close."""
+    """The report as rendered Markdown, its wide tables laid out for the terminal
+    (`terminal_markdown`); arrows/PgUp/PgDn scroll, Esc / q / r close."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,r", "dismiss", "Close report"),
@@ -28,7 +31,8 @@ class ReportScreen(ModalScreen[None]):
         with VerticalScroll(id="report-box") as box:
             box.border_title = self.title_text
             box.border_subtitle = "Esc closes"
-            yield Markdown(self.markdown, id="report-md")
+            # wide tables as one bullet per row: no cell squeezed over 4–6 lines
+            yield Markdown(terminal_markdown(self.markdown), id="report-md")
             yield Static(f"from {self.log_path} (llmtop report {self.log_path})", classes="dim")
 
     def on_mount(self) -> None:

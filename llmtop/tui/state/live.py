@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtop.engines.events import Failure, StreamEvent
+from llmtop.engines.events import Failure, Status, StreamEvent
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 from llmtop.sessions.records.schema import EnergyRecord
@@ -133,6 +133,33 @@ class LiveRequest:
     def live_decode_cps(self) -> float | None:
         """Client decode rate so far, text chunks/s (`timeline.live_chunk_rate`)."""
         return live_chunk_rate(self.first_text_ns, self.last_text_ns, self.chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class CutShort:
+    """The client's figures of a request stopped before its done chunk (Esc, a new prompt),
+    from the chunks it received: the server sent no counts, so they are per chunk.
+
+    chunks: text chunks received; rate: chunks/s (`timeline.live_chunk_rate`, the figure shown
+    while it streamed); tpot_ms: ms per chunk (1000 / rate); last_chunk_ms: send → the last
+    text chunk, ms (E2E is measured to the done chunk, which never came)."""
+
+    chunks: int
+    rate: float
+    tpot_ms: float
+    last_chunk_ms: float
+
+
+def cut_short(result: RequestResult) -> CutShort | None:
+    """`CutShort` for a cancelled request with at least two text chunks; None otherwise (and
+    for every request whose E2E the metrics have)."""
+    if result.status != Status.CANCELLED or result.metrics.e2e_ms is not None:
+        return None
+    stamps = [e.t_ns for e in result.events if e.has_text]
+    rate = live_chunk_rate(stamps[0], stamps[-1], len(stamps)) if stamps else None
+    if rate is None:
+        return None
+    return CutShort(len(stamps), rate, 1000.0 / rate, (stamps[-1] - result.sent_ns) / NS_PER_MS)
 
 
 def request_span_ns(sent_ns: int, result: RequestResult | None) -> tuple[int, int | None]:

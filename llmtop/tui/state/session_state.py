@@ -26,7 +26,7 @@ from datetime import datetime
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
-from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.live import LiveRequest, cut_short
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
 PROMPT_CHARS = 18  # a history row shows the prompt's first 18 characters (fits 94 columns)
@@ -127,6 +127,10 @@ def gaps_view(live: LiveRequest, previous: RequestResult | None) -> GapsView:
         rate = live.live_decode_cps
         tpot = 1000.0 / rate if rate else None
         return GapsView(gaps, False, None, tpot, rate, "chunk", previous_tpot, previous_unit)
+    cut = cut_short(result)
+    if cut is not None:  # cancelled before its done chunk: per chunk, as while it streamed
+        return GapsView(gaps, False, None, cut.tpot_ms, cut.rate, "chunk", previous_tpot,
+                        previous_unit)
     m = result.metrics
     per_chunk = None
     if m.tokens_basis == "eval_count" and m.output_tokens is not None and m.text_chunks:

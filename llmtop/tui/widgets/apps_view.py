@@ -8,18 +8,30 @@ from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import ProcessSample
 from llmtop.tui.state import fmt
 
-TOP_N = 5
+TOP_N = 5  # apps listed in a panel of ordinary height; a taller one lists up to MAX_APPS
+MAX_APPS = 20  # the apps a probe record keeps (`ProbeSample.to_dict`)
 BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
 # llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming,
 # docs/performance.md); above it llmtop is named as the noisy program it then is.
 SELF_BUDGET_PERCENT = 5.0
+ENGINE_UNKNOWN = "n/a (not identified)"  # connected, but no process of the engine was found
+ENGINE_STARTING = "starting…"  # not connected yet: the engine (or the embedded one) starts
 
 
 def apps_text(
-    processes: ProcessSample | None, cost_ms: float | None = None, stale_s: float | None = None
+    processes: ProcessSample | None,
+    cost_ms: float | None = None,
+    stale_s: float | None = None,
+    top_n: int = TOP_N,
+    budget_warning: bool = True,
+    engine_unknown: str = ENGINE_UNKNOWN,
 ) -> Text:
-    """Top TOP_N apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
+    """The `top_n` busiest apps (CPU % of one core, RSS), then "llmtop itself" and the engine.
+
+    `budget_warning`: mark llmtop's own CPU over SELF_BUDGET_PERCENT (False during its own
+    start-up, see `ProbePanel`); `engine_unknown`: what the engine line says when the sample
+    has no engine CPU (ENGINE_STARTING while connecting).
 
     A None CPU reading is "warming up" (psutil needs two readings), never 0.0. `stale_s`: the
     processes come from an earlier sample, this many seconds old (the last read gave up);
@@ -32,7 +44,7 @@ def apps_text(
         text.append(f"stale: process data from {stale_s:.1f} s ago\n", style="bold yellow")
     text.append("top apps      CPU (% of 1 core)  RSS", style="bold underline")
     others = [a for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE)]
-    for app in others[:TOP_N]:
+    for app in others[:top_n]:
         mark = BROWSER_MARK if app.is_browser else "  "
         name = app.app if app.n_procs == 1 else f"{app.app} ×{app.n_procs}"
         if len(name) > NAME_WIDTH:
@@ -45,13 +57,13 @@ def apps_text(
         text.append("\n(none)", style="dim")
     text.append("\nllmtop itself: ")
     own = processes.self_cpu_percent
-    over = own is not None and own > SELF_BUDGET_PERCENT
+    over = budget_warning and own is not None and own > SELF_BUDGET_PERCENT
     text.append(fmt.pct(own), style="bold yellow" if over else "bold")
     if over:
         text.append(f" ⚠ over its {SELF_BUDGET_PERCENT:g} % budget", style="yellow")
     text.append("\nengine:        ")
     if processes.engine_cpu_percent is None:
-        text.append("n/a (not identified)", style="dim")
+        text.append(engine_unknown, style="dim")
     else:
         text.append(fmt.pct(processes.engine_cpu_percent), style="bold")
     if cost_ms is not None:

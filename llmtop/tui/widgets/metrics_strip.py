@@ -5,15 +5,17 @@ below shows — chunk gaps while streaming (a chunk is not known to be a token u
 count arrives), token gaps once the server counted one token per chunk, chunk gaps with the
 tokens per chunk otherwise — with the running TPOT and decode rate (per chunk while streaming,
 per token after) and the previous request's TPOT, faint. Row 3: bars of those gaps (ms,
-`SparkBars`), growing per chunk. Row 4 (after done): status, client TPOT and E2E (ms). Row 5:
-server prefill/decode (tok/s), load and overhead (ms). Row 6: the failure and its remedy,
-when there is one. Row 7: "⚠ machine NOISY during this request: …" when a probe sample taken
-while the request streamed was NOISY. Row 8: the request's energy where a source was read
-("energy 0.267 J/out tok · 0.075 J/prompt tok · 5.4 J · rapl:cpu"), absent otherwise.
+`SparkBars`), one cell per gap from the left, with their max and p50 after them. Row 4 (after
+done): status, client TPOT and E2E (ms). Row 5: server prefill/decode (tok/s), load and
+overhead (ms). Row 6: the failure and its remedy, when there is one. Row 7: "⚠ machine NOISY
+during this request: …" when a probe sample taken while the request streamed was NOISY. Row 8: the
+request's energy where a source was read ("energy 0.267 J/out tok · 0.075 J/prompt tok · 5.4
+J · rapl:cpu"), absent otherwise.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from rich.text import Text
@@ -25,7 +27,7 @@ from llmtop.engines.events import Status
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
 from llmtop.tui.state import fmt
-from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.live import CutShort, LiveRequest, cut_short
 from llmtop.tui.state.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
@@ -104,19 +106,48 @@ def gaps_text(view: GapsView) -> Text:
     return text
 
 
+def cut_short_texts(cut: CutShort) -> dict[str, Text | str]:
+    """The rows of a cancelled request that `result_texts` overrides: the client's chunk
+    figures (`live.cut_short`), labelled "(chunks, cancelled)"."""
+    status = Text(f" {Status.CANCELLED} ", style=_STATUS_STYLE[Status.CANCELLED])
+    return {
+        "count": Text.assemble("chunks ", (str(cut.chunks), "bold")),
+        "decode": Text.assemble("decode ", (fmt.rate(cut.rate, "chunk/s"), "bold")),
+        "client": Text.assemble(
+            status,
+            "  TPOT ",
+            (f"{fmt.ms(cut.tpot_ms, 2)}/chunk", "bold"),
+            " · last chunk ",
+            (fmt.ms(cut.last_chunk_ms), "bold"),
+            (" (chunks, cancelled)", "dim"),
+        ),
+    }
+
+
+def gaps_scale(gaps_ms: Sequence[float]) -> str:
+    """The gap bars' scale, drawn after them: "max 4620.0 · p50 33.1 ms" (the tallest bar and
+    the median gap, ms; "" with no gap), so one stall that flattens the other bars to ▁ is
+    read as what it is (issue 32, row 16)."""
+    if not gaps_ms:
+        return ""
+    return f"max {max(gaps_ms):.1f} · p50 {statistics.median(gaps_ms):.1f} ms"
+
+
 def result_texts(result: RequestResult) -> dict[str, Text | str]:
     """A finished request's rows, by label id: "ttft" (ms), "count" (the server's eval_count,
     or the client's chunks when it sent none), "decode" (client tok/s), "client" (status,
-    TPOT and E2E, ms), "server" (`server_text`) and "failure" ("" when there is none)."""
+    TPOT and E2E, ms), "server" (`server_text`) and "failure" ("" when there is none). A
+    cancelled request keeps its client figures per chunk (`cut_short_texts`)."""
     m = result.metrics
     # "chunks" when the server sent no eval_count: the count is the client's, not tokens
     label = "chunks " if m.tokens_basis == "chunks" else "tokens "
     tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
     status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
-    return {
+    texts: dict[str, Text | str] = {
         # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
-        "ttft": Text.assemble("whole answer " if m.buffered else "TTFT ",
-                              (fmt.ms(m.ttft_ms), "bold")),
+        "ttft": Text.assemble(
+            "whole answer " if m.buffered else "TTFT ", (fmt.ms(m.ttft_ms), "bold")
+        ),
         "count": Text.assemble(label, (tokens, "bold")),
         "decode": Text.assemble("decode ", (fmt.rate(m.client_decode_tps), "bold")),
         "client": Text.assemble(
@@ -131,10 +162,16 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
             if result.stats is None
             else server_text(result)
         ),
-        "failure": failure_text(result.failure) if result.failure else (
+        "failure": failure_text(result.failure)
+        if result.failure
+        else (
             Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
-            if m.buffered else ""),
+            if m.buffered
+            else ""
+        ),
     }
+    cut = cut_short(result)
+    return texts if cut is None else {**texts, **cut_short_texts(cut)}
 
 
 class MetricsStrip(Vertical):
@@ -151,7 +188,7 @@ class MetricsStrip(Vertical):
             yield Static("tokens —", id="count")
             yield Static("decode —", id="decode")
         yield Static("chunk gaps ms", id="itl-label")
-        yield SparkBars(id="itl")
+        yield SparkBars(id="itl", stretch=False)  # one cell per gap, its scale after it
         yield QuietStatic("", id="client")
         yield QuietStatic("", id="server")
         yield QuietStatic("", id="failure")
@@ -204,7 +241,9 @@ class MetricsStrip(Vertical):
         label = self._static("itl-label")
         if label.content != head:
             label.update(head, layout=False)  # one line, full width: repaints in place
-        self.query_one("#itl", SparkBars).data = view.gaps_ms  # no-op when unchanged
+        bars = self.query_one("#itl", SparkBars)
+        bars.data = view.gaps_ms  # no-op when unchanged
+        bars.note = gaps_scale(view.gaps_ms)
 
     def show_result(self, result: RequestResult) -> None:
         """The finished request's metrics (client and server side) and its status."""

@@ -13,6 +13,7 @@ bench/tui_cost.py.) The panel's virtual height is at least its own height, so it
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from rich.style import Style
 from rich.text import Text
@@ -23,15 +24,25 @@ from textual.strip import Strip
 
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
+from llmtop.tui.state import fmt
 from llmtop.tui.state.wrap import wrap_lines
-from llmtop.tui.widgets.apps_view import apps_text
-from llmtop.tui.widgets.system_view import system_text
+from llmtop.tui.widgets.apps_view import ENGINE_UNKNOWN, MAX_APPS, TOP_N, apps_text
+from llmtop.tui.widgets.system_view import cpu_style, system_text
 from llmtop.tui.widgets.verdict_badge import verdict_text
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)
 SECTIONS = ("verdict", "system", "apps")  # top to bottom, a blank line after each
 STARTING = "probes starting…"
+APPS_FIXED_LINES = 5  # the apps section beside its apps: title, llmtop, engine, cost, blank
+HISTORY_MIN_HEIGHT = 40  # a panel this tall (a large terminal) also draws the CPU history
+# llmtop's own start-up (imports, Textual's first layout, connecting) is not its running cost:
+# a sample taken this soon after the TUI was imported does not mark llmtop over its budget
+# (the first frame said "llmtop itself: 22.8 % ⚠ over its 5 % budget"; newcomer.md row 29:
+# the first frame came at 1.9 s, the engine answered at 4.3 s; two idle samples more: 10 s)
+STARTUP_GRACE_NS = 10 * 10**9
+STARTED_NS = time.perf_counter_ns()  # this module is imported as the TUI starts
+HISTORY_KEEP = 240  # CPU readings kept for it (2 min at a sample a second while streaming)
 
 
 class ProbePanel(ScrollView):
@@ -48,6 +59,11 @@ class ProbePanel(ScrollView):
     label: the border title, naming the machine shown ("machine"; the app names the agent's
     machine, or says this is not the engine's). A sample from an agent (`RemoteSample`) is
     aged from when it was taken (its stamp, mapped onto our clock), not from when it came.
+
+    The space decides how much is shown (issue 32, "the screen at every size"): the apps
+    fill the lines the verdict and the machine leave free (TOP_N at least, MAX_APPS at most),
+    and a panel at least HISTORY_MIN_HEIGHT lines tall adds the machine's CPU history, one
+    cell per sample (`fmt.spark_char`, 0–100 %), the newest on the right.
     """
 
     def __init__(self, **kwargs: object) -> None:
@@ -58,12 +74,14 @@ class ProbePanel(ScrollView):
         self.sample: ProbeSample | None = None
         self._good: ProbeSample | None = None  # the last sample with process data
         self._shown_ns: int | None = None
-        self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(),
-                                       "apps": Text()}
+        self.texts: dict[str, Text] = {"verdict": Text(STARTING), "system": Text(), "apps": Text()}
         self._strips: list[Strip] = []  # the rendered lines, at the content width
         self._lines: dict[object, Strip] = {}  # the strips of the last redraw by line text
         # (plain text and spans): a line whose text did not change is not rendered again
         self._lines_key: object = None  # the (width, style) they were rendered at
+        self._cpu: deque[float | None] = deque(maxlen=HISTORY_KEEP)  # machine CPU %, per sample
+        self.engine_unknown = ENGINE_UNKNOWN  # the engine line with no engine CPU (the app
+        # sets apps_view.ENGINE_STARTING while it connects)
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
@@ -77,18 +95,45 @@ class ProbePanel(ScrollView):
         self._set_title(self.label)
         if sample.processes is not None:
             self._good = sample
-        good = self._good
+        self._cpu.append(None if sample.system is None else sample.system.cpu_percent)
+        self._compose_texts()
+        self._redraw()
+
+    def _compose_texts(self) -> None:
+        """The three sections of the shown sample, sized to the panel (see the class)."""
+        sample, good = self.sample, self._good
+        if sample is None:
+            return
         stale = good is not None and good is not sample
+        region = self.scrollable_content_region
+        verdict = verdict_text(sample.verdict)
+        system = system_text(sample.system, sample.gpu)
+        if region.height >= HISTORY_MIN_HEIGHT and region.width > 0:
+            system.append("\n")
+            system.append_text(self.history_text(region.width))
+        used = sum(len(wrap_lines(t, region.width)[0]) + 1 for t in (verdict, system))
+        room = region.height - used - APPS_FIXED_LINES - (1 if stale else 0)
         self.texts = {
-            "verdict": verdict_text(sample.verdict),
-            "system": system_text(sample.system, sample.gpu),
+            "verdict": verdict,
+            "system": system,
             "apps": apps_text(
                 good.processes if stale and good else sample.processes,
                 sample.cost_ms,
                 (sample.t_ns - good.t_ns) / 1e9 if stale and good else None,
+                top_n=max(TOP_N, min(MAX_APPS, room)),
+                budget_warning=not 0 <= sample.t_ns - STARTED_NS < STARTUP_GRACE_NS,
+                engine_unknown=self.engine_unknown,
             ),
         }
-        self._redraw()
+
+    def history_text(self, width: int) -> Text:
+        """The "CPU history" line and, under it, the last `width` machine CPU readings, one
+        cell each (0–100 %; "·" where a sample had none), coloured as the CPU bar is."""
+        text = Text("CPU history, a cell per sample", style="dim")
+        text.append("\n")
+        for value in list(self._cpu)[-width:]:
+            text.append(fmt.spark_char(value), style=cpu_style(value))
+        return text
 
     def _render_strips(self, width: int) -> list[Strip]:
         """Each section word-wrapped to `width` (`wrap.wrap_lines`), then a blank line; the
@@ -126,12 +171,16 @@ class ProbePanel(ScrollView):
         if everything:
             self.refresh()
             return
-        changed = [y for y in range(max(len(old), len(new)))
-                   if y >= len(old) or y >= len(new) or old[y] != new[y]]
+        changed = [
+            y
+            for y in range(max(len(old), len(new)))
+            if y >= len(old) or y >= len(new) or old[y] != new[y]
+        ]
         if changed:
             self.refresh_lines(changed[0], changed[-1] - changed[0] + 1)
 
     def on_resize(self, _: Resize) -> None:
+        self._compose_texts()  # the room for apps and the history follows the size
         self._redraw(everything=True)
 
     def render_line(self, y: int) -> Strip:

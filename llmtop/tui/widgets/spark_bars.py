@@ -36,7 +36,7 @@ def bar_levels(values: Sequence[float], width: int) -> list[int]:
     if n <= 1:
         return [TOP if n else 0] * width
     if n >= width:
-        cells = [max(values[n * k // width:n * (k + 1) // width]) for k in range(width)]
+        cells = [max(values[n * k // width : n * (k + 1) // width]) for k in range(width)]
     else:
         cells = [values[n * c // width] for c in range(width)]
     low = min(values)
@@ -50,6 +50,10 @@ class SparkBars(Widget):
 
     data: the values (floats, finite); setting different values re-renders the strip once
     and repaints the widget in place (no layout); the same values do nothing.
+    stretch: True spreads the values over the whole width (each of n < width values over
+    ~width/n cells); False draws one cell per value from the left (more values than cells:
+    each cell the maximum of its run, as `bar_levels`), then `note` (dim) after the bars.
+    note: a scale for the bars, e.g. "max 4620.0 · p50 33.1 ms" (with stretch=False only).
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"spark-bars--min", "spark-bars--max"}
@@ -65,8 +69,10 @@ class SparkBars(Widget):
     }
     """
 
-    def __init__(self, data: Sequence[float] = (), **kwargs: object) -> None:
+    def __init__(self, data: Sequence[float] = (), stretch: bool = True, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.stretch = stretch
+        self._note = ""
         self._data: tuple[float, ...] = tuple(data)
         self._strip: Strip | None = None
         self._key: object = None  # (width, base style) the strip was rendered at
@@ -85,6 +91,26 @@ class SparkBars(Widget):
         self._strip = None
         self.refresh()
 
+    @property
+    def note(self) -> str:
+        """The text after the bars (stretch=False), "" for none."""
+        return self._note
+
+    @note.setter
+    def note(self, text: str) -> None:
+        if text != self._note:
+            self._note = text
+            self._strip = None
+            self.refresh()
+
+    def _levels(self, width: int) -> list[int]:
+        """The bar index of each cell drawn: every cell when stretching, else one per value
+        in the cells the note leaves (a space and the note after them)."""
+        if self.stretch:
+            return bar_levels(self._data, width)
+        cells = max(0, width - (len(self._note) + 1 if self._note else 0))
+        return bar_levels(self._data, min(len(self._data), cells))
+
     def _styles(self, base: Style) -> list[Style]:
         """The eight bar styles: min colour to max colour, blended over the background."""
         _, background = self.background_colors
@@ -96,12 +122,16 @@ class SparkBars(Widget):
         styles = self._styles(base)
         segments: list[Segment] = []
         run_level, run = -1, 0
-        for level in [*bar_levels(self._data, width), -1]:  # -1: flush the last run
+        levels = self._levels(width)
+        for level in [*levels, -1]:  # -1: flush the last run
             if level != run_level and run:
                 segments.append(Segment(BARS[run_level] * run, styles[run_level]))
                 run = 0
             run_level, run = level, run + 1
-        return Strip(segments, width)
+        if not self.stretch and self._note:
+            note = f" {self._note}" if levels else self._note
+            segments.append(Segment(note, base + Style(dim=True)))
+        return Strip(segments).crop_extend(0, width, base)
 
     def render_line(self, y: int) -> Strip:
         """The bars on line 0 (cached until the values, width or style change); blank below."""

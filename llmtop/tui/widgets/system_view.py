@@ -14,6 +14,7 @@ CELLS_PER_ROW = 32
 
 
 def _style(percent: float | None) -> str:
+    """A CPU reading's colour: green below 40 %, yellow below 80 %, red from 80 %."""
     if percent is None:
         return "dim"
     return "red" if percent >= 80 else "yellow" if percent >= 40 else "green"
@@ -60,3 +61,6 @@ def system_text(system: SystemSample | None, gpu: GpuSample | None = None) -> Te
                 f" / {fmt.size(d.memory_total)} (NVML)"
             )
     return text
+
+
+cpu_style = _style  # the probe panel's CPU history colours its cells the same way

@@ -1,0 +1,44 @@
+"""The machine in one line: QUIET / NOISY (and why) with the machine's CPU, where the probe
+panel has no room (a narrow main screen, the bench screen below PANEL_MIN_WIDTH, the load
+screen, which has no panel)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.probes.sampler import ProbeSample
+from llmtop.tui.state import fmt
+from llmtop.tui.state.noise import noisy_message
+from llmtop.tui.widgets.quiet_static import QuietStatic
+
+STARTING = "machine: probes starting…"
+
+
+def badge_text(sample: ProbeSample | None, cpu: bool = True) -> Text:
+    """The badge: " QUIET  CPU 12.0 %" or " NOISY  <the worst finding's message> · CPU
+    99.0 %" (`cpu`: with the machine's CPU %, of all cores); STARTING before the first
+    sample."""
+    if sample is None:
+        return Text(STARTING, style="dim")
+    quiet = sample.verdict.quiet
+    text = (
+        Text(" QUIET ", "bold black on green")
+        if quiet
+        else Text.assemble((" NOISY ", "bold white on red"), " ", noisy_message(sample.verdict))
+    )
+    if cpu and sample.system is not None:
+        text.append(
+            f"{' ' if quiet else ' · '}CPU {fmt.pct(sample.system.cpu_percent)}", style="dim"
+        )
+    return text
+
+
+class MachineBadge(QuietStatic):
+    """One line, cut with an ellipsis when it is longer than the widget (llmtop.tcss)."""
+
+    def show(self, sample: ProbeSample | None) -> None:
+        """Draw `sample`'s badge (`badge_text`); nothing when the text is unchanged."""
+        self.set_text(badge_text(sample))
+
+
+__all__ = ["STARTING", "MachineBadge", "badge_text"]

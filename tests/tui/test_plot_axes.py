@@ -1,0 +1,36 @@
+"""The plots screen's axes (issue 32, row 9), by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmtop.tui.state.plot_axes import histogram, integer_ticks, padded_range
+
+
+def test_padding_keeps_points_off_the_frame() -> None:
+    # requests 1..13: span 12, 8 % of it = 0.96 each side
+    assert padded_range([1.0, 13.0]) == pytest.approx((0.04, 13.96))
+    # one value: ±8 % of it; a time never below 0
+    assert padded_range([50.0]) == pytest.approx((46.0, 54.0))
+    assert padded_range([1.0, 100.0], floor=0.0)[0] == 0.0
+    # a value under the floor (a negative overhead) keeps its padding: lo < hi always
+    assert padded_range([-10.0], floor=0.0) == pytest.approx((-10.8, -9.2))
+    with pytest.raises(ValueError, match="at least one"):
+        padded_range([])
+
+
+def test_ticks_are_whole_numbers() -> None:
+    assert integer_ticks(0.04, 13.96) == [2, 4, 6, 8, 10, 12]  # 13 ones > 8: every 2nd
+    assert integer_ticks(0.92, 2.08) == [1, 2]  # two requests: 1 and 2, never 1.25
+    assert integer_ticks(0, 117) == [0, 20, 40, 60, 80, 100]  # counts up to 117
+    assert integer_ticks(0.2, 0.8) == []
+
+
+def test_histogram_starts_at_zero() -> None:
+    # gaps 10, 20, 30 and one stall of 300 ms in 3 bins of 100 ms from 0
+    assert histogram([10.0, 20.0, 30.0, 300.0], 3) == ([0.0, 100.0, 200.0], [3, 0, 1], 100.0)
+
+
+def test_ttft_histogram_spans_its_values() -> None:
+    # TTFT 400..410 ms in 2 bins from its smallest value: 400–405 and 405–410
+    assert histogram([400.0, 401.0, 410.0], 2, None) == ([400.0, 405.0], [2, 1], 5.0)
