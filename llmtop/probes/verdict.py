@@ -213,8 +213,8 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             "% CPU (machine)",
             f"other programs are using {value:.0f} % of the machine's CPU{note}",
             "close the busy applications listed below before measuring"
-            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else "")
-            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus),
+            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus)
+            + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
 
