@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -51,6 +50,8 @@ import numpy as np
 import platformdirs
 import psutil
 from threadpoolctl import ThreadpoolController
+
+from llmtop.files import write_atomically
 
 # ~9 ms on a 2.6 GHz EPYC core (CPython 3.11): over two 4 ms scheduler ticks, so a CPU quota
 # (accounted per tick) cannot let a whole run slip through unthrottled.
@@ -243,15 +244,7 @@ class CanaryCache:
         entry = CachedCanary(cpu_ms, mem_ms, simd_ms, datetime.now().astimezone().isoformat(),
                              source)
         text = json.dumps({"format": CACHE_FORMAT, **asdict(entry)}, indent=1)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".canary-", suffix=".tmp", dir=self.path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, self.path)
-        except OSError:
-            return False
-        return True
+        return write_atomically(self.path, text)
 
 
 @dataclass(frozen=True, slots=True)

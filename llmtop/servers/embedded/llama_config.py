@@ -33,7 +33,6 @@ import platform
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -42,6 +41,8 @@ from time import perf_counter_ns
 from typing import Any
 
 import platformdirs
+
+from llmtop.files import write_atomically
 
 ENV_FORCE = "LLMTOP_LLAMA_REPACK"  # on | off | auto
 TRIAL_TIMEOUT_S = 90.0  # loading + 64 + 24 tokens takes ~2 s on 2 cores; room for a slow disk
@@ -433,12 +434,7 @@ def remember(choice: Choice, model_path: str, path: Path | None = None) -> None:
     key = machine_key(model_path)
     entries = [{"key": key, "choice": choice.to_dict()}]
     entries += [e for e in _entries(path) if e["key"] != key][: CACHE_ENTRIES - 1]
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".llama-cpu-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"entries": entries}, fh, indent=1)
-        os.replace(tmp, path)
+    write_atomically(path, json.dumps({"entries": entries}, indent=1))
 
 
 def choose(model_path: str, threads: int, *, forced: str | None = None,

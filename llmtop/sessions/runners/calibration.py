@@ -21,9 +21,7 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +31,7 @@ import platformdirs
 
 from llmtop.engines.base import Engine, EngineError
 from llmtop.engines.events import FailureKind, StreamEvent
+from llmtop.files import write_atomically
 from llmtop.sessions.measure.prompts import PromptGenerator, prompt_format_id
 from llmtop.sessions.measure.request import chat_messages
 
@@ -192,20 +191,7 @@ class CalibrationCache:
         entries = self._entries()
         entries[calibration.options_key] = replace(calibration, from_cache=False).to_dict()
         text = json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        except OSError:
-            return False
-        return True
+        return write_atomically(self.path, text)
 
 
 # --------------------------------------------------------------------------- calibration

@@ -11,10 +11,7 @@ failed write is skipped (a curve only saves a sweep).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Any
 
 import platformdirs
 
+from llmtop.files import write_atomically
 from llmtop.sessions.analysis.prefill import Curve, CurveError
 
 STORE_FORMAT = 1
@@ -111,20 +109,7 @@ class CurveStore:
             "saved_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         }
         text = json.dumps({"format": STORE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".curves-", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        except OSError:
-            return False
-        return True
+        return write_atomically(self.path, text)
 
 
 def curve_label(started_at: str | None, log: str) -> str:
