@@ -35,6 +35,7 @@ def request(
     eval_count: int | None = 3,
     prompt: str = "p",
     done: bool = True,
+    load_ms: float | None = None,
 ) -> LiveRequest:
     """A request sent at SENT: `chunks` text chunks from `ttft_ms`, `gap_ms` apart, then (when
     `done`) the done chunk 1 ms after the last one, with the server's eval_count."""
@@ -50,7 +51,8 @@ def request(
         live.add(event)
     if done:
         end = StreamEvent(SENT + round((t + 1.0) * MS), done=True, stats=ServerStats(
-            eval_count=eval_count, eval_duration=None if eval_count is None else 40 * MS))
+            eval_count=eval_count, eval_duration=None if eval_count is None else 40 * MS,
+            load_duration=None if load_ms is None else round(load_ms * MS)))
         collector.add(end)
         live.add(end)
         live.finish(collector.finish())
@@ -155,6 +157,14 @@ def test_history_rows_and_compare_ratios() -> None:
     assert compare_text(first, None).plain.startswith("#1 is the first request")
     with pytest.raises(IndexError):
         session.row(3)
+
+
+def test_a_request_that_loaded_the_model_is_ok_cold_as_the_report_says_cold_start() -> None:
+    session = SessionState()
+    session.add(request(1600.0, load_ms=1453.0))  # over COLD_START_MS (1000 ms): cold
+    session.add(request(100.0, load_ms=2.0))
+    assert str(row_cells(session.row(1))[7]) == "ok · cold"
+    assert str(row_cells(session.row(2))[7]) == "ok"
 
 
 def test_small_helpers() -> None:

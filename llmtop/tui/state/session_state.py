@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from llmtop.engines.events import Status
+from llmtop.sessions.analysis.run import COLD_START_MS
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -187,13 +189,18 @@ def prompt_start(prompt: str, chars: int = PROMPT_CHARS) -> str:
 
 
 def history_row(number: int, result: RequestResult, noisy: str | None) -> HistoryRow:
-    """The history row of request `number` (see `HistoryRow`)."""
+    """The history row of request `number` (see `HistoryRow`). An ok request that paid a
+    model load over analysis.run.COLD_START_MS is "ok · cold", as the report calls it
+    cold-start (it counts in no statistics there)."""
     m = result.metrics
+    status = str(result.status)
+    if result.status == Status.OK and (m.load_ms or 0) > COLD_START_MS:
+        status = "ok · cold"
     return HistoryRow(
         number=number,
         time=clock_time(result.wall_start),
         prompt=prompt_start(result.prompt),
-        status=str(result.status),
+        status=status,
         ttft_ms=m.ttft_ms,
         tpot_ms=m.tpot_ms,
         decode_tps=m.client_decode_tps,

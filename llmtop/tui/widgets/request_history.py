@@ -50,7 +50,7 @@ def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
-    status_style = "green" if row.status == Status.OK else "yellow"
+    status_style = "green" if row.status.startswith(Status.OK) else "yellow"
     return (
         str(row.number),
         row.time,
