@@ -54,7 +54,7 @@ def test_series_marks_warmups_shades_noisy_requests_and_draws_the_apps_cpu(tmp_p
     size = build(log).analysis.sizes[0]
     fig = series_figure(size, "t", log.probes, TimeAxis.of(log.requests), None)
     names = {t.name for t in fig.data}
-    assert {"ok", "warmup", "chromium CPU (busiest other app)"} <= names
+    assert {"ok", "warmup", "other app: chromium, CPU (the busiest)"} <= names
     cpu = next(t for t in fig.data if t.name.startswith("chromium"))
     # request 1 (the warm-up) started at 10:00:00; the samples at +3.5 s and +4.5 s; chromium
     # is absent from the second one: 0 % (the log keeps the busiest apps)
@@ -123,3 +123,16 @@ def test_series_shades_each_slow_episode(tmp_path):
     assert bands == [(9 - 0.4, 14 + 0.4), (21 - 0.4, 26 + 0.4)]
     assert len(fig.layout.shapes) == 4
     assert {a.text for a in fig.layout.annotations} >= {"episode 8–13", "episode 20–25"}
+
+
+def test_the_load_curve_starts_at_zero_and_another_app_is_named_as_one(tmp_path):
+    # two levels 9 % apart: from zero the step reads as 9 %, not as the plot's whole height
+    fig = load_curve_figure([LoadPoint("1 user", 0.108, 300.0), LoadPoint("2 users", 0.118, 310.0)])
+    assert fig.layout.xaxis.rangemode == "tozero" and fig.layout.yaxis.rangemode == "tozero"
+
+
+def test_a_series_of_fewer_than_3_values_is_no_sparkline():
+    from llmtop.sessions.reports.run import _series_cell
+
+    assert _series_cell([400.0]) == "—" and _series_cell([400.0, None, 410.0]) == "—"
+    assert _series_cell([400.0, 405.0, 410.0]).startswith("`")

@@ -154,9 +154,11 @@ def series_figure(size: SizeAnalysis, title: str, probes: Sequence[ProbeRecord],
     app = culprit or busiest_app(mine)
     if app is not None:
         points = [(x, cpu) for p, cpu in app_cpu(mine, app) if (x := axis.probe_x(p)) is not None]
-        who = "likely culprit" if culprit else "busiest other app"
+        # named as another program, never read as llmtop's own CPU (a second llmtop is one)
+        who = "likely culprit" if culprit else "the busiest"
         fig.add_trace(go.Scatter(x=[x for x, _ in points], y=[c for _, c in points],
-                                 mode="lines+markers", name=html.escape(f"{app} CPU ({who})"),
+                                 mode="lines+markers",
+                                 name=html.escape(f"other app: {app}, CPU ({who})"),
                                  marker={"color": "#ff7f0e", "size": 5}), row=3, col=1)
     fig.update_yaxes(title_text="CPU % of a core", row=3, col=1)
     noisy = {p.request_id for p in probes if p.noisy and p.request_id in ids}
@@ -224,6 +226,9 @@ def load_curve_figure(points: Sequence[LoadPoint], slo_ms: float | None = None,
     fig.update_layout(title="Throughput against latency, per load level",
                       xaxis_title=f"throughput ({throughput_unit})",
                       yaxis_title=f"{latency} ms", height=420)
+    # from zero: a +9 % step between levels must not look like a cliff (newcomer row 24)
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
     return fig
 
 

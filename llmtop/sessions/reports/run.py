@@ -149,6 +149,17 @@ def build(log: RunLog) -> Report:
     )
 
 
+# A series of fewer values shows no shape, only a block whose height means nothing.
+MIN_SERIES = 3
+
+
+def _series_cell(values: Sequence[float | None]) -> str:
+    """The series column: the sparkline in backticks, "—" below MIN_SERIES values."""
+    if sum(v is not None for v in values) < MIN_SERIES:
+        return "—"
+    return f"`{sparkline(values)}`"
+
+
 def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
     via = f" · {size.path}" if size.path else ""
     if size.target is None:
@@ -350,7 +361,7 @@ def _stats_table(s: SizeAnalysis) -> list[str]:
                 change += " (not counted: within spread or floor)"
             trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}"
         rows.append((label, unit, m.n, _num(m.median, 2), _num(m.min, 2), _num(m.max, 2), p95,
-                     trend, change, f"`{sparkline(s.series.get(key, []))}`"))
+                     trend, change, _series_cell(s.series.get(key, []))))
     return md_table(headers, rows)
 
 
