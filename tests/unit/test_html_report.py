@@ -55,7 +55,7 @@ def test_series_marks_warmups_shades_noisy_requests_and_draws_the_apps_cpu(tmp_p
     fig = series_figure(size, "t", log.probes, TimeAxis.of(log.requests), None)
     names = {t.name for t in fig.data}
     assert {"ok", "warmup", "other app: chromium, CPU (the busiest)"} <= names
-    cpu = next(t for t in fig.data if t.name.startswith("chromium"))
+    cpu = next(t for t in fig.data if t.name.startswith("other app: chromium"))
     # request 1 (the warm-up) started at 10:00:00; the samples at +3.5 s and +4.5 s; chromium
     # is absent from the second one: 0 % (the log keeps the busiest apps)
     assert list(cpu.x) == [3.5, 4.5] and list(cpu.y) == [38.0, 0.0]
