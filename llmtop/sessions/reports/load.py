@@ -73,7 +73,7 @@ TABLE_HEAD = [
     "req/s",
     "tok/s",
     "goodput req/s (share)",
-    "queue ms p50",
+    "queue or unexplained ms p50",
     "probes",
     "generator CPU",
 ]
