@@ -100,7 +100,9 @@ def markdown(a: LoadAnalysis) -> str:
         else f"{cfg.get('prompt_words', '?')} words"
     )
     lines = [
-        f"# llmtop load — {h.model or '?'} on {h.engine or '?'} ({h.host or '?'})",
+        # the embedded engine's address is a port llmtop picked and closed: not a title's
+        f"# llmtop load — {h.model or '?'} on {h.engine or '?'}"
+        + ("" if h.engine == "embedded" else f" ({h.host or '?'})"),
         "",
         (
             f"{loop}; {per_level} per level; prompt {prompt}, "
