@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
 from llmtop import cli
 from llmtop.sessions.analysis.series import chunk_gaps_ms, run_series
 from llmtop.sessions.records.log import read_log
@@ -136,3 +138,15 @@ def test_a_series_of_fewer_than_3_values_is_no_sparkline():
 
     assert _series_cell([400.0]) == "—" and _series_cell([400.0, None, 410.0]) == "—"
     assert _series_cell([400.0, 405.0, 410.0]).startswith("`")
+
+
+def test_a_cancelled_request_is_as_wide_as_its_chunks(tmp_path):
+    from llmtop.sessions.records.schema import RequestRecord
+    from tests.unit.compare_logs import request
+
+    rec = request(1, 400.0, 20.0)  # started at +1 s; chunks at 400-440 ms after the send
+    rec.update(status="cancelled", metrics={**rec["metrics"], "e2e_ms": None})
+    record = RequestRecord.from_json(rec)
+    axis = TimeAxis.of([record])
+    x0, x1 = axis.span(record)
+    assert x1 - x0 == pytest.approx(0.440)  # the last chunk's offset, 440 ms

@@ -92,11 +92,14 @@ class TimeAxis:
         return x is not None and min(s[0] for s in spans) - 1 <= x <= max(s[1] for s in spans) + 1
 
     def span(self, record: RequestRecord) -> tuple[float, float]:
-        """The x range a request covers (its E2E on a time axis; ±0.4 around its number)."""
+        """The x range a request covers (its E2E on a time axis; to its last chunk when it has
+        no E2E, as a cancelled request has not; ±0.4 around its number)."""
         x = self.request_x[record.id]
         if self.t0 is None:
             return x - 0.4, x + 0.4
-        return x, x + (record.metrics.e2e_ms or 0.0) / 1000
+        if record.metrics.e2e_ms:
+            return x, x + record.metrics.e2e_ms / 1000
+        return x, x + (record.chunks[-1].offset_ns / 1e9 if record.chunks else 0.0)
 
 
 def app_cpu(probes: Sequence[ProbeRecord], app: str) -> list[tuple[ProbeRecord, float]]:
