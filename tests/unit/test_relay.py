@@ -363,5 +363,7 @@ def test_capabilities_route_says_whether_a_model_thinks(relay):
     no = httpx.get(relay + "/api/capabilities", params={"model": "ok"}).json()
     assert no["thinking"] is False
     assert httpx.get(relay + "/api/capabilities").status_code == 400
+    # a model the upstream does not know: it cannot say (null), and says why
     missing = httpx.get(relay + "/api/capabilities", params={"model": "nope"})
-    assert missing.status_code == 502 and "'nope'" in missing.json()["error"]
+    assert missing.status_code == 200 and missing.json()["thinking"] is None
+    assert "'nope'" in missing.json()["error"]

@@ -157,7 +157,9 @@ async def capabilities(request: Request) -> Response:
     """`GET /api/capabilities?model=NAME`: `{"model", "capabilities", "thinking"}` — the
     upstream's list for the model and whether it thinks (null when the upstream does not
     say), so the page can disable "think" for a model that answers every think request with
-    400; 400 without a model, 502 when the upstream does not answer."""
+    400; 400 without a model. An upstream that cannot tell (down, or the model unknown to
+    it) is still a 200, `thinking` null with its `error`: the page leaves "think" as it is,
+    and a browser logs no failed request while the user is still typing a model's name."""
     relay: Relay = request.app.state.relay
     model = request.query_params.get("model", "").strip()
     if not model:
@@ -167,10 +169,8 @@ async def capabilities(request: Request) -> Response:
         found = await relay.capabilities(model)
     except METADATA_ERRORS as exc:
         return JSONResponse(
-            {"error": f"cannot read {model!r} at {relay.upstream} ({type(exc).__name__}: {exc})",
-             "upstream": relay.upstream},
-            status_code=502,
-        )
+            {"model": model, "capabilities": None, "thinking": None,
+             "error": f"cannot read {model!r} at {relay.upstream} ({type(exc).__name__}: {exc})"})
     return JSONResponse({"model": model, "capabilities": found,
                          "thinking": None if found is None else "thinking" in found})
 
