@@ -1,4 +1,4 @@
-"""Axes for the plots screen (Ctrl+G) that a person can read (issue 32, row 9; newcomer.md:
+"""Axes for the plots screen (Ctrl+G) that a person can read (issue 32, row 9:
 "one of its two points sits on the frame corner; fractional request numbers (1.25, 3.2, 5.5);
 a histogram axis from −49.4 ms; y ticks 0.17/0.33 for counts").
 

@@ -1,4 +1,4 @@
-"""A markdown report laid out for a terminal box (issue 32, row 13; newcomer.md).
+"""A markdown report laid out for a terminal box (issue 32, row 13).
 
 The report's tables are written for a page (`llmtop report`, `sessions/reports/run.py`): ten
 columns squeezed into a 120-column box wrapped each cell over 4–6 lines ("n/a" / "(n" / "<"

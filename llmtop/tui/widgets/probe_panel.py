@@ -38,7 +38,7 @@ APPS_FIXED_LINES = 5  # the apps section beside its apps: title, llmtop, engine,
 HISTORY_MIN_HEIGHT = 40  # a panel this tall (a large terminal) also draws the CPU history
 # llmtop's own start-up (imports, Textual's first layout, connecting) is not its running cost:
 # a sample taken this soon after the TUI was imported does not mark llmtop over its budget
-# (the first frame said "llmtop itself: 22.8 % ⚠ over its 5 % budget"; newcomer.md row 29:
+# (the first frame said "llmtop itself: 22.8 % ⚠ over its 5 % budget";
 # the first frame came at 1.9 s, the engine answered at 4.3 s; two idle samples more: 10 s)
 STARTUP_GRACE_NS = 10 * 10**9
 STARTED_NS = time.perf_counter_ns()  # this module is imported as the TUI starts

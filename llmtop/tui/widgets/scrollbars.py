@@ -6,7 +6,7 @@ Those are the glyphs of llmtop's sparklines (`SparkBars`) and CPU bars (`fmt.bar
 thumb's body is a coloured blank that a dim theme, a 256-colour tmux or a plain-text capture
 (`tmux capture-pane -p`) barely shows: what a user sees is a stray pair of bars inside the
 help box, the history table, the report box and, after a resize, the response pane — the
-"ghost glyphs" of issue 32 (row 4; newcomer.md). The thumb here is whole cells of the
+"ghost glyphs" of issue 32 (row 4). The thumb here is whole cells of the
 scrollbar colour, on a track of the scrollbar background, one cell wide (llmtop.tcss).
 """
 
