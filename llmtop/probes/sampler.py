@@ -50,25 +50,28 @@ class ProbeSample:
     def to_dict(self, max_apps: int | None = 20) -> dict[str, Any]:
         """JSON-ready dict (enums → strings, tuples → lists) for the session log.
 
-        `max_apps` keeps the busiest apps only (None: all); `processes.apps_omitted` counts
-        the rest, so a 1 Hz log stays small. For the same reason floats keep FLOAT_DIGITS
-        decimals (a CPU % to 0.001, a byte count is an int anyway) and an app lists at most
-        MAX_PIDS of its pids (its `n_procs` still counts them all: the kernel's ~60 threads
-        were a fifth of a record).
+        `max_apps` keeps the busiest apps only (None: all), and of those past the first
+        MIN_LOGGED_APPS only the ones that used any CPU (an idle app past the top few is
+        never a culprit); `processes.apps_omitted` counts the rest, so a 1 Hz log stays
+        small. For the same reason floats keep FLOAT_DIGITS decimals (a CPU % to 0.001, a
+        byte count is an int anyway) and an app lists at most MAX_PIDS of its pids (its
+        `n_procs` still counts them all: the kernel's ~60 threads were a fifth of a record).
         """
         out: dict[str, Any] = _plain(self)
         procs = out.get("processes")
         if procs is not None:
             apps = procs["apps"]
             if max_apps is not None:
-                apps = apps[:max_apps]
-                procs["apps_omitted"] = max(0, len(procs["apps"]) - max_apps)
+                apps = [a for i, a in enumerate(apps[:max_apps])
+                        if i < MIN_LOGGED_APPS or (a.get("cpu_percent") or 0.0) > 0.0]
+                procs["apps_omitted"] = len(procs["apps"]) - len(apps)
             procs["apps"] = [{**a, "pids": a["pids"][:MAX_PIDS]} for a in apps]
         return out
 
 
 FLOAT_DIGITS = 3  # decimals a logged float keeps (see ProbeSample.to_dict)
 MAX_PIDS = 8  # pids a logged app lists (its n_procs counts them all)
+MIN_LOGGED_APPS = 5  # apps a logged sample keeps even when idle (see ProbeSample.to_dict)
 
 
 def _plain(value: Any) -> Any:

@@ -205,3 +205,27 @@ def test_a_logged_sample_keeps_3_decimals_and_8_pids_per_app() -> None:
     (app,) = d["processes"]["apps"]
     assert app["pids"] == [3, 4, 5, 6, 7, 8, 9, 10] and app["n_procs"] == 56
     assert app["cpu_percent"] == 0.333 and app["cpu_percent_machine"] == 0.167
+
+
+def test_idle_apps_past_the_first_few_are_not_logged() -> None:
+    # 12 apps sorted by CPU: app12..app5 used CPU, the last 4 none. max_apps 20 keeps the 8
+    # busy ones; of the 4 idle ones only those inside the first MIN_LOGGED_APPS (5) positions
+    # would stay, and all 4 are at positions 9-12: 8 logged, 4 omitted.
+    class Mixed(StubProcesses):
+        def __init__(self) -> None:
+            self.apps = tuple(
+                AppUsage(f"app{i}", Category.OTHER, float(i) if i > 4 else 0.0, 1000, 1,
+                         (i,), False, None) for i in range(12, 0, -1))
+
+    d = make(process_probe=Mixed()).sample_once().to_dict()
+    assert [a["app"] for a in d["processes"]["apps"]] == [f"app{i}" for i in range(12, 4, -1)]
+    assert d["processes"]["apps_omitted"] == 4
+    # a quiet machine whose apps all idle still lists its first 5
+    class Idle(StubProcesses):
+        def __init__(self) -> None:
+            self.apps = tuple(AppUsage(f"idle{i}", Category.OTHER, 0.0, 1000, 1, (i,), False,
+                                       0.0) for i in range(7))
+
+    d = make(process_probe=Idle()).sample_once().to_dict()
+    assert [a["app"] for a in d["processes"]["apps"]] == [f"idle{i}" for i in range(5)]
+    assert d["processes"]["apps_omitted"] == 2

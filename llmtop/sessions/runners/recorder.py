@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -28,6 +29,12 @@ from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.sessions.runners.environment import environment
 
 LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
+# An idle session logs fewer probe samples (a TUI left open for 12 minutes wrote 3.1 MB of
+# 1 Hz samples, issue 32 row 19): once no request has run for IDLE_AFTER_NS, a sample is
+# logged at most every IDLE_PROBE_PERIOD_NS, or at once when the verdict changes (quiet or
+# noisy, or another set of finding codes), so nothing the probes said is lost.
+IDLE_AFTER_NS = 5 * 10**9
+IDLE_PROBE_PERIOD_NS = 10 * 10**9
 
 
 class Measured(NamedTuple):
@@ -93,6 +100,9 @@ class SessionRecorder:
         self.energy = energy
         self.energy_per_request = energy_per_request and energy is not None and energy.active
         self.last_energy: list[EnergyRecord] = []  # the last measured request's figures
+        self.active_ns = time.perf_counter_ns()  # when a request last started or ended
+        self._last_probe: tuple[int, Any] | None = None  # (t_ns, verdict key) last logged
+        self.probes_thinned = 0  # idle samples not logged (IDLE_PROBE_PERIOD_NS)
         if energy is not None:
             self.log.write(energy.sources_record())
 
@@ -118,6 +128,7 @@ class SessionRecorder:
         the session's)."""
         self.requests += 1
         self.in_flight = self.requests
+        self.active_ns = time.perf_counter_ns()
         self.streaming.add(self.requests)
         self.peak_streaming = max(self.peak_streaming, len(self.streaming))
         return RequestCollector(prompt=prompt, options=options or self.options,
@@ -196,6 +207,7 @@ class SessionRecorder:
         behind: write it in a thread (default `write_behind`; needs a running event loop).
         Raises RecordError when an `extra` field has the wrong type (nothing is written)."""
         self.in_flight = None
+        self.active_ns = time.perf_counter_ns()
         self.streaming.discard(result.request_id)
         record = RequestRecord.of(result, **extra)
         if self.write_behind if behind is None else behind:
@@ -213,10 +225,28 @@ class SessionRecorder:
     def record_probe(self, sample: Any) -> None:
         """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
         `source` says where it was taken: LOCAL_SOURCE, or the agent's (probes.remote)."""
+        if not self._keep_probe(sample):
+            self.probes_thinned += 1
+            return
         record = sample.to_dict()
         if record.get("source") is None:
             record["source"] = LOCAL_SOURCE
         self.log.write_probe(record, self.in_flight)
+
+    def _keep_probe(self, sample: Any) -> bool:
+        """Whether to log `sample`: always while a request runs and for IDLE_AFTER_NS after
+        one; idle, one every IDLE_PROBE_PERIOD_NS and every change of the verdict."""
+        verdict = getattr(sample, "verdict", None)
+        key = (getattr(verdict, "quiet", None),
+               tuple(sorted(getattr(f, "code", "") for f in getattr(verdict, "findings", ()))))
+        t_ns: int = getattr(sample, "t_ns", None) or time.perf_counter_ns()
+        idle = (self.in_flight is None and not self.streaming
+                and t_ns - self.active_ns > IDLE_AFTER_NS)
+        last = self._last_probe
+        if idle and last is not None and key == last[1] and t_ns - last[0] < IDLE_PROBE_PERIOD_NS:
+            return False
+        self._last_probe = (t_ns, key)
+        return True
 
     def record_probe_state(self, state: str, detail: str) -> None:
         """Log a change of the probe source (an agent "connected", "lost", "refused")."""
