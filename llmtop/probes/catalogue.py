@@ -368,6 +368,8 @@ CATALOGUE: tuple[AppRule, ...] = (
     ),
     AppRule("vLLM", _INFER, linux=("vllm*",), args=("vllm.entrypoints", "vllm serve")),
     AppRule("llama-cpp-python", _INFER, args=("llama_cpp.server",)),
+    # another llmtop's embedded engine (servers/child.py starts `python -m llmtop engine`)
+    AppRule("llmtop engine", _INFER, args=("-m llmtop engine",)),
     AppRule(
         "LM Studio",
         _INFER,

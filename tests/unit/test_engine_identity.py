@@ -223,6 +223,19 @@ def test_llama_cpp_python_is_an_engine_by_its_arguments() -> None:
     assert rule is not None and (rule.app, rule.category) == ("llama-cpp-python", Category.INFERENCE)
 
 
+def test_another_llmtops_embedded_engine_is_an_inference_engine() -> None:
+    # the command line servers/child.py gives the embedded engine (newcomer row 8: it showed
+    # as plain "python")
+    from llmtop.probes.catalogue import Category, classify
+
+    rule = classify("python3.11", None, ["/venv/bin/python3.11", "-m", "llmtop", "engine",
+                                         "--host", "127.0.0.1", "--port", "41234"])
+    assert rule is not None and (rule.app, rule.category) == ("llmtop engine", Category.INFERENCE)
+    # llmtop's TUI itself is not one
+    tui = classify("python3", None, ["python3", "-m", "llmtop", "--engine", "embedded"])
+    assert tui is None or tui.category is not Category.INFERENCE
+
+
 def test_engine_candidates_finds_a_real_process_by_name(tmp_path: Path) -> None:
     # A real process named llama-server (the name a process is executed under), sleeping.
     import subprocess
