@@ -284,7 +284,11 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
     b.add_argument("--turns", type=whole_number(0, 10_000), default=BENCH.turns, metavar="N",
                    help="after the sweep, an N-turn conversation (each turn sends the whole "
                    "history; messages of the smallest size): TTFT and prefill per turn against "
-                   "the curve (default 0)")
+                   "the curve, then the same turns replayed with the engine's cache defeated "
+                   "(default 0)")
+    b.add_argument("--no-cold-turns", action="store_true",
+                   help="with --turns, skip the replay with the cache defeated (half the "
+                   "requests; no cache saving per turn)")
     b.add_argument("--no-save-curve", action="store_true",
                    help="do not save this sweep's prefill curve as this model's (the TUI's "
                    "prefill prediction and the next bench's check read it)")

@@ -44,6 +44,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         compare_relay=args.compare_relay,
         cache_pairs=args.cache_pairs,
         turns=args.turns,
+        cold_turns=not args.no_cold_turns,
         save_curve=not args.no_save_curve,
         remeasure_budget=0 if args.no_remeasure else args.remeasure_budget,
         remeasure_pause_s=args.remeasure_pause,

@@ -101,6 +101,51 @@ def test_conversation_grows_and_marks_where_the_context_fills(tmp_path):
     assert sum(1 for line in rows if ",turn,ok," in line) == 7
 
 
+def test_the_conversation_replayed_with_the_cache_defeated(tmp_path):
+    # cache "none": the server caches its last prompt + answer but counts every token. Turn k
+    # holds T_k = 32 + 26·(k − 1) tokens (see the test above). Warm: turn k ≥ 2 finds turn
+    # k − 1's prompt and its 4-word answer in the cache, n = T_(k−1) + 4; turn 1 only the
+    # template tokens. The replay sends the same history and message after a 4-word system
+    # message: T_k + 4 tokens, of which only the template tokens match the cache.
+    import json
+
+    from llmtop.sessions.analysis.context import cache_saving
+    from llmtop.testing.slotted import TEMPLATE_TOKENS
+
+    with ContextUpstream(TRUE, cache="none") as up:
+        outcome = bench(up, str(tmp_path / "b.jsonl"), prompt_tokens=(32, 64), turns=4)
+        seen = list(up.state.seen)
+    report = build(outcome.log)
+    t = [32 + 26 * k for k in range(4)]
+    warm_seen, cold_seen = seen[-8:-4], seen[-4:]
+    assert [(s[0], s[1]) for s in warm_seen] == [
+        (t[0], TEMPLATE_TOKENS), (t[1], t[0] + 4), (t[2], t[1] + 4), (t[3], t[2] + 4)]
+    assert [(s[0], s[1]) for s in cold_seen] == [(x + 4, TEMPLATE_TOKENS) for x in t]
+    assert [x.context_tokens for x in report.turns] == t
+    assert [x.context_tokens for x in report.cold_turns] == [x + 4 for x in t]
+    for turn, (total, cached, _ms) in zip(report.cold_turns, cold_seen, strict=True):
+        assert turn.record.metrics.prompt_eval_ms == pytest.approx(TRUE.ms(total, cached))
+    saved = cache_saving(report.turns, report.cold_turns)
+    assert sorted(saved) == [1, 2, 3, 4]
+    for warm, cold in zip(report.turns, report.cold_turns, strict=True):
+        assert saved[warm.turn] == pytest.approx(
+            (cold.record.metrics.ttft_ms or 0) - (warm.record.metrics.ttft_ms or 0))
+    md = render(report, "md")
+    assert "saved by the cache ms" in md and "the cache saved" in md
+    data = json.loads(render(report, "json"))
+    assert [x["context_tokens"] for x in data["conversation_cold"]] == [x + 4 for x in t]
+    assert data["conversation"][3]["saved_ms"] == pytest.approx(saved[4], abs=1e-3)
+
+
+def test_no_cold_turns_sends_the_conversation_only(tmp_path):
+    with ContextUpstream(TRUE, cache="none") as up:
+        outcome = bench(up, str(tmp_path / "b.jsonl"), prompt_tokens=(32, 64), turns=3,
+                        cold_turns=False)
+    report = build(outcome.log)
+    assert len(report.turns) == 3 and report.cold_turns == []
+    assert "saved by the cache" not in render(report, "md")
+
+
 def test_a_cache_pair_that_cannot_fit_num_ctx_is_refused_before_anything_is_sent(capsys):
     from llmtop.cli import main
     from llmtop.exitcodes import ExitCode

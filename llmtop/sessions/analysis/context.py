@@ -241,14 +241,16 @@ class Turn:
 
 
 def conversation(
-    records: Iterable[RequestRecord], curve: Curve | None = None, num_ctx: int | None = None
+    records: Iterable[RequestRecord], curve: Curve | None = None, num_ctx: int | None = None,
+    phase: str = "turn",
 ) -> list[Turn]:
-    """The turns of the log's conversation (phase "turn"), in order, each judged against the
-    one before (the context must grow by at least the previous answer)."""
+    """The turns of the log's conversation (`phase` "turn"; "turn-cold" for its replay with
+    the cache defeated), in order, each judged against the one before (the context must grow
+    by at least the previous answer)."""
     turns: list[Turn] = []
     prev: tuple[int, int] | None = None  # (context tokens, output tokens) of the turn before
     for r in records:
-        if r.phase != "turn" or r.status != "ok":
+        if r.phase != phase or r.status != "ok":
             continue
         s = r.stats
         context = s.prompt_eval_count if s else None
@@ -281,3 +283,16 @@ def _counts_history(turns: Sequence[Turn]) -> bool:
     if len(turns) < 2 or turns[0].context_tokens is None or turns[1].context_tokens is None:
         return False
     return turns[1].context_tokens > turns[0].context_tokens
+
+
+def cache_saving(turns: Sequence[Turn], cold: Sequence[Turn]) -> dict[int, float]:
+    """turn number → TTFT saved by the cache at that turn (ms): the cold replay's TTFT minus
+    the conversation's, for turns measured both ways (both sent the same history and message;
+    docs/guide/context.md). Negative when the cached turn was slower (noise, or no cache)."""
+    cold_ttft = {t.turn: t.record.metrics.ttft_ms for t in cold}
+    out: dict[int, float] = {}
+    for t in turns:
+        warm, c = t.record.metrics.ttft_ms, cold_ttft.get(t.turn)
+        if warm is not None and c is not None:
+            out[t.turn] = c - warm
+    return out

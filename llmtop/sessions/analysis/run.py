@@ -87,7 +87,7 @@ TIMING_GAP_SHARE = (
 )
 
 
-CONTEXT_PHASES = frozenset({"cache-cold", "cache-warm", "turn"})
+CONTEXT_PHASES = frozenset({"cache-cold", "cache-warm", "turn", "turn-cold"})
 
 
 class BenchStatus(StrEnum):

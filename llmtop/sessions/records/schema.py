@@ -60,13 +60,14 @@ FORMAT_VERSION = 1
 #   line, idle power, per request, per run and per load level; readers before it skip them
 #   as unknown records, so no bump).
 #   "bench" marks in an interactive session's log; the request phases "cache-cold",
-#   "cache-warm" (bench --cache-pairs) and "turn" (bench --turns).
+#   "cache-warm" (bench --cache-pairs), "turn" (bench --turns) and "turn-cold" (the
+#   conversation replayed with the engine's cache defeated; an older reader skips them).
 #   "bench" marks in an interactive session's log; the summary's `verdict` and `episodes`
 #   (slow episodes and the request ids in each, issue 25; re-measured requests are phase
 #   "measure" with an index past the warm-ups + `requests`).
 SUPPORTED_FORMATS = (1,)
 
-Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn"]
+Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn", "turn-cold"]
 """A bench request's phase: the run's first request (pays the model load), a warm-up, a
 measured request, one of a cache pair (`pair` numbers it: a fresh prefix, then the same
 prefix with a new suffix), or a conversation's turn (`index` numbers it from 0). Requests of

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn
+from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn, cache_saving
 from llmtop.sessions.analysis.prefill import CONFIDENCE, QUADRATIC_SHARE, Curve, coef_text
 from llmtop.sessions.reports.text import md_table
 from llmtop.sessions.reports.text import num as _num
@@ -178,41 +178,45 @@ def pairs_markdown(pairs: Sequence[CachePair]) -> list[str]:
     return lines
 
 
-def turns_markdown(turns: Sequence[Turn]) -> list[str]:
-    """The "Conversation" section (nothing without turns)."""
+def turns_markdown(turns: Sequence[Turn], cold: Sequence[Turn] = ()) -> list[str]:
+    """The "Conversation" section (nothing without turns); with `cold` (the replay with the
+    cache defeated), each turn's cold TTFT and what the cache saved."""
     if not turns:
         return []
-    rows = [
-        (
+    cold_by_turn = {t.turn: t for t in cold}
+    saved = cache_saving(turns, cold)
+    rows = []
+    for t in turns:
+        row: tuple[object, ...] = (
             t.turn,
             _num(t.context_tokens),
             _num(t.evaluated),
             "n/a" if t.cached is None else t.cached,
             _num(t.record.metrics.ttft_ms),
             _num(t.record.metrics.prompt_eval_ms),
-            _num(t.predicted_ms),
-            t.full or "",
         )
-        for t in turns
-    ]
+        if cold:
+            c = cold_by_turn.get(t.turn)
+            row += (_num(c.record.metrics.ttft_ms) if c else "n/a", _num(saved.get(t.turn)))
+        rows.append((*row, _num(t.predicted_ms), t.full or ""))
+    head: tuple[str, ...] = ("turn", "context tokens (server)", "evaluated (reported)",
+                             "cached (reported)", "TTFT ms", "prefill ms")
+    if cold:
+        head += ("TTFT cache defeated ms", "saved by the cache ms")
     lines = [
         "",
         "## Conversation (each turn sends the whole history)",
         "",
-        *md_table(
-            (
-                "turn",
-                "context tokens (server)",
-                "evaluated (reported)",
-                "cached (reported)",
-                "TTFT ms",
-                "prefill ms",
-                "curve: cold prefill ms",
-                "context full",
-            ),
-            rows,
-        ),
+        *md_table((*head, "curve: cold prefill ms", "context full"), rows),
     ]
+    if saved:
+        last = max(saved)
+        lines += ["", (
+            f"Replayed with the cache defeated (a fresh system message first, the same history "
+            f"and message), turn {last} took {_num(cold_by_turn[last].record.metrics.ttft_ms)} "
+            f"ms to its first token instead of "
+            f"{_num(next(t for t in turns if t.turn == last).record.metrics.ttft_ms)} ms: "
+            f"the cache saved {_num(saved[last])} ms there.")]
     counts = [t.context_tokens for t in turns if t.context_tokens is not None]
     if len(counts) >= 2 and counts[-1] <= counts[0]:
         lines += [
@@ -236,9 +240,11 @@ def turns_markdown(turns: Sequence[Turn]) -> list[str]:
 
 
 def context_json(
-    sweep: PrefillSweep | None, pairs: Sequence[CachePair], turns: Sequence[Turn]
+    sweep: PrefillSweep | None, pairs: Sequence[CachePair], turns: Sequence[Turn],
+    cold: Sequence[Turn] = (),
 ) -> dict[str, Any]:
-    """The three sections as JSON-ready dicts (None / [] where the run had none)."""
+    """The sections as JSON-ready dicts (None / [] where the run had none); each turn's
+    `saved_ms` is what the cache saved (None without a cold replay of it)."""
     curve: dict[str, Any] | None = None
     if sweep is not None:
         curve = {
@@ -271,7 +277,13 @@ def context_json(
             }
             for p in pairs
         ],
-        "conversation": [
+        "conversation": _turns_json(turns, cache_saving(turns, cold)),
+        "conversation_cold": _turns_json(cold, {}),
+    }
+
+
+def _turns_json(turns: Sequence[Turn], saved: dict[int, float]) -> list[dict[str, Any]]:
+    return [
             {
                 "turn": t.turn,
                 "context_tokens": t.context_tokens,
@@ -279,8 +291,8 @@ def context_json(
                 "cached": t.cached,
                 "predicted_ms": t.predicted_ms,
                 "full": t.full,
+                "saved_ms": saved.get(t.turn),
                 "metrics": t.record.metrics.to_dict(),
             }
             for t in turns
-        ],
-    }
+    ]

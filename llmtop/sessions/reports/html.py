@@ -94,7 +94,7 @@ def run_plots(report: Report) -> list[str]:
     if report.pairs:
         out.append(_plot(figure_html(cache_pairs_figure(report.pairs), "cache-pairs")))
     if report.turns:
-        out.append(_plot(figure_html(turns_figure(report.turns), "turns")))
+        out.append(_plot(figure_html(turns_figure(report.turns, report.cold_turns), "turns")))
     return out
 
 

@@ -282,9 +282,10 @@ def prefill_curve_figure(sweep: PrefillSweep) -> go.Figure:
     return fig
 
 
-def turns_figure(turns: Sequence[Turn]) -> go.Figure:
+def turns_figure(turns: Sequence[Turn], cold: Sequence[Turn] = ()) -> go.Figure:
     """A conversation: TTFT and prefill per turn against the context the server counted, the
-    curve's cold prefill beside them, turns where the context was full marked."""
+    curve's cold prefill and (`cold`) the replay's TTFT with the cache defeated beside them,
+    turns where the context was full marked."""
     fig = go.Figure()
     x = [t.context_tokens for t in turns]
     text = [f"turn {t.turn}" + (" (context full)" if t.full else "") for t in turns]
@@ -292,6 +293,11 @@ def turns_figure(turns: Sequence[Turn]) -> go.Figure:
                              mode="lines+markers", name="TTFT"))
     fig.add_trace(go.Scatter(x=x, y=[t.record.metrics.prompt_eval_ms for t in turns], text=text,
                              mode="lines+markers", name="prefill (server)"))
+    if cold:
+        fig.add_trace(go.Scatter(x=[t.context_tokens for t in cold],
+                                 y=[t.record.metrics.ttft_ms for t in cold],
+                                 text=[f"turn {t.turn}, cache defeated" for t in cold],
+                                 mode="lines+markers", name="TTFT, cache defeated"))
     if any(t.predicted_ms is not None for t in turns):
         fig.add_trace(go.Scatter(x=x, y=[t.predicted_ms for t in turns], mode="lines",
                                  line={"dash": "dot"}, name="the curve: cold prefill"))

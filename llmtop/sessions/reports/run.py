@@ -80,7 +80,8 @@ class Report:
     for a size with slow episodes and no drift, its costliest episode's cause. episodes: per
     prompt size, every slow episode with its cost and cause (episode_causes.py).
     sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
-    and the conversation's turns (analysis/context.py; None / empty when the run had none).
+    and the conversation's turns (analysis/context.py; None / empty when the run had none);
+    cold_turns: the conversation replayed with the cache defeated (bench --turns).
     """
 
     log: RunLog
@@ -106,6 +107,7 @@ class Report:
     sweep: PrefillSweep | None = None
     pairs: list[CachePair] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    cold_turns: list[Turn] = field(default_factory=list)
     episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
 
 
@@ -145,6 +147,8 @@ def build(log: RunLog) -> Report:
         pairs=cache_pairs(log.requests),
         turns=conversation(log.requests, sweep.prefill if sweep else None,
                            num_ctx if isinstance(num_ctx, int) else None),
+        cold_turns=conversation(log.requests, sweep.prefill if sweep else None,
+                                num_ctx if isinstance(num_ctx, int) else None, "turn-cold"),
         episodes=episodes,
     )
 
@@ -291,7 +295,7 @@ def markdown(report: Report) -> str:
         lines += ["", title, "", *_stats_table(s)]
     lines += _markdown_episodes(report)
     lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
-    lines += turns_markdown(report.turns)
+    lines += turns_markdown(report.turns, report.cold_turns)
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += markdown_energy(report.energy)
@@ -638,7 +642,7 @@ def _json(report: Report) -> dict[str, Any]:
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
         "energy": report.energy.to_dict() if report.energy else None,
-        **context_json(report.sweep, report.pairs, report.turns),
+        **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
         "warnings": list(report.log.warnings),
     }
 

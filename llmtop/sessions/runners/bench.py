@@ -271,7 +271,7 @@ class BenchRunner:
                                   progress, self.on_event)
         if self.config.turns:
             await run_conversation(self.recorder, calibration, self.config.turns, generator,
-                                   progress, self.on_event)
+                                   progress, self.on_event, cold=self.config.cold_turns)
 
     def _save_curve(self, log: RunLog, analysis: Analysis, calibration: Calibration) -> None:
         """Save a sweep's prefill curve for this model (when `save_curve` and it has one that

@@ -30,6 +30,7 @@ class BenchConfig(Workload):
     require_quiet: bool = False  # refuse to run when the preflight verdict is NOISY
     cache_pairs: int = 0  # prefix-cache pairs after the sweep (runners/context.py)
     turns: int = 0  # a conversation's turns after the sweep and the pairs
+    cold_turns: bool = True  # then the conversation replayed with the cache defeated
     prior_curve: dict[str, Any] | None = None  # a saved prefill curve to check (runners/curves.py)
     save_curve: bool = True  # save a sweep's prefill curve as this model's (runners/curves.py)
     remeasure_budget: int | None = None  # extra requests per size for episodes; None: `requests`

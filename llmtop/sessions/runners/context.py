@@ -9,7 +9,12 @@ conversation (docs/guide/context.md).
 * A conversation (`--turns N`): each turn is a fresh user message of the smallest
   calibrated size sent after the whole history (every earlier message and answer), phase
   "turn", `index` the turn from 0. A turn that fails ends the conversation: the next one
-  would send a history the engine never answered.
+  would send a history the engine never answered. Then, unless `cold` is off, the same
+  conversation replayed with the engine's cache defeated ("turn-cold"): turn k sends the
+  very history and message turn k sent, after a system message of fresh random words, so no
+  prefix the engine holds matches it and every turn is a cold prefill of the same context.
+  The replay comes after the whole conversation, not turn by turn: on a one-slot engine a
+  cold twin between two turns would evict the cache the next turn relies on.
 
 Each request goes through `SessionRecorder.measure`, with the bench's options.
 """
@@ -27,6 +32,7 @@ from llmtop.sessions.runners.calibration import Calibration
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 SUFFIX_WORDS = 12  # a cache pair's suffix: short, so the prefix is most of the prompt
+COLD_NONCE_WORDS = 4  # the cold replay's system message: random words no prompt began with
 
 Progress = Callable[[str, int, int, RequestResult | None, RequestRecord | None], None]
 
@@ -71,11 +77,14 @@ async def run_conversation(
     generator: PromptGenerator,
     on_progress: Progress,
     on_event: Callable[[StreamEvent], None] | None = None,
+    cold: bool = True,
 ) -> None:
-    """Send a `turns`-turn conversation (see the module's doc)."""
+    """Send a `turns`-turn conversation, then (`cold`) its replay with the cache defeated
+    (see the module's doc)."""
     target = min(calibration.targets)
     words = calibration.targets[target].words
     history: list[Mapping[str, Any]] = []
+    sent: list[tuple[str, tuple[Mapping[str, Any], ...]]] = []  # each ok turn's message, history
     for turn in range(turns):
         prompt = generator.make(words)
         on_progress("turn", turn, turns, None, None)
@@ -90,8 +99,38 @@ async def run_conversation(
         )
         on_progress("turn", turn + 1, turns, result, record)
         if record.status != "ok":
-            return
+            break
+        sent.append((prompt, tuple(history)))
         history += [
             {"role": "user", "content": prompt},
             {"role": "assistant", "content": result.content},
         ]
+    if cold:
+        await _replay_cold(recorder, sent, target, words, generator, on_progress, on_event)
+
+
+async def _replay_cold(
+    recorder: SessionRecorder,
+    sent: list[tuple[str, tuple[Mapping[str, Any], ...]]],
+    target: int,
+    words: int,
+    generator: PromptGenerator,
+    on_progress: Progress,
+    on_event: Callable[[StreamEvent], None] | None,
+) -> None:
+    """Each sent turn again, after a fresh system message (phase "turn-cold")."""
+    for turn, (prompt, history) in enumerate(sent):
+        nonce = {"role": "system", "content": _prefix(generator, COLD_NONCE_WORDS)}
+        on_progress("turn-cold", turn, len(sent), None, None)
+        result, record = await recorder.measure(
+            prompt,
+            on_event,
+            history=(nonce, *history),
+            phase="turn-cold",
+            index=turn,
+            prompt_tokens_target=target,
+            prompt_words=words,
+        )
+        on_progress("turn-cold", turn + 1, len(sent), result, record)
+        if record.status != "ok":
+            return

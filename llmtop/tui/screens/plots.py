@@ -67,6 +67,7 @@ class PlotsScreen(Screen[None]):
         self.sweep: PrefillSweep | None = None
         self.pairs: list[CachePair] = []
         self.turns: list[Turn] = []
+        self.cold_turns: list[Turn] = []  # the conversation replayed with the cache defeated
         self.context = False  # showing the context view (`c`)
 
     def compose(self) -> ComposeResult:
@@ -87,8 +88,10 @@ class PlotsScreen(Screen[None]):
             self.sweep = prefill_sweep(analysis)
             self.pairs = cache_pairs(log.requests)
             num_ctx = (log.header.options or {}).get("num_ctx")
-            self.turns = conversation(log.requests, self.sweep.prefill if self.sweep else None,
-                                      num_ctx if isinstance(num_ctx, int) else None)
+            curve, ctx = (self.sweep.prefill if self.sweep else None,
+                          num_ctx if isinstance(num_ctx, int) else None)
+            self.turns = conversation(log.requests, curve, ctx)
+            self.cold_turns = conversation(log.requests, curve, ctx, "turn-cold")
         self.draw()
 
     def action_context(self) -> None:
@@ -170,6 +173,10 @@ class PlotsScreen(Screen[None]):
         if turns:
             plt.plot([t.context_tokens for t in turns], [t.record.metrics.ttft_ms or 0
                                                         for t in turns], label="TTFT")
+            cold = [t for t in self.cold_turns if t.context_tokens is not None]
+            if cold:
+                plt.plot([t.context_tokens for t in cold],
+                         [t.record.metrics.ttft_ms or 0 for t in cold], label="cache defeated")
             full = [t for t in turns if t.full]
             if full:
                 plt.scatter([t.context_tokens for t in full],
