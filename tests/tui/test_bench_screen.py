@@ -220,7 +220,8 @@ async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         await pilot.click("#bench-start")
         await wait_for(pilot, lambda: shown(screen, "#bench-summary").startswith("✗"), what="✗")
         assert [m.values for m in requested] == [  # the form defaults (build), one field edited
-            {"requests": "10", "warmup": "1", "prompt-tokens": "64", "max-tokens": "1"}
+            {"requests": "10", "warmup": "1", "prompt-tokens": "64", "max-tokens": "1",
+             "cache-pairs": "0", "turns": "0"}
         ]
         assert screen.worker is None
         assert shown(screen, "#bench-summary") == "✗ max tokens must be ≥ 2, got 1"
@@ -278,3 +279,34 @@ async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(
         assert not screen.query_one(ProbePanel).display
         badge = screen.query_one("#bench-badge", Static)
         assert badge.display and str(badge.content) == f" NOISY  {NOISE}"
+
+
+async def test_the_form_runs_cache_pairs_and_a_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form's second row (issue 24): 1 cache pair and 2 turns after the sweep. The run
+    logs, after the 10 measured requests of one size and its warm-up, 2 pair requests, 2
+    turns and their 2 cold replays: the progress bar's total counts them all (11 + 2 + 4 = 17),
+    and at 80 columns both rows and the Start button are wholly on screen."""
+    app = build(tmp_path, FakeEngine(), monkeypatch)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+        screen = app.screen
+        assert isinstance(screen, BenchScreen)
+        for fid in ("bench-requests", "bench-cache-pairs", "bench-turns", "bench-start"):
+            region = screen.query_one(f"#{fid}").region
+            assert region.x >= 0 and region.right <= 80, (fid, region)
+        screen.query_one("#bench-cache-pairs").value = "1"  # type: ignore[attr-defined]
+        screen.query_one("#bench-turns").value = "2"  # type: ignore[attr-defined]
+        await pilot.click("#bench-start")
+        await wait_for(pilot, lambda: drawn(screen), what="the run drawn", timeout_s=60)
+        state = screen.state
+        assert state is not None and state.error is None, state.error if state else None
+        assert state.total == 17 and state.done == 17
+        log_path = screen.log_path
+    assert log_path is not None
+    phases = [r.phase for r in read_log(log_path).requests]
+    assert phases.count("cache-cold") == phases.count("cache-warm") == 1
+    assert phases.count("turn") == phases.count("turn-cold") == 2

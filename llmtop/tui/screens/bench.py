@@ -135,7 +135,8 @@ class BenchScreen(Screen[None]):
         v = message.values
         try:
             config = config_from_form(
-                self.host.settings, v["requests"], v["warmup"], v["prompt-tokens"], v["max-tokens"]
+                self.host.settings, v["requests"], v["warmup"], v["prompt-tokens"],
+                v["max-tokens"], v.get("cache-pairs", "0"), v.get("turns", "0"),
             )
         except BenchFormError as exc:
             self.query_one(BenchSummary).show_text(Text(f"✗ {exc}", style="bold red"))

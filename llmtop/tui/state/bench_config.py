@@ -43,10 +43,13 @@ def parse_prompt_tokens(text: str) -> tuple[int, ...]:
 
 
 def config_from_form(
-    settings: TuiSettings, requests: str, warmup: str, prompt_tokens: str, max_tokens: str
+    settings: TuiSettings, requests: str, warmup: str, prompt_tokens: str, max_tokens: str,
+    cache_pairs: str = "0", turns: str = "0",
 ) -> BenchConfig:
-    """The form's four fields on top of the session's fixed options (temperature, seed,
-    num_ctx from `settings.options`). Raises BenchFormError for a value that cannot run."""
+    """The form's fields on top of the session's fixed options (temperature, seed, num_ctx
+    from `settings.options`); cache pairs and turns run after the sweep, as `llmtop bench
+    --cache-pairs N --turns N` (the turns with their cold replay). Raises BenchFormError for
+    a value that cannot run."""
     config = BenchConfig.from_options(
         settings.options,
         requests=_int("requests", requests, 1),
@@ -54,6 +57,8 @@ def config_from_form(
         prompt_tokens=parse_prompt_tokens(prompt_tokens),
         max_tokens=_int("max tokens", max_tokens, MIN_MAX_TOKENS),
         use_cache=settings.bench_use_cache,
+        cache_pairs=_int("cache pairs", cache_pairs, 0),
+        turns=_int("conversation turns", turns, 0),
     )
     if settings.bench_preflight_s is not None:
         config = dataclasses.replace(config, preflight_s=settings.bench_preflight_s)
@@ -67,6 +72,8 @@ def form_defaults(settings: TuiSettings) -> dict[str, str]:
         "warmup": str(settings.bench_warmup),
         "prompt-tokens": ", ".join(str(t) for t in settings.bench_prompt_tokens),
         "max-tokens": str(settings.bench_max_tokens),
+        "cache-pairs": "0",
+        "turns": "0",
     }
 
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmtop.engines.events import StreamEvent
-from llmtop.sessions.analysis.run import Analysis, BenchStatus, first_pass_status
+from llmtop.sessions.analysis.run import (
+    CONTEXT_PHASES,
+    Analysis,
+    BenchStatus,
+    first_pass_status,
+)
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress
 from llmtop.sessions.runners.bench_config import BenchConfig
@@ -88,8 +93,11 @@ class BenchState:
 
     @property
     def total(self) -> int:
-        """Requests in the whole run (warm-ups included)."""
-        return self.per_size * len(self.config.prompt_tokens)
+        """Requests in the whole run (warm-ups included, then the cache pairs and the
+        conversation with its cold replay)."""
+        c = self.config
+        context = 2 * c.cache_pairs + c.turns * (2 if c.cold_turns else 1)
+        return self.per_size * len(c.prompt_tokens) + context
 
     @property
     def finished(self) -> bool:
@@ -122,6 +130,9 @@ class BenchState:
             self.phase_text = "first request (pays the model load, if any)…"
         elif p.phase == "done":
             self.phase_text = "done"
+        elif p.phase in CONTEXT_PHASES:  # the cache pairs, the conversation, its replay
+            self.phase_text = f"{p.message}…"
+            self.done += p.result is not None
         else:  # "environment", "preflight: sampling…", or a phase added later
             self.phase_text = f"{p.message or p.phase}…"
 

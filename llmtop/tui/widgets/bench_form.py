@@ -1,4 +1,6 @@
-"""The bench form: requests, warm-up, prompt sizes (tokens), max output tokens, Start.
+"""The bench form: requests, warm-up, prompt sizes (tokens), max output tokens on its first
+row; the context phases after the sweep (cache pairs, conversation turns) and Start on its
+second (one row of all six does not fit 80 columns).
 
 Enter in any field or the Start button posts `BenchForm.StartRequested` with the raw texts;
 the screen validates them (`llmtop.tui.state.bench_config.config_from_form`).
@@ -7,7 +9,7 @@ the screen validates them (`llmtop.tui.state.bench_config.config_from_form`).
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Label
 
@@ -18,10 +20,15 @@ FIELDS: tuple[tuple[str, str, str, int], ...] = (
     ("prompt-tokens", "prompt tokens", "text", 16),
     ("max-tokens", "max tokens", "integer", 8),
 )
+# the second row: what `llmtop bench --cache-pairs N --turns N` runs after the sweep
+CONTEXT_FIELDS: tuple[tuple[str, str, str, int], ...] = (
+    ("cache-pairs", "cache pairs", "integer", 7),
+    ("turns", "conversation turns", "integer", 7),
+)
 
 
-class BenchForm(Horizontal):
-    """One row of labelled Inputs and a Start button."""
+class BenchForm(Vertical):
+    """Two rows of labelled Inputs (FIELDS, CONTEXT_FIELDS) and a Start button."""
 
     class StartRequested(Message):
         """Start a bench with these field texts, by field id."""
@@ -35,17 +42,24 @@ class BenchForm(Horizontal):
         self._defaults = defaults
 
     def compose(self) -> ComposeResult:
-        for fid, label, kind, width in FIELDS:
+        with Horizontal(classes="bench-row"):
+            yield from self._fields(FIELDS)
+        with Horizontal(classes="bench-row"):
+            yield from self._fields(CONTEXT_FIELDS)
+            yield Button("Start", id="bench-start", variant="success")
+
+    def _fields(self, fields: tuple[tuple[str, str, str, int], ...]) -> ComposeResult:
+        for fid, label, kind, width in fields:
             yield Label(label, classes="bench-label")
             field = Input(self._defaults.get(fid, ""), type=kind, id=f"bench-{fid}")  # type: ignore[arg-type]
             field.styles.width = width
             field.cursor_blink = False  # no repaint twice a second during a measurement
             yield field
-        yield Button("Start", id="bench-start", variant="success")
 
     def values(self) -> dict[str, str]:
         """The fields' current texts, by field id."""
-        return {fid: self.query_one(f"#bench-{fid}", Input).value for fid, *_ in FIELDS}
+        return {fid: self.query_one(f"#bench-{fid}", Input).value
+                for fid, *_ in (*FIELDS, *CONTEXT_FIELDS)}
 
     def set_running(self, running: bool) -> None:
         """Lock the form while a bench runs."""
