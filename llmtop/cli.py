@@ -381,6 +381,12 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     s.add_argument("--slo", type=_checked(Slo.parse), default=Slo(), metavar="TERMS",
                    help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
+    s.add_argument("--search", action="store_true",
+                   help="SLO search: bisect between the lowest and highest level for the "
+                   "highest one meeting --slo (each point repeated until its 95%% CI decides)")
+    s.add_argument("--no-early-stop", action="store_true",
+                   help="run an open-loop level to its end even once its latency grows "
+                   "without bound (default: stop it, and say so)")
     s.add_argument("--think", choices=("on", "off"),
                    help="send think true/false (default: not sent)")
     s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
