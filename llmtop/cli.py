@@ -435,6 +435,9 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
     p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
                    help="default md; html: one self-contained file with plots")
+    p.add_argument("--as", dest="as_tool", choices=("vllm", "aiperf", "guidellm", "llama-server"),
+                   help="show the run in another tool's metric definitions (md or json), "
+                   "beside llmtop's (docs/guide/peers.md)")
     p.add_argument("--out", help="write to FILE instead of standard output")
 
 
