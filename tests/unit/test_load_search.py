@@ -96,32 +96,34 @@ def test_saturation_rule_on_a_known_ramp_and_a_flat_level():
 
 # --- against the slotted server -------------------------------------------------------------
 
-# 4 slots (c), prefill p = 10 ms, S = 10 + (20 − 1) × 10 = 200 ms. The SLO: TTFT ≤ L = 35 ms.
-# N ≤ 4 users: every request has a slot at once: TTFT = p + the client's own few ms (< 25):
-#   all meet; 20/20 → Wilson low 0.839 (undecided), 40/40 → 0.912: meets, in 2 batches.
+# 4 slots (c), prefill p = 10 ms, S = 10 + (40 − 1) × 10 = 400 ms. The SLO: TTFT ≤ L = 55 ms.
+# N ≤ 4 users: every request has a slot at once: TTFT = p + the client's own overhead o
+#   (a few ms; under 45 ms even on a loaded 2-core runner): all meet; 20/20 → Wilson low
+#   0.839 (undecided), 40/40 → 0.912: meets, in 2 batches (a rare slow request only adds a
+#   batch: 59/60 → 0.911).
 # N > 4: the slots never idle, so throughput is c / S and each user's cycle N·S / c (Little's
-#   law); a cycle is δ (the client's turnaround, ≤ 5 ms) + wait + S, so the mean wait is at
-#   least S (N − c) / c − δ (N = 5: 45 ms). No request waits more than (N − c) · S. If a share
-#   q ≥ 0.9 met TTFT ≤ L, the mean TTFT would be ≤ q·L + (1 − q)(p + (N − c)·S + 25) — for
-#   N = 5, ≤ 31.5 + 23.5 = 55 ms against at least p + 45 = 55 ms, and worse for every larger N
-#   — so the share is below 90 % at every N > 4: a miss (or, while the interval straddles,
+#   law); a cycle is δ (the client's turnaround, ≤ 10 ms) + wait + S, so the mean wait is at
+#   least S (N − c) / c − δ (N = 5: 90 ms). No request waits more than (N − c) · S. If a share
+#   q ≥ 0.9 met TTFT ≤ L, the mean TTFT would be ≤ q·L + (1 − q)(p + (N − c)·S + o) — for
+#   N = 5, ≤ 49.5 + 46 = 95.5 ms against at least p + 90 = 100 ms, and worse for every larger
+#   N — so the share is below 90 % at every N > 4: a miss (or, while the interval straddles,
 #   undecided, which bisects as a miss). How the misses spread over requests depends on δ,
 #   so only the bound is asserted there.
 # Bisection over [1, 16]: 1 meets, 16 misses, 8 misses, 4 meets, 6 misses, 5 misses:
 # the bracket [4, 5) is one user wide, so the answer is 4 users, exactly the slot count.
-SEARCH_SERVICE = Service(slots=4, prefill_s=0.01, tokens=20, gap_s=0.01)
+SEARCH_SERVICE = Service(slots=4, prefill_s=0.01, tokens=40, gap_s=0.01)
 
 
 async def test_slo_search_finds_the_slot_count_exactly(tmp_path):
     async with SlottedProcess(SEARCH_SERVICE) as up:
         outcome = await sweep(up.url, tmp_path / "search.jsonl", levels=(1, 16), requests=20,
-                              slo=Slo(ttft_ms=35), search=True)
+                              slo=Slo(ttft_ms=55), search=True)
     search = outcome.analysis.search
     assert search is not None
     assert [p.value for p in search.points] == [1, 16, 8, 4, 6, 5]
     one, sixteen, eight, four, six, five = search.points
-    assert [(p.outcome, p.requests, p.met, p.repeats) for p in (one, four)] == [
-        ("meets", 40, 40, 2), ("meets", 40, 40, 2)]
+    assert (one.outcome, four.outcome) == ("meets", "meets")
+    assert one.requests >= 40 and four.requests >= 40 and one.low >= 0.9 and four.low >= 0.9
     for p in (sixteen, eight, six, five):
         assert p.outcome != "meets" and p.share < 0.9
     assert (search.answer, search.above, search.exact) == (4, 5, True)
@@ -130,20 +132,23 @@ async def test_slo_search_finds_the_slot_count_exactly(tmp_path):
     again = analyze_load(outcome.log_path).search
     assert again == search
     md = markdown(outcome.analysis)
-    assert ("**SLO search:** highest concurrency meeting TTFT ≤ 35 ms for ≥ 90% of requests: "
-            "4 users (meets: 100% of 40 (95 % CI 91.2%–100.0%)); 5 users ") in md
+    assert ("**SLO search:** highest concurrency meeting TTFT ≤ 55 ms for ≥ 90% of requests: "
+            f"4 users (meets: {four.share:.0%} of {four.requests} (95 % CI ") in md
     assert "— answer in [4, 5) users, exact." in md
-    assert "| 4 | 4 users | 40 (2) | 40 | 100% | 91.2%–100.0% | meets |" in md
+    assert (f"| 4 | 4 users | {four.requests} ({four.repeats}) | {four.met} | {four.share:.0%} | "
+            f"{four.low:.1%}–{four.high:.1%} | meets |") in md
 
 
 # 1 slot, S = 10 + (5 − 1) × 10 = 50 ms (20 req/s), sent 40 req/s on a constant timetable:
 # request k leaves at 25 k ms and starts at 50 k ms, so its TTFT from the schedule is
-# 10 + 25 k ms: it grows 25 ms per request (S − 1/λ), plus each service's lateness ε (a few
-# ms on a busy runner). The rule fires at the 12th answer (MIN_POINTS), which ends at
-# 12 × (50 + ε) ms; by then requests 0 … ⌊12 (50 + ε) / 25⌋ have left: 25 for ε = 0, at
-# most 27 for ε ≤ 5 ms. Without the stop all 200 would be sent (5 s) and the last would
+# 10 + 25 k ms: it grows 25 ms per request (S − 1/λ), plus each service's lateness ε (the
+# server's timers on a loaded 2-core runner: up to EPS_MS = 10 ms, as test_load_slotted.py
+# allows). The rule fires at the 12th answer (MIN_POINTS), which ends at 12 × (50 + ε) ms;
+# by then requests 0 … ⌊12 (50 + ε) / 25⌋ have left: 25 for ε = 0, at most 29 for ε ≤ 10 ms,
+# and none leaves after it. Without the stop all 200 would be sent (5 s) and the last would
 # wait 200 × 25 = 5 s.
 SATURATED = Service(slots=1, prefill_s=0.01, tokens=5, gap_s=0.01)
+EPS_MS = 10.0
 
 
 async def test_open_loop_beyond_capacity_stops_early_and_says_why(tmp_path):
@@ -156,8 +161,8 @@ async def test_open_loop_beyond_capacity_stops_early_and_says_why(tmp_path):
     stop = lv.stopped
     assert stop is not None
     assert stop.n == MIN_POINTS
-    assert 25 <= stop.sent <= 27
-    assert stop.slope_ms == pytest.approx(25.0, abs=5.0)
+    assert 25 <= stop.sent <= 29
+    assert 25.0 - 2.0 <= stop.slope_ms <= 25.0 + EPS_MS  # 2 ms: the client's own jitter
     assert lv.requests == stop.sent and lv.ok >= MIN_POINTS
     assert set(lv.statuses) == {"ok", "cancelled"}
     md = markdown(outcome.analysis)

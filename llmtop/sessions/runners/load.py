@@ -24,19 +24,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
-import httpx
-
 from llmtop.engines.base import Engine
 from llmtop.engines.connection import Connection
-from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, analyze_load
+from llmtop.sessions.analysis.load import LevelResult, analyze_load
 from llmtop.sessions.analysis.saturation import over_saturated
 from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.measure.prompts import PromptGenerator
@@ -57,61 +53,13 @@ from llmtop.sessions.runners.environment import (
     preflight_record,
 )
 from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
+from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
-OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
 
-
-@dataclass(frozen=True)
-class LoadProgress:
-    """Where the sweep is. phase: "environment", "preflight", "warmup", "calibrating",
-    "level" (a level starts), "request" (one finished: `record`), "level-done"
-    (`result`: its LevelResult), "done". level: index into the config's levels; value: its
-    concurrency or rate; in_flight: requests streaming now; done/total: requests of the level
-    finished / planned (total None for a closed loop run by duration)."""
-
-    phase: str
-    level: int | None = None
-    value: float | None = None
-    in_flight: int = 0
-    done: int = 0
-    total: int | None = None
-    record: RequestRecord | None = None
-    result: LevelResult | None = None
-    message: str = ""
-
-
-@dataclass
-class LoadOutcome:
-    """A finished sweep: its analysis (per level, the knee) and the log path."""
-
-    analysis: LoadAnalysis
-    log_path: str
-    interrupted: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-def pooled_engine(conn: Connection, config: LoadConfig) -> tuple[Engine, bool]:
-    """The client the sweep streams through, and whether the runner must close it.
-
-    An Ollama-API client gets its own connection pool sized to the highest concurrency (so no
-    request waits for a connection, and none is re-opened between requests: httpx keeps only
-    20 alive by default); an open loop's pool has no cap, since the timetable, not the pool,
-    decides how many requests are in flight. Other clients (the relay) are used as they are.
-    """
-    engine = conn.engine
-    if not isinstance(engine, OllamaEngine):
-        return engine, False
-    if config.mode == "concurrency":
-        size = int(max(config.levels))
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-    else:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=OPEN_LOOP_KEEPALIVE)
-    return OllamaEngine(
-        engine.host, name=engine.name, read_timeout_s=engine.read_timeout_s, limits=limits
-    ), True
+__all__ = ["LoadOutcome", "LoadProgress", "LoadRunner", "pooled_engine"]
 
 
 class LoadRunner:
@@ -390,6 +338,8 @@ class LoadRunner:
                 wait_ns = scheduled - perf_counter_ns()
                 if wait_ns > 0:
                     await asyncio.sleep(wait_ns / 1e9)
+                if self.stopped is not None:  # over-saturated: nothing more leaves
+                    break
                 tasks.append(asyncio.create_task(self._request(
                     make_prompt(), {**fields, "index": first + k}, t0=t0, scheduled_ns=scheduled,
                 )))
@@ -422,6 +372,8 @@ class LoadRunner:
                     "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
 
         measured = fields.get("phase") == "measure"
+        if measured and self.stopped is not None:
+            return  # the level was stopped between this task's creation and its start
         self._sent += measured
         result, record = await self.recorder.measure(
             prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
