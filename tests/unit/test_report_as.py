@@ -53,10 +53,10 @@ def test_each_tool_recomputed_by_hand():
     # (95 − 50) / 3 = 15.
     a = as_aiperf(r)
     assert (a.ttft_ms, a.itl_ms, a.tpot_ms, a.e2e_ms) == (50.0, 15.0, 15.0, 95.0)
-    # GuideLLM: first token 50, last 90: TPOT 40 / 4 = 10 (first token included), ITL
-    # 40 / 3 = 13.33.
+    # GuideLLM 0.8: first token 50, last 90: TPOT from the send, 90 / 4 = 22.5 (TTFT
+    # included), ITL (90 − 50) / 3 = 13.33.
     g = as_guidellm(r)
-    assert (g.ttft_ms, g.tpot_ms, g.e2e_ms) == (50.0, 10.0, 95.0)
+    assert (g.ttft_ms, g.tpot_ms, g.e2e_ms) == (50.0, 22.5, 95.0)
     assert g.itl_ms == pytest.approx(40 / 3)
     # llama-server timings: prompt_ms 30; predicted_ms / predicted_n = 36 / 4 = 9.
     s = as_llama_server(r)
@@ -82,7 +82,7 @@ def test_report_as_vllm_markdown_and_json(tmp_path, capsys):
     assert main(["report", str(path), "--as", "guidellm", "--format", "json"]) == ExitCode.OK
     data = json.loads(capsys.readouterr().out)
     assert (data["n"], data["as"]["median"]["tpot_ms"], data["llmtop"]["median"]["tpot_ms"]) \
-        == (1, 10.0, 15.0)
+        == (1, 22.5, 15.0)
 
 
 def test_report_as_refuses_csv_with_a_clear_error(tmp_path, capsys):

@@ -17,9 +17,9 @@ read from each tool's public code and docs (docs/guide/peers.md cites them):
   disregarded; reasoning text counts); request latency = send → the final response; ITL =
   (request latency − TTFT) / (n − 1) — what the others call TPOT; AIPerf has no separate
   TPOT, so it is ITL's.
-* guidellm: TTFT = send → first token (first chunk with text); TPOT = (last token − first
-  token) / n — *the first token in the denominator*; ITL = (last token − first token) /
-  (n − 1); request latency = send → end.
+* guidellm (0.8): TTFT = send → first token (first chunk with text); TPOT = (last token −
+  send) / n — *the whole request to its last token, TTFT included, over all n tokens*;
+  ITL = (last token − first token) / (n − 1); request latency = send → end.
 * llama-server (its `timings`): TTFT = prompt_ms, per-token = predicted_ms / predicted_n — a
   span of n − 1 gaps divided by n (slightly optimistic, by (n − 1) / n); server clock, so
   no network. From the record's server stats (prompt eval and eval durations and counts).
@@ -95,14 +95,14 @@ def as_aiperf(r: RequestRecord) -> PeerMetrics:
 
 
 def as_guidellm(r: RequestRecord) -> PeerMetrics:
-    """GuideLLM's: TPOT over n tokens (the first included), ITL over n − 1."""
+    """GuideLLM's: TPOT from the send to the last token over n tokens (TTFT included), ITL
+    from the first token to the last over n − 1."""
     text = _text_offsets(r)
     if not text:
         return PeerMetrics(None, None, None, r.metrics.e2e_ms)
-    span = _ms(text[-1] - text[0])
     n = r.metrics.output_tokens
-    return PeerMetrics(_ms(text[0]), _per_token(span, n, 0), _per_token(span, n, 1),
-                       r.metrics.e2e_ms)
+    return PeerMetrics(_ms(text[0]), _per_token(_ms(text[-1]), n, 0),
+                       _per_token(_ms(text[-1] - text[0]), n, 1), r.metrics.e2e_ms)
 
 
 def as_llama_server(r: RequestRecord) -> PeerMetrics:
@@ -146,7 +146,7 @@ DEFINITIONS: dict[str, dict[str, str]] = {
     },
     "guidellm": {
         "TTFT": "send → first token",
-        "TPOT": "(last token − first token) / n (first token included)",
+        "TPOT": "(last token − send) / n (TTFT and the first token included)",
         "ITL": "(last token − first token) / (n − 1)",
         "E2E": "send → end",
     },
