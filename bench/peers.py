@@ -116,13 +116,16 @@ def ensure_peer(venv: Path, peer: str) -> Path:
     return python
 
 
-def make_tokenizer(python: Path, folder: str) -> str:
-    """A Hugging Face tokenizer folder made from llmtop's bundled GGUF (transformers reads a
-    GGUF's vocabulary with the `gguf` package), in the peer's virtualenv."""
+def make_tokenizer(python: Path, folder: str) -> str:  # a few minutes on 2 loaded cores
+    """A Hugging Face tokenizer folder (under `folder`: the peer's virtualenv, reused) made
+    from llmtop's bundled GGUF (transformers reads a GGUF's vocabulary with the `gguf`
+    package), by the peer's python."""
     from llmtop.servers.embedded.model_files import bundled_model_path
 
     gguf = Path(bundled_model_path())
-    out = os.path.join(folder, "tokenizer")
+    out = os.path.join(folder, "llmtop-tokenizer")
+    if os.path.exists(os.path.join(out, "tokenizer_config.json")):
+        return out  # made by an earlier run into the same virtualenv
     script = ("import sys; from transformers import AutoTokenizer; "
               "t = AutoTokenizer.from_pretrained(sys.argv[1], gguf_file=sys.argv[2]); "
               "t.save_pretrained(sys.argv[3])")
@@ -132,33 +135,38 @@ def make_tokenizer(python: Path, folder: str) -> str:
 
 def run_guidellm(python: Path, truth: Truth, n: int, tokenizer: str, folder: str,
                  prompt_tokens: int, chunks: int) -> dict[str, Any]:
-    """GuideLLM, synchronous profile, `n` requests; its own aggregate figures."""
-    out_dir = os.path.join(folder, "guidellm")
+    """GuideLLM 0.8 (`guidellm run`), synchronous profile, `n` requests over
+    /v1/chat/completions; its own aggregate medians from its JSON output."""
+    out = Path(folder) / "guidellm.json"
     start = time.perf_counter_ns()
-    cmd = [str(python), "-m", "guidellm", "benchmark", "run", "--target", truth.url,
-           "--model", MODEL, "--processor", tokenizer, "--profile", "synchronous",
-           "--max-requests", str(n),
-           "--data", f"prompt_tokens={prompt_tokens},output_tokens={chunks}",
-           "--request-type", "chat_completions", "--output-dir", out_dir,
-           "--outputs", "json"]
+    cmd = [str(python.parent / "guidellm"), "run",
+           "--backend", (f"kind=openai_http,target={truth.url},model={MODEL},"
+           "request_format=/v1/chat/completions"),
+           "--profile", "kind=synchronous",
+           "--constraint", f"kind=max_requests,count={n}",
+           "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
+           "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={chunks}",
+           "--output", f"kind=json,path={out}", "--disable-console-interactive"]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"guidellm failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    report = next(Path(out_dir).glob("*.json"))
-    data = json.loads(report.read_text())
-    bench = data["benchmarks"][0]
+        raise RuntimeError(f"guidellm failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    bench = json.loads(out.read_text())["benchmarks"][0]
     metrics = bench["metrics"]
 
     def med(name: str) -> float | None:
-        block = metrics.get(name, {}).get("successful", {})
-        return block.get("median")
+        block = metrics.get(name) or {}
+        block = block.get("successful", block)
+        value = block.get("median")
+        return float(value) if value is not None else None
 
     return {
         "tool": "guidellm", "start_ns": start, "ok": None, "sent": n,
         "ttft": med("time_to_first_token_ms"), "itl": med("inter_token_latency_ms"),
         "tpot": med("time_per_output_token_ms"),
-        "itl_name": "ITL (last − first token)/(n − 1); TPOT over n",
+        "itl_name": "ITL (last − first token)/(n − 1); its TPOT (last token − send)/n "
+                    "in the JSON",
         "req_s": med("requests_per_second"), "tok_s": med("output_tokens_per_second"),
+        "raw_metrics": sorted(metrics),
     }
 
 
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs", file=sys.stderr)
     python = ensure_peer(args.venv, args.peer)
     with tempfile.TemporaryDirectory(prefix="llmtop-peers-") as folder:
-        tokenizer = make_tokenizer(python, folder)
+        tokenizer = make_tokenizer(python, str(args.venv))
         truth = Truth(folder, args.first_ms, args.chunks, args.gap_ms)
         try:
             rows = [asyncio.run(run_llmtop(truth, args.requests))]
