@@ -11,10 +11,10 @@ before the done chunk's `send` (the line is written before the done chunk is sen
 error is then
 (its first-text stamp − its send stamp) − (first_ns − recv_ns): what the wire and both
 processes' wake-ups add, plus whatever the client counts that is not the server's time.
-Metadata routes (`/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/v1/models`) answer
-minimally so `llmtop run` can connect. `/v1/chat/completions` streams the same script as
-OpenAI's SSE (text deltas, a finish with usage, `[DONE]`) and logs the same way. Prints
-"ready" once listening.
+Metadata routes (`/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/v1/models`,
+`/health`) answer minimally so `llmtop run` (and peer tools) can connect.
+`/v1/chat/completions` streams the same script as OpenAI's SSE (text deltas, a finish with
+usage, `[DONE]`) and logs the same way. Prints "ready" once listening.
 """
 
 from __future__ import annotations
@@ -139,6 +139,8 @@ def _meta(sock: socket.socket, path: str) -> None:
         _json(sock, {"details": details, "model_info": {}, "modelfile": "", "template": ""})
     elif path == "/api/ps":
         _json(sock, {"models": []})
+    elif path == "/health":  # llama-server's and vLLM's; peer tools (GuideLLM) check it
+        _json(sock, {"status": "ok"})
     elif path == "/v1/models":
         _json(sock, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
     else:

@@ -385,6 +385,12 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
                    help=f"num_predict of every request (default {BENCH.max_tokens})")
     s.add_argument("--slo", type=_checked(Slo.parse), default=Slo(), metavar="TERMS",
                    help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
+    s.add_argument("--search", action="store_true",
+                   help="SLO search: bisect between the lowest and highest level for the "
+                   "highest one meeting --slo (each point repeated until its 95%% CI decides)")
+    s.add_argument("--no-early-stop", action="store_true",
+                   help="run an open-loop level to its end even once its latency grows "
+                   "without bound (default: stop it, and say so)")
     s.add_argument("--think", choices=("on", "off"),
                    help="send think true/false (default: not sent)")
     s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
@@ -433,6 +439,9 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
     p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
                    help="default md; html: one self-contained file with plots")
+    p.add_argument("--as", dest="as_tool", choices=("vllm", "aiperf", "guidellm", "llama-server"),
+                   help="show the run in another tool's metric definitions (md or json), "
+                   "beside llmtop's (docs/guide/peers.md)")
     p.add_argument("--out", help="write to FILE instead of standard output")
 
 

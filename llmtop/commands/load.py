@@ -8,6 +8,8 @@ import sys
 from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
+from llmtop.sessions.analysis.load import verdict
+from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.load import level_row
@@ -23,16 +25,21 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """The LoadConfig a command line asks for. Raises ValueError for an impossible one."""
     mode: Mode = "rate" if args.rate else "concurrency"
     requests = args.requests if args.requests is not None or args.duration else DEFAULT_REQUESTS
+    levels = args.rate or args.concurrency or DEFAULT_CONCURRENCY
+    if args.search and mode == "concurrency" and len(levels) == 1 and levels[0] > 1:
+        levels = (1, levels[0])  # one concurrency: the search's high bound, from 1 user
     return LoadConfig.from_flags(
         args,
         mode=mode,
-        levels=args.rate or args.concurrency or DEFAULT_CONCURRENCY,
+        levels=levels,
         requests=requests,
         duration_s=args.duration,
         arrivals=args.arrivals,
         prompt_tokens=args.prompt_tokens,
         slo=args.slo,
         preflight_s=args.preflight_duration,
+        search=args.search,
+        early_stop=not args.no_early_stop,
     )
 
 
@@ -48,6 +55,12 @@ def _printer(quiet: bool, config: LoadConfig):
                 file=sys.stderr,
                 flush=True,
             )
+            if p.result.stopped is not None:
+                line = describe_stop(p.result.label, p.result.stopped)
+                print(f"llmtop load: {line}", file=sys.stderr, flush=True)
+            if config.search and not config.slo.empty:
+                print(f"llmtop load: search: {p.result.label} {verdict(p.result).describe()}",
+                      file=sys.stderr, flush=True)
         elif p.message and p.phase != "done":
             print(f"llmtop load: {p.message}", file=sys.stderr, flush=True)
 
@@ -78,6 +91,8 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
             return ExitCode.REQUEST_FAILED
     finally:
         await conn.close()
+    if outcome.analysis.search is not None:
+        print(f"llmtop load: SLO search: {outcome.analysis.search.sentence}", file=sys.stderr)
     print(render(outcome.analysis, "json" if args.json else "md"), end="")
     if not any(lv.ok for lv in outcome.analysis.levels):
         print("llmtop load: no request completed ok", file=sys.stderr)
@@ -112,4 +127,9 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    return run_stoppable(_load(args, config_from_args(args)), "llmtop load")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"llmtop load: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return run_stoppable(_load(args, config), "llmtop load")

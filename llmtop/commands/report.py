@@ -8,10 +8,21 @@ import sys
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import RunLog
+from llmtop.sessions.reports import peers
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 
 SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
+
+
+def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
+    """The run in `--as`'s definitions; raises ValueError for a format it has not (csv,
+    html)."""
+    if args.format not in ("md", "json"):
+        raise ValueError(f"--as renders md or json, not {args.format}: use --format md or json")
+    render_as = peers.json_text if args.format == "json" else peers.markdown
+    return render_as(log.requests, args.as_tool, str(args.log_file))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -19,9 +30,12 @@ def main(args: argparse.Namespace) -> int:
     returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
     try:
         log = read_log(args.log_file)
-        # a `llmtop load` sweep gets its per-level report
-        text = render(analyze_log(log) if log.header.kind == "load" else build(log), args.format)
-    except LogError as exc:
+        if getattr(args, "as_tool", None):
+            text = _as_tool(log, args)
+        else:  # a `llmtop load` sweep gets its per-level report
+            text = render(analyze_log(log) if log.header.kind == "load" else build(log),
+                          args.format)
+    except (LogError, ValueError) as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     for warning in log.warnings[:SHOWN_WARNINGS]:

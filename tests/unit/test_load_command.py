@@ -67,3 +67,18 @@ def test_bad_flags_are_usage_errors(flags, capsys):
         rc = main(["load", "--engine", "ollama", "--host", "127.0.0.1:9", *flags])
         raise SystemExit(rc)
     assert exc.value.code == ExitCode.USAGE
+
+
+def test_search_through_the_cli_says_each_point_and_the_answer(slotted, tmp_path, capsys):
+    # TTFT ≤ 1 s holds for every request of a 2-slot server with S = 30 ms, so both bounds
+    # meet; 36 of 36 gives a Wilson low end of 36 / (36 + 1.96²) = 0.904 ≥ 0.90 in one batch.
+    rc = load(slotted.url, tmp_path / "s.jsonl", "--concurrency", "1,4", "--requests", "36",
+              "--slo", "ttft=1s", "--search")
+    assert rc == ExitCode.OK
+    captured = capsys.readouterr()
+    assert ("llmtop load: SLO search: the highest concurrency tried, 4 users, still meets "
+            "TTFT ≤ 1000 ms (meets: 100% of 36 (95 % CI 90.4%–100.0%)): search higher") \
+        in captured.err
+    search = json.loads(captured.out)["search"]
+    assert [(p["value"], p["outcome"]) for p in search["points"]] == [(1, "meets"), (4, "meets")]
+    assert (search["answer"], search["above"]) == (4, None)

@@ -29,12 +29,20 @@ from typing import Any
 
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.analysis.search import PointVerdict, SearchResult, judge, replay
+from llmtop.sessions.analysis.slo import ATTAINMENT, Slo
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
 from llmtop.sessions.records.log import read_log
-from llmtop.sessions.records.schema import Header, LevelRecord, ProbeRecord, RequestRecord, RunLog
+from llmtop.sessions.records.schema import (
+    Header,
+    LevelRecord,
+    ProbeRecord,
+    RequestRecord,
+    RunLog,
+    SaturationStop,
+)
 
-KNEE_SHARE = 0.90  # the issue's rule: goodput share stays ≥ 90 %
+KNEE_SHARE = ATTAINMENT  # goodput share stays ≥ 90 % (slo.py)
 KNEE_GAIN = 0.10  # throughput "stops rising": the next level adds under 10 %
 GENERATOR_CPU_WARN = 0.70  # share of one core: above it the generator may be the limit
 LAG_WARN_MS = 5.0  # an open loop whose median send lags its timetable by more is behind
@@ -111,6 +119,9 @@ class LevelResult:
     generator_cpu_share: float | None
     generator_cpu_ms_per_request: float | None
     max_in_flight: int | None
+    slo_met: int | None = None
+    repeats: int = 1
+    stopped: SaturationStop | None = None
 
     @property
     def failed(self) -> int:
@@ -142,7 +153,8 @@ class Knee:
 class LoadAnalysis:
     """A sweep: its header, the SLO, every level, the knee, warnings for the reader, and the
     body of its start environment record ({} without one); its energy (analysis/energy.py:
-    per level, the all-in J per output token)."""
+    per level, the all-in J per output token); the SLO search's answer (analysis/search.py)
+    when the sweep was one (`llmtop load --search`)."""
 
     header: Header
     mode: str
@@ -152,6 +164,7 @@ class LoadAnalysis:
     warnings: tuple[str, ...]
     environment: dict[str, Any]
     energy: EnergySummary | None = None
+    search: SearchResult | None = None
 
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
@@ -177,7 +190,8 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
         requests = [r for r in log.requests if r.level == index and r.phase == "measure"]
         probes = [p for p in log.probes if p.level == index]
         levels.append(
-            _level(index, mode, start.value, requests, probes, ends.get(index), slo, expected)
+            level_result(index, mode, start.value, requests, probes, ends.get(index), slo,
+                         expected)
         )
     env = log.environment("start")
     warnings = [*log.warnings, *_warnings(levels)]
@@ -190,7 +204,24 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
         tuple(warnings),
         dict(env.body) if env else {},
         summarize_energy(log),
+        _search(config, mode, slo, levels),
     )
+
+
+def _search(config: dict[str, Any], mode: str, slo: Slo,
+            levels: Sequence[LevelResult]) -> SearchResult | None:
+    """The SLO search replayed from its levels (in the order run), as the runner judged them;
+    None when the sweep was not a search."""
+    bounds = config.get("levels") or []
+    if not config.get("search") or slo.empty or len(bounds) < 2:
+        return None
+    verdicts = [verdict(lv) for lv in levels if lv.requests]
+    return replay(mode, min(bounds), max(bounds), verdicts).result(slo)
+
+
+def verdict(lv: LevelResult) -> PointVerdict:
+    """The search's verdict on one level (search.judge over its SLO counts)."""
+    return judge(lv.value, lv.slo_met or 0, lv.requests, lv.repeats, lv.stopped is not None)
 
 
 def _expected_tokens(log: RunLog, target: Any) -> float | None:
@@ -212,7 +243,7 @@ def _queue_ms(record: RequestRecord) -> float | None:
     return max(0.0, float(total - (stats.load_duration or 0) - prefill - decode) / 1e6)
 
 
-def _level(
+def level_result(
     index: int,
     mode: str,
     value: float,
@@ -222,7 +253,8 @@ def _level(
     slo: Slo,
     expected: float | None,
 ) -> LevelResult:
-    """One level's figures from its request, probe and end records."""
+    """One level's figures from its request, probe and end records (end None: a level still
+    running, as the SLO search judges it between repeats)."""
     statuses: dict[str, int] = {}
     ok = []
     for r in requests:
@@ -267,6 +299,9 @@ def _level(
         generator_cpu_share=cpu_ns / wall_ns if cpu_ns and wall_ns else None,
         generator_cpu_ms_per_request=cpu_ns / 1e6 / len(requests) if cpu_ns and requests else None,
         max_in_flight=end.max_in_flight if end else None,
+        slo_met=None if slo.empty else met,
+        repeats=(end.repeats if end else None) or 1,
+        stopped=end.stopped if end else None,
     )
 
 
@@ -302,7 +337,7 @@ def _warnings(levels: Sequence[LevelResult]) -> list[str]:
                 f"(median; up to {worst:.1f} ms): latencies from the scheduled send "
                 "include it"
             )
-        if lv.failed:
+        if lv.failed and lv.stopped is None:  # a stopped level's cancels are its stop line's
             out.append(
                 f"at {lv.label} {lv.failed} of {lv.requests} requests failed: "
                 + ", ".join(f"{n} {s}" for s, n in lv.statuses.items() if s != "ok")

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 SLO_TERMS = ("ttft", "tpot", "e2e")
+ATTAINMENT = 0.90  # share of requests that must meet every term: the knee's and the search's
+# rule (DistServe's SLO attainment target of 90 %)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0}
 

@@ -62,6 +62,8 @@ FORMAT_VERSION = 1
 #   "bench" marks in an interactive session's log; the request phases "cache-cold",
 #   "cache-warm" (bench --cache-pairs), "turn" (bench --turns) and "turn-cold" (the
 #   conversation replayed with the engine's cache defeated; an older reader skips them).
+#   The level end's `repeats` and `stopped` and the header load's `search` and `early_stop`
+#   (issue 30: SLO search, over-saturation stop; older readers ignore them, so no bump).
 #   "bench" marks in an interactive session's log; the summary's `verdict` and `episodes`
 #   (slow episodes and the request ids in each, issue 25; re-measured requests are phase
 #   "measure" with an index past the warm-ups + `requests`).
@@ -590,10 +592,30 @@ class PreflightRecord(OpenRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class SaturationStop:
+    """Why an open-loop level was stopped early (analysis/saturation.py's rule): after `sent`
+    requests had left, the TTFTs from the scheduled send of the last `n` answered ones, in
+    send order, rose by `slope_ms` per request (Theil–Sen; `low_ms`..`high_ms` its 95 %
+    confidence interval), `rise_ms` = slope × (n − 1) over the fit, above `baseline_ms`
+    (the median TTFT of the fit's first quarter)."""
+
+    sent: int
+    n: int
+    slope_ms: float
+    low_ms: float
+    high_ms: float
+    rise_ms: float
+    baseline_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class LevelRecord(Record):
     """One end of a sweep level (`type: "level"`). phase "start": mode, value (users or
     req/s), requests planned (None: by duration), duration_s. phase "end": wall_ns (first send
-    to last completion), generator_cpu_ns (the event loop's CPU time), max_in_flight."""
+    to last completion; with repeats, the repeats' wall times summed), generator_cpu_ns (the
+    event loop's CPU time), max_in_flight, repeats (batches of `requests` run at this level by
+    an SLO search: runners/load_search.py; 1 otherwise), stopped (the over-saturation stop,
+    None when the level ran to its end)."""
 
     TYPE: ClassVar[str] = "level"
     phase: Literal["start", "end"]
@@ -605,6 +627,8 @@ class LevelRecord(Record):
     wall_ns: int | None = None
     generator_cpu_ns: int | None = None
     max_in_flight: int | None = None
+    repeats: int | None = None
+    stopped: SaturationStop | None = None
 
 
 @dataclass(frozen=True, slots=True)

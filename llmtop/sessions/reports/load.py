@@ -15,6 +15,8 @@ import json
 from typing import Any
 
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
+from llmtop.sessions.analysis.saturation import describe_stop
+from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.reports.text import md_table
 
 
@@ -112,10 +114,15 @@ def markdown(a: LoadAnalysis) -> str:
         f"**Knee:** {a.knee.sentence}.",
         f"(rule: {a.knee.rule})",
         "",
+        *markdown_search(a.search),
         "| " + " | ".join(TABLE_HEAD) + " |",
         "|" + "---|" * len(TABLE_HEAD),
     ]
     lines += ["| " + " | ".join(level_row(lv)) + " |" for lv in a.levels]
+    stops = [describe_stop(lv.label, lv.stopped) for lv in a.levels if lv.stopped is not None]
+    if stops:
+        lines += ["", *[f"- {line}: nothing more was sent and the requests in flight were "
+                        "cancelled (counted as not meeting the SLO)" for line in stops]]
     lines += ["", "p95 needs ≥ 20 samples and p90 ≥ 10 (else n/a); p99 (JSON) needs ≥ 100."]
     if a.mode == "rate":
         lines += [_lag_line(lv) for lv in a.levels if lv.lag_ms is not None]
@@ -127,6 +134,33 @@ def markdown(a: LoadAnalysis) -> str:
     if a.warnings:
         lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
     return "\n".join(lines) + "\n"
+
+
+def _label(mode: str, value: float) -> str:
+    if mode != "concurrency":
+        return f"{value:g} req/s"
+    return f"{value:g} {'user' if value == 1 else 'users'}"
+
+
+def markdown_search(search: SearchResult | None) -> list[str]:
+    """The SLO search's lines: its answer, its rule and one row per point in the order run
+    (requests, batches, met, share and its 95 % Wilson interval, verdict); [] for a sweep."""
+    if search is None:
+        return []
+    rows = [
+        (str(k + 1), _label(search.mode, p.value), f"{p.requests} ({p.repeats})", str(p.met),
+         f"{p.share:.0%}", f"{p.low:.1%}–{p.high:.1%}",
+         p.outcome + (" (over-saturated)" if p.stopped else ""))
+        for k, p in enumerate(search.points)
+    ]
+    return [
+        f"**SLO search:** {search.sentence}.",
+        f"(rule: {search.rule})",
+        "",
+        *md_table(("point", "level", "requests (batches)", "met SLO", "share", "95 % CI",
+                   "verdict"), rows),
+        "",
+    ]
 
 
 def _j(value: float | None, unit: str = "J") -> str:
@@ -243,5 +277,6 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
         },
         "environment": a.environment,
         "energy": a.energy.to_dict() if a.energy else None,
+        "search": a.search.to_dict() if a.search else None,
         "warnings": list(a.warnings),
     }

@@ -5,11 +5,14 @@ Order of a run (the bench protocol where it applies, docs/method.md, "The bench 
 2. an optional preflight, one load request (the model's load lands there), calibration of the
    prompt size against the server's token counts (calibration.py), and one warm-up round of
    concurrent requests (kept in the log, in no level);
-3. per level: closed loop (N workers, each sends its next request when its last one ends) or
-   open loop (requests leave on a seeded timetable; each is also timed from its *scheduled*
-   send, so a generator that falls behind cannot hide queueing: coordinated omission, Gil
-   Tene, "How NOT to Measure Latency"). Every request is a fresh calibrated prompt, streamed
-   and classified by `run_request` like any bench request, and logged with its level;
+3. per level (or, with `search`, per point of the SLO search: load_search.py): closed
+   loop (N workers, each sends its next request when its last one ends) or open loop
+   (requests leave on a seeded timetable; each is also timed from its *scheduled* send, so
+   a generator that falls behind cannot hide queueing: coordinated omission, Gil Tene,
+   "How NOT to Measure Latency"). Every request is a fresh calibrated prompt, streamed
+   and classified by `run_request` like any bench request, and logged with its level. An
+   open-loop level stops early once its latency grows without bound (analysis/saturation.py):
+   nothing more is sent and the requests in flight are cancelled;
 4. "level" records bracket each level with its wall time and the generator's own CPU time
    (the event-loop thread's `thread_time_ns`), so a report can say when the generator, not
    the engine, was the limit. Probe samples are logged with the ids of the requests in flight.
@@ -20,21 +23,18 @@ The analysis (load_analysis.py) reads the log alone, so `llmtop report` renders 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
-import httpx
-
 from llmtop.engines.base import Engine
 from llmtop.engines.connection import Connection
-from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, analyze_load
+from llmtop.sessions.analysis.load import LevelResult, analyze_load
+from llmtop.sessions.analysis.saturation import over_saturated
+from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import (
@@ -42,6 +42,7 @@ from llmtop.sessions.records.schema import (
     InterruptedRecord,
     LevelRecord,
     RequestRecord,
+    SaturationStop,
 )
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
 from llmtop.sessions.runners.energy import EnergyMeter, local_meter
@@ -52,60 +53,13 @@ from llmtop.sessions.runners.environment import (
     preflight_record,
 )
 from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
+from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
+from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
-OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
 
-
-@dataclass(frozen=True)
-class LoadProgress:
-    """Where the sweep is. phase: "environment", "preflight", "warmup", "calibrating",
-    "level" (a level starts), "request" (one finished: `record`), "level-done"
-    (`result`: its LevelResult), "done". level: index into the config's levels; value: its
-    concurrency or rate; in_flight: requests streaming now; done/total: requests of the level
-    finished / planned (total None for a closed loop run by duration)."""
-
-    phase: str
-    level: int | None = None
-    value: float | None = None
-    in_flight: int = 0
-    done: int = 0
-    total: int | None = None
-    record: RequestRecord | None = None
-    result: LevelResult | None = None
-    message: str = ""
-
-
-@dataclass
-class LoadOutcome:
-    """A finished sweep: its analysis (per level, the knee) and the log path."""
-
-    analysis: LoadAnalysis
-    log_path: str
-    interrupted: bool = False
-    notes: list[str] = field(default_factory=list)
-
-
-def pooled_engine(conn: Connection, config: LoadConfig) -> tuple[Engine, bool]:
-    """The client the sweep streams through, and whether the runner must close it.
-
-    An Ollama-API client gets its own connection pool sized to the highest concurrency (so no
-    request waits for a connection, and none is re-opened between requests: httpx keeps only
-    20 alive by default); an open loop's pool has no cap, since the timetable, not the pool,
-    decides how many requests are in flight. Other clients (the relay) are used as they are.
-    """
-    engine = conn.engine
-    if not isinstance(engine, OllamaEngine):
-        return engine, False
-    if config.mode == "concurrency":
-        size = int(max(config.levels))
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-    else:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=OPEN_LOOP_KEEPALIVE)
-    return OllamaEngine(
-        engine.host, name=engine.name, read_timeout_s=engine.read_timeout_s, limits=limits
-    ), True
+__all__ = ["LoadOutcome", "LoadProgress", "LoadRunner", "pooled_engine"]
 
 
 class LoadRunner:
@@ -144,6 +98,13 @@ class LoadRunner:
         self.engine: Engine = conn.engine
         self.level: int | None = None
         self._done = 0
+        self._total: int | None = None
+        self._sent = 0  # measured requests sent in the level running
+        self.level_records: list[RequestRecord] = []  # the level's, as logged (the search's)
+        self.stopped: SaturationStop | None = None  # the level running was over-saturated
+        self._stop_event = asyncio.Event()
+        self.expected_tokens: float | None = None  # the calibrated prompt's server count
+        self.search: SearchResult | None = None
 
     @property
     def log_path(self) -> str:
@@ -166,8 +127,11 @@ class LoadRunner:
             words = await self._prepare()
             generator = PromptGenerator(self.config.seed)
             await self._warm_up(words, generator)
-            for index, value in enumerate(self.config.levels):
-                await self._level(index, value, words, generator)
+            if self.config.search:
+                self.search = await run_search(self, words, generator)
+            else:
+                for index, value in enumerate(self.config.levels):
+                    await self.run_level(index, value, words, generator)
             self.recorder.log.write(await environment_record(self.conn, "end"))
         except asyncio.CancelledError:
             interrupted = True
@@ -223,6 +187,7 @@ class LoadRunner:
                 f"{point.words} words ({point.tokens})",
             )
         )
+        self.expected_tokens = point.tokens
         return point.words
 
     async def _warm_up(self, words: int, generator: PromptGenerator) -> None:
@@ -243,44 +208,48 @@ class LoadRunner:
             *(self._request(generator.make(words), {**fields, "index": k}) for k in range(n))
         )
 
-    async def _level(
-        self, index: int, value: float, words: int, generator: PromptGenerator
-    ) -> None:
+    async def run_level(
+        self, index: int, value: float, words: int, generator: PromptGenerator,
+        repeat: Callable[[int], bool] | None = None,
+    ) -> LevelResult | None:
         """Run level `index` (concurrency or rate `value`) between a "level" start record and
-        an end record with its wall time and the loop thread's CPU time; then report its
-        LevelResult (analysed from the log, as a report would)."""
+        an end record with its wall time, the loop thread's CPU time, its repeats and its
+        over-saturation stop; then report its LevelResult (analysed from the log, as a report
+        would) and return it. repeat(batches run so far): whether to run another batch of the
+        level's requests (the SLO search's rule, load_search.py); None runs one."""
         cfg = self.config
         total = cfg.requests
         if total is None and cfg.mode == "rate":
             total = max(1, round(value * (cfg.duration_s or 0)))
         self.level, self.recorder.peak_streaming, self._done = index, 0, 0
+        self._total = total
         self.recorder.log.write(LevelRecord(
             "start", index, value, mode=cfg.mode, requests=total, duration_s=cfg.duration_s
         ))
-        self.on_progress(
-            LoadProgress(
-                "level",
-                index,
-                value,
-                total=total,
-                message=f"level {index + 1}/{len(cfg.levels)}: {cfg.level_label(value)}",
-            )
-        )
+        where = (f"search point {index + 1}" if cfg.search
+                 else f"level {index + 1}/{len(cfg.levels)}")
+        self.on_progress(LoadProgress("level", index, value, total=total,
+                                      message=f"{where}: {cfg.level_label(value)}"))
         fields = {
             "phase": "measure",
             "level": index,
             "prompt_tokens_target": cfg.prompt_tokens,
             "prompt_words": words,
         }
-        self._level_results = []
+        self._level_results, self.level_records, self._sent = [], [], 0
+        self.stopped, self._stop_event = None, asyncio.Event()
+        numbers = [0]  # the level's next request index, across its batches
         energy_from = self.energy.sample()
-        cpu0, t0 = thread_time_ns(), perf_counter_ns()
-        if cfg.mode == "concurrency":
-            await self._closed(int(value), total, t0, fields, lambda: generator.make(words))
-        else:
-            assert total is not None
-            await self._open(value, total, t0, fields, lambda: generator.make(words))
-        wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
+        cpu0, wall_ns, repeats = thread_time_ns(), 0, 0
+        while True:
+            repeats += 1
+            t0 = perf_counter_ns()
+            await self._batch(value, total, repeats, t0, numbers, fields,
+                              lambda: generator.make(words))
+            wall_ns += perf_counter_ns() - t0
+            if self.stopped is not None or repeat is None or not repeat(repeats):
+                break
+        cpu_ns = thread_time_ns() - cpu0
         energy_to = self.energy.sample("end")
         await self.recorder.drain()
         for record in self.energy.span("level", energy_from, energy_to, self._level_results,
@@ -288,35 +257,64 @@ class LoadRunner:
             self.recorder.log.write(record)
         self.recorder.log.write(LevelRecord(
             "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
-            max_in_flight=self.recorder.peak_streaming,
+            max_in_flight=self.recorder.peak_streaming, repeats=repeats, stopped=self.stopped,
         ))
         self.level = None
         result = analyze_load(self.log_path).level(index)
         self.on_progress(
             LoadProgress("level-done", index, value, done=self._done, total=total, result=result)
         )
+        return result
+
+    async def _batch(
+        self, value: float, total: int | None, repeat: int, t0: int,
+        numbers: list[int], fields: dict[str, Any], make_prompt: Callable[[], str],
+    ) -> None:
+        """One batch of a level: closed loop (indices from `numbers[0]` up to repeat × total) or
+        open loop (its own seeded timetable of `total` requests); an open loop's batch ends
+        early when the over-saturation rule fires (`self.stopped`)."""
+        cfg = self.config
+        if cfg.mode == "concurrency":
+            limit = None if total is None else repeat * total
+            await self._closed(int(value), limit, t0, fields, make_prompt, numbers)
+            return
+        assert total is not None
+        seed = cfg.seed + (self.level or 0) + 1000 * (repeat - 1)
+        run = asyncio.ensure_future(
+            self._open(value, total, t0, fields, make_prompt, (repeat - 1) * total, seed)
+        )
+        stop = asyncio.ensure_future(self._stop_event.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not run.done():  # stopped (or we are cancelled): what is in flight is cancelled
+                run.cancel()
+            await asyncio.gather(run, stop, return_exceptions=True)
 
     async def _closed(
         self,
         workers: int,
-        total: int | None,
+        limit: int | None,
         t0: int,
         fields: dict[str, Any],
         make_prompt: Callable[[], str],
+        numbers: list[int],
     ) -> None:
-        """N workers; each takes the next index until `total` are taken (or, by duration, until
-        the level's time is up) and sends its next request when its last one ended."""
-        numbers = itertools.count()
+        """N workers; each takes the next index `numbers[0]` until `limit` are taken (or, by
+        duration, until the batch's time is up) and sends its next request when its last one
+        ended."""
         deadline = t0 + round((self.config.duration_s or 0) * 1e9)
 
         async def worker() -> None:
             while True:
-                k = next(numbers)
-                if (total is not None and k >= total) or (
-                    total is None and perf_counter_ns() >= deadline
-                ):
+                if limit is None and perf_counter_ns() >= deadline:
                     return
-                await self._request(make_prompt(), {**fields, "index": k}, t0=t0, total=total)
+                k = numbers[0]
+                if limit is not None and k >= limit:
+                    return
+                numbers[0] += 1
+                await self._request(make_prompt(), {**fields, "index": k}, t0=t0)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
 
@@ -327,29 +325,30 @@ class LoadRunner:
         t0: int,
         fields: dict[str, Any],
         make_prompt: Callable[[], str],
+        first: int,
+        seed: int,
     ) -> None:
-        """Send request k at t0 + offset_k whatever is in flight; each runs in its own task."""
-        offsets = arrival_offsets(
-            rate, total, self.config.arrivals, self.config.seed + (self.level or 0)
-        )
+        """Send request first + k at t0 + offset_k whatever is in flight; each runs in its own
+        task. Cancelled, it cancels the requests in flight (each logged as "cancelled")."""
+        offsets = arrival_offsets(rate, total, self.config.arrivals, seed)
         tasks = []
-        for k, offset in enumerate(offsets):
-            scheduled = t0 + round(offset * 1e9)
-            wait_ns = scheduled - perf_counter_ns()
-            if wait_ns > 0:
-                await asyncio.sleep(wait_ns / 1e9)
-            tasks.append(
-                asyncio.create_task(
-                    self._request(
-                        make_prompt(),
-                        {**fields, "index": k},
-                        t0=t0,
-                        scheduled_ns=scheduled,
-                        total=total,
-                    )
-                )
-            )
-        await asyncio.gather(*tasks)
+        try:
+            for k, offset in enumerate(offsets):
+                scheduled = t0 + round(offset * 1e9)
+                wait_ns = scheduled - perf_counter_ns()
+                if wait_ns > 0:
+                    await asyncio.sleep(wait_ns / 1e9)
+                if self.stopped is not None:  # over-saturated: nothing more leaves
+                    break
+                tasks.append(asyncio.create_task(self._request(
+                    make_prompt(), {**fields, "index": first + k}, t0=t0, scheduled_ns=scheduled,
+                )))
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     async def _request(
         self,
@@ -358,7 +357,6 @@ class LoadRunner:
         *,
         t0: int | None = None,
         scheduled_ns: int | None = None,
-        total: int | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
         """Stream one request, log it with `fields` plus its send offset from t0 (and its
@@ -373,17 +371,37 @@ class LoadRunner:
                     "scheduled_offset_ns": scheduled_ns - t0,
                     "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
 
+        measured = fields.get("phase") == "measure"
+        if measured and self.stopped is not None:
+            return  # the level was stopped between this task's creation and its start
+        self._sent += measured
         result, record = await self.recorder.measure(
             prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
             late=late, **fields,
         )
-        if fields.get("phase") == "measure" and result.status == "ok":
-            self._level_results.append(result)  # its tokens count in the level's J/token
+        if measured:
+            self.level_records.append(record)
+            if result.status == "ok":
+                self._level_results.append(result)  # its tokens count in the level's J/token
+                self._check_saturation(scheduled_ns is not None)
         self._done += 1
         streaming = len(self.recorder.streaming)
         self.on_progress(
-            LoadProgress("request", self.level, None, streaming, self._done, total, record=record)
+            LoadProgress("request", self.level, None, streaming, self._done, self._total,
+                         record=record)
         )
+
+    def _check_saturation(self, open_loop: bool) -> None:
+        """Stop an open-loop level once its TTFT from the schedule grows without bound
+        (analysis/saturation.py); a closed loop's latency is bounded, so never there."""
+        if not open_loop or not self.config.early_stop or self.stopped is not None:
+            return
+        points = [(r.index or 0, ttft + (r.lag_ms or 0.0)) for r in self.level_records
+                  if r.status == "ok" and (ttft := r.metrics.ttft_ms) is not None]
+        stop = over_saturated(points, self._sent)
+        if stop is not None:
+            self.stopped = stop
+            self._stop_event.set()
 
     def _probe(self, sample: ProbeSample) -> None:
         """Log a probe sample with the level and the ids in flight (sampler thread)."""

@@ -30,6 +30,9 @@ class LoadConfig(Workload):
     arrivals: open loop's timetable, "poisson" (exponential gaps, seeded) or "constant".
     prompt_tokens: the calibrated prompt size of every request.
     preflight_s: seconds of machine sampling before the sweep (0 skips it).
+    search: an SLO search (analysis/search.py) between the lowest and the highest level
+    instead of a sweep of every level; needs an SLO and two levels.
+    early_stop: stop an open-loop level once it is over-saturated (analysis/saturation.py).
     """
 
     mode: Mode = "concurrency"
@@ -40,6 +43,8 @@ class LoadConfig(Workload):
     prompt_tokens: int = 200
     slo: Slo = field(default_factory=Slo)
     preflight_s: float = 0.0
+    search: bool = False
+    early_stop: bool = True
 
     def __post_init__(self) -> None:
         if (self.requests is None) == (self.duration_s is None):
@@ -48,6 +53,12 @@ class LoadConfig(Workload):
             raise ValueError("levels must be positive")
         if self.mode == "concurrency" and any(v != int(v) for v in self.levels):
             raise ValueError("concurrency levels must be whole numbers")
+        if self.search and self.slo.empty:
+            raise ValueError("--search finds the highest level meeting an SLO: give one with "
+                             "--slo, e.g. --slo ttft=500ms,tpot=50ms")
+        if self.search and len(set(self.levels)) < 2:
+            raise ValueError("--search needs a low and a high bound: two levels, e.g. "
+                             "--concurrency 1,16 or --rate 0.5,8")
 
     def level_label(self, value: float) -> str:
         """ "1 user", "4 users" or "2 req/s"."""

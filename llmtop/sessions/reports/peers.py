@@ -1,0 +1,70 @@
+"""`llmtop report LOG --as TOOL`: a run in another tool's definitions (analysis/peers.py),
+beside llmtop's own, as markdown or JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from llmtop.sessions.analysis.peers import DEFINITIONS, METRICS, compare
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.reports.text import md_table
+
+LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+
+
+def _n(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.2f}"
+
+
+def _diff(theirs: float | None, ours: float | None) -> str:
+    if theirs is None or ours is None:
+        return "n/a"
+    pct = f" ({(theirs - ours) / ours:+.1%})" if ours else ""
+    return f"{theirs - ours:+,.2f}{pct}"
+
+
+def markdown(records: Sequence[RequestRecord], tool: str, source: str) -> str:
+    """The markdown: per metric, the tool's median and mean, llmtop's median, the difference
+    and the tool's definition (ms)."""
+    theirs, ours = compare(records, tool)
+    rows = [
+        (LABELS[m], _n(theirs.median[m]), _n(theirs.mean[m]), _n(ours.median[m]),
+         _diff(theirs.median[m], ours.median[m]), DEFINITIONS[tool][LABELS[m]])
+        for m in METRICS
+    ]
+    lines = [
+        f"# {source} as {tool} would report it",
+        "",
+        (f"{theirs.n} ok measured requests, each recomputed from its logged chunk stamps and "
+        f"token counts in {tool}'s definitions (n = the server's output-token count; "
+        "docs/guide/peers.md cites each definition)."),
+        "",
+        *md_table(("metric (ms)", f"{tool} p50", f"{tool} mean", "llmtop p50",
+                   f"{tool} − llmtop (p50)", f"{tool}'s definition"), rows),
+        "",
+        "llmtop's own definitions: " + "; ".join(
+            f"{k} {v}" for k, v in DEFINITIONS["llmtop"].items()) + ".",
+    ]
+    if tool == "vllm":
+        empty = sum(1 for r in records if r.status == "ok" and r.measured and r.chunks
+                    and not (r.chunks[0].content or r.chunks[0].thinking))
+        note = (f"{empty} of {theirs.n} requests have a text-less first chunk in the log. "
+                "llmtop's OpenAI-compatible client reads a role-only chunk without stamping "
+                "it, so where none is logged vllm's TTFT here starts at the first text chunk "
+                "and reads up to one chunk gap later than `vllm bench serve` would.")
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def json_text(records: Sequence[RequestRecord], tool: str, source: str) -> str:
+    """The same as one JSON object: {tool, source, n, tool's and llmtop's median/mean,
+    definitions}."""
+    theirs, ours = compare(records, tool)
+    data: dict[str, Any] = {
+        "tool": tool, "source": source, "n": theirs.n,
+        "as": asdict(theirs), "llmtop": asdict(ours), "definitions": DEFINITIONS[tool],
+    }
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,45 @@
+"""`llmtop load --search`: run the SLO search's points (the rule: analysis/search.py).
+
+Each point is one level of the sweep's log (its index in the order run). A point runs one
+batch of the level's requests (`--requests`, or `--duration`), and another while the 95 %
+Wilson interval of its SLO share straddles the target and fewer than MAX_REPEATS batches
+ran; the level's end record counts its batches (`repeats`). Between batches the verdict is
+computed from the level's records as logged (analysis/load.py's `level_result`, the same
+function a report uses), so the runner and `llmtop report` agree. An open-loop point the
+over-saturation rule stopped is a miss at once (no repeat).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmtop.sessions.analysis.load import level_result, verdict
+from llmtop.sessions.analysis.search import MAX_REPEATS, SearchResult, SloSearch, judge
+from llmtop.sessions.measure.prompts import PromptGenerator
+
+if TYPE_CHECKING:
+    from llmtop.sessions.runners.load import LoadRunner
+
+
+async def run_search(runner: LoadRunner, words: int, generator: PromptGenerator) -> SearchResult:
+    """Bisect between the config's lowest and highest level, running each point on `runner`
+    (`LoadRunner.run_level`); returns the answer (also what `analyze_load` replays from the
+    log). Raises what run_level raises (CancelledError when stopped)."""
+    cfg = runner.config
+    search = SloSearch(cfg.mode, min(cfg.levels), max(cfg.levels))
+    index = 0
+    while (value := search.next_value()) is not None:
+
+        def again(repeats: int, index: int = index, value: float = value) -> bool:
+            if repeats >= MAX_REPEATS:
+                return False
+            now = level_result(index, cfg.mode, value, runner.level_records, [], None,
+                               cfg.slo, runner.expected_tokens)
+            return judge(value, now.slo_met or 0, now.requests, repeats).outcome == "undecided"
+
+        result = await runner.run_level(index, value, words, generator, repeat=again)
+        if result is None:  # the level left no record: nothing to judge, stop searching
+            break
+        search.add(verdict(result))
+        index += 1
+    return search.result(cfg.slo)
