@@ -93,7 +93,7 @@ from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_
 from llmtop.servers.embedded.model_files import BUNDLED_MODEL_NAME
 from llmtop.servers.guard import Guard, LocalOnly, parse_json, read_body
 from llmtop.servers.relay.request import parse_stream_request
-from llmtop.servers.relay.sse import SSEResponse
+from llmtop.servers.relay.sse import DirectSend, SSEResponse
 from llmtop.servers.relay.stream import events
 from llmtop.servers.relay.upstream import METADATA_ERRORS, Relay
 
@@ -232,7 +232,7 @@ def create_app(
     """
     guard = guard or Guard()
     app = Starlette(routes=ROUTES, lifespan=lifespan,
-                    middleware=[Middleware(LocalOnly, guard=guard)])
+                    middleware=[Middleware(DirectSend), Middleware(LocalOnly, guard=guard)])
     app.state.guard = guard
     app.state.relay = Relay(upstream_url, api=api, connect_timeout_s=connect_timeout_s,
                             read_timeout_s=read_timeout_s)
