@@ -4,18 +4,18 @@ with the TUI against headless, in interleaved pairs, on the real embedded engine
     python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--settle-s 5] [--idle-s 10]
                              [--num-thread N] [--json FILE] [--engine-url URL] [--py-spy [S]]
 
-The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output
-is read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
-alternating order: (a) start the TUI against the engine, wait for its session log's header,
-let the start-up tail pass (`--settle-s`, 5 s: its first probe samples, the connection's
-frames, the garbage collector's freeze; a 2 s window right after the header still reads
-2–4 % on 2 cores, one 5 s after it reads as the rest of the idle time), measure its CPU over
-`--idle-s` (10) seconds idle, type the prompt, measure its CPU until the request record is in
-its log, read the engine's decode rate (eval_count / eval_duration, the server's own figures)
-from that record, quit; (b) the same request headless: `run_request` on an `OllamaEngine` in
-this process, no TUI running; its CPU (this process's, the client alone: HTTP, parsing, the
-event loop) is printed as the floor under the TUI's streaming figure. The engine is one child
-process (`llmtop engine`) for all.
+The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output is
+read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
+alternating order: (a) start the TUI against the engine, wait for its session log's header, let
+the start-up tail pass (`--settle-s`, 5 s: its first probe samples, the connection's frames, the
+garbage collector's freeze; a 2 s window right after the header still reads 2–4 % on 2 cores,
+one 5 s after it reads as the rest of the idle time), measure its CPU over `--idle-s` (10)
+seconds idle, type the prompt and wait TYPED_S, press Enter and measure its CPU from there until
+the request record is in its log, read the engine's decode rate (eval_count / eval_duration, the
+server's own figures) from that record, quit; (b) the same request headless: `run_request` on an
+`OllamaEngine` in this process, no TUI running; its CPU (this process's, the client alone: HTTP,
+parsing, the event loop) is printed as the floor under the TUI's streaming figure. The engine is
+one child process (`llmtop engine`) for all.
 
 CPU is the sum over the TUI's threads of the kernel's run time (`TaskClock`: the first field
 of /proc/PID/task/TID/schedstat, ns), read at both ends of a window, over the threads alive at
@@ -69,6 +69,7 @@ from llmtop.sessions.measure.request import RequestCollector, chat_messages, run
 
 MODEL = "gemma3:270m"
 PROMPT = "Write a long story about a lighthouse keeper and a storm, in plain sentences."
+TYPED_S = 1.0  # after typing the prompt: its keystrokes drawn before the streaming window
 LLMTOP_ROOT = str(Path(llmtop.__file__).resolve().parent.parent)  # the llmtop measured
 READY_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
@@ -227,9 +228,11 @@ def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
         idle = Window(app)
         time.sleep(args.idle_s)
         idle.end()
+        app.type(PROMPT)  # typed first: 70-odd keystrokes at once are not the stream's cost
+        time.sleep(TYPED_S)
         spy = _start_spy(app.proc.pid, args.py_spy) if profile else None
         streaming = Window(app)
-        app.type(PROMPT + "\r")
+        app.type("\r")
         record = _wait_for(log, "request", 1, REQUEST_TIMEOUT_S)[0]
         streaming.end()
         if spy is not None:

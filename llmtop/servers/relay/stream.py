@@ -2,10 +2,11 @@
 SSE frames out.
 
 Upstream bytes (an aiohttp response's body, `content.iter_any()`: each block as the socket
-gave it) are split into lines here and parsed with `json.loads`; events are written as
-preformatted bytes (no pydantic, no per-event objects), each one ASGI body message written to
-the socket as sent. Every failure becomes one `error` frame whose kind, message and remedy
-come from `llmtop.engines.http`, the same words `OllamaEngine` uses for a direct request.
+gave it) are split into lines here and parsed with json's C decoder; events are written as
+preformatted bytes (no pydantic, no per-event objects); the frames of one block of upstream
+bytes go out as one ASGI body message, written to the socket as sent. Every failure becomes
+one `error` frame whose kind, message and remedy come from `llmtop.engines.http`, the same
+words `OllamaEngine` uses for a direct request.
 The frames' fields are listed in `llmtop.servers.relay.server`'s docstring.
 """
 
