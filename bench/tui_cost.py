@@ -25,7 +25,9 @@ the main thread (voluntary context switches per second, /proc/PID/task/TID/statu
 frames per second (bursts of terminal output, FRAME_GAP_NS apart: Textual writes a frame at
 once).
 Targets (the "monitor cost" issue): TUI ≤ 5 % of a core streaming, ≤ 1 % idle; decode rate
-with the TUI / headless ≥ 0.98 (median of the paired ratios).
+with the TUI / headless ≥ 0.98 (median of the paired ratios); with 2 pairs or more it also
+prints the 95 % confidence interval of their geometric mean and how many pairs would narrow it
+to ±2 % at the spread seen (`ratio_interval`).
 `--num-thread N` passes Ollama's num_thread to the TUI and to the headless requests alike;
 with it the rows are informational (the TUI's interference when the engine leaves it a core).
 `--scripted` streams from bench/truth_server.py at 50 chunks/s instead (the TUI's CPU alone,
@@ -345,7 +347,35 @@ def rows(out: dict[str, list[float]], source: str,
         result.append({"metric": "decode rate, TUI / headless (paired median)",
                        "measured": ratio, "unit": "×", "target": 0.98, "target_op": ">=",
                        "met": ratio >= 0.98})
+        interval = ratio_interval(out["ratio"])
+        if interval is not None:
+            low, high, needed = interval
+            print(f"decode rate, TUI / headless: 95 % CI [{low:.3f}, {high:.3f}] × "
+                  f"(geometric mean of {len(out['ratio'])} paired ratios); pairs needed for "
+                  f"±2 % at this spread: {needed}")
+            result.append({"metric": "decode rate, TUI / headless, 95 % CI's lower end "
+                           "(informational)", "measured": low, "unit": "×", "target": None,
+                           "met": None})
     return result
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float, int] | None:
+    """(low, high, pairs needed): the 95 % confidence interval of the geometric mean of paired
+    ratios (Student's t on their logarithms, which makes TUI/headless and headless/TUI
+    symmetric), and how many pairs would bring its half-width to ±2 % at the same spread
+    ((t·sd / ln 1.02)², t at 95 % two-sided with the pairs given). None for fewer than 2."""
+    import math
+
+    from scipy.stats import t as student_t
+
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(r) for r in ratios]
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    t = float(student_t.ppf(0.975, len(logs) - 1))
+    half = t * sd / math.sqrt(len(logs))
+    needed = math.ceil((t * sd / math.log(1.02)) ** 2) if sd > 0 else len(logs)
+    return math.exp(mean - half), math.exp(mean + half), needed
 
 
 def main(argv: list[str] | None = None) -> int:
