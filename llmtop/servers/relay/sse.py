@@ -16,6 +16,12 @@ leaving:
 * client gone (`http.disconnect`): the frames' generator is cancelled at its current await
   and closed, so its `finally` runs at once (for the relay: the upstream response closes);
 * `background` runs after the response in every case, also when it never started.
+
+The frames skip the middleware: `DirectSend`, installed as the app's outermost middleware of
+its own, keeps the server's `send` in the scope (DIRECT_SEND), and the frames after the
+response's start go through it. The middleware below it (CORS, Host/Origin, Starlette's
+exception handling) acts on the response's start only, which still goes through all of
+them; each layer cost a coroutine call per frame.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from collections.abc import AsyncIterator, Mapping
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 PING = b": ping\n\n"
+DIRECT_SEND = "llmtop.direct_send"  # the scope key DirectSend sets
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 
 
@@ -55,13 +62,14 @@ class SSEResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self._respond(receive, send)
+            await self._respond(receive, send, scope.get(DIRECT_SEND, send))
         finally:
             if self.background is not None:
                 await self.background()
 
-    async def _respond(self, receive: Receive, send: Send) -> None:
+    async def _respond(self, receive: Receive, send: Send, direct: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        send = direct  # the body: straight to the server (module docstring)
         pump = asyncio.ensure_future(self._pump(send))
         gone = asyncio.ensure_future(_disconnect(receive))
         try:
@@ -116,10 +124,24 @@ class SSEResponse(Response):
                     return
 
 
+class DirectSend:
+    """ASGI middleware that keeps the `send` it is given in the scope, under DIRECT_SEND, for
+    `SSEResponse`'s frames; install it outside every middleware that changes a response's
+    body (none of the relay's does)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[DIRECT_SEND] = send
+        await self.app(scope, receive, send)
+
+
 async def _disconnect(receive: Receive) -> None:
     """Return once the client has gone (or the response is complete)."""
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
-__all__ = ["PING", "SSE_HEADERS", "SSEResponse"]
+__all__ = ["DIRECT_SEND", "PING", "SSE_HEADERS", "DirectSend", "SSEResponse"]

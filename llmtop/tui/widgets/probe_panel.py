@@ -164,7 +164,12 @@ class ProbePanel(ScrollView):
             return  # not laid out yet: on_resize renders
         old, new = self._strips, self._render_strips(width)
         self._strips = new
-        size = Size(width, max(len(new), self.scrollable_content_region.height))
+        rows = max(len(new), self.scrollable_content_region.height)
+        if not everything and self.virtual_size.width == width:
+            # between resizes the scroll room only grows: a line count that goes up and down
+            # by one with every sample must not ask for a screen layout each time
+            rows = max(rows, self.virtual_size.height)
+        size = Size(width, rows)
         if size != self.virtual_size:
             self.virtual_size = size  # a layout: only when the lines overflow the panel
             everything = True

@@ -14,10 +14,17 @@ class QuietStatic(Static):
     def set_text(self, text: Text) -> None:
         """Show `text`; nothing at all when it is what is shown already (no repaint). The new
         text's height (wrapped by Rich at the content width) is compared with the height the
-        last layout gave the widget: a hidden or not yet laid out widget, or a text that does
-        not fit as the old one did, asks for a layout."""
+        last layout gave the widget: a not yet laid out widget, or a text that does not fit as
+        the old one did, asks for a layout; a hidden one (or one inside a hidden container)
+        never does (each layout re-arranges the whole screen: ~13 ms on 2 cores, and the
+        hidden machine badge asked for one with every probe sample)."""
         old = self.content
         if isinstance(old, Text) and old == text:
+            return
+        if not all(node.display for node in self.ancestors_with_self):
+            # hidden (the machine badge on a wide screen, say): nothing to arrange now; when
+            # it is shown, the change of `display` asks for the layout that sizes it
+            self.update(text, layout=False)
             return
         width, height = self.content_size
         same = width > 0 and len(text.wrap(self.app.console, width)) == height
