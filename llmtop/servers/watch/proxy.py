@@ -67,6 +67,7 @@ NOT_FORWARDED = HOP_BY_HOP | {b"host"}
 SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 MAX_MEASURED_BODY = 256 << 20  # a generation request read whole: 256 MiB (images included)
 TOKEN_HEADER = b"x-llmtop-token"
+CALLER_WAIT_S = 2.0  # a finished request waits this long for its caller's name
 
 
 @dataclass
@@ -75,10 +76,10 @@ class Exchange:
 
     upstream: the engine's URL; listen: the watch's own "host:port". api / shape: from
     `meter.endpoint_of`; facts: what the body said (model, stream, prompt preview, options).
-    client: the peer's (host, port); caller: its process when local and visible (set from a
-    worker thread's lookup, maybe after the request ended). status_code: the upstream's HTTP
-    status (None: it never answered). meter: reads the response (None until it started).
-    cancelled: the client left before the response ended. id: set by the Watcher.
+    client: the peer's (host, port); caller: its process when local and visible (`lookup`
+    names it, started once the upstream answered: off the request's way in). status_code:
+    the upstream's HTTP status (None: it never answered). meter: reads the response (None
+    until it started). cancelled: the client left before the response ended. id: set by the Watcher.
     """
 
     upstream: str
@@ -99,6 +100,7 @@ class Exchange:
     end_ns: int | None = None
     cancelled: bool = False
     caller: Caller | None = None
+    lookup: asyncio.Future[Caller | None] | None = None
     id: int = 0
 
     @property
@@ -183,6 +185,7 @@ class WatchProxy:
                          read_timeout_s)
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self.session: aiohttp.ClientSession | None = None
+        self._finishing: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         """Create the client session (lifespan start)."""
@@ -271,7 +274,6 @@ class WatchProxy:
                                 read_request(endpoint[0], endpoint[1], body),
                                 (client[0], client[1]) if client else None, t0)
             self.watcher.started(exchange)
-            self._look_up_caller(exchange)
         else:
             data = _streamed_body(receive, body_done) if _has_body(headers) else None
             if data is None:
@@ -292,19 +294,32 @@ class WatchProxy:
             gone.cancel()
         if exchange is not None:
             exchange.end_ns = exchange.end_ns or perf_counter_ns()
-            self.watcher.finished(exchange)
+            self._look_up_caller(exchange)
+            if exchange.lookup is None or exchange.lookup.done():
+                self.watcher.finished(exchange)
+            else:  # the response is complete: the handler need not wait for the name
+                task = asyncio.ensure_future(self._finish(exchange))
+                self._finishing.add(task)
+                task.add_done_callback(self._finishing.discard)
 
     def _look_up_caller(self, exchange: Exchange) -> None:
-        if self.callers is None or exchange.client is None:
+        """Start naming the caller (once; in the CallerCache's executor)."""
+        if self.callers is None or exchange.client is None or exchange.lookup is not None:
             return
-        client, server, callers = exchange.client, self.listen, self.callers
 
-        def found(future: asyncio.Future[Caller | None]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                exchange.caller = future.result()
+        def found(task: asyncio.Future[Caller | None]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                exchange.caller = task.result()
 
-        lookup = asyncio.get_running_loop().run_in_executor(None, callers.lookup, client, server)
-        lookup.add_done_callback(found)
+        exchange.lookup = asyncio.ensure_future(self.callers.find(exchange.client, self.listen))
+        exchange.lookup.add_done_callback(found)
+
+    async def _finish(self, exchange: Exchange) -> None:
+        """Tell the watcher, once the caller lookup is done (at most CALLER_WAIT_S)."""
+        if exchange.lookup is not None and not exchange.lookup.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(exchange.lookup), CALLER_WAIT_S)
+        self.watcher.finished(exchange)
 
     async def _forward(self, send: Send, method: str, target: str,
                        headers: list[tuple[str, str]], data: Any,
@@ -318,6 +333,8 @@ class WatchProxy:
                 await send({"type": "http.response.start", "status": resp.status,
                             "headers": response_headers(resp.raw_headers)})
                 started = True
+                if exchange is not None:  # the engine is under way: name its caller now
+                    self._look_up_caller(exchange)
                 try:
                     await self._body(send, resp, exchange)
                 except BaseException:
