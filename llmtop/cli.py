@@ -550,6 +550,7 @@ COMMANDS: dict[str, Command] = {
                      "(run it where the engine runs)", _agent_flags, "llmtop.commands.agent"),
 }
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
+WATCH_TUI_MODULE = "llmtop.tui.watch"  # `llmtop watch` without --json: its screen
 
 
 # `--print-completion`'s shells: shtab's (tests/unit/test_cli.py checks they are the same);
@@ -683,6 +684,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return ExitCode.USAGE
         if command is None:
             return int(importlib.import_module(TUI_MODULE).main(tui_settings(args)))
+        if args.command == "watch" and not args.json:  # the watch screen (tui/watch.py)
+            prepared = importlib.import_module(command.module).prepare(args)
+            if isinstance(prepared, int):
+                return prepared
+            return int(importlib.import_module(WATCH_TUI_MODULE).main(args, *prepared))
         return int(importlib.import_module(command.module).main(args))
     except KeyboardInterrupt:
         print("llmtop: interrupted", file=sys.stderr)

@@ -16,80 +16,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import multiprocessing
 import signal
 import sys
-from collections.abc import Generator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Sequence
 from types import FrameType
 
-import uvicorn
-
-from llmtop.commands.serving import GRACE_S, QuietServer
 from llmtop.commands.tokens import is_loopback, read_token
-from llmtop.engines.hosts import HostError, parse_address, resolve_host
+from llmtop.engines.hosts import HostError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.callers import CallerCache
 from llmtop.probes.sampler import ProbeSampler
 from llmtop.servers.child import port_problem, watch_parent
-from llmtop.servers.guard import Guard
-from llmtop.servers.watch.proxy import WatchProxy
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.watch import WatchSession
+from llmtop.sessions.runners.watch_serving import (
+    Pair,
+    PairServer,
+    build_servers,
+    caller_pool,
+    pairs_of,
+    run_servers,
+)
 
 PROG = "llmtop watch"
-DEFAULT_LISTEN = "127.0.0.1:11435"
 PROBE_INTERVAL_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """One proxy: where it listens (host, port) and the engine it forwards to (a URL)."""
-
-    host: str
-    port: int
-    upstream: str
-
-    @property
-    def listen(self) -> str:
-        """"host:port" ("[::1]:11435" for IPv6)."""
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{shown}:{self.port}"
-
-
-def split_listen(text: str) -> tuple[str, int]:
-    """"127.0.0.1:11435" / "[::1]:11435" / ":11435" → (host, port); raises ValueError with
-    what was wrong."""
-    text = text.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"--listen {text!r} needs HOST:PORT with a port from 1 to 65535 "
-                         "(e.g. 127.0.0.1:11435)")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
-
-
-def pairs_of(listens: Sequence[str], upstreams: Sequence[str]) -> list[Pair]:
-    """Pair the listening addresses with the upstreams (module docstring). Raises ValueError
-    (a bad --listen, more --listen than --upstream, one port twice) or HostError."""
-    urls = [resolve_host(u) for u in upstreams] or [resolve_host(None)]
-    spots = [split_listen(t) for t in listens] or [split_listen(DEFAULT_LISTEN)]
-    if len(spots) > len(urls):
-        raise ValueError(f"{len(spots)} --listen for {len(urls)} --upstream: give one "
-                         "--upstream per --listen")
-    while len(spots) < len(urls):
-        host, port = spots[-1]
-        spots.append((host, port + 1))
-    ports = [s[1] for s in spots]
-    if len(set(ports)) != len(ports):
-        raise ValueError(f"--listen ports must differ, got {ports}")
-    for url, (host, port) in zip(urls, spots, strict=True):
-        if parse_address(url, "--upstream").url == f"http://{host}:{port}":
-            raise ValueError(f"--upstream {url} is the watch's own --listen: move the engine "
-                             "to another port (docs/guide/watch.md)")
-    return [Pair(host, port, url) for url, (host, port) in zip(urls, spots, strict=True)]
 
 
 def check(args: argparse.Namespace) -> tuple[list[Pair], str | None, str]:
@@ -113,52 +63,28 @@ def check(args: argparse.Namespace) -> tuple[list[Pair], str | None, str]:
     return pairs, token, ""
 
 
-class PairServer(QuietServer):
-    """A QuietServer that leaves the signals to `llmtop watch` (several run in one loop)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        """No handlers of its own: `run_servers`' stop every server together."""
-        yield
-
-
-def build_servers(pairs: Sequence[Pair], session: WatchSession, token: str | None,
-                  callers: CallerCache | None) -> list[PairServer]:
-    """One uvicorn server per pair, each serving a WatchProxy that reports to `session` and
-    names callers with `callers`. uvicorn adds no Server or Date header (the upstream's own
-    pass through)."""
-    servers = []
-    for p in pairs:
-        guard = Guard.from_env(p.host)
-        app = WatchProxy(p.upstream, (p.host, p.port), session, guard=guard, token=token,
-                         callers=callers)
-        config = uvicorn.Config(app, host=p.host, port=p.port, log_level="warning",
-                                access_log=False, server_header=False, date_header=False,
-                                timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type]
-        servers.append(PairServer(config))
-    return servers
-
-
-async def run_servers(servers: Sequence[PairServer]) -> None:
-    """Serve them all until one stops (a signal sets every `should_exit`)."""
-    await asyncio.gather(*(s.serve() for s in servers))
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run the watch until stopped (SIGTERM, SIGHUP, Ctrl+C, or the TUI's quit).
-
-    Returns an ExitCode: OK after a stop, USAGE when it refuses to start (a bad --listen,
-    no token off loopback, a port taken, a log that cannot be created)."""
+def prepare(args: argparse.Namespace) -> tuple[list[Pair], str | None] | int:
+    """The pairs and token to serve with, or ExitCode.USAGE after saying why not (a bad
+    --listen, no token off loopback, a port taken). Starts watching `--parent-pid`."""
     pairs, token, why = check(args)
     if why:
         print(f"{PROG}: {why}", file=sys.stderr)
         return ExitCode.USAGE
     if args.parent_pid:
         watch_parent(args.parent_pid)
-    if not args.json:
-        from llmtop.tui.watch import run_watch_tui
+    return pairs, token
 
-        return run_watch_tui(args, pairs, token)
+
+def main(args: argparse.Namespace) -> int:
+    """Run the headless watch (`--json`) until stopped (SIGTERM, SIGHUP, Ctrl+C); the
+    screen is tui/watch.py's, which the CLI starts after `prepare`.
+
+    Returns an ExitCode: OK after a stop, USAGE when it refuses to start (`prepare`, or a log
+    that cannot be created)."""
+    prepared = prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    pairs, token = prepared
     try:
         session = WatchSession([(p.listen, p.upstream) for p in pairs],
                                log_path=getattr(args, "log", None), bodies=args.log_bodies,
@@ -174,17 +100,6 @@ def main(args: argparse.Namespace) -> int:
         callers.warm_up()  # start the worker now, not on the first request
         servers = build_servers(pairs, session, token, callers)
         return headless(session, servers, args.sample_probes)
-
-
-@contextlib.contextmanager
-def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
-    """The one worker process that names callers (probes/callers.py says why a process),
-    started by "spawn" (a fork of a threaded process is unsafe), shut down after."""
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool) -> int:
