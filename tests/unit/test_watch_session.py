@@ -144,7 +144,7 @@ def test_listen_addresses_pair_with_upstreams():
 
 def run_cli(*args, timeout=30):
     return subprocess.run([sys.executable, "-m", "llmtop", "watch", *args],
-                          capture_output=True, text=True, timeout=timeout,
+                          check=False, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": os.getcwd()})
 
 
