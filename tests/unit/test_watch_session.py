@@ -189,12 +189,11 @@ def _answers(url):
 
 def test_line_fields_are_n_a_for_a_request_without_answer():
     from llmtop.engines.events import Failure, FailureKind, StreamEvent
-    from llmtop.servers.watch.meter import RequestFacts
     from llmtop.servers.watch.proxy import Exchange
 
     session = WatchSession.__new__(WatchSession)
     session._samples, session._lock, session.bodies = [], __import__("threading").Lock(), False
-    ex = Exchange("http://u", "l", "ollama", "chat", "/api/chat", RequestFacts("m"), None, 100)
+    ex = Exchange("http://u", "l", "ollama", "chat", "/api/chat", b"{\"model\": \"m\"}", None, 100)
     ex.failed.append(StreamEvent(200, done=True, failure=Failure(FailureKind.UNREACHABLE, "x")))
     ex.end_ns = 200
     line = line_fields(session.measure(ex))

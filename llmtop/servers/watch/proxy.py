@@ -75,9 +75,11 @@ class Exchange:
     """One measured request as it passes (mutable while it streams; stamps perf_counter ns).
 
     upstream: the engine's URL; listen: the watch's own "host:port". api / shape: from
-    `meter.endpoint_of`; facts: what the body said (model, stream, prompt preview, options).
+    `meter.endpoint_of`; facts: what the body said (model, stream, prompt preview, options),
+    read by `read_facts` once the body is on its way upstream (a 30,000-token prompt takes
+    about a millisecond to parse: never before it is sent).
     client: the peer's (host, port); caller: its process when local and visible (`lookup`
-    names it, started once the upstream answered: off the request's way in). status_code:
+    names it, started once the first text was handed on: outside the TTFT). status_code:
     the upstream's HTTP status (None: it never answered). meter: reads the response (None
     until it started). cancelled: the client left before the response ended. id: set by the Watcher.
     """
@@ -87,9 +89,11 @@ class Exchange:
     api: str
     shape: str
     path: str
-    facts: RequestFacts
+    body: bytes
     client: tuple[str, int] | None
     received_ns: int
+    facts: RequestFacts = field(default_factory=RequestFacts)
+    facts_read: bool = False
     wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
     sent_ns: int | None = None
     headers_ns: int | None = None
@@ -102,6 +106,12 @@ class Exchange:
     caller: Caller | None = None
     lookup: asyncio.Future[Caller | None] | None = None
     id: int = 0
+
+    def read_facts(self) -> None:
+        """Parse the body into `facts` (once), then let it go."""
+        if not self.facts_read:
+            self.facts = read_request(self.api, self.shape, self.body)
+            self.facts_read, self.body = True, b""
 
     @property
     def events(self) -> list[StreamEvent]:
@@ -270,8 +280,7 @@ class WatchProxy:
             body_done.set()
             data: Any = body
             exchange = Exchange(self.upstream, f"{self.listen[0]}:{self.listen[1]}",
-                                endpoint[0], endpoint[1], path,
-                                read_request(endpoint[0], endpoint[1], body),
+                                endpoint[0], endpoint[1], path, body,
                                 (client[0], client[1]) if client else None, t0)
             self.watcher.started(exchange)
         else:
@@ -294,6 +303,7 @@ class WatchProxy:
             gone.cancel()
         if exchange is not None:
             exchange.end_ns = exchange.end_ns or perf_counter_ns()
+            exchange.read_facts()
             self._look_up_caller(exchange)
             if exchange.lookup is None or exchange.lookup.done():
                 self.watcher.finished(exchange)
@@ -333,8 +343,6 @@ class WatchProxy:
                 await send({"type": "http.response.start", "status": resp.status,
                             "headers": response_headers(resp.raw_headers)})
                 started = True
-                if exchange is not None:  # the engine is under way: name its caller now
-                    self._look_up_caller(exchange)
                 try:
                     await self._body(send, resp, exchange)
                 except BaseException:
@@ -359,6 +367,7 @@ class WatchProxy:
         meter = None
         if exchange is not None:
             exchange.headers_ns = perf_counter_ns()
+            exchange.read_facts()
             exchange.status_code = resp.status
             encoding = resp.headers.get("Content-Encoding", "identity").lower()
             meter = exchange.meter = Meter(
@@ -376,6 +385,7 @@ class WatchProxy:
                     if exchange.first_text_out_ns is None and any(
                             e.has_text for e in meter.events[before:]):
                         exchange.first_text_out_ns = t_out
+                        self._look_up_caller(exchange)  # after the TTFT, never inside it
                     self.watcher.progressed(exchange)
         t_end = perf_counter_ns()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -403,6 +413,7 @@ async def _body_written(_session: Any, ctx: SimpleNamespace, _params: Any) -> No
     exchange = ctx.trace_request_ctx
     if isinstance(exchange, Exchange):
         exchange.sent_ns = perf_counter_ns()
+        asyncio.get_running_loop().call_soon(exchange.read_facts)  # after the write
 
 
 def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
