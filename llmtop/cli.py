@@ -496,6 +496,7 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
                    help="a file holding the token every request must carry (Bearer)")
     p.add_argument("--no-probes", dest="sample_probes", action="store_false",
                    help="do not sample the machine (no verdict per request)")
+    p.add_argument("--live", action="store_true", help=argparse.SUPPRESS)  # the screen's feed
     p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 

@@ -88,7 +88,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         session = WatchSession([(p.listen, p.upstream) for p in pairs],
                                log_path=getattr(args, "log", None), bodies=args.log_bodies,
-                               out=sys.stdout, prometheus=args.prometheus)
+                               out=sys.stdout, prometheus=args.prometheus, live=args.live,
+                               show_text=args.show_text)
     except LogError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any, TextIO
 
 from llmtop.probes.sampler import ProbeSample
@@ -39,6 +40,8 @@ from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.runners.environment import environment
 from llmtop.sessions.runners.watch_prometheus import PrometheusFile
 
+LIVE_EVERY_NS = 250_000_000  # a streaming request's progress lines: 4 a second at most
+TEXT_TAIL = 2000  # characters of the answer a live line carries with show_text
 RECENT_SAMPLES = 600  # probe samples kept for per-request verdicts (10 min at 1 Hz)
 NS_PER_MS = 1_000_000
 
@@ -59,13 +62,19 @@ class WatchSession:
     (None: a new one in the user data directory); bodies: log the requests' text; out: where
     `--json` lines go (None: no lines); prometheus: a textfile to rewrite after each request
     (None: none); on_update: called on the loop after a request started, progressed or
-    finished (a live view; keep it cheap). Raises LogError when the log cannot be created.
+    finished (a live view; keep it cheap). live: `out` also gets a line when a request
+    starts and as it streams (`live_fields`, "event" "started" / "progress"; the finished
+    line then has "event": "finished"), at most one progress line per request every
+    LIVE_EVERY_NS — how the watch screen, another process, follows the traffic; show_text:
+    those lines carry the prompt and the answer so far (never the log). Raises LogError when
+    the log cannot be created.
     """
 
     def __init__(self, pairs: Sequence[tuple[str, str]], *, log_path: str | None = None,
                  bodies: bool = False, out: TextIO | None = None,
                  prometheus: str | os.PathLike[str] | None = None,
-                 on_update: Callable[[Exchange], None] | None = None) -> None:
+                 on_update: Callable[[Exchange], None] | None = None,
+                 live: bool = False, show_text: bool = False) -> None:
         header = {"kind": "watch", "upstream": pairs[0][1] if pairs else None, "via": "watch",
                   "environment": environment(),
                   "watch": {"pairs": [{"listen": a, "upstream": b} for a, b in pairs],
@@ -75,6 +84,8 @@ class WatchSession:
         self.out = out
         self.prometheus = PrometheusFile(Path(prometheus)) if prometheus else None
         self.on_update = on_update
+        self.live, self.show_text = live and out is not None, show_text
+        self._live_ns: dict[int, int] = {}  # request id → when its last progress line went
         self.count = 0
         self.streaming: dict[int, Exchange] = {}
         self.finished_list: list[Watched] = []
@@ -89,17 +100,29 @@ class WatchSession:
         self.count += 1
         exchange.id = self.count
         self.streaming[exchange.id] = exchange
+        if self.live:
+            self._live_ns[exchange.id] = 0
+            self._writer.submit(self._line, {"event": "started", "id": exchange.id,
+                                             "listen": exchange.listen,
+                                             "endpoint": exchange.path})
         if self.on_update is not None:
             self.on_update(exchange)
 
     def progressed(self, exchange: Exchange) -> None:
         """More of its response arrived."""
+        if self.live:
+            now = perf_counter_ns()
+            if now - self._live_ns.get(exchange.id, 0) >= LIVE_EVERY_NS:
+                self._live_ns[exchange.id] = now
+                line = live_fields(exchange, now, self.show_text)
+                self._writer.submit(self._line, line)
         if self.on_update is not None:
             self.on_update(exchange)
 
     def finished(self, exchange: Exchange) -> None:
         """It ended: measure it now, write it in the writer thread."""
         self.streaming.pop(exchange.id, None)
+        self._live_ns.pop(exchange.id, None)
         watched = self.measure(exchange)
         self.finished_list.append(watched)
         self._writer.submit(self._write, watched)
@@ -161,11 +184,22 @@ class WatchSession:
 
     # ---------------------------------------------------------------- the writer thread
 
+    def _line(self, fields: dict[str, Any]) -> None:
+        assert self.out is not None
+        self.out.write(json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.out.flush()
+
     def _write(self, watched: Watched) -> None:
         self.log.write(watched.record)
         if self.out is not None:
-            self.out.write(ndjson_line(watched) + "\n")
-            self.out.flush()
+            fields = line_fields(watched)
+            if self.live:
+                fields = {"event": "finished", **fields}
+                if self.show_text and not self.bodies:
+                    fields.update(prompt=watched.result.prompt,
+                                  content=watched.result.content[-TEXT_TAIL:],
+                                  thinking=watched.result.thinking[-TEXT_TAIL:])
+            self._line(fields)
         if self.prometheus is not None:
             self.prometheus.add(watched.record)
 
@@ -177,6 +211,29 @@ class WatchSession:
 
 def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / NS_PER_MS, 3)
+
+
+def live_fields(exchange: Exchange, now_ns: int, show_text: bool) -> dict[str, Any]:
+    """A streaming request's progress line: id, caller, model, ttft_ms (send → first text;
+    None before it), chunks (text chunks so far), live_tps (chunks after the first over the
+    time since it: a chunk is about a token on Ollama and llama-server), elapsed_ms; with
+    show_text the prompt and the tail of the answer and thinking so far."""
+    events = exchange.events
+    texts = [e.t_ns for e in events if e.has_text]
+    ttft = (texts[0] - exchange.send_ns) / NS_PER_MS if texts else None
+    span = (texts[-1] - texts[0]) / 1e9 if len(texts) > 1 else 0.0
+    line: dict[str, Any] = {
+        "event": "progress", "id": exchange.id, "model": exchange.facts.model,
+        "caller": exchange.caller.app if exchange.caller else None,
+        "ttft_ms": None if ttft is None else round(ttft, 3), "chunks": len(texts),
+        "live_tps": round((len(texts) - 1) / span, 1) if span > 0 else None,
+        "elapsed_ms": round((now_ns - exchange.received_ns) / NS_PER_MS, 1),
+    }
+    if show_text:
+        line.update(prompt=exchange.facts.prompt,
+                    content="".join(e.content for e in events)[-TEXT_TAIL:],
+                    thinking="".join(e.thinking for e in events)[-TEXT_TAIL:])
+    return line
 
 
 def ndjson_line(watched: Watched) -> str:
@@ -219,4 +276,4 @@ def line_fields(watched: Watched) -> dict[str, Any]:
     return line
 
 
-__all__ = ["WatchSession", "Watched", "line_fields", "ndjson_line"]
+__all__ = ["WatchSession", "Watched", "line_fields", "live_fields", "ndjson_line"]
