@@ -7,6 +7,7 @@ import sys
 
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
@@ -19,8 +20,11 @@ def main(args: argparse.Namespace) -> int:
     returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
     try:
         log = read_log(args.log_file)
-        # a `llmtop load` sweep gets its per-level report
-        text = render(analyze_log(log) if log.header.kind == "load" else build(log), args.format)
+        # a `llmtop load` sweep gets its per-level report, a watch log its per-caller one
+        kind = log.header.kind
+        subject = (analyze_log(log) if kind == "load" else analyze_watch(log)
+                   if kind == "watch" else build(log))
+        text = render(subject, args.format)
     except LogError as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -293,6 +293,14 @@ class WatchProxy:
         gone = asyncio.ensure_future(_disconnected(receive, body_done))
         try:
             await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server stops: record what passed, then go on
+            forward.cancel()
+            if exchange is not None:
+                exchange.cancelled = True
+                exchange.end_ns = perf_counter_ns()
+                exchange.read_facts()
+                self.watcher.finished(exchange)
+            raise
         finally:
             if not forward.done() and not answered.is_set():
                 forward.cancel()  # the client left first: stop the upstream now

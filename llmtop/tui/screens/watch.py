@@ -100,7 +100,7 @@ class WatchScreen(Screen[None]):
             key = str(rid)
             if key in table.rows:
                 for name, value in zip(COLUMNS, values, strict=True):
-                    table.update_cell(key, name, value)
+                    table.update_cell(key, name, value, update_width=True)
             else:
                 table.add_row(*values, key=key)
         self._dirty.clear()
