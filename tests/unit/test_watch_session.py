@@ -198,3 +198,30 @@ def test_line_fields_are_n_a_for_a_request_without_answer():
     ex.end_ns = 200
     line = line_fields(session.measure(ex))
     assert line["status"] == "error" and line["ttft_ms"] is None and line["cached_pct"] is None
+
+
+def test_two_upstreams_in_one_watch_each_on_its_own_port(tmp_path):
+    log = tmp_path / "w.jsonl"
+    port, port2 = free_port(), free_port()
+    with ScriptedUpstream() as ollama_up, ScriptedOpenAI("vllm") as openai_up:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmtop", "watch", "--json", "--no-probes",
+             "--listen", f"127.0.0.1:{port}", "--listen", f"127.0.0.1:{port2}",
+             "--upstream", ollama_up.url, "--upstream", openai_up.url, "--log", str(log)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()})
+        try:
+            first, second = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port2}"
+            wait_for(lambda: _answers(first), timeout_s=30)
+            list(ollama.Client(host=first).chat(model="ok", messages=HI, stream=True))
+            reply = httpx.post(second + "/v1/chat/completions", timeout=10, json={
+                "model": "vllm", "messages": HI, "stream": True})
+            assert reply.status_code == 200 and b"[DONE]" in reply.content
+            lines = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=15)
+    assert {(x["listen"], x["upstream"], x["model"]) for x in lines} == {
+        (f"127.0.0.1:{port}", ollama_up.url, "ok"),
+        (f"127.0.0.1:{port2}", openai_up.url, "vllm")}
+    assert read_log(log).header.watch["pairs"][1]["listen"] == f"127.0.0.1:{port2}"
