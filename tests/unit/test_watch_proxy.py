@@ -125,6 +125,20 @@ def test_openai_stream_passes_byte_for_byte_and_reads_usage_and_cache():
     assert stats.prompt_eval_duration == 30_500_000 and stats.eval_duration == 20_250_000
 
 
+def test_an_openai_stream_is_measured_against_the_scripted_truth():
+    with ScriptedOpenAI("vllm") as up, Watch(up.url) as w:
+        body = {"model": "vllm", "messages": HI, "stream": True}
+        assert httpx.post(w.url + "/v1/chat/completions", json=body).status_code == 200
+        assert w.seen.ended.wait(5)
+    ex = w.seen.done[0]
+    first_text = next(e for e in ex.events if e.has_text)
+    # the first frame carries "Hel" (scripted_openai.HELLO): as for Ollama, the watch's TTFT
+    # exceeds the truth only by the loopback hop back to it
+    truth_ns = up.recorder.first_ns[0] - ex.send_ns
+    assert 0 <= (first_text.t_ns - ex.send_ns) - truth_ns < 1_000_000
+    assert ex.events[-1].stats.prompt_eval_count == 12  # usage(12, 3)
+
+
 def test_an_unknown_model_is_forwarded_as_the_upstream_said_and_recorded_as_an_error():
     with ScriptedUpstream() as up, Watch(up.url) as w:
         resp = httpx.post(w.url + "/api/chat", json={"model": "nope", "messages": HI})
