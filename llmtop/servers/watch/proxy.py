@@ -79,7 +79,7 @@ class Exchange:
     read by `read_facts` once the body is on its way upstream (a 30,000-token prompt takes
     about a millisecond to parse: never before it is sent).
     client: the peer's (host, port); caller: its process when local and visible (`lookup`
-    names it, started once the first text was handed on: outside the TTFT). status_code:
+    names it, started once the request is written upstream: never on its way in). status_code:
     the upstream's HTTP status (None: it never answered). meter: reads the response (None
     until it started). cancelled: the client left before the response ended. id: set by the Watcher.
     """
@@ -105,7 +105,14 @@ class Exchange:
     cancelled: bool = False
     caller: Caller | None = None
     lookup: asyncio.Future[Caller | None] | None = None
+    on_sent: Callable[[Exchange], None] | None = None
     id: int = 0
+
+    def after_send(self) -> None:
+        """Once the request is on the wire: read the body's facts, run `on_sent`."""
+        self.read_facts()
+        if self.on_sent is not None:
+            self.on_sent(self)
 
     def read_facts(self) -> None:
         """Parse the body into `facts` (once), then let it go."""
@@ -282,6 +289,7 @@ class WatchProxy:
             exchange = Exchange(self.upstream, f"{self.listen[0]}:{self.listen[1]}",
                                 endpoint[0], endpoint[1], path, body,
                                 (client[0], client[1]) if client else None, t0)
+            exchange.on_sent = self._look_up_caller  # during the engine's prefill
             self.watcher.started(exchange)
         else:
             data = _streamed_body(receive, body_done) if _has_body(headers) else None
@@ -393,7 +401,7 @@ class WatchProxy:
                     if exchange.first_text_out_ns is None and any(
                             e.has_text for e in meter.events[before:]):
                         exchange.first_text_out_ns = t_out
-                        self._look_up_caller(exchange)  # after the TTFT, never inside it
+                        self._look_up_caller(exchange)  # if the send was not stamped
                     self.watcher.progressed(exchange)
         t_end = perf_counter_ns()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -421,7 +429,7 @@ async def _body_written(_session: Any, ctx: SimpleNamespace, _params: Any) -> No
     exchange = ctx.trace_request_ctx
     if isinstance(exchange, Exchange):
         exchange.sent_ns = perf_counter_ns()
-        asyncio.get_running_loop().call_soon(exchange.read_facts)  # after the write
+        asyncio.get_running_loop().call_soon(exchange.after_send)  # once it is written
 
 
 def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
