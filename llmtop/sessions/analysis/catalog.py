@@ -28,13 +28,13 @@ def sessions_folder() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class SessionEntry:
-    """One saved log. started: the header's wall-clock start (ISO); kind: "session", "bench",
-    "load", "watch" (engine: the first upstream; model: the models seen; no verdict: other
-    apps' requests are not a protocol to judge); requests: request records; ok: those in
-    the statistics; statuses: every request counted by the word the report uses for it
-    ("ok", "warm-up", "model load", "cold-start", "error", ...); verdict: the analysis verdict ("clean", "contaminated", "inconclusive"),
-    None when the log holds a single request (nothing to judge), or "unreadable" with
-    `problem`."""
+    """One saved log. started: the header's wall-clock start (ISO); kind: "session",
+    "bench", "load", "watch" (engine: the first upstream; model: the models seen; no
+    verdict: other apps' requests are not a protocol to judge); requests: request records;
+    ok: those in the statistics; statuses: every request counted by the word the report
+    uses for it ("ok", "warm-up", "model load", "cold-start", "error", ...); verdict: the
+    analysis verdict ("clean", "contaminated", "inconclusive"), None when the log holds a
+    single request (nothing to judge), or "unreadable" with `problem`."""
 
     path: str
     started: str | None = None
