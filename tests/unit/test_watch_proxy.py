@@ -158,3 +158,12 @@ def test_foreign_host_and_missing_token_are_refused():
         assert httpx.get(w.url + "/api/version", headers=evil).status_code == 403
         page = {**good, "Origin": "https://evil.example"}
         assert httpx.get(w.url + "/api/version", headers=page).status_code == 403
+
+
+def test_an_engine_that_does_not_answer_gets_a_502_and_an_unreachable_record():
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with Watch(dead) as w:
+        resp = httpx.post(w.url + "/api/chat", json={"model": "m", "messages": HI})
+        assert w.seen.ended.wait(5)
+    assert resp.status_code == 502 and "did not answer" in resp.json()["error"]
+    assert str(w.seen.done[0].events[-1].failure.kind) == "unreachable"
