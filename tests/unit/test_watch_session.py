@@ -114,21 +114,20 @@ def test_an_openai_client_through_the_watch_gets_its_answer_and_the_cache_is_rea
     assert line["status"] == "ok" and line["endpoint"] == "/v1/chat/completions"
 
 
-def test_verdict_is_the_worst_sample_during_the_request():
+def test_verdict_is_the_worst_sample_during_the_request(tmp_path):
     from types import SimpleNamespace
 
     from llmtop.probes.verdict import Finding, Level, Verdict
 
-    session = WatchSession.__new__(WatchSession)
-    session._samples, session._lock = [], __import__("threading").Lock()
+    session = WatchSession([("x", "http://u")], log_path=str(tmp_path / "w.jsonl"))
     busy = Finding("browser-busy", Level.WARN, 30.0, 10.0, "% CPU", "m", "r")
-    session._samples.extend([SimpleNamespace(t_ns=5, verdict=Verdict.of([])),
-                             SimpleNamespace(t_ns=15, verdict=Verdict.of([busy])),
-                             SimpleNamespace(t_ns=25, verdict=Verdict.of([]))])
+    for t, verdict in ((5, Verdict.of([])), (15, Verdict.of([busy])), (25, Verdict.of([]))):
+        session._samples.append(SimpleNamespace(t_ns=t, verdict=verdict))
     assert session.verdict_during(10, 20) == ("NOISY", ("browser-busy",))
     assert session.verdict_during(20, 30) == ("QUIET", ())
     assert session.verdict_during(6, 7) == ("QUIET", ())  # none during: the one before
     assert session.verdict_during(0, 1) == (None, ())
+    session.close()
 
 
 def test_listen_addresses_pair_with_upstreams():
@@ -187,12 +186,11 @@ def _answers(url):
         return False
 
 
-def test_line_fields_are_n_a_for_a_request_without_answer():
+def test_line_fields_are_n_a_for_a_request_without_answer(tmp_path):
     from llmtop.engines.events import Failure, FailureKind, StreamEvent
     from llmtop.servers.watch.proxy import Exchange
 
-    session = WatchSession.__new__(WatchSession)
-    session._samples, session._lock, session.bodies = [], __import__("threading").Lock(), False
+    session = WatchSession([("x", "http://u")], log_path=str(tmp_path / "w.jsonl"))
     ex = Exchange("http://u", "l", "ollama", "chat", "/api/chat", b"{\"model\": \"m\"}", None, 100)
     ex.failed.append(StreamEvent(200, done=True, failure=Failure(FailureKind.UNREACHABLE, "x")))
     ex.end_ns = 200

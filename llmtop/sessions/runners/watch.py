@@ -162,7 +162,7 @@ class WatchSession:
         """A probe sample (from the sampler's thread): kept for verdicts, and logged."""
         with self._lock:
             self._samples.append(sample)
-        running = next(iter(self.streaming), None)
+        running = min(self.streaming, default=None)  # one C-level pass: safe beside the loop
         self._writer.submit(self.log.write_probe, sample.to_dict(), running)
 
     def verdict_during(self, start_ns: int, end_ns: int) -> tuple[str | None, tuple[str, ...]]:
