@@ -116,7 +116,9 @@ def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool)
     try:
         if sampler is not None:
             sampler.start()
-        asyncio.run(run_servers(servers))
+        # uvicorn's own loop choice (uvloop when installed), as `uvicorn.run` would make it
+        with asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
+            runner.run(run_servers(servers))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
