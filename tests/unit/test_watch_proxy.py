@@ -167,3 +167,12 @@ def test_an_engine_that_does_not_answer_gets_a_502_and_an_unreachable_record():
         assert w.seen.ended.wait(5)
     assert resp.status_code == 502 and "did not answer" in resp.json()["error"]
     assert str(w.seen.done[0].events[-1].failure.kind) == "unreachable"
+
+
+def test_a_generation_request_past_the_size_cap_is_refused_with_413(monkeypatch):
+    monkeypatch.setattr("llmtop.servers.watch.asgi.MAX_MEASURED_BODY", 100)
+    with ScriptedUpstream() as up, Watch(up.url) as w:
+        big = {"model": "ok", "messages": [{"role": "user", "content": "x" * 200}]}
+        resp = httpx.post(w.url + "/api/chat", json=big)
+    assert resp.status_code == 413 and "is not passed on" in resp.json()["error"]
+    assert up.recorder.requests == []  # nothing reached the engine

@@ -37,13 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from time import perf_counter_ns
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
@@ -53,131 +49,27 @@ from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_
 from llmtop.probes.callers import Caller, CallerCache
 from llmtop.servers.guard import Guard
 from llmtop.servers.relay.upstream import UPSTREAM_ERRORS, upstream_failure
-from llmtop.servers.watch.meter import Meter, RequestFacts, endpoint_of, read_request
+from llmtop.servers.watch.asgi import (
+    MAX_MEASURED_BODY,
+    TOKEN_HEADER,
+    Answer,
+    Receive,
+    Scope,
+    Send,
+    TooLarge,
+    disconnected,
+    forward_headers,
+    has_body,
+    json_reply,
+    response_headers,
+    streamed_body,
+    whole_body,
+)
+from llmtop.servers.watch.exchange import Exchange, Watcher
+from llmtop.servers.watch.meter import Meter, endpoint_of
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
-                        b"proxy-authorization", b"te", b"trailer", b"transfer-encoding",
-                        b"upgrade"})
-NOT_FORWARDED = HOP_BY_HOP | {b"host"}
 SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-MAX_MEASURED_BODY = 256 << 20  # a generation request read whole: 256 MiB (images included)
-TOKEN_HEADER = b"x-llmtop-token"
 CALLER_WAIT_S = 2.0  # a finished request waits this long for its caller's name
-
-
-@dataclass
-class Exchange:
-    """One measured request as it passes (mutable while it streams; stamps perf_counter ns).
-
-    upstream: the engine's URL; listen: the watch's own "host:port". api / shape: from
-    `meter.endpoint_of`; facts: what the body said (model, stream, prompt preview, options),
-    read by `read_facts` once the body is on its way upstream (a 30,000-token prompt takes
-    about a millisecond to parse: never before it is sent).
-    client: the peer's (host, port); caller: its process when local and visible (`lookup`
-    names it, started once the request is written upstream: never on its way in). status_code:
-    the upstream's HTTP status (None: it never answered). meter: reads the response (None
-    until it started). cancelled: the client left before the response ended. id: set by the Watcher.
-    """
-
-    upstream: str
-    listen: str
-    api: str
-    shape: str
-    path: str
-    body: bytes
-    client: tuple[str, int] | None
-    received_ns: int
-    facts: RequestFacts = field(default_factory=RequestFacts)
-    facts_read: bool = False
-    wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
-    sent_ns: int | None = None
-    headers_ns: int | None = None
-    status_code: int | None = None
-    meter: Meter | None = None
-    failed: list[StreamEvent] = field(default_factory=list)
-    first_text_out_ns: int | None = None
-    end_ns: int | None = None
-    cancelled: bool = False
-    caller: Caller | None = None
-    lookup: asyncio.Future[Caller | None] | None = None
-    on_sent: Callable[[Exchange], None] | None = None
-    id: int = 0
-
-    def after_send(self) -> None:
-        """Once the request is on the wire: read the body's facts, run `on_sent`."""
-        self.read_facts()
-        if self.on_sent is not None:
-            self.on_sent(self)
-
-    def read_facts(self) -> None:
-        """Parse the body into `facts` (once), then let it go."""
-        if not self.facts_read:
-            self.facts = read_request(self.api, self.shape, self.body)
-            self.facts_read, self.body = True, b""
-
-    @property
-    def events(self) -> list[StreamEvent]:
-        """The response's events so far (a failure before any answer: one done event)."""
-        return self.meter.events if self.meter is not None else self.failed
-
-    @property
-    def send_ns(self) -> int:
-        """The send stamp TTFT counts from (the body's write, else the request's arrival)."""
-        return self.sent_ns if self.sent_ns is not None else self.received_ns
-
-    @property
-    def hop_in_ns(self) -> int | None:
-        """The proxy's time from receiving the request to sending it upstream (ns)."""
-        return None if self.sent_ns is None else self.sent_ns - self.received_ns
-
-    @property
-    def hop_out_ns(self) -> int | None:
-        """The proxy's time from the first text's arrival to handing it on (ns)."""
-        first = next((e.t_ns for e in self.events if e.has_text), None)
-        if first is None or self.first_text_out_ns is None:
-            return None
-        return self.first_text_out_ns - first
-
-
-class Watcher(Protocol):
-    """What the proxy tells about each measured request, on its event loop (keep it cheap):
-    `started` once its body is read (set `exchange.id` there), `progressed` after each block
-    that added events, `finished` once, when it ended (ok, failed or cancelled)."""
-
-    def started(self, exchange: Exchange) -> None:
-        """A measured request arrived."""
-
-    def progressed(self, exchange: Exchange) -> None:
-        """A block added events."""
-
-    def finished(self, exchange: Exchange) -> None:
-        """The request ended."""
-
-
-def forward_headers(raw: list[tuple[bytes, bytes]], *, drop_authorization: bool = False
-                    ) -> list[tuple[str, str]]:
-    """Request headers to send upstream: all but hop-by-hop ones, those named by
-    Connection, Host, and the token's (`drop_authorization`, X-Llmtop-Token)."""
-    named = {t.strip().lower() for k, v in raw if k.lower() == b"connection"
-             for t in v.split(b",")}
-    skip = NOT_FORWARDED | named | {TOKEN_HEADER}
-    if drop_authorization:
-        skip = skip | {b"authorization"}
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k.lower() not in skip]
-
-
-def response_headers(raw: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
-    """The upstream's response headers for the client: all but hop-by-hop ones and those
-    named by Connection (lower-cased names, as ASGI wants)."""
-    named = {t.strip().lower() for k, v in raw if k.lower() == b"connection"
-             for t in v.split(b",")}
-    skip = HOP_BY_HOP | named
-    return [(k.lower(), v) for k, v in raw if k.lower() not in skip]
 
 
 class WatchProxy:
@@ -269,7 +161,7 @@ class WatchProxy:
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         refused = self.refusal(headers)
         if refused is not None:
-            await _json_reply(send, refused[0], {"error": refused[1]})
+            await json_reply(send, refused[0], {"error": refused[1]})
             return
         method, path = scope["method"], scope["path"]
         target = self.upstream + scope.get("raw_path", path.encode()).decode("latin-1")
@@ -281,9 +173,14 @@ class WatchProxy:
         body_done = asyncio.Event()
         exchange = None
         if endpoint is not None:
-            body = await _whole_body(receive)
+            try:
+                body = await whole_body(receive)
+            except TooLarge:
+                await json_reply(send, 413, {"error": "llmtop watch: a generation request "
+                                             f"over {MAX_MEASURED_BODY} bytes is not passed on"})
+                return
             if body is None:
-                return  # the client left, or sent more than MAX_MEASURED_BODY (answered)
+                return  # the client left before its request was whole
             body_done.set()
             data: Any = body
             exchange = Exchange(self.upstream, f"{self.listen[0]}:{self.listen[1]}",
@@ -292,13 +189,13 @@ class WatchProxy:
             exchange.on_sent = self._look_up_caller  # during the engine's prefill
             self.watcher.started(exchange)
         else:
-            data = _streamed_body(receive, body_done) if _has_body(headers) else None
+            data = streamed_body(receive, body_done) if has_body(headers) else None
             if data is None:
                 body_done.set()
         answered = asyncio.Event()  # set right after the response's last message was sent
         forward = asyncio.ensure_future(
-            self._forward(_Answer(send, answered), method, target, out_headers, data, exchange))
-        gone = asyncio.ensure_future(_disconnected(receive, body_done))
+            self._forward(Answer(send, answered), method, target, out_headers, data, exchange))
+        gone = asyncio.ensure_future(disconnected(receive, body_done))
         try:
             await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:  # the server stops: record what passed, then go on
@@ -374,7 +271,7 @@ class WatchProxy:
                     exchange.meter.events.append(StreamEvent(t, done=True, failure=failure))
                     exchange.meter.done = True
             if not started:
-                await _json_reply(send, 502, {"error": f"llmtop watch: the upstream "
+                await json_reply(send, 502, {"error": f"llmtop watch: the upstream "
                                               f"{self.upstream} did not answer: {exc}"})
             # else: the response is left incomplete, so the client sees a cut, not an end
 
@@ -410,84 +307,12 @@ class WatchProxy:
             exchange.end_ns = t_end
 
 
-class _Answer:
-    """The ASGI `send` of one request, setting `answered` once the response's last
-    message went out (after that, uvicorn's `receive` says "disconnect" for every request,
-    which must not read as a client that left)."""
-
-    def __init__(self, send: Send, answered: asyncio.Event) -> None:
-        self._send, self.answered = send, answered
-
-    async def __call__(self, message: Message) -> None:
-        await self._send(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.answered.set()
-
-
 async def _body_written(_session: Any, ctx: SimpleNamespace, _params: Any) -> None:
     # aiohttp calls this just before it writes (a part of) the body: the last one is the send
     exchange = ctx.trace_request_ctx
     if isinstance(exchange, Exchange):
         exchange.sent_ns = perf_counter_ns()
         asyncio.get_running_loop().call_soon(exchange.after_send)  # once it is written
-
-
-def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
-    for key, value in headers:
-        name = key.lower()
-        if name == b"content-length" and value.strip() not in (b"", b"0"):
-            return True
-        if name == b"transfer-encoding":
-            return True
-    return False
-
-
-async def _whole_body(receive: Receive) -> bytes | None:
-    """The request body, or None when the client left first (or it exceeded
-    MAX_MEASURED_BODY: the upstream would refuse it anyway)."""
-    parts, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        part = message.get("body", b"")
-        size += len(part)
-        if size > MAX_MEASURED_BODY:
-            return None
-        parts.append(part)
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-async def _streamed_body(receive: Receive, done: asyncio.Event) -> AsyncIterator[bytes]:
-    """The request body as it arrives (a blob upload, a model push), then `done` set."""
-    try:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise aiohttp.ClientConnectionError("the client left while sending its body")
-            part = message.get("body", b"")
-            if part:
-                yield part
-            if not message.get("more_body", False):
-                return
-    finally:
-        done.set()
-
-
-async def _disconnected(receive: Receive, body_done: asyncio.Event) -> None:
-    """Returns when the client has gone (read only after the body was read whole)."""
-    await body_done.wait()
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _json_reply(send: Send, status: int, body: dict[str, Any]) -> None:
-    raw = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(raw)).encode())]})
-    await send({"type": "http.response.body", "body": raw, "more_body": False})
 
 
 __all__ = ["Exchange", "WatchProxy", "Watcher", "forward_headers", "response_headers"]
