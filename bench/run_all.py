@@ -54,6 +54,11 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--no-engine", "--rounds", "30"],
         ["--no-engine", "--rounds", "12"],
     ),
+    "watch": (
+        "watch_overhead.py",
+        ["--rounds", "40"],
+        ["--rounds", "15"],
+    ),
     "tui-scripted": (
         "tui_cost.py",
         ["--scripted", "--pairs", "3", "--num-predict", "300"],

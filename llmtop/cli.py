@@ -488,6 +488,31 @@ def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
 
 
+def _watch_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", metavar="HOST:PORT", action="append",
+                   help="where the apps connect (default 127.0.0.1:11435; repeatable, one per "
+                   "--upstream; any address but loopback needs --token-file)")
+    p.add_argument("--upstream", metavar="URL", action="append",
+                   help="the engine requests go on to (default: $OLLAMA_HOST or "
+                   "127.0.0.1:11434; repeatable: each gets its own --listen, or the next port)")
+    p.add_argument("--json", action="store_true",
+                   help="headless: one NDJSON line per finished request on standard output")
+    p.add_argument("--log", metavar="PATH", default=argparse.SUPPRESS,
+                   help="the session log (default: a new file in the user data dir)")
+    p.add_argument("--log-bodies", action="store_true",
+                   help="keep the prompts' and answers' text in the log and the JSON lines")
+    p.add_argument("--show-text", action="store_true",
+                   help="show the selected request's text on the screen (off: privacy)")
+    p.add_argument("--prometheus", metavar="PATH",
+                   help="rewrite a Prometheus textfile at PATH after each request")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--no-probes", dest="sample_probes", action="store_false",
+                   help="do not sample the machine (no verdict per request)")
+    p.add_argument("--live", action="store_true", help=argparse.SUPPRESS)  # the screen's feed
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
+
+
 def _engine_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=11435, help="port (default 11435)")
@@ -531,12 +556,15 @@ COMMANDS: dict[str, Command] = {
                         "verdict", _sessions_flags, "llmtop.commands.sessions"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
                      _relay_flags, "llmtop.commands.relay"),
+    "watch": Command("pass your apps' requests on to the engine and measure each one "
+                     "(TTFT, decode, cache, caller)", _watch_flags, "llmtop.commands.watch"),
     "engine": Command("serve the embedded engine (llama.cpp) on Ollama's API",
                       _engine_server_flags, "llmtop.commands.engine"),
     "agent": Command("serve this machine's probe samples to llmtop on another machine "
                      "(run it where the engine runs)", _agent_flags, "llmtop.commands.agent"),
 }
 TUI_MODULE = "llmtop.tui.app"  # no subcommand: the terminal app
+WATCH_TUI_MODULE = "llmtop.tui.watch"  # `llmtop watch` without --json: its screen
 
 
 # `--print-completion`'s shells: shtab's (tests/unit/test_cli.py checks they are the same);
@@ -670,6 +698,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return ExitCode.USAGE
         if command is None:
             return int(importlib.import_module(TUI_MODULE).main(tui_settings(args)))
+        if args.command == "watch" and not args.json:  # the watch screen (tui/watch.py)
+            prepared = importlib.import_module(command.module).prepare(args)
+            if isinstance(prepared, int):
+                return prepared
+            return int(importlib.import_module(WATCH_TUI_MODULE).main(args, *prepared))
         return int(importlib.import_module(command.module).main(args))
     except KeyboardInterrupt:
         print("llmtop: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports import peers
@@ -32,9 +33,11 @@ def main(args: argparse.Namespace) -> int:
         log = read_log(args.log_file)
         if getattr(args, "as_tool", None):
             text = _as_tool(log, args)
-        else:  # a `llmtop load` sweep gets its per-level report
-            text = render(analyze_log(log) if log.header.kind == "load" else build(log),
-                          args.format)
+        else:  # a `llmtop load` sweep gets its per-level report, a watch log its per-caller one
+            kind = log.header.kind
+            subject = (analyze_log(log) if kind == "load" else analyze_watch(log)
+                       if kind == "watch" else build(log))
+            text = render(subject, args.format)
     except (LogError, ValueError) as exc:
         print(f"llmtop report: {exc}", file=sys.stderr)
         return ExitCode.USAGE

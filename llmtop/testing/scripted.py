@@ -96,9 +96,14 @@ class Recorder:
 
     requests: (path, JSON body) of every streamed request. closed_ns: perf_counter_ns when a
     streamed reply's generator ended; cut_short: whether it ended before its script did.
+    received_ns / first_ns: perf_counter_ns when each streamed request's handler started and
+    when its first line was handed to the server to write (the truth a proxy's TTFT is
+    checked against).
     """
 
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    received_ns: list[int] = field(default_factory=list)
+    first_ns: list[int] = field(default_factory=list)
     closed_ns: list[int] = field(default_factory=list)
     cut_short: list[bool] = field(default_factory=list)
     closed: threading.Event = field(default_factory=threading.Event)
@@ -107,6 +112,8 @@ class Recorder:
     def reset(self) -> None:
         """Forget everything seen so far."""
         self.requests.clear()
+        self.received_ns.clear()
+        self.first_ns.clear()
         self.closed_ns.clear()
         self.cut_short.clear()
         self.closed.clear()
@@ -161,10 +168,12 @@ async def _replay(rec: Recorder, script: list[tuple[float, Any]], chat: bool,
     finished = False
     rec.started.set()
     try:
-        for delay, obj in script:
+        for i, (delay, obj) in enumerate(script):
             if delay:
                 await asyncio.sleep(delay)
             line = obj if chat else _as_generate(obj)
+            if i == 0:
+                rec.first_ns.append(perf_counter_ns())
             yield (line if isinstance(line, str) else json.dumps(line)).encode() + b"\n"
         finished = True
     finally:
@@ -174,8 +183,10 @@ async def _replay(rec: Recorder, script: list[tuple[float, Any]], chat: bool,
 
 
 async def _stream(request: Request) -> Response:
+    received = perf_counter_ns()
     body = await request.json()
     rec: Recorder = request.app.state.recorder
+    rec.received_ns.append(received)
     rec.requests.append((request.url.path, body))
     model = body.get("model")
     script = _script_for(model, request.app.state.script.timing)
@@ -246,14 +257,15 @@ class ServeInThread:
     """Serve an ASGI app with uvicorn in a daemon thread on a free loopback port.
 
     `with ServeInThread(app) as url: ...`; streams still open at exit are cut after 1 s.
-    Raises RuntimeError when the server has not started within 10 s.
+    `settings`: more `uvicorn.Config` settings (`llmtop watch` turns off the Server and Date
+    headers). Raises RuntimeError when the server has not started within 10 s.
     """
 
-    def __init__(self, app: Any, port: int | None = None) -> None:
+    def __init__(self, app: Any, port: int | None = None, **settings: Any) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error",
-                                access_log=False, timeout_graceful_shutdown=1)
+                                access_log=False, timeout_graceful_shutdown=1, **settings)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

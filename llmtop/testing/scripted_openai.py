@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from time import perf_counter_ns
 from typing import Any, Self
 
 from starlette.applications import Starlette
@@ -117,8 +118,10 @@ MODELS = ("llama-server", "vllm", "no-usage", "ollama-v1")
 async def _replay(rec: Recorder, frames: list[bytes]) -> Any:
     finished = False
     try:
-        for frame in frames:
+        for i, frame in enumerate(frames):
             await asyncio.sleep(GAP_S)
+            if i == 0:
+                rec.first_ns.append(perf_counter_ns())
             yield frame
         finished = True
     finally:
@@ -132,8 +135,10 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 
 
 async def _chat(request: Request) -> Response:
+    received = perf_counter_ns()
     body = await request.json()
     rec: Recorder = request.app.state.recorder
+    rec.received_ns.append(received)
     rec.requests.append((request.url.path, body))
     model = body.get("model")
     if not body.get("stream"):

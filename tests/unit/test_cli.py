@@ -79,7 +79,7 @@ def test_every_subcommand_is_declared_in_one_table() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(COMMANDS) == [
         "agent", "bench", "compare", "engine", "load", "preflight", "relay", "report", "run",
-        "sessions"]
+        "sessions", "watch"]
     for command in COMMANDS.values():
         assert command.module.startswith("llmtop.commands.")
 

@@ -28,12 +28,13 @@ def sessions_folder() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class SessionEntry:
-    """One saved log. started: the header's wall-clock start (ISO); kind: "session", "bench",
-    "load"; requests: request records; ok: those in the statistics; statuses: every request
-    counted by the word the report uses for it ("ok", "warm-up", "model load", "cold-start",
-    "error", ...); verdict: the analysis verdict ("clean", "contaminated", "inconclusive"),
-    None when the log holds a single request (nothing to judge), or "unreadable" with
-    `problem`."""
+    """One saved log. started: the header's wall-clock start (ISO); kind: "session",
+    "bench", "load", "watch" (engine: the first upstream; model: the models seen; no
+    verdict: other apps' requests are not a protocol to judge); requests: request records;
+    ok: those in the statistics; statuses: every request counted by the word the report
+    uses for it ("ok", "warm-up", "model load", "cold-start", "error", ...); verdict: the
+    analysis verdict ("clean", "contaminated", "inconclusive"), None when the log holds a
+    single request (nothing to judge), or "unreadable" with `problem`."""
 
     path: str
     started: str | None = None
@@ -75,6 +76,12 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     except LogError as exc:
         return SessionEntry(str(path), problem=str(exc))
     h = log.header
+    if h.kind == "watch":  # other apps' requests: their own statuses, no bench verdict
+        models = sorted({r.model for r in log.requests if r.model})
+        statuses = Counter(str(r.status) for r in log.requests)
+        return SessionEntry(str(path), h.started_at, h.upstream, ", ".join(models) or None,
+                            h.kind, len(log.requests), statuses.get("ok", 0), None,
+                            statuses=dict(statuses))
     analysis = run_analysis(log)
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:

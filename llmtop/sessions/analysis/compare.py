@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmtop.engines.events import Status
 from llmtop.sessions.analysis.compare_spec import (
     DEFAULT_METRICS,
     DEFAULT_THRESHOLD_PCT,
@@ -29,6 +30,7 @@ from llmtop.sessions.analysis.compare_spec import (
     MetricSpec,
 )
 from llmtop.sessions.analysis.run import Analysis, analyze_log, noisy_samples
+from llmtop.sessions.analysis.watch import group_key
 from llmtop.sessions.records.schema import RunLog
 
 if TYPE_CHECKING:
@@ -182,13 +184,23 @@ def run_analysis(log: RunLog) -> Analysis:
 
 def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
     """The ok requests of a run, grouped by prompt size, relay path and load level (a
-    request's `level`, present once load logs type it; None otherwise), in run order."""
+    request's `level`, present once load logs type it; None otherwise), in run order; a
+    watch log's by caller and model ("caller · model"), every request that ended ok."""
     keys = list(keys)
     out: dict[tuple[Any, ...], Group] = {}
     for size in analysis.sizes:
-        for r in size.ok:
+        # a watched app's request counts when it ended ok: a prefix-cache hit (no prompt
+        # evaluation time) is what apps' traffic is made of, not a bench's flaw
+        ok = [r for r in size.requests if r.record.endpoint is not None
+              and r.record.status == Status.OK] or size.ok
+        for r in ok:
             level = getattr(r.record, "level", None)
-            key = (size.target, size.path, level)
+            key: tuple[Any, ...] = (size.target, size.path, level)
+            if r.record.endpoint is not None:  # a watched app's request: by caller and model
+                caller, model = group_key(r.record)
+                key = ("watch", caller, model)
+                if key not in out:
+                    out[key] = Group(None, f"{caller} · {model}", {k: [] for k in keys})
             if key not in out:
                 label = "interactive" if size.target is None else f"{size.target} tok"
                 label += f" · {size.path}" if size.path else ""
@@ -199,6 +211,19 @@ def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
                 if value is not None and math.isfinite(value):
                     out[key].values[k].append(value)
     return list(out.values())
+
+
+def common_groups(ga: Sequence[Group], gb: Sequence[Group]
+                  ) -> tuple[list[Group], list[Group], list[str]]:
+    """Two watch logs' groups paired by label ("caller · model"), in A's order, and a
+    warning naming the groups only one of them has (they are left out)."""
+    by_b = {g.label: g for g in gb}
+    both = [g for g in ga if g.label in by_b]
+    only = [f"A: {g.label}" for g in ga if g.label not in by_b]
+    only += [f"B: {g.label}" for g in gb if g.label not in {x.label for x in ga}]
+    warning = ([f"compared only the callers and models both logs saw; left out {', '.join(only)}"]
+               if only else [])
+    return both, [by_b[g.label] for g in both], warning
 
 
 # ---------------------------------------------------------------------- comparability
@@ -344,7 +369,11 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
     specs = [METRICS[m] for m in metrics]
     keys = [s.key for s in specs]
     ga, gb = groups(run_analysis(a), keys), groups(run_analysis(b), keys)
+    unpaired: list[str] = []
+    if a.header.kind == b.header.kind == "watch":  # pair the callers and models both saw
+        ga, gb, unpaired = common_groups(ga, gb)
     checks = comparability(a, b, ga, gb, vary)
+    checks.warnings.extend(unpaired)
     rows: list[MetricComparison] = []
     if not checks.problems:
         for x, y in zip(ga, gb, strict=False):

@@ -67,6 +67,9 @@ FORMAT_VERSION = 1
 #   "bench" marks in an interactive session's log; the summary's `verdict` and `episodes`
 #   (slow episodes and the request ids in each, issue 25; re-measured requests are phase
 #   "measure" with an index past the warm-ups + `requests`).
+#   watch logs (`llmtop watch`, issue 28: header kind "watch" and `watch`; request fields
+#   endpoint, upstream, listen, caller, caller_category, caller_pid, http_status, hop_in_ms,
+#   hop_out_ms, probe_verdict, probe_findings; older readers ignore them, so no bump).
 SUPPORTED_FORMATS = (1,)
 
 Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn", "turn-cold"]
@@ -259,6 +262,14 @@ class RequestRecord(Record):
     sent_offset_ns, its send from the level's start; scheduled_offset_ns and lag_ms, an open
     loop's timetable and how far the send lagged it; sent_unix_ns / end_unix_ns / client,
     a Locust worker's wall clock and name.
+    Watch fields (`llmtop watch`: another app's request seen passing): endpoint, the path
+    it was sent to ("/api/chat", "/v1/chat/completions"); upstream / listen, the engine's
+    URL and the watch's "host:port"; caller, caller_category and caller_pid, the app that
+    sent it (probes/callers.py; None when not local or not visible); http_status, the
+    engine's; hop_in_ms / hop_out_ms, the watch's own time on the way in (request received →
+    sent on) and out (first text arrived → handed on); probe_verdict ("QUIET" / "NOISY",
+    None without a sample) and probe_findings (the codes of its WARN/FAIL findings) over the
+    request's span.
     """
 
     TYPE: ClassVar[str] = "request"
@@ -290,6 +301,17 @@ class RequestRecord(Record):
     sent_unix_ns: int | None = None
     end_unix_ns: int | None = None
     client: str | None = None
+    endpoint: str | None = None
+    upstream: str | None = None
+    listen: str | None = None
+    caller: str | None = None
+    caller_category: str | None = None
+    caller_pid: int | None = None
+    http_status: int | None = None
+    hop_in_ms: float | None = None
+    hop_out_ms: float | None = None
+    probe_verdict: str | None = None
+    probe_findings: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, result: RequestResult, **fields: Any) -> RequestRecord:
@@ -447,7 +469,8 @@ class ProbeRecord(OpenRecord):
 class Header(Record):
     """A session log's first record (`type: "header"`).
 
-    format: the session-log format (log.FORMAT_VERSION). kind: "session" or "bench".
+    format: the session-log format (log.FORMAT_VERSION). kind: "session", "bench", "load"
+    or "watch".
     engine / engine_version / host / model: what was measured; engine_config: the embedded
     engine's llama.cpp configuration (servers/embedded/llama_config.Choice.to_dict), else None;
     via: "direct" or "relay",
@@ -459,6 +482,8 @@ class Header(Record):
     only in bench logs written before the machine record moved into `environment` (it held
     the GPU and power there); read both through `machine_environment`. load: a sweep's
     LoadConfig.to_dict(); generator: what sent a sweep's requests ("locust"; None: llmtop).
+    watch: `llmtop watch`'s setup — {"pairs": [{"listen": "host:port", "upstream": url}],
+    "bodies_logged": bool}; None for other kinds.
     """
 
     TYPE: ClassVar[str] = "header"
@@ -482,6 +507,7 @@ class Header(Record):
     machine: dict[str, Any] | None = None
     load: dict[str, Any] | None = None
     generator: str | None = None
+    watch: dict[str, Any] | None = None
 
     @property
     def machine_environment(self) -> dict[str, Any]:

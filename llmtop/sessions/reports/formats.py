@@ -1,8 +1,9 @@
 """One way to write any report out: `render(subject, fmt)`.
 
 A subject is what a command has to show: a run's `Report` (run.build: a bench or an
-interactive session), a sweep's `LoadAnalysis` (analysis/load.py) or `Comparisons`
-(`llmtop compare`). Each has its text renderers here, by format; "html" is every subject's
+interactive session), a sweep's `LoadAnalysis` (analysis/load.py), a watch log's
+`WatchAnalysis` (analysis/watch.py) or `Comparisons` (`llmtop compare`). Each has its
+text renderers here, by format; "html" is every subject's
 self-contained page (html.py), imported here and only here, when a page is asked for, since
 plotly's import costs a second that a markdown report should not pay. A new format is one
 entry in `TEXT` (or one page function in html.py).
@@ -14,17 +15,19 @@ from collections.abc import Callable
 from typing import Any
 
 from llmtop.sessions.analysis.load import LoadAnalysis
-from llmtop.sessions.reports import compare, load, run
+from llmtop.sessions.analysis.watch import WatchAnalysis
+from llmtop.sessions.reports import compare, load, run, watch
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.run import Report
 
-Subject = Report | LoadAnalysis | Comparisons
+Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
     Report: {"md": run.markdown, "csv": run.csv_text, "json": run.json_text},
     LoadAnalysis: {"md": load.markdown, "csv": load.csv_text, "json": load.json_text},
     Comparisons: {"md": lambda c: compare.markdown(c.comparisons, c.energy, c.logs),
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},
+    WatchAnalysis: {"md": watch.markdown, "csv": watch.csv_text, "json": watch.json_text},
 }
 """The text renderers of each subject type, by format name."""
 
@@ -44,6 +47,7 @@ def render(subject: Subject, fmt: str) -> str:
 
         pages: dict[type, Callable[[Any], str]] = {
             Report: html.report_html, LoadAnalysis: html.load_html, Comparisons: html.compare_html,
+            WatchAnalysis: html.watch_html,
         }
         return pages[kind](subject)
     renderer = TEXT[kind].get(fmt)

@@ -22,7 +22,9 @@ from llmtop.sessions.analysis.compare import groups, run_analysis
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.run import size_key
 from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
+from llmtop.sessions.analysis.watch import WatchAnalysis, group_key
 from llmtop.sessions.reports import load as load_report
+from llmtop.sessions.reports import watch as watch_report
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.compare import markdown as compare_markdown
 from llmtop.sessions.reports.plots import (
@@ -36,6 +38,7 @@ from llmtop.sessions.reports.plots import (
     prefill_curve_figure,
     series_figure,
     turns_figure,
+    watch_figure,
 )
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run import markdown as run_markdown
@@ -125,6 +128,20 @@ def load_html(analysis: LoadAnalysis) -> str:
     if points:
         sections.append(load_curve_section(points, analysis.slo.ttft_ms))
     return page("llmtop load", sections)
+
+
+def watch_html(analysis: WatchAnalysis) -> str:
+    """A watch log as one page: the markdown report (per caller and model), then the ok
+    requests' TTFT per group."""
+    series: dict[str, list[float]] = {}
+    for r in analysis.log.requests:
+        if str(r.status) == "ok" and r.metrics.ttft_ms is not None:
+            caller, model = group_key(r)
+            series.setdefault(f"{caller} · {model}", []).append(r.metrics.ttft_ms)
+    sections = [markdown_html(watch_report.markdown(analysis))]
+    if series:
+        sections.append(_plot(figure_html(watch_figure(series), "watch-ttft")))
+    return page("llmtop watch report", sections)
 
 
 def compare_html(subject: Comparisons) -> str:

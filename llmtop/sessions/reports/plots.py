@@ -326,6 +326,17 @@ def cache_pairs_figure(pairs: Sequence[CachePair]) -> go.Figure:
     return fig
 
 
+def watch_figure(series: Mapping[str, Sequence[float]]) -> go.Figure:
+    """TTFT (ms) of each watched request, one box (with its points) per "caller · model"."""
+    fig = go.Figure()
+    for label, values in series.items():
+        fig.add_trace(go.Box(y=list(values), name=html.escape(label), boxpoints="all",
+                             jitter=0.3))
+    fig.update_layout(title="TTFT by caller and model (ok requests)", yaxis_title="ms",
+                      height=420, showlegend=False)
+    return fig
+
+
 def figure_html(fig: go.Figure, div_id: str) -> str:
     """A figure as a <div> for a page that loads plotly.js once (html_report.page)."""
     out: Any = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,

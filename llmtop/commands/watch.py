@@ -1,0 +1,133 @@
+"""`llmtop watch`: stand between the user's own apps and their engine, pass every request
+through unchanged, and measure the generations (docs/guide/watch.md).
+
+Each `--upstream` gets its own listening address: the i-th `--listen` (default
+127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it. All of
+them run in one process and one event loop, feeding one session (`WatchSession`: one log of
+kind "watch", one screen). `--json` is headless: one NDJSON line per finished request on
+standard output, flushed. Without it the TUI's watch screen opens.
+
+Safety: loopback by default; any other listening address needs `--token-file` (exit 2
+otherwise, saying why), as `llmtop agent` does. Request text is kept out of the log and the
+JSON lines unless `--log-bodies`; the screen shows it only with `--show-text`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from llmtop.commands.tokens import is_loopback, read_token
+from llmtop.engines.hosts import HostError
+from llmtop.exitcodes import ExitCode
+from llmtop.probes.callers import CallerCache
+from llmtop.probes.sampler import ProbeSampler
+from llmtop.servers.child import port_problem, watch_parent
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.runners.watch import WatchSession
+from llmtop.sessions.runners.watch_serving import (
+    Pair,
+    PairServer,
+    build_servers,
+    caller_pool,
+    pairs_of,
+    run_servers,
+)
+
+PROG = "llmtop watch"
+PROBE_INTERVAL_S = 1.0
+
+
+def check(args: argparse.Namespace) -> tuple[list[Pair], str | None, str]:
+    """(pairs, token, "") when the watch may start as asked, else ([], None, why not)."""
+    try:
+        pairs = pairs_of(args.listen or (), args.upstream or ())
+        token = read_token(args.token_file)
+    except (ValueError, HostError) as exc:
+        return [], None, str(exc)
+    exposed = [p.listen for p in pairs if not is_loopback(p.host)]
+    if exposed and token is None:
+        return [], None, (f"refusing to listen on {', '.join(exposed)} without --token-file: "
+                          "anyone who can reach it could make the engine generate; give a "
+                          "token file (clients send it as `Authorization: Bearer TOKEN`), or "
+                          "listen on 127.0.0.1")
+    for p in pairs:
+        problem = port_problem(p.host, p.port)
+        if problem is not None:
+            return [], None, (f"cannot listen on {p.listen} ({problem}); pick another --listen"
+                              " (is the engine itself on that port? docs/guide/watch.md)")
+    return pairs, token, ""
+
+
+def prepare(args: argparse.Namespace) -> tuple[list[Pair], str | None] | int:
+    """The pairs and token to serve with, or ExitCode.USAGE after saying why not (a bad
+    --listen, no token off loopback, a port taken). Starts watching `--parent-pid`."""
+    pairs, token, why = check(args)
+    if why:
+        print(f"{PROG}: {why}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
+    return pairs, token
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the headless watch (`--json`) until stopped (SIGTERM, SIGHUP, Ctrl+C); the
+    screen is tui/watch.py's, which the CLI starts after `prepare`.
+
+    Returns an ExitCode: OK after a stop, USAGE when it refuses to start (`prepare`, or a log
+    that cannot be created)."""
+    prepared = prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    pairs, token = prepared
+    try:
+        session = WatchSession([(p.listen, p.upstream) for p in pairs],
+                               log_path=getattr(args, "log", None), bodies=args.log_bodies,
+                               out=sys.stdout, prometheus=args.prometheus, live=args.live,
+                               show_text=args.show_text)
+    except LogError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    for p in pairs:
+        print(f"{PROG}: http://{p.listen} → {p.upstream}", file=sys.stderr, flush=True)
+    print(f"{PROG}: logging to {session.log.path}", file=sys.stderr, flush=True)
+    with caller_pool() as pool:
+        callers = CallerCache(pool)
+        callers.warm_up()  # start the worker now, not on the first request
+        servers = build_servers(pairs, session, token, callers)
+        return headless(session, servers, args.sample_probes)
+
+
+def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool) -> int:
+    """Serve with the probes sampling, until a stop signal; close the session after."""
+    sampler = ProbeSampler(PROBE_INTERVAL_S, session.sampled) if probes else None
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        for s in servers:
+            s.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop)
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        if sampler is not None:
+            sampler.start()
+        # uvicorn's own loop choice (uvloop when installed), as `uvicorn.run` would make it
+        with asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
+            runner.run(run_servers(servers))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if sampler is not None:
+            sampler.stop()
+        session.close()
+    print(f"{PROG}: stopped; {session.count} requests logged to {session.log.path}",
+          file=sys.stderr, flush=True)
+    return ExitCode.OK
+
+
+__all__ = ["Pair", "build_servers", "check", "main", "pairs_of", "run_servers"]

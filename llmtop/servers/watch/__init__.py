@@ -1,0 +1,2 @@
+"""`llmtop watch`'s transparent pass-through in front of an engine (proxy.py) and its reading
+of the bytes that pass (meter.py)."""

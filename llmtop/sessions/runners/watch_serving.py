@@ -1,0 +1,121 @@
+"""Serving `llmtop watch`'s proxies: which address each upstream gets, one uvicorn server per
+pair in one event loop, and the worker process that names callers. Shared by the headless
+command (commands/watch.py) and the screen (tui/watch.py).
+
+Each `--upstream` gets its own listening address: the i-th `--listen` (default
+127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+from collections.abc import Generator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import uvicorn
+
+from llmtop.engines.hosts import parse_address, resolve_host
+from llmtop.probes.callers import CallerCache
+from llmtop.servers.guard import Guard
+from llmtop.servers.watch.proxy import Watcher, WatchProxy
+
+DEFAULT_LISTEN = "127.0.0.1:11435"
+GRACE_S = 0.2  # open streams get this long after a stop (commands/serving.py's value)
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One proxy: where it listens (host, port) and the engine it forwards to (a URL)."""
+
+    host: str
+    port: int
+    upstream: str
+
+    @property
+    def listen(self) -> str:
+        """"host:port" ("[::1]:11435" for IPv6)."""
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{shown}:{self.port}"
+
+
+def split_listen(text: str) -> tuple[str, int]:
+    """"127.0.0.1:11435" / "[::1]:11435" / ":11435" → (host, port); raises ValueError with
+    what was wrong."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--listen {text!r} needs HOST:PORT with a port from 1 to 65535 "
+                         "(e.g. 127.0.0.1:11435)")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+def pairs_of(listens: Sequence[str], upstreams: Sequence[str]) -> list[Pair]:
+    """Pair the listening addresses with the upstreams (module docstring). Raises ValueError
+    (a bad --listen, more --listen than --upstream, one port twice) or HostError."""
+    urls = [resolve_host(u) for u in upstreams] or [resolve_host(None)]
+    spots = [split_listen(t) for t in listens] or [split_listen(DEFAULT_LISTEN)]
+    if len(spots) > len(urls):
+        raise ValueError(f"{len(spots)} --listen for {len(urls)} --upstream: give one "
+                         "--upstream per --listen")
+    while len(spots) < len(urls):
+        host, port = spots[-1]
+        spots.append((host, port + 1))
+    ports = [s[1] for s in spots]
+    if len(set(ports)) != len(ports):
+        raise ValueError(f"--listen ports must differ, got {ports}")
+    for url, (host, port) in zip(urls, spots, strict=True):
+        if parse_address(url, "--upstream").url == f"http://{host}:{port}":
+            raise ValueError(f"--upstream {url} is the watch's own --listen: move the engine "
+                             "to another port (docs/guide/watch.md)")
+    return [Pair(host, port, url) for url, (host, port) in zip(urls, spots, strict=True)]
+
+
+class PairServer(uvicorn.Server):
+    """A uvicorn server that leaves the signals to its owner (several run in one loop:
+    `llmtop watch`'s signal handlers, or the TUI's quit, stop them all)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """No handlers of its own (the owner sets every `should_exit`)."""
+        yield
+
+
+def build_servers(pairs: Sequence[Pair], session: Watcher, token: str | None,
+                  callers: CallerCache | None) -> list[PairServer]:
+    """One uvicorn server per pair, each serving a WatchProxy that reports to `session` and
+    names callers with `callers`. uvicorn adds no Server or Date header (the upstream's own
+    pass through)."""
+    servers = []
+    for p in pairs:
+        guard = Guard.from_env(p.host)
+        app = WatchProxy(p.upstream, (p.host, p.port), session, guard=guard, token=token,
+                         callers=callers)
+        config = uvicorn.Config(app, host=p.host, port=p.port, log_level="warning",
+                                access_log=False, server_header=False, date_header=False,
+                                timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type]
+        servers.append(PairServer(config))
+    return servers
+
+
+async def run_servers(servers: Sequence[PairServer]) -> None:
+    """Serve them all until one stops (a signal sets every `should_exit`)."""
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+@contextlib.contextmanager
+def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
+    """The one worker process that names callers (probes/callers.py says why a process),
+    started by "spawn" (a fork of a threaded process is unsafe), shut down after."""
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["DEFAULT_LISTEN", "Pair", "PairServer", "build_servers", "caller_pool", "pairs_of",
+           "run_servers", "split_listen"]
