@@ -104,3 +104,27 @@ def test_a_steady_trend_is_contaminated_not_episodes(tmp_path, monkeypatch):
     assert sum(r.phase == "measure" for r in log.requests) == REQUESTS  # nothing to re-measure
     assert a.verdict == "contaminated"
     assert any("is a trend the whole way" in r for r in a.judgement.reasons)
+
+
+def test_slow_for_its_first_sixty_percent_then_fast(tmp_path, monkeypatch):
+    # 1–15 of 25 at +30 %, then unslowed. After 25 the slow level is the majority (15) and
+    # 16–25 a faster episode that the run ends in, so the bench re-measures: 10 more (the
+    # baseline's shortfall, 25 − 15) make the fast level 20 of 35, the majority; 1–15 are
+    # now the (slower) episode and 5 more complete its 25: 15 extra in all, CLEAN AFTER
+    # RE-MEASURING at the unslowed service time
+    engine = PacedEngine(factor=episodes((1, 15), slower=1.3))
+    log, a = bench(tmp_path, monkeypatch, engine)
+    (size,) = a.sizes
+    assert [(e.first, e.last, e.faster) for e in size.episodes.episodes] == [(1, 15, ())]
+    assert sum(r.phase == "measure" for r in log.requests) == REQUESTS + 15
+    assert a.verdict == "clean after re-measuring"
+    ttft, decode = unslowed(log.calibration.targets["200"].tokens, Pace())
+    assert size.summaries["ttft_ms"].median == pytest.approx(ttft, rel=0.02)
+    assert size.summaries["server_decode_tps"].median == pytest.approx(decode, rel=0.02)
+    # not re-measured: the majority's level is the slowed one and 16–25 ran faster: no
+    # baseline to trust (verdict rule 5), and 15 of 25 are outside the episode
+    log, a = bench(tmp_path / "off", monkeypatch, PacedEngine(factor=episodes((1, 15),
+                   slower=1.3)), remeasure_budget=0)
+    assert a.verdict == "contaminated"
+    assert any("faster than the baseline during requests 16–25 (TTFT ms -23 %" in r
+               for r in a.judgement.reasons)
