@@ -25,7 +25,8 @@ import httpx
 
 from llmtop.servers.child import EmbeddedProcess
 
-WORDS = ["river", "stone", "lamp", "garden", "quiet", "copper", "window", "meadow", "signal", "harbor", "lantern", "orbit", "velvet", "cedar", "thunder", "marble", "ribbon", "canyon"]
+WORDS = ["river", "stone", "lamp", "garden", "quiet", "copper", "window", "meadow", "signal",
+         "harbor", "lantern", "orbit", "velvet", "cedar", "thunder", "marble", "ribbon", "canyon"]
 
 
 async def one(client: httpx.AsyncClient, model: str, threads: int, num_predict: int,
