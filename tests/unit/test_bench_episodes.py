@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 
+from llmtop.sessions.analysis.compare_runs import run_set
 from llmtop.sessions.analysis.run import analyze, calibrated_tokens
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import SummaryRecord
@@ -26,7 +27,7 @@ from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, 
 REQUESTS = 25
 
 
-def bench(tmp_path, monkeypatch, engine: PacedEngine, **config):
+def bench(tmp_path, monkeypatch, engine: PacedEngine, name: str = "bench.jsonl", **config):
     monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     cfg = BenchConfig(
         requests=REQUESTS,
@@ -38,7 +39,7 @@ def bench(tmp_path, monkeypatch, engine: PacedEngine, **config):
         remeasure_pause_s=0,
         **config,
     )
-    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / "bench.jsonl"))
+    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / name))
     outcome = asyncio.run(runner.run())
     log = read_log(outcome.log_path)
     quiet = analyze(
@@ -89,7 +90,13 @@ def test_two_known_episodes_are_found_and_re_measured(tmp_path, monkeypatch):
 
 def test_without_re_measuring_the_baseline_is_short(tmp_path, monkeypatch):
     engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
-    log, a = bench(tmp_path, monkeypatch, engine, remeasure_budget=0)
+    # run 1 of a --runs 2 set (commands/bench.py names it b-run1.jsonl): its header says so,
+    # and compare's run_set looks for run 2 beside it
+    log, a = bench(tmp_path, monkeypatch, engine, "b-run1.jsonl", remeasure_budget=0, run=1,
+                   runs=2)
+    assert (log.header.bench or {})["run"] == 1 and (log.header.bench or {})["runs"] == 2
+    found, notes = run_set(str(tmp_path / "b-run1.jsonl"), log)
+    assert found == [log] and notes[0].startswith("run 2 of 2 left out")
     assert sum(r.phase == "measure" for r in log.requests) == REQUESTS
     assert a.verdict == "contaminated"
     assert "only 16 of the 25 requests are outside the episodes" in a.judgement.reasons[0]
