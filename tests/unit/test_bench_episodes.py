@@ -135,3 +135,4 @@ def test_slow_for_its_first_sixty_percent_then_fast(tmp_path, monkeypatch):
     assert a.verdict == "contaminated"
     assert any("faster than the baseline during requests 16–25 (TTFT ms -23 %" in r
                for r in a.judgement.reasons)
+    assert "| 16–25 (faster) |" in render(build(log), "md")
