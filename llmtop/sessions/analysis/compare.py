@@ -375,13 +375,13 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
     rb = [baseline_values(run_analysis(log), keys) for log in set_b] if by_run else []
     rows: list[MetricComparison] = []
     if not checks.problems:
-        for i, (x, y) in enumerate(zip(ga, gb, strict=False)):
+        for x, y in zip(ga, gb, strict=False):
             label = x.label if x.label == y.label else f"{x.label} → {y.label}"
             for spec in specs:
                 tester = None
-                if by_run:
-                    va = [g[i].values[spec.key] for g in ra if len(g) > i]
-                    vb = [g[i].values[spec.key] for g in rb if len(g) > i]
+                if by_run:  # each run's group of the same label (a run without it: left out)
+                    va = [g.values[spec.key] for run in ra for g in run if g.label == x.label]
+                    vb = [g.values[spec.key] for run in rb for g in run if g.label == y.label]
                     tester = partial(runs_ratio_test, va, vb, seed)
                 row = judge(spec, label, x.values[spec.key], y.values[spec.key],
                             threshold_pct, seed, tester)
