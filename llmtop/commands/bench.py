@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from llmtop.commands.connecting import connect_from_flags
@@ -17,7 +17,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.config import ConfigError
 from llmtop.probes.remote import probes_note
 from llmtop.sessions.analysis.repeat import SizeSpread, repeatability
-from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.log import LogError, default_log_path
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build, repeat_markdown
 from llmtop.sessions.runners.bench import (
@@ -84,6 +84,8 @@ async def _one_run(
               "(the engine stays loaded)", file=sys.stderr, flush=True)
         await asyncio.sleep(args.cool_down)
     try:
+        if runs > 1:
+            config = replace(config, run=k + 1, runs=runs)
         runner = BenchRunner(conn, config, run_log(args.log, k, runs),
                              on_progress=_progress_printer(args.json, config),
                              agent=getattr(args, "agent", None))
@@ -128,6 +130,8 @@ async def _bench(args: argparse.Namespace) -> int:
     if isinstance(conn, int):
         return conn
     runs: int = getattr(args, "runs", 1)
+    if runs > 1 and args.log is None:  # one stem for the set, so `compare` finds its runs
+        args.log = str(default_log_path("bench"))
     outcomes = []
     try:
         for k in range(runs):

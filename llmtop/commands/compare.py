@@ -8,6 +8,7 @@ import sys
 from llmtop.commands.output import emit
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.analysis.compare_runs import run_set
 from llmtop.sessions.analysis.energy_compare import compare_energy
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
@@ -34,10 +35,19 @@ def main(args: argparse.Namespace) -> int:
     for path, log in zip(args.logs, logs, strict=True):
         for warning in log.warnings:
             print(f"llmtop compare: {path}: {warning}", file=sys.stderr)
+    sets = []
+    for path, log in zip(args.logs, logs, strict=True):
+        found, notes = run_set(path, log)
+        for note in notes:
+            print(f"llmtop compare: {path}: {note}", file=sys.stderr)
+        if len(found) > 1:
+            print(f"llmtop compare: {path} is run {(log.header.bench or {}).get('run')} of a "
+                  f"set of {len(found)}: comparing the runs' baselines", file=sys.stderr)
+        sets.append(found)
     comparisons = [
         compare_logs(logs[0], log, (args.logs[0], path), args.metric, args.vary,
-                     args.threshold, args.seed)
-        for path, log in zip(args.logs[1:], logs[1:], strict=True)
+                     args.threshold, args.seed, runs=(sets[0], found))
+        for path, log, found in zip(args.logs[1:], logs[1:], sets[1:], strict=True)
     ]
     energy = [[] if c.refused else compare_energy(logs[0], log, args.seed)
               for c, log in zip(comparisons, logs[1:], strict=True)]

@@ -310,3 +310,26 @@ async def test_the_form_runs_cache_pairs_and_a_conversation(
     phases = [r.phase for r in read_log(log_path).requests]
     assert phases.count("cache-cold") == phases.count("cache-warm") == 1
     assert phases.count("turn") == phases.count("turn-cold") == 2
+
+
+def test_series_and_history_mark_the_episodes():
+    from llmtop.tui.state.bench_state import MEASURE, WARMUP, BenchRow
+
+    def row(n: int, ttft: float, episode: int | None = None, phase: str = MEASURE) -> BenchRow:
+        return BenchRow(n, phase, 200, n - 1, "ok", "", ttft, ttft - 10, 20.0, (0, 1),
+                        episode=episode)
+
+    # a warm-up, then 1–3 at 100 ms and 4–6 in episode 1 at 130 ms, then 7 at 100 ms
+    rows = [row(1, 900.0, phase=WARMUP)] + [
+        row(n + 1, 130.0 if 4 <= n <= 6 else 100.0, 1 if 4 <= n <= 6 else None)
+        for n in range(1, 8)]
+    text = series_text(rows, 120)
+    lines = text.plain.splitlines()
+    status = next(line for line in lines if line.startswith("status"))
+    assert status.split()[1] == "w···eee·"
+    assert "e episode (slow, or faster than the baseline)" in text.plain
+    # the TTFT sparkline's episode cells are magenta, the others cyan (the warm-up dim)
+    ttft_line = next(i for i, line in enumerate(lines) if line.startswith("TTFT"))
+    start = sum(len(line) + 1 for line in lines[:ttft_line])
+    styles = {str(s.style) for s in text.spans if start <= s.start < start + len(lines[ttft_line])}
+    assert "magenta" in styles and "cyan" in styles

@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 
+from llmtop.sessions.analysis.compare_runs import run_set
 from llmtop.sessions.analysis.run import analyze, calibrated_tokens
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import SummaryRecord
@@ -26,7 +27,7 @@ from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, 
 REQUESTS = 25
 
 
-def bench(tmp_path, monkeypatch, engine: PacedEngine, **config):
+def bench(tmp_path, monkeypatch, engine: PacedEngine, name: str = "bench.jsonl", **config):
     monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     cfg = BenchConfig(
         requests=REQUESTS,
@@ -38,7 +39,7 @@ def bench(tmp_path, monkeypatch, engine: PacedEngine, **config):
         remeasure_pause_s=0,
         **config,
     )
-    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / "bench.jsonl"))
+    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / name))
     outcome = asyncio.run(runner.run())
     log = read_log(outcome.log_path)
     quiet = analyze(
@@ -89,7 +90,13 @@ def test_two_known_episodes_are_found_and_re_measured(tmp_path, monkeypatch):
 
 def test_without_re_measuring_the_baseline_is_short(tmp_path, monkeypatch):
     engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
-    log, a = bench(tmp_path, monkeypatch, engine, remeasure_budget=0)
+    # run 1 of a --runs 2 set (commands/bench.py names it b-run1.jsonl): its header says so,
+    # and compare's run_set looks for run 2 beside it
+    log, a = bench(tmp_path, monkeypatch, engine, "b-run1.jsonl", remeasure_budget=0, run=1,
+                   runs=2)
+    assert (log.header.bench or {})["run"] == 1 and (log.header.bench or {})["runs"] == 2
+    found, notes = run_set(str(tmp_path / "b-run1.jsonl"), log)
+    assert found == [log] and notes[0].startswith("run 2 of 2 left out")
     assert sum(r.phase == "measure" for r in log.requests) == REQUESTS
     assert a.verdict == "contaminated"
     assert "only 16 of the 25 requests are outside the episodes" in a.judgement.reasons[0]
@@ -104,3 +111,28 @@ def test_a_steady_trend_is_contaminated_not_episodes(tmp_path, monkeypatch):
     assert sum(r.phase == "measure" for r in log.requests) == REQUESTS  # nothing to re-measure
     assert a.verdict == "contaminated"
     assert any("is a trend the whole way" in r for r in a.judgement.reasons)
+
+
+def test_slow_for_its_first_sixty_percent_then_fast(tmp_path, monkeypatch):
+    # 1–15 of 25 at +30 %, then unslowed. After 25 the slow level is the majority (15) and
+    # 16–25 a faster episode that the run ends in, so the bench re-measures: 10 more (the
+    # baseline's shortfall, 25 − 15) make the fast level 20 of 35, the majority; 1–15 are
+    # now the (slower) episode and 5 more complete its 25: 15 extra in all, CLEAN AFTER
+    # RE-MEASURING at the unslowed service time
+    engine = PacedEngine(factor=episodes((1, 15), slower=1.3))
+    log, a = bench(tmp_path, monkeypatch, engine)
+    (size,) = a.sizes
+    assert [(e.first, e.last, e.faster) for e in size.episodes.episodes] == [(1, 15, ())]
+    assert sum(r.phase == "measure" for r in log.requests) == REQUESTS + 15
+    assert a.verdict == "clean after re-measuring"
+    ttft, decode = unslowed(log.calibration.targets["200"].tokens, Pace())
+    assert size.summaries["ttft_ms"].median == pytest.approx(ttft, rel=0.02)
+    assert size.summaries["server_decode_tps"].median == pytest.approx(decode, rel=0.02)
+    # not re-measured: the majority's level is the slowed one and 16–25 ran faster: no
+    # baseline to trust (verdict rule 5), and 15 of 25 are outside the episode
+    log, a = bench(tmp_path / "off", monkeypatch, PacedEngine(factor=episodes((1, 15),
+                   slower=1.3)), remeasure_budget=0)
+    assert a.verdict == "contaminated"
+    assert any("faster than the baseline during requests 16–25 (TTFT ms -23 %" in r
+               for r in a.judgement.reasons)
+    assert "| 16–25 (faster) |" in render(build(log), "md")

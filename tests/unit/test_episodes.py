@@ -135,3 +135,55 @@ def test_episodes_merge_over_series_with_request_numbers():
     assert found.excluded == frozenset(range(7, 15))
     with pytest.raises(ValueError, match="3 values for 25"):
         find_episodes(numbers, {"x": [1.0, 2.0, 3.0]}, {"x": True})
+
+
+def test_the_baseline_is_the_level_that_holds_the_majority():
+    # 50 requests at 130 ms with 48–50 at 100 ms: the old rule took the fastest long segment
+    # (48–50) as the baseline and made 1–47 the episode; the majority's level is 130 ms and
+    # 48–50 is a faster episode (−23.1 %: 100 / 130 − 1), not the baseline
+    times = [100.0 if i >= 48 else 130.0 for i in range(1, 51)]
+    s = shape_of(times, higher_is_better=False)
+    assert s.baseline == 130.0 and s.held == 47 and s.n == 50 and s.majority
+    assert [(e.start, e.stop, e.worse) for e in s.spans] == [(47, 50, False)]
+    assert s.spans[0].change_pct == pytest.approx((100 / 130 - 1) * 100)
+
+
+def test_slow_for_sixty_percent_then_fast():
+    # 1–15 at 130 ms, 16–25 at 100 ms: 15 of 25 hold the slow level, so it is the baseline
+    # and 16–25 a faster episode (the verdict's rule 5 says such a run is not clean)
+    times = [130.0 if i <= 15 else 100.0 for i in range(1, 26)]
+    s = shape_of(times, higher_is_better=False)
+    assert s.breakpoints == (15, 25) and s.baseline == 130.0 and s.held == 15
+    assert [(e.start, e.stop, e.worse) for e in s.spans] == [(15, 25, False)]
+
+
+def test_no_level_holding_half_is_no_baseline():
+    # three levels, 16 + 17 + 17 requests: the largest holds 17 of 50 (under 25)
+    times = [100.0] * 16 + [130.0] * 17 + [160.0] * 17
+    s = shape_of(times, higher_is_better=False)
+    assert s.shape == Shape.EPISODES and (s.held, s.n) == (17, 50) and not s.majority
+    # a tie (17 at 130, 17 at 160) goes to the better level: 130 ms
+    assert s.baseline == 130.0
+
+
+def test_series_whose_episodes_together_cover_most_of_the_run():
+    numbers = list(range(1, 51))
+    ttft = [130.0 if n <= 20 else 100.0 for n in numbers]  # slow 1–20: 30 of 50 at baseline
+    decode = [14.0 if 25 <= n <= 44 else 20.0 for n in numbers]  # slow 25–44: 30 of 50
+    found = find_episodes(numbers, {"ttft": ttft, "decode": decode},
+                          {"ttft": False, "decode": True})
+    assert found.unsettled == {}  # each series has its majority
+    # 1–20 and 25–44 excluded: 21–24 and 45–50 left, 10 of 50
+    assert [(e.first, e.last) for e in found.episodes] == [(1, 20), (25, 44)]
+    assert found.outside == 10 and found.disagree
+    assert found.faster == () and found.ends_faster is None
+
+
+def test_a_run_that_ends_faster():
+    numbers = list(range(1, 26))
+    ttft = [130.0 if n <= 15 else 100.0 for n in numbers]
+    found = find_episodes(numbers, {"ttft": ttft}, {"ttft": False})
+    (e,) = found.episodes
+    assert (e.first, e.last, e.faster) == (16, 25, ("ttft",))
+    assert found.ends_faster == e
+    assert e.changes["ttft"] == pytest.approx((100 / 130 - 1) * 100)

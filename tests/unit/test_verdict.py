@@ -74,3 +74,35 @@ def test_the_analysis_reads_the_probes_noisy_share():
     # one NOISY sample, the only one taken, during one request of 25: not the run's state
     one = analyze(recs, {200: 198}, probes=probes[:1], required=25)
     assert one.verdict == "clean" and one.noisy == (1, 25)
+
+
+def test_no_level_and_faster_episodes_are_contaminated():
+    faster = Episode(16, 25, tuple(range(16, 26)), {"ttft_ms": -23.1}, ("ttft_ms",))
+    s = SizeEvidence(
+        "200 tok",
+        episodes=(faster,),
+        baseline_n=15,
+        required=15,
+        faster=("requests 16–25 (TTFT ms −23 %)",),
+    )
+    v = judge([s])
+    assert v.word == Word.CONTAMINATED
+    assert v.reasons == (
+        (
+            "200 tok: faster than the baseline during requests 16–25 (TTFT ms −23 %): "
+            "contention only takes time, so the baseline's level was itself slowed (or the "
+            "engine changed state)"
+        ),
+    )
+    none = SizeEvidence("200 tok", episodes=(EPISODE,), baseline_n=30, required=25,
+                        unsettled={"TTFT ms": (17, 50)})
+    assert judge([none]).reasons == (
+        (
+            "200 tok: no level of TTFT ms holds half of the requests (the largest holds 17 "
+            "of 50): the run has no baseline level"
+        ),
+    )
+    split = SizeEvidence("200 tok", episodes=(EPISODE,), baseline_n=25, required=25,
+                         disagree=(10, 50))
+    assert "only 10 of 50 requests are at every series' baseline level" in judge(
+        [split]).reasons[0]

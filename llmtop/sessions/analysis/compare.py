@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from llmtop.engines.events import Status
@@ -134,16 +135,18 @@ class MetricComparison:
 
 
 def judge(metric: MetricSpec, group: str, a: Sequence[float], b: Sequence[float],
-          threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED
-          ) -> MetricComparison:
+          threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED,
+          tester: Callable[[], RatioTest] | None = None) -> MetricComparison:
     """The comparison of one metric in one group, in words: "B is 1.31× faster (95 % CI
     1.24–1.38)", "B is 1.20× slower (…)", "no significant difference (…)", or "too few ok
-    requests …". A regression is a significant slowdown by more than threshold_pct %."""
-    if min(len(a), len(b)) < MIN_OK:
+    requests …". A regression is a significant slowdown by more than threshold_pct %.
+    tester: the test to make instead of `ratio_test(a, b)` (compare_runs.runs_ratio_test
+    over a set of runs; it raises ValueError for too few)."""
+    if tester is None and min(len(a), len(b)) < MIN_OK:
         return MetricComparison(metric, group, len(a), len(b), None, (
             f"too few ok requests to compare (A {len(a)}, B {len(b)}; at least {MIN_OK} each)"))
     try:
-        t = ratio_test(a, b, seed)
+        t = tester() if tester is not None else ratio_test(a, b, seed)
     except ValueError as exc:
         return MetricComparison(metric, group, len(a), len(b), None, f"not compared: {exc}")
     if metric.higher_is_better:
@@ -360,12 +363,33 @@ class Comparison:
         return any(r.regression for r in self.rows)
 
 
+def baseline_values(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
+    """As `groups`, of each prompt size's baseline (the ok requests outside every slow
+    episode) instead of all its ok requests: what a run of a `--runs` set contributes."""
+    keys = list(keys)
+    out = []
+    for size in analysis.sizes:
+        label = "interactive" if size.target is None else f"{size.target} tok"
+        label += f" · {size.path}" if size.path else ""
+        values = {k: [v for r in size.baseline if (v := r.record.metric(k)) is not None
+                      and math.isfinite(v)] for k in keys}
+        out.append(Group(size.target, label, values))
+    return out
+
+
 def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
                  metrics: Sequence[str] = DEFAULT_METRICS, vary: Iterable[str] = (),
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED,
-                 on_row: Callable[[MetricComparison], None] | None = None) -> Comparison:
+                 on_row: Callable[[MetricComparison], None] | None = None,
+                 runs: tuple[Sequence[RunLog], Sequence[RunLog]] = ((), ())) -> Comparison:
     """Compare run B with the baseline A (see the module docstring). Raises KeyError for a
-    metric not in METRICS. Groups pair by label, or in run order with --vary prompt."""
+    metric not in METRICS. Groups pair by label, or in run order with --vary prompt.
+    runs: the `bench --runs K` sets A and B belong to (compare_runs.run_set; empty or one
+    log: a single run); when either has 2 runs or more, each row is
+    compare_runs.runs_ratio_test over the runs' baselines, its verdict ending "over K / L
+    runs"."""
+    from llmtop.sessions.analysis.compare_runs import runs_ratio_test  # it imports this module
+
     specs = [METRICS[m] for m in metrics]
     keys = [s.key for s in specs]
     ga, gb = groups(run_analysis(a), keys), groups(run_analysis(b), keys)
@@ -374,13 +398,25 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
         ga, gb, unpaired = common_groups(ga, gb)
     checks = comparability(a, b, ga, gb, vary)
     checks.warnings.extend(unpaired)
+    set_a, set_b = list(runs[0]) or [a], list(runs[1]) or [b]
+    by_run = max(len(set_a), len(set_b)) > 1
+    ra = [baseline_values(run_analysis(log), keys) for log in set_a] if by_run else []
+    rb = [baseline_values(run_analysis(log), keys) for log in set_b] if by_run else []
     rows: list[MetricComparison] = []
     if not checks.problems:
         for x, y in zip(ga, gb, strict=False):
             label = x.label if x.label == y.label else f"{x.label} → {y.label}"
             for spec in specs:
+                tester = None
+                if by_run:  # each run's group of the same label (a run without it: left out)
+                    va = [g.values[spec.key] for run in ra for g in run if g.label == x.label]
+                    vb = [g.values[spec.key] for run in rb for g in run if g.label == y.label]
+                    tester = partial(runs_ratio_test, va, vb, seed)
                 row = judge(spec, label, x.values[spec.key], y.values[spec.key],
-                            threshold_pct, seed)
+                            threshold_pct, seed, tester)
+                if by_run and row.test is not None:
+                    row = replace(row, verdict=f"{row.verdict} over {len(set_a)} / "
+                                  f"{len(set_b)} runs")
                 rows.append(row)
                 if on_row is not None:
                     on_row(row)

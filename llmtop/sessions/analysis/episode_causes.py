@@ -72,6 +72,7 @@ class EpisodeCause:
             "last": self.episode.last,
             "requests": list(self.episode.numbers),
             "changes_pct": {k: round(v, 2) for k, v in self.episode.changes.items()},
+            "faster": list(self.episode.faster),
             "slower_pct": None if self.slowdown is None else round(self.slowdown.slower_pct, 2),
             "culprit": self.attribution.culprit,
             "cause": None if self.cause is None else self.cause.to_dict(),

@@ -245,12 +245,21 @@ class SizeAnalysis:
         judged = self.episodes.judged or any(
             d.change_pct is not None for d in self.drifts.values())
         label = "interactive" if self.target is None else f"{self.target} tok"
+        found = self.episodes
+        faster = tuple(
+            f"requests {e.requests} ("
+            + ", ".join(f"{labels[k]} {e.changes[k]:+.0f} %" for k in e.faster if k in e.changes)
+            + ")"
+            for e in found.faster)
         return SizeEvidence(
             label + (f" · {self.path}" if self.path else ""),
-            {labels[k]: pct for k, pct in self.episodes.trends.items()},
-            drifted, self.episodes.episodes, len(self.baseline),
+            {labels[k]: pct for k, pct in found.trends.items()},
+            drifted, found.episodes, len(self.baseline),
             required if required is not None else sum(r.phase == "measure" for r in self.requests),
-            judged)
+            judged,
+            {labels[k]: v for k, v in found.unsettled.items()},
+            (found.outside, len(found.numbers)) if found.disagree else None,
+            faster)
 
 
 @dataclass

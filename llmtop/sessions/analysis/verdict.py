@@ -18,7 +18,14 @@ The words (docs/guide/bench.md, "The verdict"):
      look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
      request, not by sample: a short run's one NOISY sample, the only sample taken, is one
      request of many, not "100 % of the samples";
-  4. episodes were found and fewer than the protocol's requests are left outside them (the
+  4. no level holds the run: a deciding series' largest level holds fewer than half of its
+     requests, or each has one but fewer than half of the requests are at all of them at
+     once (episodes.py, "Baseline and episodes": an episode is a minority departure);
+  5. an episode is *faster* than the baseline: contention only takes time, so the
+     majority's level was itself slowed (or the engine changed state) and is not the
+     engine's quiet figure — unless re-measuring made the faster level the majority, when
+     the earlier slow level is the (slower) episode and this rule no longer applies;
+  6. episodes were found and fewer than the protocol's requests are left outside them (the
      re-measuring budget ran out, or re-measuring was off);
 * **inconclusive** when nothing could be judged (fewer ok requests than drift and the
   episode finder need);
@@ -56,7 +63,10 @@ class SizeEvidence:
     trending series → its line's change over the run, %; drifted: "decode (server) −7.1 %"
     for each deciding metric whose baseline drift counted (either direction); episodes: the
     episodes found; baseline_n: ok requests outside them; required: the protocol's request
-    count (None: not a bench, no count to reach); judged: the finder or drift could judge."""
+    count (None: not a bench, no count to reach); judged: the finder or drift could judge;
+    unsettled: label of a series with no baseline level → (requests at its largest level,
+    requests judged); disagree: (requests at every series' baseline level, requests judged)
+    when under half; faster: one "requests 31–50 (TTFT ms −23 %)" per faster episode."""
 
     label: str
     trends: dict[str, float] = field(default_factory=dict)
@@ -65,6 +75,9 @@ class SizeEvidence:
     baseline_n: int = 0
     required: int | None = None
     judged: bool = True
+    unsettled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    disagree: tuple[int, int] | None = None
+    faster: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +125,22 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
             f"the probes found the machine NOISY during {bad} of the {total} measured requests"
         )
     for s in sizes:
+        reasons += [
+            f"{s.label}: no level of {name} holds half of the requests (the largest holds "
+            f"{held} of {n}): the run has no baseline level"
+            for name, (held, n) in s.unsettled.items()
+        ]
+        if s.disagree is not None:
+            reasons.append(
+                f"{s.label}: the series' episodes together cover most of the run: only "
+                f"{s.disagree[0]} of {s.disagree[1]} requests are at every series' baseline level"
+            )
+        if s.faster:
+            reasons.append(
+                f"{s.label}: faster than the baseline during " + ", ".join(s.faster)
+                + ": contention only takes time, so the baseline's level was itself slowed "
+                "(or the engine changed state)"
+            )
         if s.episodes and s.required is not None and s.baseline_n < s.required:
             reasons.append(
                 f"{s.label}: only {s.baseline_n} of the {s.required} requests are outside the "

@@ -313,8 +313,8 @@ def _markdown_episodes(report: Report) -> list[str]:
         for e in report.episodes.get(size_key(s), []):
             sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.episode.changes.items())
             cause = e.cause.summary if e.cause is not None else "n/a"
-            rows.append((_size_label(s, report.calibration), e.episode.requests, sizes,
-                         e.sentence, cause))
+            when = e.episode.requests + (" (faster)" if e.episode.faster else "")
+            rows.append((_size_label(s, report.calibration), when, sizes, e.sentence, cause))
     if rows:
         lines += md_table(("prompt", "requests", "size", "cost", "cause"), rows)
     else:

@@ -13,8 +13,10 @@ Order of a run (docs/method.md, "The bench run"):
    J/token; `SessionRecorder.measure` samples its edges) and the run's all-in J/token;
 5. re-measure around slow episodes (docs/guide/bench.md, "Slow episodes"): after a size's
    requests, the log so far is analysed; while it has episodes (analysis/episodes.py) and
-   fewer than `requests` ok requests outside them, the runner pauses `remeasure_pause_s` and
-   measures the shortfall again, until the baseline is complete or `remeasure_budget` extra
+   its baseline is short (`remeasure_shortfall`: fewer than `requests` ok requests outside
+   them, under half of the run, or the run ending in a faster episode), the runner pauses
+   `remeasure_pause_s` and measures the shortfall again, until the baseline is complete or
+   `remeasure_budget` extra
    requests are spent (default: `requests` more, twice the protocol's count in all; 0 is
    off). Extra requests are phase "measure", their index continuing the size's;
 6. analyse from the log's records alone (analysis/run.py): statuses, episodes, the
@@ -113,6 +115,24 @@ def episode_tags(analysis: Analysis) -> list[dict[str, Any]]:
          "changes_pct": {k: round(v, 2) for k, v in e.changes.items()}}
         for size in analysis.sizes for e in size.episodes.episodes
     ]
+
+
+def remeasure_shortfall(size: SizeAnalysis, requests: int) -> int:
+    """How many more requests a size needs re-measured (0: none, or re-measuring cannot
+    help), by episodes.py's rules: none without episodes or with a trend; else the most of
+    the protocol's `requests` less the baseline's, the requests that put the baseline at
+    half of the run (n − 2 × baseline, when the series' episodes together are the majority),
+    and, when the run ends in a faster episode, the requests that make that level half of
+    the run (n − 2 × its requests: the engine runs at it now)."""
+    found = size.episodes
+    if not found.episodes or found.trends:
+        return 0
+    n, base = len(found.numbers), len(size.baseline)
+    need = max(requests - base, n - 2 * base)
+    last = found.ends_faster
+    if last is not None:
+        need = max(need, n - 2 * len(last.numbers), 1)
+    return need
 
 
 class BenchRunner:
@@ -324,9 +344,9 @@ class BenchRunner:
         extra = 0
         while extra < cfg.extra_budget:
             size = self._size_so_far(target)
-            if size is None or not size.episodes.episodes or size.episodes.trends:
+            if size is None:
                 return
-            short = cfg.requests - len(size.baseline)
+            short = remeasure_shortfall(size, cfg.requests)
             if short <= 0:
                 return
             more = min(short, cfg.extra_budget - extra)

@@ -35,6 +35,8 @@ class BenchConfig(Workload):
     save_curve: bool = True  # save a sweep's prefill curve as this model's (runners/curves.py)
     remeasure_budget: int | None = None  # extra requests per size for episodes; None: `requests`
     remeasure_pause_s: float = 10.0  # the pause before re-measuring (an episode may pass)
+    run: int = 1  # this run's number among `runs` (bench --runs K: the log header says which)
+    runs: int = 1  # the runs of the set; `compare` reads its siblings' logs (compare_runs.py)
 
     @property
     def extra_budget(self) -> int:

@@ -1,7 +1,7 @@
 """The bench's per-request series, one cell per request in run order: TTFT (ms), prefill
 (ms, server) and decode (tok/s, server); then a status row — "w" warm-up (kept apart, drawn
-dim), "✗" a request that does not count (red), "e" a request in a slow episode (magenta;
-outside the baseline: analysis/episodes.py), "·" counted — and a NOISY row: "!" where a
+dim), "✗" a request that does not count (red), "e" a request in an episode, slow or faster
+(magenta; outside the baseline: analysis/episodes.py), "·" counted — and a NOISY row: "!" where a
 probe sample taken during the request was NOISY. An episode's series cells are magenta too.
 
 Each series is scaled between the min and max of the requests that count, so one slow
@@ -27,7 +27,7 @@ SERIES: tuple[tuple[str, str], ...] = (
     ("decode_tps", "decode tok/s"),
 )
 LEGEND = "w warm-up, kept apart   ✗ does not count (see the report)   · counted"
-EPISODE_LEGEND = "   e slow episode"
+EPISODE_LEGEND = "   e episode (slow, or faster than the baseline)"
 
 
 def _value(row: BenchRow, key: str) -> float | None:

@@ -84,7 +84,8 @@ def _size_lines(size: SizeAnalysis) -> Text:
     labels = {key: label for key, label, _u, _b in METRICS}
     for e in size.episodes.episodes:
         sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.changes.items())
-        text.append(f"\n  slow episode: requests {e.requests} ({sizes}), left out of the "
+        kind = "faster episode" if e.faster else "slow episode"
+        text.append(f"\n  {kind}: requests {e.requests} ({sizes}), left out of the "
                     "baseline", style="magenta")
     med = {key: s.median for key, s in size.summaries.items()}
     text.append("\n  medians  TTFT ")
