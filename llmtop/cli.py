@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmtop import DISTRIBUTION, __version__
+from llmtop import DISTRIBUTION, __version__, safetext
 from llmtop.engines.hosts import (
     API_KEY_ENV,
     HostError,
@@ -620,8 +620,10 @@ def agent_target(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run llmtop; returns the process exit code."""
+    """Run llmtop; returns the process exit code. Standard output and error are
+    `safetext.SafeStream`s from here on (control characters shown, never an encoding error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    safetext.install()
     try:  # --help / --print-completion print and exit
         args = build_parser(commands=[a for a in argv if a in COMMANDS]).parse_args(argv)
     except BrokenPipeError:

@@ -42,9 +42,20 @@ STATS: dict[str, Any] = {
     "eval_count": 3,
     "eval_duration": 40_000_000,
 }
-INSTALLED = ("ok", "timed", "thinking", "slow")  # what /api/tags and /api/show know
+# what /api/tags and /api/show know
+INSTALLED = ("ok", "timed", "thinking", "slow", "escapes", "escapes-error")
 GAP_S = 0.005  # between the lines of SCENARIOS
 STARTUP_TIMEOUT_S = 10.0
+
+
+# What the "escapes" scenario streams: OSC 0 (window title), CSI 2J + CSI H (clear, home),
+# OSC 52 (clipboard write), OSC 8 (a link), C1 CSI (U+009B), a bidi override, a lone surrogate.
+ESCAPES = (
+    "A\x1b]0;PWNED\x07B",
+    "\x1b[2J\x1b[HC\x1b]52;c;cHduZWQ=\x07",
+    "\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\\x9b31m",
+    "D\u202eE\ud800F",
+)
 
 
 def chunk(content: str = "", thinking: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -77,6 +88,14 @@ SCENARIOS: dict[str, list[Any]] = {
     "truncated": [chunk("cut"), chunk(" off")],
     "garbage": [chunk("x"), "this is not json"],
     "load": [chunk("", done=True, done_reason="load")],  # a load-only reply: nothing generated
+    # An answer full of terminal control sequences (docs/hostile-input.md, "Text from
+    # outside"): each would retitle the window, clear the screen, write the clipboard, hide a
+    # link or reorder text if a terminal obeyed it; and a lone surrogate, a UTF-16 half.
+    "escapes": [
+        chunk(ESCAPES[0]), chunk(ESCAPES[1]), chunk(ESCAPES[2]), chunk(ESCAPES[3]),
+        chunk("", done=True, done_reason="stop", **STATS),
+    ],
+    "escapes-error": [chunk("par"), {"error": "runner died\x1b]0;PWNED\x07\x1b[2J"}],
 }
 
 

@@ -42,6 +42,7 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import DISTRIBUTION, __version__
+from llmtop.safetext import json_line
 from llmtop.sessions.records.schema import (
     FORMAT_VERSION,
     SUPPORTED_FORMATS,
@@ -114,7 +115,7 @@ class SessionLog:
     def write_raw(self, record: Mapping[str, Any], *, sync: bool = True) -> bool:
         """`write` for a JSON object written as given, bypassing the schema: for tests and
         tools that craft logs by hand (a torn or hostile record). llmtop writes records."""
-        line = json.dumps(record, ensure_ascii=False, default=str)
+        line = json_line(record)  # a lone surrogate kept as its JSON escape
         with self._lock:
             if self._fh is None:
                 raise LogError(f"the session log {self.path} is closed")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from llmtop.safetext import visible
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.reports import compare, load, run
 from llmtop.sessions.reports.compare import Comparisons
@@ -49,4 +50,15 @@ def render(subject: Subject, fmt: str) -> str:
     renderer = TEXT[kind].get(fmt)
     if renderer is None:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(formats(kind))}")
-    return renderer(subject)
+    return shown(renderer(subject), fmt)
+
+
+def shown(text: str, fmt: str) -> str:
+    """A text report as written out: control characters from the logs' text (a model's
+    answer, an engine's name, a server's error) made visible (safetext.visible), and in
+    Markdown every "<" written "&lt;", so a `<script>` model name is text in any Markdown
+    viewer (llmtop's own Markdown holds no HTML). JSON escapes its own."""
+    if fmt == "json":
+        return text
+    text = visible(text)
+    return text.replace("<", "&lt;") if fmt == "md" else text
