@@ -42,8 +42,7 @@ STATS: dict[str, Any] = {
     "eval_count": 3,
     "eval_duration": 40_000_000,
 }
-# what /api/tags and /api/show know
-INSTALLED = ("ok", "timed", "thinking", "slow", "escapes", "escapes-error")
+INSTALLED = ("ok", "timed", "thinking", "slow")  # what /api/tags and /api/show know
 GAP_S = 0.005  # between the lines of SCENARIOS
 STARTUP_TIMEOUT_S = 10.0
 
@@ -134,10 +133,12 @@ class Recorder:
 
 @dataclass
 class Script:
-    """How the server answers: the "timed" scenario's timing, and `/api/ps`'s reply
-    (`ps_error` set → HTTP 500 `{"error": ps_error}` instead)."""
+    """How the server answers: the "timed" scenario's timing, `/api/ps`'s reply
+    (`ps_error` set → HTTP 500 `{"error": ps_error}` instead), and the scenarios listed as
+    installed after INSTALLED (`also_installed`, e.g. ("escapes",))."""
 
     timing: Timing = field(default_factory=Timing)
+    also_installed: tuple[str, ...] = ()
     ps: dict[str, Any] = field(default_factory=lambda: {"models": []})
     ps_error: str | None = None
 
@@ -204,17 +205,21 @@ async def _stream(request: Request) -> Response:
     return StreamingResponse(_replay(rec, script, chat), media_type="application/x-ndjson")
 
 
-async def _tags(_: Request) -> Response:
+def _installed(request: Request) -> tuple[str, ...]:
+    return (*INSTALLED, *request.app.state.script.also_installed)
+
+
+async def _tags(request: Request) -> Response:
     return JSONResponse({"models": [
         {"name": n, "model": n, "size": 1, "digest": "d", "modified_at": "2026-01-01T00:00:00Z",
          "details": {}}
-        for n in INSTALLED
+        for n in _installed(request)
     ]})
 
 
 async def _show(request: Request) -> Response:
     model = (await request.json()).get("model")
-    if model not in INSTALLED:
+    if model not in _installed(request):
         return _not_found(model)
     return JSONResponse({
         "modelfile": "", "parameters": "", "template": "", "modified_at": "2026-01-01T00:00:00Z",

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 @pytest.fixture(scope="module")
 def upstream():
-    with ScriptedUpstream() as server:
+    with ScriptedUpstream(also_installed=("escapes", "escapes-error")) as server:
         yield server
 
 

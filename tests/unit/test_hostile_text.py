@@ -34,7 +34,7 @@ HOSTILE_NAME = "<script>alert(1)</script>\x1b]0;PWNED\x07\x1b[2J"
 
 @pytest.fixture(scope="module")
 def upstream():
-    with ScriptedUpstream() as server:
+    with ScriptedUpstream(also_installed=("escapes", "escapes-error")) as server:
         yield server
 
 
