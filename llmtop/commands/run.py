@@ -58,6 +58,7 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "prompt_eval_ms": m.prompt_eval_ms,
         "overhead_ms": m.overhead_ms,
         "buffered": m.buffered,
+        "impossible": m.impossible,
         "prompt_eval_count": s.prompt_eval_count if s else None,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
@@ -100,6 +101,8 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
+    if m.impossible:
+        lines.append(f"impossible    the server's counts are not used: {m.impossible}")
     if m.buffered:
         lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)

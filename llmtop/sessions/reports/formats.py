@@ -10,6 +10,7 @@ entry in `TEXT` (or one page function in html.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from llmtop.sessions.reports import compare, load, run
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.run import Report
 
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 Subject = Report | LoadAnalysis | Comparisons
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
@@ -56,9 +58,10 @@ def render(subject: Subject, fmt: str) -> str:
 def shown(text: str, fmt: str) -> str:
     """A text report as written out: control characters from the logs' text (a model's
     answer, an engine's name, a server's error) made visible (safetext.visible), and in
-    Markdown every "<" written "&lt;", so a `<script>` model name is text in any Markdown
-    viewer (llmtop's own Markdown holds no HTML). JSON escapes its own."""
+    Markdown every "<" that could open an HTML tag (before a letter, "/", "!" or "?")
+    written "&lt;", so a `<script>` model name is text in any Markdown viewer ("n < 20"
+    stays; llmtop's own Markdown holds no HTML). JSON escapes its own."""
     if fmt == "json":
         return text
     text = visible(text)
-    return text.replace("<", "&lt;") if fmt == "md" else text
+    return _TAG_OPEN.sub("&lt;", text) if fmt == "md" else text
