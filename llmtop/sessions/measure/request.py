@@ -151,8 +151,8 @@ def stalled(limit_s: float, chunks: int) -> Failure:
     where = "before its first token" if not chunks else f"after {chunks} chunks"
     return Failure(FailureKind.STALLED,
                    f"no token for {limit_s:g} s {where} (keep-alive pings do not count)",
-                   "the server is stuck, or slower than the limit: check it, or raise "
-                   "--token-timeout")
+                   "the server is stuck (its keep-alive pings say only that the connection "
+                   "is open): check its log, and retry")
 
 
 def past_predict(chunks: int, options: Mapping[str, Any]) -> Failure:
