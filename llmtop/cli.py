@@ -344,6 +344,8 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    "self-contained file with plots")
     p.add_argument("--out", metavar="FILE",
                    help="write the report to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
 
 
 def _checked(parse: Callable[[str], object]) -> Callable[[str], object]:
@@ -430,6 +432,8 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
                    help="default md; html: one self-contained file with plots")
     p.add_argument("--out", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
 
 
 def _compare_flags(p: argparse.ArgumentParser) -> None:
@@ -447,6 +451,8 @@ def _compare_flags(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated, from {','.join(METRICS)} (default all)")
     p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
                    help="%% slower (significantly) that counts as a regression: exit 1 "
                    f"(default {DEFAULT_THRESHOLD_PCT:g})")

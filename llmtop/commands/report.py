@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.output import out_refused
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.records.log import LogError, read_log
@@ -17,6 +18,8 @@ SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
     returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
+    if out_refused(args, [args.log_file], "llmtop report"):
+        return ExitCode.USAGE
     try:
         log = read_log(args.log_file)
         # a `llmtop load` sweep gets its per-level report

@@ -112,7 +112,7 @@ def test_reports_show_a_hostile_model_name_as_text(tmp_path, fmt) -> None:
 
 def test_report_sessions_and_compare_messages_show_escapes(tmp_path) -> None:
     log = _hostile_log(tmp_path / "h.jsonl")
-    for argv in (["report", str(log)], ["sessions", "--dir", str(tmp_path)],
+    for argv in (["report", str(log)], ["sessions", str(tmp_path)],
                  ["compare", str(log), str(log)]):
         done = llmtop(*argv)
         assert b"Traceback" not in done.stderr, argv
