@@ -32,9 +32,9 @@ from llmtop.engines.hosts import (
     resolve_address,
 )
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
+from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.load_config import parse_levels
+from llmtop.sessions.runners.load_config import parse_level_duration, parse_levels
 
 if TYPE_CHECKING:
     from llmtop.tui.state.settings import TuiSettings
@@ -375,8 +375,8 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
                    help="open loop's timetable (default poisson, seeded by --seed)")
     size = s.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, help="requests per level (default 40)")
-    size.add_argument("--duration", type=_checked(lambda t: parse_duration_ms(t, "s") / 1000),
-                      metavar="TIME", help="time per level instead, e.g. 60s or 2m")
+    size.add_argument("--duration", type=_checked(parse_level_duration),
+                      metavar="TIME", help="time per level instead, e.g. 60s or 2m (at most 24h)")
     s.add_argument("--prompt-tokens", type=int, default=BENCH.prompt_tokens[0],
                    help=f"calibrated prompt size (default {BENCH.prompt_tokens[0]})")
     s.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
