@@ -18,6 +18,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.timeline import prompt_cache_hit
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import FindingRecord
 from llmtop.sessions.runners.energy import local_meter, request_line
@@ -92,6 +93,9 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
         (f"decode        {_fmt(m.client_decode_tps, 'tok/s')} client, "
         f"{_fmt(m.server_decode_tps, 'tok/s')} server"),
+        (f"prefill       cached ({s.prompt_cached_count} of {s.prompt_eval_count} prompt "
+         "tokens from the server's prompt cache: no prefill rate)")
+        if prompt_cache_hit(s) and s is not None else
         f"prefill       {_fmt(m.server_prefill_tps, 'tok/s')} server"
         + (
             f" ({s.prompt_eval_count} tokens in {_fmt(m.prompt_eval_ms, 'ms')})"

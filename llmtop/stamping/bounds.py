@@ -9,6 +9,8 @@ Every client llmtop measures through reads its replies through `BoundedTransport
   INFLATE_PIECE_BYTES, and stops at MAX_DECODED_BYTES decoded (a gzip bomb of 1 MB on the
   wire inflates to a gigabyte; a compressed reply of a local engine is never near the limit);
   any other encoding (br, zstd) is refused;
+* refuses a redirect to another host (`OffHostRedirect`: the `ollama` client follows
+  redirects, and a 307 elsewhere was named as this server's 404);
 * stops a reply whose line grows past MAX_LINE_BYTES without a newline (NDJSON and SSE are
   line protocols; httpx's line decoder would join an endless line in memory).
 
@@ -34,6 +36,17 @@ _ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 
 class ReplyTooLarge(httpx.ReadError):
     """A reply past one of this module's bounds; the message says which and how far."""
+
+
+class OffHostRedirect(httpx.ReadError):
+    """A redirect (3xx with a Location) to another host, port or scheme: a client that
+    follows it (the `ollama` client does) would measure that other server, and name its
+    answer as this one's. `status` and `location` are the reply's."""
+
+    def __init__(self, status: int, location: str, request: httpx.Request) -> None:
+        super().__init__(f"a redirect (HTTP {status}) to {location}", request=request)
+        self.status = status
+        self.location = location
 
 
 class BoundedStream(httpx.AsyncByteStream):
@@ -92,6 +105,13 @@ class BoundedTransport(httpx.AsyncHTTPTransport):
         ReplyTooLarge at once for an encoding other than gzip or deflate."""
         request.headers["Accept-Encoding"] = "identity"
         response = await super().handle_async_request(request)
+        location = response.headers.get("location")
+        if 300 <= response.status_code < 400 and location:
+            target = request.url.join(location)
+            if (target.scheme, target.host, target.port) != (
+                    request.url.scheme, request.url.host, request.url.port):
+                await response.aclose()
+                raise OffHostRedirect(response.status_code, str(target), request)
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         wbits = None
         if encoding not in ("", "identity"):

@@ -117,11 +117,23 @@ def rate_per_s(count: int | None, duration_ns: int | None, *, min_count: int = 1
 def server_prefill_tps(stats: ServerStats | None) -> float | None:
     """Prefill rate in tokens/s: prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
 
-    None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0.
+    None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0,
+    and for a prompt-cache hit (`prompt_cache_hit`): the duration then timed only the few
+    tokens not in the cache, and the count includes the cached ones (llama.cpp's prompt_n 1,
+    cache_n 500 would read as a prefill of 23,335 tok/s).
     """
-    if stats is None:
+    if stats is None or prompt_cache_hit(stats):
         return None
     return rate_per_s(stats.prompt_eval_count, stats.prompt_eval_duration)
+
+
+def prompt_cache_hit(stats: ServerStats | None) -> bool:
+    """Whether the server took at least half of the prompt's tokens from its cache
+    (`prompt_cached_count` ≥ prompt_eval_count / 2): its prefill figures are then "cached",
+    not a prefill rate."""
+    if stats is None or stats.prompt_cached_count is None or not stats.prompt_eval_count:
+        return False
+    return 2 * stats.prompt_cached_count >= stats.prompt_eval_count
 
 
 def server_decode_tps(stats: ServerStats | None) -> float | None:
