@@ -32,6 +32,7 @@ from llmtop.engines.hosts import (
     resolve_address,
 )
 from llmtop.exitcodes import ExitCode
+from llmtop.files import readable_by_others
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.runners.load_config import parse_level_duration, parse_levels
@@ -618,10 +619,14 @@ def agent_target(args: argparse.Namespace) -> str | None:
         return None
     from llmtop.probes.remote import AgentError, AgentTarget  # httpx, pydantic: only when used
 
+    token_file = getattr(args, "probes_token_file", None)
     try:
-        args.agent = AgentTarget.from_flags(args.probes, getattr(args, "probes_token_file", None))
+        args.agent = AgentTarget.from_flags(args.probes, token_file)
     except AgentError as exc:
         return str(exc)
+    loose = readable_by_others(token_file) if token_file else None
+    if loose is not None:
+        print(f"llmtop: warning: {loose}", file=sys.stderr)
     return None
 
 

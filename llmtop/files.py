@@ -108,3 +108,18 @@ def output_problem(out: str | os.PathLike[str], reads: Iterable[str | os.PathLik
         kind = "not an llmtop report"
     return (f"{out} exists and is {kind}: writing the report would replace it; choose "
             "another --out, or add --force to replace it")
+
+
+def readable_by_others(path: str | os.PathLike[str]) -> str | None:
+    """A warning when the secret file at `path` (a token) can be read by its group or by
+    every user (mode & 0o044: `chmod 600` keeps it the owner's), else None (also when it
+    cannot be stat'ed: reading it says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & (stat.S_IRGRP | stat.S_IROTH):
+        return None
+    who = "every user" if mode & stat.S_IROTH else "its group"
+    return (f"the token file {path} can be read by {who} (mode {stat.S_IMODE(mode):o}): "
+            f"anyone who reads it can read this machine's probes; `chmod 600 {path}`")

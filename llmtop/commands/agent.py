@@ -18,6 +18,7 @@ import uvicorn
 
 from llmtop.engines.hosts import HostError, resolve_host
 from llmtop.exitcodes import ExitCode
+from llmtop.files import readable_by_others
 from llmtop.servers.agent.server import Agent, create_app
 from llmtop.servers.child import port_problem, watch_parent
 
@@ -76,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
     if why:
         print(f"{PROG}: {why}", file=sys.stderr)
         return ExitCode.USAGE
+    loose = readable_by_others(args.token_file) if args.token_file else None
+    if loose is not None:
+        print(f"{PROG}: warning: {loose}", file=sys.stderr)
     try:
         engine_host = resolve_host(args.engine_host)
     except HostError as exc:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.files import output_problem
+from llmtop.engines.hosts import HostError, parse_address
+from llmtop.files import output_problem, readable_by_others
 from llmtop.sessions.records.log import LogError, SessionLog, read_log
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
@@ -149,3 +150,27 @@ def test_a_format_that_is_a_string_is_not_an_upgrade(tmp_path):
         read_log(log)
     assert str(err.value) == (f'{log}: its header\'s format is "1", not a whole number: not a '
                               'log llmtop wrote (llmtop writes "format": 1)')
+
+
+def test_a_token_file_others_can_read_is_warned_of(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("0123456789abcdef0123\n")
+    token.chmod(0o644)
+    assert readable_by_others(token) == (
+        f"the token file {token} can be read by every user (mode 644): anyone who reads it can "
+        f"read this machine's probes; `chmod 600 {token}`")
+    token.chmod(0o640)
+    assert "can be read by its group (mode 640)" in readable_by_others(token)
+    token.chmod(0o600)
+    assert readable_by_others(token) is None
+
+
+def test_a_host_name_longer_than_dns_allows_is_refused():
+    with pytest.raises(HostError) as err:
+        parse_address("a" * 300)
+    assert "the host name is 300 characters: a DNS name is at most 253 (RFC 1035)" in str(
+        err.value)
+    with pytest.raises(HostError, match="a part of the host name between dots is 64 characters: "
+                       "at most 63"):
+        parse_address("b" * 64 + ".example:11434")
+    assert parse_address("a" * 63 + ".example").url == f"http://{'a' * 63}.example:11434"
