@@ -14,16 +14,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 SLO_TERMS = ("ttft", "tpot", "e2e")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+_UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def parse_duration_ms(text: str, default_unit: str = "ms") -> float:
-    """ "500ms" → 500.0, "10s" → 10000.0, "1.5m" → 90000.0, "2h", "250" → in `default_unit`.
+    """ "500ms" → 500.0, "10s" → 10000.0, "1.5m" → 90000.0, "250" → in `default_unit`.
     Raises ValueError naming the text for anything else (negative, empty, other units)."""
     m = _DURATION.match(text)
     if not m:
-        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 10s, 2m, 1h)")
+        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 10s, 2m)")
     return float(m.group(1)) * _UNIT_MS[m.group(2) or default_unit]
 
 

@@ -10,6 +10,7 @@ judges against, `Slo`, is the analysis's (analysis/slo.py).
 from __future__ import annotations
 
 import math
+import re
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -109,10 +110,14 @@ def max_users() -> int:
     return max(1, min(MAX_USERS, (soft - FD_RESERVE) // 2))
 
 
+_HOURS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*h\s*$")
+
+
 def parse_level_duration(text: str) -> float:
     """--duration's value in seconds ("60s", "2m", "1h"; a bare number is seconds). Raises
     ValueError for what is not a duration, 0, or more than MAX_LEVEL_S ("too long")."""
-    seconds = parse_duration_ms(text, "s") / 1000
+    hours = _HOURS.match(text)
+    seconds = float(hours.group(1)) * 3600 if hours else parse_duration_ms(text, "s") / 1000
     if seconds <= 0:
         raise ValueError(f"{text!r} is not a duration > 0")
     if seconds > MAX_LEVEL_S:
