@@ -10,8 +10,8 @@ judges against, `Slo`, is the analysis's (analysis/slo.py).
 from __future__ import annotations
 
 import math
-import re
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
