@@ -17,8 +17,8 @@ from typing import Any
 
 import platformdirs
 
-from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.safetext import one_line
+from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.records.log import LogError, read_log
 
 
