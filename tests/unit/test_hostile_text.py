@@ -13,17 +13,20 @@ import random
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from rich.text import Text
 
+from llmtop.probes.processes import ProcessProbe
 from llmtop.safetext import SafeStream, json_line, one_line, visible, without_surrogates
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.testing.scripted import ESCAPES, ScriptedUpstream
 from llmtop.tui.state.wrap import visible_text
+from llmtop.tui.widgets.apps_view import apps_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -135,3 +138,23 @@ def test_a_servers_error_text_is_shown_as_text_on_stderr(upstream, tmp_path) -> 
     done = llmtop("run", "--engine", "ollama", "--host", upstream.url, "--model", "escapes-error",
                   "--prompt", "hi", "--log", str(tmp_path / "e.jsonl"))
     assert b"\x1b" not in done.stderr and b"\\x1b]0;PWNED\\x07" in done.stderr
+
+
+def test_a_real_process_named_with_an_escape_is_shown_as_text(tmp_path) -> None:
+    # any local user can name a process: here by the name of the program's link
+    name = "\x1b]0;PWN\x07ev"
+    link = tmp_path / name
+    link.symlink_to(os.path.realpath(sys.executable))
+    child = subprocess.Popen([str(link), "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+    try:
+        probe = ProcessProbe()
+        probe.sample()
+        time.sleep(0.5)  # a CPU reading needs two samples; this one burns a core
+        sample = probe.sample()
+        app = next(a for a in sample.apps if child.pid in a.pids)
+        assert "\x1b" in app.app  # the raw name, as the probe (and the log) keep it
+        shown = visible_text(apps_text(sample, 1.0)).plain
+        assert "\x1b" not in shown and "\\x1b]0;PWN" in shown
+    finally:
+        child.kill()
+        child.wait(timeout=10)
