@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmtop import DISTRIBUTION, __version__
+from llmtop import DISTRIBUTION, __version__, safetext
 from llmtop.engines.hosts import (
     API_KEY_ENV,
     HostError,
@@ -32,9 +32,10 @@ from llmtop.engines.hosts import (
     resolve_address,
 )
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
+from llmtop.files import readable_by_others
+from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.load_config import parse_levels
+from llmtop.sessions.runners.load_config import parse_level_duration, parse_levels
 
 if TYPE_CHECKING:
     from llmtop.tui.state.settings import TuiSettings
@@ -348,6 +349,8 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
                    "self-contained file with plots")
     p.add_argument("--out", metavar="FILE",
                    help="write the report to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
 
 
 def _checked(parse: Callable[[str], object]) -> Callable[[str], object]:
@@ -377,8 +380,8 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
                    help="open loop's timetable (default poisson, seeded by --seed)")
     size = s.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, help="requests per level (default 40)")
-    size.add_argument("--duration", type=_checked(lambda t: parse_duration_ms(t, "s") / 1000),
-                      metavar="TIME", help="time per level instead, e.g. 60s or 2m")
+    size.add_argument("--duration", type=_checked(parse_level_duration),
+                      metavar="TIME", help="time per level instead, e.g. 60s or 2m (at most 24h)")
     s.add_argument("--prompt-tokens", type=int, default=BENCH.prompt_tokens[0],
                    help=f"calibrated prompt size (default {BENCH.prompt_tokens[0]})")
     s.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
@@ -443,6 +446,8 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
                    help="show the run in another tool's metric definitions (md or json), "
                    "beside llmtop's (docs/guide/peers.md)")
     p.add_argument("--out", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
 
 
 def _compare_flags(p: argparse.ArgumentParser) -> None:
@@ -460,6 +465,8 @@ def _compare_flags(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated, from {','.join(METRICS)} (default all)")
     p.add_argument("--format", choices=("md", "json", "html"), default="md", help="default md")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
                    help="%% slower (significantly) that counts as a regression: exit 1 "
                    f"(default {DEFAULT_THRESHOLD_PCT:g})")
@@ -653,16 +660,22 @@ def agent_target(args: argparse.Namespace) -> str | None:
         return None
     from llmtop.probes.remote import AgentError, AgentTarget  # httpx, pydantic: only when used
 
+    token_file = getattr(args, "probes_token_file", None)
     try:
-        args.agent = AgentTarget.from_flags(args.probes, getattr(args, "probes_token_file", None))
+        args.agent = AgentTarget.from_flags(args.probes, token_file)
     except AgentError as exc:
         return str(exc)
+    loose = readable_by_others(token_file) if token_file else None
+    if loose is not None:
+        print(f"llmtop: warning: {loose}", file=sys.stderr)
     return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run llmtop; returns the process exit code."""
+    """Run llmtop; returns the process exit code. Standard output and error are
+    `safetext.SafeStream`s from here on (control characters shown, never an encoding error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    safetext.install()
     try:  # --help / --print-completion print and exit
         args = build_parser(commands=[a for a in argv if a in COMMANDS]).parse_args(argv)
     except BrokenPipeError:

@@ -1,11 +1,15 @@
 """llmtop's small cache files (calibrations, the canary's figures, prefill curves, the
-llama.cpp self-test's choice), written so that a reader never sees half of one."""
+llama.cpp self-test's choice), written so that a reader never sees half of one; and the
+checks on the files a command reads and writes (docs/hostile-input.md, "Files"): an input
+that is not a regular file, an output that would replace an input or someone's file."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -28,3 +32,94 @@ def write_atomically(path: Path, text: str) -> bool:
     except OSError:
         return False
     return True
+
+
+# What llmtop's own reports start with, in their first OWN_SNIFF_BYTES: the Markdown title
+# ("# llmtop …"), the HTML page's title, the JSON reports' header (its "llmtop_version"),
+# and the CSV reports' first columns (reports/run.py CSV_COLUMNS, reports/load.py CSV_FIELDS).
+OWN_SNIFF_BYTES = 4096
+OWN_CSV_STARTS = ("prompt_tokens_target,index,", "level,mode,")
+LOG_START = b'{"type": "header"'  # a session log (records/log.py): a measurement
+
+
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a regular file (following links): not a FIFO, a device, a socket
+    or a folder, which a reader would hang on or misread. False when it cannot be read."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """The message for an input that exists but is not a regular file ("… is a FIFO, not a
+    file: …"), or None (a regular file, or nothing there: the reader says what is missing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    what = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"{path} is {what}, not a file: give the path of a session log (a .jsonl file)"
+
+
+def _same_file(a: os.stat_result, path: str | os.PathLike[str]) -> bool:
+    try:
+        b = os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def output_problem(out: str | os.PathLike[str], reads: Iterable[str | os.PathLike[str] | None],
+                   force: bool = False) -> str | None:
+    """Why `out` must not be written by a command that reads `reads`, or None when it may:
+
+    * it is one of `reads` (the same file, through any name or link): never, even with
+      `force` — the report would replace what it reports on;
+    * it is an existing, non-empty regular file that is not llmtop's own report (a session
+      log, anyone's file; OWN_SNIFF_BYTES): only with `force`.
+
+    Nothing there, an empty file, llmtop's own earlier report, or something that is not a
+    regular file (/dev/stdout, a FIFO a reader waits on) may be written."""
+    try:
+        st = os.stat(out)
+    except OSError:
+        return None
+    for path in reads:
+        if path is not None and _same_file(st, path):
+            return (f"{out} is {path}, which this command reads: the report would replace it; "
+                    "write it to another file")
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or force:
+        return None
+    try:
+        with open(out, "rb") as fh:
+            head = fh.read(OWN_SNIFF_BYTES)
+    except OSError:
+        return None  # the write will say why
+    if head.startswith(LOG_START):
+        kind = "an llmtop session log (a measurement)"
+    elif b"llmtop" in head or head.decode("utf-8", "replace").startswith(OWN_CSV_STARTS):
+        return None
+    else:
+        kind = "not an llmtop report"
+    return (f"{out} exists and is {kind}: writing the report would replace it; choose "
+            "another --out, or add --force to replace it")
+
+
+def readable_by_others(path: str | os.PathLike[str]) -> str | None:
+    """A warning when the secret file at `path` (a token) can be read by its group or by
+    every user (mode & 0o044: `chmod 600` keeps it the owner's), else None (also when it
+    cannot be stat'ed: reading it says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & (stat.S_IRGRP | stat.S_IROTH):
+        return None
+    who = "every user" if mode & stat.S_IROTH else "its group"
+    return (f"the token file {path} can be read by {who} (mode {stat.S_IMODE(mode):o}): "
+            f"anyone who reads it can read this machine's probes; `chmod 600 {path}`")

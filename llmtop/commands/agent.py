@@ -17,6 +17,7 @@ import uvicorn
 from llmtop.commands.tokens import MIN_TOKEN_CHARS, is_loopback, read_token
 from llmtop.engines.hosts import HostError, resolve_host
 from llmtop.exitcodes import ExitCode
+from llmtop.files import readable_by_others
 from llmtop.servers.agent.server import Agent, create_app
 from llmtop.servers.child import port_problem, watch_parent
 
@@ -49,6 +50,9 @@ def main(args: argparse.Namespace) -> int:
     if why:
         print(f"{PROG}: {why}", file=sys.stderr)
         return ExitCode.USAGE
+    loose = readable_by_others(args.token_file) if args.token_file else None
+    if loose is not None:
+        print(f"{PROG}: warning: {loose}", file=sys.stderr)
     try:
         engine_host = resolve_host(args.engine_host)
     except HostError as exc:

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from llmtop.commands.connecting import connect_from_flags
-from llmtop.commands.output import emit
+from llmtop.commands.output import emit, out_refused
 from llmtop.commands.stopping import run_stoppable
 from llmtop.engines.connection import Connection
 from llmtop.exitcodes import ExitCode
@@ -207,6 +207,8 @@ def main(args: argparse.Namespace) -> int:
     ExitCode (0 clean, clean after re-measuring or inconclusive, 1 contaminated or refused
     as noisy, 5 nothing ok), or
     128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
+    if out_refused(args, [args.log], "llmtop bench"):  # before the minutes of measuring
+        return ExitCode.USAGE
     if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
         print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
               "--preflight-duration >= 0", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmtop.commands.output import emit
+from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.compare import compare_logs
 from llmtop.sessions.analysis.compare_runs import run_set
@@ -24,6 +24,8 @@ def main(args: argparse.Namespace) -> int:
     log, runs that are not comparable, or an unwritable --out)."""
     if len(args.logs) < 2:
         print("llmtop compare: give at least two logs (the baseline first)", file=sys.stderr)
+        return ExitCode.USAGE
+    if out_refused(args, args.logs, "llmtop compare"):
         return ExitCode.USAGE
     logs: list[RunLog] = []
     try:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Iterable
+
+from llmtop.files import output_problem
 
 
 def emit(text: str, out: str | None, prog: str) -> bool:
@@ -19,3 +23,16 @@ def emit(text: str, out: str | None, prog: str) -> bool:
         return False
     print(f"{prog}: written to {out}", file=sys.stderr)
     return True
+
+
+def out_refused(args: argparse.Namespace, reads: Iterable[str | None], prog: str) -> bool:
+    """Whether `args.out` must not be written (files.output_problem: it is a file this
+    command reads, or an existing file that is not an llmtop report and no `--force`); the
+    reason printed as "<prog>: …". Checked before the command's work, not after it."""
+    out = getattr(args, "out", None)
+    if not out:
+        return False
+    problem = output_problem(out, reads, bool(getattr(args, "force", False)))
+    if problem is not None:
+        print(f"{prog}: {problem}", file=sys.stderr)
+    return problem is not None

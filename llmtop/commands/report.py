@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmtop.commands.output import out_refused
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.analysis.watch import analyze_watch
@@ -29,6 +30,8 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
     returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
+    if out_refused(args, [args.log_file], "llmtop report"):
+        return ExitCode.USAGE
     try:
         log = read_log(args.log_file)
         if getattr(args, "as_tool", None):

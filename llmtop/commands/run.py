@@ -18,6 +18,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.timeline import prompt_cache_hit
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import FindingRecord
 from llmtop.sessions.runners.energy import local_meter, request_line
@@ -58,6 +59,7 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "prompt_eval_ms": m.prompt_eval_ms,
         "overhead_ms": m.overhead_ms,
         "buffered": m.buffered,
+        "impossible": m.impossible,
         "prompt_eval_count": s.prompt_eval_count if s else None,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
@@ -91,6 +93,9 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"output        {m.output_tokens if m.output_tokens is not None else 'n/a'} tokens{basis}",
         (f"decode        {_fmt(m.client_decode_tps, 'tok/s')} client, "
         f"{_fmt(m.server_decode_tps, 'tok/s')} server"),
+        (f"prefill       cached ({s.prompt_cached_count} of {s.prompt_eval_count} prompt "
+         "tokens from the server's prompt cache: no prefill rate)")
+        if prompt_cache_hit(s) and s is not None else
         f"prefill       {_fmt(m.server_prefill_tps, 'tok/s')} server"
         + (
             f" ({s.prompt_eval_count} tokens in {_fmt(m.prompt_eval_ms, 'ms')})"
@@ -100,6 +105,8 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"load          {_fmt(m.load_ms, 'ms')}",
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
+    if m.impossible:
+        lines.append(f"impossible    the server's counts are not used: {m.impossible}")
     if m.buffered:
         lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)

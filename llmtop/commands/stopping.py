@@ -6,6 +6,12 @@ child servers stopped, each by the `except CancelledError` / `finally` blocks on
 `run_stoppable` makes SIGTERM (`kill`, a service manager, a CI timeout) and SIGHUP (the
 terminal closed) take the same path, then prints one line and returns the shells'
 convention for a process ended by a signal: 128 + its number (143 SIGTERM, 129 SIGHUP).
+
+SIGINT is handled here too, rather than by asyncio.run's own handler, which raises
+KeyboardInterrupt at the second Ctrl+C wherever the cleanup of the first has got to (two
+SIGINTs 50 ms apart ended `run` by the signal, the request in flight missing from the log).
+Here the first of any of these signals cancels the coroutine and every later one, of any
+kind, is ignored until the process has exited: the in-flight record is always written.
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ from typing import Any
 
 from llmtop.exitcodes import STOP_SIGNALS, signal_exit_code
 
+HANDLED = (signal.SIGINT, *STOP_SIGNALS)
+
 
 def run_stoppable(coro: Coroutine[Any, Any, int], label: str) -> int:
-    """asyncio.run(coro) and its exit code; on SIGTERM or SIGHUP the coroutine is cancelled
-    as on Ctrl+C, "<label>: stopped by SIGTERM" is printed, and 128 + the signal's number is
-    returned (also when the coroutine finished its cleanup normally)."""
+    """asyncio.run(coro) and its exit code; on SIGINT, SIGTERM or SIGHUP the coroutine is
+    cancelled, "<label>: stopped by SIGTERM" is printed, and 128 + the signal's number is
+    returned (also when the coroutine finished its cleanup normally); repeated signals during
+    the cleanup are ignored (module docstring)."""
     received: list[int] = []
 
     async def main() -> int | None:
@@ -34,7 +43,7 @@ def run_stoppable(coro: Coroutine[Any, Any, int], label: str) -> int:
                 received.append(signum)
                 task.cancel()
 
-        for sig in STOP_SIGNALS:
+        for sig in HANDLED:
             loop.add_signal_handler(sig, stop, sig)
         try:
             return await coro
@@ -43,8 +52,10 @@ def run_stoppable(coro: Coroutine[Any, Any, int], label: str) -> int:
                 return None
             raise
         finally:
-            for sig in STOP_SIGNALS:
+            for sig in HANDLED:
                 loop.remove_signal_handler(sig)
+                if received:  # stopping: a later signal must not cut the exit short
+                    signal.signal(sig, signal.SIG_IGN)
 
     code = asyncio.run(main())
     if received:

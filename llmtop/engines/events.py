@@ -106,6 +106,8 @@ class FailureKind(StrEnum):
     BUSY = "busy"  # 429/503, "server busy", "no slots available": the engine's queue is full
     TRUNCATED = "truncated"
     PROTOCOL = "protocol"  # the server sent something that is not Ollama's protocol
+    STALLED = "stalled"  # connected and streaming, then no token within the token timeout
+    LIMIT = "limit"  # the reply went past a bound (a line's size, its decompressed size)
 
 
 @dataclass(frozen=True, slots=True)

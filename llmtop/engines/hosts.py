@@ -59,6 +59,10 @@ class Address:
     warning: str | None = None
 
 
+MAX_NAME_CHARS = 253  # a DNS name (RFC 1035, 2.3.4: 255 octets on the wire)
+MAX_LABEL_CHARS = 63  # one label of it
+
+
 def parse_address(value: str, source: str = "--host") -> Address:
     """Parse `value` by Ollama's rules (module docstring). Strict for a flag (an empty host
     or a bad port raise), lenient like Ollama for an environment variable (a bad port falls
@@ -82,6 +86,13 @@ def parse_address(value: str, source: str = "--host") -> Address:
     host = BIND_ALL.get(host, host) or "127.0.0.1"
     if not _valid_host(host):
         raise HostError(source, value, f"{host!r} is not a host name or an IP address")
+    longest = max((len(label) for label in host.split(".")), default=0)
+    if ":" not in host and len(host) > MAX_NAME_CHARS:
+        raise HostError(source, value, f"the host name is {len(host)} characters: a DNS name "
+                        f"is at most {MAX_NAME_CHARS} (RFC 1035)")
+    if ":" not in host and longest > MAX_LABEL_CHARS:
+        raise HostError(source, value, f"a part of the host name between dots is {longest} "
+                        f"characters: at most {MAX_LABEL_CHARS} (RFC 1035)")
     default = DEFAULT_PORT[scheme]
     port, warning = default, None
     if port_text is not None:

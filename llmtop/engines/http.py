@@ -20,6 +20,7 @@ from time import perf_counter_ns
 import httpx
 
 from llmtop.engines.events import Failure, FailureKind
+from llmtop.stamping.bounds import OffHostRedirect, ReplyTooLarge
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 # A generous read timeout: a cold 7B model can take tens of seconds to load before the
@@ -211,11 +212,27 @@ def failure_for_transport(exc: BaseException, *, peer: Peer,
     """The Failure for an exception raised while talking to `peer` (progress: how far a
     streamed reply had come, named when it broke mid-stream):
 
+    * a redirect to another server (stamping/bounds.py) → PROTOCOL
+    * a reply past a bound (stamping/bounds.py: a line, a decompressed size) → LIMIT
     * connect error or connect timeout (and OSError, e.g. refused) → UNREACHABLE
     * read timeout (no byte for `peer.read_timeout_s`) → TIMEOUT
     * connection dropped mid-reply → TRUNCATED
     * anything else → SERVER_ERROR, naming the exception.
     """
+    if isinstance(exc, OffHostRedirect):
+        return Failure(
+            FailureKind.PROTOCOL,
+            f"{peer.url} answered with {exc}: llmtop does not follow a redirect to another "
+            "server (it would measure that one)",
+            "point --host at the server that answers, not at one that redirects",
+        )
+    if isinstance(exc, ReplyTooLarge):
+        return Failure(
+            FailureKind.LIMIT,
+            f"{peer.url} sent {exc}: llmtop stopped reading it"
+            + (f" {progress.words()}" if progress is not None else ""),
+            "the server is not behaving as an LLM server; check what answers at that address",
+        )
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | OSError):
         return failure_unreachable(str(exc) or type(exc).__name__, peer=peer)
     if isinstance(exc, httpx.TimeoutException):

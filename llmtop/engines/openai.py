@@ -53,7 +53,7 @@ from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
 from llmtop.engines.openai_stream import ChunkReader, StreamError, error_body_text
-from llmtop.engines.sse import end_stream
+from llmtop.engines.sse import end_stream, sse_events
 from llmtop.stamping.arrivals import measured_transport
 from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
@@ -169,7 +169,7 @@ class OpenAIEngine:
     async def _events(self, source: EventSource) -> AsyncGenerator[StreamEvent | Failure, None]:
         """The SSE events as StreamEvents (text chunks, then one done event) or a Failure."""
         reader = ChunkReader()
-        sses = source.aiter_sse()
+        sses = sse_events(source)  # with llama-server's `error:` field (engines/sse.py)
         async for sse in sses:
             t_ns = arrival_ns()
             if sse.event == "error":

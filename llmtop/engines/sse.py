@@ -10,11 +10,11 @@ error event, a truncation) or the transport error that cut the stream.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from time import perf_counter_ns
 
 import httpx
-from httpx_sse import SSEError
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.engines.http import (
@@ -63,3 +63,43 @@ async def end_stream(
     if autopsy is not None and failure is not None:
         failure = await autopsy(failure, progress.words(t_ns))
     yield StreamEvent(t_ns, done=True, failure=failure)
+
+
+async def sse_events(source: EventSource) -> AsyncIterator[ServerSentEvent]:
+    """`source`'s events, as httpx-sse's `aiter_sse` reads them (the WHATWG event-stream
+    format: `data`, `event`, `id` fields, `:` comments, a blank line dispatching), and one
+    field more: an `error:` line, which an older llama-server writes for an error mid-stream
+    (then `data: [DONE]`), becomes an event named "error" carrying its value, where httpx-sse
+    drops it as an unknown field and the stream looked merely cut short. Raises SSEError for a
+    reply that is not `text/event-stream`."""
+    content_type = source.response.headers.get("content-type", "").partition(";")[0]
+    if "text/event-stream" not in content_type:
+        raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', "
+                       f"got {content_type!r}")
+    event, last_id = "", ""
+    data: list[str] = []
+    error: str | None = None
+    async for line in source.response.aiter_lines():
+        line = line.rstrip("\r\n")
+        if not line:
+            if error is not None:
+                yield ServerSentEvent(event="error", data=error, id=last_id)
+                error = None
+            elif data:
+                yield ServerSentEvent(event=event or "message", data="\n".join(data), id=last_id)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+        elif name == "error":
+            error = value
+    if error is not None:  # the body ended right after it
+        yield ServerSentEvent(event="error", data=error, id=last_id)

@@ -23,6 +23,7 @@ import os
 import random
 import socket
 import time
+from datetime import datetime
 from typing import Any
 
 import gevent
@@ -37,7 +38,7 @@ from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.records.log import SessionLog
-from llmtop.sessions.records.schema import LevelRecord, RequestRecord
+from llmtop.sessions.records.schema import InterruptedRecord, LevelRecord, RequestRecord
 from llmtop.sessions.runners.environment import environment as machine_environment
 from llmtop.sessions.runners.load_config import LoadConfig
 from llmtop.stamping.blocking import arrival_transport
@@ -197,9 +198,13 @@ class LogSink:
             gevent.spawn(self.environment.runner.quit)
 
     def close(self) -> None:
-        """Write the level's end (wall time: first send to last completion) and close."""
+        """Write the level's end (wall time: first send to last completion) and close; an
+        `interrupted` record first when fewer requests than planned arrived (the analysis
+        then says the level was cut short)."""
         if self.log is None:
             return
+        if len(self.records) < self.expected:  # cut short: --run-time, a stop, a lost worker
+            self.log.write(InterruptedRecord(datetime.now().astimezone().isoformat()))
         if self.records:
             wall = max(r.end_unix_ns or 0 for r in self.records) - min(
                 r.sent_unix_ns or 0 for r in self.records

@@ -46,6 +46,7 @@ import httpcore
 import httpx
 
 from llmtop.stamping import rxstamps
+from llmtop.stamping.bounds import BoundedTransport
 from llmtop.stamping.netbuffer import BlockBuffer, read_block, socket_readable
 from llmtop.stamping.stamps import note_written
 
@@ -208,11 +209,12 @@ def measured_transport(
     proxy: str | None = None, limits: httpx.Limits | None = None
 ) -> httpx.AsyncHTTPTransport:
     """An httpx transport (its defaults; `proxy` and pool `limits` as given) whose
-    connections stamp arriving bytes (`ArrivalBackend`). Pass it as `transport=` to
+    connections stamp arriving bytes (`ArrivalBackend`) and whose replies are bounded
+    (bounds.BoundedTransport: line size, decompressed size). Pass it as `transport=` to
     httpx.AsyncClient (or the `ollama` client) instead of `proxy=` / `limits=`."""
     if limits is None:  # httpx's own default pool
-        return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy))
-    return stamp_arrivals(httpx.AsyncHTTPTransport(trust_env=False, proxy=proxy, limits=limits))
+        return stamp_arrivals(BoundedTransport(trust_env=False, proxy=proxy))
+    return stamp_arrivals(BoundedTransport(trust_env=False, proxy=proxy, limits=limits))
 
 
 def stamp_arrivals(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:

@@ -47,6 +47,16 @@ GAP_S = 0.005  # between the lines of SCENARIOS
 STARTUP_TIMEOUT_S = 10.0
 
 
+# What the "escapes" scenario streams: OSC 0 (window title), CSI 2J + CSI H (clear, home),
+# OSC 52 (clipboard write), OSC 8 (a link), C1 CSI (U+009B), a bidi override, a lone surrogate.
+ESCAPES = (
+    "A\x1b]0;PWNED\x07B",
+    "\x1b[2J\x1b[HC\x1b]52;c;cHduZWQ=\x07",
+    "\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\\x9b31m",
+    "D\u202eE\ud800F",
+)
+
+
 def chunk(content: str = "", thinking: str | None = None, **extra: Any) -> dict[str, Any]:
     """One /api/chat line as Ollama writes it."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -77,6 +87,14 @@ SCENARIOS: dict[str, list[Any]] = {
     "truncated": [chunk("cut"), chunk(" off")],
     "garbage": [chunk("x"), "this is not json"],
     "load": [chunk("", done=True, done_reason="load")],  # a load-only reply: nothing generated
+    # An answer full of terminal control sequences (docs/hostile-input.md, "Text from
+    # outside"): each would retitle the window, clear the screen, write the clipboard, hide a
+    # link or reorder text if a terminal obeyed it; and a lone surrogate, a UTF-16 half.
+    "escapes": [
+        chunk(ESCAPES[0]), chunk(ESCAPES[1]), chunk(ESCAPES[2]), chunk(ESCAPES[3]),
+        chunk("", done=True, done_reason="stop", **STATS),
+    ],
+    "escapes-error": [chunk("par"), {"error": "runner died\x1b]0;PWNED\x07\x1b[2J"}],
 }
 
 
@@ -122,10 +140,12 @@ class Recorder:
 
 @dataclass
 class Script:
-    """How the server answers: the "timed" scenario's timing, and `/api/ps`'s reply
-    (`ps_error` set → HTTP 500 `{"error": ps_error}` instead)."""
+    """How the server answers: the "timed" scenario's timing, `/api/ps`'s reply
+    (`ps_error` set → HTTP 500 `{"error": ps_error}` instead), and the scenarios listed as
+    installed after INSTALLED (`also_installed`, e.g. ("escapes",))."""
 
     timing: Timing = field(default_factory=Timing)
+    also_installed: tuple[str, ...] = ()
     ps: dict[str, Any] = field(default_factory=lambda: {"models": []})
     ps_error: str | None = None
 
@@ -196,17 +216,21 @@ async def _stream(request: Request) -> Response:
     return StreamingResponse(_replay(rec, script, chat), media_type="application/x-ndjson")
 
 
-async def _tags(_: Request) -> Response:
+def _installed(request: Request) -> tuple[str, ...]:
+    return (*INSTALLED, *request.app.state.script.also_installed)
+
+
+async def _tags(request: Request) -> Response:
     return JSONResponse({"models": [
         {"name": n, "model": n, "size": 1, "digest": "d", "modified_at": "2026-01-01T00:00:00Z",
          "details": {}}
-        for n in INSTALLED
+        for n in _installed(request)
     ]})
 
 
 async def _show(request: Request) -> Response:
     model = (await request.json()).get("model")
-    if model not in INSTALLED:
+    if model not in _installed(request):
         return _not_found(model)
     return JSONResponse({
         "modelfile": "", "parameters": "", "template": "", "modified_at": "2026-01-01T00:00:00Z",

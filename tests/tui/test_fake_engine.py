@@ -28,11 +28,11 @@ def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
 
 
-def build(tmp_path: Path, conn: Connection | None = None) -> tuple[LlmtopApp, Connection]:
+def build(tmp_path: Path, conn: Connection | None = None,
+          num_predict: int = 8) -> tuple[LlmtopApp, Connection]:
     conn = conn or fake_connection()
-    settings = TuiSettings(
-        engine="fake", options={"num_predict": 8}, log_path=str(tmp_path / "s.jsonl"), probes=False
-    )
+    settings = TuiSettings(engine="fake", options={"num_predict": num_predict},
+                           log_path=str(tmp_path / "s.jsonl"), probes=False)
     return make_app(settings, connection=conn), conn
 
 
@@ -199,7 +199,9 @@ async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
 async def test_render_is_throttled(tmp_path: Path) -> None:
     """300 chunks arriving back to back are drawn in a handful of frames, not 300."""
     many = [ev(10.0 + i, f"t{i} ") for i in range(300)] + [ev(400.0, done=True)]
-    app, _ = build(tmp_path, fake_connection(FakeEngine({"many": many})))
+    # num_predict 300: the 300 chunks are what was asked (more than 2 × num_predict + 16
+    # without done would end the stream: sessions/measure/request.py, chunk_limit)
+    app, _ = build(tmp_path, fake_connection(FakeEngine({"many": many})), num_predict=300)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready)
         pane = app.query_one(TokenPane)

@@ -10,8 +10,9 @@ MS = 1_000_000
 SENT = 10**12
 
 
-def stream(stamps_ms: list[float], done_ms: float, stats: ServerStats) -> list[StreamEvent]:
-    events = [StreamEvent(SENT + int(t * MS), content="x") for t in stamps_ms]
+def stream(stamps_ms: list[float], done_ms: float, stats: ServerStats,
+           text: str = "x") -> list[StreamEvent]:
+    events = [StreamEvent(SENT + int(t * MS), content=text) for t in stamps_ms]
     return [*events, StreamEvent(SENT + int(done_ms * MS), done=True, stats=stats)]
 
 
@@ -20,7 +21,9 @@ STATS = ServerStats(eval_count=100, eval_duration=2_000 * MS, load_duration=1 * 
 
 
 def test_one_piece_for_a_hundred_tokens_is_buffered() -> None:
-    m = compute_metrics(SENT, stream([3_000.0], 3_001.0, STATS), STATS)
+    # the whole answer in one piece: 100 tokens of text (a token is at least a character:
+    # "x" alone for 100 tokens would be impossible counts, timeline.impossible_counts)
+    m = compute_metrics(SENT, stream([3_000.0], 3_001.0, STATS, "word " * 100), STATS)
     assert m.buffered is not None and m.buffered.startswith("1 text chunk for 100 tokens")
     assert (m.tpot_ms, m.client_decode_tps, m.overhead_ms) == (None, None, None)
     assert m.ttft_ms == 3_000.0  # kept: the time to the whole answer

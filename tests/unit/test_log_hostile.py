@@ -22,13 +22,20 @@ HEADER = json.dumps({"type": "header", "format": 1, "kind": "session"})
 GOOD = json.dumps({"type": "request", "id": 1, "status": "ok", "metrics": {"ttft_ms": 5.0}})
 
 
-def test_an_endless_file_is_refused_in_bounded_memory(monkeypatch) -> None:
-    # /dev/zero never ends a line: the reader gives up after MAX_LINE_BYTES, not at OOM
+def test_an_endless_file_is_refused_in_bounded_memory(monkeypatch, tmp_path) -> None:
+    # a first line that never ends: the reader gives up after MAX_LINE_BYTES, not at OOM;
+    # /dev/zero itself is refused before reading: a device, not a file (files.not_regular)
     monkeypatch.setattr(session_log, "MAX_LINE_BYTES", 1 << 20)
+    zeros = tmp_path / "zeros.jsonl"
+    zeros.write_bytes(b"\0" * (3 << 20))
+    with pytest.raises(LogError) as err:
+        read_log(zeros)
+    assert str(err.value) == (f"{zeros} does not start with an llmtop header record (its "
+                              "first line is over 1 MiB)")
     with pytest.raises(LogError) as err:
         read_log("/dev/zero")
-    assert str(err.value) == ("/dev/zero does not start with an llmtop header record (its "
-                              "first line is over 1 MiB)")
+    assert str(err.value) == ("/dev/zero is a device, not a file: give the path of a session "
+                              "log (a .jsonl file)")
 
 
 def test_json_that_is_not_a_record_is_counted_and_skipped(tmp_path: Path, monkeypatch) -> None:

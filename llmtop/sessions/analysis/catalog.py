@@ -17,6 +17,7 @@ from typing import Any
 
 import platformdirs
 
+from llmtop.safetext import one_line
 from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.records.log import LogError, read_log
 
@@ -50,11 +51,12 @@ class SessionEntry:
     def cells(self) -> tuple[str, str, str, str, str, str]:
         """The list's cells, the same in `llmtop sessions` and the TUI's Ctrl+O: date,
         engine, model, kind, requests by status, verdict ("—" for a single request, the
-        reason for an unreadable log)."""
+        reason for an unreadable log); each on one line, its control characters shown as
+        escapes (safetext.one_line: the names come from the log)."""
         date = (self.started or "")[:19].replace("T", " ") or "n/a"
         verdict = (self.verdict or "—") if self.problem is None else f"unreadable: {self.problem}"
-        return (date, self.engine or "n/a", self.model or "n/a", self.kind or "n/a",
-                self.requests_text, verdict)
+        return (one_line(date), one_line(self.engine or "n/a"), one_line(self.model or "n/a"),
+                one_line(self.kind or "n/a"), self.requests_text, one_line(verdict, 400))
 
     @property
     def requests_text(self) -> str:

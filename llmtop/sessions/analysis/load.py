@@ -186,15 +186,21 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
     ends = {r.level: r for r in marks if r.phase == "end"}
     starts = {r.level: r for r in marks if r.phase == "start"}
     levels = []
+    short: list[str] = []
     for index, start in sorted(starts.items()):
         requests = [r for r in log.requests if r.level == index and r.phase == "measure"]
+        if start.requests and len(requests) < start.requests:
+            short.append(f"level {index + 1} ({start.value:g}): {len(requests)} of the "
+                         f"{start.requests} planned requests were recorded: the run was cut "
+                         "short (a time limit, a stop, a crash); its figures are from those "
+                         f"{len(requests)} only")
         probes = [p for p in log.probes if p.level == index]
         levels.append(
             level_result(index, mode, start.value, requests, probes, ends.get(index), slo,
                          expected)
         )
     env = log.environment("start")
-    warnings = [*log.warnings, *_warnings(levels)]
+    warnings = [*log.warnings, *short, *_warnings(levels)]
     return LoadAnalysis(
         log.header,
         mode,

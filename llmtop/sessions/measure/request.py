@@ -10,6 +10,7 @@ are lazy), and `prep_ns` None.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
+from llmtop.engines.http import DEFAULT_READ_TIMEOUT_S
 from llmtop.sessions.measure.timeline import RequestMetrics, compute_metrics
 from llmtop.stamping.stamps import SendStamp, stamping
 
@@ -122,30 +124,88 @@ class RequestResult(EventText):
 
 StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
 
+# Time without a token (or, before the first, without any event), seconds: the same as the
+# engines' read timeout (engines/http.py), but measured from the last event the engine
+# yielded, so a server's keep-alive pings (SSE `: ping` comments, llama-server's
+# --sse-ping-interval), which reset the read timeout and yield nothing, cannot reset it.
+TOKEN_TIMEOUT_S = DEFAULT_READ_TIMEOUT_S
+# Chunks past num_predict: a chunk is one token from Ollama and llama.cpp, rarely less (a
+# character split over two); twice what was asked, plus a margin, is a server that is not
+# stopping where it was told to.
+PAST_PREDICT_FACTOR = 2
+PAST_PREDICT_MARGIN = 16
+
+
+def chunk_limit(options: Mapping[str, Any]) -> int | None:
+    """The most text chunks a request asking for `options["num_predict"]` tokens is read for
+    (PAST_PREDICT_FACTOR × num_predict + PAST_PREDICT_MARGIN); None when it set no positive
+    limit (-1: until the context fills)."""
+    predict = options.get("num_predict")
+    if isinstance(predict, int) and not isinstance(predict, bool) and predict > 0:
+        return PAST_PREDICT_FACTOR * predict + PAST_PREDICT_MARGIN
+    return None
+
+
+def stalled(limit_s: float, chunks: int) -> Failure:
+    """The failure of a stream with no token for `limit_s` seconds after `chunks` chunks."""
+    where = "before its first token" if not chunks else f"after {chunks} chunks"
+    return Failure(FailureKind.STALLED,
+                   f"no token for {limit_s:g} s {where} (keep-alive pings do not count)",
+                   "the server is stuck (its keep-alive pings say only that the connection "
+                   "is open): check its log, and retry")
+
+
+def past_predict(chunks: int, options: Mapping[str, Any]) -> Failure:
+    """The failure of a stream read `chunks` text chunks, past its num_predict, without done."""
+    return Failure(FailureKind.PROTOCOL,
+                   f"the server sent {chunks} chunks without ending the stream, though "
+                   f"num_predict asked for {options.get('num_predict')} tokens: stopped reading",
+                   "the server ignores num_predict or never sends its done chunk; check it")
+
 
 async def run_request(
     start_stream: StreamFactory,
     collector: RequestCollector,
     on_event: Callable[[StreamEvent], None] | None = None,
+    token_timeout_s: float = TOKEN_TIMEOUT_S,
 ) -> RequestResult:
     """Stream one request into `collector` and return its result.
 
     start_stream: builds the (lazy) event stream, e.g. `lambda: engine.stream_chat(...)`.
     on_event: called with each event right after it is recorded (keep it cheap: the UI only
     marks itself dirty here; rendering happens on its own capped timer).
+    token_timeout_s: the longest wait for the next event (TOKEN_TIMEOUT_S); past it the
+    request ends `stalled` (FailureKind.STALLED). A stream that sends more text chunks than
+    `chunk_limit(collector.options)` without its done chunk ends with a PROTOCOL failure.
     Cancellation (CancelledError) propagates; call `collector.finish(cancelled=True)` then.
     """
     stream = start_stream()  # lazy: nothing is built or sent before the first iteration
+    most = chunk_limit(collector.options)
+    chunks = 0
     with stamping(perf_counter_ns()) as stamp:
         collector.sent(stamp)  # provisional: the socket stamp comes with the first event
         async with contextlib.aclosing(stream):
-            async for event in stream:
+            while True:
+                try:
+                    async with asyncio.timeout(token_timeout_s):
+                        event = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    collector.add(StreamEvent(perf_counter_ns(), done=True,
+                                              failure=stalled(token_timeout_s, chunks)))
+                    break
                 if not collector.events:
                     collector.sent(stamp)
                 collector.add(event)
                 if on_event is not None:
                     on_event(event)
                 if event.done:
+                    break
+                chunks += bool(event.content or event.thinking)
+                if most is not None and chunks > most:
+                    collector.add(StreamEvent(perf_counter_ns(), done=True,
+                                              failure=past_predict(chunks, collector.options)))
                     break
     return collector.finish()
 

@@ -53,6 +53,13 @@ NS_PER_S = 1_000_000_000
 # factor of 4 on either side leaves a wide margin against false alarms.
 BUFFERED_MIN_TOKENS = 8
 BUFFERED_SHARE = 0.25
+# A generated token is text: at least one byte of it, except the few special tokens a server
+# does not stream (an end-of-turn). A server counting more than IMPOSSIBLE_PER_CHAR tokens per
+# character of the text that arrived, plus IMPOSSIBLE_MARGIN, reports what did not happen
+# (`eval_count` 10**18, a usage chunk that claims far more than was sent): its counts and
+# rates are set aside, never averaged.
+IMPOSSIBLE_PER_CHAR = 8
+IMPOSSIBLE_MARGIN = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,7 @@ class RequestMetrics:
     eval_ms: float | None = None
     total_ms: float | None = None
     overhead_ms: float | None = None
+    impossible: str | None = None  # why the server's counts cannot be true (set aside)
     buffered: str | None = None  # why the stream was judged buffered (client rates n/a); None = not
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,11 +117,23 @@ def rate_per_s(count: int | None, duration_ns: int | None, *, min_count: int = 1
 def server_prefill_tps(stats: ServerStats | None) -> float | None:
     """Prefill rate in tokens/s: prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
 
-    None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0.
+    None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0,
+    and for a prompt-cache hit (`prompt_cache_hit`): the duration then timed only the few
+    tokens not in the cache, and the count includes the cached ones (llama.cpp's prompt_n 1,
+    cache_n 500 would read as a prefill of 23,335 tok/s).
     """
-    if stats is None:
+    if stats is None or prompt_cache_hit(stats):
         return None
     return rate_per_s(stats.prompt_eval_count, stats.prompt_eval_duration)
+
+
+def prompt_cache_hit(stats: ServerStats | None) -> bool:
+    """Whether the server took at least half of the prompt's tokens from its cache
+    (`prompt_cached_count` ≥ prompt_eval_count / 2): its prefill figures are then "cached",
+    not a prefill rate."""
+    if stats is None or stats.prompt_cached_count is None or not stats.prompt_eval_count:
+        return False
+    return 2 * stats.prompt_cached_count >= stats.prompt_eval_count
 
 
 def server_decode_tps(stats: ServerStats | None) -> float | None:
@@ -168,6 +188,24 @@ def buffering(text_stamps: Sequence[int], stats: ServerStats | None) -> str | No
     return None
 
 
+def impossible_counts(events: Sequence[StreamEvent], stats: ServerStats | None) -> str | None:
+    """Why the server's counts cannot be true (IMPOSSIBLE_PER_CHAR: more tokens than the text
+    that arrived can hold, or a negative count or duration), or None when they can be."""
+    if stats is None:
+        return None
+    for name in ("eval_count", "prompt_eval_count", "eval_duration", "prompt_eval_duration",
+                 "load_duration", "total_duration"):
+        value = getattr(stats, name, None)
+        if value is not None and value < 0:
+            return f"the server reports {name} {value}, below zero"
+    tokens = stats.eval_count
+    chars = sum(len(e.content) + len(e.thinking) for e in events)
+    if tokens is not None and tokens > IMPOSSIBLE_PER_CHAR * chars + IMPOSSIBLE_MARGIN:
+        return (f"the server counts {tokens} tokens for {chars} characters of text: more than "
+                "that text can hold; its counts and rates are not used")
+    return None
+
+
 def compute_metrics(
     sent_ns: int, events: Sequence[StreamEvent], stats: ServerStats | None = None
 ) -> RequestMetrics:
@@ -183,6 +221,9 @@ def compute_metrics(
     """
     if stats is None:
         stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
+    impossible = impossible_counts(events, stats)
+    if impossible is not None:  # set aside: every figure from the client's stamps alone
+        stats = None
     text_stamps = [e.t_ns for e in events if e.has_text]
     content_stamp = next((e.t_ns for e in events if e.content), None)
     done_event = next((e for e in reversed(events) if e.done and e.failure is None), None)
@@ -225,5 +266,6 @@ def compute_metrics(
         total_ms=ns_to_ms(stats.total_duration) if stats else None,
         overhead_ms=overhead,
         buffered=buffered,
+        impossible=impossible,
     )
 

@@ -42,6 +42,8 @@ from typing import IO, Any
 import platformdirs
 
 from llmtop import DISTRIBUTION, __version__
+from llmtop.files import LOG_START, not_regular
+from llmtop.safetext import json_line
 from llmtop.sessions.records.schema import (
     FORMAT_VERSION,
     SUPPORTED_FORMATS,
@@ -85,6 +87,9 @@ class SessionLog:
         self.written = 0  # records written whole
         self.lost = 0  # records not written after the log became incomplete
         self.incomplete: str | None = None  # why and where the log stops, once a write failed
+        foreign = _foreign(self.path)
+        if foreign is not None:
+            raise LogError(foreign)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
@@ -114,7 +119,7 @@ class SessionLog:
     def write_raw(self, record: Mapping[str, Any], *, sync: bool = True) -> bool:
         """`write` for a JSON object written as given, bypassing the schema: for tests and
         tools that craft logs by hand (a torn or hostile record). llmtop writes records."""
-        line = json.dumps(record, ensure_ascii=False, default=str)
+        line = json_line(record)  # a lone surrogate kept as its JSON escape
         with self._lock:
             if self._fh is None:
                 raise LogError(f"the session log {self.path} is closed")
@@ -159,6 +164,21 @@ class SessionLog:
             self._fh = None
 
 
+def _foreign(path: Path) -> str | None:
+    """Why `path` must not be appended to as a session log (an existing, non-empty file
+    that is not one: llmtop would write its records into someone's file), or None."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        with path.open("rb") as fh:
+            if fh.read(len(LOG_START)) == LOG_START:
+                return None
+    except OSError:
+        return None  # opening it says why
+    return (f"{path} exists and is not an llmtop session log: llmtop appends its records to "
+            "a log, and would write into that file; choose another --log")
+
+
 def read_log(path: str | os.PathLike[str]) -> RunLog:
     """Read a session log into typed records. Raises LogError for a missing file, a file that
     is not an llmtop log, or a format version this llmtop cannot read (naming the version it
@@ -166,6 +186,9 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
     reported in `warnings` ("line N: …"), never fatal."""
     p = Path(path)
     warnings: list[str] = []
+    problem = not_regular(p)  # a FIFO would hang the reader, a device feed it forever
+    if problem is not None:
+        raise LogError(problem)
     try:
         lines = _bounded_lines(p, warnings)
         _, first = next(lines, (1, b""))
@@ -180,6 +203,11 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
                                 "(not a record), skipped")
                 continue
             record = _one_record(_text(p, raw), number, warnings)
+            if isinstance(record, Header):
+                warnings.append(f"line {number}: a second session starts here (the log was "
+                                "reused with --log); this reads the first session only: give "
+                                "each run its own --log")
+                break
             if record is not None:
                 records.append(record)
     except OSError as exc:
@@ -233,8 +261,17 @@ def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None
     except json.JSONDecodeError:
         warnings.append(f"line {number}: unreadable (torn write?), skipped")
         return None
+    except RecursionError:
+        warnings.append(f"line {number}: JSON nested too deep to be a record, skipped")
+        return None
     if not isinstance(record, dict):
         warnings.append(f"line {number}: not a JSON object, skipped")
+        return None
+    kind = record.get("type")
+    if not isinstance(kind, str) or not kind:
+        shown = "no type" if kind is None else f"type {json.dumps(kind)[:40]}"
+        warnings.append(f"line {number}: a JSON object with {shown} (every record names its "
+                        "type as a string), skipped")
         return None
     try:
         return decode(line)
@@ -251,9 +288,15 @@ def _read_header(p: Path, line: str | None) -> Header:
         header = json.loads(line)
     except json.JSONDecodeError as exc:
         raise LogError(f"{p} does not start with an llmtop header record: {exc}") from exc
+    except RecursionError as exc:
+        raise LogError(f"{p} does not start with an llmtop header record (its first line is "
+                       "JSON nested too deep)") from exc
     if not isinstance(header, dict) or header.get("type") != "header":
         raise LogError(f"{p} does not start with an llmtop header record")
     fmt = header.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        raise LogError(f"{p}: its header's format is {json.dumps(fmt)[:40]}, not a whole number: "
+                       "not a log llmtop wrote (llmtop writes \"format\": 1)")
     if fmt not in SUPPORTED_FORMATS:
         raise LogError(
             f"{p} is session-log format {fmt!r}, written by llmtop "

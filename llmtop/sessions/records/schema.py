@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from llmtop.engines.events import FailureKind, ServerStats, Status
+from llmtop.safetext import may_hold_surrogate, without_surrogates
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -118,9 +119,15 @@ def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
 
     Raises RecordError naming the first bad field. A decoded object is re-encoded so both
     paths validate JSON types (a JSON array is a valid tuple; a Python list would not be in
-    strict mode).
+    strict mode). A lone surrogate in a string (a JSON `"\\ud800"` from an engine or a log)
+    is read as U+FFFD, the replacement character (safetext.without_surrogates): the record
+    stays valid Unicode, written and read back whole.
     """
-    text = data if isinstance(data, str | bytes) else json.dumps(data, default=str)
+    if isinstance(data, str | bytes) and may_hold_surrogate(data):
+        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+            data = json.loads(data)  # a lone surrogate becomes U+FFFD: valid Unicode
+    text = (data if isinstance(data, str | bytes)
+            else json.dumps(without_surrogates(data), default=str))
     _refuse_non_finite(kind, text)
     adapter = _ADAPTERS.get(cls) or _ADAPTERS.setdefault(cls, TypeAdapter(cls))
     try:

@@ -11,15 +11,18 @@ entry in `TEXT` (or one page function in html.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
+from llmtop.safetext import visible
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.watch import WatchAnalysis
 from llmtop.sessions.reports import compare, load, run, watch
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.run import Report
 
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
@@ -53,4 +56,16 @@ def render(subject: Subject, fmt: str) -> str:
     renderer = TEXT[kind].get(fmt)
     if renderer is None:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(formats(kind))}")
-    return renderer(subject)
+    return shown(renderer(subject), fmt)
+
+
+def shown(text: str, fmt: str) -> str:
+    """A text report as written out: control characters from the logs' text (a model's
+    answer, an engine's name, a server's error) made visible (safetext.visible), and in
+    Markdown every "<" that could open an HTML tag (before a letter, "/", "!" or "?")
+    written "&lt;", so a `<script>` model name is text in any Markdown viewer ("n < 20"
+    stays; llmtop's own Markdown holds no HTML). JSON escapes its own."""
+    if fmt == "json":
+        return text
+    text = visible(text)
+    return _TAG_OPEN.sub("&lt;", text) if fmt == "md" else text

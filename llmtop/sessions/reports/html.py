@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from markdown_it import MarkdownIt
 
+from llmtop.safetext import visible
 from llmtop.sessions.analysis.compare import groups, run_analysis
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.run import size_key
@@ -55,8 +56,9 @@ code { font-size: 0.85em; }
 
 
 def markdown_html(text: str) -> str:
-    """Markdown (CommonMark plus tables) as HTML, raw HTML in the text escaped."""
-    return str(MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
+    """Markdown (CommonMark plus tables) as HTML, raw HTML in the text escaped and control
+    characters shown as escapes (safetext.visible)."""
+    return str(MarkdownIt("commonmark", {"html": False}).enable("table").render(visible(text)))
 
 
 def page(title: str, sections: Iterable[str]) -> str:
@@ -66,7 +68,7 @@ def page(title: str, sections: Iterable[str]) -> str:
 
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style>",
+        f"<title>{html.escape(visible(title))}</title>", f"<style>{STYLE}</style>",
         f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>",
         *sections, "</body></html>", ""])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -250,6 +250,16 @@ def _notes(size: SizeAnalysis) -> str:
 
 
 # ---------------------------------------------------------------------- markdown
+
+
+def _cpu_line(m: Mapping[str, Any]) -> str:
+    """"model · 8 cores / 16 threads"; a count the machine did not tell (psutil's
+    cpu_count(logical=False) is None in some VMs and containers) is "cores unknown", never
+    "None cores"."""
+    model = m.get("cpu_model") or "CPU model unknown"
+    cores, threads = m.get("cpu_cores_physical"), m.get("cpu_cores_logical")
+    return (f"{model} · " + (f"{cores} cores" if cores else "cores unknown") + " / "
+            + (f"{threads} threads" if threads else "threads unknown"))
 
 
 def markdown(report: Report) -> str:
@@ -539,8 +549,7 @@ def _markdown_environment(report: Report) -> list[str]:
          f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}{note}"),
         ("options", json.dumps(h.options)),
         ("OS", m.get("os")),
-        ("CPU", (f"{m.get('cpu_model')} · {m.get('cpu_cores_physical')} cores / "
-                 f"{m.get('cpu_cores_logical')} threads")),
+        ("CPU", _cpu_line(m)),
         ("RAM", _bytes(m.get("ram_bytes"))),
         ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),
         ("power", m.get("power", "unknown")),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
 from llmtop.sessions.measure.options import Workload
 
 Mode = Literal["concurrency", "rate"]
@@ -95,10 +96,50 @@ def arrival_offsets(rate: float, count: int, arrivals: str, seed: int) -> list[f
     return offsets
 
 
+# A level's users each hold a connection (a file descriptor) and a task; the engines llmtop
+# measures serve a few requests at once (Ollama's OLLAMA_NUM_PARALLEL, llama-server's
+# --parallel slots), so past MAX_USERS a sweep measures only its own queue. The machine's
+# own limit is the open-file limit, two descriptors a user (the socket, and the headroom of
+# a pool) with FD_RESERVE for everything else.
+MAX_USERS = 1024
+FD_RESERVE = 64
+MAX_RATE = 1000.0  # requests/s: an open loop starts a task per request
+MAX_LEVEL_S = 86_400.0  # a level of --duration lasts at most a day
+
+
+def max_users() -> int:
+    """The most concurrent users a level may have here: MAX_USERS, or fewer when the
+    open-file limit (RLIMIT_NOFILE, soft) allows fewer, at least 1."""
+    try:
+        import resource  # Unix only
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_USERS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_USERS
+    return max(1, min(MAX_USERS, (soft - FD_RESERVE) // 2))
+
+
+_HOURS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*h\s*$")
+
+
+def parse_level_duration(text: str) -> float:
+    """--duration's value in seconds ("60s", "2m", "1h"; a bare number is seconds). Raises
+    ValueError for what is not a duration, 0, or more than MAX_LEVEL_S ("too long")."""
+    hours = _HOURS.match(text)
+    seconds = float(hours.group(1)) * 3600 if hours else parse_duration_ms(text, "s") / 1000
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not a duration > 0")
+    if seconds > MAX_LEVEL_S:
+        raise ValueError(f"{text!r} is too long: a level lasts at most 24h ({MAX_LEVEL_S:g} s)")
+    return seconds
+
+
 def parse_levels(text: str, whole: bool) -> tuple[float, ...]:
     """ "1,2,4,8" → (1, 2, 4, 8); "0.5,1,2" → (0.5, 1.0, 2.0). `whole`: concurrency levels must
-    be whole numbers ≥ 1. Levels are sorted and deduplicated. Raises ValueError naming the bad
-    part."""
+    be whole numbers from 1 to `max_users()`; rates are at most MAX_RATE. Levels are sorted
+    and deduplicated. Raises ValueError naming the bad part (and the limit, with why)."""
     levels = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
@@ -108,6 +149,14 @@ def parse_levels(text: str, whole: bool) -> tuple[float, ...]:
         if not math.isfinite(value) or value <= 0 or (whole and value != int(value)):
             kind = "a whole number of users >= 1" if whole else "a rate > 0 (requests/s)"
             raise ValueError(f"level {part!r} is not {kind}")
+        if whole and value > max_users():
+            raise ValueError(
+                f"level {part!r} is more users than this machine can run: at most "
+                f"{max_users()} (MAX_USERS {MAX_USERS}, and two open files a user within the "
+                "open-file limit, ulimit -n); an engine serves a few at once and queues the rest")
+        if not whole and value > MAX_RATE:
+            raise ValueError(f"level {part!r} is more than {MAX_RATE:g} requests/s, the most an "
+                             "open loop here starts")
         levels.add(int(value) if whole else value)
     if not levels:
         raise ValueError("no levels given")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmtop.engines.events import Failure, Status, StreamEvent
+from llmtop.safetext import visible
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 from llmtop.sessions.records.schema import EnergyRecord
@@ -24,7 +25,8 @@ CONTENT = "content"
 class LiveRequest:
     """One request as it streams.
 
-    parts: the text in arrival order as [kind, [pieces…]] runs, kind THINKING or CONTENT.
+    parts: the text in arrival order as [kind, [pieces…]] runs, kind THINKING or CONTENT,
+    each piece as shown (safetext.visible: its control characters as escapes).
     itl_ms: gaps between successive text-carrying chunks, ms (one per chunk after the first).
     result: set when the request ended (done, failed or cancelled).
     dirty: the text changed since it was last drawn; numbers_dirty: the live numbers did;
@@ -86,6 +88,7 @@ class LiveRequest:
         return True
 
     def _append(self, kind: str, text: str) -> None:
+        text = visible(text)  # shown, never obeyed; once per chunk, not per frame
         if self.parts and self.parts[-1][0] == kind:
             self.parts[-1][1].append(text)
         else:

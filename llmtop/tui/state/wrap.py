@@ -15,6 +15,8 @@ import re
 from rich.cells import cell_len, chop_cells
 from rich.text import Text
 
+from llmtop.safetext import has_control, visible
+
 _WORD = re.compile(r"\s*\S+\s*")  # a word with the whitespace after it (and before, at start)
 
 
@@ -43,6 +45,24 @@ def line_breaks(plain: str, width: int) -> list[int]:
             breaks.append(offset)
         col = cell_len(chunks[-1]) + (len(word) - len(visible))
     return breaks
+
+
+def visible_text(text: Text) -> Text:
+    """`text` with the control characters of what it holds from outside (a process name, a
+    model name, a server's message) written as escapes (safetext.visible), its styles kept;
+    `text` itself when it holds none."""
+    if not has_control(text.plain):
+        return text
+    offsets = sorted({0, len(text.plain), *(s.start for s in text.spans),
+                      *(s.end for s in text.spans)})
+    out = Text(style=text.style, end=text.end, justify=text.justify, no_wrap=text.no_wrap)
+    for piece in text.divide(offsets[1:-1]):
+        shown = Text(visible(piece.plain))
+        for span in piece.spans:  # each covers the whole piece: divided at every span's ends
+            if span.end > span.start:
+                shown.stylize(span.style)
+        out.append_text(shown)
+    return out
 
 
 def wrap_lines(text: Text, width: int) -> tuple[list[Text], list[int]]:

@@ -8,6 +8,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from llmtop.engines.connection import Connection
+from llmtop.safetext import one_line
 from llmtop.tui.widgets.path_label import PathLabel
 
 
@@ -23,7 +24,7 @@ def identity(conn: Connection) -> str:
         parts.append(f"v{conn.version}")
     if conn.engine_config_short:  # the embedded engine: how llama.cpp runs on this CPU
         parts.append(conn.engine_config_short)
-    return " · ".join(parts)
+    return one_line(" · ".join(parts), 400)
 
 
 class HeaderLine(Horizontal):

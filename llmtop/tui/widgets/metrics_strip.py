@@ -165,7 +165,9 @@ def result_texts(result: RequestResult) -> dict[str, Text | str]:
         "failure": failure_text(result.failure)
         if result.failure
         else (
-            Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
+            Text(f"impossible server counts, not used: {m.impossible}", style="yellow")
+            if m.impossible
+            else Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
             if m.buffered
             else ""
         ),

@@ -25,7 +25,7 @@ from textual.strip import Strip
 from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.state import fmt
-from llmtop.tui.state.wrap import wrap_lines
+from llmtop.tui.state.wrap import visible_text, wrap_lines
 from llmtop.tui.widgets.apps_view import ENGINE_UNKNOWN, MAX_APPS, TOP_N, apps_text
 from llmtop.tui.widgets.system_view import cpu_style, system_text
 from llmtop.tui.widgets.verdict_badge import verdict_text
@@ -144,7 +144,7 @@ class ProbePanel(ScrollView):
             self._lines_key, old = (width, style), {}
         strips: list[Strip] = []
         for name in SECTIONS:
-            for line in wrap_lines(self.texts[name], width)[0]:
+            for line in wrap_lines(visible_text(self.texts[name]), width)[0]:
                 key = (line.plain, tuple(line.spans))
                 strip = old.get(key) or self._lines.get(key) or self._strip(line, width, style)
                 self._lines[key] = strip

@@ -26,6 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from llmtop.engines.events import Failure, Status
+from llmtop.safetext import visible
 from llmtop.tui.state.live import THINKING, LiveRequest
 from llmtop.tui.state.wrap import IncrementalWrap
 
@@ -38,22 +39,25 @@ WELCOME = (
 
 def failure_text(failure: Failure, title: str = "✗ ") -> Text:
     """A failure's message (red) and its remedy on the next line."""
-    text = Text.assemble((f"{title}{failure.message}", "bold red"))
+    text = Text.assemble((f"{title}{visible(failure.message)}", "bold red"))
     if failure.remedy:
-        text.append(f"\n→ {failure.remedy}", style="yellow")
+        text.append(f"\n→ {visible(failure.remedy)}", style="yellow")
     return text
 
 
 def live_text(live: LiveRequest) -> Text:
     """The prompt, then thinking (dim italic) and answer text in arrival order, then how it
-    ended if not OK. Append-only while the request streams (so wrapping stays incremental)."""
-    text = Text.assemble((f"› {live.prompt}", "bold cyan"), "\n\n")
+    ended if not OK; text from the engine shown with its control characters as escapes
+    (safetext.visible: an answer cannot retitle the window). Append-only while the request
+    streams (so wrapping stays incremental)."""
+    text = Text.assemble((f"› {visible(live.prompt)}", "bold cyan"), "\n\n")
     previous = None
     for kind, pieces in live.parts:
         if previous == THINKING:
             text.append("\n")
         text.append(
-            "".join(pieces).replace("\t", "    "), style=THINKING_STYLE if kind == THINKING else ""
+            "".join(pieces).replace("\t", "    "),  # made visible as they came (live.py)
+            style=THINKING_STYLE if kind == THINKING else "",
         )
         previous = kind
     result = live.result
