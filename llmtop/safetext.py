@@ -7,10 +7,11 @@ OSC (`ESC ] 0 ; title BEL` sets the window title, `ESC ] 52` writes the clipboar
 makes a link); C1 controls (U+0080-U+009F, e.g. U+009B, a one-character CSI) do the same on
 some terminals; the bidirectional overrides (U+202A-U+202E, U+2066-U+2069) reorder what is
 shown. `visible` writes every such character as its Python escape (`\\x1b`, `\\u202e`), so
-the sequence is shown, not obeyed; a newline and a tab stay. Lone UTF-16 surrogates
-(U+D800-U+DFFF alone, from a JSON `"\\ud800"`), which no encoding can write, are shown the
-same way. The raw text stays as it came in the session log (JSON escapes every control
-character: `json_line`).
+the sequence is shown, not obeyed; a newline and a tab stay. Past the C0 range the escapes
+are `\\uXXXX` (DEL is `\\u007f`), which JSON reads too: JSON written through `SafeStream`
+stays JSON. Lone UTF-16 surrogates (U+D800-U+DFFF alone, from a JSON `"\\ud800"`), which no
+encoding can write, are shown the same way. The raw text stays as it came in the session
+log (JSON escapes every control character: `json_line`).
 
 The rows this holds are in docs/hostile-input.md, "Text from outside".
 """
@@ -33,8 +34,11 @@ DEFAULT_NAME_CHARS = 200  # a process, model or engine name shown on one line
 
 
 def _escape(match: re.Match[str]) -> str:
+    # C0 as Python writes it (ESC → \x1b); DEL, C1 and the rest as \u escapes, which are
+    # also JSON's: a JSON text (its C0 already escaped by json.dumps) stays valid JSON after
+    # `visible`, so `--json` output through SafeStream parses (\x9b would not)
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x20 else f"\\u{code:04x}"
 
 
 def visible(text: str) -> str:

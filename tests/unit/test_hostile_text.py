@@ -48,7 +48,7 @@ def llmtop(*argv: str, **env: str) -> subprocess.CompletedProcess[bytes]:
 
 def test_visible_shows_every_control_character_as_its_escape() -> None:
     assert visible("a\x1b]0;t\x07b") == "a\\x1b]0;t\\x07b"
-    assert visible("\x9b2J") == "\\x9b2J"  # C1 CSI, one character
+    assert visible("\x9b2J") == "\\u009b2J"  # C1 CSI, one character
     assert visible("x\u202ey") == "x\\u202ey"  # right-to-left override
     assert visible("half \ud800") == "half \\ud800"
     assert visible("two\nlines\tand a tab, é, 日本, 🙂") == "two\nlines\tand a tab, é, 日本, 🙂"
@@ -89,7 +89,7 @@ def test_a_probe_panel_section_shows_a_process_name_as_text() -> None:
     section = Text("top apps\n", style="bold")
     section.append("evil\x1b]0;PWNED\x07\x9b2J", style="red")
     shown = visible_text(section)
-    assert shown.plain == "top apps\nevil\\x1b]0;PWNED\\x9b2J"  # Rich drops the BEL itself
+    assert shown.plain == "top apps\nevil\\x1b]0;PWNED\\u009b2J"  # Rich drops the BEL itself
     assert not OBEYED.search(shown.plain)
     assert any(str(s.style) == "red" for s in shown.spans)
 
@@ -158,3 +158,30 @@ def test_a_real_process_named_with_an_escape_is_shown_as_text(tmp_path) -> None:
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+def test_the_watch_screen_shows_names_and_text_from_outside_as_data() -> None:
+    # a local process may name itself with an escape (any user can), and a client's model
+    # name and the answer are an app's text: the watch screen's cells and detail show the
+    # ESC as the four characters \x1b, never the byte itself
+    from llmtop.tui.state.watch_view import cells, detail_lines
+
+    row = {"id": 1, "caller": "evil\x1b]0;pwned\x07", "model": "m\x1b[2J", "status": "ok",
+           "prompt": "hi", "content": "answer \x1b]52;c;aGk=\x07 done"}
+    shown = " ".join(cells(row)) + "\n".join(detail_lines(row, show_text=True))
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "evil\\x1b]0;pwned\\x07" in shown and "m\\x1b[2J" in shown
+    assert "answer \\x1b]52;c;aGk=\\x07 done" in shown
+
+
+def test_json_through_the_safe_stream_stays_json() -> None:
+    # `--json` output (preflight, sessions, watch, reports: json.dumps with ensure_ascii
+    # False, which escapes C0 itself) goes through SafeStream's `visible`: every character
+    # it changes must become an escape JSON reads, so the line still parses to the same data
+    import json
+
+    pool = [chr(c) for c in (*range(0x20), *range(0x7f, 0xa0), 0x061c, 0x200e, 0x2028,
+                             0x202e, 0x2066, 0xd800, 0xdfff)]
+    for ch in pool:
+        line = json.dumps({"name": f"a{ch}b"}, ensure_ascii=False)
+        assert json.loads(visible(line)) == {"name": f"a{ch}b"}, repr(ch)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtop.safetext import one_line, visible
+
 COLUMNS = ("#", "caller", "model", "prompt", "TTFT", "tok/s", "cached", "status")
 MAX_ROWS = 500  # the oldest rows go once there are more
 SERIES_KEEP = 120  # finished requests the sparklines show
@@ -69,13 +71,13 @@ def cells(row: Mapping[str, Any]) -> tuple[str, ...]:
     cached = row.get("cached_pct")
     return (
         str(row["id"]),
-        str(row.get("caller") or "?"),
-        str(row.get("model") or "?"),
+        one_line(row.get("caller") or "?"),  # an app's process name, a client's model
+        one_line(row.get("model") or "?"),  # name: text from outside (safetext)
         str(row["prompt_tokens"]) if isinstance(row.get("prompt_tokens"), int) else "–",
         _ms(row.get("ttft_ms")),
         _num(rate),
         f"{cached:.0f} %" if isinstance(cached, int | float) else "–",
-        str(row.get("status") or "?"),
+        one_line(row.get("status") or "?"),
     )
 
 
@@ -111,4 +113,4 @@ def detail_lines(row: Mapping[str, Any], show_text: bool) -> list[str]:
         lines.append(f"answer: {str(row.get('content') or '')[-800:]}")
     else:
         lines += ["", "text hidden (start with --show-text to see it)"]
-    return lines
+    return [visible(line) for line in lines]  # names, errors and text come from outside
