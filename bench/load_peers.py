@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from llmtop.sessions.runners.load_config import parse_levels
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peers import MODEL, Truth, ensure_peer, make_tokenizer  # noqa: E402
+from peers import MODEL, Truth, ensure_peer, make_tokenizer
 
 HELD_LAG_P99_MS = 1.0  # issue #31 item 5: send lag p99 ≤ 1 ms
 POLL_S = 0.02
@@ -243,8 +242,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     def f(x: float | None, fmt: str = ".2f") -> str:
         return "n/a" if x is None else format(x, fmt)
 
-    out = ["| tool | rate req/s | sent / ok | send lag p50 / p99 ms | held | CPU ms/req "
-           "(tree; loop thread) | TTFT error p50 / p90 / max ms | load avg |",
+    out = [("| tool | rate req/s | sent / ok | send lag p50 / p99 ms | held | CPU ms/req "
+           "(tree; loop thread) | TTFT error p50 / p90 / max ms | load avg |"),
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         own = f"; {f(r['own_cpu_ms'])}" if r["own_cpu_ms"] is not None else ""
@@ -257,8 +256,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def summary(rows: list[dict[str, Any]]) -> str:
     """Per tool: the highest held rate, with its CPU and TTFT error there."""
-    out = ["| tool | highest rate held (lag p99 ≤ 1 ms) | CPU ms/req there | TTFT error p50 / "
-           "max ms there |", "|---|---|---|---|"]
+    out = [("| tool | highest rate held (lag p99 ≤ 1 ms) | CPU ms/req there | TTFT error p50 / "
+           "max ms there |"), "|---|---|---|---|"]
     for tool in dict.fromkeys(r["tool"] for r in rows):
         held = [r for r in rows if r["tool"] == tool and r["held"]]
         if not held:
