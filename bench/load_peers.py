@@ -2,7 +2,7 @@
 
     python bench/load_peers.py [--rates 10,25,50,100,200] [--seconds 2] [--min-requests 40]
                                [--tools llmtop,locust,guidellm] [--venv /tmp/llmtop-peers-venv]
-                               [--json FILE]
+                               [--json FILE] [--raw FILE]
 
 One zero-latency truth server (bench/truth_server.py: 20 chunks per answer, no wait before
 any of them; it stamps its own reads and writes on the shared monotonic clock). Each tool
@@ -25,7 +25,10 @@ gives:
 
 The peer venv (--venv) is bench/peers.py's: GuideLLM and a tokenizer made from llmtop's
 GGUF; this script installs it there when missing (pip: network), never into the project.
-Locust comes from the project's own environment. Not part of `make bench` (peer venv).
+Locust comes from the project's own environment, so `--tools llmtop,locust` needs neither
+network nor the peer venv: that is `make bench`'s "load-peers" entry (bench/run_all.py), its
+rows (`--json`) llmtop's highest held rate against Locust's, its CPU per request and its TTFT
+error at the common rate. GuideLLM stays out of `make bench` (peer venv).
 Every figure comes with the load average, since the machine's other work moves it.
 """
 
@@ -269,6 +272,45 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def common_rate(rows: list[dict[str, Any]]) -> float:
+    """The rate the TTFT errors are compared at: the highest every tool held, else the
+    ladder's lowest (every tool ran it)."""
+    tools = set(r["tool"] for r in rows)
+    rates = sorted(set(r["rate"] for r in rows))
+    held = [q for q in rates
+            if all(any(r["tool"] == t and r["rate"] == q and r["held"] for r in rows)
+                   for t in tools)]
+    return held[-1] if held else rates[0]
+
+
+def bench_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`make bench` rows (bench/run_all.py's shape) for llmtop beside Locust: its highest held
+    rate (target: Locust's in the same run, "not behind on rate"), its CPU per request, and
+    its TTFT error at the common rate (target: ≤ Locust's there, "ahead on error")."""
+    def best(tool: str) -> float:
+        return max((r["rate"] for r in rows if r["tool"] == tool and r["held"]), default=0.0)
+
+    q = common_rate(rows)
+    at = {r["tool"]: r for r in rows if r["rate"] == q}
+    me, peer = at.get("llmtop"), at.get("locust")
+    out: list[dict[str, Any]] = []
+    if me is None or peer is None:
+        return out
+    out.append({"metric": "load: highest open-loop rate, send lag p99 ≤ 1 ms (Locust "
+                          f"FastHttpUser: {best('locust'):g})", "measured": best("llmtop"),
+                "unit": "req/s", "target": best("locust"), "target_op": ">=",
+                "met": best("llmtop") >= best("locust")})
+    out.append({"metric": f"load: CPU per request at {q:g} req/s, process tree (Locust: "
+                          f"{peer['cpu_ms']:.2f})", "measured": me["cpu_ms"], "unit": "ms",
+                "target": None, "met": None})
+    if me["err_p50"] is not None and peer["err_p50"] is not None:
+        out.append({"metric": f"load: TTFT error p50 at {q:g} req/s (Locust: "
+                              f"{peer['err_p50']:.2f})", "measured": me["err_p50"],
+                    "unit": "ms", "target": peer["err_p50"], "target_op": "<=",
+                    "met": me["err_p50"] <= peer["err_p50"]})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ladder for each tool against one truth server; print both tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -278,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=40)
     ap.add_argument("--tools", default="llmtop,locust,guidellm")
     ap.add_argument("--venv", type=Path, default=Path("/tmp/llmtop-peers-venv"))
-    ap.add_argument("--json", help="write the rows as JSON here")
+    ap.add_argument("--json", help="write `make bench` rows (bench/run_all.py) here")
+    ap.add_argument("--raw", help="write every (tool, rate) row as JSON here")
     args = ap.parse_args(argv)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     unknown = set(tools) - {"llmtop", "locust", "guidellm"}
@@ -310,8 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print()
     print(summary(rows))
+    print(f"\nTTFT errors compared at {common_rate(rows):g} req/s (the highest rate every "
+          "tool held, else the ladder's lowest)")
+    if args.raw:
+        Path(args.raw).write_text(json.dumps(rows, indent=2))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps(bench_rows(rows), indent=2))
     return 0
 
 

@@ -64,6 +64,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--pairs", "4", "--num-predict", "96"],
         ["--pairs", "2", "--num-predict", "48"],
     ),
+    # llmtop load beside Locust's FastHttpUser, open loop (GuideLLM: bench/load_peers.py alone)
+    "load-peers": (
+        "load_peers.py",
+        ["--tools", "llmtop,locust", "--rates", "25,50,100,200,400", "--seconds", "2"],
+        ["--tools", "llmtop,locust", "--rates", "25,100,400", "--seconds", "1"],
+    ),
     # informational: each llama.cpp configuration's rates, side by side (llama_config.py)
     "llama-configs": (
         "llama_configs.py",
