@@ -275,8 +275,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
 def common_rate(rows: list[dict[str, Any]]) -> float:
     """The rate the TTFT errors are compared at: the highest every tool held, else the
     ladder's lowest (every tool ran it)."""
-    tools = set(r["tool"] for r in rows)
-    rates = sorted(set(r["rate"] for r in rows))
+    tools = {r["tool"] for r in rows}
+    rates = sorted({r["rate"] for r in rows})
     held = [q for q in rates
             if all(any(r["tool"] == t and r["rate"] == q and r["held"] for r in rows)
                    for t in tools)]
