@@ -8,7 +8,7 @@ result rows as JSON; this script prints them as one table and says which targets
 The machine's load average is printed before and after: every CPU figure here is process CPU
 time, and every comparison is paired or interleaved, the only fair measures on a shared
 machine, but a heavily loaded one still slows the engine and widens the spread.
-The whole run takes about 7–10 minutes on 2 cores (`--quick`: fewer repetitions, ~3 min).
+The whole run takes about 9–12 minutes on 2 cores (`--quick`: fewer repetitions, ~4 min).
 Exit status 0 when every target was met, 1 otherwise.
 """
 
