@@ -8,7 +8,7 @@ result rows as JSON; this script prints them as one table and says which targets
 The machine's load average is printed before and after: every CPU figure here is process CPU
 time, and every comparison is paired or interleaved, the only fair measures on a shared
 machine, but a heavily loaded one still slows the engine and widens the spread.
-The whole run takes about 7–10 minutes on 2 cores (`--quick`: fewer repetitions, ~3 min).
+The whole run takes about 9–12 minutes on 2 cores (`--quick`: fewer repetitions, ~4 min).
 Exit status 0 when every target was met, 1 otherwise.
 """
 
@@ -68,6 +68,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         "tui_cost.py",
         ["--pairs", "4", "--num-predict", "96"],
         ["--pairs", "2", "--num-predict", "48"],
+    ),
+    # llmtop load beside Locust's FastHttpUser, open loop (GuideLLM: bench/load_peers.py alone)
+    "load-peers": (
+        "load_peers.py",
+        ["--tools", "llmtop,locust", "--rates", "25,50,100,200,400", "--seconds", "2"],
+        ["--tools", "llmtop,locust", "--rates", "25,100,400", "--seconds", "1"],
     ),
     # informational: each llama.cpp configuration's rates, side by side (llama_config.py)
     "llama-configs": (

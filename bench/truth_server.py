@@ -73,7 +73,14 @@ def _read_request(sock: socket.socket, buf: bytearray) -> tuple[str, str, bytes]
     return method, path, bytes(body[:length])
 
 
-def _ollama_chunk(text: str | None, args: argparse.Namespace) -> bytes:
+def _prompt_tokens(req: dict) -> int:
+    """The prompt's "token" count: one per whitespace-separated word of the messages, plus
+    10 for a chat template (as llmtop/testing/slotted.py counts), so that `llmtop load`'s
+    prompt-size calibration converges."""
+    return 10 + sum(len(str(m.get("content", "")).split()) for m in req.get("messages") or [])
+
+
+def _ollama_chunk(text: str | None, args: argparse.Namespace, prompt: int = 4) -> bytes:
     """One /api/chat NDJSON line: text, or (None) the done line with its statistics."""
     if text is not None:
         return _chunked({"model": MODEL, "message": {"role": "assistant", "content": text},
@@ -81,11 +88,11 @@ def _ollama_chunk(text: str | None, args: argparse.Namespace) -> bytes:
     return _chunked({"model": MODEL, "message": {"role": "assistant", "content": ""},
                      "done": True, "done_reason": "stop", "eval_count": args.chunks,
                      "eval_duration": int(args.chunks * args.gap_ms * 1e6),
-                     "prompt_eval_count": 4, "prompt_eval_duration": int(args.first_ms * 1e6),
+                     "prompt_eval_count": prompt, "prompt_eval_duration": int(args.first_ms * 1e6),
                      "total_duration": int((args.first_ms + args.chunks * args.gap_ms) * 1e6)})
 
 
-def _openai_chunk(text: str | None, args: argparse.Namespace) -> bytes:
+def _openai_chunk(text: str | None, args: argparse.Namespace, prompt: int = 4) -> bytes:
     """One /v1/chat/completions SSE event: a text delta, or (None) the finish with its
     usage and `[DONE]`."""
     if text is not None:
@@ -94,8 +101,8 @@ def _openai_chunk(text: str | None, args: argparse.Namespace) -> bytes:
         return _chunked_raw(b"data: " + json.dumps(obj).encode() + b"\n\n")
     obj = {"object": "chat.completion.chunk", "model": MODEL,
            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-           "usage": {"prompt_tokens": 4, "completion_tokens": args.chunks,
-                     "total_tokens": 4 + args.chunks}}
+           "usage": {"prompt_tokens": prompt, "completion_tokens": args.chunks,
+                     "total_tokens": prompt + args.chunks}}
     return _chunked_raw(b"data: " + json.dumps(obj).encode() + b"\n\ndata: [DONE]\n\n")
 
 
@@ -110,15 +117,18 @@ def _chat(sock: socket.socket, body: bytes, recv_ns: int, args: argparse.Namespa
     prompt = str(messages[-1].get("content", ""))
     frame = _openai_chunk if openai else _ollama_chunk
     sock.sendall(_headers("200 OK", "text/event-stream" if openai else "application/x-ndjson"))
-    time.sleep(args.first_ms / 1000)
+    if args.first_ms > 0:  # a zero-latency server never touches the timer
+        time.sleep(args.first_ms / 1000)
     first = frame("w0 ", args)
     first_ns = perf_counter_ns()
     sock.sendall(first)
     for i in range(1, args.chunks):
-        time.sleep(args.gap_ms / 1000)
+        if args.gap_ms > 0:
+            time.sleep(args.gap_ms / 1000)
         sock.sendall(frame(f"w{i} ", args))
-    time.sleep(args.gap_ms / 1000)
-    done = frame(None, args)
+    if args.gap_ms > 0:
+        time.sleep(args.gap_ms / 1000)
+    done = frame(None, args, _prompt_tokens(req))
     with _lock:  # logged before the done chunk goes: a client may read the log once it has it
         log.write(json.dumps({"prompt": prompt, "recv_ns": recv_ns, "first_ns": first_ns,
                               "done_ns": perf_counter_ns()}) + "\n")

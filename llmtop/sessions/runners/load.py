@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
-from time import perf_counter_ns, thread_time_ns
+from time import perf_counter_ns, sleep, thread_time_ns
 from typing import Any
 
 from llmtop.engines.base import Engine
@@ -58,6 +58,11 @@ from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
+# asyncio's epoll selector rounds a timer's timeout up to whole milliseconds
+# (selectors.EpollSelector.select: math.ceil(timeout * 1e3)), so a send timed by
+# asyncio.sleep alone leaves 0–1 ms late; an open loop wakes this much early and sleeps the
+# rest (under 1 ms) in the loop's own thread, where nanosleep keeps ~0.1 ms.
+TIMER_EARLY_NS = 1_000_000
 
 __all__ = ["LoadOutcome", "LoadProgress", "LoadRunner", "pooled_engine"]
 
@@ -335,13 +340,17 @@ class LoadRunner:
         try:
             for k, offset in enumerate(offsets):
                 scheduled = t0 + round(offset * 1e9)
+                prompt = make_prompt()  # before the wait: off the send path (0.1 ms at 150 words)
                 wait_ns = scheduled - perf_counter_ns()
-                if wait_ns > 0:
-                    await asyncio.sleep(wait_ns / 1e9)
+                if wait_ns > TIMER_EARLY_NS:
+                    await asyncio.sleep((wait_ns - TIMER_EARLY_NS) / 1e9)
+                rest_ns = scheduled - perf_counter_ns()
+                if rest_ns > 0:  # < 1 ms; replies meanwhile keep their kernel receive stamps
+                    sleep(rest_ns / 1e9)  # noqa: ASYNC251 (elsewhere: read ≤ 1 ms later)
                 if self.stopped is not None:  # over-saturated: nothing more leaves
                     break
                 tasks.append(asyncio.create_task(self._request(
-                    make_prompt(), {**fields, "index": first + k}, t0=t0, scheduled_ns=scheduled,
+                    prompt, {**fields, "index": first + k}, t0=t0, scheduled_ns=scheduled,
                 )))
             await asyncio.gather(*tasks)
         except asyncio.CancelledError:
