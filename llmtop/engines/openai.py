@@ -19,6 +19,11 @@ HTTP status other than 200 (the JSON error's message quoted), an `error` object 
 read timeout, an unreachable server. A server that refuses `stream_options` is asked again
 without it, once, and never again (that first request's times include the refused try; a
 note says so).
+
+To llama-server (`kind` "llama-server") the body also asks for `timings_per_token` (each
+chunk's own token count: several tokens a chunk under speculative decoding) and
+`return_progress` (prompt-processing progress chunks, without text: they never start TTFT
+and feed the TUI's prefill line), both documented fields of its completion endpoint.
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ from llmtop.stamping.arrivals import measured_transport
 from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
 DONE = "[DONE]"
+# llama-server's own request fields (docs/protocols.md, "llama-server"): what each chunk
+# carried, and the prompt's progress while it is processed
+LLAMA_SERVER_FIELDS = {"timings_per_token": True, "return_progress": True}
 
 
 def api_base(url: str) -> str:
@@ -138,6 +146,8 @@ class OpenAIEngine:
     def _stream(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         if not self._usage_refused:
             body = {**body, "stream_options": {"include_usage": True}}
+        if self.kind is not None and self.kind.kind == "llama-server":
+            body = {**body, **LLAMA_SERVER_FIELDS}
         return end_stream(self._attempt(body), self.peer, self._rescrape, self.autopsy)
 
     async def _rescrape(self) -> None:
@@ -191,7 +201,9 @@ class OpenAIEngine:
                 yield failure_protocol(f"{type(exc).__name__}: {exc}", peer=self.peer)
                 return
             if content or thinking:
-                yield StreamEvent(t_ns, content, thinking)
+                yield StreamEvent(t_ns, content, thinking, tokens=reader.chunk_tokens)
+            elif reader.progress is not None:
+                yield StreamEvent(t_ns, progress=reader.progress)
         yield await self._end(reader, perf_counter_ns())
 
     async def _end(self, reader: ChunkReader, t_ns: int) -> StreamEvent | Failure:

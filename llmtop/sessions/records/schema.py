@@ -310,7 +310,7 @@ class RequestRecord(Record):
             "chunks": [
                 [e.t_ns - result.sent_ns, e.content, e.thinking]
                 for e in result.events
-                if not e.done or e.has_text
+                if (not e.done or e.has_text) and e.progress is None
             ],
             **fields,
         })
