@@ -54,6 +54,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
+from llmtop.engines.llama_props import read_config, read_metrics
 from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
@@ -274,6 +275,20 @@ class OpenAIEngine:
             if self.kind.kind == "vllm":  # the baseline its per-request figures start from
                 self._metrics = await scrape(self._client, self.root)
         return self.kind.describe()
+
+    async def server_config(self) -> dict[str, Any] | None:
+        """llama-server's effective configuration from its `/props` and `/slots`
+        (`llama_props.config_from`); None for any other kind of server. Never raises."""
+        if self.kind is None or self.kind.kind != "llama-server":
+            return None
+        return await read_config(self._client, self.root)
+
+    async def server_metrics(self) -> dict[str, float] | None:
+        """llama-server's `/metrics` (`llamacpp:` series, prefix dropped), None for another
+        kind of server or when it runs without `--metrics`. Never raises."""
+        if self.kind is None or self.kind.kind != "llama-server":
+            return None
+        return await read_metrics(self._client, self.root)
 
     async def count_prompt_tokens(self, model: str, messages: list[Mapping[str, Any]]) -> int:
         """The server's own count of the templated prompt, for calibration. llama-server:

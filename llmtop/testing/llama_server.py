@@ -104,7 +104,7 @@ class LlamaServerProcess(ChildServer):
         if found is None:
             raise FileNotFoundError(missing())
         self.binary = found
-        self._repack, self.repack_reason = repack_flags(model_path, threads)
+        self._repack, self.repack_reason = repack_flags(model_path, self.threads)
 
     def args(self) -> list[str]:
         """llama-server's flags (everything after the executable)."""

@@ -592,7 +592,8 @@ class PreflightRecord(OpenRecord):
 class LevelRecord(Record):
     """One end of a sweep level (`type: "level"`). phase "start": mode, value (users or
     req/s), requests planned (None: by duration), duration_s. phase "end": wall_ns (first send
-    to last completion), generator_cpu_ns (the event loop's CPU time), max_in_flight."""
+    to last completion), generator_cpu_ns (the event loop's CPU time), max_in_flight,
+    server_metrics (llama-server's /metrics over the level: runners/server_watch.py)."""
 
     TYPE: ClassVar[str] = "level"
     phase: Literal["start", "end"]
@@ -604,6 +605,7 @@ class LevelRecord(Record):
     wall_ns: int | None = None
     generator_cpu_ns: int | None = None
     max_in_flight: int | None = None
+    server_metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from llmtop.engines.ollama import OllamaEngine
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, analyze_load
-from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
@@ -53,6 +53,7 @@ from llmtop.sessions.runners.environment import (
 )
 from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
 from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.server_watch import ServerWatch
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
@@ -144,6 +145,7 @@ class LoadRunner:
         self.engine: Engine = conn.engine
         self.level: int | None = None
         self._done = 0
+        self.salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
 
     @property
     def log_path(self) -> str:
@@ -164,7 +166,7 @@ class LoadRunner:
         sampler.start()
         try:
             words = await self._prepare()
-            generator = PromptGenerator(self.config.seed)
+            generator = PromptGenerator(self.config.seed, salt=self.salt)
             await self._warm_up(words, generator)
             for index, value in enumerate(self.config.levels):
                 await self._level(index, value, words, generator)
@@ -188,7 +190,8 @@ class LoadRunner:
         cfg = self.config
         self.on_progress(LoadProgress("environment", message="reading the engine's environment"))
         parallel = await asyncio.to_thread(engine_parallelism, self.conn)
-        self.recorder.log.write(await environment_record(self.conn, "start", parallel=parallel))
+        self.recorder.log.write(await environment_record(self.conn, "start", parallel=parallel,
+                                                         prompt_salt=self.salt))
         if cfg.preflight_s > 0:
             self.on_progress(
                 LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s")
@@ -273,6 +276,8 @@ class LoadRunner:
             "prompt_words": words,
         }
         self._level_results = []
+        watch = ServerWatch(getattr(self.conn.upstream, "server_metrics", None))
+        watch.start()  # llama-server's /metrics: its own queue while the level runs
         energy_from = self.energy.sample()
         cpu0, t0 = thread_time_ns(), perf_counter_ns()
         if cfg.mode == "concurrency":
@@ -281,6 +286,7 @@ class LoadRunner:
             assert total is not None
             await self._open(value, total, t0, fields, lambda: generator.make(words))
         wall_ns, cpu_ns = perf_counter_ns() - t0, thread_time_ns() - cpu0
+        server = await watch.stop()
         energy_to = self.energy.sample("end")
         await self.recorder.drain()
         for record in self.energy.span("level", energy_from, energy_to, self._level_results,
@@ -288,7 +294,7 @@ class LoadRunner:
             self.recorder.log.write(record)
         self.recorder.log.write(LevelRecord(
             "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
-            max_in_flight=self.recorder.peak_streaming,
+            max_in_flight=self.recorder.peak_streaming, server_metrics=server,
         ))
         self.level = None
         result = analyze_load(self.log_path).level(index)
