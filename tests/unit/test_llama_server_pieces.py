@@ -86,15 +86,17 @@ async def test_the_watch_keeps_the_peaks_between_first_and_last_scrape():
                {"requests_processing": 4.0, "requests_deferred": 3.0},
                {"requests_processing": 2.0, "prompt_tokens_total": 500.0}]
     reads = []
+    all_read = asyncio.Event()
 
     async def read():
         reads.append(1)
+        if len(reads) >= len(scrapes):
+            all_read.set()
         return scrapes[len(reads) - 1] if len(reads) <= len(scrapes) else None
 
     watch = ServerWatch(read, interval_s=0.001)
     watch.start()
-    while len(reads) < len(scrapes):
-        await asyncio.sleep(0.005)
+    await all_read.wait()
     found = await watch.stop()  # later reads answer None: the last scrape stays the third
     assert found["max_requests_processing"] == 4.0 and found["max_requests_deferred"] == 3.0
     assert found["prompt_tokens"] == 500.0
