@@ -101,7 +101,8 @@ def describe(config: Mapping[str, Any]) -> str:
     model". A figure neither /props nor the command line gave is left out; a flag that
     is absent from a command line llmtop read is llama-server's default, named as such."""
     flags = config.get("flags")
-    flags = flags if isinstance(flags, Mapping) else None
+    if not isinstance(flags, Mapping) or str(flags.get("source", "")).startswith("not read"):
+        flags = None  # no command line seen: its defaults cannot be claimed either
     head = f"llama-server {config.get('build_info') or ''}".strip()
     parts = []
     slots, ctx = config.get("total_slots"), config.get("n_ctx_per_slot")

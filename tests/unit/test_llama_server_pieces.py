@@ -54,6 +54,9 @@ def test_props_and_slots_make_the_effective_configuration_and_its_line():
                              "flash-attn auto (default), KV f16/f16, repack off, "
                              "no chat template (ChatML fallback)")
     assert describe(config_from(None, None)) == "llama-server"  # nothing answered
+    cfg["flags"] = {"source": "not read: no local llama-server process …"}
+    assert describe(cfg) == ("llama-server b7000-abc: 4 slots × 1024 ctx, "
+                             "no chat template (ChatML fallback)")
 
 
 METRICS_TEXT = """\
