@@ -100,8 +100,9 @@ def config_from(props: Any, slots: Any) -> dict[str, Any]:
 
 def describe(config: Mapping[str, Any]) -> str:
     """One line for headers and reports: "llama-server b7000-abc: 4 slots × 1024 ctx, 2
-    threads, flash-attn auto, KV f16/f16, repack off, ChatML template, draft model". A figure neither /props nor the command line gave is left out; a flag that
-    is absent from a command line llmtop read is llama-server's default, named as such."""
+    threads, flash-attn auto, KV f16/f16, repack off, ChatML template, draft model". A
+    figure neither /props nor the command line gave is left out; a flag that is absent
+    from a command line llmtop read is llama-server's default, named as such."""
     flags = config.get("flags")
     if not isinstance(flags, Mapping) or str(flags.get("source", "")).startswith("not read"):
         flags = None  # no command line seen: its defaults cannot be claimed either
