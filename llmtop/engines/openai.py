@@ -23,7 +23,9 @@ note says so).
 To llama-server (`kind` "llama-server") the body also asks for `timings_per_token` (each
 chunk's own token count: several tokens a chunk under speculative decoding) and
 `return_progress` (prompt-processing progress chunks, without text: they never start TTFT
-and feed the TUI's prefill line), both documented fields of its completion endpoint.
+and feed the TUI's prefill line), both documented fields of its completion endpoint, and
+sends `Connection: close`: llama-server closes the connection after each stream anyway, and
+a request sent on it before its close arrives is lost (docs/protocols.md, "llama-server").
 """
 
 from __future__ import annotations
@@ -159,7 +161,13 @@ class OpenAIEngine:
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
         """One request (and one retry without `stream_options` when the server refuses it)."""
         url = f"{self.host}/chat/completions"
-        async with aconnect_sse(self._client, "POST", url, json=body) as source:
+        # llama-server closes the connection after a streamed response, and its FIN can come
+        # after the next request was sent on it ("Server disconnected without sending a
+        # response": 2 requests of 32 in a closed-loop sweep); a stream there asks for a
+        # connection of its own, opened before the send stamp (client_prep_ms, not TTFT)
+        headers = {"Connection": "close"} if "timings_per_token" in body else None
+        async with aconnect_sse(self._client, "POST", url, json=body,
+                                headers=headers) as source:
             status = source.response.status_code
             if status == 200:
                 async for item in self._events(source):
