@@ -165,7 +165,7 @@ class OpenAIEngine:
         # after the next request was sent on it ("Server disconnected without sending a
         # response": 2 requests of 32 in a closed-loop sweep); a stream there asks for a
         # connection of its own, opened before the send stamp (client_prep_ms, not TTFT)
-        headers = {"Connection": "close"} if "timings_per_token" in body else None
+        headers = {"Connection": "close"} if "timings_per_token" in body else {}
         async with aconnect_sse(self._client, "POST", url, json=body,
                                 headers=headers) as source:
             status = source.response.status_code
