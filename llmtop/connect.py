@@ -11,6 +11,7 @@ answering there is UNREACHABLE (exit 3) naming it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import difflib
 import os
@@ -18,12 +19,15 @@ from collections.abc import Callable, Collection
 from time import monotonic
 from typing import Any
 
+import psutil
+
 from llmtop import DISTRIBUTION
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S
+from llmtop.engines.llama_props import flags_from_argv
 from llmtop.engines.ollama import (
     OLLAMA_PROBE_TIMEOUT_S,
     OllamaEngine,
@@ -84,6 +88,9 @@ async def connect(
         if via == "relay":
             conn = await via_relay(conn, relay_url)
         conn.find_engine_pids = _pid_finder(conn, engine_pids)
+        if isinstance(conn.engine_config, dict) and conn.engine_config.get("server") == (
+                "llama-server"):
+            conn.engine_config["flags"] = await asyncio.to_thread(_server_flags, conn)
         undo.pop_all()  # success: the connection owns everything now
         return conn
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
@@ -166,7 +173,10 @@ async def _reach(
 
 async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] | None:
     """The embedded engine's llama.cpp configuration (its `/api/version`'s `llama_config`),
-    None for any other engine."""
+    llama-server's (its `/props` and `/slots`: `engines.llama_props`), None for any other
+    engine."""
+    if isinstance(client, OpenAIEngine):
+        return await client.server_config()
     if client.name != "embedded":
         return None
     found = await version_info(client.host, timeout_s=5.0)
@@ -214,6 +224,21 @@ async def via_relay(conn: Connection, relay_url: str | None = None) -> Connectio
     return Connection(engine=client, model=conn.model, info=conn.info, version=conn.version,
                       upstream_client=conn.engine, children=children,
                       engine_config=conn.engine_config)
+
+
+def _server_flags(conn: Connection) -> dict[str, Any]:
+    """llama-server's configuration flags from its process's command line
+    (`llama_props.flags_from_argv`), with the pid read; {"source": why not} when no local
+    llama-server process can be read (a remote one, another user's)."""
+    for pid in sorted(conn.engine_pids):
+        try:
+            argv = psutil.Process(pid).cmdline()
+        except (psutil.Error, OSError):
+            continue
+        if argv and "llama-server" in os.path.basename(argv[0]):
+            return {**flags_from_argv(argv[1:]), "source": f"command line of pid {pid}"}
+    return {"source": "not read: no local llama-server process whose command line this user "
+                      "can see"}
 
 
 def _pid_finder(conn: Connection, pinned: Collection[int]) -> Callable[[], set[int]]:

@@ -61,6 +61,14 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "buffered": m.buffered,
         "impossible": m.impossible,
         "prompt_eval_count": s.prompt_eval_count if s else None,
+        "prompt_cached_count": s.prompt_cached_count if s else None,
+        "draft_count": s.draft_count if s else None,
+        "draft_accepted_count": s.draft_accepted_count if s else None,
+        "draft_acceptance": s.draft_acceptance if s else None,
+        "itl_ms": list(m.itl_ms),
+        "itl_token_ms": list(m.itl_token_ms),
+        "new_connection": result.new_connection,
+        "engine_config": conn.engine_config_short,
         "eval_count": s.eval_count if s else None,
         "done_reason": s.done_reason if s else None,
         "engine": conn.engine.name,
@@ -107,6 +115,17 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     ]
     if m.impossible:
         lines.append(f"impossible    the server's counts are not used: {m.impossible}")
+    if s and s.prompt_cached_count:
+        lines.append(f"prompt cache  {s.prompt_cached_count} of {s.prompt_eval_count} prompt "
+                     "tokens reused by the server (not evaluated, not in the prefill rate)")
+    if s and s.draft_acceptance is not None:
+        lines.append(f"draft         {s.draft_accepted_count} of {s.draft_count} drafted tokens "
+                     f"accepted ({s.draft_acceptance:.0%}, the server's draft_n_accepted)")
+    if m.itl_token_ms and m.itl_token_ms != m.itl_ms:
+        itl = sorted(m.itl_token_ms)
+        lines.append(f"ITL per token {_fmt(itl[len(itl) // 2], 'ms', 2)} median, from the "
+                     f"server's token counts ({m.output_tokens} tokens in {m.text_chunks} chunks, "
+                     "some arriving together: chunk gaps are not token gaps)")
     if m.buffered:
         lines.append(f"buffered      client TPOT, decode and overhead are n/a: {m.buffered}")
     print("\n".join(lines), file=out)

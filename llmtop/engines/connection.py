@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.engines.base import Engine, ModelInfo, Stoppable
+from llmtop.engines.llama_props import describe
 
 
 @dataclass
@@ -28,8 +29,9 @@ class Connection:
     find_engine_pids: returns the pids of the measured engine (and of the relay in the path),
     so probes never count them as noise; None = unknown (an empty set).
     engine_config: the embedded engine's llama.cpp configuration as its `/api/version` gives
-    it (servers/embedded/llama_config.Choice.to_dict: config, reason, source, trials); None for any
-    other engine.
+    it (servers/embedded/llama_config.Choice.to_dict: config, reason, source, trials);
+    llama-server's effective configuration (`llama_props.config_from`, with "server":
+    "llama-server" and its command line's "flags"); None for any other engine.
     """
 
     engine: Engine
@@ -48,21 +50,8 @@ class Connection:
 
     @property
     def engine_config_short(self) -> str | None:
-        """The embedded engine's llama.cpp configuration in a few words, for headers:
-        "llama.cpp repack on", or "llama.cpp repack off: repack killed by SIGILL" when a
-        configuration died in the self-test, "… (forced)" when the user chose it; None for
-        another engine."""
-        cfg = self.engine_config
-        if not isinstance(cfg, dict) or "use_extra_bufts" not in cfg:
-            return None
-        words = f"llama.cpp repack {'on' if cfg['use_extra_bufts'] else 'off'}"
-        killed = [f"{t.get('config')} killed by SIG{_signame(t.get('signal'))}"
-                  for t in cfg.get("trials") or () if isinstance(t, dict) and t.get("signal")]
-        if killed:
-            return f"{words}: {', '.join(killed)}"
-        if str(cfg.get("source", "")).startswith("forced"):
-            return f"{words} (forced)"
-        return words
+        """The engine's configuration in a few words, for headers (`describe_config`)."""
+        return describe_config(self.engine_config)
 
     @property
     def via_relay(self) -> bool:
@@ -81,6 +70,25 @@ class Connection:
             await self.upstream_client.aclose()
         for child in reversed(self.children):
             await asyncio.to_thread(child.stop)
+
+
+def describe_config(cfg: Any) -> str | None:
+    """An engine configuration (`Connection.engine_config`, a log header's) in a few words:
+    the embedded engine's "llama.cpp repack on", or "llama.cpp repack off: repack killed by
+    SIGILL" when a configuration died in the self-test, "… (forced)" when the user chose it;
+    llama-server's `llama_props.describe` line; None for another engine."""
+    if isinstance(cfg, dict) and cfg.get("server") == "llama-server":
+        return describe(cfg)
+    if not isinstance(cfg, dict) or "use_extra_bufts" not in cfg:
+        return None
+    words = f"llama.cpp repack {'on' if cfg['use_extra_bufts'] else 'off'}"
+    killed = [f"{t.get('config')} killed by SIG{_signame(t.get('signal'))}"
+              for t in cfg.get("trials") or () if isinstance(t, dict) and t.get("signal")]
+    if killed:
+        return f"{words}: {', '.join(killed)}"
+    if str(cfg.get("source", "")).startswith("forced"):
+        return f"{words} (forced)"
+    return words
 
 
 def _signame(signum: Any) -> str:

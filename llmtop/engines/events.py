@@ -37,6 +37,9 @@ class ServerStats:
     source: where the figures came from — None for Ollama's own done chunk, else a label such
     as "usage", "usage + llama.cpp timings", "LM Studio stats" or "none" (an OpenAI-compatible
     server that sent no figures: engines/openai_stream.py).
+    draft_count / draft_accepted_count: speculative decoding's drafted tokens and how many of
+    them the target model accepted (llama.cpp's `timings.draft_n`, `draft_n_accepted`; None
+    without a draft model).
     """
 
     total_duration: int | None = None
@@ -48,6 +51,16 @@ class ServerStats:
     done_reason: str | None = None
     prompt_cached_count: int | None = None
     source: str | None = None
+    draft_count: int | None = None
+    draft_accepted_count: int | None = None
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        """Accepted / drafted tokens (0–1), llama.cpp's own `draft_n_accepted / draft_n`;
+        None without drafted tokens."""
+        if not self.draft_count or self.draft_accepted_count is None:
+            return None
+        return self.draft_accepted_count / self.draft_count
 
     @classmethod
     def from_mapping(cls, data: Any) -> ServerStats:
@@ -57,7 +70,7 @@ class ServerStats:
         can never produce a fake measurement.
         """
         values: dict[str, Any] = {}
-        for name in (*STAT_FIELDS, "prompt_cached_count"):
+        for name in (*STAT_FIELDS, *(f for f in OPTIONAL_FIELDS if f != "source")):
             raw = _get(data, name)
             values[name] = (
                 raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
@@ -69,14 +82,18 @@ class ServerStats:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (None kept, so "absent" survives a round-trip; the two
+        """The fields as a plain dict (None kept, so "absent" survives a round-trip; the
         fields only OpenAI-compatible engines fill are left out while None, so an Ollama
         record is written as before)."""
         data = asdict(self)
-        for name in ("prompt_cached_count", "source"):
+        for name in OPTIONAL_FIELDS:
             if data[name] is None:
                 del data[name]
         return data
+
+
+# Left out of a record while None: only OpenAI-compatible servers fill them.
+OPTIONAL_FIELDS = ("prompt_cached_count", "source", "draft_count", "draft_accepted_count")
 
 
 def _get(data: Any, name: str) -> Any:
@@ -123,6 +140,24 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """llama-server's `prompt_progress` (asked for with `return_progress`): the prompt's
+    `total` tokens, `cache` of them reused from its cache, `processed` so far (cached ones
+    included), and `time_ms` since the request's prompt processing started (the server's
+    clock). A progress chunk carries no text: it never starts TTFT."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+    @property
+    def share(self) -> float | None:
+        """Processed / total (0–1); None for an empty prompt."""
+        return min(self.processed / self.total, 1.0) if self.total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEvent:
     """One chunk of a streamed response, or the end of the stream.
 
@@ -131,6 +166,9 @@ class StreamEvent:
     done: True on the final event (the server's done chunk, or a failure/truncation).
     stats: the server's statistics, on the done chunk only.
     failure: set when the request ended badly; text already yielded is kept by the caller.
+    tokens: how many tokens the server says this chunk carried (llama-server's cumulative
+    `timings.predicted_n` with `timings_per_token`, differenced); None when it does not say.
+    progress: the server's prompt-processing progress (a chunk without text); None otherwise.
     """
 
     t_ns: int
@@ -139,6 +177,8 @@ class StreamEvent:
     done: bool = False
     stats: ServerStats | None = None
     failure: Failure | None = None
+    tokens: int | None = None
+    progress: PromptProgress | None = None
 
     @property
     def has_text(self) -> bool:

@@ -19,6 +19,13 @@ HTTP status other than 200 (the JSON error's message quoted), an `error` object 
 read timeout, an unreachable server. A server that refuses `stream_options` is asked again
 without it, once, and never again (that first request's times include the refused try; a
 note says so).
+
+To llama-server (`kind` "llama-server") the body also asks for `timings_per_token` (each
+chunk's own token count: several tokens a chunk under speculative decoding) and
+`return_progress` (prompt-processing progress chunks, without text: they never start TTFT
+and feed the TUI's prefill line), both documented fields of its completion endpoint, and
+sends `Connection: close`: llama-server closes the connection after each stream anyway, and
+a request sent on it before its close arrives is lost (docs/protocols.md, "llama-server").
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
+from llmtop.engines.llama_props import read_config, read_metrics
 from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
@@ -58,6 +66,9 @@ from llmtop.stamping.arrivals import measured_transport
 from llmtop.stamping.stamps import arrival_ns, stamp_hooks
 
 DONE = "[DONE]"
+# llama-server's own request fields (docs/protocols.md, "llama-server"): what each chunk
+# carried, and the prompt's progress while it is processed
+LLAMA_SERVER_FIELDS = {"timings_per_token": True, "return_progress": True}
 
 
 def api_base(url: str) -> str:
@@ -138,6 +149,8 @@ class OpenAIEngine:
     def _stream(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
         if not self._usage_refused:
             body = {**body, "stream_options": {"include_usage": True}}
+        if self.kind is not None and self.kind.kind == "llama-server":
+            body = {**body, **LLAMA_SERVER_FIELDS}
         return end_stream(self._attempt(body), self.peer, self._rescrape, self.autopsy)
 
     async def _rescrape(self) -> None:
@@ -148,7 +161,13 @@ class OpenAIEngine:
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
         """One request (and one retry without `stream_options` when the server refuses it)."""
         url = f"{self.host}/chat/completions"
-        async with aconnect_sse(self._client, "POST", url, json=body) as source:
+        # llama-server closes the connection after a streamed response, and its FIN can come
+        # after the next request was sent on it ("Server disconnected without sending a
+        # response": 2 requests of 32 in a closed-loop sweep); a stream there asks for a
+        # connection of its own, opened before the send stamp (client_prep_ms, not TTFT)
+        headers = {"Connection": "close"} if "timings_per_token" in body else {}
+        async with aconnect_sse(self._client, "POST", url, json=body,
+                                headers=headers) as source:
             status = source.response.status_code
             if status == 200:
                 async for item in self._events(source):
@@ -191,7 +210,9 @@ class OpenAIEngine:
                 yield failure_protocol(f"{type(exc).__name__}: {exc}", peer=self.peer)
                 return
             if content or thinking:
-                yield StreamEvent(t_ns, content, thinking)
+                yield StreamEvent(t_ns, content, thinking, tokens=reader.chunk_tokens)
+            elif reader.progress is not None:
+                yield StreamEvent(t_ns, progress=reader.progress)
         yield await self._end(reader, perf_counter_ns())
 
     async def _end(self, reader: ChunkReader, t_ns: int) -> StreamEvent | Failure:
@@ -262,6 +283,20 @@ class OpenAIEngine:
             if self.kind.kind == "vllm":  # the baseline its per-request figures start from
                 self._metrics = await scrape(self._client, self.root)
         return self.kind.describe()
+
+    async def server_config(self) -> dict[str, Any] | None:
+        """llama-server's effective configuration from its `/props` and `/slots`
+        (`llama_props.config_from`); None for any other kind of server. Never raises."""
+        if self.kind is None or self.kind.kind != "llama-server":
+            return None
+        return await read_config(self._client, self.root)
+
+    async def server_metrics(self) -> dict[str, float] | None:
+        """llama-server's `/metrics` (`llamacpp:` series, prefix dropped), None for another
+        kind of server or when it runs without `--metrics`. Never raises."""
+        if self.kind is None or self.kind.kind != "llama-server":
+            return None
+        return await read_metrics(self._client, self.root)
 
     async def count_prompt_tokens(self, model: str, messages: list[Mapping[str, Any]]) -> int:
         """The server's own count of the templated prompt, for calibration. llama-server:

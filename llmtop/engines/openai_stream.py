@@ -24,6 +24,16 @@ time_to_first_token(_seconds) × 1e9 |
 |
 | done_reason            | the last `finish_reason` ("stop", "length", …)
 |
+| draft_count            | –                           | draft_n               | –
+|
+| draft_accepted_count   | –                           | draft_n_accepted      | –
+|
+
+llama-server's extras, asked for by `OpenAIEngine` (docs/protocols.md, "llama-server"): with
+`timings_per_token` every chunk carries the cumulative `timings`, so each chunk's own token
+count is the growth of `predicted_n` (`ChunkReader.chunk_tokens`); with `return_progress`
+chunks without text carry `prompt_progress` {total, cache, processed, time_ms}
+(`ChunkReader.progress`), which never start TTFT.
 
 `usage` wins over the other two for counts (it is the OpenAI field every server fills the same
 way); `prompt_eval_count` counts cached tokens too, as Ollama's does. Load and total
@@ -37,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.engines.events import ServerStats
+from llmtop.engines.events import PromptProgress, ServerStats
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -94,7 +104,9 @@ class ChunkReader:
     finish_reason: the last non-null `choices[0].finish_reason` ("stop", "length" — truncated
     by max tokens, not an error — "tool_calls", …). usage / timings / lm_stats: the last
     object of each kind seen (vLLM's `continuous_usage_stats` sends a cumulative usage on
-    every chunk: the last one is the total). chunks: objects read.
+    every chunk: the last one is the total). chunks: objects read. chunk_tokens: the tokens
+    the last chunk read added to `timings.predicted_n` (None when it had no timings);
+    progress: the last chunk's `prompt_progress` (None when it had none).
     """
 
     finish_reason: str | None = None
@@ -102,6 +114,8 @@ class ChunkReader:
     timings: dict[str, Any] | None = None
     lm_stats: dict[str, Any] | None = None
     chunks: int = 0
+    chunk_tokens: int | None = None
+    progress: PromptProgress | None = None
 
     def read(self, obj: Any) -> tuple[str, str]:
         """One chunk → (answer text, thinking text), either may be empty. A role-only or empty
@@ -112,6 +126,11 @@ class ChunkReader:
         self.chunks += 1
         if obj.get("error") is not None:
             raise StreamError(error_text(obj["error"]))
+        before = _count((self.timings or {}).get("predicted_n")) or 0
+        after = _count(obj["timings"].get("predicted_n")) if isinstance(
+            obj.get("timings"), Mapping) else None
+        self.chunk_tokens = None if after is None else max(after - before, 0)
+        self.progress = _progress(obj.get("prompt_progress"))
         for key, slot in (("usage", "usage"), ("timings", "timings"), ("stats", "lm_stats")):
             if isinstance(obj.get(key), Mapping):
                 setattr(self, slot, dict(obj[key]))
@@ -155,7 +174,21 @@ class ChunkReader:
             done_reason=self.finish_reason,
             prompt_cached_count=cached,
             source=" + ".join(sources) or "none",
+            draft_count=_count(timings.get("draft_n")),
+            draft_accepted_count=_count(timings.get("draft_n_accepted")),
         )
+
+
+def _progress(value: Any) -> PromptProgress | None:
+    """llama-server's `prompt_progress` object, or None for anything else."""
+    if not isinstance(value, Mapping):
+        return None
+    total, cache, done = (_count(value.get(k)) for k in ("total", "cache", "processed"))
+    time_ms = value.get("time_ms")
+    if total is None or cache is None or done is None or not isinstance(
+            time_ms, int | float) or isinstance(time_ms, bool):
+        return None
+    return PromptProgress(total, cache, done, float(time_ms))
 
 
 def _first(*values: int | None) -> int | None:

@@ -118,9 +118,12 @@ class ChildServer(ABC):
     `label` (for messages) and `log_name` (the log file's stem).
 
     url / host: its base URL; log_path: its output; startup_ms: start → first answer.
+    ready_path: the route that answers 200 once it serves ("/"; llama-server: "/health",
+    which answers 503 while the model loads).
     """
 
     label = "server"
+    ready_path = "/"
     log_name = "server"
     remedy = "see its log"
     bad_input_remedy = "check the arguments it was given"
@@ -150,8 +153,8 @@ class ChildServer(ABC):
         return self.proc.pid if self.proc and self.proc.poll() is None else None
 
     async def start(self, timeout_s: float = 120.0) -> None:
-        """Start the child and wait until `GET /` answers 200. Raises EngineError with the tail
-        of its log when it exits early or does not answer within `timeout_s`."""
+        """Start the child and wait until `GET {ready_path}` answers 200. Raises EngineError
+        with the tail of its log when it exits early or does not answer within `timeout_s`."""
         t0 = perf_counter_ns()
         self._started_ns = t0
         self.proc = await asyncio.to_thread(self._spawn)
@@ -170,7 +173,7 @@ class ChildServer(ABC):
                         )
                     raise EngineError(failure)
                 try:
-                    if (await client.get("/")).status_code == 200:
+                    if (await client.get(self.ready_path)).status_code == 200:
                         self.startup_ms = (perf_counter_ns() - t0) / 1e6
                         return
                 except httpx.HTTPError:

@@ -205,15 +205,27 @@ async def adopt_socket(sock: socket.socket, limit_s: float | None) -> ArrivalStr
     return await _connect(lambda: loop.create_connection(BlockBuffer, sock=sock), limit_s, ())
 
 
+# An idle pooled connection is dropped after this many seconds, before the server's own
+# keep-alive timeout closes it: llama-server (cpp-httplib) says `keep-alive: timeout=5` and
+# closes at 5 s, httpx's default expiry is also 5 s, and a request sent on a connection the
+# server is closing that instant fails with "Server disconnected without sending a response"
+# (seen here: 1 request in 32 of a sweep whose calibration left the pool idle ~5 s).
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 def measured_transport(
     proxy: str | None = None, limits: httpx.Limits | None = None
 ) -> httpx.AsyncHTTPTransport:
-    """An httpx transport (its defaults; `proxy` and pool `limits` as given) whose
+    """An httpx transport (httpx's pool sizes unless `limits` are given; idle connections
+    expire after KEEPALIVE_EXPIRY_S whatever `limits` say; `proxy` as given) whose
     connections stamp arriving bytes (`ArrivalBackend`) and whose replies are bounded
     (bounds.BoundedTransport: line size, decompressed size). Pass it as `transport=` to
     httpx.AsyncClient (or the `ollama` client) instead of `proxy=` / `limits=`."""
-    if limits is None:  # httpx's own default pool
-        return stamp_arrivals(BoundedTransport(trust_env=False, proxy=proxy))
+    base = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    expiry = min(base.keepalive_expiry or KEEPALIVE_EXPIRY_S, KEEPALIVE_EXPIRY_S)
+    limits = httpx.Limits(max_connections=base.max_connections,
+                          max_keepalive_connections=base.max_keepalive_connections,
+                          keepalive_expiry=expiry)
     return stamp_arrivals(BoundedTransport(trust_env=False, proxy=proxy, limits=limits))
 
 

@@ -28,7 +28,12 @@ Connection reuse: a stream closed at its `done` chunk before the response's end 
 cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
 loopback). Every engine therefore `drain`s its stream after the done chunk (normally only the
 chunked terminator, already on its way) before handing the done event on; a load sweep
-would otherwise pay a new TCP connection per request too.
+would otherwise pay a new TCP connection per request too. Some servers close the connection
+after every streamed response anyway (llama-server does, while its headers say keep-alive):
+the trace notes each TCP connect httpcore makes for the open request (`SendStamp.connected`),
+and the session log says so per request (`new_connection`). The connect happens before the
+body is written, so it lands in `prep_ns`, not in TTFT; with an engine that takes no socket
+stamp, it is inside TTFT.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Any
 import httpx
 
 BODY_WRITTEN = "http11.send_request_body.complete"  # httpcore's trace event name
+CONNECTING = "connection.connect_tcp.started"  # a new TCP connection (none pooled to reuse)
 DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane server
 
 
@@ -61,12 +67,14 @@ class SendStamp:
     written_ns: just before the stream's last write for this request went to the socket; the
         body-written trace takes it as `sent_ns` (the trace runs after httpcore's bookkeeping,
         and on loopback the woken server may run first); None without a stamping stream.
+    connected: httpcore opened a new TCP connection for this request (none could be reused).
     """
 
     prepare_ns: int
     sent_ns: int | None = None
     received_ns: int | None = None
     written_ns: int | None = None
+    connected: bool = False
 
     @property
     def prep_ns(self) -> int | None:
@@ -97,7 +105,11 @@ def stamping(prepare_ns: int | None = None) -> Iterator[SendStamp]:
 
 
 async def _trace(name: str, _info: dict[str, Any]) -> None:
-    if name == BODY_WRITTEN:
+    if name == CONNECTING:
+        stamp = _CURRENT.get()
+        if stamp is not None and stamp.sent_ns is None:
+            stamp.connected = True
+    elif name == BODY_WRITTEN:
         stamp = _CURRENT.get()
         if stamp is not None and stamp.sent_ns is None:
             stamp.sent_ns = stamp.written_ns or perf_counter_ns()

@@ -35,6 +35,10 @@ TIMINGS = {"cache_n": 2, "prompt_n": 9, "prompt_ms": 30.5, "prompt_per_token_ms"
            "prompt_per_second": 295.1, "predicted_n": 3, "predicted_ms": 20.25,
            "predicted_per_token_ms": 10.125, "predicted_per_second": 98.8}
 
+# llama-server's `prompt_progress` of the 11-token prompt (2 cached): at the start, at the end
+PROGRESS = ({"total": 11, "cache": 2, "processed": 2, "time_ms": 0},
+            {"total": 11, "cache": 2, "processed": 11, "time_ms": 30})
+
 
 def data(obj: Any) -> bytes:
     """One SSE event `data: JSON` and its blank line (the OpenAI framing)."""
@@ -69,6 +73,18 @@ SCENARIOS: dict[str, list[bytes]] = {
         data(chunk(None, role="assistant")) + data(chunk("Hel")), data(chunk("lo")),
         data(chunk("!")), data(chunk(None, finish="length")),
         data({"choices": [], "usage": usage(11, 3, cached=2), "timings": TIMINGS}), DONE],
+    # llama-server asked for `return_progress` and `timings_per_token`, with a draft model:
+    # two progress chunks without text, cumulative timings on every text chunk, the 2nd and
+    # 3rd token in one write (accepted draft tokens arrive together), draft counts at the end
+    "llama-server-spec": [
+        data({**chunk(None, role="assistant"), "prompt_progress": PROGRESS[0]}),
+        data({**chunk(None), "prompt_progress": PROGRESS[1]}),
+        data({**chunk("Hel"), "timings": {**TIMINGS, "predicted_n": 1}}),
+        data({**chunk("lo"), "timings": {**TIMINGS, "predicted_n": 2}})
+        + data({**chunk("!"), "timings": {**TIMINGS, "predicted_n": 3}}),
+        data(chunk(None, finish="length")),
+        data({"choices": [], "usage": usage(11, 3, cached=2),
+              "timings": {**TIMINGS, "draft_n": 4, "draft_n_accepted": 3}}), DONE],
     # vLLM: trailing usage chunk; or cumulative usage on every chunk
     "vllm": [*HELLO, data(chunk(None, finish="stop")),
              data({"choices": [], "usage": usage(12, 3)}), DONE],

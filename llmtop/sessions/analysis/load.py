@@ -13,7 +13,9 @@ Definitions:
   the level's requests (a failed request never meets it) — DistServe's goodput. In an open
   loop the SLO is judged on latencies from the *scheduled* send (coordinated omission).
 * queueing (ms) = total_duration − load − prompt eval − eval, from the server's own stats
-  (Ollama times the whole request, its wait for a slot included).
+  (Ollama times the whole request, its wait for a slot included). llama-server gives no
+  total: there it is the overhead, TTFT − `prompt_ms` (its wait for a free slot, plus the
+  few ms of HTTP every request pays: 7–9 ms measured on 2 cores).
 * knee: with an SLO, the highest level whose goodput share is ≥ KNEE_SHARE; without one, the
   first level after which throughput rises by less than KNEE_GAIN.
 """
@@ -93,7 +95,9 @@ class LevelResult:
     send. goodput_per_s/share: None without an SLO. lag_ms: open loop's send − scheduled.
     queue_ms: the engine's own queueing (None cells when it reports no durations).
     verdict: "QUIET", "NOISY: codes…" or "no samples". generator_cpu_share: the event loop's
-    CPU time / wall time (1.0 = a whole core).
+    CPU time / wall time (1.0 = a whole core). server: llama-server's own figures over the
+    level (runners/server_watch.summarize: peak slots busy and requests deferred, token
+    counters' growth), None without its `/metrics`.
     """
 
     level: int
@@ -122,6 +126,7 @@ class LevelResult:
     slo_met: int | None = None
     repeats: int = 1
     stopped: SaturationStop | None = None
+    server: dict[str, Any] | None = None  # llama-server's /metrics over the level
 
     @property
     def failed(self) -> int:
@@ -244,6 +249,8 @@ def _queue_ms(record: RequestRecord) -> float | None:
         return None
     total, prefill, decode = (stats.total_duration, stats.prompt_eval_duration,
                               stats.eval_duration)
+    if total is None and stats.source is not None and "llama.cpp" in stats.source:
+        return record.metrics.overhead_ms  # TTFT − prompt_ms (module docstring)
     if not total or prefill is None or decode is None:
         return None
     return max(0.0, float(total - (stats.load_duration or 0) - prefill - decode) / 1e6)
@@ -308,6 +315,7 @@ def level_result(
         slo_met=None if slo.empty else met,
         repeats=(end.repeats if end else None) or 1,
         stopped=end.stopped if end else None,
+        server=end.server_metrics if end else None,
     )
 
 

@@ -79,6 +79,10 @@ def drift_floor(unit: str) -> float:
 # Thresholds chosen by llmtop (documented in docs/guide/bench.md):
 PROMPT_CUT_FRACTION = 0.8  # evaluated < 80 % of the calibrated prompt tokens: the server cut it
 CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → a cache hit
+# The server says it reused over 25 % of the prompt from its cache (llama.cpp's cache_n): a
+# cache hit, whatever its time says. Distinct prompts share only the chat template's opening
+# (a few tokens of ChatML: 3 to 5) and, rarely, a first word, far below a quarter.
+CACHED_REPORTED_SHARE = 0.25
 COLD_START_MS = 1000.0  # load_duration over 1 s ...
 COLD_START_FACTOR = 10.0  # ... or over 10 × the warm median (and over 50 ms) is a (re)load
 COLD_START_FLOOR_MS = 50.0
@@ -151,6 +155,11 @@ def first_pass_status(
     if not (absent_is_na and s.prompt_eval_duration is None) and (
             not s.prompt_eval_duration or s.prompt_eval_duration <= 0):
         return BenchStatus.CACHED, "no prompt evaluation time: the prompt came from the cache"
+    cached = s.prompt_cached_count
+    if cached and count and cached > CACHED_REPORTED_SHARE * count:
+        return BenchStatus.CACHED, (
+            f"the server reused {cached} of {count} prompt tokens from its cache "
+            "(prompt_cached_count): not a prefill sample")
     return BenchStatus.OK, ""
 
 

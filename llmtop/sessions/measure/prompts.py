@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+import secrets
 from importlib import resources
 
 # The closing instruction every prompt ends with. Its tokens are part of what calibration
@@ -47,6 +48,17 @@ def prompt_format_id() -> str:
     for part in (*word_list(), SEPARATOR, INSTRUCTION):
         digest.update(part.encode("utf-8") + b"\0")
     return digest.hexdigest()[:12]
+
+
+def run_salt() -> str:
+    """A fresh salt for one run's `PromptGenerator` (8 hex digits from the OS's randomness).
+
+    Why: a seed alone makes the same prompts in every run, and a server's prompt cache
+    outlives a run — llama-server keeps earlier prompts in RAM (`--cache-ram`, 8 GiB by
+    default) and served 95 of 100 prompt tokens of a repeated bench from it (docs/method.md,
+    "Cache busting"). The bench and the sweep log the salt they used, so a run's prompts can
+    be made again (`PromptGenerator(seed, salt=…)`)."""
+    return secrets.token_hex(4)
 
 
 class PromptGenerator:

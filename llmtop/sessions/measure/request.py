@@ -56,6 +56,7 @@ class RequestCollector(EventText):
     wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
     sent_ns: int = 0
     prep_ns: int | None = None
+    new_connection: bool | None = None
     events: list[StreamEvent] = field(default_factory=list)
 
     def add(self, event: StreamEvent) -> None:
@@ -65,6 +66,7 @@ class RequestCollector(EventText):
     def sent(self, stamp: SendStamp) -> None:
         """Take the send stamp (and the client's preparation time) from `stamp`."""
         self.sent_ns, self.prep_ns = stamp.send_ns, stamp.prep_ns
+        self.new_connection = stamp.connected if stamp.sent_ns is not None else None
 
     def finish(self, cancelled: bool = False) -> RequestResult:
         """Freeze into a RequestResult with its status and metrics."""
@@ -93,6 +95,7 @@ class RequestCollector(EventText):
             options=dict(self.options),
             sent_ns=self.sent_ns,
             prep_ns=self.prep_ns,
+            new_connection=self.new_connection,
             events=tuple(self.events),
             stats=stats,
             status=status,
@@ -106,7 +109,8 @@ class RequestResult(EventText):
     """A finished request. `events` keep every chunk's perf_counter_ns stamp (offsets from
     `sent_ns` go to the log); `metrics` are derived (ms, tokens/s); `stats` the server's own.
     `prep_ns`: the client's time from asking for the request to its body on the socket (ns),
-    None when the engine could not stamp the socket write."""
+    None when the engine could not stamp the socket write. `new_connection`: a TCP connection
+    was opened for it (none could be reused: stamping/stamps.py); None when unknown."""
 
     request_id: int
     wall_start: str
@@ -120,6 +124,7 @@ class RequestResult(EventText):
     failure: Failure | None
     metrics: RequestMetrics
     prep_ns: int | None = None
+    new_connection: bool | None = None
 
 
 StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]

@@ -15,13 +15,22 @@ Definitions follow docs/method.md ("Metrics of one request") and Ollama's API re
   the first, over the time they took.
 * Server prefill rate (tokens/s): prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
   Ollama counts cached prompt tokens in `prompt_eval_count` but not in the duration, so on a
-  prefix-cache hit this rate is overstated — vary prompts when measuring prefill.
+  prefix-cache hit this rate is overstated — vary prompts when measuring prefill. Where the
+  server says how many it reused (`prompt_cached_count`: llama.cpp's `cache_n`), those are
+  left out: the rate is of the tokens the server evaluated in that time.
+* Per-token ITL (ms), from the server's token counts: when the server says how many tokens
+  each chunk carried (`StreamEvent.tokens`: llama-server's `timings_per_token`), the chunks
+  that arrived with one read (the same stamp) form one delivery, and the gap before a
+  delivery of k tokens counts as k gaps of gap / k. Speculative decoding delivers several
+  accepted tokens at once, which chunk gaps show as one long gap and k − 1 zero gaps.
 * Server decode rate (tokens/s): eval_count / eval_duration × 1e9 — Ollama's documented
   convention. `eval_duration` runs from the first token's sample to the last's, i.e. it spans
   n − 1 gaps while `eval_count` counts n tokens, so this is slightly optimistic (by n/(n − 1))
   next to the client rate; with n < 2 it is undefined and reported as None (n/a).
 * Overhead (ms): TTFT − (load + prompt eval durations) (docs/method.md, "Server-layer overhead": the
-  source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay).
+  source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay). An OpenAI-compatible server
+  (stats `source` set) loads its model at its own start, never inside a request: its load is
+  n/a and counts 0 here, so llama-server's overhead is TTFT − `timings.prompt_ms`.
 
 Every function returns None ("n/a") rather than inventing a value when an input is missing.
 
@@ -76,6 +85,7 @@ class RequestMetrics:
     ttft_content_ms: float | None = None  # first non-empty *answer* content (after any thinking)
     e2e_ms: float | None = None
     itl_ms: tuple[float, ...] = ()
+    itl_token_ms: tuple[float, ...] = ()  # per token, from the server's counts; () without them
     output_tokens: int | None = None
     tokens_basis: str | None = None
     text_chunks: int = 0
@@ -95,6 +105,7 @@ class RequestMetrics:
         """A JSON-ready dict (the ITL tuple becomes a list)."""
         data = asdict(self)
         data["itl_ms"] = list(self.itl_ms)
+        data["itl_token_ms"] = list(self.itl_token_ms)
         return data
 
 
@@ -115,7 +126,9 @@ def rate_per_s(count: int | None, duration_ns: int | None, *, min_count: int = 1
 
 
 def server_prefill_tps(stats: ServerStats | None) -> float | None:
-    """Prefill rate in tokens/s: prompt_eval_count / prompt_eval_duration × 1e9 (Ollama docs).
+    """Prefill rate in tokens/s: evaluated prompt tokens / prompt_eval_duration × 1e9 (Ollama
+    docs), the evaluated ones being prompt_eval_count less `prompt_cached_count` where the
+    server reports it (llama.cpp: prompt_n = (prompt_n + cache_n) − cache_n).
 
     None when `prompt_eval_count` or `prompt_eval_duration` is absent or the duration is 0,
     and for a prompt-cache hit (`prompt_cache_hit`): the duration then timed only the few
@@ -124,7 +137,10 @@ def server_prefill_tps(stats: ServerStats | None) -> float | None:
     """
     if stats is None or prompt_cache_hit(stats):
         return None
-    return rate_per_s(stats.prompt_eval_count, stats.prompt_eval_duration)
+    count = stats.prompt_eval_count
+    if count is not None and stats.prompt_cached_count is not None:
+        count = max(count - stats.prompt_cached_count, 0)
+    return rate_per_s(count, stats.prompt_eval_duration)
 
 
 def prompt_cache_hit(stats: ServerStats | None) -> bool:
@@ -163,6 +179,27 @@ def live_chunk_rate(
     if first_text_ns is None or last_text_ns is None or chunks < 2 or last_text_ns <= first_text_ns:
         return None
     return (chunks - 1) * NS_PER_S / (last_text_ns - first_text_ns)
+
+
+def per_token_itl(events: Sequence[StreamEvent]) -> tuple[float, ...]:
+    """The per-token ITL (ms) from the server's token counts (module docstring): () unless
+    every text chunk says how many tokens it carried. Chunks with one stamp are one delivery;
+    the gap before a delivery of k tokens gives k values of gap / k. The first delivery's
+    tokens after its first one came with it: k − 1 gaps of 0."""
+    text = [e for e in events if e.has_text]
+    if not text or any(e.tokens is None for e in text):
+        return ()
+    deliveries: list[list[int]] = []  # [stamp, tokens]
+    for e in text:
+        if deliveries and deliveries[-1][0] == e.t_ns:
+            deliveries[-1][1] += e.tokens or 0
+        else:
+            deliveries.append([e.t_ns, e.tokens or 0])
+    out: list[float] = [0.0] * max(deliveries[0][1] - 1, 0)
+    for (t0, _), (t1, k) in pairwise(deliveries):
+        if k > 0:
+            out += [(t1 - t0) / NS_PER_MS / k] * k
+    return tuple(out)
 
 
 def buffering(text_stamps: Sequence[int], stats: ServerStats | None) -> str | None:
@@ -244,15 +281,20 @@ def compute_metrics(
     tpot = tpot_ms(ttft, e2e, tokens) if buffered is None else None
     load = ns_to_ms(stats.load_duration) if stats else None
     prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
+    if load is None and stats is not None and stats.source is not None:
+        load_part: float | None = 0.0  # an OpenAI-compatible server loads at its own start
+    else:
+        load_part = load
     overhead = None
-    if ttft is not None and load is not None and prompt_eval is not None and buffered is None:
-        overhead = ttft - (load + prompt_eval)
+    if ttft is not None and load_part is not None and prompt_eval is not None and buffered is None:
+        overhead = ttft - (load_part + prompt_eval)
 
     return RequestMetrics(
         ttft_ms=ttft,
         ttft_content_ms=ns_to_ms(content_stamp - sent_ns) if content_stamp is not None else None,
         e2e_ms=e2e,
         itl_ms=itl,
+        itl_token_ms=per_token_itl(events),
         output_tokens=tokens,
         tokens_basis=basis,
         text_chunks=len(text_stamps),

@@ -263,7 +263,10 @@ class RequestRecord(Record):
     calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
     client_prep_ms: the client's own time from asking for the request until its body was on
     the socket (ms; outside TTFT since the send stamp is that socket write); None in older
-    logs and from engines that cannot stamp the write. machine: the machine's speed readings
+    logs and from engines that cannot stamp the write. new_connection: the request opened a
+    new TCP connection (the previous one was not reusable: a server that closes it after
+    each response; inside client_prep_ms, not TTFT); None when unknown. machine: the
+    machine's speed readings
     over a bench request (None in older logs).
     Load fields (`llmtop load`, the Locust user class): level, the sweep level's index;
     sent_offset_ns, its send from the level's start; scheduled_offset_ns and lag_ms, an open
@@ -300,6 +303,7 @@ class RequestRecord(Record):
     path: str | None = None
     pair: int | None = None
     client_prep_ms: float | None = None
+    new_connection: bool | None = None
     machine: MachineRecord | None = None
     level: int | None = None
     sent_offset_ns: int | None = None
@@ -337,12 +341,13 @@ class RequestRecord(Record):
             "stats": result.stats.to_dict() if result.stats else None,
             "metrics": result.metrics.to_dict(),
             "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
+            "new_connection": result.new_connection,
             "content": result.content,
             "thinking": result.thinking,
             "chunks": [
                 [e.t_ns - result.sent_ns, e.content, e.thinking]
                 for e in result.events
-                if not e.done or e.has_text
+                if (not e.done or e.has_text) and e.progress is None
             ],
             **fields,
         })
@@ -648,7 +653,8 @@ class LevelRecord(Record):
     to last completion; with repeats, the repeats' wall times summed), generator_cpu_ns (the
     event loop's CPU time), max_in_flight, repeats (batches of `requests` run at this level by
     an SLO search: runners/load_search.py; 1 otherwise), stopped (the over-saturation stop,
-    None when the level ran to its end)."""
+    None when the level ran to its end), server_metrics (llama-server's /metrics over the
+    level: runners/server_watch.py)."""
 
     TYPE: ClassVar[str] = "level"
     phase: Literal["start", "end"]
@@ -662,6 +668,7 @@ class LevelRecord(Record):
     max_in_flight: int | None = None
     repeats: int | None = None
     stopped: SaturationStop | None = None
+    server_metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

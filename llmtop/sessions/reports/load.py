@@ -14,6 +14,7 @@ import io
 import json
 from typing import Any
 
+from llmtop.engines.connection import describe_config
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
@@ -130,6 +131,10 @@ def markdown(a: LoadAnalysis) -> str:
     if parallel:
         detail = ", ".join(f"{k} {v}" for k, v in parallel.items() if k != "source")
         lines += ["", f"Engine parallelism: {detail or 'unknown'} ({parallel.get('source')})."]
+    lines += [_server_line(lv) for lv in a.levels if lv.server]
+    described = describe_config(h.engine_config)
+    if described:
+        lines += ["", f"Engine configuration: {described}."]
     lines += markdown_energy(a)
     if a.warnings:
         lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
@@ -192,6 +197,25 @@ def markdown_energy(a: LoadAnalysis) -> list[str]:
             "concurrent requests share the machine, so energy is not split per request).")
     lines += ["", note]
     return lines
+
+
+def _server_line(lv: LevelResult) -> str:
+    """'Level 3 (4 users), llama-server /metrics: at most 4 slots busy, 2 requests waiting
+    for one; 1,200 prompt tokens (0 cached), 400 predicted' (runners/server_watch.py)."""
+    s = lv.server or {}
+    busy, waiting = s.get("max_requests_processing"), s.get("max_requests_deferred")
+    unit = "users" if lv.mode == "concurrency" else "req/s"
+    text = (f"Level {lv.level + 1} ({_n(lv.value, 0)} {unit}), {s.get('source', 'server')}: "
+            f"at most {_n(busy, 0)} slots busy, {_n(waiting, 0)} requests waiting for one")
+    if s.get("prompt_tokens") is not None:
+        cached = s.get("prompt_tokens_cached")
+        text += (f"; {s['prompt_tokens']:,.0f} prompt tokens"
+                 + (f" ({cached:,.0f} cached)" if cached is not None else "")
+                 + f", {s.get('tokens_predicted', 0):,.0f} predicted")
+    if s.get("draft_tokens"):
+        text += (f"; draft acceptance {s.get('draft_accepted', 0) / s['draft_tokens']:.0%} "
+                 f"of {s['draft_tokens']:,.0f} drafted")
+    return text + "."
 
 
 def _lag_line(lv: LevelResult) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmtop.engines.connection import describe_config
 from llmtop.sessions.analysis.attribution import Attribution, Cause
 from llmtop.sessions.analysis.context import (
     CachePair,
@@ -543,6 +544,8 @@ def _markdown_environment(report: Report) -> list[str]:
         ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"
                    + (f" through the proxy {h.proxy} (it adds its hop to every TTFT)"
                       if h.proxy else "")),
+        *([("engine configuration", described)]
+          if (described := describe_config(h.engine_config)) else []),
         ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
                    f"{md.get('quantization')}")),
         ("loaded (/api/ps)",

@@ -45,7 +45,7 @@ from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log
-from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator
+from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
@@ -196,7 +196,9 @@ class BenchRunner:
             self.on_progress(
                 BenchProgress("environment", message="reading the engine's environment")
             )
-            self.recorder.log.write(await environment_record(self.conn, "start"))
+            salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
+            self.recorder.log.write(await environment_record(self.conn, "start",
+                                                             prompt_salt=salt))
             if cfg.preflight_s > 0:
                 self.on_progress(
                     BenchProgress(
@@ -241,7 +243,7 @@ class BenchRunner:
                 f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
             )
             self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
-            generator = PromptGenerator(cfg.seed)
+            generator = PromptGenerator(cfg.seed, salt=salt)
             try:
                 for target in cfg.prompt_tokens:
                     await self._run_size(target, calibration, generator)

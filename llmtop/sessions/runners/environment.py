@@ -11,6 +11,8 @@ How many requests an engine serves at once:
   its own environment (Ollama's FAQ, "How does Ollama handle concurrent requests?");
   its API does not report them, so they are read from the environment of the local server
   process when the OS lets us (`psutil.Process.environ`). Unset means Ollama's default.
+* llama-server says it in `/props`: `total_slots` (its `--parallel`), each slot's context in
+  `default_generation_settings.n_ctx` (engines/llama_props.py).
 """
 
 from __future__ import annotations
@@ -96,7 +98,9 @@ def container_record(limits: Any, host_cores: int) -> dict[str, Any] | None:
 
 
 async def engine_environment(conn: Connection) -> dict[str, Any]:
-    """What the engine says about itself and the model: version, /api/show, /api/ps."""
+    """What the engine says about itself and the model: version, /api/show, /api/ps; for
+    llama-server its `/props` and `/slots` read now (`server_config`: the slots' state at the
+    run's start or end)."""
     info = conn.info
     env: dict[str, Any] = {
         "engine": conn.engine.name,
@@ -107,6 +111,11 @@ async def engine_environment(conn: Connection) -> dict[str, Any]:
         "model": conn.model,
         "model_details": info.to_dict() if info else None,
     }
+    read_config = getattr(conn.upstream, "server_config", None)
+    if read_config is not None:  # llama-server: /props and /slots as they are now
+        fresh = await read_config()
+        if fresh is not None:
+            env["server_config"] = fresh
     try:
         loaded = await conn.upstream.model_info(conn.model)
         env["loaded"] = {
@@ -167,6 +176,10 @@ def engine_parallelism(conn: Connection) -> dict[str, Any]:
     and the pid read; else {"source": "not revealed: …"}. Never raises."""
     if conn.upstream.name == "embedded":
         return {"slots": 1, "source": "llmtop's embedded engine serves one request at a time"}
+    cfg = conn.engine_config if isinstance(conn.engine_config, dict) else {}
+    if cfg.get("server") == "llama-server" and isinstance(cfg.get("total_slots"), int):
+        return {"slots": cfg["total_slots"], "n_ctx_per_slot": cfg.get("n_ctx_per_slot"),
+                "source": "llama-server's /props (total_slots: its --parallel)"}
     for pid in sorted(conn.engine_pids):
         try:
             process = psutil.Process(pid)

@@ -35,7 +35,7 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.load import LevelResult, analyze_load
 from llmtop.sessions.analysis.saturation import over_saturated
 from llmtop.sessions.analysis.search import SearchResult
-from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
@@ -56,6 +56,7 @@ from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
 from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.server_watch import ServerWatch
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 # asyncio's epoll selector rounds a timer's timeout up to whole milliseconds
@@ -110,6 +111,7 @@ class LoadRunner:
         self._stop_event = asyncio.Event()
         self.expected_tokens: float | None = None  # the calibrated prompt's server count
         self.search: SearchResult | None = None
+        self.salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
 
     @property
     def log_path(self) -> str:
@@ -130,7 +132,7 @@ class LoadRunner:
         sampler.start()
         try:
             words = await self._prepare()
-            generator = PromptGenerator(self.config.seed)
+            generator = PromptGenerator(self.config.seed, salt=self.salt)
             await self._warm_up(words, generator)
             if self.config.search:
                 self.search = await run_search(self, words, generator)
@@ -157,7 +159,8 @@ class LoadRunner:
         cfg = self.config
         self.on_progress(LoadProgress("environment", message="reading the engine's environment"))
         parallel = await asyncio.to_thread(engine_parallelism, self.conn)
-        self.recorder.log.write(await environment_record(self.conn, "start", parallel=parallel))
+        self.recorder.log.write(await environment_record(self.conn, "start", parallel=parallel,
+                                                         prompt_salt=self.salt))
         if cfg.preflight_s > 0:
             self.on_progress(
                 LoadProgress("preflight", message=f"preflight: sampling {cfg.preflight_s:g} s")
@@ -244,6 +247,8 @@ class LoadRunner:
         self._level_results, self.level_records, self._sent = [], [], 0
         self.stopped, self._stop_event = None, asyncio.Event()
         numbers = [0]  # the level's next request index, across its batches
+        watch = ServerWatch(getattr(self.conn.upstream, "server_metrics", None))
+        watch.start()  # llama-server's /metrics: its own queue while the level runs
         energy_from = self.energy.sample()
         cpu0, wall_ns, repeats = thread_time_ns(), 0, 0
         while True:
@@ -255,6 +260,7 @@ class LoadRunner:
             if self.stopped is not None or repeat is None or not repeat(repeats):
                 break
         cpu_ns = thread_time_ns() - cpu0
+        server = await watch.stop()
         energy_to = self.energy.sample("end")
         await self.recorder.drain()
         for record in self.energy.span("level", energy_from, energy_to, self._level_results,
@@ -263,6 +269,7 @@ class LoadRunner:
         self.recorder.log.write(LevelRecord(
             "end", index, value, wall_ns=wall_ns, generator_cpu_ns=cpu_ns,
             max_in_flight=self.recorder.peak_streaming, repeats=repeats, stopped=self.stopped,
+            server_metrics=server,
         ))
         self.level = None
         result = analyze_load(self.log_path).level(index)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtop.engines.events import Failure, Status, StreamEvent
+from llmtop.engines.events import Failure, PromptProgress, Status, StreamEvent
 from llmtop.safetext import visible
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 from llmtop.sessions.records.schema import EnergyRecord
-from llmtop.tui.state.prefill import PrefillExpectation, waiting_text
+from llmtop.tui.state.prefill import PrefillExpectation, progress_text, waiting_text
 
 THINKING = "thinking"
 CONTENT = "content"
@@ -37,7 +37,8 @@ class LiveRequest:
     energy: its energy records once it ended (runners/energy.py; empty without a source).
     expected: the saved curve's prefill prediction for this prompt (None: no curve);
     waited_ms: how long it has waited for its first chunk, set by the app's clock while it
-    waits (None before the send).
+    waits (None before the send). progress: the server's last prompt-processing progress
+    (llama-server's `prompt_progress`), None when it sends none.
     """
 
     collector: RequestCollector
@@ -55,6 +56,7 @@ class LiveRequest:
     energy: tuple[EnergyRecord, ...] = ()
     expected: PrefillExpectation | None = None
     waited_ms: float | None = None
+    progress: PromptProgress | None = None
 
     @property
     def prompt(self) -> str:
@@ -63,6 +65,8 @@ class LiveRequest:
 
     def add(self, event: StreamEvent) -> None:
         """Take one event (cheap: append and mark dirty; no rendering here)."""
+        if event.progress is not None:
+            self.progress = event.progress
         if event.thinking:
             self._append(THINKING, event.thinking)
         if event.content:
@@ -126,9 +130,14 @@ class LiveRequest:
         return self.result is None and self.first_text_ns is None
 
     def wait_text(self) -> str | None:
-        """The prefill prediction and the wait so far while waiting for the first chunk
-        (`prefill.waiting_text`); None without a prediction or once text arrived."""
-        if self.expected is None or not self.waiting_for_prefill:
+        """While waiting for the first chunk: the server's prompt progress when it reports
+        one (`prefill.progress_text`), else the prefill prediction and the wait so far
+        (`prefill.waiting_text`); None without either, or once text arrived."""
+        if not self.waiting_for_prefill:
+            return None
+        if self.progress is not None:
+            return progress_text(self.progress, self.expected)
+        if self.expected is None:
             return None
         return waiting_text(self.expected, self.waited_ms)
 

@@ -6,12 +6,18 @@ The prediction comes from the last bench sweep's curve (sessions/runners/curves.
 prompt's tokens are estimated from its words with the sweep calibration's tokens per word
 and template tokens, then `Curve.predict`. Without a saved curve nothing is predicted (the
 screen says "streaming…" as before).
+
+Where the engine reports its prompt processing as it goes (llama-server's `prompt_progress`,
+asked for with `return_progress`: engines/openai.py), the line shows the server's own count
+instead (`progress_text`), with the prediction beside it when there is one. A progress chunk
+carries no text, so it never starts TTFT.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmtop.engines.events import PromptProgress
 from llmtop.sessions.runners.curves import SavedCurve
 
 
@@ -53,3 +59,16 @@ def waiting_text(expected: PrefillExpectation, waited_ms: float | None) -> str:
         if waited_ms > expected.expected_ms:
             text += f", {_seconds(waited_ms - expected.expected_ms)} over"
     return f"{text} ({expected.label})"
+
+
+def progress_text(progress: PromptProgress, expected: PrefillExpectation | None = None) -> str:
+    """'prefill 1,024/2,000 tokens (51 %, 120 cached) in 0.8 s (the server's
+    prompt_progress)', and ' · ≈ 1.9 s expected (your curve …)' with a prediction."""
+    share = progress.share
+    pct = f"{share:.0%}" if share is not None else "n/a"
+    cached = f", {progress.cache:,} cached" if progress.cache else ""
+    text = (f"prefill {progress.processed:,}/{progress.total:,} tokens ({pct}{cached}) in "
+            f"{_seconds(progress.time_ms)} (the server's prompt_progress)")
+    if expected is not None:
+        text += f" · ≈ {_seconds(expected.expected_ms)} expected ({expected.label})"
+    return text
