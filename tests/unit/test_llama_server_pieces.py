@@ -143,8 +143,13 @@ def test_prefill_rate_and_overhead_of_a_server_that_reports_its_cache():
     stats = ServerStats(prompt_eval_count=100, prompt_eval_duration=5 * MS, eval_count=2,
                         eval_duration=4 * MS, prompt_cached_count=95,
                         source="usage + llama.cpp timings")
-    # the 5 evaluated tokens in 5 ms: 1,000 tok/s, not 100 / 5 ms = 20,000
-    assert server_prefill_tps(stats) == pytest.approx(1000.0)
+    # 95 of 100 from the cache is a cache hit (timeline.prompt_cache_hit, ≥ half): "cached",
+    # no prefill rate at all (neither 100 / 5 ms = 20,000 tok/s nor 5 / 5 ms = 1,000)
+    assert server_prefill_tps(stats) is None
+    # 20 of 100 cached is not a hit: the rate counts the 80 evaluated tokens, 80 / 5 ms
+    partial = ServerStats(prompt_eval_count=100, prompt_eval_duration=5 * MS, eval_count=2,
+                          eval_duration=4 * MS, prompt_cached_count=20)
+    assert server_prefill_tps(partial) == pytest.approx(16_000.0)
     events = [StreamEvent(66 * MS, "x"), StreamEvent(70 * MS, "y"),
               StreamEvent(71 * MS, done=True, stats=stats)]
     # no load phase in a request to an OpenAI server: overhead = TTFT 66 − prompt_ms 5 = 61
