@@ -127,8 +127,8 @@ def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
 
 
 @pytest.mark.parametrize(("name", "cmdline", "app"), [
-    # another llmtop's engine child was plain "python" (newcomer row 8)
-    ("python3", ["/usr/bin/python3", "-u", "-m", "llmtop", "engine", "--port", "9"],
+    # another llmtop (not its engine: that is an inference engine, below)
+    ("python3", ["/usr/bin/python3", "-u", "-m", "llmtop", "--engine", "ollama"],
      "python3 -m llmtop"),
     # a one-liner hog: named as such, its code never shown
     ("python3", ["python3", "-c", "while 1: pass"], "python3 -c …"),
@@ -145,6 +145,13 @@ def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
 def test_an_interpreter_is_named_by_the_program_it_runs(name, cmdline, app) -> None:
     proc = FakeProc(5, exe="/usr/bin/" + name, cmdline=cmdline)
     assert identify(proc, name) == Identity(app, Category.OTHER)
+
+
+def test_another_llmtops_engine_child_is_an_inference_engine() -> None:
+    # it was plain "python" (newcomer row 8); servers/child.py starts `python -m llmtop engine`
+    proc = FakeProc(5, exe="/usr/bin/python3",
+                    cmdline=["/usr/bin/python3", "-u", "-m", "llmtop", "engine", "--port", "9"])
+    assert identify(proc, "python3") == Identity("llmtop engine", Category.INFERENCE)
 
 
 def test_interpreters_running_different_programs_are_different_apps() -> None:
