@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmtop.engines.openai_server import get_json
+
 PROBE_TIMEOUT_S = 1.0
 METRIC_PREFIX = "llamacpp:"
 # flag key → its spellings on llama-server's command line (common/arg.cpp in llama.cpp)
@@ -137,18 +139,11 @@ def metrics_from_text(text: str) -> dict[str, float]:
     return out
 
 
-async def _json(client: httpx.AsyncClient, url: str) -> Any:
-    try:
-        resp = await client.get(url, timeout=PROBE_TIMEOUT_S)
-        return resp.json() if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
 async def read_config(client: httpx.AsyncClient, root: str) -> dict[str, Any]:
     """`config_from` of this server's `/props` and `/slots` (at `root`, scheme://host:port).
     Never raises: a route that does not answer leaves its part out."""
-    return config_from(await _json(client, f"{root}/props"), await _json(client, f"{root}/slots"))
+    props = await get_json(client, f"{root}/props", PROBE_TIMEOUT_S)
+    return config_from(props, await get_json(client, f"{root}/slots", PROBE_TIMEOUT_S))
 
 
 async def read_metrics(client: httpx.AsyncClient, root: str) -> dict[str, float] | None:

@@ -49,9 +49,13 @@ def server_root(url: str) -> str:
     return f"{parsed.scheme}://{host}{port}"
 
 
-async def _json(client: httpx.AsyncClient, url: str) -> Any:
+async def get_json(client: httpx.AsyncClient, url: str,
+                   timeout_s: float = PROBE_TIMEOUT_S) -> Any:
+    """The JSON body of a GET of `url` (a server's self-description: /props, /slots,
+    /v1/models...), or None for any other status, a transport error, a timeout of
+    `timeout_s` seconds or a body that is not JSON. Never raises."""
     try:
-        resp = await client.get(url, timeout=PROBE_TIMEOUT_S)
+        resp = await client.get(url, timeout=timeout_s)
         return resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
@@ -61,20 +65,20 @@ async def identify(client: httpx.AsyncClient, base: str) -> ServerKind:
     """The kind of server at `base` (an API base URL), by the routes in the module table.
     Never raises: a server that answers none of them is "openai-compatible"."""
     root = server_root(base)
-    found = await _json(client, f"{root}/api/version")
+    found = await get_json(client, f"{root}/api/version")
     if isinstance(found, dict) and "version" in found:
         return ServerKind("ollama", str(found["version"]))
-    found = await _json(client, f"{root}/props")
+    found = await get_json(client, f"{root}/props")
     if isinstance(found, dict) and "build_info" in found:
         return ServerKind("llama-server", str(found["build_info"]))
-    found = await _json(client, f"{root}/version")
+    found = await get_json(client, f"{root}/version")
     if isinstance(found, dict) and "version" in found:
         return ServerKind("vllm", str(found["version"]))
-    found = await _json(client, f"{root}/openapi.json")
+    found = await get_json(client, f"{root}/openapi.json")
     info = found.get("info") if isinstance(found, dict) else None
     if isinstance(info, dict) and "llama.cpp python" in str(info.get("title", "")).lower():
         return ServerKind("llama-cpp-python", str(info.get("version") or "") or None)
-    found = await _json(client, f"{root}/api/v0/models")
+    found = await get_json(client, f"{root}/api/v0/models")
     if isinstance(found, dict) and isinstance(found.get("data"), list):
         return ServerKind("lm-studio")
     return ServerKind("openai-compatible")
