@@ -86,7 +86,7 @@ def test_run_shows_the_escapes_and_obeys_none(upstream, tmp_path):
         assert "rc=0" in screen
         assert "MARKER-BEFORE" in screen  # ESC [2J ESC [H did not clear the screen
         assert "\\x1b]0;PWNED\\x07" in screen  # shown as text
-        assert "\\x1b]52;c;cHduZWQ=" in screen and "\\x9b31m" in screen and "\\u202e" in screen
+        assert "\\x1b]52;c;cHduZWQ=" in screen and "\\u009b31m" in screen and "\\u202e" in screen
         assert "PWNED" not in term.title() and term.title() == title
         assert term.tmux("list-buffers") == ""  # no OSC 52 clipboard write
     finally:
