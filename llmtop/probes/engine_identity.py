@@ -110,11 +110,15 @@ class EngineIdentity:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A running process the catalogue knows as an inference engine."""
+    """A running process the catalogue knows as an inference engine. port: the port its
+    command line says it listens on (`--port N`: llama-server, llmtop's own engine; None
+    when it names none or is unreadable), so an engine declared on another port is never
+    the one answering at the host's."""
 
     pid: int
     app: str
     uid: int | None
+    port: int | None = None
 
 
 @dataclass(slots=True)
@@ -153,7 +157,8 @@ def identify_engine(
         return EngineIdentity(host, local=False, notes=(why,) if why else ())
     notes: list[str] = []
     owners = _socket_owners(port, src, notes) if port is not None else set()
-    candidates = _safe(src.candidates, [])
+    candidates = [c for c in _safe(src.candidates, [])
+                  if port is None or c.port is None or c.port == port]
     if owners:  # the OS says who answers: trust it, even when the catalogue does not know it
         app = _app_of(owners, candidates)
         families = {c.app for c in candidates}
@@ -324,8 +329,22 @@ def engine_candidates() -> list[Candidate]:
             rule = classify(name, exe, cmdline)
             if rule is not None and rule.category is Category.INFERENCE:
                 uids = _optional(proc.uids)
-                out.append(Candidate(proc.pid, rule.app, uids.effective if uids else None))
+                if cmdline is None:
+                    cmdline = _optional(proc.cmdline)
+                out.append(Candidate(proc.pid, rule.app, uids.effective if uids else None,
+                                     declared_port(cmdline)))
     return out
+
+
+def declared_port(cmdline: Sequence[str] | None) -> int | None:
+    """The port a command line names (`--port N` or `--port=N`), None without one."""
+    args = list(cmdline or ())
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--port" and i + 1 < len(args) else (
+            arg.removeprefix("--port=") if arg.startswith("--port=") else None)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
 
 
 def _optional(read: Callable[[], Any]) -> Any:

@@ -143,6 +143,25 @@ def test_linux_other_users_socket_pid_none_uses_socket_uid(tmp_path: Path) -> No
     )
 
 
+def test_an_engine_declared_on_another_port_is_never_the_one_answering(tmp_path: Path) -> None:
+    # Ollama as a service (uid 999) at 11434 and another llmtop's embedded engine of the same
+    # user, started with `--port 41234` (CI ran both as root: the socket's user "runs several
+    # engines"). The engine that declares another port cannot own 11434: Ollama alone is left.
+    other = Candidate(960, "llmtop engine", 999, 41234)
+    found = identify_engine(HOST, sources=sources(tmp_path, lambda: [conn(None)], OLLAMA + [other]))
+    assert (found.pids, found.how, found.app) == (frozenset({900, 901}), SOCKET_USER, "Ollama")
+    # the same engine declared on 11434 stays a candidate: then the user runs two engines there
+    same = Candidate(960, "llmtop engine", 999, 11434)
+    two = identify_engine(HOST, sources=sources(tmp_path, lambda: [conn(None)], OLLAMA + [same]))
+    assert not two.identified
+    from llmtop.probes.engine_identity import declared_port
+
+    assert declared_port(["python3", "-m", "llmtop", "engine", "--port", "41234"]) == 41234
+    assert declared_port(["llama-server", "--port=8080", "-m", "x.gguf"]) == 8080
+    assert declared_port(["ollama", "serve"]) is None and declared_port(None) is None
+    assert declared_port(["llama-server", "--port"]) is None  # a flag without its value
+
+
 def test_macos_access_denied_falls_back_to_name(tmp_path: Path) -> None:
     src = sources(tmp_path, raises(psutil.AccessDenied()), OLLAMA, proc_net=None)
     found = identify_engine(HOST, sources=src)
