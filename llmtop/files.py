@@ -36,7 +36,7 @@ def write_atomically(path: Path, text: str) -> bool:
 
 # What llmtop's own reports start with, in their first OWN_SNIFF_BYTES: the Markdown title
 # ("# llmtop …"), the HTML page's title, the JSON reports' header (its "llmtop_version"),
-# and the CSV reports' first columns (reports/run.py CSV_COLUMNS, reports/load.py CSV_FIELDS).
+# and the CSV reports' first columns (reports/run_data.py CSV_COLUMNS, reports/load.py CSV_FIELDS).
 OWN_SNIFF_BYTES = 4096
 OWN_CSV_STARTS = ("prompt_tokens_target,index,", "level,mode,")
 LOG_START = b'{"type": "header"'  # a session log (records/log.py): a measurement

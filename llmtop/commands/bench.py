@@ -19,7 +19,8 @@ from llmtop.probes.remote import probes_note
 from llmtop.sessions.analysis.repeat import SizeSpread, repeatability
 from llmtop.sessions.records.log import LogError, default_log_path
 from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.run import build, repeat_markdown
+from llmtop.sessions.reports.run import build
+from llmtop.sessions.reports.run_markdown import repeat_markdown
 from llmtop.sessions.runners.bench import (
     BenchOutcome,
     BenchProgress,

@@ -3,7 +3,7 @@ narrow ones and the text stay as they are."""
 
 from __future__ import annotations
 
-from llmtop.sessions.reports.run import gpu_absent
+from llmtop.sessions.reports.run_environment import gpu_absent
 from llmtop.tui.state.report_layout import cells, terminal_markdown
 
 REPORT = """# report

@@ -23,7 +23,7 @@ from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.measure.timeline import prompt_cache_hit
 from llmtop.sessions.records.log import SessionLog, read_log
-from llmtop.sessions.reports.run import _cpu_line
+from llmtop.sessions.reports.run_environment import cpu_line
 from llmtop.testing.scripted import ServeInThread
 from llmtop.testing.scripted_openai import chunk, data
 
@@ -123,6 +123,6 @@ def test_a_level_cut_short_says_so(tmp_path):
 
 
 def test_unknown_physical_cores_are_unknown_not_none():
-    assert _cpu_line({"cpu_model": "x86", "cpu_cores_physical": None, "cpu_cores_logical": 4}
-                     ) == "x86 · cores unknown / 4 threads"
-    assert _cpu_line({}) == "CPU model unknown · cores unknown / threads unknown"
+    assert cpu_line({"cpu_model": "x86", "cpu_cores_physical": None, "cpu_cores_logical": 4}
+                    ) == "x86 · cores unknown / 4 threads"
+    assert cpu_line({}) == "CPU model unknown · cores unknown / threads unknown"

@@ -134,7 +134,7 @@ def test_the_load_curve_starts_at_zero_and_another_app_is_named_as_one(tmp_path)
 
 
 def test_a_series_of_fewer_than_3_values_is_no_sparkline():
-    from llmtop.sessions.reports.run import _series_cell
+    from llmtop.sessions.reports.run_markdown import _series_cell
 
     assert _series_cell([400.0]) == "—" and _series_cell([400.0, None, 410.0]) == "—"
     assert _series_cell([400.0, 405.0, 410.0]).startswith("`")

@@ -2,12 +2,13 @@
 
 1. import-linter's contracts in pyproject.toml: the layers, "only the TUI imports
    Textual", the route inside sessions (runners | reports, analysis, records, measure), the
-   layers inside reports, the layers inside llmtop's own servers, and "only the HTML pages
-   and plots import plotly and markdown-it".
+   layers inside reports (and the other renderers apart from a run's report), the layers
+   inside llmtop's own servers, and "only the HTML pages and plots import plotly and
+   markdown-it".
    The test runs `lint-imports` on the tree, and on copies of the tree with one upward
-   import planted (between packages, inside sessions, inside reports, plotly in a text
-   renderer, Textual in the TUI's state, a widget importing a screen), each of which must be
-   caught and named.
+   import planted (between packages, inside sessions, inside reports, a load report reaching
+   for a run's, plotly in a text renderer, Textual in the TUI's state, a widget importing a
+   screen), each of which must be caught and named.
 2. A fresh interpreter imports every module outside the TUI (and the TUI's pure state,
    whose settings the CLI builds) and Textual must not be among the loaded modules, as
    harlequin checks its headless core.
@@ -45,7 +46,7 @@ def test_the_contracts_hold() -> None:
     assert f"Contracts: {CONTRACTS} kept, 0 broken." in result.stdout
 
 
-CONTRACTS = 8
+CONTRACTS = 9
 PLANTED = [  # (the module that imports, what it must not import, the contract it breaks)
     ("llmtop.engines.events", "llmtop.sessions.reports.run", "llmtop's layers"),
     # a client reaching for llmtop's own servers (Connection once needed the child class)
@@ -60,6 +61,9 @@ PLANTED = [  # (the module that imports, what it must not import, the contract i
      "The route of a measurement"),
     ("llmtop.sessions.reports.text", "llmtop.sessions.reports.formats", "Reports: formats"),
     ("llmtop.sessions.reports.run", "plotly", "Only the HTML pages and their plots"),
+    # a run's Report is below its own renderers, not below the others
+    ("llmtop.sessions.reports.load", "llmtop.sessions.reports.run",
+     "The other renderers and plots import nothing"),
     ("llmtop.tui.state.live", "textual", "The TUI's state imports no Textual"),
     ("llmtop.tui.widgets.token_pane", "llmtop.tui.screens.bench", "The TUI: app, screens"),
 ]

@@ -7,7 +7,7 @@ import pytest
 from llmtop.commands.bench import run_log
 from llmtop.sessions.analysis.repeat import repeatability, spread
 from llmtop.sessions.analysis.run import analyze
-from llmtop.sessions.reports.run import repeat_markdown
+from llmtop.sessions.reports.run_markdown import repeat_markdown
 from tests.unit.test_analysis_report import record
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from llmtop.safetext import visible
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.watch import WatchAnalysis
-from llmtop.sessions.reports import compare, load, run, watch
+from llmtop.sessions.reports import compare, load, run_data, run_markdown, watch
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.run import Report
 
@@ -26,7 +26,7 @@ _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
-    Report: {"md": run.markdown, "csv": run.csv_text, "json": run.json_text},
+    Report: {"md": run_markdown.markdown, "csv": run_data.csv_text, "json": run_data.json_text},
     LoadAnalysis: {"md": load.markdown, "csv": load.csv_text, "json": load.json_text},
     Comparisons: {"md": lambda c: compare.markdown(c.comparisons, c.energy, c.logs),
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},

@@ -42,7 +42,7 @@ from llmtop.sessions.reports.plots import (
     watch_figure,
 )
 from llmtop.sessions.reports.run import Report
-from llmtop.sessions.reports.run import markdown as run_markdown
+from llmtop.sessions.reports.run_markdown import markdown as run_markdown
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;

@@ -1,4 +1,5 @@
-"""A modal that shows a bench's full markdown report (`llmtop.sessions.reports.run`), scrollable."""
+"""A modal that shows a bench's full markdown report (`llmtop.sessions.reports.run_markdown`),
+scrollable."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A markdown report laid out for a terminal box (issue 32, row 13).
 
-The report's tables are written for a page (`llmtop report`, `sessions/reports/run.py`): ten
+The report's tables are written for a page (`llmtop report`, `sessions/reports/run_markdown.py`): ten
 columns squeezed into a 120-column box wrapped each cell over 4–6 lines ("n/a" / "(n" / "<"
 / "20)") and cut the headers ("warm-u…"). In the TUI a table wider than MAX_COLUMNS becomes
 one bullet per row: its first cell in bold, then each other column as "header value", joined

@@ -1,0 +1,315 @@
+"""The markdown report of a run (`markdown`) and `bench --runs`' repeatability section.
+
+The markdown follows the source's form (docs/method.md, "Result table"): the verdict and
+its warnings, a row per prompt size with every cell filled from measurements (or saying why
+it cannot be), each size's statistics with its sparkline series, the slow episodes and
+their causes (analysis/episode_causes.py), the context sections (context.py), the relay
+overhead, "Was the machine quiet?" (preflight and attribution), then the machine's sections
+(run_environment.py: energy, environment), the warm-up and excluded requests and the
+calibration. Every markdown table goes through `md_table` (text.py), which escapes the
+cells. The `Report` it renders is run.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmtop.sessions.analysis.repeat import SizeSpread
+from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
+from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord, RequestRecord
+from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
+from llmtop.sessions.reports.run import Report
+from llmtop.sessions.reports.run_environment import (
+    environment_markdown,
+    gpu_cells,
+    markdown_energy,
+    preflight_held,
+)
+from llmtop.sessions.reports.text import md_table, sparkline
+from llmtop.sessions.reports.text import num as _num
+
+
+# A series of fewer values shows no shape, only a block whose height means nothing.
+MIN_SERIES = 3
+
+
+def _series_cell(values: Sequence[float | None]) -> str:
+    """The series column: the sparkline in backticks, "—" below MIN_SERIES values."""
+    if sum(v is not None for v in values) < MIN_SERIES:
+        return "—"
+    return f"`{sparkline(values)}`"
+
+
+def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
+    via = f" · {size.path}" if size.path else ""
+    if size.target is None:
+        return "interactive" + via
+    point = calibration.targets.get(str(size.target)) if calibration else None
+    if point:
+        return f"{size.target} tok ({point.words} words → {point.tokens:g}){via}"
+    return f"{size.target} tok{via}"
+
+
+def _markdown_relay(report: Report) -> list[str]:
+    if not report.relay:
+        return []
+    headers = ("prompt", "pairs", "TTFT relay − direct, median [IQR]",
+               "TTFT − load − prefill: direct / relay", "decode tok/s (client): direct / relay")
+    rows = [
+        (f"{c.target} tok", c.pairs,
+         (f"{_num(c.ttft_diff_median, 2)} ms "
+          f"[{_num(c.ttft_diff_p25, 2)}, {_num(c.ttft_diff_p75, 2)}]"),
+         f"{_num(c.overhead_direct, 2)} / {_num(c.overhead_relay, 2)} ms",
+         f"{_num(c.decode_direct)} / {_num(c.decode_relay)}")
+        for c in report.relay
+    ]
+    return ["", "## Relay overhead (direct and relayed requests interleaved)", "",
+            *md_table(headers, rows)]
+
+
+
+def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
+    load = warmup_load_ms(size, analysis)
+    return "n/a (no warm-up)" if load is None else f"{_num(load)} ms"
+
+
+def _notes(size: SizeAnalysis) -> str:
+    notes = []
+    worse = [f"{label} {d.change_pct:+.1f} %" for key, label, _unit, _ in METRICS
+             if key in size.drifted and (d := size.drifts[key]).change_pct is not None]
+    shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
+             if key not in size.drifted and (d := size.drifts[key]).worse
+             and d.change_pct is not None]
+    notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
+    if shown:
+        notes.append("derived: " + ", ".join(shown))
+    in_episodes = len(size.ok) - len(size.baseline)
+    if in_episodes:
+        notes.append(f"{in_episodes} in slow episodes (requests "
+                     f"{', '.join(e.requests for e in size.episodes.episodes)})")
+    if size.episodes.trends:
+        notes.append("trend: " + ", ".join(f"{k} {v:+.0f} %"
+                                           for k, v in size.episodes.trends.items()))
+    if size.excluded:
+        notes.append(f"{len(size.excluded)} excluded")
+    return "; ".join(notes)
+
+
+def markdown(report: Report) -> str:
+    """The markdown report (the source's form: docs/method.md, "Result table")."""
+    h, a = report.log.header, report.analysis
+    lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    j = a.judgement
+    why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
+    reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
+    lines.append(
+        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons} (slow episodes: change points "
+        "in the ordered TTFT, prefill, decode and E2E series, beyond their own noise; drift "
+        f"threshold ±{a.drift_threshold_pct:g} %, either way, between the medians of the first "
+        f"and last 5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and "
+        f"the two groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}). "
+        f"{(n := sum(len(s.baseline) for s in a.sizes))} {'request' if n == 1 else 'requests'} "
+        "in the statistics."
+    )
+    noisy, total = report.noisy
+    if noisy:
+        lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
+                     "requests: see \"Was the machine quiet?\" before trusting these numbers.")
+    buffered = [r for r in report.log.requests if r.metrics.buffered]
+    if buffered:
+        lines.append(
+            f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
+            f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
+            f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
+            "n/a and left out of the statistics; their TTFT is the time to the whole answer.")
+    if report.log.warnings:
+        lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
+    if report.interrupted:
+        lines.append("**The run was interrupted**: the statistics cover the requests that "
+                     "finished.")
+    for s in a.sizes:
+        cause = report.causes.get(size_key(s))
+        if cause is not None:
+            lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
+                         f"{cause.summary}.")
+    lines += ["", "## Results", "", *_results_table(report)]
+    for s in a.sizes:
+        title = f"## Statistics — {_size_label(s, report.calibration)}"
+        lines += ["", title, "", *_stats_table(s)]
+    lines += _markdown_episodes(report)
+    lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
+    lines += turns_markdown(report.turns, report.cold_turns)
+    lines += _markdown_relay(report)
+    lines += _markdown_machine(report)
+    lines += markdown_energy(report.energy)
+    lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_episodes(report: Report) -> list[str]:
+    """Every slow episode, its size, its cost and cause; what was re-measured."""
+    lines = ["", "## Slow episodes", ""]
+    labels = {k: label for k, label, _u, _b in METRICS}
+    required = report.analysis.required
+    rows = []
+    for s in report.analysis.sizes:
+        for e in report.episodes.get(size_key(s), []):
+            sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.episode.changes.items())
+            cause = e.cause.summary if e.cause is not None else "n/a"
+            when = e.episode.requests + (" (faster)" if e.episode.faster else "")
+            rows.append((_size_label(s, report.calibration), when, sizes, e.sentence, cause))
+    if rows:
+        lines += md_table(("prompt", "requests", "size", "cost", "cause"), rows)
+    else:
+        lines.append("none: every series kept one level within its noise")
+    for s in report.analysis.sizes:
+        measured = sum(r.phase == "measure" for r in s.requests)
+        if required is not None and measured > required:
+            lines.append("")
+            lines.append(
+                f"{_size_label(s, report.calibration)}: re-measured {measured - required} "
+                f"requests beyond the protocol's {required} (after a pause) to have "
+                f"{len(s.baseline)} outside the episodes; the log keeps every request.")
+    return lines
+
+
+def _results_table(report: Report) -> list[str]:
+    util, vram = gpu_cells(report)
+    headers = ("prompt", "n (baseline)", "TTFT p50 / p95 (client)", "E2E p50",
+               "prefill tok/s (server)", "decode tok/s (server)", "load (warm-up)", "GPU util %",
+               "VRAM (tool)", "notes")
+    rows = []
+    for s in report.analysis.sizes:
+        t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
+        p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
+        rows.append((
+            _size_label(s, report.calibration), len(s.baseline), f"{_num(t.median)} / {p95} ms",
+            f"{_num(e.median)} ms", _num(s.summaries["server_prefill_tps"].median),
+            _num(s.summaries["server_decode_tps"].median), _warmup_load(s, report.analysis),
+            util, vram, _notes(s),
+        ))
+    return md_table(headers, rows)
+
+
+def _stats_table(s: SizeAnalysis) -> list[str]:
+    """One row per metric, then the machine's own series (canary, readings) beside them."""
+    headers = ("metric", "unit", "n", "median", "min", "max", "p95", "first 5 → last 5", "drift",
+               "series")
+    rows = []
+    machine = [m for m in CANARY_METRICS + READINGS if s.summaries[m[0]].n]
+    for key, label, unit, _better in METRICS + tuple(machine):
+        m, d = s.summaries[key], s.drifts[key]
+        p95 = _num(m.p95, 2) if m.p95 is not None else (m.p95_note or "n/a")
+        if d.change_pct is None:
+            change, trend = "n/a", d.note or "n/a"
+        else:
+            change = f"{d.change_pct:+.1f} %" + (" ⚠" if d.worse else "")
+            if d.beyond_threshold and not d.worse:
+                change += " (not counted: within spread or floor)"
+            trend = f"{_num(d.first_median, 2)} → {_num(d.last_median, 2)}"
+        rows.append((label, unit, m.n, _num(m.median, 2), _num(m.min, 2), _num(m.max, 2), p95,
+                     trend, change, _series_cell(s.series.get(key, []))))
+    return md_table(headers, rows)
+
+
+def _measured(f: FindingRecord) -> str:
+    if f.value is None:
+        return ""
+    threshold = ""
+    if f.threshold is not None:
+        threshold = f" vs threshold {f.threshold} {f.unit}"
+    return f" (measured {f.value} {f.unit}{threshold})"
+
+
+def _markdown_machine(report: Report) -> list[str]:
+    """Preflight findings and, per prompt size, who likely slowed the slow requests."""
+    lines = ["", "## Was the machine quiet?", ""]
+    pf = report.preflight
+    if pf is None:
+        lines.append("No preflight check was recorded.")
+    else:
+        body = pf.body
+        lines.append(f"Preflight ({body.get('duration_s')} s, {body.get('samples')} samples): "
+                     f"**{pf.verdict}**, background CPU "
+                     f"{_num(body.get('background_cpu_median'))} % of the machine (median).")
+        for f in pf.findings:
+            lines.append(f"- {f.level.upper()} {f.code}: "
+                         f"{f.message}{_measured(f)} — {f.remedy}")
+    held = preflight_held(report)
+    if held is not None:
+        lines.append("")
+        lines.append(held["sentence"])
+    noisy, total = report.noisy
+    lines.append("")
+    lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
+    for s in report.analysis.sizes:
+        att = report.attributions.get(size_key(s))
+        if att is not None:
+            who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
+            lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
+    return lines
+
+
+def _warm_row(label: str, status: str, rec: RequestRecord) -> tuple[str, ...]:
+    m = rec.metrics
+    return (label, status, _num(m.ttft_ms), _num(m.load_ms), _num(m.prompt_eval_ms),
+            _num(m.server_decode_tps))
+
+
+def _markdown_requests(a: Analysis) -> list[str]:
+    lines = ["", "## Warm-up requests (kept, not in the statistics)", ""]
+    warm = [_warm_row("first request", rec.status, rec) for rec in a.load_requests]
+    warm += [_warm_row(f"{r.prompt_tokens_target} tok #{r.index + 1}", r.status, r.record)
+             for s in a.sizes for r in s.warmups]
+    if warm:
+        lines += md_table(("request", "status", "TTFT ms", "load ms", "prefill ms",
+                           "decode tok/s (server)"), warm)
+    else:
+        lines.append("none")
+    lines += ["", "## Excluded requests", ""]
+    excluded = [(r.prompt_tokens_target, r.index + 1, r.status, r.reason)
+                for s in a.sizes for r in s.excluded]
+    if excluded:
+        lines += md_table(("prompt", "#", "status", "reason"), excluded)
+    else:
+        lines.append("none: every measured request was ok")
+    if a.timing_warnings:
+        lines += ["", "## Server timings that do not add up", ""]
+        for r in a.timing_warnings:
+            lines.append(f"- request {r.index + 1} ({r.prompt_tokens_target} tok): "
+                         f"{r.timing_gap_share:.0%} of total_duration is neither load, prompt "
+                         "eval nor eval; its derived rates are estimates")
+    return lines
+
+
+def _markdown_calibration(report: Report) -> list[str]:
+    c = report.calibration
+    lines = ["", "## Calibration", ""]
+    if not c:
+        return lines + ["none (not a bench run)"]
+    how = "Measured for this run."
+    if c.from_cache:
+        how = "From the cache (one target re-checked)."
+    lines += [f"Chat template's own cost: {c.template_tokens} tokens. {how}", ""]
+    return lines + md_table(("words", "prompt_eval_count"), c.probes)
+
+
+def repeat_markdown(spreads: Sequence[SizeSpread], logs: Sequence[str]) -> list[str]:
+    """`bench --runs K`'s section: per prompt size and metric, each run's baseline median,
+    their range, the 95 % interval of the mean and the runs that disagree
+    (analysis/repeat.py)."""
+    lines = ["", f"## Repeatability across {len(logs)} runs", ""]
+    rows = []
+    for size in spreads:
+        for sp in size.spreads:
+            ci = "n/a" if sp.ci is None else f"{_num(sp.ci[0], 2)} – {_num(sp.ci[1], 2)}"
+            odd = ", ".join(f"run {i}" for i in sp.disagree) or "none"
+            rows.append((f"{size.target} tok", f"{sp.label} {sp.unit}",
+                         " / ".join(_num(m, 2) for m in sp.medians), _num(sp.centre, 2),
+                         "n/a" if sp.range_pct is None else f"{sp.range_pct:.1f} %", ci, odd))
+    lines += md_table(("prompt", "metric", "baseline median per run", "median of runs",
+                       "range", "95 % CI of the mean", "disagrees"), rows)
+    lines += ["", "Logs: " + ", ".join(f"run {i} `{p}`" for i, p in enumerate(logs, start=1))]
+    return lines
