@@ -9,10 +9,11 @@ Order of a run (the bench protocol where it applies, docs/method.md, "The bench 
    loop (N workers, each sends its next request when its last one ends) or open loop
    (requests leave on a seeded timetable; each is also timed from its *scheduled* send, so
    a generator that falls behind cannot hide queueing: coordinated omission, Gil Tene,
-   "How NOT to Measure Latency"). Every request is a fresh calibrated prompt, streamed
-   and classified by `run_request` like any bench request, and logged with its level. An
-   open-loop level stops early once its latency grows without bound (analysis/saturation.py):
-   nothing more is sent and the requests in flight are cancelled;
+   "How NOT to Measure Latency"; both in load_loops.py). Every request is a fresh
+   calibrated prompt, streamed and classified by `run_request` like any bench request, and
+   logged with its level. An open-loop level stops early once its latency grows without
+   bound (analysis/saturation.py): nothing more is sent and the requests in flight are
+   cancelled;
 4. "level" records bracket each level with its wall time and the generator's own CPU time
    (the event-loop thread's `thread_time_ns`), so a report can say when the generator, not
    the engine, was the limit. Probe samples are logged with the ids of the requests in flight.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
-from time import perf_counter_ns, sleep, thread_time_ns
+from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
 from llmtop.engines.base import Engine
@@ -52,18 +53,14 @@ from llmtop.sessions.runners.environment import (
     environment_record,
     preflight_record,
 )
-from llmtop.sessions.runners.load_config import LoadConfig, arrival_offsets
+from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.sessions.runners.load_loops import closed_loop, open_loop
 from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.sessions.runners.server_watch import ServerWatch
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
-# asyncio's epoll selector rounds a timer's timeout up to whole milliseconds
-# (selectors.EpollSelector.select: math.ceil(timeout * 1e3)), so a send timed by
-# asyncio.sleep alone leaves 0–1 ms late; an open loop wakes this much early and sleeps the
-# rest (under 1 ms) in the loop's own thread, where nanosleep keeps ~0.1 ms.
-TIMER_EARLY_NS = 1_000_000
 
 __all__ = ["LoadOutcome", "LoadProgress", "LoadRunner", "pooled_engine"]
 
@@ -288,12 +285,14 @@ class LoadRunner:
         cfg = self.config
         if cfg.mode == "concurrency":
             limit = None if total is None else repeat * total
-            await self._closed(int(value), limit, t0, fields, make_prompt, numbers)
+            await closed_loop(self._request, int(value), limit, t0, cfg.duration_s, fields,
+                              make_prompt, numbers)
             return
         assert total is not None
         seed = cfg.seed + (self.level or 0) + 1000 * (repeat - 1)
         run = asyncio.ensure_future(
-            self._open(value, total, t0, fields, make_prompt, (repeat - 1) * total, seed)
+            open_loop(self._request, value, total, t0, cfg.arrivals, fields, make_prompt,
+                      (repeat - 1) * total, seed, lambda: self.stopped is not None)
         )
         stop = asyncio.ensure_future(self._stop_event.wait())
         try:
@@ -303,68 +302,6 @@ class LoadRunner:
             if not run.done():  # stopped (or we are cancelled): what is in flight is cancelled
                 run.cancel()
             await asyncio.gather(run, stop, return_exceptions=True)
-
-    async def _closed(
-        self,
-        workers: int,
-        limit: int | None,
-        t0: int,
-        fields: dict[str, Any],
-        make_prompt: Callable[[], str],
-        numbers: list[int],
-    ) -> None:
-        """N workers; each takes the next index `numbers[0]` until `limit` are taken (or, by
-        duration, until the batch's time is up) and sends its next request when its last one
-        ended."""
-        deadline = t0 + round((self.config.duration_s or 0) * 1e9)
-
-        async def worker() -> None:
-            while True:
-                if limit is None and perf_counter_ns() >= deadline:
-                    return
-                k = numbers[0]
-                if limit is not None and k >= limit:
-                    return
-                numbers[0] += 1
-                await self._request(make_prompt(), {**fields, "index": k}, t0=t0)
-
-        await asyncio.gather(*(worker() for _ in range(workers)))
-
-    async def _open(
-        self,
-        rate: float,
-        total: int,
-        t0: int,
-        fields: dict[str, Any],
-        make_prompt: Callable[[], str],
-        first: int,
-        seed: int,
-    ) -> None:
-        """Send request first + k at t0 + offset_k whatever is in flight; each runs in its own
-        task. Cancelled, it cancels the requests in flight (each logged as "cancelled")."""
-        offsets = arrival_offsets(rate, total, self.config.arrivals, seed)
-        tasks = []
-        try:
-            for k, offset in enumerate(offsets):
-                scheduled = t0 + round(offset * 1e9)
-                prompt = make_prompt()  # before the wait: off the send path (0.1 ms at 150 words)
-                wait_ns = scheduled - perf_counter_ns()
-                if wait_ns > TIMER_EARLY_NS:
-                    await asyncio.sleep((wait_ns - TIMER_EARLY_NS) / 1e9)
-                rest_ns = scheduled - perf_counter_ns()
-                if rest_ns > 0:  # < 1 ms; replies meanwhile keep their kernel receive stamps
-                    sleep(rest_ns / 1e9)  # noqa: ASYNC251 (elsewhere: read ≤ 1 ms later)
-                if self.stopped is not None:  # over-saturated: nothing more leaves
-                    break
-                tasks.append(asyncio.create_task(self._request(
-                    prompt, {**fields, "index": first + k}, t0=t0, scheduled_ns=scheduled,
-                )))
-            await asyncio.gather(*tasks)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
 
     async def _request(
         self,
