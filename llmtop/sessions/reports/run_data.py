@@ -22,7 +22,6 @@ from llmtop.sessions.reports.context import context_json
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import preflight_held
 
-
 CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
                "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,

@@ -21,7 +21,6 @@ from llmtop.sessions.reports.text import md_table
 from llmtop.sessions.reports.text import num as _num
 from llmtop.sessions.reports.text import size as _bytes
 
-
 NO_NVIDIA_DRIVER = ("Shared Library Not Found", "cannot open shared object", "No module named")
 
 

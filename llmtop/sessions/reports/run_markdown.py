@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
-from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord, RequestRecord
 from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
@@ -29,7 +29,6 @@ from llmtop.sessions.reports.run_environment import (
 )
 from llmtop.sessions.reports.text import md_table, sparkline
 from llmtop.sessions.reports.text import num as _num
-
 
 # A series of fewer values shows no shape, only a block whose height means nothing.
 MIN_SERIES = 3

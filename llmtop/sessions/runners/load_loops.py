@@ -12,7 +12,7 @@ classifies and logs a request); neither knows the runner itself. The open loop's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from time import perf_counter_ns, sleep
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ class Send(Protocol):
     batch's start, perf_counter_ns) and, open loop, its scheduled send (perf_counter_ns)."""
 
     def __call__(self, prompt: str, fields: dict[str, Any], *, t0: int | None = None,
-                 scheduled_ns: int | None = None) -> Awaitable[None]: ...
+                 scheduled_ns: int | None = None) -> Coroutine[Any, Any, None]: ...
 
 
 async def closed_loop(

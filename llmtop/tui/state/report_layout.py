@@ -1,11 +1,12 @@
 """A markdown report laid out for a terminal box (issue 32, row 13).
 
-The report's tables are written for a page (`llmtop report`, `sessions/reports/run_markdown.py`): ten
-columns squeezed into a 120-column box wrapped each cell over 4–6 lines ("n/a" / "(n" / "<"
-/ "20)") and cut the headers ("warm-u…"). In the TUI a table wider than MAX_COLUMNS becomes
-one bullet per row: its first cell in bold, then each other column as "header value", joined
-by " · " — prose that wraps at the box's width like any line. Narrow tables (the
-environment's item | value) and everything else pass through unchanged.
+The report's tables are written for a page (`llmtop report`,
+`sessions/reports/run_markdown.py`): ten columns squeezed into a 120-column box wrapped each
+cell over 4–6 lines ("n/a" / "(n" / "<" / "20)") and cut the headers ("warm-u…"). In the TUI
+a table wider than MAX_COLUMNS becomes one bullet per row: its first cell in bold, then each
+other column as "header value", joined by " · " — prose that wraps at the box's width like
+any line. Narrow tables (the environment's item | value) and everything else pass through
+unchanged.
 """
 
 from __future__ import annotations
