@@ -269,3 +269,40 @@ def test_an_old_log_without_canaries_says_it_cannot_tell():
     reqs, _ = run(wobbled(ENGINE_FAST, ENGINE_SLOW), [3.0] * 20)
     (cause,) = build_from(reqs, []).causes.values()
     assert cause.kind == "unexplained" and "no machine-speed canary" in cause.summary
+
+
+
+# A bench of 16 requests seen under a CPU quota lowered after request 10 on a busy 2-core
+# machine (tests/integration/test_bench_machine_slows.py): requests 1–2 slowed by the
+# machine's other load, 3–10 free, 11–16 throttled. Server decode tok/s and TTFT ms, rounded.
+COVERED_DECODE = [7.6, 3.0, 54.7, 48.0, 49.2, 59.4, 32.7, 45.3, 44.4, 42.0,
+                  1.8, 1.1, 3.4, 3.4, 5.4, 4.6]
+COVERED_TTFT = [1281.7, 170.6, 147.9, 134.8, 140.3, 125.0, 142.1, 153.9, 157.2, 191.7,
+                900.5, 1865.9, 2967.6, 2796.6, 1500.5, 1698.5]
+
+
+def test_episodes_that_cover_the_run_still_name_its_cause():
+    # The decode series' slow levels (1–3 and 11–16, within its wide margin of each other)
+    # hold 9 of 16: its baseline, so 4–10 are "faster"; TTFT's slow requests are episodes;
+    # merged, every request is in one and none is left to measure them against. The cause
+    # comes from the whole run: decode's first 5 (7.6, 3.0, 54.7, 48.0, 49.2) median 48.0,
+    # last 5 (1.1, 3.4, 3.4, 5.4, 4.6) median 3.4: 48.0 / 3.4 − 1 = 1312 % slower; the quota's
+    # readings 0 → 400 ms per request.
+    reqs = []
+    for i, (tps, ttft) in enumerate(zip(COVERED_DECODE, COVERED_TTFT, strict=True)):
+        rec = record_json(i, tps, ttft=ttft, prompt_eval_ms=ttft - 10.0, eval_count=8)
+        rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
+                          "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
+        reqs.append(RequestRecord.from_json(rec))
+    canaries = [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(16)]
+    report = build_from(reqs, canaries)
+    assert report.analysis.verdict == "contaminated"
+    (found,) = report.episodes.values()
+    assert [(e.episode.first, e.episode.last) for e in found] == [(1, 16)]
+    assert found[0].sentence == ("requests 1–16 leave no request outside the episodes to "
+                                 "measure them against: the run has no baseline level")
+    (cause,) = report.causes.values()
+    assert cause.kind == "machine"
+    assert cause.summary == ("the machine slowed; no program explains it — the cgroup's CPU "
+                             "quota throttled it (0 → 400 ms per request)")
+    assert "the engine's decode (server) ran 1312 % slower" in cause.evidence

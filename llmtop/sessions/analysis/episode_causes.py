@@ -53,6 +53,9 @@ class EpisodeCause:
         """The cost of the episode in the user's units, with its culprit when one stands
         out."""
         when = f"requests {self.episode.requests}"
+        if not self.episode.changes:  # every request in an episode: no baseline outside
+            return (f"{when} leave no request outside the episodes to measure them "
+                    "against: the run has no baseline level")
         cost = ""
         if self.slowdown is not None:
             pct = self.slowdown.slower_pct

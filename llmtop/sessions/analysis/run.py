@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from llmtop.engines.events import ServerStats, Status
@@ -404,28 +404,28 @@ def _analyze_size(
     keep = [r.episode is None for r in ok]
     base = {k: [v for v, kept in zip(vs, keep, strict=True) if kept] for k, vs in series.items()}
     summaries = {key: summarize(values) for key, values in base.items()}
-    # The canary is timed around pure computation, not an event loop: no absolute floor.
-    floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
-    drifts = {
-        key: drift(
-            base[key],
-            higher_is_better=better,
-            threshold_pct=threshold,
-            floor=floors.get(key, 0.0),
-        )
-        for key, _l, unit, better in METRICS + CANARY_METRICS + READINGS
-    }
     return SizeAnalysis(
         target=target,
         requests=requests,
         summaries=summaries,
-        drifts=drifts,
+        drifts=_drifts(base, threshold),
         series=series,
         path=path,
         threshold_pct=threshold,
         episodes=episodes,
         base_series=base,
     )
+
+
+def _drifts(series: Mapping[str, list[float | None]], threshold: float) -> dict[str, Drift]:
+    """stats.drift of each engine, canary and reading series (first 5 vs last 5)."""
+    # The canary is timed around pure computation, not an event loop: no absolute floor.
+    floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
+    return {
+        key: drift(series[key], higher_is_better=better, threshold_pct=threshold,
+                   floor=floors.get(key, 0.0))
+        for key, _l, _unit, better in METRICS + CANARY_METRICS + READINGS
+    }
 
 
 def _find_episodes(
@@ -560,6 +560,17 @@ def cause_of(size: SizeAnalysis, attribution: Attribution) -> Cause | None:
     if engine is None:
         return None
     return name_cause(attribution, engine, machine_evidence(size))
+
+
+def whole_run(size: SizeAnalysis) -> SizeAnalysis:
+    """The size judged as though it had no episodes: the drift of every ok request's series,
+    the run's first 5 against its last 5. For naming who slowed a run whose episodes leave
+    nothing to measure them against (every request is in one: the series' levels disagree,
+    or no level holds the run; seen under a CPU quota lowered mid-run on a busy machine,
+    tests/integration/test_bench_machine_slows.py) — the cause a run without the episode
+    finder would have named."""
+    return replace(size, drifts=_drifts(size.series, size.threshold_pct),
+                   base_series=size.series)
 
 
 def attribute_size(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> Attribution:

@@ -36,6 +36,7 @@ from llmtop.sessions.analysis.run import (
     noisy_samples,
     relay_comparisons,
     size_key,
+    whole_run,
 )
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
@@ -103,6 +104,13 @@ def build(log: RunLog) -> Report:
             attributions[key] = costly.attribution
             if costly.cause is not None:
                 causes[key] = costly.cause
+    for s in analysis.sizes:  # episodes that cover the run leave no baseline: the whole run's
+        key = size_key(s)
+        if key not in causes and episodes[key]:
+            whole = whole_run(s)
+            found = attribute_size(whole, log.probes)
+            if (c := cause_of(whole, found)) is not None:
+                attributions[key], causes[key] = found, c
     sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
     num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(
