@@ -27,13 +27,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from llmtop import cli
+from llmtop.engines.connection import Connection
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.http import Peer
+from llmtop.engines.openai import OpenAIEngine
 from llmtop.engines.relay import RelayEngine
 from llmtop.engines.timeouts import MAX_TOKEN_TIMEOUT_S, TOKEN_TIMEOUT_S
 from llmtop.loadtest.stream import stream_chat
 from llmtop.servers.relay.server import create_app
 from llmtop.sessions.measure.request import RequestCollector, chat_messages
+from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.stamping.blocking import arrival_transport
 from llmtop.stamping.bounds import MAX_LINE_BYTES
 from llmtop.testing.scripted import ServeInThread, chunk
@@ -100,6 +103,28 @@ def test_every_streaming_command_takes_the_flag_and_keeps_the_default():
     assert cli.tui_settings(args).token_timeout_s == 4.0
     shown = llmtop("run", "--help", COLUMNS="400").stdout  # one line per flag: nothing wrapped
     assert "--token-timeout SECONDS" in shown and "keep-alive pings" in shown
+
+
+def test_the_recorder_of_the_tui_bench_and_load_applies_and_logs_its_token_timeout(openai,
+                                                                                  tmp_path):
+    # the TUI, bench and load measure through SessionRecorder.measure (run as well)
+    async def go():
+        engine = OpenAIEngine(f"{openai.url}/v1")
+        try:
+            recorder = SessionRecorder(Connection(engine, "pings", None, None),
+                                       {"num_predict": 10}, tmp_path / "r.jsonl",
+                                       token_timeout_s=0.3)
+            measured = await recorder.measure("hi")
+            recorder.close()
+            return measured
+        finally:
+            await engine.aclose()
+
+    measured = asyncio.run(go())
+    assert measured.result.failure.kind == FailureKind.STALLED
+    assert measured.result.failure.message.startswith("no token for 0.3 s after 1 chunks")
+    header = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])
+    assert header["token_timeout_s"] == 0.3
 
 
 # ---------------------------------------------------------------- the relay and Locust
