@@ -45,7 +45,8 @@ from llmtop.testing.scripted_openai import ScriptedOpenAI
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 MiB = 2**20
-HUGE_MIB = 20  # the over-long line: 20 MiB without a newline, past the 16 MiB bound
+HUGE_MIB = 100  # the over-long line, MiB without a newline: past the 16 MiB bound, and far
+# enough past it that holding it whole (2 × 100 MiB with its copy) breaks the memory bound
 
 
 def llmtop(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
