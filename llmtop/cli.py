@@ -31,6 +31,7 @@ from llmtop.engines.hosts import (
     proxy_for,
     resolve_address,
 )
+from llmtop.engines.timeouts import TOKEN_TIMEOUT_S, parse_token_timeout
 from llmtop.exitcodes import ExitCode
 from llmtop.files import readable_by_others
 from llmtop.sessions.analysis.slo import Slo
@@ -175,6 +176,11 @@ def _engine_flags(parser: argparse.ArgumentParser, top: bool, num_predict: bool 
                    "config file's [engine] pids")
     g.add_argument("--log", default=d(None),
                    help="session log file (JSONL; default: a new file in the user data dir)")
+    g.add_argument("--token-timeout", metavar="SECONDS", type=_checked(parse_token_timeout),
+                   default=d(TOKEN_TIMEOUT_S),
+                   help="end a request as stalled after SECONDS without a token, however "
+                   "many keep-alive pings the server sends meanwhile (default and most "
+                   f"{TOKEN_TIMEOUT_S:g}: the read timeout); recorded in the log's header")
     _probes_flags(g, d)
     o = parser.add_argument_group("generation options (sent to the engine with every request)")
     o.add_argument("--temperature", type=finite_number(0.0), default=d(DEFAULT_OPTIONS.temperature),
@@ -648,6 +654,7 @@ def tui_settings(args: argparse.Namespace) -> TuiSettings:
         engine=args.engine, host=args.host, model=args.model, model_path=args.model_path,
         via=args.via, relay_url=args.relay, options=GenerationOptions.from_flags(args).to_ollama(),
         log_path=args.log, thresholds=args.thresholds, engine_pids=args.engine_pids,
+        token_timeout_s=args.token_timeout,
         agent=getattr(args, "agent", None),
     )
 

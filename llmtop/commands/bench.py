@@ -89,7 +89,8 @@ async def _one_run(
             config = replace(config, run=k + 1, runs=runs)
         runner = BenchRunner(conn, config, run_log(args.log, k, runs),
                              on_progress=_progress_printer(args.json, config),
-                             agent=getattr(args, "agent", None))
+                             agent=getattr(args, "agent", None),
+                             token_timeout_s=args.token_timeout)
     except LogError as exc:
         print(f"llmtop: {exc}", file=sys.stderr)
         return ExitCode.USAGE

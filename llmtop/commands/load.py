@@ -73,7 +73,8 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
         return conn
     try:
         try:
-            runner = LoadRunner(conn, config, args.log, on_progress=_printer(args.json, config))
+            runner = LoadRunner(conn, config, args.log, on_progress=_printer(args.json, config),
+                                token_timeout_s=args.token_timeout)
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE

@@ -202,7 +202,8 @@ async def _run(args: argparse.Namespace) -> int:
         energy = local_meter(conn.upstream.host, agent)
         try:
             recorder = SessionRecorder(
-                conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy
+                conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy,
+                token_timeout_s=args.token_timeout,
             )
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)

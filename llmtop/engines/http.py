@@ -19,14 +19,14 @@ from time import perf_counter_ns
 
 import httpx
 
+from llmtop.engines import timeouts
 from llmtop.engines.events import Failure, FailureKind
 from llmtop.stamping.bounds import OffHostRedirect, ReplyTooLarge
 
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
-# A generous read timeout: a cold 7B model can take tens of seconds to load before the
-# first byte, but a hung server must not block forever (httpx-based clients such as
-# `ollama.AsyncClient` otherwise wait with no timeout at all).
-DEFAULT_READ_TIMEOUT_S = 300.0
+# The clients' timeouts, s, kept where the CLI can read them without httpx (engines/timeouts.py)
+DEFAULT_CONNECT_TIMEOUT_S = timeouts.DEFAULT_CONNECT_TIMEOUT_S
+DEFAULT_READ_TIMEOUT_S = timeouts.DEFAULT_READ_TIMEOUT_S
+
 ERROR_TEXT_CHARS = 200  # how much of a non-JSON error body a message quotes
 
 
@@ -253,6 +253,15 @@ def failure_for_transport(exc: BaseException, *, peer: Peer,
         f"request to {peer.url} failed: {type(exc).__name__}: {exc}",
         "check the server and retry",
     )
+
+
+def failure_past_predict(chunks: int, num_predict: object) -> Failure:
+    """The failure of a stream that sent `chunks` text chunks without ending, past what its
+    `num_predict` asked for (stamping/bounds.py, `chunk_limit`): reading stopped there."""
+    return Failure(FailureKind.PROTOCOL,
+                   f"the server sent {chunks} chunks without ending the stream, though "
+                   f"num_predict asked for {num_predict} tokens: stopped reading",
+                   "the server ignores num_predict or never sends its done chunk; check it")
 
 
 def failure_protocol(detail: str, *, peer: Peer) -> Failure:

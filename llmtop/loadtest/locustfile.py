@@ -17,6 +17,7 @@ clocks (keep them NTP-synchronised when workers run on several machines).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
@@ -33,6 +34,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from llmtop.engines.http import Peer
+from llmtop.engines.timeouts import TOKEN_TIMEOUT_S, parse_token_timeout
 from llmtop.loadtest.stream import stream_chat
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.prompts import PromptGenerator
@@ -63,10 +65,27 @@ def _flags(parser: Any) -> None:
     group.add_argument("--llmtop-requests-per-user", type=int, default=10)
     group.add_argument("--llmtop-seed", type=int, default=42, help="the options' seed")
     group.add_argument(
+        "--llmtop-token-timeout",
+        type=_token_timeout,
+        default=TOKEN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="end a request as stalled after SECONDS without a token (llmtop's "
+        f"--token-timeout; default and most {TOKEN_TIMEOUT_S:g})",
+    )
+    group.add_argument(
         "--llmtop-log",
         default="llmtop-locust.jsonl",
         help="session log the master (or a local run) writes",
     )
+
+
+def _token_timeout(text: str) -> float:
+    """`--llmtop-token-timeout`: engines.timeouts.parse_token_timeout, its ValueError as the
+    usage error (argparse.ArgumentTypeError: the message shown, exit 2)."""
+    try:
+        return parse_token_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _options(opts: Any) -> dict[str, Any]:
@@ -105,7 +124,8 @@ class LlmtopUser(User):
             prompt=self.prompts.make(words), options=_options(opts), model=opts.llmtop_model
         )
         sent_unix = time.time_ns()
-        result = stream_chat(self.client, self.peer, collector)
+        result = stream_chat(self.client, self.peer, collector,
+                             token_timeout_s=opts.llmtop_token_timeout)
         record = RequestRecord.of(
             result,
             phase="measure",
@@ -179,6 +199,7 @@ class LogSink:
             "host": env.host,
             "model": opts.llmtop_model,
             "options": _options(opts),
+            "token_timeout_s": opts.llmtop_token_timeout,
             "environment": machine_environment(),
             "load": load,
         }

@@ -8,12 +8,16 @@ the metrics. Failures become the engines' `Failure`s (llmtop.engines.http), neve
 
 Arrivals: the client's connections come from `llmtop.stamping.blocking.arrival_transport()`,
 whose reads note when their bytes arrived (the kernel's receive stamp where Linux gives one).
+
+Bounds, as the asyncio clients': the transport's (`stamping.bounds.BlockingBoundedTransport`:
+no compression asked for, a line at most 16 MiB, at most 64 MiB decoded), the chunks past
+num_predict and the time without a token (`_events`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -28,18 +32,39 @@ from llmtop.engines.http import (
     failure_protocol,
     failure_truncated,
 )
-from llmtop.sessions.measure.request import RequestCollector, RequestResult, chat_messages
+from llmtop.sessions.measure.request import (
+    TOKEN_TIMEOUT_S,
+    RequestCollector,
+    RequestResult,
+    chat_messages,
+    chunk_limit,
+    past_predict,
+    stalled,
+)
 from llmtop.stamping.stamps import arrival_ns, stamping
 
 
-def _events(lines: Iterator[str], peer: Peer) -> Iterator[StreamEvent]:
+def _events(lines: Iterator[str], peer: Peer, options: Mapping[str, Any],
+            token_timeout_s: float = TOKEN_TIMEOUT_S) -> Iterator[StreamEvent]:
     """StreamEvents from the reply's lines, each stamped with the arrival of the bytes that
     completed it (httpx reads only when it needs more, so the last block read is that one);
-    the last event is done (server stats) or carries the failure."""
+    the last event is done (server stats) or carries the failure. As `run_request`: more
+    text chunks than `chunk_limit(options)` end it with `past_predict`, and a line that
+    arrives more than `token_timeout_s` after the last event (a blank keep-alive line
+    included, which is no event) ends it `stalled` (a blocking read sees the time only when
+    a line comes; a server that sends nothing meets the client's read timeout)."""
+    most = chunk_limit(options)
+    limit_ns = token_timeout_s * 1e9
+    chunks = 0
+    last_ns = perf_counter_ns()
     for line in lines:
         t_ns = arrival_ns()
+        if t_ns - last_ns > limit_ns:
+            yield StreamEvent(t_ns, done=True, failure=stalled(token_timeout_s, chunks))
+            return
         if not line.strip():
             continue
+        last_ns = t_ns
         try:
             part: Any = json.loads(line)
             if "error" in part:
@@ -59,18 +84,24 @@ def _events(lines: Iterator[str], peer: Peer) -> Iterator[StreamEvent]:
             )
             return
         yield StreamEvent(t_ns, content, thinking)
+        chunks += bool(content or thinking)
+        if most is not None and chunks > most:
+            yield StreamEvent(perf_counter_ns(), done=True, failure=past_predict(chunks, options))
+            return
     yield StreamEvent(perf_counter_ns(), done=True, failure=failure_truncated(peer))
 
 
 def stream_chat(
-    client: httpx.Client, peer: Peer, collector: RequestCollector, think: bool | None = None
+    client: httpx.Client, peer: Peer, collector: RequestCollector, think: bool | None = None,
+    token_timeout_s: float = TOKEN_TIMEOUT_S,
 ) -> RequestResult:
     """POST /api/chat for the collector's prompt, model and options, streamed into it.
 
     client: an httpx.Client whose base_url is the engine, its transport
     `llmtop.stamping.blocking.arrival_transport()`
     (another one stamps lines when they are parsed). The send stamp is taken just before the
-    request is sent. Never raises for the server's or the network's misbehaviour: the
+    request is sent. token_timeout_s: `_events`' limit on the time without a token (s).
+    Never raises for the server's or the network's misbehaviour: the
     result's status and failure say what happened.
     """
     body: dict[str, Any] = {
@@ -83,12 +114,12 @@ def stream_chat(
         body["think"] = think
     with stamping() as stamp:
         collector.sent_ns = stamp.prepare_ns
-        _send(client, peer, collector, body)
+        _send(client, peer, collector, body, token_timeout_s)
     return collector.finish()
 
 
 def _send(client: httpx.Client, peer: Peer, collector: RequestCollector,
-          body: dict[str, Any]) -> None:
+          body: dict[str, Any], token_timeout_s: float) -> None:
     """POST `body` and add its events (or its failure) to the collector."""
     try:
         with client.stream("POST", "/api/chat", json=body) as response:
@@ -98,7 +129,8 @@ def _send(client: httpx.Client, peer: Peer, collector: RequestCollector,
                 )
                 collector.add(StreamEvent(perf_counter_ns(), done=True, failure=failure))
                 return
-            for event in _events(response.iter_lines(), peer):
+            for event in _events(response.iter_lines(), peer, collector.options,
+                                 token_timeout_s):
                 collector.add(event)
     except httpx.HTTPError as exc:
         collector.add(

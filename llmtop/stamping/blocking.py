@@ -23,6 +23,7 @@ import httpcore
 import httpx
 
 from llmtop.stamping import rxstamps
+from llmtop.stamping.bounds import BlockingBoundedTransport
 from llmtop.stamping.stamps import note_arrival, note_written
 
 
@@ -104,8 +105,11 @@ class BlockingArrivalBackend(httpcore.NetworkBackend):
 
 def arrival_transport() -> httpx.HTTPTransport:
     """A blocking httpx transport (no proxy from the environment) whose connections note when
-    their bytes arrived; pass it as `transport=` to the httpx.Client given to `stream_chat`."""
-    transport = httpx.HTTPTransport(trust_env=False)
+    their bytes arrived, its replies bounded as the asyncio clients' are
+    (`bounds.BlockingBoundedTransport`: no compression asked for, a line at most
+    MAX_LINE_BYTES, at most MAX_DECODED_BYTES decoded); pass it as `transport=` to the
+    httpx.Client given to `stream_chat`."""
+    transport = BlockingBoundedTransport(trust_env=False)
     pool = getattr(transport, "_pool", None)
     if pool is not None and hasattr(pool, "_network_backend"):
         pool._network_backend = BlockingArrivalBackend()

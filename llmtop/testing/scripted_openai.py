@@ -7,6 +7,8 @@ llama-cpp-python's usage-less stream — plus the SSE details that break naive c
 (comments, CRLF, `data:` without a space, errors mid-stream, early `[DONE]`). A few names
 answer with an HTTP error instead: "http-400", "http-500", "refuses-usage" (400 while the
 request carries `stream_options`, the "no-usage" stream without it); an unknown name gets 404.
+`LONG_SCENARIOS` ("pings": one token, then 10 s of keep-alive comments) are served by name
+but left out of the tests that replay every scenario.
 
 A non-streamed request answers `usage.prompt_tokens` = `PROMPT_BASE_TOKENS` + the number of
 words in the messages, so calibration through it has an exact, known token count.
@@ -66,6 +68,7 @@ def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, 
 
 
 DONE = b"data: [DONE]\n\n"
+PINGS = 5000  # the "pings" scenario's keep-alive comments, GAP_S apart (10 s)
 HELLO = [data(chunk("Hel", role="assistant")), data(chunk("lo")), data(chunk("!"))]
 SCENARIOS: dict[str, list[bytes]] = {
     # llama-server: role + first text in one write; usage chunk carries `timings`
@@ -122,6 +125,10 @@ SCENARIOS: dict[str, list[bytes]] = {
     "cut-off": HELLO[:2],
     "garbage": [HELLO[0], b"data: {not json\n\n"],
 }
+# Streams too long for the tests that replay every scenario, served by name all the same:
+# one token, then keep-alive comments GAP_S apart for 10 s (llama-server's
+# --sse-ping-interval, much faster): each resets a read timeout, none is a token.
+LONG_SCENARIOS: dict[str, list[bytes]] = {"pings": [HELLO[0], *[b": ping\n\n"] * PINGS]}
 HTTP_ERRORS = {
     "http-400": (400, {"error": {"code": 400, "type": "exceed_context_size_error",
                                  "message": "request (6027 tokens) exceeds the available context "
@@ -169,11 +176,12 @@ async def _chat(request: Request) -> Response:
     if model in HTTP_ERRORS:
         status, err = HTTP_ERRORS[model]
         return JSONResponse(err, status_code=status)
-    if model not in SCENARIOS:
+    frames = SCENARIOS.get(model) or LONG_SCENARIOS.get(model)
+    if frames is None:
         return JSONResponse({"error": {"message": f"model '{model}' not found",
                                        "type": "not_found_error", "code": 404}}, status_code=404)
     request.app.state.served += 1
-    return StreamingResponse(_replay(rec, SCENARIOS[model]), media_type="text/event-stream")
+    return StreamingResponse(_replay(rec, frames), media_type="text/event-stream")
 
 
 # vLLM's histograms grow by these seconds per served stream (vllm kind only)
@@ -198,7 +206,8 @@ async def _models(request: Request) -> Response:
     meta = {"n_ctx": 4096, "n_params": 268098176, "size": 253231104, "ftype": "Q4_K - Medium"}
     return JSONResponse({"object": "list", "data": [
         {"id": m, "object": "model", **({"meta": meta} if request.app.state.kind ==
-                                        "llama-server" else {})} for m in MODELS]})
+                                        "llama-server" else {})}
+        for m in (*MODELS, *request.app.state.also_listed)]})
 
 
 TEMPLATE = "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"
@@ -229,10 +238,11 @@ IDENTITY_ROUTES = {
 }
 
 
-def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None = None
-                      ) -> Starlette:
+def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None = None,
+                      also_listed: tuple[str, ...] = ()) -> Starlette:
     """The scripted OpenAI server's app, answering as `kind` (a key of IDENTITY_ROUTES, or
-    anything else for a server that identifies as none of them)."""
+    anything else for a server that identifies as none of them); `/v1/models` lists MODELS
+    and then `also_listed` (scenarios a CLI test names with --model, e.g. ("pings",))."""
     routes = [Route("/v1/models", _models), Route("/v1/chat/completions", _chat, methods=["POST"])]
     if kind in IDENTITY_ROUTES:
         path, answer = IDENTITY_ROUTES[kind]
@@ -244,17 +254,19 @@ def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None
                    Route("/tokenize", _tokenize, methods=["POST"])]
     app = Starlette(routes=routes)
     app.state.kind = kind
+    app.state.also_listed = also_listed
     app.state.served = 0
     app.state.recorder = recorder or Recorder()
     return app
 
 
 class ScriptedOpenAI(ServeInThread):
-    """`with ScriptedOpenAI(kind) as up:` — `up.url` its root URL, `up.recorder` what it saw."""
+    """`with ScriptedOpenAI(kind) as up:` — `up.url` its root URL, `up.recorder` what it saw;
+    `also_listed`: create_openai_app's."""
 
-    def __init__(self, kind: str = "openai-compatible") -> None:
+    def __init__(self, kind: str = "openai-compatible", also_listed: tuple[str, ...] = ()) -> None:
         self.recorder = Recorder()
-        super().__init__(create_openai_app(kind, self.recorder))
+        super().__init__(create_openai_app(kind, self.recorder, also_listed))
 
     def __enter__(self) -> Self:  # type: ignore[override]
         super().__enter__()

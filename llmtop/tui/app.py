@@ -316,7 +316,8 @@ class LlmtopApp(App[int]):
         header.show_connection(conn)
         try:
             self.recorder = SessionRecorder(conn, s.options, s.log_path,
-                                            energy=self._energy_for(conn))
+                                            energy=self._energy_for(conn),
+                                            token_timeout_s=s.token_timeout_s)
         except LogError as exc:
             self.connect_failure = exc
             self.exit_code = ExitCode.USAGE

@@ -185,3 +185,45 @@ def test_json_through_the_safe_stream_stays_json() -> None:
     for ch in pool:
         line = json.dumps({"name": f"a{ch}b"}, ensure_ascii=False)
         assert json.loads(visible(line)) == {"name": f"a{ch}b"}, repr(ch)
+
+
+FORMULA = '=HYPERLINK("http://evil.example","x")'
+
+
+def test_a_csv_cell_from_outside_never_starts_a_formula(tmp_path) -> None:
+    import csv as csv_module
+
+    from llmtop.sessions.reports.csvcells import cell
+
+    # the OWASP rule, by hand: a leading = + - @ tab CR gets "'"; a plain number stays
+    assert [cell(v) for v in ("=1+1", "+cmd", "-2+3", "@SUM(A1)", "\t=x", "\r=x")] == [
+        "'=1+1", "'+cmd", "'-2+3", "'@SUM(A1)", "'\t=x", "'\r=x"]
+    assert [cell(v) for v in ("-3.5", "+2", "-1e-05", ".5", -3.5, None, "qwen3", "a=b")] == [
+        "-3.5", "+2", "-1e-05", ".5", -3.5, None, "qwen3", "a=b"]
+    log = SessionLog(tmp_path / "w.jsonl", {"kind": "watch", "watch": {"pairs": []}})
+    log.write_raw({"type": "request", "id": 1, "status": "ok", "model": FORMULA,
+                   "caller": "@SUM(1+1)", "endpoint": "/api/chat",
+                   "metrics": {"ttft_ms": -3.5, "e2e_ms": 10.0}})
+    log.close()
+    done = llmtop("report", str(tmp_path / "w.jsonl"), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv_module.reader(done.stdout.decode().splitlines()))
+    assert rows[0][:2] == ["caller", "model"]
+    assert rows[1][:2] == ["'@SUM(1+1)", "'" + FORMULA]  # read back as text, quotes and all
+    assert rows[1][4] == "-3.5"  # TTFT p50 ms of the one request: a number, as it was
+    assert "'=HYPERLINK(\"\"http://evil.example\"\",\"\"x\"\")" in done.stdout.decode()
+
+
+def test_a_session_reports_csv_keeps_negative_numbers_as_numbers(tmp_path) -> None:
+    import csv as csv_module
+
+    log = SessionLog(tmp_path / "s.jsonl", {"kind": "session", "model": FORMULA})
+    log.write_raw({"type": "request", "id": 1, "status": "ok", "model": FORMULA, "prompt": "p",
+                   "phase": "measure", "index": 0, "prompt_tokens_target": 50,
+                   "metrics": {"ttft_ms": 5.0, "overhead_ms": -3.5}})
+    log.close()
+    done = llmtop("report", str(tmp_path / "s.jsonl"), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    header, row = list(csv_module.reader(done.stdout.decode().splitlines()))[:2]
+    assert row[header.index("overhead_ms")] == "-3.5"  # no apostrophe: still a number
+    assert row[header.index("ttft_ms")] == "5.0"

@@ -8,13 +8,14 @@ misplaced generation option cannot silently fall back to the engine's default.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmtop.engines.http import BadRequest
 from llmtop.engines.openai_options import request_body
 from llmtop.servers.embedded.requests import parse_keep_alive, parse_options
 from llmtop.servers.guard import wrong_type
+from llmtop.stamping.bounds import chunk_limit
 
 REDIRECT_KEYS = ("host", "upstream", "url", "base_url")
 ACCEPTED_KEYS = frozenset(
@@ -37,6 +38,10 @@ class StreamJob:
     model: str
     payload: bytes
     notes: tuple[str, ...] = ()  # what an OpenAI upstream could not be sent (openai_options)
+    # the most text chunks relayed before the stream is ended (stamping/bounds.chunk_limit of
+    # the request's num_predict); None: no limit asked for
+    max_chunks: int | None = None
+    num_predict: int | None = None
 
     @property
     def chat(self) -> bool:
@@ -80,9 +85,12 @@ def parse_stream_request(body: Any, api: str = "ollama") -> StreamJob:
     if keep_alive is not None:
         parse_keep_alive(keep_alive)
         out["keep_alive"] = keep_alive
+    predict = options.get("num_predict") if isinstance(options, dict) else None
+    most = chunk_limit({"num_predict": predict})
+    asked = predict if isinstance(predict, int) else None
     if api == "openai":
-        return _openai_job(out)
-    return StreamJob(path, model, dumps(out).encode())
+        return replace(_openai_job(out), max_chunks=most, num_predict=asked)
+    return StreamJob(path, model, dumps(out).encode(), max_chunks=most, num_predict=asked)
 
 
 def _openai_job(out: dict[str, Any]) -> StreamJob:

@@ -8,6 +8,14 @@ bytes go out as one ASGI body message, written to the socket as sent. Every fail
 one `error` frame whose kind, message and remedy come from `llmtop.engines.http`, the same
 words `OllamaEngine` uses for a direct request.
 The frames' fields are listed in `llmtop.servers.relay.server`'s docstring.
+
+Bounds, the engines' clients' (stamping/bounds.py; docs/hostile-input.md): an upstream line
+past MAX_LINE_BYTES without its newline ends the stream with a `limit` error frame (NDJSON
+here; SSE through bounds.bound_reply, which also bounds a gzip reply sent anyway); more text
+chunks than the request's num_predict allows (StreamJob.max_chunks) end it with a
+`protocol` one; an error reply's body is read to at most ERROR_BODY_BYTES. Compression is
+never asked for (upstream.py); an NDJSON reply compressed anyway is not decoded (its bytes
+are no protocol), an SSE one is, bounded.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from llmtop.engines.events import Failure
 from llmtop.engines.http import (
     failure_for_http,
+    failure_for_transport,
     failure_in_stream,
+    failure_past_predict,
     failure_protocol,
     failure_truncated,
     server_error,
@@ -41,8 +51,10 @@ from llmtop.servers.relay.upstream import (
     UpstreamCall,
     upstream_failure,
 )
+from llmtop.stamping.bounds import MAX_LINE_BYTES, ReplyTooLarge, bound_reply
 
 DRAIN_TIMEOUT_S = 0.5  # reading the upstream's body end after its done line
+ERROR_BODY_BYTES = 64 * 1024  # read of an error reply's body (a JSON error is a few hundred)
 _TOKEN = b"event: token\ndata: "
 _END = b"\n\n"
 _DROP_FROM_DONE = ("message", "response", "context")
@@ -81,12 +93,24 @@ def error_frame(relay: Relay, failure: Failure, t0: int, *, error: str | None = 
 async def status_frame(relay: Relay, call: UpstreamCall,
                        response: aiohttp.ClientResponse) -> bytes:
     """The `error` frame for an upstream that answered with a status other than 200."""
-    body = await response.read()
+    body = await _error_body(response)
     status = response.status
     installed = await relay.model_names() if status == 404 else []
     failure = failure_for_http(status, body, peer=relay.peer, model=call.job.model,
                                installed=installed)
     return error_frame(relay, failure, call.t0, error=server_error(body), status=status)
+
+
+async def _error_body(response: aiohttp.ClientResponse) -> bytes:
+    """The first ERROR_BODY_BYTES of an error reply's body (its message is quoted from the
+    first ERROR_TEXT_CHARS; an upstream that answers 500 with a gigabyte is not held)."""
+    body = b""
+    while len(body) < ERROR_BODY_BYTES:
+        part = await response.content.read(ERROR_BODY_BYTES - len(body))
+        if not part:
+            break
+        body += part
+    return body
 
 
 def _texts(obj: dict[str, Any], chat: bool) -> tuple[str, str]:
@@ -144,7 +168,29 @@ def line_frame(relay: Relay, call: UpstreamCall, line: bytes, t: int) -> tuple[b
     if obj.get("done"):
         return _done_frame(relay, call, obj, texts, t), True
     call.sent += 1
+    past = _past_predict(relay, call)
+    if past is not None:
+        return past, True
     return token_frame(texts, t, call.t0), False
+
+
+def _past_predict(relay: Relay, call: UpstreamCall) -> bytes | None:
+    """The error frame that ends a stream once it has relayed more text chunks than its
+    num_predict allows (StreamJob.max_chunks, as a direct request's `run_request`); None
+    while within it. An upstream that never sends done is not relayed forever."""
+    most = call.job.max_chunks
+    if most is None or call.sent <= most:
+        return None
+    return error_frame(relay, failure_past_predict(call.sent, call.job.num_predict), call.t0)
+
+
+def _line_too_long(relay: Relay, call: UpstreamCall, held: int) -> bytes | None:
+    """The error frame for an upstream line past MAX_LINE_BYTES without its newline (`held`
+    bytes held so far), as the engines' clients name it (stamping/bounds.py); else None."""
+    if held <= MAX_LINE_BYTES:
+        return None
+    too_long = ReplyTooLarge(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB")
+    return error_frame(relay, failure_for_transport(too_long, peer=relay.peer), call.t0)
 
 
 def token_frame(texts: tuple[str, str], t: int, t0: int) -> bytes:
@@ -174,6 +220,8 @@ async def events(relay: Relay, call: UpstreamCall) -> AsyncIterator[bytes]:
         yield error_frame(relay, upstream_failure(exc, peer=relay.peer), call.t0)
     except SSEError as exc:  # an OpenAI upstream's 200 that is not text/event-stream
         yield error_frame(relay, failure_protocol(str(exc), peer=relay.peer), call.t0)
+    except ReplyTooLarge as exc:  # an SSE reply past a bound (bounds.bound_reply)
+        yield error_frame(relay, failure_for_transport(exc, peer=relay.peer), call.t0)
     finally:
         # Runs on success, on error and when the client left (the generator is cancelled
         # at its await, or closed at its yield): close the upstream response, which closes
@@ -195,6 +243,10 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: aiohttp.Clien
         t = perf_counter_ns()
         buf = buf + raw if buf else raw
         if b"\n" not in buf:
+            too_long = _line_too_long(relay, call, len(buf))
+            if too_long is not None:
+                yield too_long
+                return
             continue
         *lines, buf = buf.split(b"\n")
         outs: list[bytes] = []
@@ -206,6 +258,10 @@ async def _relay_lines(relay: Relay, call: UpstreamCall, response: aiohttp.Clien
             outs.append(out)
             if final:
                 break
+        too_long = None if final else _line_too_long(relay, call, len(buf))
+        if too_long is not None:  # the line after this block's last newline: too long already
+            outs.append(too_long)
+            final = True
         if outs:  # the chunks of one block go out in one send (one write to the socket)
             yield outs[0] if len(outs) == 1 else b"".join(outs)
         if final:
@@ -243,9 +299,13 @@ class _Body(httpx.AsyncByteStream):
 
 
 def sse_source(response: aiohttp.ClientResponse) -> EventSource:
-    """httpx-sse's EventSource over an aiohttp response (status, headers, streamed body)."""
-    return EventSource(httpx.Response(response.status, headers=response.raw_headers,
-                                      stream=_Body(response)))
+    """httpx-sse's EventSource over an aiohttp response (status, headers, streamed body),
+    its body bounded as the engines' clients read theirs (`bounds.bound_reply`: a line past
+    MAX_LINE_BYTES, or a gzip reply sent anyway inflating past MAX_DECODED_BYTES, raises
+    ReplyTooLarge; httpx's line decoder would join a line in memory, and its decoder inflate
+    a reply whole). Raises ReplyTooLarge for an encoding llmtop does not decode."""
+    return EventSource(bound_reply(httpx.Response(response.status, headers=response.raw_headers,
+                                                  stream=_Body(response))))
 
 
 async def _relay_sse(relay: Relay, call: UpstreamCall, response: aiohttp.ClientResponse,
@@ -306,4 +366,7 @@ def sse_frame(relay: Relay, call: UpstreamCall, reader: ChunkReader, sse: Server
     if call.text_ns is None:
         call.text_ns = t
     call.sent += 1
+    past = _past_predict(relay, call)
+    if past is not None:
+        return past, True
     return token_frame(texts, t, call.t0), False

@@ -18,9 +18,11 @@ from datetime import datetime
 from time import perf_counter_ns
 from typing import Any
 
+from llmtop.engines import timeouts
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
-from llmtop.engines.http import DEFAULT_READ_TIMEOUT_S
+from llmtop.engines.http import failure_past_predict
 from llmtop.sessions.measure.timeline import RequestMetrics, compute_metrics
+from llmtop.stamping import bounds
 from llmtop.stamping.stamps import SendStamp, stamping
 
 
@@ -128,27 +130,14 @@ class RequestResult(EventText):
 
 
 StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
-
-# Time without a token (or, before the first, without any event), seconds: the same as the
-# engines' read timeout (engines/http.py), but measured from the last event the engine
-# yielded, so a server's keep-alive pings (SSE `: ping` comments, llama-server's
-# --sse-ping-interval), which reset the read timeout and yield nothing, cannot reset it.
-TOKEN_TIMEOUT_S = DEFAULT_READ_TIMEOUT_S
-# Chunks past num_predict: a chunk is one token from Ollama and llama.cpp, rarely less (a
-# character split over two); twice what was asked, plus a margin, is a server that is not
-# stopping where it was told to.
-PAST_PREDICT_FACTOR = 2
-PAST_PREDICT_MARGIN = 16
-
-
-def chunk_limit(options: Mapping[str, Any]) -> int | None:
-    """The most text chunks a request asking for `options["num_predict"]` tokens is read for
-    (PAST_PREDICT_FACTOR × num_predict + PAST_PREDICT_MARGIN); None when it set no positive
-    limit (-1: until the context fills)."""
-    predict = options.get("num_predict")
-    if isinstance(predict, int) and not isinstance(predict, bool) and predict > 0:
-        return PAST_PREDICT_FACTOR * predict + PAST_PREDICT_MARGIN
-    return None
+# The time without a token (or, before the first, without any event), seconds: the engines'
+# read timeout, but measured from the last event the engine yielded, so a server's
+# keep-alive pings (SSE `: ping` comments, llama-server's --sse-ping-interval), which reset
+# the read timeout and yield nothing, cannot reset it. `--token-timeout` sets it, up to
+# engines/timeouts.py's MAX_TOKEN_TIMEOUT_S (which says why).
+TOKEN_TIMEOUT_S = timeouts.TOKEN_TIMEOUT_S
+# The most text chunks read for a num_predict (stamping/bounds.py, shared with the relay).
+chunk_limit = bounds.chunk_limit
 
 
 def stalled(limit_s: float, chunks: int) -> Failure:
@@ -161,11 +150,9 @@ def stalled(limit_s: float, chunks: int) -> Failure:
 
 
 def past_predict(chunks: int, options: Mapping[str, Any]) -> Failure:
-    """The failure of a stream read `chunks` text chunks, past its num_predict, without done."""
-    return Failure(FailureKind.PROTOCOL,
-                   f"the server sent {chunks} chunks without ending the stream, though "
-                   f"num_predict asked for {options.get('num_predict')} tokens: stopped reading",
-                   "the server ignores num_predict or never sends its done chunk; check it")
+    """The failure of a stream read `chunks` text chunks, past its num_predict, without done
+    (engines/http.py, `failure_past_predict`)."""
+    return failure_past_predict(chunks, options.get("num_predict"))
 
 
 async def run_request(

@@ -71,6 +71,7 @@ FORMAT_VERSION = 1
 #   watch logs (`llmtop watch`, issue 28: header kind "watch" and `watch`; request fields
 #   endpoint, upstream, listen, caller, caller_category, caller_pid, http_status, hop_in_ms,
 #   hop_out_ms, probe_verdict, probe_findings; older readers ignore them, so no bump).
+#   The header's `token_timeout_s` (issue 27: `--token-timeout`; older readers ignore it).
 SUPPORTED_FORMATS = (1,)
 
 Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn", "turn-cold"]
@@ -489,7 +490,9 @@ class Header(Record):
     upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
     through (None: direct; never for a loopback engine). model_details: /api/show's summary.
     options: the
-    Ollama options sent with every request. environment: the machine
+    Ollama options sent with every request. token_timeout_s: the time without a token after
+    which a request ended stalled (`--token-timeout`, s; None in logs before it).
+    environment: the machine
     (sessions.environment). bench: a bench's BenchConfig.to_dict(), else None. machine:
     only in bench logs written before the machine record moved into `environment` (it held
     the GPU and power there); read both through `machine_environment`. load: a sweep's
@@ -514,6 +517,7 @@ class Header(Record):
     model: str | None = None
     model_details: dict[str, Any] | None = None
     options: dict[str, Any] | None = None
+    token_timeout_s: float | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] | None = None
     machine: dict[str, Any] | None = None

@@ -9,7 +9,6 @@ the notes (a p95 below 20 samples is not shown: docs/method.md, "Statistics").
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from typing import Any
@@ -18,6 +17,7 @@ from llmtop.engines.connection import describe_config
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
+from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.text import md_table
 
 
@@ -263,7 +263,7 @@ def csv_text(a: LoadAnalysis) -> str:
     """One CSV row per level; with energy sources, each one's level figures in columns named
     "FIELD[SOURCE]" (CSV_ENERGY: J, W, J/token)."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = CsvWriter(out)  # no cell from a log (an energy source's name) starts a formula
     quantiles = ("n", "p50", "p90", "p95", "p99")
     sources = a.energy.sources if a.energy else []
     writer.writerow([*CSV_FIELDS, *(f"{m}_{q}" for m in CSV_METRICS for q in quantiles),

@@ -108,9 +108,9 @@ def build(log: RunLog) -> Report:
         key = size_key(s)
         if key not in causes and episodes[key]:
             whole = whole_run(s)
-            found = attribute_size(whole, log.probes)
-            if (c := cause_of(whole, found)) is not None:
-                attributions[key], causes[key] = found, c
+            whole_att = attribute_size(whole, log.probes)
+            if (c := cause_of(whole, whole_att)) is not None:
+                attributions[key], causes[key] = whole_att, c
     sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
     num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(

@@ -10,7 +10,6 @@ energy and `preflight_held` (run_environment.py). The `Report` they read is run.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import asdict
@@ -19,6 +18,7 @@ from typing import Any
 from llmtop.sessions.analysis.run import CONTEXT_PHASES, SizeAnalysis
 from llmtop.sessions.records.schema import AnyRecord, EnergyRecord, RequestRecord, RunLog
 from llmtop.sessions.reports.context import context_json
+from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import preflight_held
 
@@ -55,17 +55,15 @@ def csv_text(report: Report) -> str:
     energy = _energy_by_request(report.log)
     sources = list(dict.fromkeys(src for per in energy.values() for src in per))
     extra = [f"{f}[{src}]" for src in sources for f in CSV_ENERGY]
+    fields = [*CSV_COLUMNS, *extra]
+    rows = [_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy, r.episode)
+            for s in report.analysis.sizes for r in s.requests]
+    rows += [_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "", energy)
+             for rec in report.log.requests if rec.phase in CONTEXT_PHASES]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[*CSV_COLUMNS, *extra], lineterminator="\n")
-    writer.writeheader()
-    for s in report.analysis.sizes:
-        for r in s.requests:
-            writer.writerow(_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy,
-                                     r.episode))
-    for rec in report.log.requests:
-        if rec.phase in CONTEXT_PHASES:
-            writer.writerow(_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "",
-                                     energy))
+    writer = CsvWriter(out, lineterminator="\n")  # no cell from a log starts a formula
+    writer.writerow(fields)
+    writer.writerows([row.get(f) for f in fields] for row in rows)
     return out.getvalue()
 
 

@@ -4,11 +4,11 @@ html.watch_html."""
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 
 from llmtop.sessions.analysis.watch import WatchAnalysis, WatchGroup
+from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.text import md_table
 from llmtop.sessions.reports.text import num as _num
 
@@ -56,7 +56,7 @@ def markdown(a: WatchAnalysis) -> str:
 def csv_text(a: WatchAnalysis) -> str:
     """One CSV row per caller and model, HEADERS as the header."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = CsvWriter(out)  # a caller's or model's name never starts a formula
     writer.writerow(HEADERS)
     writer.writerows(row(g) for g in a.groups)
     return out.getvalue()

@@ -46,7 +46,7 @@ from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
-from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
@@ -138,6 +138,7 @@ def remeasure_shortfall(size: SizeAnalysis, requests: int) -> int:
 class BenchRunner:
     """Runs one bench on a connection, writing a bench session log.
 
+    token_timeout_s: each request's time without a token before it ends stalled (s).
     Raises LogError (log not writable) and CalibrationError (prompt sizes unreachable).
     """
 
@@ -151,6 +152,7 @@ class BenchRunner:
         extra_header: dict[str, Any] | None = None,
         agent: AgentTarget | None = None,
         energy: EnergyMeter | None = None,
+        token_timeout_s: float = TOKEN_TIMEOUT_S,
     ) -> None:
         self.conn = conn
         self._measured: list[RequestResult] = []
@@ -167,7 +169,7 @@ class BenchRunner:
         self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(
             conn, config.options(), log_path, kind="bench", extra_header=header,
-            think=config.think, energy=self.energy,
+            think=config.think, energy=self.energy, token_timeout_s=token_timeout_s,
         )
         self.canary = Canary()
         self.machine = MachineReader(lambda: conn.engine_pids)

@@ -37,7 +37,7 @@ from llmtop.sessions.analysis.load import LevelResult, analyze_load
 from llmtop.sessions.analysis.saturation import over_saturated
 from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
-from llmtop.sessions.measure.request import RequestResult
+from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     InterruptedRecord,
@@ -68,6 +68,7 @@ __all__ = ["LoadOutcome", "LoadProgress", "LoadRunner", "pooled_engine"]
 class LoadRunner:
     """Runs one sweep on a connection, writing a "load" session log.
 
+    token_timeout_s: each request's time without a token before it ends stalled (s).
     Raises LogError (log not writable) and CalibrationError (prompt size unreachable). A
     preflight verdict is recorded, never a reason to refuse: a sweep on a NOISY machine says
     so per level (the probes' verdict column).
@@ -80,6 +81,7 @@ class LoadRunner:
         log_path: str | None = None,
         on_progress: Callable[[LoadProgress], None] | None = None,
         energy: EnergyMeter | None = None,
+        token_timeout_s: float = TOKEN_TIMEOUT_S,
     ) -> None:
         self.conn = conn
         self.config = config
@@ -97,6 +99,7 @@ class LoadRunner:
             write_behind=True,  # fsync'd in a thread: a worker sends its next request at once
             energy=self.energy,
             energy_per_request=False,
+            token_timeout_s=token_timeout_s,
         )
         self.engine: Engine = conn.engine
         self.level: int | None = None

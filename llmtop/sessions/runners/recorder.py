@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.measure.request import (
+    TOKEN_TIMEOUT_S,
     RequestCollector,
     RequestResult,
     chat_messages,
@@ -70,6 +71,8 @@ class SessionRecorder:
     first, and `measure` samples them at each request's edges and logs its "energy" records
     (`last_energy`), unless `energy_per_request` is False (a sweep's concurrent requests
     share the machine: their energy is measured per level, not per request).
+    token_timeout_s: a request with no token for this long ends stalled (`run_request`,
+    `--token-timeout`), seconds; written in the header as `token_timeout_s`.
     Raises LogError when the log cannot be created.
     """
 
@@ -85,8 +88,10 @@ class SessionRecorder:
         write_behind: bool = False,
         energy: EnergyMeter | None = None,
         energy_per_request: bool = True,
+        token_timeout_s: float = TOKEN_TIMEOUT_S,
     ) -> None:
         self.conn = conn
+        self.token_timeout_s = token_timeout_s
         self.options = dict(options)
         self.think = think
         header = {"kind": kind, **self.header(), **(extra_header or {})}
@@ -120,6 +125,7 @@ class SessionRecorder:
             "model": self.conn.model,
             "model_details": self.conn.info.to_dict() if self.conn.info else None,
             "options": self.options,
+            "token_timeout_s": self.token_timeout_s,
             "environment": environment(),
         }
 
@@ -176,7 +182,7 @@ class SessionRecorder:
         try:
             result = await run_request(
                 lambda: self.stream(prompt, engine, collector.options, history), collector,
-                on_event,
+                on_event, self.token_timeout_s,
             )
         except asyncio.CancelledError:
             cancelled = collector.finish(cancelled=True)

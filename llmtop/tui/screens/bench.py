@@ -195,6 +195,7 @@ class BenchScreen(Screen[None]):
                 state.on_progress,
                 state.on_event,
                 agent=self.host.settings.agent,
+                token_timeout_s=self.host.settings.token_timeout_s,
             )
 
         task = asyncio.ensure_future(asyncio.to_thread(make))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtop.engines.timeouts import TOKEN_TIMEOUT_S
 from llmtop.sessions.runners.bench_config import BenchConfig
 
 # Idle, a probe sample every 2 s: a sample costs ~5 ms of CPU (+ ~20 ms for the engine's pids
@@ -32,6 +33,8 @@ class TuiSettings:
     protocol (25 · 1 · 200 · 100). bench_use_cache: reuse a cached prompt calibration.
     bench_preflight_s: seconds the bench samples the machine before it starts (its preflight
     verdict goes to the bench log); None = `BenchConfig`'s default, 0 skips it.
+    token_timeout_s: a request with no token for this long ends stalled (`--token-timeout`;
+    sessions/measure/request.py), seconds.
     """
 
     engine: str = "auto"
@@ -47,6 +50,7 @@ class TuiSettings:
     thresholds: Any = None  # verdict.Thresholds from the config file; None = the defaults
     engine_pids: tuple[int, ...] = ()  # --engine-pid / [engine] pids: the measured engine
     agent: Any = None  # probes.remote.AgentTarget (--probes): samples from the engine's machine
+    token_timeout_s: float = TOKEN_TIMEOUT_S
     bench_requests: int = BenchConfig.requests
     bench_warmup: int = BenchConfig.warmup
     bench_prompt_tokens: tuple[int, ...] = BenchConfig.prompt_tokens
