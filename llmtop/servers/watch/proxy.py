@@ -15,7 +15,10 @@ Transparency (docs/guide/watch.md):
   preflights and headers are the upstream's own (Ollama answers its allowed origins).
 * A client that leaves (uvicorn's `http.disconnect`) cancels the forwarding at its current
   await and closes the upstream response, and with it the upstream connection, so the engine
-  stops generating (Ollama and llama-server stop when their client's socket closes).
+  stops generating (Ollama and llama-server stop when their client's socket closes). It is
+  recorded as cancelled only when it left before the answer's final event had passed: the
+  official `openai` client closes its connection as soon as it reads `[DONE]`, often before
+  the engine's body has ended, and that answer is whole.
 
 Measurement, for `POST` to a generation endpoint (`meter.endpoint_of`): stamps in
 perf_counter ns — `received_ns` when the request reached the app, `sent_ns` just before the
@@ -209,7 +212,7 @@ class WatchProxy:
         finally:
             if not forward.done() and not answered.is_set():
                 forward.cancel()  # the client left first: stop the upstream now
-                if exchange is not None:
+                if exchange is not None and not exchange.answered:
                     exchange.cancelled = True
             with contextlib.suppress(BaseException):
                 await forward
