@@ -189,6 +189,23 @@ async def _replay(rec: Recorder, frames: list[tuple[float, bytes]]) -> Any:
         rec.closed.set()
 
 
+class _Stamped(JSONResponse):
+    """A JSON reply that stamps `recorder.first_ns` as it hands its body to the server (a
+    stream's frames are stamped as they are yielded, the same point)."""
+
+    def __init__(self, content: Any, recorder: Recorder) -> None:
+        super().__init__(content)
+        self.recorder = recorder
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def stamped(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                self.recorder.first_ns.append(perf_counter_ns())
+            await send(message)
+
+        await super().__call__(scope, receive, stamped)
+
+
 async def _timed_whole(request: Request, shape: str) -> Response:
     """The "timed" model's answer in one JSON body, after `first_s` (stamped as its first
     frame)."""
@@ -205,9 +222,7 @@ async def _timed_whole(request: Request, shape: str) -> Response:
         kind = "chat.completion"
     body = {"id": "c1", "object": kind, "created": 1, "model": "timed", "choices": [choice],
             "usage": usage(11, timing.chunks, cached=2), "timings": timed_timings(timing)}
-    reply = JSONResponse(body)
-    request.app.state.recorder.first_ns.append(perf_counter_ns())  # handed to the server now
-    return reply
+    return _Stamped(body, request.app.state.recorder)
 
 
 async def _completions(request: Request) -> Response:
