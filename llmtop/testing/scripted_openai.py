@@ -10,6 +10,13 @@ request carries `stream_options`, the "no-usage" stream without it); an unknown 
 `LONG_SCENARIOS` ("pings": one token, then 10 s of keep-alive comments) are served by name
 but left out of the tests that replay every scenario.
 
+The model "timed" answers with known timings (`scripted.Timing`, given to `ScriptedOpenAI`):
+streamed, its first text "t0" after `first_s`, then " t1" … one every `gap_s`, a finish chunk
+and a llama-server-style usage chunk with `timings` (`timed_frames`); not streamed, the whole
+answer after `first_s` (its hand-over stamped in `Recorder.first_ns` as a stream's first
+frame is). "timed" is also the one model of `/v1/completions`, in the text-completion shape
+(`choices[0].text`), streamed or not.
+
 A non-streamed request answers `usage.prompt_tokens` = `PROMPT_BASE_TOKENS` + the number of
 words in the messages, so calibration through it has an exact, known token count.
 `kind` picks the routes that identify a server (`/props`, `/version`, `/api/v0/models`,
@@ -19,17 +26,19 @@ words in the messages, so calibration through it has an exact, known token count
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from time import perf_counter_ns
 from typing import Any, Self
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.testing.scripted import Recorder, ServeInThread
+from llmtop.testing.scripted import Recorder, ServeInThread, Timing
 
 PROMPT_BASE_TOKENS = 7  # the template's share of the scripted prompt count
 GAP_S = 0.002  # between two writes of a scripted body
@@ -124,11 +133,15 @@ SCENARIOS: dict[str, list[bytes]] = {
     "no-done": [*HELLO, data(chunk(None, finish="stop"))],
     "cut-off": HELLO[:2],
     "garbage": [HELLO[0], b"data: {not json\n\n"],
+    # a whole answer whose body goes on after [DONE] (a comment, LINGER_S later): a client
+    # that leaves at [DONE], as the official `openai` client does, left a finished answer
+    "lingers": [*HELLO, data(chunk(None, finish="stop")), DONE, b": still open\n\n"],
 }
 # Streams too long for the tests that replay every scenario, served by name all the same:
 # one token, then keep-alive comments GAP_S apart for 10 s (llama-server's
 # --sse-ping-interval, much faster): each resets a read timeout, none is a token.
 LONG_SCENARIOS: dict[str, list[bytes]] = {"pings": [HELLO[0], *[b": ping\n\n"] * PINGS]}
+LINGER_S = 5.0
 HTTP_ERRORS = {
     "http-400": (400, {"error": {"code": 400, "type": "exceed_context_size_error",
                                  "message": "request (6027 tokens) exceeds the available context "
@@ -138,11 +151,42 @@ HTTP_ERRORS = {
 MODELS = ("llama-server", "vllm", "no-usage", "ollama-v1")
 
 
-async def _replay(rec: Recorder, frames: list[bytes]) -> Any:
+def timed_frames(timing: Timing, shape: str = "chat") -> list[tuple[float, bytes]]:
+    """The "timed" model's stream: (delay before it in s, SSE frame) — `timing.chunks` text
+    frames ("t0", " t1", …; the first with the role), then the finish chunk and a usage chunk
+    with llama-server `timings` (prompt 11 tokens, 2 cached; `chunks` predicted), each
+    `gap_s` after the one before, and `[DONE]` with the usage chunk. shape: "chat"
+    (`delta.content`) or "completions" (`choices[0].text`)."""
+    def text(piece: str | None, finish: str | None = None, role: str | None = None) -> bytes:
+        if shape == "completions":
+            return data({"id": "c1", "object": "text_completion", "created": 1,
+                         "model": "timed", "choices": [{"index": 0, "text": piece or "",
+                                                        "logprobs": None,
+                                                        "finish_reason": finish}]})
+        return data(chunk(piece, finish=finish, role=role))
+
+    frames = [(timing.first_s, text("t0", role="assistant"))]
+    frames += [(timing.gap_s, text(f" t{i}")) for i in range(1, timing.chunks)]
+    tail = data({"choices": [], "usage": usage(11, timing.chunks, cached=2),
+                 "timings": timed_timings(timing)}) + DONE
+    return [*frames, (timing.gap_s, text(None, finish="stop")), (timing.gap_s, tail)]
+
+
+def timed_timings(timing: Timing) -> dict[str, Any]:
+    """llama-server's `timings` of a "timed" answer: TIMINGS with `chunks` tokens predicted."""
+    return {**TIMINGS, "predicted_n": timing.chunks}
+
+
+def timed_answer(timing: Timing) -> str:
+    """The whole text of a "timed" answer: "t0 t1 … t{chunks-1}"."""
+    return " ".join(f"t{i}" for i in range(timing.chunks))
+
+
+async def _replay(rec: Recorder, frames: list[tuple[float, bytes]]) -> Any:
     finished = False
     try:
-        for i, frame in enumerate(frames):
-            await asyncio.sleep(GAP_S)
+        for i, (delay_s, frame) in enumerate(frames):
+            await asyncio.sleep(delay_s)
             if i == 0:
                 rec.first_ns.append(perf_counter_ns())
             yield frame
@@ -150,6 +194,58 @@ async def _replay(rec: Recorder, frames: list[bytes]) -> Any:
     finally:
         rec.cut_short.append(not finished)
         rec.closed.set()
+
+
+class _Stamped(JSONResponse):
+    """A JSON reply that stamps `recorder.first_ns` as it hands its body to the server (a
+    stream's frames are stamped as they are yielded, the same point)."""
+
+    def __init__(self, content: Any, recorder: Recorder) -> None:
+        super().__init__(content)
+        self.recorder = recorder
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def stamped(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                self.recorder.first_ns.append(perf_counter_ns())
+            await send(message)
+
+        await super().__call__(scope, receive, stamped)
+
+
+async def _timed_whole(request: Request, shape: str) -> Response:
+    """The "timed" model's answer in one JSON body, after `first_s` (stamped as its first
+    frame)."""
+    timing: Timing = request.app.state.timing
+    await asyncio.sleep(timing.first_s)
+    text = timed_answer(timing)
+    if shape == "completions":
+        choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None,
+                                  "finish_reason": "stop"}
+        kind = "text_completion"
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "finish_reason": "stop"}
+        kind = "chat.completion"
+    body = {"id": "c1", "object": kind, "created": 1, "model": "timed", "choices": [choice],
+            "usage": usage(11, timing.chunks, cached=2), "timings": timed_timings(timing)}
+    return _Stamped(body, request.app.state.recorder)
+
+
+async def _completions(request: Request) -> Response:
+    """`/v1/completions`: the "timed" model only (404 for any other)."""
+    received = perf_counter_ns()
+    body = await request.json()
+    rec: Recorder = request.app.state.recorder
+    rec.received_ns.append(received)
+    rec.requests.append((request.url.path, body))
+    if body.get("model") != "timed":
+        return JSONResponse({"error": {"message": f"model '{body.get('model')}' not found",
+                                       "type": "not_found_error", "code": 404}}, status_code=404)
+    if not body.get("stream"):
+        return await _timed_whole(request, "completions")
+    frames = timed_frames(request.app.state.timing, "completions")
+    return StreamingResponse(_replay(rec, frames), media_type="text/event-stream")
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:
@@ -164,6 +260,12 @@ async def _chat(request: Request) -> Response:
     rec.received_ns.append(received)
     rec.requests.append((request.url.path, body))
     model = body.get("model")
+    if model == "timed":
+        if not body.get("stream"):
+            return await _timed_whole(request, "chat")
+        request.app.state.served += 1
+        frames = timed_frames(request.app.state.timing)
+        return StreamingResponse(_replay(rec, frames), media_type="text/event-stream")
     if not body.get("stream"):
         return JSONResponse({"object": "chat.completion", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": "x"},
@@ -176,12 +278,15 @@ async def _chat(request: Request) -> Response:
     if model in HTTP_ERRORS:
         status, err = HTTP_ERRORS[model]
         return JSONResponse(err, status_code=status)
-    frames = SCENARIOS.get(model) or LONG_SCENARIOS.get(model)
-    if frames is None:
+    script = SCENARIOS.get(model) or LONG_SCENARIOS.get(model)
+    if script is None:
         return JSONResponse({"error": {"message": f"model '{model}' not found",
                                        "type": "not_found_error", "code": 404}}, status_code=404)
     request.app.state.served += 1
-    return StreamingResponse(_replay(rec, frames), media_type="text/event-stream")
+    paced = [(GAP_S, frame) for frame in script]
+    if model == "lingers":  # the body ends LINGER_S after its [DONE]
+        paced[-1] = (LINGER_S, paced[-1][1])
+    return StreamingResponse(_replay(rec, paced), media_type="text/event-stream")
 
 
 # vLLM's histograms grow by these seconds per served stream (vllm kind only)
@@ -229,6 +334,14 @@ async def _tokenize(request: Request) -> Response:
     return JSONResponse({"tokens": bos + list(range(100, 100 + len(pieces)))})
 
 
+async def _stamps(request: Request) -> Response:
+    """`GET /scripted/stamps`: the Recorder's `received_ns` and `first_ns` so far, for a test
+    that runs this server as a process (perf_counter_ns is CLOCK_MONOTONIC on Linux: the
+    same clock in every process)."""
+    rec: Recorder = request.app.state.recorder
+    return JSONResponse({"received_ns": rec.received_ns, "first_ns": rec.first_ns})
+
+
 IDENTITY_ROUTES = {
     "llama-server": ("/props", {"build_info": "b1-scripted", "total_slots": 1}),
     "vllm": ("/version", {"version": "0.0.0-scripted"}),
@@ -239,11 +352,14 @@ IDENTITY_ROUTES = {
 
 
 def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None = None,
-                      also_listed: tuple[str, ...] = ()) -> Starlette:
+                      also_listed: tuple[str, ...] = (), timing: Timing | None = None) -> Starlette:
     """The scripted OpenAI server's app, answering as `kind` (a key of IDENTITY_ROUTES, or
     anything else for a server that identifies as none of them); `/v1/models` lists MODELS
-    and then `also_listed` (scenarios a CLI test names with --model, e.g. ("pings",))."""
-    routes = [Route("/v1/models", _models), Route("/v1/chat/completions", _chat, methods=["POST"])]
+    and then `also_listed` (scenarios a CLI test names with --model, e.g. ("pings",));
+    `timing`: the "timed" model's (default `Timing()`)."""
+    routes = [Route("/v1/models", _models), Route("/v1/chat/completions", _chat, methods=["POST"]),
+              Route("/v1/completions", _completions, methods=["POST"]),
+              Route("/scripted/stamps", _stamps)]
     if kind in IDENTITY_ROUTES:
         path, answer = IDENTITY_ROUTES[kind]
         routes.append(Route(path, lambda _r, a=answer: JSONResponse(a)))
@@ -257,17 +373,40 @@ def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None
     app.state.also_listed = also_listed
     app.state.served = 0
     app.state.recorder = recorder or Recorder()
+    app.state.timing = timing or Timing()
     return app
 
 
 class ScriptedOpenAI(ServeInThread):
     """`with ScriptedOpenAI(kind) as up:` — `up.url` its root URL, `up.recorder` what it saw;
-    `also_listed`: create_openai_app's."""
+    `also_listed`: create_openai_app's; `timing`: the "timed" model's (default `Timing()`: 50 ms,
+    20 chunks 10 ms apart)."""
 
-    def __init__(self, kind: str = "openai-compatible", also_listed: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: str = "openai-compatible", also_listed: tuple[str, ...] = (),
+                 timing: Timing | None = None) -> None:
         self.recorder = Recorder()
-        super().__init__(create_openai_app(kind, self.recorder, also_listed))
+        super().__init__(create_openai_app(kind, self.recorder, also_listed, timing))
 
     def __enter__(self) -> Self:  # type: ignore[override]
         super().__enter__()
         return self
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the scripted OpenAI server in the foreground: `python -m
+    llmtop.testing.scripted_openai --port P [--kind llama-server] [--first-ms 50 --chunks 20
+    --gap-ms 10]` (the "timed" model's timing). A process of its own keeps its stamps free
+    of the GIL of the process under test."""
+    p = argparse.ArgumentParser(prog="python -m llmtop.testing.scripted_openai")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--kind", default="openai-compatible")
+    p.add_argument("--first-ms", type=float, default=50.0)
+    p.add_argument("--chunks", type=int, default=20)
+    p.add_argument("--gap-ms", type=float, default=10.0)
+    a = p.parse_args(argv)
+    app = create_openai_app(a.kind, timing=Timing(a.first_ms / 1e3, a.chunks, a.gap_ms / 1e3))
+    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

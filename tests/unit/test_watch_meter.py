@@ -86,7 +86,8 @@ def test_completions_text_and_non_streamed_replies():
     whole.feed(raw[7:], 2)
     whole.end(3)
     (event,) = whole.events
-    assert (event.t_ns, event.content, event.thinking, event.done) == (3, "ok", "why", True)
+    # stamped at the last block's arrival (2), not at the end's notice (3)
+    assert (event.t_ns, event.content, event.thinking, event.done) == (2, "ok", "why", True)
     assert (event.stats.prompt_eval_count, event.stats.prompt_cached_count) == (9, 4)
 
 

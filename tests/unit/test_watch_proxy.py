@@ -176,3 +176,19 @@ def test_a_generation_request_past_the_size_cap_is_refused_with_413(monkeypatch)
         resp = httpx.post(w.url + "/api/chat", json=big)
     assert resp.status_code == 413 and "is not passed on" in resp.json()["error"]
     assert up.recorder.requests == []  # nothing reached the engine
+
+
+def test_a_client_that_leaves_at_done_left_a_whole_answer_not_a_cancelled_one():
+    with ScriptedOpenAI() as up, Watch(up.url) as w:
+        body = {"model": "lingers", "messages": HI, "stream": True}
+        with httpx.stream("POST", w.url + "/v1/chat/completions", json=body) as resp:
+            for line in resp.iter_lines():
+                if line == "data: [DONE]":
+                    break  # as the official openai client does: close at [DONE]
+        assert w.seen.ended.wait(5)
+        assert up.recorder.closed.wait(5)  # the upstream was still closed at once
+    # "lingers" ends its body 5 s after [DONE] (scripted_openai.LINGER_S): it was cut there
+    assert up.recorder.cut_short == [True]
+    ex = w.seen.done[0]
+    assert not ex.cancelled and ex.answered and ex.events[-1].failure is None
+    assert "".join(e.content for e in ex.events) == "Hello!"

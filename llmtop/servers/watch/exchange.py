@@ -71,6 +71,13 @@ class Exchange:
         return self.meter.events if self.meter is not None else self.failed
 
     @property
+    def answered(self) -> bool:
+        """The response's final event (a done line, `[DONE]`, a failure) was read: it passed
+        to the client whole, whatever the client does next."""
+        events = self.events
+        return bool(events) and events[-1].done
+
+    @property
     def send_ns(self) -> int:
         """The send stamp TTFT counts from (the body's write, else the request's arrival)."""
         return self.sent_ns if self.sent_ns is not None else self.received_ns

@@ -19,6 +19,9 @@ for llmtop's own requests (`sessions/measure/timeline.compute_metrics`):
   with ChunkReader's figures mapped onto Ollama's names. A non-streamed answer is one JSON
   object (`choices[0].message`).
 
+A whole body's event is stamped at its last block's arrival (the body's end is noticed
+after that block was handed on, which is the proxy's time, not the engine's).
+
 A response with another status than 200, or compressed (`Content-Encoding` other than
 identity), is forwarded untouched and recorded without chunks (status error, or truncated).
 """
@@ -133,6 +136,7 @@ class Meter:
         self.done = encoded  # a compressed body is not read at all
         self.encoded = encoded
         self._buf = b""
+        self._last_ns: int | None = None  # when the last block of a whole body arrived
         self._whole = not streamed or status != 200
         self._reader = ChunkReader()
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -146,6 +150,7 @@ class Meter:
         if self._whole:
             if len(self._buf) < MAX_ERROR_BYTES or self.status == 200:
                 self._buf += block
+            self._last_ns = t_ns
             return
         if self.api == "ollama":
             self._feed_lines(block, t_ns)
@@ -157,8 +162,8 @@ class Meter:
         line without its newline, or record the truncation."""
         if self.done:
             return
-        if self._whole:
-            self._read_whole(t_ns)
+        if self._whole:  # the answer arrived with its last block, not at the end's notice
+            self._read_whole(self._last_ns if self._last_ns is not None else t_ns)
         elif self.api == "ollama" and self._buf.strip():
             self._line(self._buf, t_ns)
         elif self.api == "openai":

@@ -15,12 +15,17 @@ Transparency (docs/guide/watch.md):
   preflights and headers are the upstream's own (Ollama answers its allowed origins).
 * A client that leaves (uvicorn's `http.disconnect`) cancels the forwarding at its current
   await and closes the upstream response, and with it the upstream connection, so the engine
-  stops generating (Ollama and llama-server stop when their client's socket closes).
+  stops generating (Ollama and llama-server stop when their client's socket closes). It is
+  recorded as cancelled only when it left before the answer's final event had passed: the
+  official `openai` client closes its connection as soon as it reads `[DONE]`, often before
+  the engine's body has ended, and that answer is whole.
 
 Measurement, for `POST` to a generation endpoint (`meter.endpoint_of`): stamps in
 perf_counter ns — `received_ns` when the request reached the app, `sent_ns` just before the
 body's write upstream (aiohttp's trace `on_request_chunk_sent`, the point llmtop's own
-requests stamp as their send), each block's arrival before it is forwarded; the block is
+requests stamp as their send), each block's arrival before it is forwarded (a block whose
+bytes came with the headers, as a non-streamed answer's do: when the headers were read,
+before the response's start was handed on); the block is
 parsed (`meter.Meter`) only after it was handed to the client, so measuring adds nothing to
 what the client waits for. `hop_in_ns` (received → sent) and `hop_out_ns` (the first text's
 arrival → handed to the client) are the proxy's own share of the app's TTFT.
@@ -209,7 +214,7 @@ class WatchProxy:
         finally:
             if not forward.done() and not answered.is_set():
                 forward.cancel()  # the client left first: stop the upstream now
-                if exchange is not None:
+                if exchange is not None and not exchange.answered:
                     exchange.cancelled = True
             with contextlib.suppress(BaseException):
                 await forward
@@ -253,11 +258,14 @@ class WatchProxy:
             async with self.session.request(method, target, headers=headers, data=data,
                                             allow_redirects=False,
                                             trace_request_ctx=exchange) as resp:
+                # body bytes that came with the headers are buffered already: they arrived
+                # by now, not when the loop below reads them after the response's start
+                head = (perf_counter_ns(), resp.content.total_bytes)
                 await send({"type": "http.response.start", "status": resp.status,
                             "headers": response_headers(resp.raw_headers)})
                 started = True
                 try:
-                    await self._body(send, resp, exchange)
+                    await self._body(send, resp, exchange, head)
                 except BaseException:
                     resp.close()  # closes the upstream connection: the engine stops
                     raise
@@ -276,10 +284,15 @@ class WatchProxy:
             # else: the response is left incomplete, so the client sees a cut, not an end
 
     async def _body(self, send: Send, resp: aiohttp.ClientResponse,
-                    exchange: Exchange | None) -> None:
+                    exchange: Exchange | None, head: tuple[int, int]) -> None:
+        """Forward the body block by block; measure it when `exchange` is given. head: (when
+        the headers were read, the body bytes buffered then): a block made only of those
+        bytes is stamped as arrived then."""
         meter = None
+        head_ns, early = head
+        read = 0
         if exchange is not None:
-            exchange.headers_ns = perf_counter_ns()
+            exchange.headers_ns = head_ns
             exchange.read_facts()
             exchange.status_code = resp.status
             encoding = resp.headers.get("Content-Encoding", "identity").lower()
@@ -288,7 +301,8 @@ class WatchProxy:
                 status=resp.status, peer=self.peer, encoded=encoding != "identity",
                 model=exchange.facts.model or "")
         async for block in resp.content.iter_any():
-            t = perf_counter_ns()
+            read += len(block)
+            t = head_ns if read <= early else perf_counter_ns()
             await send({"type": "http.response.body", "body": block, "more_body": True})
             if meter is not None and exchange is not None and not meter.done:
                 t_out = perf_counter_ns()
