@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
+from textual.app import ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
@@ -107,7 +107,7 @@ from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import PromptInput
 from llmtop.tui.widgets.request_history import RequestHistory
-from llmtop.tui.widgets.scrollbars import use_whole_cell_scrollbars
+from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
@@ -145,7 +145,7 @@ NARROW_BELOW = 100
 WIDE_FROM = 200
 
 
-class LlmtopApp(App[int]):
+class LlmtopApp(LlmtopBaseApp):
     """The TUI. Build it with `make_app`; `run()` returns an `ExitCode` value."""
 
     CSS_PATH = "llmtop.tcss"
@@ -175,8 +175,7 @@ class LlmtopApp(App[int]):
     ]
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
-        super().__init__()
-        use_whole_cell_scrollbars()  # no scrollbar end that reads as a bar chart (row 4)
+        super().__init__()  # whole-cell scrollbars (LlmtopBaseApp: issue 32, row 4)
         self.settings = settings
         self._injected = connection
         self.conn: Connection | None = None

@@ -21,11 +21,11 @@ import sys
 from collections.abc import Sequence
 
 from textual import work
-from textual.app import App
 
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.runners.watch_serving import Pair
 from llmtop.tui.screens.watch import WatchScreen
+from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 
 PROBE_INTERVAL_S = 1.0
 STOP_WAIT_S = 5.0
@@ -47,7 +47,7 @@ def child_argv(args: argparse.Namespace, pairs: Sequence[Pair]) -> list[str]:
     return argv
 
 
-class WatchApp(App[int]):
+class WatchApp(LlmtopBaseApp):
     """Runs `argv` (the watch process) and shows its lines on a WatchScreen. argv None: no
     child (the pilot tests feed the screen themselves)."""
 

@@ -97,3 +97,32 @@ async def test_the_app_runs_the_watch_and_shows_a_real_request(tmp_path):
             assert rows[1]["output_tokens"] == 4
             await pilot.pause(0.3)
             assert app.screen_.query_one(DataTable).row_count == 1
+
+
+async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
+    """The watch app draws its scrollbars as the main app does (LlmtopBaseApp): seen in tmux,
+    its probe panel's 2-column scrollbar ended its thumb in "▃▃" beside an app's row. At
+    140×24 a busy machine's findings and apps overflow the panel, which scrolls; its
+    scrollbar is one cell wide and no cell of it holds a block glyph."""
+    from textual.scrollbar import ScrollBar, ScrollBarRender
+
+    from llmtop.probes.verdict import Finding, Level, Verdict
+    from llmtop.tui.widgets.probe_panel import ProbePanel
+
+    from .fakes import busy_apps, machine_sample
+    from .test_screen_sizes import BLOCKS, screen_cells
+
+    ScrollBar.renderer = ScrollBarRender  # as a fresh process has it, whatever ran before
+    findings = [Finding(f"f{i}", Level.WARN, 50.0, 10.0, "% CPU", f"program {i} is busy " * 3,
+                        "close it") for i in range(6)]
+    app = WatchApp(None, PAIRS, show_text=False, probes=False)
+    async with app.run_test(size=(140, 24)) as pilot:
+        app.screen_.show_probe(machine_sample(1, 80.0, busy_apps(), Verdict.of(findings), 2.0))
+        await pilot.pause(0.3)
+        panel = app.screen_.query_one(ProbePanel)
+        assert panel.show_vertical_scrollbar  # it overflows: the case that showed "▃▃"
+        assert panel.styles.scrollbar_size_vertical == 1
+        bar = panel.region.right - 1  # the scrollbar's one column, inside the border
+        column = [ch for (x, y), ch in screen_cells(app).items()
+                  if x in (bar - 1, bar) and panel.region.y < y < panel.region.bottom - 1]
+        assert not BLOCKS & set(column), column

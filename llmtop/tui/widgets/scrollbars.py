@@ -12,8 +12,10 @@ scrollbar colour, on a track of the scrollbar background, one cell wide (llmtop.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
+from textual.app import App
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
 WHOLE = [" "] * len(ScrollBarRender.VERTICAL_BARS)  # a blank end glyph: none is drawn
@@ -33,4 +35,21 @@ def use_whole_cell_scrollbars() -> None:
     ScrollBar.renderer = WholeCellScrollBar
 
 
-__all__ = ["WholeCellScrollBar", "use_whole_cell_scrollbars"]
+# The scrollbars' rule (one cell wide, the track shown), a stylesheet of its own so that every
+# llmtop app loads it (package data of llmtop.tui, beside llmtop.tcss)
+SCROLLBARS_TCSS = Path(__file__).resolve().parent.parent / "scrollbars.tcss"
+
+
+class LlmtopBaseApp(App[int]):
+    """What every llmtop Textual app shares (the main app, `llmtop watch`'s): its scrollbars
+    one cell wide in whole cells (SCROLLBARS_TCSS first in its stylesheets, then the
+    subclass's CSS_PATH; `use_whole_cell_scrollbars`). Before the watch app shared it, its
+    probe panel showed the "▃▃" thumb ends of issue 32's row 4 that the main app had lost."""
+
+    def __init__(self) -> None:
+        own = self.CSS_PATH if isinstance(self.CSS_PATH, list) else [self.CSS_PATH]
+        super().__init__(css_path=[SCROLLBARS_TCSS, *(p for p in own if p)])
+        use_whole_cell_scrollbars()
+
+
+__all__ = ["SCROLLBARS_TCSS", "LlmtopBaseApp", "WholeCellScrollBar", "use_whole_cell_scrollbars"]
