@@ -220,3 +220,28 @@ def test_llama_servers_reported_cache_counts():
         (53, 0, 53),
         (110, 56, 54),
     ]
+
+
+def test_a_warm_count_a_token_smaller_is_the_suffixes_not_a_cache_report():
+    # One pair from a sweep on the embedded engine (which counts every prompt token): a 2,048-
+    # token prefix, prompt_eval_count 2,069 cold and 2,068 warm (the two random 12-word
+    # suffixes tokenized one token apart), prefill 4,318.171 → 77.154 ms. Read as "1 cached
+    # token" it claimed 4,241 ms saved per token; the hit is in the time only, so the prefix's
+    # calibrated 2,048 tokens are inferred: (4318.171 − 77.154) / 2048 = 2.0708 ms a token.
+    from llmtop.engines.events import ServerStats
+    from llmtop.sessions.analysis.context import _pair_of
+    from llmtop.sessions.measure.timeline import RequestMetrics
+    from llmtop.sessions.records.schema import RequestRecord
+
+    def record(phase: str, count: int, ms: float) -> RequestRecord:
+        return RequestRecord(
+            id=1, status="ok", phase=phase, pair=0, prompt_tokens_target=2048,
+            prompt_words=2035, stats=ServerStats(prompt_eval_count=count),
+            metrics=RequestMetrics(prompt_eval_ms=ms))  # type: ignore[arg-type]
+
+    pair = _pair_of(0, record("cache-cold", 2069, 4318.171), record("cache-warm", 2068, 77.154))
+    assert (pair.source, pair.cached_tokens) == ("inferred", 2048)
+    assert pair.saving_ms_per_token == pytest.approx(2.0708, abs=1e-4)
+    # Ollama leaves the cached tokens out: 2,069 cold, 21 warm → 2,048 reported by the count
+    ollama = _pair_of(0, record("cache-cold", 2069, 4318.171), record("cache-warm", 21, 77.154))
+    assert (ollama.source, ollama.cached_tokens) == ("prompt_eval_count", 2048)

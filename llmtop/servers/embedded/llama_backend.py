@@ -268,8 +268,18 @@ class LlamaBackend:
         from llama_cpp import llama_chat_format
 
         if self.chat_format in ("gemma", "raw"):  # "raw": chat_prompt never calls it
-            formatter: Callable[..., Any] = llama_chat_format.format_gemma
-            return formatter
+            gemma: Callable[..., Any] = llama_chat_format.format_gemma
+
+            def as_ollama(messages: list[Mapping[str, Any]], **kw: Any) -> Any:
+                # llama-cpp-python's gemma format drops system messages; Ollama's gemma3
+                # template renders each as a user turn of its own, so do the same (a system
+                # prompt that vanished would also leave the prompt cache matching prompts
+                # that differ only there: bench's cache-defeated replay).
+                turns = [{**m, "role": "user"} if m.get("role") == "system" else m
+                         for m in messages]
+                return gemma(messages=turns, **kw)
+
+            return as_ollama
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
             return self._no_template

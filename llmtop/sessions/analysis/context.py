@@ -36,6 +36,11 @@ from llmtop.sessions.analysis.run import Analysis
 from llmtop.sessions.records.schema import RequestRecord
 
 INFERRED_MIN_SAVING = 0.10  # a warm prefill under 90 % of the cold one counts as a hit by time
+# A server that leaves cached tokens out of prompt_eval_count (Ollama) reports a warm count
+# smaller by about the whole shared prefix. A drop under half of the prefix is the two random
+# suffixes tokenizing to different lengths (the embedded engine, which counts every token:
+# 1 token on a 2,048-token prefix, measured), not a count of cached tokens.
+COUNT_DROP_MIN = 0.5
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -170,8 +175,9 @@ class CachePair:
     """One cold/warm pair. cached_tokens: the tokens the warm request took from the cache
     beyond the cold one's (None: unknown); source: how they were known — "reported"
     (the server's cached-token count), "prompt_eval_count" (the warm count was smaller by
-    that much), "inferred" (the counts are equal, the warm prefill faster: the shared prefix's
-    calibrated size is taken, by time only), or "none" (no sign of a hit). saving_ms_per_token:
+    that much, and by over half the shared prefix: COUNT_DROP_MIN), "inferred" (the counts
+    equal or nearly so, the warm prefill faster: the shared prefix's calibrated size is
+    taken, by time only), or "none" (no sign of a hit). saving_ms_per_token:
     (cold prefill − warm prefill) / cached_tokens, ms."""
 
     pair: int
@@ -196,7 +202,7 @@ def _pair_of(pair: int, cold: RequestRecord, warm: RequestRecord) -> CachePair:
         return CachePair(pair, cold, warm, extra, "reported")
     cc = cs.prompt_eval_count if cs else None
     wc = ws.prompt_eval_count if ws else None
-    if cc and wc and wc < cc:
+    if cc and wc and cc - wc > COUNT_DROP_MIN * (warm.prompt_tokens_target or 0):
         return CachePair(pair, cold, warm, cc - wc, "prompt_eval_count")
     cp, wp = cold.metrics.prompt_eval_ms, warm.metrics.prompt_eval_ms
     if cp and wp is not None and wp < (1 - INFERRED_MIN_SAVING) * cp:
