@@ -57,10 +57,14 @@ class Prefill:
         return self.a + self.b * (tokens - cached) + self.c * (tokens**2 - cached**2)
 
 
-def prompt_token_list(body: dict[str, Any]) -> list[str]:
-    """The request's tokens: TEMPLATE_TOKENS template tokens, then every message's words."""
+def prompt_token_list(body: dict[str, Any], template: str = "chat") -> list[str]:
+    """The request's tokens: TEMPLATE_TOKENS template tokens, then every message's words;
+    with `template` "prompt" (Ollama's default `{{ .Prompt }}`, a model with no chat template)
+    only the user messages' words: system messages and answers are dropped."""
     tokens = [f"<t{i}>" for i in range(TEMPLATE_TOKENS)]
     for message in body.get("messages", []):
+        if template == "prompt" and message.get("role") != "user":
+            continue
         tokens += str(message.get("content", "")).split()
     return tokens
 
@@ -85,6 +89,7 @@ class ContextState:
     tokens: int = 4
     gap_s: float = 0.002
     num_ctx: int = 1 << 20
+    template: str = "chat"  # or "prompt": prompt_token_list
     cached: list[str] = field(default_factory=list)
     seen: list[tuple[int, int, float]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -94,7 +99,7 @@ async def _serve(state: ContextState, body: dict[str, Any]) -> AsyncIterator[byt
     loop = asyncio.get_running_loop()
     async with state.lock:  # one slot: requests are served one at a time
         start = loop.time()
-        prompt = prompt_token_list(body)[-(state.num_ctx - 1) :]
+        prompt = prompt_token_list(body, state.template)[-(state.num_ctx - 1) :]
         total = len(prompt)
         cached = min(common_prefix(prompt, state.cached), total - 1) if state.cache else 0
         prefill_ms = state.prefill.ms(total, cached)

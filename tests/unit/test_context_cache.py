@@ -245,3 +245,20 @@ def test_a_warm_count_a_token_smaller_is_the_suffixes_not_a_cache_report():
     # Ollama leaves the cached tokens out: 2,069 cold, 21 warm → 2,048 reported by the count
     ollama = _pair_of(0, record("cache-cold", 2069, 4318.171), record("cache-warm", 21, 77.154))
     assert (ollama.source, ollama.cached_tokens) == ("prompt_eval_count", 2048)
+
+
+def test_the_replay_is_cold_on_a_template_that_drops_system_messages(tmp_path):
+    # Ollama's default template `{{ .Prompt }}` (the bundled model's case) keeps only the user
+    # messages. A replay opened by a system message then sent turn 1 as the very prompt the
+    # engine had just cached (measured on the embedded engine: 27 ms against 230 ms cold).
+    # Fresh words in the first user message must leave only the template tokens in common.
+    from llmtop.testing.slotted import TEMPLATE_TOKENS
+
+    with ContextUpstream(TRUE, cache="none", template="prompt") as up:
+        bench(up, str(tmp_path / "b.jsonl"), prompt_tokens=(32, 64), turns=4)
+        seen = list(up.state.seen)
+    warm_seen, cold_seen = seen[-8:-4], seen[-4:]
+    # turn k's prompt: the template's tokens and the k user messages (22 tokens each, as above)
+    assert [s[0] for s in warm_seen] == [TEMPLATE_TOKENS + 22 * k for k in range(1, 5)]
+    assert [s[0] for s in cold_seen] == [TEMPLATE_TOKENS + 22 * k + 4 for k in range(1, 5)]
+    assert [s[1] for s in cold_seen] == [TEMPLATE_TOKENS] * 4

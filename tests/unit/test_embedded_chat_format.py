@@ -2,9 +2,7 @@
 
 llama-cpp-python's gemma format drops every system message; Ollama's gemma3 template renders
 each one as a user turn (`{{ if or (eq .Role "user") (eq .Role "system") }}<start_of_turn>user`).
-Dropping it also made `bench --turns`'s cache-defeated replay, whose turns differ from the
-conversation's only by a fresh system message, hit the prompt cache (turn 1 of the replay:
-19 ms to the first token against 229 ms cold, measured on this engine).
+(A model served "raw", with no template, drops it, as Ollama's default `{{ .Prompt }}` does.)
 """
 
 from __future__ import annotations

@@ -212,9 +212,9 @@ def turns_markdown(turns: Sequence[Turn], cold: Sequence[Turn] = ()) -> list[str
     if saved:
         last = max(saved)
         lines += ["", (
-            f"Replayed with the cache defeated (a fresh system message first, the same history "
-            f"and message), turn {last} took {_num(cold_by_turn[last].record.metrics.ttft_ms)} "
-            f"ms to its first token instead of "
+            f"Replayed with the cache defeated (fresh words opening the first message, the same "
+            f"history and message), turn {last} took "
+            f"{_num(cold_by_turn[last].record.metrics.ttft_ms)} ms to its first token instead of "
             f"{_num(next(t for t in turns if t.turn == last).record.metrics.ttft_ms)} ms: "
             f"the cache saved {_num(saved[last])} ms there.")]
     counts = [t.context_tokens for t in turns if t.context_tokens is not None]
