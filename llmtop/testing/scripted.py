@@ -202,12 +202,19 @@ async def _replay(rec: Recorder, script: list[tuple[float, Any]], chat: bool,
         rec.closed.set()
 
 
-async def _stream(request: Request) -> Response:
+async def recorded_body(request: Request) -> tuple[Any, Recorder]:
+    """The request's JSON body and the app's Recorder, the request noted in it: its arrival
+    (perf_counter_ns, stamped before the body is read) and its path and body."""
     received = perf_counter_ns()
     body = await request.json()
     rec: Recorder = request.app.state.recorder
     rec.received_ns.append(received)
     rec.requests.append((request.url.path, body))
+    return body, rec
+
+
+async def _stream(request: Request) -> Response:
+    body, rec = await recorded_body(request)
     model = body.get("model")
     script = _script_for(model, request.app.state.script.timing)
     if script is None:

@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.testing.scripted import Recorder, ServeInThread, Timing
+from llmtop.testing.scripted import Recorder, ServeInThread, Timing, recorded_body
 
 PROMPT_BASE_TOKENS = 7  # the template's share of the scripted prompt count
 GAP_S = 0.002  # between two writes of a scripted body
@@ -234,11 +234,7 @@ async def _timed_whole(request: Request, shape: str) -> Response:
 
 async def _completions(request: Request) -> Response:
     """`/v1/completions`: the "timed" model only (404 for any other)."""
-    received = perf_counter_ns()
-    body = await request.json()
-    rec: Recorder = request.app.state.recorder
-    rec.received_ns.append(received)
-    rec.requests.append((request.url.path, body))
+    body, rec = await recorded_body(request)
     if body.get("model") != "timed":
         return JSONResponse({"error": {"message": f"model '{body.get('model')}' not found",
                                        "type": "not_found_error", "code": 404}}, status_code=404)
@@ -254,11 +250,7 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 
 
 async def _chat(request: Request) -> Response:
-    received = perf_counter_ns()
-    body = await request.json()
-    rec: Recorder = request.app.state.recorder
-    rec.received_ns.append(received)
-    rec.requests.append((request.url.path, body))
+    body, rec = await recorded_body(request)
     model = body.get("model")
     if model == "timed":
         if not body.get("stream"):
