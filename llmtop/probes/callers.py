@@ -20,6 +20,7 @@ client connection: keep-alive requests on the same connection reuse the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import threading
 from collections import OrderedDict
@@ -31,6 +32,7 @@ import psutil
 from llmtop.probes.processes import identify
 
 CACHE_CONNECTIONS = 256  # client connections remembered (a keep-alive pool is a few)
+WARM_UP_WAIT_S = 10.0  # at start-up, how long the watch waits for its lookup worker to start
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +93,15 @@ class CallerCache:
         self._pending: dict[tuple[str, int], asyncio.Future[Caller | None]] = {}
         self.executor = executor
 
-    def warm_up(self) -> None:
+    def warm_up(self, wait_s: float = WARM_UP_WAIT_S) -> None:
         """Load this module in the executor's worker now (a lookup of an address that is
-        not this machine's: TEST-NET-1, RFC 5737), so the first request's lookup is fast."""
+        not this machine's: TEST-NET-1, RFC 5737) and wait for it, at most `wait_s`, so the
+        first request's lookup is fast: a worker still starting when the first request ends
+        left that request unnamed (a finished request waits only briefly for its name)."""
         if self.executor is not None:
-            self.executor.submit(owner_pid, ("192.0.2.1", 1), ("192.0.2.1", 1))
+            job = self.executor.submit(owner_pid, ("192.0.2.1", 1), ("192.0.2.1", 1))
+            with contextlib.suppress(Exception):  # a slow or broken worker: names come later
+                job.result(timeout=wait_s)
 
     async def find(self, client: tuple[str, int], server: tuple[str, int]) -> Caller | None:
         """The cached answer for `client`, else a lookup in the executor (non-blocking);
