@@ -10,6 +10,15 @@ moved onto `perf_counter_ns`'s clock (CLOCK_MONOTONIC) by the offset between the
 read together at the read; a stamp that does not fit (later than now, or older than
 `MAX_AGE_NS`: the wall clock was stepped) is replaced by the read's own time.
 
+Linux stamps arriving packets only while some socket on the machine has asked, and it turns
+stamping on from a deferred work item (net/core/dev.c, `net_enable_timestamp` schedules
+`netstamp_work`), off again the same way when the last such socket closes. Until that work has
+run, segments arrive unstamped: on a busy machine the first reply on a fresh connection was
+stamped by Python (seen once in a cold CI run). So the first `enable` in a process also opens
+one stamping UDP socket that stays open (`_keep_stamping_on`: from then on no connection waits
+for the work item, and closing connections never toggles it), and waits, at most
+`STAMPING_WAIT_S`, until a loopback segment comes back stamped.
+
 `KernelStampedStream` is an httpcore network stream over a plain non-blocking TCP socket read
 with `recvmsg` from the event loop's reader callback; `stamping/arrivals.py` uses it for plain
 TCP connections on Linux and keeps its asyncio-protocol stream elsewhere (TLS, Unix sockets,
@@ -24,7 +33,7 @@ import ssl
 import struct
 import sys
 from collections.abc import Awaitable, Callable
-from time import perf_counter_ns, time_ns
+from time import perf_counter_ns, sleep, time_ns
 from typing import Any
 
 import httpcore
@@ -37,6 +46,8 @@ SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 READ_SIZE = 1 << 16  # bytes per recvmsg, as httpcore asks for
 ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
 MAX_AGE_NS = 10 * 10**9  # an older kernel stamp means the wall clock moved: not used
+STAMPING_WAIT_S = 0.5  # the most the first connection waits for the kernel to stamp packets
+_keeper: socket.socket | None = None  # the process's stamping socket (module docstring)
 
 
 def enable(sock: socket.socket) -> bool:
@@ -50,7 +61,49 @@ def enable(sock: socket.socket) -> bool:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
         return False
+    if _keeper is None:
+        _keep_stamping_on()
     return True
+
+
+def _keep_stamping_on() -> bool:
+    """Open the process's stamping socket (module docstring) and wait until the kernel stamps
+    packets: True once a loopback TCP segment came back with a stamp, False if none did within
+    STAMPING_WAIT_S or the machine refused (no loopback, option refused; stamps then fall back
+    to the read's own time, as without this)."""
+    global _keeper
+    try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    _keeper = keeper
+    return stamps_arrive(STAMPING_WAIT_S)
+
+
+def stamps_arrive(wait_s: float) -> bool:
+    """Whether a byte sent over a loopback TCP connection comes back with a kernel stamp,
+    trying every 0.5 ms for at most `wait_s` seconds; False also where the machine has no
+    loopback or refuses the option (OSError)."""
+    deadline = perf_counter_ns() + int(wait_s * 1e9)
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as server, \
+                socket.create_connection(server.getsockname()[:2], timeout=wait_s + 1) as out:
+            conn, _ = server.accept()
+            with conn:
+                conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                conn.settimeout(wait_s + 1)
+                while True:
+                    out.sendall(b"x")
+                    _, anc, _, _ = conn.recvmsg(1, ANC_SIZE)
+                    if any(lv == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS
+                           for lv, kind, _ in anc):
+                        return True
+                    if perf_counter_ns() > deadline:
+                        return False
+                    sleep(0.0005)
+    except OSError:
+        return False
 
 
 def to_perf_ns(ancdata: list[tuple[int, int, bytes]], now_ns: int, offset_ns: int) -> int:

@@ -19,6 +19,7 @@ import httpcore
 import httpx
 import pytest
 
+from llmtop.stamping import rxstamps
 from llmtop.stamping.arrivals import ArrivalBackend, ArrivalStream, measured_transport
 from llmtop.stamping.blocking import BlockingArrivalBackend
 from llmtop.stamping.netbuffer import HIGH_WATER
@@ -96,6 +97,19 @@ async def test_a_chunk_read_late_keeps_the_kernels_stamp():
     finally:
         await stream.aclose()
         sender.sock.close()
+
+
+@linux_only
+def test_once_one_socket_asked_for_stamps_the_kernel_stamps_at_once():
+    # Linux turns stamping on and off machine-wide from a deferred work item (rxstamps'
+    # docstring); the first enable() keeps a stamping socket open, so after this connection is
+    # closed the next fresh connection's first segment is stamped without waiting: one try.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sock = socket.create_connection(server.getsockname()[:2])
+        assert rxstamps.enable(sock)
+        sock.close()
+    assert rxstamps._keeper is not None
+    assert rxstamps.stamps_arrive(0)
 
 
 @linux_only
