@@ -125,7 +125,8 @@ def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool)
         if sampler is not None:
             sampler.stop()
         session.close()
-    print(f"{PROG}: stopped; {session.count} requests logged to {session.log.path}",
+    n = session.count
+    print(f"{PROG}: stopped; {n} request{'s' if n != 1 else ''} logged to {session.log.path}",
           file=sys.stderr, flush=True)
     return ExitCode.OK
 

@@ -109,12 +109,14 @@ async def run_servers(servers: Sequence[PairServer]) -> None:
 @contextlib.contextmanager
 def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
     """The one worker process that names callers (probes/callers.py says why a process),
-    started by "spawn" (a fork of a threaded process is unsafe), shut down after."""
+    started by "spawn" (a fork of a threaded process is unsafe), shut down after: waiting for
+    the worker (a lookup takes tens of ms), since a pool left running at the interpreter's exit
+    printed CPython's "Exception ignored ... Bad file descriptor" traceback on 1 Ctrl+C of 8."""
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
         yield pool
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["DEFAULT_LISTEN", "Pair", "PairServer", "build_servers", "caller_pool", "pairs_of",
