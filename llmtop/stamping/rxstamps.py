@@ -66,19 +66,18 @@ def enable(sock: socket.socket) -> bool:
     return True
 
 
-def _keep_stamping_on() -> bool:
-    """Open the process's stamping socket (module docstring) and wait until the kernel stamps
-    packets: True once a loopback TCP segment came back with a stamp, False if none did within
-    STAMPING_WAIT_S or the machine refused (no loopback, option refused; stamps then fall back
-    to the read's own time, as without this)."""
+def _keep_stamping_on() -> None:
+    """Open the process's stamping socket (module docstring) and wait, at most
+    STAMPING_WAIT_S, until the kernel stamps a loopback segment. Where the machine refuses
+    (no loopback, option refused), stamps fall back to the read's own time, as without this."""
     global _keeper
     try:
         keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
-        return False
+        return
     _keeper = keeper
-    return stamps_arrive(STAMPING_WAIT_S)
+    stamps_arrive(STAMPING_WAIT_S)
 
 
 def stamps_arrive(wait_s: float) -> bool:
@@ -96,8 +95,7 @@ def stamps_arrive(wait_s: float) -> bool:
                 while True:
                     out.sendall(b"x")
                     _, anc, _, _ = conn.recvmsg(1, ANC_SIZE)
-                    if any(lv == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS
-                           for lv, kind, _ in anc):
+                    if kernel_stamp(anc) is not None:
                         return True
                     if perf_counter_ns() > deadline:
                         return False
@@ -106,16 +104,23 @@ def stamps_arrive(wait_s: float) -> bool:
         return False
 
 
+def kernel_stamp(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The kernel's receive stamp in `ancdata` (recvmsg's ancillary data) as CLOCK_REALTIME
+    ns, or None when it holds none."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return int(sec * 1_000_000_000 + nsec)
+    return None
+
+
 def to_perf_ns(ancdata: list[tuple[int, int, bytes]], now_ns: int, offset_ns: int) -> int:
     """The perf_counter_ns of the kernel's stamp in `ancdata` (recvmsg's ancillary data),
     given `now_ns` (perf_counter_ns at the read) and `offset_ns` (time_ns() − perf_counter_ns()
     then); `now_ns` when there is no stamp or it does not fit (module docstring)."""
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= 16:
-            sec, nsec = struct.unpack("qq", data[:16])
-            t: int = sec * 1_000_000_000 + nsec - offset_ns
-            if now_ns - MAX_AGE_NS <= t <= now_ns:
-                return t
+    wall = kernel_stamp(ancdata)
+    if wall is not None and now_ns - MAX_AGE_NS <= wall - offset_ns <= now_ns:
+        return wall - offset_ns
     return now_ns
 
 
