@@ -223,8 +223,11 @@ def test_a_pooled_connection_is_not_reused_from_another_event_loop():
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
         def _answer(self, conn: socket.socket) -> None:
-            while conn.recv(65536):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            try:
+                while conn.recv(65536):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            except OSError:
+                return  # close() shut the socket under this thread's recv (EBADF): done
 
     server = KeepAlive()
     client = httpx.AsyncClient(transport=measured_transport(), timeout=30)
