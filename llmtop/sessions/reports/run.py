@@ -32,6 +32,7 @@ from llmtop.sessions.analysis.run import (
     analyze_log,
     attribute_size,
     cause_of,
+    engine_slowdown,
     gpu_usage,
     noisy_samples,
     relay_comparisons,
@@ -54,8 +55,10 @@ class Report:
     attributions: per prompt size (`analysis.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
-    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained);
-    for a size with slow episodes and no drift, its costliest episode's cause. episodes: per
+    causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained):
+    the cause of its costliest slowdown, the baseline's drift or its costliest episode (by
+    % of time slower; a quota that slowed the last requests 10 times is named over a 12 %
+    drift left in the free ones). episodes: per
     prompt size, every slow episode with its cost and cause (episode_causes.py).
     sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
     and the conversation's turns (analysis/context.py; None / empty when the run had none);
@@ -89,6 +92,11 @@ class Report:
     episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
 
 
+def _episode_cost(found: EpisodeCause) -> float:
+    """How much slower the engine ran in an episode, % of time (0 when no series found it)."""
+    return found.slowdown.slower_pct if found.slowdown else 0.0
+
+
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
     calibration = log.calibration
@@ -97,13 +105,14 @@ def build(log: RunLog) -> Report:
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
               if (c := cause_of(s, attributions[size_key(s)])) is not None}
-    for key, found in episodes.items():
-        costly = max(found, key=lambda e: e.slowdown.slower_pct if e.slowdown else 0.0,
-                     default=None)
-        if costly is not None and key not in causes:
-            attributions[key] = costly.attribution
-            if costly.cause is not None:
-                causes[key] = costly.cause
+    for s in analysis.sizes:  # the costliest slowdown names the size's cause
+        key = size_key(s)
+        costly = max(episodes[key], key=_episode_cost, default=None)
+        if costly is None or costly.cause is None:
+            continue
+        drift = engine_slowdown(s) if key in causes else None
+        if drift is None or _episode_cost(costly) > drift.slower_pct:
+            attributions[key], causes[key] = costly.attribution, costly.cause
     for s in analysis.sizes:  # episodes that cover the run leave no baseline: the whole run's
         key = size_key(s)
         if key not in causes and episodes[key]:
