@@ -136,6 +136,7 @@ PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however 
 IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most every 30 s
 # (by socket owner: ~20 ms of CPU, every 5 s otherwise — a third of the idle CPU)
 SHUTDOWN_WAIT_S = 5.0
+MAIN_SCREEN_ACTIONS = frozenset({"history", "keep_history", "repeat"})  # see check_action
 # The screen at every size (issue 32): below NARROW_BELOW columns the response and its figures
 # get the width and the probe panel gives way to a one-line badge (`MachineBadge`; at 80
 # columns the 46-column panel left the answer 32); from WIDE_FROM the panel widens (a quarter
@@ -349,6 +350,10 @@ class LlmtopApp(LlmtopBaseApp):
     # ------------------------------------------------------------------ requests
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in the main prompt sends it; another screen's box is not a prompt (the load
+        screen's "1,2" reached here and was sent: issue 32, finding A)."""
+        if event.input.id != "prompt" or event.input.screen is not self.default_screen:
+            return
         event.input.clear()
         self.send(event.value)
 
@@ -654,8 +659,10 @@ class LlmtopApp(LlmtopBaseApp):
         self.action_help()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """F2 (the history) belongs to the main screen: not shown, not run elsewhere."""
-        if action == "history":
+        """F2 (the history), Ctrl+K (the conversation) and Ctrl+R (repeat) belong to the main
+        screen: not shown, not run elsewhere (Ctrl+K on the load screen turned the
+        conversation on unseen: issue 32, finding A)."""
+        if action in MAIN_SCREEN_ACTIONS:
             return self.screen is self.default_screen
         return True
 

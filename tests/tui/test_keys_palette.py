@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from textual.binding import Binding
+from textual.widgets import Input
 
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.plots import PlotsScreen
@@ -116,3 +117,28 @@ async def test_screenshot_is_saved_beside_the_log_or_says_why_not(tmp_path: Path
         shutil.rmtree(folder)  # the log's folder is gone (its file stays open)
         app.action_save_screenshot()
         assert notes[1] == f"screenshot not saved in {folder}: No such file or directory"
+
+
+async def test_keys_on_the_load_screen_stay_on_it(tmp_path: Path) -> None:
+    # issue 32, finding A: "1,2" typed in the load screen's levels box and Enter reached the
+    # hidden main prompt (a stray request "1,2"), and Ctrl+K turned the conversation on unseen
+    from llmtop.tui.screens.load import LoadScreen
+
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: drawn(app), what="the first request")
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadScreen), what="load screen")
+        screen = app.screen
+        box = screen.query_one("#load-levels", Input)
+        box.focus()
+        box.value = ""
+        await type_text(pilot, "1,2")
+        await pilot.press("ctrl+k", "ctrl+r")
+        assert box.value == "1,2" and not app.keep_history
+        await pilot.press("enter")  # starts the sweep (its own requests, not the session's)
+        await pilot.pause(0.2)
+        assert box.value == "1,2"  # not cleared as a sent prompt is
+        assert app.last_prompt == "hello"
+        assert app.recorder is not None and app.recorder.requests == 1

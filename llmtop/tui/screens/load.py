@@ -129,7 +129,8 @@ class LoadScreen(Screen[None]):
         if event.button.id == "load-start":
             self.start()
 
-    def on_input_submitted(self) -> None:
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()  # Enter in a box of this screen starts the sweep, and nothing else
         self.start()
 
     def start(self) -> None:
