@@ -52,7 +52,17 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
         bar = screen.query_one(ProgressBar)
         assert bar.total == 4 and bar.progress == 4
         summary = shown(screen, "#bench-summary")
-        assert summary.startswith(" n/a ") and "this run has 3" in summary
+        # 3 requests are too few for the drift rule (10): "n/a" — unless the probes called
+        # the machine NOISY during more than half of them (2 or 3 of 3), which makes any run
+        # CONTAMINATED (analysis/verdict.py; seen once in a cold fresh-clone run)
+        so_far = read_log(Path(screen.log_path or ""))
+        measured = {r.id for r in so_far.requests if r.phase == "measure"}
+        noisy = {p.request_id for p in so_far.probes if p.noisy and p.request_id in measured}
+        if len(noisy) >= 2:
+            assert summary.startswith(" CONTAMINATED "), summary
+            assert f"NOISY during {len(noisy)} of the 3 measured requests" in summary
+        else:
+            assert summary.startswith(" n/a ") and "this run has 3" in summary, summary
         assert "32 tok  n 3" in summary and "TTFT " in summary
         assert state.report_md is not None and "## Results" in state.report_md
         assert app.latest_probe is not None  # the app's sampler kept running

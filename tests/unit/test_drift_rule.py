@@ -340,3 +340,35 @@ def test_the_costliest_slowdown_names_the_cause():
     (cause,) = report.causes.values()
     assert cause.kind == "machine"
     assert "the cgroup's CPU quota throttled it (0 → 400 ms per request)" in cause.summary
+
+
+def test_a_re_measured_run_with_no_episode_left_says_so():
+    # issue 32, finding B: the bench said "slow episodes at requests 7–10 … re-measuring 4"
+    # part way, and the report then said "none" with no word of why 4 more were measured.
+    # 14 steady requests (decode 50 ± 0.1, TTFT 150 ± 0.1) of a protocol of 10: 4 re-measured,
+    # no episode in the whole run.
+    import tempfile
+    from pathlib import Path
+
+    from llmtop.sessions.reports.run_markdown import markdown
+
+    path = Path(tempfile.mkdtemp()) / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "model": "m", "engine": "embedded",
+                            "bench": {"requests": 10}})
+    for i in range(14):
+        log.write_raw({"type": "request", **_asdict(RequestRecord.from_json(
+            record_json(i, 50.0 + WOBBLE[i % 5], ttft=150.0 + WOBBLE[i % 5],
+                        prompt_eval_ms=140.0 + WOBBLE[i % 5], eval_count=8)))})
+    log.close()
+    report = build(read_log(path))
+    assert report.episodes and not any(report.episodes.values())
+    md = markdown(report)
+    assert "re-measured 4 requests beyond the protocol's 10 (after a pause) for an episode " \
+           "seen part way; with them every series keeps one level, so none is left" in md
+    assert "outside the episodes" not in md
+
+
+def _asdict(record) -> dict:
+    from dataclasses import asdict
+
+    return asdict(record)

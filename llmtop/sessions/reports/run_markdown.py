@@ -166,11 +166,18 @@ def _markdown_episodes(report: Report) -> list[str]:
     for s in report.analysis.sizes:
         measured = sum(r.phase == "measure" for r in s.requests)
         if required is not None and measured > required:
+            label, more = _size_label(s, report.calibration), measured - required
             lines.append("")
-            lines.append(
-                f"{_size_label(s, report.calibration)}: re-measured {measured - required} "
-                f"requests beyond the protocol's {required} (after a pause) to have "
-                f"{len(s.baseline)} outside the episodes; the log keeps every request.")
+            if report.episodes.get(size_key(s)):
+                lines.append(
+                    f"{label}: re-measured {more} requests beyond the protocol's {required} "
+                    f"(after a pause) to have {len(s.baseline)} outside the episodes; the "
+                    "log keeps every request.")
+            else:  # the episode seen mid-run is within the noise of the longer run
+                lines.append(
+                    f"{label}: re-measured {more} requests beyond the protocol's {required} "
+                    "(after a pause) for an episode seen part way; with them every series "
+                    "keeps one level, so none is left. The log keeps every request.")
     return lines
 
 

@@ -354,10 +354,12 @@ class BenchRunner:
             if short <= 0:
                 return
             more = min(short, cfg.extra_budget - extra)
-            where = ", ".join(e.requests for e in size.episodes.episodes)
+            where = ", ".join(e.requests + (" (faster)" if e.faster else "")
+                              for e in size.episodes.episodes)
             self.on_progress(BenchProgress(
                 "remeasure", target, 0, more,
-                message=f"slow episodes at requests {where}: {len(size.baseline)} of "
+                message=f"episodes away from the baseline level so far at requests {where}: "
+                f"{len(size.baseline)} of "
                 f"{cfg.requests} requests outside them; re-measuring {more} after a "
                 f"{cfg.remeasure_pause_s:g} s pause"))
             await asyncio.sleep(cfg.remeasure_pause_s)
