@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from llmtop.connect import connect
@@ -13,7 +14,10 @@ from llmtop.engines.events import exit_code_for
 
 async def connect_from_flags(args: argparse.Namespace, via: str | None = None) -> Connection | int:
     """`connect()` with the parsed engine flags (`via` overrides `--via`). On EngineError it
-    prints "llmtop: <failure>" to stderr and returns the failure's exit code instead."""
+    prints "llmtop: <failure>" to stderr and returns the failure's exit code instead; with
+    `--json` it also prints one JSON object on stdout, `{"status": "error", "error": {"kind",
+    "message", "remedy"}, "exit_code"}`, so a script reading stdout gets an answer (issue 32,
+    finding L: `run --json` to an unreachable host printed nothing there)."""
     try:
         return await connect(
             args.engine,
@@ -25,5 +29,11 @@ async def connect_from_flags(args: argparse.Namespace, via: str | None = None) -
             args.engine_pids,
         )
     except EngineError as exc:
-        print(f"llmtop: {exc.failure}", file=sys.stderr)
-        return exit_code_for(exc.failure.kind)
+        failure, code = exc.failure, exit_code_for(exc.failure.kind)
+        print(f"llmtop: {failure}", file=sys.stderr)
+        if getattr(args, "json", False):
+            error = {"kind": str(failure.kind), "message": failure.message,
+                     "remedy": failure.remedy}
+            print(json.dumps({"status": "error", "error": error, "exit_code": int(code)}),
+                  flush=True)
+        return code

@@ -94,6 +94,20 @@ def test_unreachable_ollama_is_exit_3_with_a_remedy():
     assert f"127.0.0.1:{port}" in p.stderr and "ollama serve" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "bench", "load"])
+def test_unreachable_with_json_answers_on_stdout(command):
+    # issue 32, finding L: `run --json` to an unreachable host printed nothing on stdout
+    port = free_port()
+    extra = ["--prompt", "hi"] if command == "run" else []
+    p = llmtop(command, "--engine", "ollama", "--host", f"127.0.0.1:{port}", "--json", *extra)
+    assert p.returncode == ExitCode.ENGINE_UNREACHABLE, p.stderr
+    answer = json.loads(p.stdout)
+    assert answer["status"] == "error" and answer["exit_code"] == ExitCode.ENGINE_UNREACHABLE
+    assert answer["error"]["kind"] == "unreachable"
+    assert f"127.0.0.1:{port}" in answer["error"]["message"]
+    assert "ollama serve" in answer["error"]["remedy"]
+
+
 def test_unknown_model_is_exit_4_and_lists_installed(engine_url):
     p = llmtop(
         "run",
