@@ -27,8 +27,14 @@ from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, 
 REQUESTS = 25
 
 
-def bench(tmp_path, monkeypatch, engine: PacedEngine, name: str = "bench.jsonl", **config):
+def bench(tmp_path, monkeypatch, engine: PacedEngine, name: str = "bench.jsonl",
+          noisy: tuple[int, int] | None = None, on_progress=None, **config):
+    """Run the bench on `engine`; noisy: what the re-measuring step is told of the probes'
+    NOISY requests, (NOISY, measured) — by default none, whatever the shared test machine's
+    real samples say (the bench stops re-measuring on a NOISY machine)."""
     monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
+    monkeypatch.setattr("llmtop.sessions.runners.bench.noisy_requests",
+                        lambda sizes, _probes: noisy or (0, len(sizes[0].requests)))
     cfg = BenchConfig(
         requests=REQUESTS,
         warmup=1,
@@ -39,7 +45,8 @@ def bench(tmp_path, monkeypatch, engine: PacedEngine, name: str = "bench.jsonl",
         remeasure_pause_s=0,
         **config,
     )
-    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / name))
+    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / name),
+                         on_progress=on_progress)
     outcome = asyncio.run(runner.run())
     log = read_log(outcome.log_path)
     quiet = analyze(
@@ -86,6 +93,18 @@ def test_two_known_episodes_are_found_and_re_measured(tmp_path, monkeypatch):
     md = render(build(log), "md")
     assert "## Slow episodes" in md and "| 6–10 |" in md and "| 18–21 |" in md
     assert "re-measured 9 requests beyond the protocol's 25" in md
+
+
+def test_a_noisy_machine_is_not_re_measured(tmp_path, monkeypatch):
+    # issue 32, finding M: every request NOISY and still 9 more measured. The probes called
+    # 20 of the 25 measured requests NOISY (> half): re-measuring would be as noisy.
+    engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
+    said: list[str] = []
+    log, _ = bench(tmp_path, monkeypatch, engine, noisy=(20, 25),
+                   on_progress=lambda p: said.append(p.message))
+    assert sum(r.phase == "measure" for r in log.requests) == REQUESTS  # none more
+    assert any(m.startswith("not re-measuring: the probes called the machine NOISY during "
+                            "20 of 25 requests") for m in said), said
 
 
 def test_without_re_measuring_the_baseline_is_short(tmp_path, monkeypatch):

@@ -44,7 +44,8 @@ from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
-from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log, noisy_requests
+from llmtop.sessions.analysis.verdict import NOISY_SHARE
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.log import read_log
@@ -347,11 +348,20 @@ class BenchRunner:
         await self._requests(target, words, range(total), total, generator)
         extra = 0
         while extra < cfg.extra_budget:
-            size = self._size_so_far(target)
-            if size is None:
+            found = self._size_so_far(target)
+            if found is None:
                 return
+            size, (bad, measured) = found
             short = remeasure_shortfall(size, cfg.requests)
             if short <= 0:
+                return
+            if measured and bad > NOISY_SHARE * measured:  # more of the same noise
+                self.on_progress(BenchProgress(
+                    "remeasure", target, 0, 0,
+                    message=f"not re-measuring: the probes called the machine NOISY during "
+                    f"{bad} of {measured} requests, so more requests would be as noisy; quiet "
+                    "the machine (the probe panel and `llmtop preflight` name what is busy) "
+                    "and run again"))
                 return
             more = min(short, cfg.extra_budget - extra)
             where = ", ".join(e.requests + (" (faster)" if e.faster else "")
@@ -368,11 +378,13 @@ class BenchRunner:
                                  generator)
             extra += more
 
-    def _size_so_far(self, target: int) -> SizeAnalysis | None:
-        """The analysis of one prompt size from the log written so far."""
+    def _size_so_far(self, target: int) -> tuple[SizeAnalysis, tuple[int, int]] | None:
+        """The analysis of one prompt size from the log written so far, with (its measured
+        requests a NOISY probe sample overlapped, its measured requests)."""
         log = read_log(self.recorder.log.path)
         analysis = analyze_log(log)
-        return next((s for s in analysis.sizes if s.target == target and s.path is None), None)
+        size = next((s for s in analysis.sizes if s.target == target and s.path is None), None)
+        return None if size is None else (size, noisy_requests([size], log.probes))
 
     async def _requests(
         self, target: int, words: int, indexes: range, total: int, generator: PromptGenerator
