@@ -91,6 +91,28 @@ def test_listed_by_start_time_not_file_time_and_one_request_is_not_judged(tmp_pa
     listed = catalogue([tmp_path])
     assert [os.path.basename(e.path) for e in listed] == ["late.jsonl", "early.jsonl", "run.jsonl"]
     assert listed[2].verdict is None and listed[2].requests == 1
+    assert listed[2].cells()[5] == "—"
+
+
+def test_one_request_on_a_noisy_machine_says_so(tmp_path):
+    # issue 32, finding N: a `run` whose request the probes called NOISY was listed as "—"
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    def one(name: str, quiet: bool) -> None:
+        log = SessionLog(tmp_path / name, {**HEADER, "kind": "session"})
+        rec = request(0, 500.0, 20.0)
+        log.write_raw({k: v for k, v in rec.items()
+                       if k not in ("index", "phase", "prompt_tokens_target", "prompt_words")})
+        log.write_raw({"type": "probe", "request_id": rec["id"], "verdict": {"quiet": quiet}})
+        log.close()
+
+    one("noisy.jsonl", quiet=False)
+    one("quiet.jsonl", quiet=True)
+    cells = {os.path.basename(e.path): e.cells()[5] for e in catalogue([tmp_path])}
+    assert cells == {"noisy.jsonl": "— NOISY during the request", "quiet.jsonl": "—"}
+    noisy = entry(tmp_path / "noisy.jsonl").to_dict()  # --json: no verdict word, the flag
+    assert noisy["verdict"] is None and noisy["noisy"] is True
 
 
 def test_columns_line_up_under_their_headers():

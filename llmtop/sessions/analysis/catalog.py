@@ -20,6 +20,7 @@ import platformdirs
 from llmtop.safetext import one_line
 from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import RunLog
 
 
 def sessions_folder() -> Path:
@@ -47,14 +48,18 @@ class SessionEntry:
     verdict: str | None = "unreadable"
     problem: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
+    noisy: bool = False  # a one-request log whose request a NOISY probe sample overlapped
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
         """The list's cells, the same in `llmtop sessions` and the TUI's Ctrl+O: date,
-        engine, model, kind, requests by status, verdict ("—" for a single request, the
-        reason for an unreadable log); each on one line, its control characters shown as
-        escapes (safetext.one_line: the names come from the log)."""
+        engine, model, kind, requests by status, verdict ("—" for a single request, "— NOISY
+        during the request" when a NOISY probe sample overlapped it, the reason for an
+        unreadable log); each on one line, its control characters shown as escapes
+        (safetext.one_line: the names come from the log)."""
         date = (self.started or "")[:19].replace("T", " ") or "n/a"
-        verdict = (self.verdict or "—") if self.problem is None else f"unreadable: {self.problem}"
+        unjudged = "— NOISY during the request" if self.noisy else "—"
+        verdict = (self.verdict or unjudged if self.problem is None
+                   else f"unreadable: {self.problem}")
         return (one_line(date), one_line(self.engine or "n/a"), one_line(self.model or "n/a"),
                 one_line(self.kind or "n/a"), self.requests_text, one_line(verdict, 400))
 
@@ -88,9 +93,16 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:
         words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
-    verdict = analysis.verdict if len(log.requests) > 1 else None
+    single = len(log.requests) <= 1
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
-                        analysis.ok_count, verdict, statuses=dict(words))
+                        analysis.ok_count, None if single else analysis.verdict,
+                        statuses=dict(words), noisy=single and _noisy(log))
+
+
+def _noisy(log: RunLog) -> bool:
+    """A NOISY probe sample overlapped a request of the log (a one-request log has no verdict,
+    but this is said: issue 32, finding N, where a NOISY `run` was listed as "—")."""
+    return any(p.noisy and p.request_id is not None for p in log.probes)
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
