@@ -281,6 +281,20 @@ COVERED_TTFT = [1281.7, 170.6, 147.9, 134.8, 140.3, 125.0, 142.1, 153.9, 157.2, 
                 900.5, 1865.9, 2967.6, 2796.6, 1500.5, 1698.5]
 
 
+def quota_after_ten(decode: list[float], ttft: list[float]):
+    """The report of 16 requests with these server decode rates and TTFTs (prefill = TTFT −
+    10 ms, 8 tokens each), one 3 ms canary before each, and a cgroup quota that throttles
+    requests 11–16 400 ms each (0 before)."""
+    reqs = []
+    for i, (tps, t) in enumerate(zip(decode, ttft, strict=True)):
+        rec = record_json(i, tps, ttft=t, prompt_eval_ms=t - 10.0, eval_count=8)
+        rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
+                          "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
+        reqs.append(RequestRecord.from_json(rec))
+    canaries = [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(16)]
+    return build_from(reqs, canaries)
+
+
 def test_episodes_that_cover_the_run_still_name_its_cause():
     # The decode series' slow levels (1–3 and 11–16, within its wide margin of each other)
     # hold 9 of 16: its baseline, so 4–10 are "faster"; TTFT's slow requests are episodes;
@@ -288,14 +302,7 @@ def test_episodes_that_cover_the_run_still_name_its_cause():
     # comes from the whole run: decode's first 5 (7.6, 3.0, 54.7, 48.0, 49.2) median 48.0,
     # last 5 (1.1, 3.4, 3.4, 5.4, 4.6) median 3.4: 48.0 / 3.4 − 1 = 1312 % slower; the quota's
     # readings 0 → 400 ms per request.
-    reqs = []
-    for i, (tps, ttft) in enumerate(zip(COVERED_DECODE, COVERED_TTFT, strict=True)):
-        rec = record_json(i, tps, ttft=ttft, prompt_eval_ms=ttft - 10.0, eval_count=8)
-        rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
-                          "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
-        reqs.append(RequestRecord.from_json(rec))
-    canaries = [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(16)]
-    report = build_from(reqs, canaries)
+    report = quota_after_ten(COVERED_DECODE, COVERED_TTFT)
     assert report.analysis.verdict == "contaminated"
     (found,) = report.episodes.values()
     assert [(e.episode.first, e.episode.last) for e in found] == [(1, 16)]
@@ -322,14 +329,7 @@ def test_the_costliest_slowdown_names_the_cause():
     # cause is the episode's, the larger slowdown; it was the drift's before.
     ttft = WANDERING_TTFT + [1500.0 + 10 * WOBBLE[i % 5] for i in range(6)]
     decode = [50.0 + WOBBLE[i % 5] for i in range(10)] + [4.0, 4.1, 3.9, 4.05, 3.95, 4.0]
-    reqs = []
-    for i, (tps, t) in enumerate(zip(decode, ttft, strict=True)):
-        rec = record_json(i, tps, ttft=t, prompt_eval_ms=t - 10.0, eval_count=8)
-        rec["machine"] = {"seconds": 5.0, "steal_percent": 0.0, "freq_mhz": [2600.0, 2600.0],
-                          "throttled_ms": 0.0 if i < 10 else 400.0, "throttled_periods": 0}
-        reqs.append(RequestRecord.from_json(rec))
-    canaries = [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(16)]
-    report = build_from(reqs, canaries)
+    report = quota_after_ten(decode, ttft)
     (size,) = report.analysis.sizes
     drift_ttft = size.drifts["ttft_ms"]
     assert drift_ttft.worse and drift_ttft.first_median == 138.6
