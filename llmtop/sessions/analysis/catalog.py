@@ -19,8 +19,8 @@ import platformdirs
 
 from llmtop.safetext import one_line
 from llmtop.sessions.analysis.compare import run_analysis
+from llmtop.sessions.analysis.run import noisy_samples
 from llmtop.sessions.records.log import LogError, read_log
-from llmtop.sessions.records.schema import RunLog
 
 
 def sessions_folder() -> Path:
@@ -96,13 +96,7 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     single = len(log.requests) <= 1
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
                         analysis.ok_count, None if single else analysis.verdict,
-                        statuses=dict(words), noisy=single and _noisy(log))
-
-
-def _noisy(log: RunLog) -> bool:
-    """A NOISY probe sample overlapped a request of the log (a one-request log has no verdict,
-    but this is said: issue 32, finding N, where a NOISY `run` was listed as "—")."""
-    return any(p.noisy and p.request_id is not None for p in log.probes)
+                        statuses=dict(words), noisy=single and noisy_samples(log.probes)[0] > 0)
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:

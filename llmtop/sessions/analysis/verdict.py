@@ -103,6 +103,14 @@ def _episodes(episodes: Sequence[Episode]) -> str:
     return ", ".join(f"requests {e.requests}" for e in episodes)
 
 
+def mostly_noisy(noisy: tuple[int, int]) -> bool:
+    """(measured requests a NOISY probe sample overlapped, measured requests): more than
+    NOISY_SHARE of them were NOISY (the rule that makes a run CONTAMINATED, and that stops
+    the bench re-measuring)."""
+    bad, total = noisy
+    return total > 0 and bad > NOISY_SHARE * total
+
+
 def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> RunVerdict:
     """The verdict of a run from each prompt size's evidence and (measured requests that
     overlapped a NOISY probe sample, measured requests) (the module docstring's rules, in
@@ -120,7 +128,7 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
                 + ", ".join(s.drifted)
             )
     bad, total = noisy
-    if total and bad > NOISY_SHARE * total:
+    if mostly_noisy(noisy):
         reasons.append(
             f"the probes found the machine NOISY during {bad} of the {total} measured requests"
         )

@@ -45,7 +45,7 @@ from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log, noisy_requests
-from llmtop.sessions.analysis.verdict import NOISY_SHARE
+from llmtop.sessions.analysis.verdict import mostly_noisy
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.log import read_log
@@ -351,11 +351,12 @@ class BenchRunner:
             found = self._size_so_far(target)
             if found is None:
                 return
-            size, (bad, measured) = found
+            size, noisy = found
             short = remeasure_shortfall(size, cfg.requests)
             if short <= 0:
                 return
-            if measured and bad > NOISY_SHARE * measured:  # more of the same noise
+            if mostly_noisy(noisy):  # more requests would meet the same noise
+                bad, measured = noisy
                 self.on_progress(BenchProgress(
                     "remeasure", target, 0, 0,
                     message=f"not re-measuring: the probes called the machine NOISY during "
