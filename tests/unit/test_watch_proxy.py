@@ -135,9 +135,10 @@ def test_an_openai_stream_is_measured_against_the_scripted_truth():
     ex = w.seen.done[0]
     first_text = next(e for e in ex.events if e.has_text)
     # the first frame carries "Hel" (scripted_openai.HELLO): as for Ollama, the watch's TTFT
-    # exceeds the truth only by the loopback hop back to it
+    # exceeds the truth only by the loopback hop back to it and its event loop's turn (1.9 ms
+    # once in CI's full suite on 2 busy cores): the same 5 ms bound as the Ollama case above
     truth_ns = up.recorder.first_ns[0] - ex.send_ns
-    assert 0 <= (first_text.t_ns - ex.send_ns) - truth_ns < 1_000_000
+    assert 0 <= (first_text.t_ns - ex.send_ns) - truth_ns < 5_000_000
     assert ex.events[-1].stats.prompt_eval_count == 12  # usage(12, 3)
 
 
