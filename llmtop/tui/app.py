@@ -144,6 +144,10 @@ MAIN_SCREEN_ACTIONS = frozenset({"history", "keep_history", "repeat"})  # see ch
 # history (`ProbePanel`). Textual sets the class on the screen as its width crosses them.
 NARROW_BELOW = 100
 WIDE_FROM = 200
+# Below SHORT_BELOW lines, the history (F2, the whole width under the panes, at most 30 % of
+# the height) takes the place of the TTFT-per-request strip, which shows the same requests'
+# TTFT: at 80x24 the response keeps 3 lines, not none.
+SHORT_BELOW = 30
 
 
 class LlmtopApp(LlmtopBaseApp):
@@ -156,6 +160,7 @@ class LlmtopApp(LlmtopBaseApp):
         (NARROW_BELOW, "-normal"),
         (WIDE_FROM, "-wide"),
     ]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (SHORT_BELOW, "-tall")]  # noqa: RUF012 — as above
     BINDINGS: ClassVar[list[BindingType]] = [
         # every screen's key in the footer (issue 32, row 27), short enough for 80 columns;
         # Ctrl+R and Esc are in the prompt's placeholder; README's "Keys" line and the help
@@ -224,8 +229,8 @@ class LlmtopApp(LlmtopBaseApp):
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
                 yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
-                yield RequestHistory(id="history")
             yield ProbePanel(id="probes")
+        yield RequestHistory(id="history")  # the whole width: every figure and the prompt
         yield PromptInput(
             placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
             id="prompt",
@@ -670,6 +675,7 @@ class LlmtopApp(LlmtopBaseApp):
         """F2: show the request history (focused) or hide it (back to the prompt)."""
         history = self.query_one(RequestHistory)
         history.display = not history.display
+        self.screen.set_class(history.display, "-history")
         if history.display:
             history.sync(self.session)
             history.table.move_cursor(row=len(history.rows) - 1)  # the latest request

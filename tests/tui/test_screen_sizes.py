@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.segment import Segment
 from textual.app import App
 from textual.geometry import Region
@@ -28,7 +29,7 @@ from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import TokenPane
 
-from .fakes import OK_STATS, FakeEngine, ev, fake_connection, wait_for
+from .fakes import OK_STATS, SENT_NS, FakeEngine, ev, fake_connection, wait_for
 from .test_fake_engine import build, drawn, send
 
 BLOCKS = set("▁▂▃▄▅▆▇█▉▊▋▌▍▎▏")  # the sparkline and bar glyphs (and Textual's thumb ends)
@@ -156,3 +157,78 @@ async def test_narrow_screen_gives_the_width_to_the_response(tmp_path: Path) -> 
         await pilot.resize_terminal(240, 70)
         await pilot.pause()
         assert panel.outer_size.width == 240 // 4
+
+
+def screen_lines(app: App[Any]) -> list[str]:
+    """The screen as lines of text (cells in order, trailing blanks kept)."""
+    cells = screen_cells(app)
+    width, height = app.screen.size
+    return ["".join(cells.get((x, y), " ") for x in range(width)) for y in range(height)]
+
+
+PROMPT = "hello there, what is the capital of France and why"  # 50 characters
+
+
+async def open_history(pilot: Any, app: LlmtopApp, requests: int) -> RequestHistory:
+    for n in range(1, requests + 1):
+        await send(pilot, app, PROMPT)
+        await wait_for(pilot, lambda n=n: drawn(app, n), what=f"request {n} drawn")
+    await pilot.press("f2")
+    history = app.query_one(RequestHistory)
+    await wait_for(pilot, lambda: len(history.rows) == requests, what="the rows")
+    await pilot.pause()
+    return history
+
+
+async def test_the_history_keeps_every_figure_and_gives_the_prompt_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding D: at 120×40 the history cut its "tokens" and status columns and the prompt
+    stayed 17 characters at 240. The prompt is now the last column: at any width the headers
+    and the status are whole, and at 240 the 50-character prompt is whole too."""
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(240, 50)) as pilot:
+        history = await open_history(pilot, app, 2)
+        box = history.region
+        lines = [line[box.x : box.right] for line in screen_lines(app)[box.y : box.bottom]]
+        header = lines[1]
+        for label in ("TTFT ms", "TPOT ms", "decode cl/srv", "tokens", "status", "noisy",
+                      "prompt"):
+            assert f" {label} " in header, label
+        assert PROMPT in lines[2] and " ok " in lines[2]
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        box = history.region
+        lines = [line[box.x : box.right] for line in screen_lines(app)[box.y : box.bottom]]
+        assert " status " in lines[1] and " ok " in lines[2]
+        # the room left is the box's inner width less the figures' columns: the table does
+        # not scroll sideways, and the prompt cell is cut to it with "…"
+        table = history.table
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        room = history.prompt_chars
+        assert room < len(PROMPT) and PROMPT[: room - 1] + "…" in lines[2]
+
+
+async def test_a_short_screen_keeps_lines_for_the_response_with_the_history_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding E: at 80×24 with F2 open the response pane had no line left. The history takes
+    at most 30 % of the screen (of the 23 rows above the docked footer: 6.9, so 6) and the
+    TTFT-per-request strip's place (app.SHORT_BELOW): the response keeps 4 lines (24 − header,
+    prompt box 3, footer, history 6: 13 rows; metrics 7, the pane's 2 of border)."""
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        history = await open_history(pilot, app, 3)
+        assert history.outer_size.height == 6
+        assert app.query_one(TokenPane).scrollable_content_region.height == 4
+        # the figures' columns take 69 of the box's 78 (each its widest cell + 2), the
+        # prompt's padding 2 and the scrollbar 1: the prompt keeps 6 characters, no sideways
+        # scrolling
+        assert history.prompt_chars == 6
+        assert history.table.virtual_size.width <= history.table.scrollable_content_region.width
+        footer = screen_lines(app)[-1]
+        # finding G: the last column showed the "2" of "f2" from under the palette key
+        assert footer.rstrip().endswith("^p palette") and footer[-1] == " "
+        assert "f2 History" in footer and "^l Load" in footer

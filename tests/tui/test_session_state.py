@@ -142,10 +142,12 @@ def test_history_rows_and_compare_ratios() -> None:
     session.mark_noisy(session.requests[1], "Chromium is busy")
     first, second = session.row(1), session.row(2)
     # TPOT: (141 − 100) / 2 = 20.5 and (211 − 150) / 2 = 30.5; server decode 3 / 0.04 s = 75
-    assert row_cells(first)[:7] == (
-        "1", "03:04:05", "why is the sky bl…", "100.0", "20.50", "48.8/75.0", "3"
-    )
-    assert str(row_cells(second)[7]) == "ok" and str(row_cells(second)[8]) == "⚠"
+    assert row_cells(first)[:6] == ("1", "03:04:05", "100.0", "20.50", "48.8/75.0", "3")
+    assert str(row_cells(second)[6]) == "ok" and str(row_cells(second)[7]) == "⚠"
+    # the prompt comes last, cut to the room the table gives it (18 before it knows)
+    assert row_cells(first)[8] == "why is the sky bl…"
+    assert row_cells(first, 12)[8] == "why is the …"
+    assert first.prompt == "why is the sky blue? tell me in detail"
     ratios = compare(second, first)
     assert ratios["TTFT"] == 1.5 and ratios["TPOT"] == pytest.approx(30.5 / 20.5)
     assert ratios["decode"] == pytest.approx(20.5 / 30.5) and ratios["srv decode"] == 1.0
@@ -163,8 +165,8 @@ def test_a_request_that_loaded_the_model_is_ok_cold_as_the_report_says_cold_star
     session = SessionState()
     session.add(request(1600.0, load_ms=1453.0))  # over COLD_START_MS (1000 ms): cold
     session.add(request(100.0, load_ms=2.0))
-    assert str(row_cells(session.row(1))[7]) == "ok · cold"
-    assert str(row_cells(session.row(2))[7]) == "ok"
+    assert str(row_cells(session.row(1))[6]) == "ok · cold"
+    assert str(row_cells(session.row(2))[6]) == "ok"
 
 
 def test_small_helpers() -> None:

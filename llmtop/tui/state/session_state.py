@@ -31,7 +31,8 @@ from llmtop.sessions.measure.timeline import RequestMetrics
 from llmtop.tui.state.live import LiveRequest, cut_short
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
-PROMPT_CHARS = 18  # a history row shows the prompt's first 18 characters (fits 94 columns)
+PROMPT_CHARS = 18  # a history row's prompt before its table knows its width (request_history)
+PROMPT_KEPT = 400  # a history row keeps the prompt's first 400 characters: wider than a screen
 
 
 def finite(values: Sequence[float | None]) -> tuple[float, ...]:
@@ -155,9 +156,10 @@ class HistoryRow:
     """One finished request as the history shows it.
 
     number: 1-based in this session; time: its send's wall clock, "HH:MM:SS"; prompt: its
-    first PROMPT_CHARS characters on one line. Figures in ms and tokens/s (None = n/a);
-    decode is the client's rate, server_decode the server's; tokens the output count
-    (`tokens_basis` "eval_count" or "chunks"); noisy: the NOISY finding, or None.
+    first PROMPT_KEPT characters on one line (the table cuts it to the room it has). Figures
+    in ms and tokens/s (None = n/a); decode is the client's rate, server_decode the
+    server's; tokens the output count (`tokens_basis` "eval_count" or "chunks"); noisy: the
+    NOISY finding, or None.
     """
 
     number: int
@@ -199,7 +201,7 @@ def history_row(number: int, result: RequestResult, noisy: str | None) -> Histor
     return HistoryRow(
         number=number,
         time=clock_time(result.wall_start),
-        prompt=prompt_start(result.prompt),
+        prompt=prompt_start(result.prompt, PROMPT_KEPT),
         status=status,
         ttft_ms=m.ttft_ms,
         tpot_ms=m.tpot_ms,

@@ -4,6 +4,10 @@ F2 shows it (and focuses the table) or hides it; in the table ↑/↓ move, Ente
 request's tokens and figures in the panes above (`Selected`), `c` compares it with the request
 before (each figure's ratio, `session_state.compare`). Rows are added when a request ends and
 a row's NOISY cell is rewritten when its mark changes — nothing is redrawn otherwise.
+
+The prompt is the last column and gets the room the figures leave (`prompt_room`): at any
+width every figure and the status stay whole (the prompt keeps 6 characters at 80 columns, 46
+at 120, 166 at 240), and a resize re-cuts the prompts to the new room.
 """
 
 from __future__ import annotations
@@ -19,19 +23,27 @@ from textual.widgets import DataTable, Static
 
 from llmtop.engines.events import Status
 from llmtop.tui.state import fmt
-from llmtop.tui.state.session_state import COMPARED, HistoryRow, SessionState, compare
+from llmtop.tui.state.session_state import (
+    COMPARED,
+    PROMPT_CHARS,
+    HistoryRow,
+    SessionState,
+    compare,
+    prompt_start,
+)
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "#"),
     ("time", "time"),
-    ("prompt", "prompt"),
     ("ttft", "TTFT ms"),
     ("tpot", "TPOT ms"),
     ("decode", "decode cl/srv"),
     ("tokens", "tokens"),
     ("status", "status"),
     ("noisy", "noisy"),
+    ("prompt", "prompt"),
 )
+MIN_PROMPT_CHARS = 6  # narrower than this, the table scrolls sideways instead
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -43,10 +55,10 @@ def noisy_cell(noisy: str | None) -> Text:
     return Text("⚠", style="bold yellow") if noisy else Text("")
 
 
-def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
+def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | Text, ...]:
     """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
     as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk
-    count."""
+    count, the prompt cut to `prompt_chars` ("…" when cut)."""
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
@@ -54,13 +66,13 @@ def row_cells(row: HistoryRow) -> tuple[str | Text, ...]:
     return (
         str(row.number),
         row.time,
-        row.prompt,
         _num(row.ttft_ms),
         _num(row.tpot_ms, 2),
         f"{_num(row.decode_tps)}/{_num(row.server_decode_tps)}",
         tokens,
         Text(row.status, style=status_style),
         noisy_cell(row.noisy),
+        prompt_start(row.prompt, prompt_chars),
     )
 
 
@@ -81,7 +93,9 @@ class RequestHistory(Vertical):
     """The session's requests (see the module docstring). Hidden until F2."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "compare", "Compare with previous"),
+        # not in the footer (at 80 columns it pushed the screen keys out): the box's title
+        # says it, as it says Enter
+        Binding("c", "compare", "Compare with previous", show=False),
     ]
 
     class Selected(Message):
@@ -96,6 +110,7 @@ class RequestHistory(Vertical):
         self.border_title = "history · Enter shows · c compares with the one before · F2 hides"
         self.rows: list[HistoryRow] = []
         self._version = -1
+        self.prompt_chars = PROMPT_CHARS  # what the prompt cells are cut to now
 
     def compose(self) -> ComposeResult:
         table: DataTable[str | Text] = DataTable(id="history-table", cursor_type="row")
@@ -120,11 +135,42 @@ class RequestHistory(Vertical):
             row = session.row(number)
             if number > len(self.rows):
                 self.rows.append(row)
-                table.add_row(*row_cells(row), key=str(number))
+                table.add_row(*row_cells(row, self.prompt_chars), key=str(number))
             elif row.noisy != self.rows[number - 1].noisy:
                 self.rows[number - 1] = row
                 table.update_cell(str(number), "noisy", noisy_cell(row.noisy))
+        self.fit_prompts()  # a new row may have widened a figure's column
         return True
+
+    def prompt_room(self) -> int:
+        """The characters the prompt column has: the box's inner width less the figures'
+        columns (each its widest cell + 2 of padding), the prompt's own padding and the
+        vertical scrollbar's column; at least MIN_PROMPT_CHARS."""
+        table = self.table
+        used = sum(
+            column.get_render_width(table)
+            for key, column in table.columns.items()
+            if key.value != "prompt"
+        )
+        free = self.content_size.width - used - 2 * table.cell_padding
+        return max(MIN_PROMPT_CHARS, free - table.styles.scrollbar_size_vertical)
+
+    def fit_prompts(self) -> None:
+        """Re-cut every prompt cell to `prompt_room` when the room changed (a resize, F2
+        showing the box, a wider figure); nothing is redrawn otherwise."""
+        if not self.content_size.width:
+            return  # hidden: the room is known once F2 shows the box
+        room = self.prompt_room()
+        if room == self.prompt_chars:
+            return
+        self.prompt_chars = room
+        for row in self.rows:
+            self.table.update_cell(
+                str(row.number), "prompt", prompt_start(row.prompt, room), update_width=True
+            )
+
+    def on_resize(self) -> None:
+        self.fit_prompts()
 
     def selected(self) -> HistoryRow | None:
         """The row under the cursor (None when there is none)."""
@@ -142,4 +188,6 @@ class RequestHistory(Vertical):
         if row is None:
             return
         before = self.rows[row.number - 2] if row.number >= 2 else None
-        self.query_one("#history-compare", Static).update(compare_text(row, before))
+        line = self.query_one("#history-compare", Static)
+        line.update(compare_text(row, before))
+        line.display = True
