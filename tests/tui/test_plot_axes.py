@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.tui.state.plot_axes import histogram, integer_ticks, padded_range
+from llmtop.tui.screens.plots import plot_title
+from llmtop.tui.state.plot_axes import histogram, integer_ticks, off_scale, padded_range
 
 
 def test_padding_keeps_points_off_the_frame() -> None:
@@ -34,3 +35,18 @@ def test_histogram_starts_at_zero() -> None:
 def test_ttft_histogram_spans_its_values() -> None:
     # TTFT 400..410 ms in 2 bins from its smallest value: 400–405 and 405–410
     assert histogram([400.0, 401.0, 410.0], 2, None) == ([400.0, 405.0], [2, 1], 5.0)
+
+
+def test_a_point_far_from_the_ok_requests_is_off_the_scale() -> None:
+    ok = [20.0, 22.0, 25.0]
+    # a 1.6 s cold start over requests of 20-25 ms: beyond 2 × 25 = 50
+    assert off_scale(1600.0, ok) and off_scale(50.1, ok) and not off_scale(50.0, ok)
+    # below half the smallest (10 ms) too; nothing is off a scale with no ok requests
+    assert off_scale(9.9, ok) and not off_scale(10.0, ok) and not off_scale(1600.0, [])
+
+
+def test_the_title_carries_the_legend_and_the_points_left_off() -> None:
+    assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 excluded 1600"]) == (
+        "TTFT ms per request · • ok  x excluded · off the scale: #1 excluded 1600"
+    )
+    assert plot_title("decode tok/s", [], []) == "decode tok/s per request"

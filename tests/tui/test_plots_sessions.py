@@ -49,7 +49,16 @@ async def test_plots_show_the_series_and_histograms_of_a_log(tmp_path):
         ]
         assert [i for i, _t, _d in series.points["warmup"]] == [1]
         drawn = str(ttft.render())
-        assert "TTFT ms per request" in drawn and "•" in drawn  # the ok series' dot markers
+        assert "•" in drawn  # the ok series' dot markers
+        # finding F: the warm-up's 900 ms is over 2 × 411 (plot_axes.OFF_SCALE), so the axis
+        # is the ok requests' (400-411 padded by 8 %: 399.1-411.9) and the title names it; the
+        # legend is in the title (plotext's box covered request 2)
+        title = "TTFT ms per request · • ok · off the scale: #1 warm-up 900"
+        assert title in drawn
+        ticks = drawn.replace(title, "")
+        assert "411.9┤" in ticks and "399.1┤" in ticks  # the padded ends of the ok range
+        decode = str(screen.query_one("#plot-decode", PlotextPlot).render())
+        assert "decode tok/s per request · • ok  o warm-up" in decode  # 20 tok/s: on scale
         assert "inter-token gaps" in str(screen.query_one("#plot-itl-hist", PlotextPlot).render())
 
 

@@ -2,7 +2,9 @@
 pictures, drawn with textual-plotext's PlotextPlot widget.
 
 Four plots of one prompt size: TTFT and the server's decode rate per request in run order
-(ok requests joined, warm-ups and excluded requests as separate marked series), and the
+(ok requests joined, warm-ups and excluded requests as separate marked series, the legend in
+each title; the axis is scaled to the ok requests and a point far off it, such as a cold
+start 80x slower, is named in the title rather than squashing the rest), and the
 distributions of TTFT and of the inter-token gaps. The axes are padded (no point on the frame),
 request numbers and counts are whole ticks, and both histograms start at 0 ms
 (`llmtop.tui.state.plot_axes`). The log is read afresh when the screen
@@ -36,12 +38,23 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.series import SizeSeries, run_series
 from llmtop.sessions.records.log import LogError, read_log
-from llmtop.tui.state.plot_axes import PAD, histogram, integer_ticks, padded_range
+from llmtop.tui.state.plot_axes import PAD, histogram, integer_ticks, off_scale, padded_range
 
 MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
+SYMBOLS = {"ok": "•", "warmup": "o", "excluded": "x"}  # how plotext draws MARKS
+LEGEND = {"ok": "ok", "warmup": "warm-up", "excluded": "excluded"}
 # excluded red and warm-ups grey, as the HTML report draws them (red crosses): never green
 COLORS = {"ok": "cyan", "warmup": "gray", "excluded": "red"}
 BINS = 30
+
+
+def plot_title(label: str, kinds: Sequence[str], away: Sequence[str]) -> str:
+    """A per-request plot's title with its legend, e.g. "TTFT ms per request · • ok  x
+    excluded · off the scale: #1 excluded 1600": the legend in the title, as plotext's own
+    box covered the first point; `away` names the points left off the axis."""
+    legend = "  ".join(f"{SYMBOLS[k]} {LEGEND[k]}" for k in kinds)
+    title = f"{label} per request" + (f" · {legend}" if legend else "")
+    return title + (f" · off the scale: {', '.join(away)}" if away else "")
 
 
 class PlotsScreen(Screen[None]):
@@ -119,22 +132,25 @@ class PlotsScreen(Screen[None]):
             f"{s.label} ({self.index + 1} of {len(self.series)}; [ ] switch) · {self.log_path}"
         )
         for column, name, label in ((1, "ttft", "TTFT ms"), (2, "decode", "decode tok/s")):
-            plt = self._fresh(f"#plot-{name}", f"{label} per request", "request #")
+            plt = self._fresh(f"#plot-{name}", "", "request #")
+            ok = [float(p[column]) for p in s.points["ok"] if p[column] is not None]
             xs: list[float] = []
             ys: list[float] = []
+            kinds: list[str] = []
+            away: list[str] = []
             for kind, points in s.points.items():
-                xy = [(p[0], p[column]) for p in points if p[column] is not None]
+                xy = [(p[0], float(p[column])) for p in points if p[column] is not None]
+                if kind != "ok":  # scaled to the ok requests (plot_axes.off_scale)
+                    away += [f"#{x} {LEGEND[kind]} {y:.0f}" for x, y in xy if off_scale(y, ok)]
+                    xy = [(x, y) for x, y in xy if not off_scale(y, ok)]
                 if xy:
                     draw = plt.plot if kind == "ok" else plt.scatter
-                    draw(
-                        [x for x, _ in xy],
-                        [y for _, y in xy],
-                        marker=MARKS[kind],
-                        label=kind,
-                        color=COLORS[kind],
-                    )
+                    draw([x for x, _ in xy], [y for _, y in xy], marker=MARKS[kind],
+                         color=COLORS[kind])
                     xs += [float(x) for x, _ in xy]
-                    ys += [float(y) for _, y in xy if y is not None]
+                    ys += [y for _, y in xy]
+                    kinds.append(kind)
+            plt.title(plot_title(label, kinds, away))
             if xs:  # padded: no point on the frame; request numbers are whole
                 x_lo, x_hi = padded_range(xs)
                 plt.xlim(x_lo, x_hi)

@@ -30,6 +30,19 @@ def padded_range(values: Sequence[float], floor: float | None = None) -> tuple[f
     return lo, hi
 
 
+OFF_SCALE = 2.0  # a warm-up or excluded point over 2x the ok points' max (or under half their
+# min) would squash them to a line (a 1.6 s cold start over 20 ms requests): named, not drawn
+
+
+def off_scale(value: float, ok: Sequence[float]) -> bool:
+    """True when `value` (a warm-up's or an excluded request's) lies beyond OFF_SCALE times the
+    ok values' max or under their min / OFF_SCALE: the axis is scaled to the ok requests and
+    the plot's title names the point instead. False when there are no ok values."""
+    if not ok:
+        return False
+    return value > max(ok) * OFF_SCALE or value < min(ok) / OFF_SCALE
+
+
 def integer_ticks(lo: float, hi: float, most: int = MOST_TICKS) -> list[int]:
     """Whole numbers in [lo, hi], at a step of 1, 2, 5, 10, 20, 50 … chosen so that at most
     `most` of them are drawn (request numbers, counts). [] when the range holds none."""
@@ -62,4 +75,5 @@ def histogram(
     return [float(e) for e in edges[:-1]], [int(c) for c in counts], float(edges[1] - edges[0])
 
 
-__all__ = ["MOST_TICKS", "PAD", "histogram", "integer_ticks", "padded_range"]
+__all__ = ["MOST_TICKS", "OFF_SCALE", "PAD", "histogram", "integer_ticks", "off_scale",
+           "padded_range"]
