@@ -112,6 +112,20 @@ def _load_pynvml() -> Any:
     return pynvml
 
 
+NO_DRIVER = "no NVIDIA driver"  # how a failed nvmlInit that found no library is said
+LIBRARY_MISSING = ("Shared Library Not Found", "cannot open shared object", "cannot open")
+
+
+def init_failure(error: str) -> str:
+    """nvmlInit's error in words: "no NVIDIA driver (NVML's library is not on this machine)"
+    when the library is missing (NVML_ERROR_LIBRARY_NOT_FOUND, or the loader's "cannot open"):
+    a normal state on a machine without an NVIDIA GPU, not an error to show raw (issue 32,
+    finding O); else "NVML unavailable: " + the error (a driver not loaded, no permission)."""
+    if any(mark in error for mark in LIBRARY_MISSING):
+        return f"{NO_DRIVER} (NVML's library is not on this machine)"
+    return f"NVML unavailable: {error}"
+
+
 def _init_once(lib: Any) -> str | None:
     """nvmlInit() once per library object; the failure reason, or None when ready."""
     with _init_lock:
@@ -120,7 +134,7 @@ def _init_once(lib: Any) -> str | None:
                 lib.nvmlInit()
                 _init_result[lib] = None
             except _errors(lib) as exc:  # library not found, driver not loaded, no permission
-                _init_result[lib] = f"NVML unavailable: {_text(exc) or type(exc).__name__}"
+                _init_result[lib] = init_failure(_text(exc) or type(exc).__name__)
         return _init_result[lib]
 
 

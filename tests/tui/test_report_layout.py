@@ -46,7 +46,8 @@ def test_cells_keep_an_escaped_bar() -> None:
 def test_a_machine_without_nvidia_driver_reads_gpu_none() -> None:
     """The probe's reason when NVML's library is missing (tests/unit/test_probes_gpu.py) is
     "none" in a report; a driver that is there but refuses keeps its reason."""
-    assert gpu_absent("NVML unavailable: NVML Shared Library Not Found") == "none"
+    assert gpu_absent("NVML unavailable: NVML Shared Library Not Found") == "none"  # old logs
+    assert gpu_absent("no NVIDIA driver (NVML's library is not on this machine)") == "none"
     assert gpu_absent("NVML unavailable: Insufficient Permissions") == (
         "NVML unavailable: Insufficient Permissions"
     )

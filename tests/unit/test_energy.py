@@ -529,3 +529,21 @@ def test_battery_with_an_unseen_update_period() -> None:
     w = window_energy(info, still, 0, 60 * S)
     assert w.joules == pytest.approx(3.6)  # 1000 µWh × 3.6e-3 J/µWh
     assert w.coarse and w.reason is not None and "fewer than twice" in w.reason
+
+
+class NoDriverNvml(FakeNvml):
+    """pynvml installed on a machine without NVIDIA's driver: nvmlInit fails as pynvml does
+    there (NVML_ERROR_LIBRARY_NOT_FOUND)."""
+
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        raise NVMLError("NVML Shared Library Not Found")
+
+
+def test_no_nvidia_driver_is_said_as_the_machine_state_not_the_library_error() -> None:
+    # issue 32, finding O: the raw "NVML unavailable: NVML Shared Library Not Found" was
+    # every report's and compare's energy and GPU line on a machine without an NVIDIA GPU
+    (info,) = discover_sources(Path("/nonexistent"), Path("/nonexistent"),
+                               nvml_lib=NoDriverNvml(), platform="linux").absent[1:2]
+    assert info.name == "nvml" and not info.readable
+    assert info.reason == "NVIDIA GPUs: no NVIDIA driver (NVML's library is not on this machine)"

@@ -130,3 +130,11 @@ def test_without_a_source_compare_says_na_with_the_reason() -> None:
     (e,) = compare_energy(a, b)
     assert e.source == "" and e.test is None
     assert e.verdict == f"energy not compared (B: {na})"
+
+
+def test_two_runs_of_one_machine_without_a_source_say_the_reason_once() -> None:
+    # finding O: compare printed the same line for A and for B
+    na = "energy: n/a — no readable source (RAPL: no /sys/class/powercap)"
+    a, b = log(A_VALUES, line=na, readable=False), log(A_VALUES, line=na, readable=False)
+    (e,) = compare_energy(a, b)
+    assert e.verdict == f"energy not compared (A and B: {na})"

@@ -126,11 +126,15 @@ def test_nvml_is_initialised_once() -> None:
     [
         (
             FakeNvml(init_error=NVMLError("NVML Shared Library Not Found")),
-            "NVML unavailable: NVML Shared Library Not Found",
+            "no NVIDIA driver (NVML's library is not on this machine)",
         ),
         (
             FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open")),
-            "NVML unavailable: libnvidia-ml.so.1: cannot open",
+            "no NVIDIA driver (NVML's library is not on this machine)",
+        ),
+        (  # a driver that is there but refuses: its own words
+            FakeNvml(init_error=NVMLError("Insufficient Permissions")),
+            "NVML unavailable: Insufficient Permissions",
         ),
         (FakeNvml(count=0), "no NVIDIA GPU found"),
     ],

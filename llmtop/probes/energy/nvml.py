@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmtop.probes.energy.model import Kind, Role, SourceInfo
-from llmtop.probes.gpu import _errors, _init_once, _load_pynvml, _text
+from llmtop.probes.gpu import NO_DRIVER, _errors, _init_once, _load_pynvml, _text
 
 
 class NvmlSource:
@@ -34,8 +34,11 @@ class NvmlSource:
 
 def nvml_absent(reason: str) -> SourceInfo:
     """The placeholder saying why NVML gives no energy here."""
-    return SourceInfo("nvml", Kind.COUNTER, Role.ABSENT, "mJ", 1e-3, "NVIDIA GPUs", False,
-                      reason if reason.startswith("NVML") else f"NVML: {reason}")
+    if reason.startswith(NO_DRIVER):  # no GPU of that kind: said as the machine's state
+        said = f"NVIDIA GPUs: {reason}"
+    else:
+        said = reason if reason.startswith("NVML") else f"NVML: {reason}"
+    return SourceInfo("nvml", Kind.COUNTER, Role.ABSENT, "mJ", 1e-3, "NVIDIA GPUs", False, said)
 
 
 def discover_nvml(nvml: Any | None = None) -> tuple[list[NvmlSource], str | None]:

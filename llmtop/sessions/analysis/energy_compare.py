@@ -84,6 +84,8 @@ def compare_energy(a: RunLog, b: RunLog, seed: int = DEFAULT_SEED) -> list[Energ
     ea, eb = summarize_energy(a), summarize_energy(b)
     if not ea.available or not eb.available:
         missing = [f"{n}: {e.line}" for n, e in (("A", ea), ("B", eb)) if not e.available]
+        if len(missing) == 2 and ea.line == eb.line:  # one machine, one reason: said once
+            missing = [f"A and B: {ea.line}"]
         return [
             EnergyComparison("", 0, 0, None, "energy not compared (" + "; ".join(missing) + ")")
         ]

@@ -21,7 +21,9 @@ from llmtop.sessions.reports.text import md_table
 from llmtop.sessions.reports.text import num as _num
 from llmtop.sessions.reports.text import size as _bytes
 
-NO_NVIDIA_DRIVER = ("Shared Library Not Found", "cannot open shared object", "No module named")
+# no NVIDIA driver: probes.gpu.init_failure's words, and the raw errors older logs carry
+NO_NVIDIA_DRIVER = ("no NVIDIA driver", "Shared Library Not Found", "cannot open shared object",
+                    "No module named")
 
 
 def gpu_absent(reason: str | None) -> str:
