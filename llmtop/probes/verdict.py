@@ -212,11 +212,31 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             t.background_cpu_fail if fail else t.background_cpu_warn,
             "% CPU (machine)",
             f"other programs are using {value:.0f} % of the machine's CPU{note}",
-            "close the busy applications listed below before measuring"
+            _close_remedy(processes)
             + _few_cores_remedy(system.logical_cpus or processes.logical_cpus)
             + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
+
+
+NAMED_APPS = 3  # the remedy names the busiest few apps, wherever the finding is shown
+NAMED_MIN_PERCENT = 5.0  # % of one core: an app below it is not worth closing
+
+
+def _close_remedy(processes: ProcessSample) -> str:
+    """What to close, by name: "close the busiest applications before measuring (hog 200 %,
+    slack 12 % of one core)" — the finding travels to outputs that list no apps (`run`'s
+    text and JSON, reports), so "the applications listed below" named nothing there (issue
+    32, finding K). When no readable app is busy: find what is (another user's processes)."""
+    busy = [a for a in processes.apps
+            if a.category not in _JUDGED_OUT and a.cpu_percent is not None
+            and a.cpu_percent >= NAMED_MIN_PERCENT
+            and not (a.category is Category.INFERENCE and not processes.engine_identified)]
+    if not busy:
+        return ("find what is using the CPU before measuring (no process llmtop can read is "
+                "busy: look for other users' processes, e.g. with `top` as root)")
+    named = ", ".join(f"{a.app} {a.cpu_percent:.0f} %" for a in busy[:NAMED_APPS])
+    return f"close the busiest applications before measuring ({named} of one core)"
 
 
 # On this many logical CPUs or fewer, one busy program takes a core llama.cpp's threads all

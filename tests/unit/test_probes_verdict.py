@@ -117,7 +117,9 @@ def test_background_cpu_levels_exact() -> None:
         "other programs are using 55 % of the machine's CPU; 55 % of it is in no process "
         "llmtop could read (short-lived processes, or other users' processes hidden from it)",
         # QUIET_SYSTEM has 4 logical CPUs: the small machine's advice, one thread fewer
-        "close the busy applications listed below before measuring; on 4 CPUs an engine with "
+        # no app is busy in the sample: nothing to name, so where to look (finding K)
+        "find what is using the CPU before measuring (no process llmtop can read is busy: look"
+        " for other users' processes, e.g. with `top` as root); on 4 CPUs an engine with "
         "a thread per core stalls when another program takes one (decode can fall tenfold): "
         "--num-thread 3 leaves it room",
     )
@@ -133,6 +135,10 @@ def test_background_cpu_a_listed_app_explains_needs_no_note() -> None:
     explained = evaluate(sys_(cpu_percent=60.0), procs(app("hog", 200.0), self_cpu=0.0,
                                                        engine=20.0))
     assert explained.findings[0].message.endswith("using 55 % of the machine's CPU")
+    # the remedy names it (finding K: "the applications listed below" in `run`, which lists none)
+    assert explained.findings[0].remedy.startswith(
+        "close the busiest applications before measuring (hog 200 % of one core);"
+    )
     # the hog at 80 % of a core = 20 % of the machine: 35 unattributed, >= 55 / 3 → said
     hidden = evaluate(sys_(cpu_percent=60.0), procs(app("hog", 80.0), self_cpu=0.0, engine=20.0))
     assert "; 35 % of it is in no process llmtop could read" in hidden.findings[0].message
@@ -140,8 +146,12 @@ def test_background_cpu_a_listed_app_explains_needs_no_note() -> None:
 
 def test_the_thread_advice_is_for_small_machines_only() -> None:
     eight = sys_(cpu_percent=60.0, logical_cpus=8, per_cpu=(60.0,) * 8)
-    big = evaluate(eight, procs(self_cpu=0.0))
-    assert big.findings[0].remedy == "close the busy applications listed below before measuring"
+    big = evaluate(eight, procs(app("a", 300.0), app("b", 90.0), app("c", 40.0),
+                                app("d", 30.0), app("e", 4.0), self_cpu=0.0))
+    # the three busiest by name (d is the 4th, e under NAMED_MIN_PERCENT); no thread advice
+    assert big.findings[0].remedy == (
+        "close the busiest applications before measuring (a 300 %, b 90 %, c 40 % of one core)"
+    )
     two = evaluate(sys_(cpu_percent=60.0, logical_cpus=2, per_cpu=(60.0, 60.0)),
                    procs(self_cpu=0.0))
     assert two.findings[0].remedy.endswith("--num-thread 1 leaves it room")

@@ -8,7 +8,8 @@ from llmtop.sessions.records.log import SessionLog
 from tests.unit.compare_logs import HEADER
 
 FAIL = {"code": "background-cpu", "level": "fail", "message": "other programs are using 71 % "
-        "of the machine's CPU", "remedy": "close the busy applications listed below"}
+        "of the machine's CPU", "remedy": "close the busiest applications before measuring "
+        "(hog 200 % of one core)"}
 WARN = {"code": "background-cpu", "level": "warn", "message": "other programs are using 30 %",
         "remedy": "close them"}
 SWAP = {"code": "swap", "level": "warn", "message": "the machine is swapping", "remedy": "free"}
@@ -34,7 +35,7 @@ def test_the_requests_noisy_samples_and_their_findings(tmp_path):
     lines = noise_lines(noisy, total, findings)
     assert lines[0].startswith("⚠ machine NOISY during this request (2 of 3 probe samples)")
     assert lines[1] == ("  FAIL other programs are using 71 % of the machine's CPU — close the "
-                        "busy applications listed below")
+                        "busiest applications before measuring (hog 200 % of one core)")
 
 
 def test_a_quiet_request_says_nothing_more(tmp_path):
