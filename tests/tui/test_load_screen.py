@@ -13,7 +13,7 @@ from llmtop.connect import connect
 from llmtop.sessions.analysis.load import LevelResult, Percentiles
 from llmtop.testing.slotted import Service, SlottedUpstream
 from llmtop.tui.screens.load import LoadScreen, config_from_form
-from llmtop.tui.state.load_view import curve, levels_table
+from llmtop.tui.state.load_view import curve, level_cells, levels_table
 from llmtop.tui.state.settings import TuiSettings
 
 
@@ -134,5 +134,35 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
         }
         start = screen.query_one("#load-start").region
         assert start.width >= 9 and start.right <= width
+        # finding I: every box wholly on screen, the levels and the SLO with room to type in
+        # (a box's text is its width less the tall border's 2 and the padding's 2)
+        for field in screen.query(Input):
+            assert field.region.right <= width, field.id
+        assert screen.query_one("#load-levels").region.width - 4 >= len("1,2,4,8,16,32")
+        assert screen.query_one("#load-slo").region.width - 4 >= len("ttft=500ms,tpot=50ms")
+        assert screen.query_one("#load-prompt").region.width - 4 >= len("4096")
         badge = str(screen.query_one(MachineBadge).content)
         assert badge.startswith(" NOISY  Chromium (14 processes) is using 38 % CPU")
+
+
+def test_a_finished_level_is_one_line_at_80_columns():
+    """Finding I: the report's cells ("19,439.5 / 21,000.2 / 22,000.1") wrapped over three
+    lines in the load screen's table. Its own cells are short and never wrap."""
+    import dataclasses
+
+    lv = dataclasses.replace(
+        level(0, 4, 0.112, 800.0),
+        ttft=Percentiles(20, 812.3, 1430.2, 1610.7, 1700.0),
+        tpot=Percentiles(20, 48.24, 60.1, 62.0, 70.0),
+        e2e=Percentiles(20, 19439.5, 21000.2, 22000.1, 23000.0),
+        tok_per_s=9.34, goodput_per_s=0.1, goodput_share=0.9,
+    )
+    # TTFT p50/p95 whole ms; TPOT 48.24 → 48.2 ms; E2E 19439.5 ms → 19.4 s; 0.112 req/s
+    assert level_cells(lv) == ("4 users", "1/0", "812/1611", "48.2", "19.4", "0.11", "9.3",
+                               "0.10 (90%)", "QUIET")
+    console = Console(width=78, record=True)
+    console.print(levels_table([lv, lv]))
+    lines = console.export_text().splitlines()
+    assert len(lines) == 4  # two header lines, one line per level
+    assert lines[2].split() == ["4", "users", "1/0", "812/1611", "48.2", "19.4", "0.11", "9.3",
+                                "0.10", "(90%)", "QUIET"]

@@ -63,18 +63,18 @@ def config_from_form(
 class LoadScreen(Screen[None]):
     """Form and live line on top; the levels' table, the curve and the knee below."""
 
-    # every field labelled as on the bench form, the SLO and the Start button on a row of
-    # their own, so that all fits at 80 columns (issue 32, row 10: unlabelled boxes, a clipped
-    # button)
+    # every field labelled as on the bench form, on two rows (mode, levels, requests; prompt
+    # tokens, SLO, Start) so that all fits at 80 columns, the levels and the SLO taking the
+    # width left (issue 32, row 10: unlabelled boxes, a clipped button; finding I: 8-character
+    # boxes, the prompt tokens' box cut at 80)
     DEFAULT_CSS = """
     #load-title-row { height: 1; padding: 0 1; }
     #load-title { width: auto; text-wrap: nowrap; margin-right: 2; }
     #load-badge { width: 1fr; }
     #load-form, #load-form-slo { height: 3; }
     #load-form .bench-label, #load-form-slo .bench-label { padding: 0 0 0 1; }
-    #load-levels { width: 12; }
-    #load-requests, #load-prompt { width: 9; }
-    #load-slo { width: 1fr; }
+    #load-levels, #load-slo { width: 1fr; }
+    #load-requests, #load-prompt { width: 10; }
     #load-mode { width: 19; }
     #load-start { min-width: 9; margin-left: 1; }
     #load-body { padding: 0 1; }
@@ -107,13 +107,13 @@ class LoadScreen(Screen[None]):
                 allow_blank=False,
                 id="load-mode",
             )
-            for fid, label, value, hint in FIELDS[:-1]:
+            for fid, label, value, hint in FIELDS[:2]:  # levels, requests
                 yield Label(label, classes="bench-label")
                 yield Input(value, placeholder=hint, id=f"load-{fid}")
-        with Horizontal(id="load-form-slo"):  # a row of its own: the button fits at 80 columns
-            fid, label, value, hint = FIELDS[-1]
-            yield Label(label, classes="bench-label")
-            yield Input(value, placeholder=hint, id=f"load-{fid}")
+        with Horizontal(id="load-form-slo"):  # prompt tokens, SLO, Start: all fits at 80
+            for fid, label, value, hint in FIELDS[2:]:
+                yield Label(label, classes="bench-label")
+                yield Input(value, placeholder=hint, id=f"load-{fid}")
             yield Button("Start", id="load-start", variant="primary")
         with Vertical(id="load-body"):
             yield Static("", id="load-live")

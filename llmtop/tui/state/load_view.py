@@ -14,7 +14,6 @@ from rich.text import Text
 
 from llmtop.sessions.analysis.load import LevelResult, Percentiles
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.sessions.reports.load import level_row
 from llmtop.sessions.runners.load import LoadProgress
 
 PLOT_HEIGHT = 8
@@ -74,24 +73,47 @@ def _p(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
+LEVEL_COLUMNS = (  # a header may take two lines; a cell never wraps
+    "level", "ok/fail", "TTFT ms\np50/p95", "TPOT ms\np50", "E2E s\np50", "req/s", "tok/s",
+    "goodput\n(share)", "probes",
+)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def level_cells(lv: LevelResult) -> tuple[str, ...]:
+    """One finished level in LEVEL_COLUMNS order, short enough for 80 columns: TTFT p50/p95
+    in whole ms ("812/1611"), TPOT p50 in ms with one decimal, E2E p50 in s with one decimal
+    ("19.4"), the rates with two and one decimals, goodput req/s with its share. The
+    scheduled-arrival times (open loop) stand in for TTFT and E2E as `llmtop report` does."""
+    ttft = lv.ttft_scheduled if lv.ttft_scheduled is not None else lv.ttft
+    e2e = lv.e2e_scheduled if lv.e2e_scheduled is not None else lv.e2e
+    share = "n/a" if lv.goodput_share is None else f"{lv.goodput_share:.0%}"
+    goodput = "n/a" if lv.goodput_per_s is None else f"{lv.goodput_per_s:.2f} ({share})"
+    return (
+        lv.label,
+        f"{lv.ok}/{lv.failed}",
+        "n/a" if ttft.n == 0 else f"{_ms(ttft.p50)}/{_ms(ttft.p95)}",
+        "n/a" if lv.tpot.p50 is None else f"{lv.tpot.p50:.1f}",
+        "n/a" if e2e.p50 is None else f"{e2e.p50 / 1000:.1f}",
+        "n/a" if lv.req_per_s is None else f"{lv.req_per_s:.2f}",
+        "n/a" if lv.tok_per_s is None else f"{lv.tok_per_s:.1f}",
+        goodput,
+        lv.verdict,
+    )
+
+
 def levels_table(levels: Sequence[LevelResult]) -> Table:
-    """The finished levels, as `llmtop report` shows them."""
-    table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name in (
-        "level",
-        "ok/failed",
-        "TTFT p50/p90/p95",
-        "TPOT",
-        "E2E",
-        "req/s",
-        "tok/s",
-        "goodput (share)",
-        "probes",
-    ):
-        table.add_column(name)
+    """The finished levels (`level_cells`): each row on one line at 80 columns (finding I:
+    the report's "19,439.5 / 21,000.2 / 22,000.1" cells wrapped over 3 lines); `llmtop
+    report` has every percentile."""
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in LEVEL_COLUMNS:
+        table.add_column(name, no_wrap=True, overflow="ellipsis")
     for lv in levels:
-        cells = level_row(lv)
-        table.add_row(*cells[:4], cells[5], cells[6], cells[7], cells[8], cells[10])
+        table.add_row(*level_cells(lv))
     return table
 
 
