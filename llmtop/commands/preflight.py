@@ -172,6 +172,15 @@ def format_finding(f: Finding) -> list[str]:
     return lines
 
 
+def _band_words(band: tuple[float, float] | None) -> str:
+    """"; 8–38 % sample to sample" (the spread the median hides, issue 32 finding J), or
+    "; 4 % in every sample" when the two ends round alike; "" when unknown."""
+    if band is None:
+        return ""
+    low, high = f"{band[0]:.0f}", f"{band[1]:.0f}"
+    return f"; {low} % in every sample" if low == high else f"; {low}–{high} % sample to sample"
+
+
 def print_result(
     result: PreflightResult,
     engine: dict[str, Any],
@@ -184,7 +193,8 @@ def print_result(
     head = f"{result.verdict}  ({result.samples} samples over {result.duration_s:.1f} s"
     head += f", every {result.interval_s:g} s)" if result.interval_s else ")"
     if bg is not None:
-        head += f"; background CPU {bg:.0f} % of the machine (median)"
+        head += f"; background CPU {bg:.0f} % of the machine (median"
+        head += _band_words(result.background_cpu_band) + ")"
     lines = [head]
     shown = result.findings
     if not shown:

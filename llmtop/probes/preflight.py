@@ -80,6 +80,9 @@ class PreflightResult:
     background_cpu_median: % of the whole machine used by everything but llmtop and the
         measured engine (median figures, see the module docstring); None when not known.
     apps: every app with its median CPU % (of one core), busiest first.
+    background_cpu_band: the lowest and highest background CPU % of a single sample, the
+        spread the median hides (a window where a job started half way reads 5 % median,
+        0–60 % band); None when no sample had both readings.
     error: why the state could not be checked (then quiet is False and exit is CANNOT_CHECK).
     """
 
@@ -95,6 +98,7 @@ class PreflightResult:
     error: str | None = None
     gpu_present: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    background_cpu_band: tuple[float, float] | None = None
 
     @property
     def exit_code(self) -> PreflightExit:
@@ -127,6 +131,8 @@ class PreflightResult:
             "duration_s": round(self.duration_s, 3),
             "interval_s": self.interval_s,
             "background_cpu_median": _round(self.background_cpu_median),
+            "background_cpu_band": (None if self.background_cpu_band is None
+                                    else [_round(v) for v in self.background_cpu_band]),
             "apps": [
                 {
                     "app": a.app,
@@ -280,8 +286,18 @@ def aggregate(
         samples=len(usable),
         background_cpu_median=background_cpu_percent(system, processes),
         apps=processes.apps,
+        background_cpu_band=_band(usable),
         **common,
     )
+
+
+def _band(samples: Sequence[ProbeSample]) -> tuple[float, float] | None:
+    """(min, max) of the per-sample background CPU % (`background_cpu_percent` of each
+    sample's own readings); None when no sample has one."""
+    values = [background_cpu_percent(s.system, s.processes) for s in samples
+              if s.system is not None and s.processes is not None]
+    known = [v for v in values if v is not None]
+    return (min(known), max(known)) if known else None
 
 
 def _median(values: Iterable[float | int | None]) -> float | None:

@@ -136,6 +136,9 @@ def test_findings_are_judged_on_the_medians() -> None:
     assert result.verdict == "NOISY"
     assert result.samples == 5 and result.taken == 6
     assert result.background_cpu_median == 29.0
+    # per sample (no engine pids: engine 0): 20 − 4/4 = 19, 30 − 2/4 = 29.5, 10 − 6/4 = 8.5,
+    # 40 − 8/4 = 38, 35 − 1/4 = 34.75: the median's 29 hides a band of 8.5 to 38
+    assert result.background_cpu_band == (8.5, 38.0)
     by_name = {a.app: a.cpu_percent for a in result.apps}
     assert by_name == {"chromium": 39.0, "indexer": 12.0, "make": 0.0, "llmtop": 3.0, "ollama": 0.5}
     assert [a.app for a in result.apps][:2] == ["chromium", "indexer"]
@@ -203,6 +206,7 @@ def test_to_dict_is_json_ready() -> None:
     data = json.loads(json.dumps(result.to_dict()))
     assert data["verdict"] == "NOISY" and data["exit_code"] == 1 and data["error"] is None
     assert data["samples"] == 5 and data["background_cpu_median"] == 29.0
+    assert data["background_cpu_band"] == [8.5, 38.0]
     assert data["findings"][1] == {
         "code": "browser-busy",
         "level": "warn",

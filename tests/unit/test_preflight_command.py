@@ -66,7 +66,8 @@ def test_quiet_text_without_engine(
     out = capsys.readouterr().out.splitlines()
     assert (
         out[0]
-        == "QUIET  (2 samples over 1.0 s, every 0.5 s); background CPU 4 % of the machine (median)"
+        == "QUIET  (2 samples over 1.0 s, every 0.5 s); background CPU 4 % of the machine "
+        "(median; 4 % in every sample)"
     )
     # background: 5 % machine − 1 % of one core / 2 CPUs = 4.5 → shown as 4 (round half even)
     assert out[1] == "  no findings"
@@ -213,3 +214,9 @@ def test_format_finding_without_numbers() -> None:
     ]
     g = dataclasses.replace(f, value=12.5, threshold=None, unit="% CPU")
     assert command.format_finding(g)[1] == "        measured 12.5 % CPU"
+
+
+def test_the_band_the_median_hides_is_said() -> None:
+    # finding J: a median alone hid how the background moved; 8.5 rounds half-even to 8
+    assert command._band_words((8.5, 38.0)) == "; 8–38 % sample to sample"
+    assert command._band_words(None) == ""
