@@ -133,13 +133,13 @@ class PlotsScreen(Screen[None]):
         )
         for column, name, label in ((1, "ttft", "TTFT ms"), (2, "decode", "decode tok/s")):
             plt = self._fresh(f"#plot-{name}", "", "request #")
-            ok = [float(p[column]) for p in s.points["ok"] if p[column] is not None]
+            ok = [float(v) for p in s.points["ok"] if (v := p[column]) is not None]
             xs: list[float] = []
             ys: list[float] = []
             kinds: list[str] = []
             away: list[str] = []
             for kind, points in s.points.items():
-                xy = [(p[0], float(p[column])) for p in points if p[column] is not None]
+                xy = [(p[0], float(v)) for p in points if (v := p[column]) is not None]
                 if kind != "ok":  # scaled to the ok requests (plot_axes.off_scale)
                     away += [f"#{x} {LEGEND[kind]} {y:.0f}" for x, y in xy if off_scale(y, ok)]
                     xy = [(x, y) for x, y in xy if not off_scale(y, ok)]
