@@ -16,6 +16,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
+from llmtop.sessions.analysis.run import COLD_START_MS
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.timeline import prompt_cache_hit
@@ -41,12 +42,19 @@ def result_exit_code(result: RequestResult) -> ExitCode:
     return ExitCode.REQUEST_FAILED
 
 
+def cold_start(result: RequestResult) -> bool:
+    """An ok request that loaded the model (load over analysis.run.COLD_START_MS): a report
+    calls it cold-start and the TUI's history too; its TTFT is not a warm figure."""
+    return result.status == Status.OK and (result.metrics.load_ms or 0) > COLD_START_MS
+
+
 def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[str, Any]:
     """The `--json` object: metrics (ms, tokens/s), server counts, identity, status, log."""
     m, s = result.metrics, result.stats
     return {
         "status": str(result.status),
         "error": str(result.failure) if result.failure else None,
+        "cold_start": cold_start(result),
         "ttft_ms": m.ttft_ms,
         "tpot_ms": m.tpot_ms,
         "e2e_ms": m.e2e_ms,
@@ -94,7 +102,9 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     )
     whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
     lines = [
-        f"status        {result.status}" + (f": {result.failure}" if result.failure else ""),
+        f"status        {result.status}" + (f": {result.failure}" if result.failure else "")
+        + (" · cold-start (the model was loaded in this request: its TTFT is not a warm "
+           "figure; run again for one)" if cold_start(result) else ""),
         f"TTFT          {_fmt(m.ttft_ms, 'ms')}{whole}",
         f"TPOT          {_fmt(m.tpot_ms, 'ms/token', 2)}",
         f"E2E           {_fmt(m.e2e_ms, 'ms')}",

@@ -165,7 +165,7 @@ def test_a_request_that_loaded_the_model_is_ok_cold_as_the_report_says_cold_star
     session = SessionState()
     session.add(request(1600.0, load_ms=1453.0))  # over COLD_START_MS (1000 ms): cold
     session.add(request(100.0, load_ms=2.0))
-    assert str(row_cells(session.row(1))[6]) == "ok · cold"
+    assert str(row_cells(session.row(1))[6]) == "cold-start"  # the report's word
     assert str(row_cells(session.row(2))[6]) == "ok"
 
 

@@ -56,6 +56,7 @@ class CountingBackend:
         self.loaded = None
 
     close = unload
+    vocab_loaded = True
 
     def n_vocab(self):
         return self.vocab_size

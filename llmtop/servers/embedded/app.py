@@ -7,9 +7,11 @@ status), a final `{"error": ...}` line for a failure after streaming began.
 
 Timing semantics (all ns, measured with perf_counter_ns on the server):
 * total_duration: handler entry → the done line.
-* load_duration: request parsing + loading the model when it was not loaded. Waiting for the
-  single generation slot is not in it (as with Ollama's parallel-slot wait): it shows only in
-  total_duration.
+* load_duration: request parsing + loading the model when it was not loaded, and the checks
+  before the slot (rendering, tokenizing) when the request had to wait for the vocabulary's
+  load (a request sent as the engine starts: 0.6 s that `run` showed as server overhead,
+  issue 32 finding P). Waiting for the single generation slot is not in it (as with Ollama's
+  parallel-slot wait): it shows only in total_duration.
 * prompt_eval_* / eval_*: llama.cpp's perf counters (see llama_backend.py).
 """
 
@@ -201,11 +203,14 @@ class EmbeddedEngine:
         finished, even if the consumer goes away (which sets the cancel flag, checked per token).
         """
         t_parsed = perf_counter_ns()
+        loading_vocab = not self.backend.vocab_loaded  # the prep thread is still loading it
         try:
             prompt = await self._prepare(job)
         except (BadRequest, GenerationError) as exc:
             yield _failed(exc)
             return
+        # the vocabulary's load is the model's: in load_duration (module docstring)
+        vocab_ns = perf_counter_ns() - t_parsed if loading_vocab else 0
         self.waiting += 1
         try:
             await self._lock.acquire()
@@ -226,7 +231,8 @@ class EmbeddedEngine:
                 yield await self._load_only(job, endpoint)
                 return
             released = True  # the worker thread owns the lock now (released by _finished)
-            chunks = self._stream(job, prompt, endpoint, t_start, (t_parsed - t_start) + load_ns)
+            chunks = self._stream(job, prompt, endpoint, t_start,
+                                  (t_parsed - t_start) + vocab_ns + load_ns)
             try:
                 async for item in chunks:
                     yield item

@@ -260,6 +260,11 @@ class LlamaBackend:
                 self._formatter = self._make_formatter(self._vocab)
             return self._vocab
 
+    @property
+    def vocab_loaded(self) -> bool:
+        """True once the vocabulary-only load is done (`vocab`)."""
+        return self._vocab is not None
+
     def n_vocab(self) -> int:
         """The vocabulary's size in tokens."""
         return int(self.vocab().n_vocab())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import COLD_START_MS
+from llmtop.sessions.analysis.run import COLD_START_MS, BenchStatus
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -192,12 +192,12 @@ def prompt_start(prompt: str, chars: int = PROMPT_CHARS) -> str:
 
 def history_row(number: int, result: RequestResult, noisy: str | None) -> HistoryRow:
     """The history row of request `number` (see `HistoryRow`). An ok request that paid a
-    model load over analysis.run.COLD_START_MS is "ok · cold", as the report calls it
-    cold-start (it counts in no statistics there)."""
+    model load over analysis.run.COLD_START_MS is "cold-start", the report's status for it
+    (it counts in no statistics there), as `run` says it (issue 32, row 3: one vocabulary)."""
     m = result.metrics
     status = str(result.status)
     if result.status == Status.OK and (m.load_ms or 0) > COLD_START_MS:
-        status = "ok · cold"
+        status = str(BenchStatus.COLD_START)
     return HistoryRow(
         number=number,
         time=clock_time(result.wall_start),
