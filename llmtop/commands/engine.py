@@ -10,7 +10,7 @@ from llmtop.commands.serving import leave, serve
 from llmtop.exitcodes import ExitCode
 from llmtop.servers.child import port_problem, watch_parent
 from llmtop.servers.embedded.app import EmbeddedEngine, create_app
-from llmtop.servers.embedded.llama_backend import physical_cores
+from llmtop.servers.embedded.llama_backend import default_threads
 from llmtop.servers.embedded.llama_config import ENV_FORCE, NoSafeConfig, apply, choose
 from llmtop.servers.embedded.model_files import (
     BUNDLED_MODEL_NAME,
@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     # Before the first load: which llama.cpp configuration survives on this CPU, and is the
     # faster (trial processes on the first start, then cached: servers/embedded/llama_config.py).
     try:
-        choice = choose(path, physical_cores())
+        choice = choose(path, default_threads().threads)
     except ValueError as exc:
         print(f"llmtop engine: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -76,7 +76,8 @@ def main(args: argparse.Namespace) -> int:
               f"(forcing one with {ENV_FORCE}=on|off skips the test)", file=sys.stderr)
         return ExitCode.ENGINE_UNREACHABLE
     apply(choice.config)
-    print(f"llmtop engine: {choice.reason} ({choice.source})", file=sys.stderr, flush=True)
+    print(f"llmtop engine: {choice.reason} ({choice.source}); a request without num_thread "
+          f"runs on {default_threads().describe()}", file=sys.stderr, flush=True)
     engine = EmbeddedEngine(description, chat_format=chat_format, default_num_ctx=args.num_ctx,
                             llama_config=choice)
     print(

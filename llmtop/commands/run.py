@@ -226,9 +226,9 @@ async def _run(args: argparse.Namespace) -> int:
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""
-            print(
-                f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}", file=sys.stderr
-            )
+            config = f" · {conn.engine_config_short}" if conn.engine_config_short else ""
+            print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}{config}",
+                  file=sys.stderr)
             note = probes_note(agent, conn.upstream.host)
             if note:
                 print(f"# {note}", file=sys.stderr)

@@ -75,7 +75,8 @@ class Connection:
 def describe_config(cfg: Any) -> str | None:
     """An engine configuration (`Connection.engine_config`, a log header's) in a few words:
     the embedded engine's "llama.cpp repack on", or "llama.cpp repack off: repack killed by
-    SIGILL" when a configuration died in the self-test, "… (forced)" when the user chose it;
+    SIGILL" when a configuration died in the self-test, "… (forced)" when the user chose it,
+    then the default thread count when the engine gives it ("… · 2 threads");
     llama-server's `llama_props.describe` line; None for another engine."""
     if isinstance(cfg, dict) and cfg.get("server") == "llama-server":
         return describe(cfg)
@@ -85,9 +86,12 @@ def describe_config(cfg: Any) -> str | None:
     killed = [f"{t.get('config')} killed by SIG{_signame(t.get('signal'))}"
               for t in cfg.get("trials") or () if isinstance(t, dict) and t.get("signal")]
     if killed:
-        return f"{words}: {', '.join(killed)}"
-    if str(cfg.get("source", "")).startswith("forced"):
-        return f"{words} (forced)"
+        words = f"{words}: {', '.join(killed)}"
+    elif str(cfg.get("source", "")).startswith("forced"):
+        words = f"{words} (forced)"
+    threads = cfg.get("threads")
+    if isinstance(threads, int):  # the default thread count (issue 32, row 8)
+        words += f" · {threads} thread{'s' if threads != 1 else ''}"
     return words
 
 

@@ -45,6 +45,7 @@ from llmtop.servers.embedded.llama_backend import (
     LoadSettings,
     OutOfMemory,
     context_memory,
+    default_threads,
 )
 from llmtop.servers.embedded.llama_config import Choice
 from llmtop.servers.embedded.model_files import ModelDescription
@@ -453,8 +454,14 @@ async def version(request: Request) -> Response:
         "version": __version__,
         "engine": "llmtop-embedded",
         "llama_cpp_python": llama_cpp.__version__,
-        "llama_config": choice.to_dict() if choice is not None else None,
+        "llama_config": ({**choice.to_dict(), **_threads()} if choice is not None else None),
     })
+
+
+def _threads() -> dict[str, Any]:
+    """The threads a request without num_thread runs with, and why (`default_threads`)."""
+    chosen = default_threads()
+    return {"threads": chosen.threads, "threads_why": chosen.why}
 
 
 async def jobs(request: Request) -> Response:

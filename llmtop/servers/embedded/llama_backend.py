@@ -32,6 +32,8 @@ from typing import Any
 
 import psutil
 
+from llmtop.probes.cgroup import read_limits
+
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
 # repeat_penalty 1.0; seed −1 means random.
@@ -86,7 +88,7 @@ def context_memory(num_ctx: int, model_info: Mapping[str, Any], n_vocab: int) ->
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
     """Settings that fix a loaded model: changing one forces a reload (like Ollama's runner
-    options). num_ctx in tokens; num_thread None = the machine's physical cores."""
+    options). num_ctx in tokens; num_thread None = `default_threads()`."""
 
     model_path: str
     num_ctx: int = DEFAULT_NUM_CTX
@@ -193,7 +195,7 @@ class LlamaBackend:
             raise GenerationError(
                 "llama-cpp-python is not installed; install llmtop with the `embedded` extra"
             ) from exc
-        threads = settings.num_thread or physical_cores()
+        threads = settings.num_thread or default_threads().threads
         try:
             self._llm = llama_cpp.Llama(
                 model_path=settings.model_path,
@@ -439,6 +441,48 @@ class LlamaBackend:
         if len(tokens) <= limit:
             return tokens
         return tokens[:1] + tokens[len(tokens) - (limit - 1) :]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadDefault:
+    """The threads llama.cpp runs with when a request sets no num_thread, and why: "the
+    physical cores", "the container's CPU quota (2.0 CPUs)" or "the CPUs this process may run
+    on (affinity)" — the smallest of the three wins."""
+
+    threads: int
+    why: str
+
+    def describe(self) -> str:
+        """"2 threads (the physical cores)"."""
+        return f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.why})"
+
+
+def default_threads(physical: int | None = None, affinity: int | None = None,
+                    quota_cpus: float | None = None, *, look: bool = True) -> ThreadDefault:
+    """llama.cpp's own default is the physical cores, which in a container with a CPU quota
+    (16 host cores, 2.0 CPUs allowed) starts 16 threads that the kernel throttles in turn,
+    and under `taskset` more threads than the CPUs allowed. The default here is the smallest
+    of: the physical cores, the CPUs of this process's affinity mask, and the cgroup quota
+    rounded down (at least 1). Arguments left None are read from the machine when `look`
+    (tests pass all three and look=False)."""
+    if look:
+        physical = physical if physical is not None else physical_cores()
+        if affinity is None and hasattr(os, "sched_getaffinity"):
+            affinity = len(os.sched_getaffinity(0))
+        if quota_cpus is None:
+            limits = read_limits()
+            quota_cpus = limits.cpus if limits is not None else None
+    candidates = [(physical, "the physical cores")]
+    if affinity:
+        candidates.append((affinity, "the CPUs this process may run on (affinity)"))
+    if quota_cpus:
+        candidates.append((max(1, int(quota_cpus)),
+                           f"the container's CPU quota ({quota_cpus:.1f} CPUs)"))
+    known = [(n, why) for n, why in candidates if n]
+    if not known:
+        return ThreadDefault(os.cpu_count() or 1, "the logical CPUs")
+    threads, why = min(known, key=lambda c: c[0])  # ties: the first, the physical cores
+    return ThreadDefault(int(threads), why)
 
 
 def physical_cores() -> int:
