@@ -48,6 +48,11 @@ def test_the_engine_reports_its_configuration(engine_url):
     assert found["use_extra_bufts"] is (found["config"] == "repack")
     state = "on" if found["use_extra_bufts"] else "off"
     assert found["reason"].startswith(f"llama.cpp repack {state}")
+    # the threads a request without num_thread gets, as llama_backend.default_threads says
+    from llmtop.servers.embedded.llama_backend import default_threads
+
+    assert (found["threads"], found["threads_why"]) == (default_threads().threads,
+                                                        default_threads().why)
 
 
 def _engine_child(run: subprocess.Popen[str]) -> tuple[psutil.Process, int]:
