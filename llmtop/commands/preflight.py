@@ -230,9 +230,18 @@ def print_result(
     print("\n".join(lines), file=out)
 
 
+PIDS_SHOWN = 3  # an app of at most this many processes is listed with its pids
+
+
 def _label(app: Any) -> str:
+    """An app as the busiest-apps line names it: llmtop's and the engine's said as such, and
+    the pids of an app of a few processes ("python3 -c …#4eda (pid 4242)"), so that the one to
+    stop can be found (issue 32, finding 8)."""
     if app.category is Category.SELF:
         return f"{app.app} (this check)"
     if app.category is Category.ENGINE:
         return f"{app.app} (measured engine)"
+    pids = tuple(app.pids or ())
+    if 0 < len(pids) <= PIDS_SHOWN:
+        return f"{app.app} (pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))})"
     return str(app.app)

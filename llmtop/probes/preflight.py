@@ -139,6 +139,7 @@ class PreflightResult:
                     "category": a.category.value,
                     "cpu_percent_median": _round(a.cpu_percent),
                     "n_procs": a.n_procs,
+                    "pids": list(a.pids),
                 }
                 for a in apps
             ],

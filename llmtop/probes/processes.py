@@ -27,6 +27,7 @@ over the perf_counter_ns difference between two reads, which is psutil's own for
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -212,10 +213,21 @@ _OPTION_WITH_VALUE = {
 }
 
 
+# What CPython's multiprocessing runs with -c in its spawn and forkserver children
+MULTIPROCESSING_CODE = ("from multiprocessing.", "import multiprocessing")
+
+
+def code_tag(code: str) -> str:
+    """"…#3f2a": a one-liner's code never shown (it may hold a secret), only the first 4 hex
+    digits of its SHA-256, so that two different one-liners are two apps, not "python3 -c …
+    (2 processes)" (issue 32, finding 8), and the same one twice is one."""
+    return "…#" + hashlib.sha256(code.encode("utf-8", "replace")).hexdigest()[:4]
+
+
 def interpreted_program(name: str | None, cmdline: list[str] | None) -> str | None:
     """What an uncatalogued interpreter runs, as a group name a person recognises (htop's
-    command-line view, shortened): "python3 -m llmtop", "python3 train.py", "python3 -c …",
-    "node server.js", "java app.jar", "java org.example.Main"; None for a process that is
+    command-line view, shortened): "python3 -m llmtop", "python3 train.py", "python3 -c …#3f2a"
+    (`code_tag`), "python3 (multiprocessing workers)", "node server.js", "java app.jar", "java org.example.Main"; None for a process that is
     not python, node or java, or whose command line is unreadable or names no program (an
     interactive interpreter keeps its plain name). Only a module name or a file's base name
     is shown, never a `-c` one-liner's code or any other argument (they may hold secrets)."""
@@ -230,9 +242,13 @@ def interpreted_program(name: str | None, cmdline: list[str] | None) -> str | No
     for arg in args:
         if family == "python" and arg in ("-m", "-c"):
             following = next(args, "")
-            return f"{name} -m {following}" if arg == "-m" and following else f"{name} -c …"
+            if arg == "-m" and following:
+                return f"{name} -m {following}"
+            if following.startswith(MULTIPROCESSING_CODE):  # spawn/forkserver workers
+                return f"{name} (multiprocessing workers)"
+            return f"{name} -c {code_tag(following)}"
         if family == "node" and arg in ("-e", "--eval", "-p", "--print"):
-            return f"{name} -e …"
+            return f"{name} -e {code_tag(next(args, ''))}"
         if family == "java" and arg == "-jar":
             jar = next(args, "")
             return f"{name} {os.path.basename(jar)}" if jar else None

@@ -221,6 +221,7 @@ def test_to_dict_is_json_ready() -> None:
         "category": "browser",
         "cpu_percent_median": 39.0,
         "n_procs": 3,
+        "pids": [0, 1, 2],  # app(..., 3): pids 0, 1, 2
     }
     assert data["thresholds"]["app_cpu_warn"] == 10.0
 

@@ -71,7 +71,8 @@ def test_quiet_text_without_engine(
     )
     # background: 5 % machine − 1 % of one core / 2 CPUs = 4.5 → shown as 4 (round half even)
     assert out[1] == "  no findings"
-    assert out[2] == "busiest apps (median CPU, % of one core): bash 0 %"
+    # window(): bash is one process, pid 1: its pid is shown (PIDS_SHOWN)
+    assert out[2] == "busiest apps (median CPU, % of one core): bash (pid 1) 0 %"
     assert out[3] == f"engine: no engine checked (no engine answers at {CLOSED})"
     assert out[4].startswith("thresholds: defaults (no ") and out[4].endswith("config.toml)")
     assert out[5].startswith("machine speed: canary ")  # probes/canary.py, vs the last bench

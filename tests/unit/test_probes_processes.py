@@ -130,13 +130,18 @@ def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
     # another llmtop (not its engine: that is an inference engine, below)
     ("python3", ["/usr/bin/python3", "-u", "-m", "llmtop", "--engine", "ollama"],
      "python3 -m llmtop"),
-    # a one-liner hog: named as such, its code never shown
-    ("python3", ["python3", "-c", "while 1: pass"], "python3 -c …"),
+    # a one-liner hog: named as such, its code never shown, only the first 4 hex digits of
+    # its SHA-256 (`printf 'while 1: pass' | sha256sum` → 4eda…), so that two different
+    # one-liners are two apps (finding 8: "python3 -c … (2 processes)")
+    ("python3", ["python3", "-c", "while 1: pass"], "python3 -c …#4eda"),
+    ("python3", ["python3", "-c", "from multiprocessing.spawn import spawn_main; "
+                 "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"],
+     "python3 (multiprocessing workers)"),
     ("python3.11", ["/venv/bin/python3.11", "-X", "importtime", "/home/u/train.py", "--lr", "3"],
      "python3.11 train.py"),
     ("node", ["node", "--max-old-space-size", "4096", "--inspect", "/srv/app/server.js"],
      "node server.js"),
-    ("node", ["node", "-e", "for(;;){}"], "node -e …"),
+    ("node", ["node", "-e", "for(;;){}"], "node -e …#b363"),  # sha256sum: b363…
     ("java", ["java", "-Xmx1g", "-jar", "/opt/tools/app.jar", "serve"], "java app.jar"),
     ("java", ["java", "-cp", "a.jar:b.jar", "-Dx=1", "org.example.Main"], "java org.example.Main"),
     ("python3", ["python3"], "python3"),  # an interactive interpreter: its plain name
