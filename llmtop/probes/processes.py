@@ -227,7 +227,8 @@ def code_tag(code: str) -> str:
 def interpreted_program(name: str | None, cmdline: list[str] | None) -> str | None:
     """What an uncatalogued interpreter runs, as a group name a person recognises (htop's
     command-line view, shortened): "python3 -m llmtop", "python3 train.py", "python3 -c …#3f2a"
-    (`code_tag`), "python3 (multiprocessing workers)", "node server.js", "java app.jar", "java org.example.Main"; None for a process that is
+    (`code_tag`), "python3 (multiprocessing workers)", "node server.js", "java app.jar",
+    "java org.example.Main"; None for a process that is
     not python, node or java, or whose command line is unreadable or names no program (an
     interactive interpreter keeps its plain name). Only a module name or a file's base name
     is shown, never a `-c` one-liner's code or any other argument (they may hold secrets)."""

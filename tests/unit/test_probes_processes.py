@@ -134,8 +134,9 @@ def test_identify_uses_path_for_generic_names_and_survives_denial() -> None:
     # its SHA-256 (`printf 'while 1: pass' | sha256sum` → 4eda…), so that two different
     # one-liners are two apps (finding 8: "python3 -c … (2 processes)")
     ("python3", ["python3", "-c", "while 1: pass"], "python3 -c …#4eda"),
-    ("python3", ["python3", "-c", "from multiprocessing.spawn import spawn_main; "
-                 "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"],
+    ("python3", ["python3", "-c", ("from multiprocessing.spawn import spawn_main; "
+                                   "spawn_main(tracker_fd=5, pipe_handle=7)"),
+                 "--multiprocessing-fork"],
      "python3 (multiprocessing workers)"),
     ("python3.11", ["/venv/bin/python3.11", "-X", "importtime", "/home/u/train.py", "--lr", "3"],
      "python3.11 train.py"),
