@@ -48,7 +48,7 @@ def test_the_page_is_self_contained_and_escapes_the_log(tmp_path):
     assert page.count("<script>alert(1)</script>") == 0  # the model name is text, not code
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert _plot_ids(page) == ["series-1", "itl"]
-    assert page.count("Plotly.newPlot(") == 2
+    assert page.count("data-plot=") == 2 and page.count("id=\"plotly-js\"") == 1
 
 
 def test_series_marks_warmups_shades_noisy_requests_and_draws_the_apps_cpu(tmp_path):
@@ -150,3 +150,28 @@ def test_a_cancelled_request_is_as_wide_as_its_chunks(tmp_path):
     axis = TimeAxis.of([record])
     x0, x1 = axis.span(record)
     assert x1 - x0 == pytest.approx(0.440)  # the last chunk's offset, 440 ms
+
+
+def test_plotly_is_carried_packed_and_unpacks_to_plotlys_own_bundle(tmp_path):
+    """Row 9 of issue 32: each report was 4.8 MB, plotly.js inline. It is gzipped and in
+    base64 now; what the page's loader unpacks is byte for byte plotly's offline bundle."""
+    import base64
+    import gzip
+
+    from plotly.offline import get_plotlyjs
+
+    from llmtop.sessions.reports.html import page
+
+    report = report_html(build(_log(tmp_path)))
+    packed = re.search(r'<script type="application/octet-stream" id="plotly-js">([^<]+)</script>',
+                       report)
+    assert packed is not None
+    assert gzip.decompress(base64.b64decode(packed.group(1))).decode() == get_plotlyjs()
+    # the bundle is the page's bulk: packed, under half of what it was inline
+    assert len(report) < len(get_plotlyjs()) / 2
+    # the figures' JSON has no "<" a log could use to end its block (the model name above)
+    for block in re.findall(r'data-plot="[^"]+" data-config=\'[^\']+\'>(.*?)</script>', report,
+                            flags=re.S):
+        assert "<" not in block
+    # a page without figures carries no plotly.js at all
+    assert "plotly-js" not in page("t", ["<p>text</p>"])

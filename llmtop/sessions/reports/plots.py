@@ -17,10 +17,10 @@ Text from a log (app names, reasons) is HTML-escaped before plotly.js shows it.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -337,8 +337,18 @@ def watch_figure(series: Mapping[str, Sequence[float]]) -> go.Figure:
     return fig
 
 
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+
+
 def figure_html(fig: go.Figure, div_id: str) -> str:
-    """A figure as a <div> for a page that loads plotly.js once (html_report.page)."""
-    out: Any = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                           config={"displaylogo": False, "responsive": True})
-    return str(out)
+    """A figure for a page that loads plotly.js once (html.page): its <div> and its spec as a
+    `<script type="application/json" data-plot="ID">` block, which the page's loader draws
+    with Plotly.newPlot once plotly.js is unpacked. Every "<" of the JSON is written \\u003c,
+    so no text from a log (a title, an app's name) can end the block or start a tag."""
+    spec = fig.to_json().replace("<", "\\u003c")
+    config = json.dumps(FIGURE_CONFIG)
+    height = fig.layout.height or 450
+    return (f'<div id="{html.escape(div_id)}" class="plotly-graph-div" '
+            f'style="height:{int(height)}px; width:100%;"></div>\n'
+            f'<script type="application/json" data-plot="{html.escape(div_id)}" '
+            f"data-config='{config}'>{spec}</script>")
