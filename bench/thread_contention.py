@@ -11,6 +11,11 @@ the summary gives, per thread count, the median, min and max rate and the spread
 ((max − min) / median, %). A thread count equal to the cores stalls whenever another
 program takes one (each token waits for its slowest thread), so its rate falls by far more
 than the load's share; one thread fewer leaves the engine room.
+
+`--neighbour` runs every round twice, quiet and beside one busy process (a Python loop that
+keeps one CPU busy, as a browser tab or a build does), and reports each thread count's
+median in both, and the worse of the two: the figure a default thread count is chosen on
+(issue 32, row 8).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import os
 import random
 import statistics
+import sys
 
 import httpx
 
@@ -48,11 +54,14 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--num-predict", type=int, default=48)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--neighbour", action="store_true",
+                        help="each round quiet, then beside one busy process")
     args = parser.parse_args()
     proc = EmbeddedProcess()
     await proc.start()
     rng = random.Random(25)
     rates: dict[int, list[float]] = {t: [] for t in args.threads}
+    beside: dict[int, list[float]] = {t: [] for t in args.threads}
     try:
         async with httpx.AsyncClient(base_url=proc.host, timeout=900, trust_env=False) as c:
             model = (await c.get("/api/tags")).json()["models"][0]["name"]
@@ -65,6 +74,20 @@ async def main() -> int:
                     rates[t].append(rate)
                     print(f"round {k + 1} threads {t}: {rate:6.1f} tok/s (load {load:.1f} on "
                           f"{os.cpu_count()} CPUs)", flush=True)
+                if not args.neighbour:
+                    continue
+                hog = await asyncio.create_subprocess_exec(sys.executable, "-c",
+                                                           "while True: pass")
+                try:
+                    await asyncio.sleep(0.5)  # the loop is running before the requests
+                    for t in order:
+                        rate, load = await one(c, model, t, args.num_predict, rng)
+                        beside[t].append(rate)
+                        print(f"round {k + 1} threads {t} beside a busy process: "
+                              f"{rate:6.1f} tok/s", flush=True)
+                finally:
+                    hog.kill()
+                    await hog.wait()
     finally:
         proc.stop()
     for t, values in rates.items():
@@ -72,6 +95,11 @@ async def main() -> int:
             med = statistics.median(values)
             print(f"threads {t}: median {med:.1f} tok/s, min {min(values):.1f}, max "
                   f"{max(values):.1f}, range {(max(values) - min(values)) / med * 100:.0f} %")
+    for t, values in beside.items():
+        if values:
+            quiet, busy = statistics.median(rates[t]), statistics.median(values)
+            print(f"threads {t} beside a busy process: median {busy:.1f} tok/s "
+                  f"({busy / quiet:.2f} of quiet); worse of the two {min(quiet, busy):.1f}")
     return 0
 
 

@@ -595,3 +595,38 @@ def _safe_name(proc: psutil.Process) -> str | None:
         return proc.name()
     except psutil.Error:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class PidDetail:
+    """One process of an app as the apps screen (F3) shows it, read on demand.
+
+    program: what it runs as `interpreted_program` names it ("python3 -m llmtop"), else its
+    process name — never its arguments (they may hold secrets); user: its owner (None when
+    unreadable); started: its start, epoch seconds, for a wall-clock label only; threads:
+    its thread count; gone: True when it exited before it could be read."""
+
+    pid: int
+    program: str
+    user: str | None
+    started: float | None
+    threads: int | None
+    gone: bool = False
+
+
+def describe_pids(pids: Iterable[int], limit: int = 20) -> list[PidDetail]:
+    """A `PidDetail` for each of the first `limit` pids (psutil, one `oneshot()` each: about
+    0.1 ms a process). Never raises: a vanished process is `gone`, an unreadable field None."""
+    out: list[PidDetail] = []
+    for pid in list(pids)[:limit]:
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                name = _field(proc.name)
+                cmdline = _field(proc.cmdline)
+                program = interpreted_program(name, cmdline) or name or "(unknown)"
+                out.append(PidDetail(pid, program, _field(proc.username),
+                                     _field(proc.create_time), _field(proc.num_threads)))
+        except psutil.NoSuchProcess:
+            out.append(PidDetail(pid, "(exited)", None, None, None, gone=True))
+    return out

@@ -87,6 +87,7 @@ from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
+from llmtop.tui.screens.apps import AppsScreen
 from llmtop.tui.screens.bench import BenchScreen
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.load import LoadScreen
@@ -174,10 +175,13 @@ class LlmtopApp(LlmtopBaseApp):
         Binding("question_mark", "help", "Help", show=False),
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
+        Binding("f3", "apps", "Apps"),
         Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         Binding("q", "quit", "Quit", show=False),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        # quit is not a screen: off the footer, which then holds every screen's key at 80
+        # columns (F3 made it overflow); the help, the palette and the README name Ctrl+Q
+        Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
     ]
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
@@ -704,6 +708,7 @@ class LlmtopApp(LlmtopBaseApp):
         and said only "Failed to save screenshot" where there is none)."""
         yield SystemCommand("Bench", "Ctrl+B: the bench protocol on this engine", self.action_bench)
         yield SystemCommand("History", "F2: this session's requests", self.action_history)
+        yield SystemCommand("Apps", "F3: the machine's apps and their processes", self.action_apps)
         yield SystemCommand("Plots", "Ctrl+G: plots of this session", self.action_plots)
         yield SystemCommand("Sessions", "Ctrl+O: the saved session logs", self.action_sessions)
         yield SystemCommand("Load", "Ctrl+L: a concurrency or rate sweep", self.action_load)
@@ -752,6 +757,11 @@ class LlmtopApp(LlmtopBaseApp):
             self.notify("nothing to repeat yet")
             return
         self.send(self.last_prompt)
+
+    def action_apps(self) -> None:
+        """F3: every app of the latest probe sample, the selected one's processes."""
+        if not isinstance(self.screen, AppsScreen):
+            self.push_screen(AppsScreen(self.latest_probe))
 
     def action_help(self) -> None:
         """Show the keys and metric definitions."""

@@ -75,10 +75,11 @@ async def test_footer_shows_the_screen_keys(tmp_path: Path) -> None:
         "^b Bench",
         "f2 History",
         "f1 Help",
-        "^q Quit",
+        "f3 Apps",
         "^p palette",
     ):
         assert words in footer, footer
+    assert "Quit" not in footer  # not a screen: the help and the palette say Ctrl+Q
 
 
 async def test_palette_opens_llmtops_screens(tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ async def test_palette_opens_llmtops_screens(tmp_path: Path) -> None:
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: drawn(app), what="request drawn")
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert titles[:6] == ["Bench", "History", "Plots", "Sessions", "Load", "Report"]
+        assert titles[:7] == ["Bench", "History", "Apps", "Plots", "Sessions", "Load", "Report"]
         assert titles.count("Screenshot") == 1
         await pilot.press("ctrl+p")
         await pilot.pause()

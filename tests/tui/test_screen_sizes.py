@@ -231,4 +231,4 @@ async def test_a_short_screen_keeps_lines_for_the_response_with_the_history_open
         footer = screen_lines(app)[-1]
         # finding G: the last column showed the "2" of "f2" from under the palette key
         assert footer.rstrip().endswith("^p palette") and footer[-1] == " "
-        assert "f2 History" in footer and "^l Load" in footer
+        assert "f2 History" in footer and "f3 Apps" in footer and "^l Load" in footer

@@ -171,7 +171,7 @@ def test_plotly_is_carried_packed_and_unpacks_to_plotlys_own_bundle(tmp_path):
     assert len(report) < len(get_plotlyjs()) / 2
     # the figures' JSON has no "<" a log could use to end its block (the model name above)
     for block in re.findall(r'data-plot="[^"]+" data-config=\'[^\']+\'>(.*?)</script>', report,
-                            flags=re.S):
+                            flags=re.DOTALL):
         assert "<" not in block
     # a page without figures carries no plotly.js at all
     assert "plotly-js" not in page("t", ["<p>text</p>"])

@@ -22,6 +22,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("F2", "request history: show (focused) or hide; ↑/↓ pick a request"),
     ("  Enter", "history: put the picked request's tokens and figures on screen"),
     ("  c", "history: each figure of the picked request ÷ the request before it"),
+    ("F3", "apps: every app of the latest probe sample; ↑/↓ shows one's processes"),
     ("Ctrl+G", "plots of this session: TTFT and decode per request, histograms"),
     ("Ctrl+O", "saved sessions: report (Enter), plots (p), compare two (c, c)"),
     ("Ctrl+L", "load: concurrency or request-rate sweep on this engine, the knee"),
