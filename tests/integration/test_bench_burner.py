@@ -80,6 +80,10 @@ def test_burner_halfway_is_named(engine_url, tmp_path):
                 "0",
                 "--no-cache",
                 "--no-remeasure",  # the burner runs to the end: re-measuring would meet it
+                # a thread per CPU, so one burning core stalls the engine (its default on a
+                # small machine leaves a CPU free: llama_backend.default_threads)
+                "--num-thread",
+                str(os.cpu_count() or 1),
                 "--log",
                 str(log),
                 "--json",

@@ -110,6 +110,9 @@ def test_a_cgroup_quota_halfway_is_the_machine_itself(fresh_engine, cgroup, tmp_
             [sys.executable, "-m", "llmtop", "bench", "--engine", "embedded",
              "--host", fresh_engine.host, "--requests", str(REQUESTS), "--warmup", "1",
              "--prompt-tokens", "32", "--max-tokens", "8", "--num-ctx", "2048",
+             # a thread per CPU, spinning at the barriers as the quota figures above were
+             # measured (the default on a small machine leaves one CPU free)
+             "--num-thread", str(os.cpu_count() or 1),
              "--preflight-duration", "0", "--no-cache", "--no-remeasure", "--log", str(log),
              "--json"],
             capture_output=True, text=True, check=False, timeout=860,

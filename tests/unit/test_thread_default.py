@@ -14,22 +14,34 @@ def test_the_physical_cores_on_a_plain_machine() -> None:
 
 
 def test_a_container_quota_is_the_limit() -> None:
-    # docker --cpus=2.5 on a 16-core host: 16 threads would be throttled in turn; 2.5 → 2
-    chosen = default_threads(16, 32, 2.5, look=False)
-    assert chosen == ThreadDefault(2, "the container's CPU quota (2.5 CPUs)")
-    assert chosen.describe() == "2 threads (the container's CPU quota (2.5 CPUs))"
+    # docker --cpus=6.5 on a 16-core host: 16 threads would be throttled in turn; 6.5 → 6
+    chosen = default_threads(16, 32, 6.5, look=False)
+    assert chosen == ThreadDefault(6, "the container's CPU quota (6.5 CPUs)")
+    assert chosen.describe() == "6 threads (the container's CPU quota (6.5 CPUs))"
     # a quota under one CPU still runs one thread
     assert default_threads(16, 32, 0.5, look=False).threads == 1
 
 
 def test_taskset_is_the_limit() -> None:
-    # taskset -c 0,1 on an 8-core machine
-    assert default_threads(8, 2, None, look=False) == ThreadDefault(
-        2, "the CPUs this process may run on (affinity)")
+    # taskset -c 0-5 on an 8-core machine
+    assert default_threads(8, 6, None, look=False) == ThreadDefault(
+        6, "the CPUs this process may run on (affinity)")
+
+
+def test_a_small_machine_leaves_one_cpu_to_the_neighbours() -> None:
+    # 2 cores (bench/thread_contention.py --neighbour: 2 threads 0.40 of quiet beside a busy
+    # process, 1 thread 0.96): one fewer than the CPUs, from 2 up to FEW_CORES (4)
+    assert default_threads(2, 2, None, look=False) == ThreadDefault(
+        1, "one fewer than the physical cores, 2: a busy neighbour would stall a thread on "
+           "every core")
+    assert default_threads(4, 8, None, look=False).threads == 3
+    assert default_threads(16, 32, 2.5, look=False).threads == 1  # a 2-CPU quota: 2 − 1
+    assert default_threads(5, 8, None, look=False).threads == 5  # above FEW_CORES: all
+    assert default_threads(1, 1, None, look=False).threads == 1  # one CPU: one thread
 
 
 def test_a_tie_names_the_physical_cores() -> None:
-    assert default_threads(2, 2, 2.0, look=False).why == "the physical cores"
+    assert default_threads(6, 6, 6.0, look=False).why == "the physical cores"
 
 
 def test_this_machine_answers_within_its_cpus() -> None:

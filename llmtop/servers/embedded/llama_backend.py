@@ -33,6 +33,7 @@ from typing import Any
 import psutil
 
 from llmtop.probes.cgroup import read_limits
+from llmtop.probes.verdict import FEW_CORES
 
 DEFAULT_NUM_CTX = 4096  # Ollama's default context on machines with < 23 GiB of VRAM
 # Ollama's DefaultOptions (api/types.go): top_k 40, top_p 0.9, temperature 0.8, min_p 0,
@@ -463,8 +464,14 @@ def default_threads(physical: int | None = None, affinity: int | None = None,
     (16 host cores, 2.0 CPUs allowed) starts 16 threads that the kernel throttles in turn,
     and under `taskset` more threads than the CPUs allowed. The default here is the smallest
     of: the physical cores, the CPUs of this process's affinity mask, and the cgroup quota
-    rounded down (at least 1). Arguments left None are read from the machine when `look`
-    (tests pass all three and look=False)."""
+    rounded down (at least 1) — and on a small machine (2 to FEW_CORES = 4 of them) one
+    fewer: llama.cpp's threads meet after every layer, so a busy neighbour that takes one CPU
+    stalls all of them. Measured on 2 cores (bench/thread_contention.py --neighbour, 3 rounds
+    of 16 tokens): quiet, 2 threads 35.1 tok/s and 1 thread 20.6; beside one busy process 2
+    threads fell to 14.0 (0.40 of quiet), 1 kept 19.8 (0.96) — the worse case of the two is
+    better at 1, and its quiet range was 4 % against 17 %. `--num-thread N` overrides it.
+    Arguments left None are read from the machine when `look` (tests pass all three and
+    look=False)."""
     if look:
         physical = physical if physical is not None else physical_cores()
         if affinity is None and hasattr(os, "sched_getaffinity"):
@@ -482,6 +489,9 @@ def default_threads(physical: int | None = None, affinity: int | None = None,
     if not known:
         return ThreadDefault(os.cpu_count() or 1, "the logical CPUs")
     threads, why = min(known, key=lambda c: c[0])  # ties: the first, the physical cores
+    if 2 <= threads <= FEW_CORES:
+        return ThreadDefault(int(threads) - 1, f"one fewer than {why}, {threads}: a busy "
+                             "neighbour would stall a thread on every core")
     return ThreadDefault(int(threads), why)
 
 
