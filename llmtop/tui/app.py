@@ -614,7 +614,9 @@ class LlmtopApp(LlmtopBaseApp):
             self.query_one(TokenPane).show_live(live)
         if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
             live.numbers_dirty = live.urgent = False
-            self.query_one(MetricsStrip).show_live(live, self.session.previous(live))
+            number = self.session.number_of(live)
+            cold = number is not None and self.session.cold_flags()[number - 1]
+            self.query_one(MetricsStrip).show_live(live, self.session.previous(live), cold)
 
     @property
     def _probe_pending(self) -> bool:

@@ -372,3 +372,17 @@ def _asdict(record) -> dict:
     from dataclasses import asdict
 
     return asdict(record)
+
+
+def test_a_load_is_judged_against_the_other_requests():
+    from llmtop.sessions.analysis.run import cold_starts, others_median
+
+    # the others' medians: [0.3, 0.5] → 0.4; [826.8, 0.5] → 413.65; [826.8, 0.3] → 413.55
+    assert others_median([826.8, 0.3, 0.5]) == pytest.approx([0.4, 413.65, 413.55])
+    assert others_median([5.0]) == [None] and others_median([]) == []
+    # the first of two (new-user pass D3): 826.8 > 50 ms and > 10 × 0.3; the second is warm
+    assert [c for c, _ in cold_starts([826.8, 0.3])] == [True, False]
+    # alone, only COLD_START_MS (1 s) can say it; 40 ms is under the 50 ms floor anyway
+    assert [c for c, _ in cold_starts([826.8])] == [False]
+    assert [c for c, _ in cold_starts([1200.0])] == [True]
+    assert [c for c, _ in cold_starts([40.0, 0.3, 0.2])] == [False, False, False]

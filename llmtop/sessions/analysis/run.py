@@ -11,6 +11,7 @@ computes lives here; report.py only renders.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -84,7 +85,7 @@ CACHED_FRACTION = 0.25  # prefill time per token < 25 % of the run's median → 
 # (a few tokens of ChatML: 3 to 5) and, rarely, a first word, far below a quarter.
 CACHED_REPORTED_SHARE = 0.25
 COLD_START_MS = 1000.0  # load_duration over 1 s ...
-COLD_START_FACTOR = 10.0  # ... or over 10 × the warm median (and over 50 ms) is a (re)load
+COLD_START_FACTOR = 10.0  # ... or over 10 × the others' median (and over 50 ms) is a (re)load
 COLD_START_FLOOR_MS = 50.0
 TIMING_GAP_SHARE = (
     0.25  # total − load − prompt eval − eval over 25 % of total: timings don't add up
@@ -443,17 +444,44 @@ def _find_episodes(
         floors={k: drift_floor(units[k][0]) for k in keys})
 
 
+def others_median(loads: Sequence[float]) -> list[float | None]:
+    """For each value, the median of the others (None when it is alone): the warm level a
+    request's load is judged against, leaving the request itself out — with the median of
+    all, the first of two requests (load 826.8 ms, then 0.3) was its own reference and passed
+    as warm (issue 32, new-user pass D3). O(n log n): one sort, then index arithmetic."""
+    ordered = sorted(loads)
+    n = len(ordered)
+    out: list[float | None] = []
+    for value in loads:
+        if n < 2:
+            out.append(None)
+            continue
+        k = bisect.bisect_left(ordered, value)  # the one occurrence left out
+        m = n - 1
+
+        def kept(j: int, k: int = k) -> float:
+            return ordered[j] if j < k else ordered[j + 1]
+
+        out.append((kept((m - 1) // 2) + kept(m // 2)) / 2)
+    return out
+
+
+def cold_starts(loads_ms: Sequence[float]) -> list[tuple[bool, float | None]]:
+    """Per request, (cold, warm): cold when its load_duration (ms) is over COLD_START_MS, or
+    over COLD_START_FLOOR_MS and COLD_START_FACTOR × `warm`, the median of the other
+    requests' loads (`others_median`). The reports, the TUI's history and `run` share it."""
+    return [(load > COLD_START_MS or (warm is not None and load > COLD_START_FLOOR_MS
+                                      and load > COLD_START_FACTOR * warm), warm)
+            for load, warm in zip(loads_ms, others_median(loads_ms), strict=True)]
+
+
 def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
     loads = [((r.record.stats or ServerStats()).load_duration or 0) / 1e6 for r in requests]
-    if not loads:
-        return
-    warm = statistics.median(loads)
-    for r, load in zip(requests, loads, strict=True):
-        if load > COLD_START_MS or (load > COLD_START_FLOOR_MS and load > COLD_START_FACTOR * warm):
+    for r, load, (cold, warm) in zip(requests, loads, cold_starts(loads), strict=True):
+        if cold:
             r.status = BenchStatus.COLD_START
-            r.reason = (
-                f"load_duration {load:.0f} ms (warm median {warm:.1f} ms): the model was (re)loaded"
-            )
+            against = "" if warm is None else f" (the others' median {warm:.1f} ms)"
+            r.reason = f"load_duration {load:.0f} ms{against}: the model was (re)loaded"
 
 
 def _mark_cached(requests: list[RequestVerdict]) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import COLD_START_MS, BenchStatus
+from llmtop.sessions.analysis.run import COLD_START_MS, BenchStatus, cold_starts
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -190,13 +190,18 @@ def prompt_start(prompt: str, chars: int = PROMPT_CHARS) -> str:
     return flat if len(flat) <= chars else flat[: chars - 1] + "…"
 
 
-def history_row(number: int, result: RequestResult, noisy: str | None) -> HistoryRow:
+def history_row(number: int, result: RequestResult, noisy: str | None,
+                cold: bool | None = None) -> HistoryRow:
     """The history row of request `number` (see `HistoryRow`). An ok request that paid a
-    model load over analysis.run.COLD_START_MS is "cold-start", the report's status for it
-    (it counts in no statistics there), as `run` says it (issue 32, row 3: one vocabulary)."""
+    model load is "cold-start", the report's status for it (it counts in no statistics
+    there), as `run` says it (issue 32, row 3: one vocabulary). `cold`: the session's verdict
+    on it (`analysis.run.cold_starts` over the session's loads, `SessionState.row`); None: its
+    load alone, over analysis.run.COLD_START_MS."""
     m = result.metrics
     status = str(result.status)
-    if result.status == Status.OK and (m.load_ms or 0) > COLD_START_MS:
+    if cold is None:
+        cold = (m.load_ms or 0) > COLD_START_MS
+    if result.status == Status.OK and cold:
         status = str(BenchStatus.COLD_START)
     return HistoryRow(
         number=number,
@@ -242,6 +247,7 @@ class SessionState:
         self.requests: list[LiveRequest] = []
         self.version = 0
         self._numbers: dict[int, int] = {}  # id(request) → its number (the list holds it)
+        self._cold: tuple[int, list[bool]] = (-1, [])  # (version, cold_flags)
 
     def add(self, live: LiveRequest) -> int:
         """Add a finished request (its `result` set); returns its 1-based number.
@@ -270,7 +276,17 @@ class SessionState:
             raise IndexError(f"no request {number} in this session")
         live = self.requests[number - 1]
         assert live.result is not None
-        return history_row(number, live.result, live.noisy)
+        return history_row(number, live.result, live.noisy, self.cold_flags()[number - 1])
+
+    def cold_flags(self) -> list[bool]:
+        """Per request, whether it paid a model load, judged as a report judges it: against
+        the other requests' loads (`analysis.run.cold_starts`), so the first of a session (826
+        ms, the next ones 0.3) is one even under COLD_START_MS. Cached per `version`."""
+        if self._cold[0] != self.version:
+            loads = [(live.result.metrics.load_ms or 0.0) if live.result else 0.0
+                     for live in self.requests]
+            self._cold = (self.version, [cold for cold, _ in cold_starts(loads)])
+        return self._cold[1]
 
     def previous(self, live: LiveRequest | None) -> RequestResult | None:
         """The finished request before `live` (the last one when `live` is not in the

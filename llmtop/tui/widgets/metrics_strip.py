@@ -24,6 +24,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from llmtop.engines.events import Status
+from llmtop.sessions.analysis.run import BenchStatus
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
 from llmtop.tui.state import fmt
@@ -133,16 +134,20 @@ def gaps_scale(gaps_ms: Sequence[float]) -> str:
     return f"max {max(gaps_ms):.1f} · p50 {statistics.median(gaps_ms):.1f} ms"
 
 
-def result_texts(result: RequestResult) -> dict[str, Text | str]:
+def result_texts(result: RequestResult, cold: bool = False) -> dict[str, Text | str]:
     """A finished request's rows, by label id: "ttft" (ms), "count" (the server's eval_count,
     or the client's chunks when it sent none), "decode" (client tok/s), "client" (status,
     TPOT and E2E, ms), "server" (`server_text`) and "failure" ("" when there is none). A
-    cancelled request keeps its client figures per chunk (`cut_short_texts`)."""
+    cancelled request keeps its client figures per chunk (`cut_short_texts`). `cold`: the
+    session judged it a cold start (`SessionState.cold_flags`): its status reads
+    "cold-start", as in the history and the report."""
     m = result.metrics
     # "chunks" when the server sent no eval_count: the count is the client's, not tokens
     label = "chunks " if m.tokens_basis == "chunks" else "tokens "
     tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
     status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
+    if cold and result.status == Status.OK:
+        status = Text(f" {BenchStatus.COLD_START} ", style=_OTHER_STATUS)
     texts: dict[str, Text | str] = {
         # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
         "ttft": Text.assemble(
@@ -183,6 +188,7 @@ class MetricsStrip(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._shown: object = None  # the request (or result) the rows below show
         self._noise_shown: str | None = None
+        self._cold_shown = False
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="live-row"):
@@ -218,9 +224,10 @@ class MetricsStrip(Vertical):
         if wid in _HIDE_EMPTY:
             static.display = bool(str(content))  # no blank line where there is nothing to say
 
-    def show_live(self, live: LiveRequest, previous: RequestResult | None = None) -> None:
+    def show_live(self, live: LiveRequest, previous: RequestResult | None = None,
+                  cold: bool = False) -> None:
         """Update from the live buffers (capped render timer only); `previous` is the request
-        before it (its TPOT is drawn as a reference)."""
+        before it (its TPOT is drawn as a reference); `cold`: see `result_texts`."""
         result = live.result
         if result is None:
             for wid, content in live_texts(live).items():
@@ -231,9 +238,9 @@ class MetricsStrip(Vertical):
                 self._put("failure", "")
                 self._put("energy", "")
             self._put("client", Text(live.wait_text() or "streaming…", style="dim"))
-        elif self._shown is not result:
-            self._shown = result
-            self.show_result(result)
+        elif self._shown is not result or self._cold_shown != cold:
+            self._shown, self._cold_shown = result, cold
+            self.show_result(result, cold)
             self._put("energy", energy_text(live.energy))
         if live.noisy != self._noise_shown:
             self._noise_shown = live.noisy
@@ -247,7 +254,7 @@ class MetricsStrip(Vertical):
         bars.data = view.gaps_ms  # no-op when unchanged
         bars.note = gaps_scale(view.gaps_ms)
 
-    def show_result(self, result: RequestResult) -> None:
+    def show_result(self, result: RequestResult, cold: bool = False) -> None:
         """The finished request's metrics (client and server side) and its status."""
-        for wid, content in result_texts(result).items():
+        for wid, content in result_texts(result, cold).items():
             self._put(wid, content)

@@ -3,7 +3,8 @@
 F2 shows it (and focuses the table) or hides it; in the table ↑/↓ move, Enter shows the
 request's tokens and figures in the panes above (`Selected`), `c` compares it with the request
 before (each figure's ratio, `session_state.compare`). Rows are added when a request ends and
-a row's NOISY cell is rewritten when its mark changes — nothing is redrawn otherwise.
+a row's NOISY or status cell is rewritten when it changes (a first request is seen to be a
+cold start once a later one shows what a warm load is) — nothing is redrawn otherwise.
 
 The prompt is the last column and gets the room the figures leave (`prompt_room`): at any
 width every figure and the status stay whole (the prompt keeps 6 characters at 80 columns, 46
@@ -55,6 +56,11 @@ def noisy_cell(noisy: str | None) -> Text:
     return Text("⚠", style="bold yellow") if noisy else Text("")
 
 
+def status_cell(status: str) -> Text:
+    """The status, green when ok, yellow otherwise (cold-start, error, cancelled…)."""
+    return Text(status, style="green" if status.startswith(Status.OK) else "yellow")
+
+
 def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | Text, ...]:
     """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
     as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk
@@ -62,7 +68,6 @@ def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | 
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
-    status_style = "green" if row.status.startswith(Status.OK) else "yellow"
     return (
         str(row.number),
         row.time,
@@ -70,7 +75,7 @@ def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | 
         _num(row.tpot_ms, 2),
         f"{_num(row.decode_tps)}/{_num(row.server_decode_tps)}",
         tokens,
-        Text(row.status, style=status_style),
+        status_cell(row.status),
         noisy_cell(row.noisy),
         prompt_start(row.prompt, prompt_chars),
     )
@@ -136,9 +141,13 @@ class RequestHistory(Vertical):
             if number > len(self.rows):
                 self.rows.append(row)
                 table.add_row(*row_cells(row, self.prompt_chars), key=str(number))
-            elif row.noisy != self.rows[number - 1].noisy:
+            elif row != self.rows[number - 1]:  # a NOISY mark, or cold-start once a later
+                before = self.rows[number - 1]  # request showed what a warm load is
                 self.rows[number - 1] = row
-                table.update_cell(str(number), "noisy", noisy_cell(row.noisy))
+                if row.noisy != before.noisy:
+                    table.update_cell(str(number), "noisy", noisy_cell(row.noisy))
+                if row.status != before.status:
+                    table.update_cell(str(number), "status", status_cell(row.status))
         self.fit_prompts()  # a new row may have widened a figure's column
         return True
 
