@@ -246,7 +246,8 @@ def test_report_names_the_browser_that_slowed_the_slow_requests(tmp_path):
     assert last.sentence.startswith("chromium was busy during requests 20–25")
     md = render(report, "md")
     assert "likely culprit **chromium**" in md
-    assert "During the requests: 14 of 26 probe samples found the machine NOISY." in md
+    assert ("During the requests: 14 of 26 probe samples found the machine NOISY; busiest other "
+            "app in those samples: **chromium** (median 38 % of one core in 14 of them).") in md
 
 
 def test_report_without_a_suspect_says_so(bench_log):

@@ -181,3 +181,28 @@ def test_the_sources_contaminated_series_needs_explicit_slow_ids() -> None:
     slow, med, spread = robust_slow(dict(enumerate(series, start=1)))
     assert med == 19.8 and spread == pytest.approx(1.4826 * 2.2)
     assert slow == set()
+
+
+def test_a_burner_through_the_whole_run_is_named_from_the_noisy_samples():
+    """New-user pass D1: a burner running through every request slows slow and fast ones
+    alike, so the contrast names no one; the NOISY samples still say who was busy."""
+    from llmtop.sessions.analysis.attribution import noisy_busiest
+
+    def noisy(rid, apps):
+        return ProbeRecord.from_json({
+            "type": "probe", "request_id": rid, "verdict": {"quiet": False},
+            "processes": {"warming_up": False, "apps": [
+                {"app": a, "category": c, "cpu_percent": cpu} for a, c, cpu in apps]}})
+
+    hog = ("python3 -c …#8c84", "other", 99.0)
+    probes = [noisy(1, [hog, ("slack", "other", 12.0)]),
+              noisy(2, [("python3 -c …#8c84", "other", 100.0), ("llmtop", "llmtop", 300.0)]),
+              noisy(3, [("slack", "other", 40.0)]),  # the hog absent here: 0 in its median
+              probe(4, [("slack", "other", 90.0)])]  # QUIET: not counted
+    found = noisy_busiest(probes)
+    # hog: median of 99, 100, 0 = 99; slack: median of 12, 0, 40 = 12; llmtop left out
+    assert found is not None and (found.app, found.cpu_median, found.samples) == (
+        "python3 -c …#8c84", 99.0, 3)
+    assert found.sentence() == ("busiest other app in those samples: **python3 -c …#8c84** "
+                                "(median 99 % of one core in 3 of them)")
+    assert noisy_busiest([probe(4, [hog])]) is None  # no NOISY sample

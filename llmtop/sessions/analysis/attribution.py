@@ -206,6 +206,42 @@ def _apps(probe: ProbeRecord) -> list[AppCpu] | None:
     return [a for a in procs.apps if a.category not in EXCLUDED_CATEGORIES]
 
 
+@dataclass(frozen=True, slots=True)
+class NoisyBusiest:
+    """The app busiest while the machine was NOISY: its name, its median CPU (% of one
+    core) over the NOISY samples that read it, and how many NOISY samples there were."""
+
+    app: str
+    cpu_median: float
+    samples: int
+
+    def sentence(self) -> str:
+        """"busiest other app in those samples: **hog** (median 99 % of one core in 24 of
+        them)"."""
+        return (f"busiest other app in those samples: **{self.app}** (median "
+                f"{self.cpu_median:.0f} % of one core in {self.samples} of them)")
+
+
+def noisy_busiest(probes: Iterable[ProbeRecord]) -> NoisyBusiest | None:
+    """Who was busy while the probes said NOISY, for a report whose slow-vs-fast contrast
+    names no one (new-user pass D1: a burner running through a whole run slows every request
+    alike, so nothing "differs between slow and fast requests", and the text report named no
+    program while the TUI and the HTML plot did). The app with the highest median CPU over
+    the NOISY samples (an app absent from a sample counts 0 there); llmtop and the engine
+    left out. None without NOISY samples or busy apps."""
+    noisy = [apps for p in probes if p.noisy and (apps := _apps(p)) is not None]
+    if not noisy:
+        return None
+    names = {a.app for apps in noisy for a in apps if a.cpu_percent}
+    medians = {name: statistics.median(
+        next((a.cpu_percent or 0.0 for a in apps if a.app == name), 0.0) for apps in noisy)
+        for name in names}
+    if not medians:
+        return None
+    top = max(sorted(medians), key=lambda n: medians[n])
+    return NoisyBusiest(top, medians[top], len(noisy)) if medians[top] > 0 else None
+
+
 @dataclass(frozen=True)
 class _Split:
     """Which counted requests are slow and which fast, with the outlier rule's figures."""

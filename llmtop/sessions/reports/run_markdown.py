@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmtop.sessions.analysis.attribution import noisy_busiest
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
@@ -249,7 +250,9 @@ def _markdown_machine(report: Report) -> list[str]:
         lines.append(held["sentence"])
     noisy, total = report.noisy
     lines.append("")
-    lines.append(f"During the requests: {noisy} of {total} probe samples found the machine NOISY.")
+    during = f"During the requests: {noisy} of {total} probe samples found the machine NOISY"
+    busiest = noisy_busiest(p for p in report.log.probes if p.request_id is not None)
+    lines.append(f"{during}; {busiest.sentence()}." if noisy and busiest else f"{during}.")
     for s in report.analysis.sizes:
         att = report.attributions.get(size_key(s))
         if att is not None:
