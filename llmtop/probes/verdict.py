@@ -201,9 +201,19 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     maybe = ", ".join(a.app for a in _unidentified_engines(processes) if a.cpu_percent)
     note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""
     hidden = unattributed_cpu_percent(system, processes) or 0.0
+    # a process seen for the first time has no CPU reading yet (psutil needs two): its CPU
+    # is in `hidden` for one sample. Named as such, not as unreadable (new-user pass D2: a
+    # burner just started was "in no process llmtop could read" while the panel named it)
+    new = [a.app for a in processes.apps
+           if a.cpu_percent is None and a.category not in (Category.SELF, Category.ENGINE)]
     if hidden >= UNATTRIBUTED_MIN_PERCENT and hidden >= UNATTRIBUTED_SHARE * value:
-        note += (f"; {hidden:.0f} % of it is in no process llmtop could read (short-lived "
-                 "processes, or other users' processes hidden from it)")
+        if new:
+            note += (f"; {hidden:.0f} % of it is not in any app's figure yet: "
+                     f"{', '.join(new[:NAMED_APPS])} started since the last sample (a new "
+                     "process's CPU is known from its second reading)")
+        else:
+            note += (f"; {hidden:.0f} % of it is in no process llmtop could read (short-lived "
+                     "processes, or other users' processes hidden from it)")
     return [
         Finding(
             "background-cpu",

@@ -254,3 +254,14 @@ def test_steal_swapping_and_heat_rules():
         temperature_high_c=95.0,
     )
     assert evaluate(calm, procs).quiet
+
+
+def test_cpu_of_a_process_just_started_is_said_so_not_unreadable() -> None:
+    # new-user pass D2: 60 % machine on 4 CPUs, self 0, engine 20 → background 55; the burner
+    # started since the last sample has no reading yet (None): its CPU is the 55 % unlisted
+    fresh = evaluate(sys_(cpu_percent=60.0), procs(app("burner", None), self_cpu=0.0,
+                                                   engine=20.0))
+    assert fresh.findings[0].message == (
+        "other programs are using 55 % of the machine's CPU; 55 % of it is not in any app's "
+        "figure yet: burner started since the last sample (a new process's CPU is known from "
+        "its second reading)")
