@@ -50,3 +50,15 @@ def test_the_title_carries_the_legend_and_the_points_left_off() -> None:
         "TTFT ms per request · • ok  x excluded · off the scale: #1 excluded 1600"
     )
     assert plot_title("decode tok/s", [], []) == "decode tok/s per request"
+
+
+def test_y_ticks_are_evenly_spaced_round_numbers() -> None:
+    from llmtop.tui.state.plot_axes import nice_ticks, tick_label
+
+    # new-user pass D5: plotext labelled 56.7-171.9 as 171.9, 152.7, 114.3, 95.1, 56.7; a
+    # step of 20 gives 6 ticks (10 would give 11, over the 6 allowed)
+    assert nice_ticks(56.7, 171.9) == [60, 80, 100, 120, 140, 160]
+    assert nice_ticks(399.1, 411.9) == [400, 402, 404, 406, 408, 410]
+    assert nice_ticks(0.1, 0.13) == [0.1, 0.11, 0.12, 0.13]  # step 0.01
+    assert nice_ticks(5.0, 5.0) == [] and nice_ticks(6.0, 5.0) == []
+    assert [tick_label(v) for v in (150.0, 0.5, 2.25)] == ["150", "0.5", "2.25"]

@@ -38,7 +38,15 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.series import SizeSeries, run_series
 from llmtop.sessions.records.log import LogError, read_log
-from llmtop.tui.state.plot_axes import PAD, histogram, integer_ticks, off_scale, padded_range
+from llmtop.tui.state.plot_axes import (
+    PAD,
+    histogram,
+    integer_ticks,
+    nice_ticks,
+    off_scale,
+    padded_range,
+    tick_label,
+)
 
 MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
 SYMBOLS = {"ok": "•", "warmup": "o", "excluded": "x"}  # how plotext draws MARKS
@@ -155,7 +163,10 @@ class PlotsScreen(Screen[None]):
                 x_lo, x_hi = padded_range(xs)
                 plt.xlim(x_lo, x_hi)
                 plt.xticks(integer_ticks(x_lo, x_hi))
-                plt.ylim(*padded_range(ys, floor=0.0))
+                y_lo, y_hi = padded_range(ys, floor=0.0)
+                plt.ylim(y_lo, y_hi)
+                ticks = nice_ticks(y_lo, y_hi)  # evenly spaced, whatever the plot's height
+                plt.yticks(ticks, [tick_label(t) for t in ticks])
         self._histogram("#plot-ttft-hist", "TTFT distribution (ok requests)", s.ok_ttft, None)
         self._histogram("#plot-itl-hist", "inter-token gaps (ok requests)", s.gaps, 0.0)
         for plot in self.query(PlotextPlot):
