@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmtop.commands.output import out_refused
+from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.analysis.watch import analyze_watch
@@ -49,14 +49,7 @@ def main(args: argparse.Namespace) -> int:
     if len(log.warnings) > SHOWN_WARNINGS:
         print(f"llmtop report: {args.log_file}: … {len(log.warnings) - SHOWN_WARNINGS} more bad "
               f"lines skipped ({len(log.warnings)} in all)", file=sys.stderr)
-    if args.out:
-        try:
-            with open(args.out, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            print(f"llmtop report: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return ExitCode.USAGE
-    else:
-        sys.stdout.write(text)
-    return ExitCode.OK
+    # one way out for every command's report (output.emit): with --out it says "written to",
+    # as compare and bench do (new-user pass D29: report said nothing)
+    return ExitCode.OK if emit(text, args.out, "llmtop report") else ExitCode.USAGE
 

@@ -53,14 +53,14 @@ async def test_plots_show_the_series_and_histograms_of_a_log(tmp_path):
         # finding F: the warm-up's 900 ms is over 2 × 411 (plot_axes.OFF_SCALE), so the axis
         # is the ok requests' (400-411 padded by 8 %: 399.1-411.9) and the title names it; the
         # legend is in the title (plotext's box covered request 2)
-        title = "TTFT ms per request · • ok · off the scale: #1 warm-up 900"
+        title = "TTFT ms · • ok · off scale: #1 900"
         assert title in drawn
         ticks = drawn.replace(title, "")
         # the axis is 399.1-411.9 (the ok range padded by 8 %), labelled every 2 ms
         # (plot_axes.nice_ticks): 400, 402, … 410, evenly
         assert all(f"{v}┤" in ticks for v in range(400, 411, 2)) and "900" not in ticks
         decode = str(screen.query_one("#plot-decode", PlotextPlot).render())
-        assert "decode tok/s per request · • ok  o warm-up" in decode  # 20 tok/s: on scale
+        assert "decode tok/s · • ok  o warm-up" in decode  # 20 tok/s: on scale
         assert "inter-token gaps" in str(screen.query_one("#plot-itl-hist", PlotextPlot).render())
 
 

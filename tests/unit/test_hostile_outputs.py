@@ -64,7 +64,9 @@ def test_report_replaces_someones_file_only_with_force(tmp_path):
     assert llmtop("report", str(log), "--out", str(notes), "--force").returncode == 0
     assert notes.read_text().startswith("# llmtop session report")
     # llmtop's own earlier report is replaced without a word: md here, every format below
-    assert llmtop("report", str(log), "--out", str(notes)).returncode == 0
+    again = llmtop("report", str(log), "--out", str(notes))
+    # the report says where it went, as compare and bench do (new-user pass D29)
+    assert again.returncode == 0 and again.stderr.strip() == f"llmtop report: written to {notes}"
     report = build(read_log(log))
     for fmt in ("md", "csv", "json", "html"):
         out = tmp_path / f"r.{fmt}"

@@ -57,12 +57,14 @@ BINS = 30
 
 
 def plot_title(label: str, kinds: Sequence[str], away: Sequence[str]) -> str:
-    """A per-request plot's title with its legend, e.g. "TTFT ms per request · • ok  x
-    excluded · off the scale: #1 excluded 1600": the legend in the title, as plotext's own
-    box covered the first point; `away` names the points left off the axis."""
+    """A per-request plot's title with its legend, e.g. "TTFT ms · • ok  x excluded · off
+    scale: #1 1600": the legend in the title, as plotext's own box covered the first point;
+    `away` names the points left off the axis. Short, as plotext drops a title wider than
+    its plot (new-user pass D18: the TTFT plot lost its title at 120 columns); the x axis
+    says "request #"."""
     legend = "  ".join(f"{SYMBOLS[k]} {LEGEND[k]}" for k in kinds)
-    title = f"{label} per request" + (f" · {legend}" if legend else "")
-    return title + (f" · off the scale: {', '.join(away)}" if away else "")
+    title = label + (f" · {legend}" if legend else "")
+    return title + (f" · off scale: {', '.join(away)}" if away else "")
 
 
 class PlotsScreen(Screen[None]):
@@ -149,7 +151,7 @@ class PlotsScreen(Screen[None]):
             for kind, points in s.points.items():
                 xy = [(p[0], float(v)) for p in points if (v := p[column]) is not None]
                 if kind != "ok":  # scaled to the ok requests (plot_axes.off_scale)
-                    away += [f"#{x} {LEGEND[kind]} {y:.0f}" for x, y in xy if off_scale(y, ok)]
+                    away += [f"#{x} {y:.0f}" for x, y in xy if off_scale(y, ok)]
                     xy = [(x, y) for x, y in xy if not off_scale(y, ok)]
                 if xy:
                     draw = plt.plot if kind == "ok" else plt.scatter
@@ -178,8 +180,8 @@ class PlotsScreen(Screen[None]):
         sweep = self.sweep
         curve = sweep.prefill if sweep else None
         missing = [what for what, have in (("prefill curve", curve), ("cache pairs",
-                   self.pairs), ("a conversation", self.turns)) if not have]
-        title.update("context (c: back)" + (f" · this log has no {', no '.join(missing)}"
+                   self.pairs), ("conversation", self.turns)) if not have]
+        title.update("context (c: back)" + (f" · this log has no {', '.join(missing)}"
                                              if missing else "") + f" · {self.log_path}")
         plt = self._fresh("#plot-ttft", curve.formula() if curve else "prefill curve",
                           "prompt tokens (server)")

@@ -186,6 +186,11 @@ class RequestHistory(Vertical):
         index = self.table.cursor_row
         return self.rows[index] if 0 <= index < len(self.rows) else None
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The cursor moved: a comparison of another row no longer applies (new-user pass
+        D14: "#1 is the first request…" stayed under the table)."""
+        self.query_one("#history-compare", Static).display = False
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if 0 <= event.cursor_row < len(self.rows):
