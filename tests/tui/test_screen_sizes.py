@@ -232,3 +232,19 @@ async def test_a_short_screen_keeps_lines_for_the_response_with_the_history_open
         # finding G: the last column showed the "2" of "f2" from under the palette key
         assert footer.rstrip().endswith("^p palette") and footer[-1] == " "
         assert "f2 History" in footer and "f3 Apps" in footer and "^l Load" in footer
+
+
+async def test_the_bench_form_fits_80_columns(tmp_path: Path) -> None:
+    """New-user pass D12: at 80×24 the bench form's "max tokens" box was cut ("▊ 1" for 100);
+    it is on the second row now, and every box and the Start button are wholly on screen."""
+    from llmtop.tui.screens.bench import BenchScreen
+
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench")
+        await pilot.pause()
+        for widget in (*app.screen.query(Input), app.screen.query_one("#bench-start")):
+            assert widget.region.width > 0 and widget.region.right <= 80, widget.id
+        assert "100" in "".join(screen_lines(app)[4:7])  # max tokens' default, shown whole

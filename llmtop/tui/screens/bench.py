@@ -46,7 +46,7 @@ from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.bench_form import BenchForm
 from llmtop.tui.widgets.bench_series import BenchSeries
 from llmtop.tui.widgets.bench_summary import BenchSummary, verdict
-from llmtop.tui.widgets.header_line import identity
+from llmtop.tui.widgets.header_line import LOG_ROOM, fit_parts, identity, identity_parts
 from llmtop.tui.widgets.machine_badge import badge_text
 from llmtop.tui.widgets.path_label import PathLabel
 from llmtop.tui.widgets.probe_panel import ProbePanel
@@ -120,6 +120,10 @@ class BenchScreen(Screen[None]):
         wide = self.size.width >= PANEL_MIN_WIDTH
         self.query_one(ProbePanel).display = wide
         self.query_one("#bench-badge", Static).display = not wide
+        # whole parts of the identity, as the main header (new-user pass D19: "llama.cpp re")
+        parts = [(0, "llmtop bench"), *identity_parts(self.conn)]
+        self.query_one("#bench-title", Static).update(
+            Text(fit_parts(parts, self.size.width - 2 - LOG_ROOM - len("bench ")), style="bold"))
 
     def on_mount(self) -> None:
         self.query_one(TokenPane).show_message("tokens of the request being measured appear here")

@@ -18,10 +18,12 @@ FIELDS: tuple[tuple[str, str, str, int], ...] = (
     ("requests", "requests", "integer", 8),
     ("warmup", "warm-up", "integer", 7),
     ("prompt-tokens", "prompt tokens", "text", 16),
-    ("max-tokens", "max tokens", "integer", 8),
 )
-# the second row: what `llmtop bench --cache-pairs N --turns N` runs after the sweep
+# the second row: the answer's length, then what `llmtop bench --cache-pairs N --turns N`
+# runs after the sweep (max tokens moved here: on the first row it was cut at 80 columns,
+# new-user pass D12; each row now fits 80: 65 and 79 cells)
 CONTEXT_FIELDS: tuple[tuple[str, str, str, int], ...] = (
+    ("max-tokens", "max tokens", "integer", 8),
     ("cache-pairs", "cache pairs", "integer", 7),
     ("turns", "conversation turns", "integer", 7),
 )
