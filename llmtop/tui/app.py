@@ -701,6 +701,10 @@ class LlmtopApp(LlmtopBaseApp):
         context grows every turn) or end it (back to single prompts)."""
         self.keep_history = not self.keep_history
         self.chat = []
+        # said on the prompt box for as long as it lasts, not only in a toast (new-user D16)
+        self.query_one("#prompt").border_title = (
+            "conversation: each prompt follows the whole history · Ctrl+K ends it"
+            if self.keep_history else None)
         self.notify("conversation: each prompt is sent after the whole history (Ctrl+K ends "
                     "it)" if self.keep_history else "conversation ended: single prompts again")
 
@@ -711,6 +715,9 @@ class LlmtopApp(LlmtopBaseApp):
         yield SystemCommand("Bench", "Ctrl+B: the bench protocol on this engine", self.action_bench)
         yield SystemCommand("History", "F2: this session's requests", self.action_history)
         yield SystemCommand("Apps", "F3: the machine's apps and their processes", self.action_apps)
+        yield SystemCommand("Conversation", "Ctrl+K: start or end a conversation",
+                            self.action_keep_history)
+        yield SystemCommand("Help", "F1: the keys and what each number means", self.action_help)
         yield SystemCommand("Plots", "Ctrl+G: plots of this session", self.action_plots)
         yield SystemCommand("Sessions", "Ctrl+O: the saved session logs", self.action_sessions)
         yield SystemCommand("Load", "Ctrl+L: a concurrency or rate sweep", self.action_load)

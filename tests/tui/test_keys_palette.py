@@ -89,7 +89,8 @@ async def test_palette_opens_llmtops_screens(tmp_path: Path) -> None:
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: drawn(app), what="request drawn")
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert titles[:7] == ["Bench", "History", "Apps", "Plots", "Sessions", "Load", "Report"]
+        assert titles[:9] == ["Bench", "History", "Apps", "Conversation", "Help", "Plots",
+                              "Sessions", "Load", "Report"]
         assert titles.count("Screenshot") == 1
         await pilot.press("ctrl+p")
         await pilot.pause()
@@ -143,3 +144,19 @@ async def test_keys_on_the_load_screen_stay_on_it(tmp_path: Path) -> None:
         assert box.value == "1,2"  # not cleared as a sent prompt is
         assert app.last_prompt == "hello"
         assert app.recorder is not None and app.recorder.requests == 1
+
+
+async def test_a_conversation_is_said_on_the_prompt_box_while_it_lasts(tmp_path: Path) -> None:
+    # new-user pass D16: only a toast said Ctrl+K had started a conversation
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        prompt = app.query_one("#prompt", Input)
+        assert not prompt.border_title
+        await pilot.press("ctrl+k")
+        await pilot.pause()
+        assert app.keep_history and prompt.border_title == (
+            "conversation: each prompt follows the whole history · Ctrl+K ends it")
+        await pilot.press("ctrl+k")
+        await pilot.pause()
+        assert not app.keep_history and not prompt.border_title
