@@ -104,15 +104,19 @@ def markdown(report: Report) -> str:
     j = a.judgement
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
     reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
+    # the verdict in one line; how it is reached under the results table (new-user pass D8:
+    # every verdict carried the method's paragraph)
     lines.append(
-        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons} (slow episodes: change points "
-        "in the ordered TTFT, prefill, decode and E2E series, beyond their own noise; drift "
-        f"threshold ±{a.drift_threshold_pct:g} %, either way, between the medians of the first "
-        f"and last 5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and "
-        f"the two groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}). "
+        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons}. "
         f"{(n := sum(len(s.baseline) for s in a.sizes))} {'request' if n == 1 else 'requests'} "
         "in the statistics."
     )
+    method = (
+        "*How the verdict is made:* slow episodes are change points in the ordered TTFT, "
+        "prefill, decode and E2E series, beyond their own noise; drift is judged at "
+        f"±{a.drift_threshold_pct:g} %, either way, between the medians of the first and last "
+        f"5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and the two "
+        f"groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}.")
     noisy, total = report.noisy
     if noisy:
         lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
@@ -134,7 +138,7 @@ def markdown(report: Report) -> str:
         if cause is not None:
             lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
                          f"{cause.summary}.")
-    lines += ["", "## Results", "", *_results_table(report)]
+    lines += ["", "## Results", "", *_results_table(report), "", method]
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
