@@ -303,3 +303,19 @@ def test_the_report_says_whether_preflight_held(tmp_path):
             "during the run.") in md
     held = json.loads(render(report, "json"))["preflight_held"]
     assert held["preflight"] == "QUIET" and held["episodes"] == 2 and held["changed"]
+
+
+def test_a_quiet_preflight_is_not_a_reassurance_beside_a_noisy_run(tmp_path):
+    # new-user pass D9: "Preflight said QUIET; no slow episode followed." beside CONTAMINATED
+    path = tmp_path / "bench.jsonl"
+    log = SessionLog(path, {"kind": "bench", "engine": "e", "model": "m"})
+    log.write_raw({"type": "preflight", "verdict": "QUIET", "quiet": True, "findings": []})
+    for i in range(3):
+        log.write_raw(record_json(i))
+    for rid, quiet in ((1, False), (2, False), (3, True)):
+        log.write_raw({"type": "probe", "request_id": rid, "verdict": {"quiet": quiet}})
+    log.close()
+    held = json.loads(render(build(read_log(path)), "json"))["preflight_held"]
+    # 2 of the 3 samples taken during requests were NOISY; no episode in 3 requests
+    assert held["sentence"] == ("Preflight said QUIET, but the probes found the machine NOISY in "
+                                "2 of 3 samples during the requests; no slow episode followed.")

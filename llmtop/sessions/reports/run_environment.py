@@ -127,6 +127,10 @@ def preflight_held(report: Report) -> dict[str, Any] | None:
         follow = (f"{count} slow episode{'s' if count != 1 else ''} followed" if count
                   else "no slow episode followed")
         sentence = f"Preflight said {pf.verdict}; {follow}."
+        noisy, total = report.noisy
+        if pf.quiet and noisy:  # never a reassuring line beside a NOISY run (new-user D9)
+            sentence = (f"Preflight said {pf.verdict}, but the probes found the machine NOISY "
+                        f"in {noisy} of {total} samples during the requests; {follow}.")
     return {"preflight": pf.verdict, "episodes": count, "changed": changed, "sentence": sentence}
 
 
