@@ -109,3 +109,17 @@ async def test_ctrl_g_and_ctrl_o_open_the_screens_from_the_app(tmp_path):
         await pilot.press("ctrl+o")
         await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen), what="sessions")
         await wait_for(pilot, lambda: len(app.screen.entries) == 2, what="both logs")
+
+
+def test_the_sessions_table_puts_the_verdict_before_the_long_columns():
+    # new-user pass D13: at 80 columns the verdict, the last column, was off screen
+    from llmtop.sessions.analysis.catalog import SessionEntry
+    from llmtop.tui.screens.sessions import COLUMNS, cells
+
+    entry = SessionEntry(path="p.jsonl", started="2026-12-03T10:02:03", engine="embedded",
+                         model="gemma3:270m", kind="bench", verdict="CLEAN")
+    shown = dict(zip(COLUMNS, cells(entry), strict=True))
+    assert COLUMNS[:3] == ("date", "kind", "verdict")
+    assert (shown["date"], shown["kind"], shown["verdict"], shown["engine"], shown["model"]) == (
+        "2026-12-03 10:02:03", "bench", "CLEAN", "embedded", "gemma3:270m")
+    assert shown["requests"] == entry.cells()[4]

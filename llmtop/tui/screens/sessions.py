@@ -26,13 +26,18 @@ from llmtop.sessions.reports.run import build
 from llmtop.tui.screens.plots import PlotsScreen
 from llmtop.tui.screens.report import ReportScreen
 
-COLUMNS = ("date", "engine", "model", "kind", "requests", "verdict")
+# the verdict early: at 80 columns the last column was off screen (new-user pass D13); the
+# cells are `llmtop sessions`' own, in this order
+COLUMNS = ("date", "kind", "verdict", "requests", "engine", "model")
+ORDER = (0, 3, 5, 4, 1, 2)  # each column's index in SessionEntry.cells()
 HINT = "Enter/r report · p plots · c compare (first c: baseline A; then c on B) · Esc back"
 
 
 def cells(e: SessionEntry) -> tuple[str, ...]:
-    """One row of the table (SessionEntry.cells: the same as `llmtop sessions`)."""
-    return e.cells()
+    """One row of the table: SessionEntry.cells (the same as `llmtop sessions`) in COLUMNS'
+    order."""
+    whole = e.cells()
+    return tuple(whole[i] for i in ORDER)
 
 
 class SessionsScreen(Screen[None]):
