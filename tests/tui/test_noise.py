@@ -67,7 +67,7 @@ async def test_noisy_sample_during_the_request_is_shown_with_its_figures(tmp_pat
         await post(pilot, app, 100.0, None)  # during it, but QUIET
         assert shown(app, "#noise") == ""
         await post(pilot, app, 100.0, NOISE)  # taken during it, arrived late: still its noise
-        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        assert shown(app, "#noise") == f"⚠ NOISY while it ran: {NOISE}"
         assert shown(app, "#client").startswith(" ok ")  # shown beside the final figures
         await send(pilot, app, "think")  # sent at SENT_NS too, but done at +70 ms
         await wait_for(pilot, lambda: done(app, 2), what="second request")
@@ -82,7 +82,7 @@ async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> Non
         await send(pilot, app, "slow")  # first chunk at +10 ms, then hangs
         await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
         await post(pilot, app, 20.0, NOISE)
-        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {NOISE}"
+        assert shown(app, "#noise") == f"⚠ NOISY while it ran: {NOISE}"
         await pilot.press("escape")  # cancel: the mark stays with the cancelled request
         await wait_for(pilot, lambda: done(app), what="cancelled")
         await numbers_drawn(pilot, app)
@@ -123,4 +123,4 @@ async def test_the_sample_taken_as_a_request_ends_counts_for_it(tmp_path: Path) 
         assert first is not None and live.noisy == noisy_message(first.verdict) != ""
         assert sampler.interval_s == app.settings.probe_interval_s != END_SAMPLE_S
         await numbers_drawn(pilot, app)
-        assert shown(app, "#noise") == f"⚠ machine NOISY during this request: {live.noisy}"
+        assert shown(app, "#noise") == f"⚠ NOISY while it ran: {live.noisy}"

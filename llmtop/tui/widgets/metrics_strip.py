@@ -37,7 +37,7 @@ from llmtop.tui.widgets.token_pane import failure_text
 _HIDE_EMPTY = frozenset({"failure", "noise", "energy"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
-NOISY_PREFIX = "⚠ machine NOISY during this request: "
+NOISY_PREFIX = "⚠ NOISY while it ran: "  # the request; the badge is the machine now (D17)
 
 
 def noise_text(message: str | None) -> Text | str:
