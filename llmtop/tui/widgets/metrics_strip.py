@@ -7,8 +7,8 @@ tokens per chunk otherwise — with the running TPOT and decode rate (per chunk 
 per token after) and the previous request's TPOT, faint. Row 3: bars of those gaps (ms,
 `SparkBars`), one cell per gap from the left, with their max and p50 after them. Row 4 (after
 done): status, client TPOT and E2E (ms). Row 5: server prefill/decode (tok/s), load and
-overhead (ms). Row 6: the failure and its remedy, when there is one. Row 7: "⚠ machine NOISY
-during this request: …" when a probe sample taken while the request streamed was NOISY. Row 8: the
+overhead (ms). Row 6: the failure and its remedy, when there is one. Row 7: "⚠ NOISY while it
+ran: …" when a probe sample taken while the request streamed was NOISY. Row 8: the
 request's energy where a source was read ("energy 0.267 J/out tok · 0.075 J/prompt tok · 5.4
 J · rapl:cpu"), absent otherwise.
 """
