@@ -18,7 +18,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.remote import make_sampler, probes_note
-from llmtop.sessions.analysis.run import COLD_START_MS
+from llmtop.sessions.analysis.run import cold_starts
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.timeline import prompt_cache_hit
@@ -47,7 +47,7 @@ def result_exit_code(result: RequestResult) -> ExitCode:
 def cold_start(result: RequestResult) -> bool:
     """An ok request that loaded the model (load over analysis.run.COLD_START_MS): a report
     calls it cold-start and the TUI's history too; its TTFT is not a warm figure."""
-    return result.status == Status.OK and (result.metrics.load_ms or 0) > COLD_START_MS
+    return result.status == Status.OK and cold_starts([result.metrics.load_ms or 0.0])[0][0]
 
 
 def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import COLD_START_MS, BenchStatus, cold_starts
+from llmtop.sessions.analysis.run import BenchStatus, cold_starts
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -199,8 +199,8 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
     load alone, over analysis.run.COLD_START_MS."""
     m = result.metrics
     status = str(result.status)
-    if cold is None:
-        cold = (m.load_ms or 0) > COLD_START_MS
+    if cold is None:  # judged alone: the same rule with no other request to compare
+        cold = cold_starts([m.load_ms or 0.0])[0][0]
     if result.status == Status.OK and cold:
         status = str(BenchStatus.COLD_START)
     return HistoryRow(
