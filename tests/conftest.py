@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,23 @@ import pytest
 from llmtop.servers.child import ChildServer, EmbeddedProcess
 
 MODEL = "gemma3:270m"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_data_and_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's logs and config files live in its own folders, never the user's: a TUI
+    test that starts a sweep writes its log to the default sessions folder
+    (platformdirs.user_data_dir), and a user's own config.toml must not change a threshold
+    under test. The model cache (user_cache_dir) stays shared: it is 247 MB of files."""
+    saved = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "XDG_CONFIG_HOME")}
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data"))
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def running(child: ChildServer) -> Iterator[ChildServer]:

@@ -9,6 +9,7 @@ from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import verdict
+from llmtop.sessions.analysis.load_verdict import verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
@@ -102,6 +103,9 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
     if incomplete is not None:  # the report covers what reached the log
         print(f"llmtop load: {incomplete}; the report covers the records written", file=sys.stderr)
         return ExitCode.LOG_INCOMPLETE
+    if outcome.analysis.verdict.contaminated:  # load_verdict.py: a level ran NOISY
+        print(f"llmtop load: {verdict_line(outcome.analysis.verdict)}", file=sys.stderr)
+        return ExitCode.NOISY
     return ExitCode.OK
 
 

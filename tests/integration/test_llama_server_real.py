@@ -157,8 +157,9 @@ def test_load_curve_against_four_slots(four_slots, tmp_path):
     p = llmtop("load", "--engine", "openai", "--host", four_slots.url, "--concurrency",
                "1,2,4,8", "--requests", "8", "--prompt-tokens", "48", "--max-tokens", "16",
                "--log", str(log), "--json", "--no-cache")
-    assert p.returncode == ExitCode.OK, p.stderr
     report = json.loads(p.stdout)
+    noisy = report["verdict"]["word"] == "contaminated"  # a level NOISY: exit 1
+    assert p.returncode == (ExitCode.NOISY if noisy else ExitCode.OK), p.stderr
     assert report["environment"]["parallel"]["slots"] == 4
     levels = report["levels"]
     assert [lv["ok"] for lv in levels] == [8, 8, 8, 8]

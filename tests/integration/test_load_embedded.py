@@ -80,8 +80,11 @@ def test_one_slot_flat_throughput_and_ttft_grows_a_service_time_per_user(engine_
         check=False,
         timeout=800,
     )
-    assert p.returncode == ExitCode.OK, p.stderr
     report = json.loads(p.stdout)
+    # the exit code is the sweep's verdict (a level NOISY on this shared machine: 1)
+    noisy = report["verdict"]["word"] == "contaminated"
+    assert p.returncode == (ExitCode.NOISY if noisy else ExitCode.OK), p.stderr
+    assert report["knee"]["trusted"] is not noisy
     assert report["environment"]["parallel"]["slots"] == 1
     one, two, three = report["levels"]
     assert all(lv["ok"] == 4 for lv in (one, two, three))

@@ -19,8 +19,10 @@ import platformdirs
 
 from llmtop.safetext import one_line
 from llmtop.sessions.analysis.compare import run_analysis
+from llmtop.sessions.analysis.load import analyze_log
 from llmtop.sessions.analysis.run import noisy_samples
 from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import RunLog
 
 
 def sessions_folder() -> Path:
@@ -89,6 +91,8 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
         return SessionEntry(str(path), h.started_at, h.upstream, ", ".join(models) or None,
                             h.kind, len(log.requests), statuses.get("ok", 0), None,
                             statuses=dict(statuses))
+    if h.kind == "load":  # a sweep's verdict is its own (load_verdict.py), as its report's
+        return _load_entry(str(path), log)
     analysis = run_analysis(log)
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:
@@ -97,6 +101,26 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
                         analysis.ok_count, None if single else analysis.verdict,
                         statuses=dict(words), noisy=single and noisy_samples(log.probes)[0] > 0)
+
+
+def _load_entry(path: str, log: RunLog) -> SessionEntry:
+    """A sweep's line: its requests counted by the words its report uses (the bench status
+    of each measured request, then "warm-up" and "model load" for the rest), and the
+    sweep's verdict word, with its NOISY levels ("contaminated: 2 users NOISY")."""
+    h = log.header
+    sweep = analyze_log(log)
+    words: Counter[str] = Counter()
+    for lv in sweep.levels:
+        words.update(lv.statuses)
+    others = [r for r in log.requests if r.phase != "measure"]
+    words.update("warm-up" if r.phase == "warmup" else "model load" for r in others)
+    v = sweep.verdict
+    word = str(v.word)
+    if v.contaminated:
+        word += ": " + ", ".join(reason.split(":", 1)[0] for reason in v.reasons) + " NOISY"
+    ok = sum(lv.ok for lv in sweep.levels)
+    return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,
+                        word, statuses=dict(words))
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:

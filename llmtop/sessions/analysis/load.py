@@ -30,9 +30,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
+from llmtop.sessions.analysis.load_verdict import judge_sweep, knee_line
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.analysis.search import PointVerdict, SearchResult, judge, replay
 from llmtop.sessions.analysis.slo import ATTAINMENT, Slo
+from llmtop.sessions.analysis.verdict import RunVerdict
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
@@ -174,6 +176,17 @@ class LoadAnalysis:
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
         return next((lv for lv in self.levels if lv.level == index), None)
+
+    @property
+    def verdict(self) -> RunVerdict:
+        """The sweep's one verdict (load_verdict.judge_sweep): what the load screen, the
+        reports, `llmtop load`'s exit code and the sessions list all say."""
+        return judge_sweep(self.levels)
+
+    @property
+    def knee_line(self) -> str:
+        """The knee as every view states it, "not trusted" when a level ran NOISY."""
+        return knee_line(self.knee, self.verdict)
 
 
 def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:

@@ -15,6 +15,7 @@ from typing import Any
 
 from llmtop.engines.connection import describe_config
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
+from llmtop.sessions.analysis.load_verdict import knee_head, verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.reports.csvcells import CsvWriter
@@ -112,7 +113,9 @@ def markdown(a: LoadAnalysis) -> str:
             f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"
         ),
         "",
-        f"**Knee:** {a.knee.sentence}.",
+        f"**Verdict:** {verdict_line(a.verdict)}",
+        "",
+        f"**{knee_head(a.verdict)}:** {a.knee.sentence}.",
         f"(rule: {a.knee.rule})",
         "",
         *markdown_search(a.search),
@@ -293,7 +296,9 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
         "mode": a.mode,
         "slo": a.slo.to_dict(),
         "levels": [lv.to_dict() for lv in a.levels],
+        "verdict": {"word": str(a.verdict.word), "reasons": list(a.verdict.reasons)},
         "knee": {
+            "trusted": not a.verdict.contaminated,
             "level": a.knee.level.level if a.knee.level else None,
             "value": a.knee.level.value if a.knee.level else None,
             "rule": a.knee.rule,

@@ -27,7 +27,7 @@ from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
-from llmtop.tui.state.load_view import LoadLive, curve, levels_table
+from llmtop.tui.state.load_view import LoadLive, curve, finished_text, levels_table
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.machine_badge import MachineBadge
 
@@ -172,11 +172,7 @@ class LoadScreen(Screen[None]):
                 LoadRunner, self.conn, config, None, self.live.on_progress
             )
             outcome = await runner.run()
-            knee.update(
-                Text(
-                    f"Knee: {outcome.analysis.knee.sentence}.\nlog {outcome.log_path}", style="bold"
-                )
-            )
+            knee.update(finished_text(outcome.analysis, outcome.log_path))
         except asyncio.CancelledError:
             knee.update(Text("sweep cancelled (recorded in its log)", style="yellow"))
             raise

@@ -12,7 +12,8 @@ from time import perf_counter_ns
 from rich.table import Table
 from rich.text import Text
 
-from llmtop.sessions.analysis.load import LevelResult, Percentiles
+from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
+from llmtop.sessions.analysis.load_verdict import verdict_line
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.runners.load import LoadProgress
 
@@ -103,6 +104,19 @@ def level_cells(lv: LevelResult) -> tuple[str, ...]:
         goodput,
         lv.verdict,
     )
+
+
+def finished_text(analysis: LoadAnalysis, log_path: str) -> Text:
+    """The finished sweep's lines under its table: the verdict (the report's word, green when
+    CLEAN, red when CONTAMINATED, yellow otherwise), the knee as the report states it, the
+    log's path."""
+    v = analysis.verdict
+    colour = "green" if v.label == "CLEAN" else "red" if v.contaminated else "yellow"
+    out = Text("Verdict: ", style="bold")
+    out.append(verdict_line(v), style=f"bold {colour}")
+    out.append(f"\n{analysis.knee_line}", style="bold")
+    out.append(f"\nlog {log_path}")
+    return out
 
 
 def levels_table(levels: Sequence[LevelResult]) -> Table:

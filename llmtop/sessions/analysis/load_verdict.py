@@ -1,0 +1,70 @@
+"""A load sweep's verdict: one word for the load screen, `llmtop load`'s report and exit code,
+`llmtop report` and the sessions list (issue 32, D6: a sweep whose levels ran NOISY claimed
+its knee as if it were clean). Pure.
+
+The words are the bench's (verdict.Word), with the sweep's own rules:
+
+* **contaminated** when any level ran NOISY (a probe sample inside the level had a WARN or
+  FAIL finding: analysis/load.probe_verdict). A sweep is read as a curve, level against
+  level: one level slowed by a neighbour bends the curve and moves the knee, and a level has
+  no re-measuring (bench's episodes) to set it right; so a single NOISY level is enough, and
+  the knee is shown as not trusted beside it;
+* **inconclusive** when no level has a probe sample (probes off, or levels shorter than the
+  probes' period): nothing shows whether the machine was quiet;
+* **clean** when every level that was sampled was QUIET.
+
+Exit code (`llmtop load`): contaminated → ExitCode.NOISY (1), as `bench` (README, "Exit
+codes"); the figures are still printed and logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from llmtop.sessions.analysis.verdict import RunVerdict, Word
+
+if TYPE_CHECKING:
+    from llmtop.sessions.analysis.load import Knee, LevelResult
+
+NOT_TRUSTED = "not trusted"
+
+
+def judge_sweep(levels: Sequence[LevelResult]) -> RunVerdict:
+    """The sweep's verdict from its levels' probe verdicts (rules in the module docstring);
+    each reason names a NOISY level and its findings' codes ("2 users: NOISY: background-cpu,
+    cpu-steal"), in level order."""
+    ordered = sorted(levels, key=lambda lv: lv.value)
+    noisy = [lv for lv in ordered if lv.verdict.startswith("NOISY")]
+    if noisy:
+        return RunVerdict(Word.CONTAMINATED, tuple(f"{lv.label}: {lv.verdict}" for lv in noisy))
+    if any(lv.verdict == "QUIET" for lv in ordered):
+        return RunVerdict(Word.CLEAN)
+    if not ordered:
+        return RunVerdict(Word.INCONCLUSIVE, ("no level ran",))
+    unsampled = ("no probe sample in any level: nothing shows whether the machine was quiet "
+                 "(probes off, or levels shorter than a probe period)")
+    return RunVerdict(Word.INCONCLUSIVE, (unsampled,))
+
+
+def verdict_line(verdict: RunVerdict) -> str:
+    """The verdict in one line: "CLEAN", "CONTAMINATED — 2 users: NOISY: background-cpu"."""
+    if not verdict.reasons:
+        return verdict.label
+    return f"{verdict.label} — " + "; ".join(verdict.reasons)
+
+
+def knee_head(verdict: RunVerdict) -> str:
+    """What the knee's sentence is introduced by: "Knee", or "Knee (not trusted: a level ran
+    NOISY; re-run on a quiet machine)" when the sweep is contaminated."""
+    if not verdict.contaminated:
+        return "Knee"
+    n = len(verdict.reasons)
+    which = "a level" if n == 1 else f"{n} levels"
+    return f"Knee ({NOT_TRUSTED}: {which} ran NOISY; re-run on a quiet machine)"
+
+
+def knee_line(knee: Knee, verdict: RunVerdict) -> str:
+    """The knee's sentence as every view states it: "Knee: this engine serves 2 concurrent
+    users within …." (knee_head says when it is not trusted)."""
+    return f"{knee_head(verdict)}: {knee.sentence}."
