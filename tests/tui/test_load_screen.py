@@ -11,6 +11,7 @@ from textual.widgets import Input, Static
 
 from llmtop.connect import connect
 from llmtop.sessions.analysis.load import LevelResult, Percentiles
+from llmtop.sessions.records.log import read_log
 from llmtop.testing.slotted import Service, SlottedUpstream
 from llmtop.tui.screens.load import LoadScreen, config_from_form
 from llmtop.tui.state.load_view import curve, level_cells, levels_table
@@ -37,6 +38,7 @@ async def test_a_sweep_from_the_form(tmp_path, monkeypatch):
                 screen.query_one("#load-levels", Input).value = "1,2"
                 screen.query_one("#load-requests", Input).value = "4"
                 screen.query_one("#load-prompt", Input).value = "20"
+                screen.query_one("#load-max-tokens", Input).value = "3"
                 screen.query_one("#load-slo", Input).value = "ttft=5s"
                 await pilot.click("#load-start")
                 await screen.worker.wait()
@@ -50,6 +52,8 @@ async def test_a_sweep_from_the_form(tmp_path, monkeypatch):
                 assert second.startswith(head)
                 assert second.endswith("this engine serves 2 concurrent users within TTFT ≤ "
                                        "5000 ms.")
+                log = read_log(knee.splitlines()[2].removeprefix("log "))
+                assert log.header.load["max_tokens"] == 3  # the form's field reached the sweep
                 assert [lv.value for lv in screen.live.levels] == [1, 2]
                 console = Console(width=140, record=True)
                 console.print(levels_table(screen.live.levels))  # what #load-table shows
@@ -64,8 +68,13 @@ def test_form_errors_are_messages():
         config_from_form(TuiSettings(), "concurrency", "1,2", "0", "", "200")
     with pytest.raises(ValueError, match="SLO term"):
         config_from_form(TuiSettings(), "concurrency", "1,2", "5", "p99=1", "200")
+    with pytest.raises(ValueError, match="max tokens must be a whole number >= 2"):
+        config_from_form(TuiSettings(), "concurrency", "1,2", "5", "", "200", "1")
     cfg = config_from_form(TuiSettings(options={"seed": 7}), "rate", "0.5,1", "5", "", "64")
     assert (cfg.mode, cfg.levels, cfg.seed, cfg.prompt_tokens) == ("rate", (0.5, 1.0), 7, 64)
+    assert cfg.max_tokens == 100  # the form's default, `llmtop load`'s (Workload.max_tokens)
+    cfg = config_from_form(TuiSettings(), "concurrency", "1", "5", "", "64", " 32 ")
+    assert cfg.max_tokens == 32 and cfg.options()["num_predict"] == 32
 
 
 def level(n: int, value: float, rate: float, ttft: float) -> LevelResult:
@@ -137,6 +146,7 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
             "load-levels": "levels",
             "load-requests": "requests",
             "load-prompt": "prompt tokens",
+            "load-max-tokens": "max tokens",
             "load-slo": "SLO",
         }
         start = screen.query_one("#load-start").region
@@ -148,6 +158,7 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
         assert screen.query_one("#load-levels").region.width - 4 >= len("1,2,4,8,16,32")
         assert screen.query_one("#load-slo").region.width - 4 >= len("ttft=500ms,tpot=50ms")
         assert screen.query_one("#load-prompt").region.width - 4 >= len("4096")
+        assert screen.query_one("#load-max-tokens").region.width - 4 >= len("1024")
         badge = str(screen.query_one(MachineBadge).content)
         assert badge.startswith(" NOISY  Chromium (14 processes) is using 38 % CPU")
 

@@ -23,10 +23,12 @@ from textual.worker import Worker
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode, parse_levels
+from llmtop.tui.state.bench_config import MIN_MAX_TOKENS
 from llmtop.tui.state.load_view import LoadLive, curve, finished_text, levels_table
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.machine_badge import MachineBadge
@@ -37,19 +39,25 @@ FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("levels", "levels", "1,2,4", "1,2,4"),
     ("requests", "requests", "20", "per level"),
     ("prompt", "prompt tokens", "200", "tokens"),
+    ("max-tokens", "max tokens", str(Workload.max_tokens), "tokens"),
     ("slo", "SLO", "ttft=500ms,tpot=50ms", "ttft=500ms,tpot=50ms"),
 )
 
 
 def config_from_form(
-    settings: TuiSettings, mode: Mode, levels: str, requests: str, slo: str, prompt_tokens: str
+    settings: TuiSettings, mode: Mode, levels: str, requests: str, slo: str, prompt_tokens: str,
+    max_tokens: str = str(Workload.max_tokens),
 ) -> LoadConfig:
-    """The LoadConfig the form asks for, with the app's generation options. Raises
-    ValueError with a message for the user."""
+    """The LoadConfig the form asks for, with the app's generation options; max_tokens is
+    each request's output cap (`llmtop load --max-tokens`, ≥ 2: a TPOT needs two tokens).
+    Raises ValueError with a message for the user."""
     if not requests.strip().isdigit() or int(requests) < 1:
         raise ValueError("requests per level must be a whole number >= 1")
     if not prompt_tokens.strip().isdigit() or int(prompt_tokens) < 8:
         raise ValueError("prompt tokens must be a whole number >= 8")
+    if not max_tokens.strip().isdigit() or int(max_tokens) < MIN_MAX_TOKENS:
+        raise ValueError(f"max tokens must be a whole number >= {MIN_MAX_TOKENS} (a TPOT needs "
+                         "two output tokens)")
     return LoadConfig.from_options(
         settings.options,
         mode=mode,
@@ -57,6 +65,7 @@ def config_from_form(
         requests=int(requests),
         slo=Slo.parse(slo),
         prompt_tokens=int(prompt_tokens),
+        max_tokens=int(max_tokens),
     )
 
 
@@ -64,17 +73,18 @@ class LoadScreen(Screen[None]):
     """Form and live line on top; the levels' table, the curve and the knee below."""
 
     # every field labelled as on the bench form, on two rows (mode, levels, requests; prompt
-    # tokens, SLO, Start) so that all fits at 80 columns, the levels and the SLO taking the
-    # width left (issue 32, row 10: unlabelled boxes, a clipped button; finding I: 8-character
-    # boxes, the prompt tokens' box cut at 80)
+    # tokens, max tokens, SLO, Start) so that all fits at 80 columns, the levels and the SLO
+    # taking the width left (issue 32, row 10: unlabelled boxes, a clipped button; finding I:
+    # 8-character boxes, the prompt tokens' box cut at 80). Its labels' 1-column padding is
+    # in llmtop.tcss: the app's stylesheet outranks a screen's DEFAULT_CSS.
     DEFAULT_CSS = """
     #load-title-row { height: 1; padding: 0 1; }
     #load-title { width: auto; text-wrap: nowrap; margin-right: 2; }
     #load-badge { width: 1fr; }
     #load-form, #load-form-slo { height: 3; }
-    #load-form .bench-label, #load-form-slo .bench-label { padding: 0 0 0 1; }
     #load-levels, #load-slo { width: 1fr; }
-    #load-requests, #load-prompt { width: 10; }
+    #load-requests { width: 10; }
+    #load-prompt, #load-max-tokens { width: 8; }
     #load-mode { width: 19; }
     #load-start { min-width: 9; margin-left: 1; }
     #load-body { padding: 0 1; }
@@ -110,7 +120,7 @@ class LoadScreen(Screen[None]):
             for fid, label, value, hint in FIELDS[:2]:  # levels, requests
                 yield Label(label, classes="bench-label")
                 yield Input(value, placeholder=hint, id=f"load-{fid}")
-        with Horizontal(id="load-form-slo"):  # prompt tokens, SLO, Start: all fits at 80
+        with Horizontal(id="load-form-slo"):  # prompt and max tokens, SLO, Start: fits 80
             for fid, label, value, hint in FIELDS[2:]:
                 yield Label(label, classes="bench-label")
                 yield Input(value, placeholder=hint, id=f"load-{fid}")
@@ -152,6 +162,7 @@ class LoadScreen(Screen[None]):
                 value("requests"),
                 value("slo"),
                 value("prompt"),
+                value("max-tokens"),
             )
         except ValueError as exc:
             self.query_one("#load-knee", Static).update(Text(f"✗ {exc}", style="bold red"))
