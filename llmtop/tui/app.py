@@ -88,7 +88,7 @@ from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.screens.apps import AppsScreen
-from llmtop.tui.screens.bench import BenchScreen
+from llmtop.tui.screens.bench import BenchScreen, LastBench
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.load import LoadScreen
 from llmtop.tui.screens.plots import PlotsScreen
@@ -206,6 +206,7 @@ class LlmtopApp(LlmtopBaseApp):
         self._probe_dirty = False
         self._end_sample_for: LiveRequest | None = None  # the request ended, its sample not in
         self.noise = NoiseTracker()
+        self.last_bench: LastBench | None = None  # BenchScreen leaves its last run here
         self._frame = 0  # render timer ticks
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self._render_timer: Timer | None = None  # paused while there is nothing to draw

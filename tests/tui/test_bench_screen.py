@@ -200,6 +200,39 @@ async def test_esc_cancels_the_run_and_the_log_records_it(
     assert session[-1].outcome == "cancelled"
 
 
+async def test_esc_keeps_the_finished_run_for_the_next_ctrl_b(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New-user pass D15: Esc after a bench, then Ctrl+B, showed an empty form; the verdict,
+    the series, the log and the report were gone. The reopened screen is a new one drawn
+    from the run the app kept, with the form as that run was started."""
+    app = build(tmp_path, FakeEngine(), monkeypatch)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
+        first = app.screen
+        assert isinstance(first, BenchScreen)
+        first.query_one("#bench-max-tokens").value = "6"  # type: ignore[attr-defined]
+        await pilot.click("#bench-start")
+        await finish(pilot, first)
+        summary, rows = shown(first, "#bench-summary"), series_lines(first)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.default_screen, what="main screen")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench again")
+        again = app.screen
+        assert isinstance(again, BenchScreen) and again is not first
+        await wait_for(pilot, lambda: drawn(again), what="the kept run drawn")
+        assert shown(again, "#bench-summary") == summary and summary.startswith(" CLEAN ")
+        assert series_lines(again) == rows and shown(again, "#bench-phase") == "done"
+        assert again.log_path == first.log_path
+        assert again.query_one("#bench-max-tokens").value == "6"  # type: ignore[attr-defined]
+        await pilot.press("r")  # the kept run's report
+        await wait_for(pilot, lambda: isinstance(app.screen, ReportScreen), what="report")
+        assert "**Verdict: CLEAN**" in app.screen.markdown  # type: ignore[attr-defined]
+
+
 async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The form hands its raw texts to the screen (`BenchForm.StartRequested`, the contract
     between the two); the screen refuses a value that cannot run and says why."""

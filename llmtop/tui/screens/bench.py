@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from rich.text import Text
@@ -62,11 +63,24 @@ HINT = (
 )
 
 
+@dataclass
+class LastBench:
+    """The session's last bench, kept by the app when its screen closes, so Ctrl+B opens on
+    it again (its verdict, series, log and report; the form as it was started) instead of an
+    empty form (new-user pass D15: Esc after a bench lost its result)."""
+
+    state: BenchState
+    log_path: str
+    form: dict[str, str]
+
+
 class BenchHost(Protocol):
-    """What the screen needs from the app (`LlmtopApp` provides it)."""
+    """What the screen needs from the app (`LlmtopApp` provides it); last_bench: what the
+    screen leaves for the next one."""
 
     settings: TuiSettings
     noise: NoiseTracker
+    last_bench: LastBench | None
 
     @property
     def latest_probe(self) -> ProbeSample | None: ...
@@ -93,6 +107,12 @@ class BenchScreen(Screen[None]):
         self.log_path: str | None = None
         self.worker: Worker[None] | None = None
         self._probe_shown: ProbeSample | None = None
+        self._form: dict[str, str] = form_defaults(host.settings)
+        last = host.last_bench
+        if last is not None:  # reopened: the last run, drawn again by the render timer
+            self.state, self.log_path, self._form = last.state, last.log_path, dict(last.form)
+            last.state.progress_dirty = last.state.series_dirty = True
+            last.state.summary_dirty = True
 
     # ------------------------------------------------------------------ layout
 
@@ -104,7 +124,7 @@ class BenchScreen(Screen[None]):
             yield PathLabel("bench log ", id="bench-log")
         with Horizontal(id="bench-main"):
             with Vertical(id="bench-left"):
-                yield BenchForm(form_defaults(self.host.settings), id="bench-form")
+                yield BenchForm(self._form, id="bench-form")
                 with Horizontal(id="bench-phase-row"):
                     yield Static("not started", id="bench-phase")
                     yield ProgressBar(total=1, show_eta=False, id="bench-progress")
@@ -126,7 +146,13 @@ class BenchScreen(Screen[None]):
             Text(fit_parts(parts, self.size.width - 2 - LOG_ROOM - len("bench ")), style="bold"))
 
     def on_mount(self) -> None:
-        self.query_one(TokenPane).show_message("tokens of the request being measured appear here")
+        if self.log_path is not None and self.worker is None:  # the last bench, reopened
+            self.query_one("#bench-log", PathLabel).set_path(self.log_path)
+            self.query_one(TokenPane).show_message(
+                "the session's last bench, as it ended (Esc kept it); Start measures again")
+        else:
+            self.query_one(TokenPane).show_message(
+                "tokens of the request being measured appear here")
         self.query_one("#bench-requests", Input).focus()
         self.set_interval(1 / RENDER_HZ, self._render_dirty, name="bench-render")
         self._render_probe()
@@ -145,6 +171,7 @@ class BenchScreen(Screen[None]):
         except BenchFormError as exc:
             self.query_one(BenchSummary).show_text(Text(f"✗ {exc}", style="bold red"))
             return
+        self._form = dict(v)
         self.worker = self._run_bench(config)
 
     @property
@@ -183,6 +210,7 @@ class BenchScreen(Screen[None]):
         finally:
             if self.log_path is not None:
                 self.host.bench_ended(self.log_path, how)
+                self.host.last_bench = LastBench(state, self.log_path, self._form)
             with contextlib.suppress(NoMatches):
                 self.query_one(BenchForm).set_running(False)
 
