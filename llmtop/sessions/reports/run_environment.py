@@ -44,6 +44,8 @@ def gpu_cells(report: Report) -> tuple[str, str]:
     ps = ""
     if loaded.get("size"):
         ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)"
+        if loaded.get("size_vram") == 0:  # a bare "0 B" read as a fault (new-user pass D31)
+            ps = f"none: the model runs on the CPU (0 of {_bytes(loaded.get('size'))}, /api/ps)"
     gpu = report.gpu
     if gpu.util_median is None:
         reason = (report.log.header.machine_environment.get("gpu") or {}).get("reason")
@@ -148,6 +150,8 @@ def environment_markdown(report: Report) -> list[str]:
     said = gpu_absent(gpu.get("reason"))
     gpus = gpus or ("none" if said == "none" else f"none ({said})")
     note = f" — {loaded['note']}" if loaded.get("note") else ""
+    if loaded.get("size") and loaded.get("size_vram") == 0:
+        note = " (all in RAM: the model runs on the CPU)" + note
     rows = [
         ("llmtop", h.llmtop_version),
         ("engine", f"{h.engine} {h.engine_version or ''} at {h.host}"
