@@ -95,6 +95,7 @@ from llmtop.tui.screens.plots import PlotsScreen
 from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.screens.sessions import SessionsScreen
 from llmtop.tui.state.connect_failure import connect_failure_view
+from llmtop.tui.state.fmt import saved_where
 from llmtop.tui.state.frames import StreamFrames
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
@@ -744,9 +745,10 @@ class LlmtopApp(LlmtopBaseApp):
                 title="Screenshot",
                 severity="error",
                 timeout=10,
+                markup=False,  # a folder's "[" is a name, not markup
             )
             return
-        self.notify(f"saved {path}", title="Screenshot", timeout=10)
+        self.notify(saved_where(path), title="Screenshot saved", timeout=10, markup=False)
 
     def action_report(self) -> None:
         """The report of this session's log so far (as `llmtop report LOG`), in a box."""

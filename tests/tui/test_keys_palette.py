@@ -115,10 +115,21 @@ async def test_screenshot_is_saved_beside_the_log_or_says_why_not(tmp_path: Path
         app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
         app.action_save_screenshot()
         saved = list(folder.glob("*.svg"))
-        assert len(saved) == 1 and notes == [f"saved {saved[0]}"]
+        # the name on its own line, then the folder (tmp_path is outside the home folder)
+        assert len(saved) == 1 and notes == [f"{saved[0].name}\nin {folder}"]
         shutil.rmtree(folder)  # the log's folder is gone (its file stays open)
         app.action_save_screenshot()
         assert notes[1] == f"screenshot not saved in {folder}: No such file or directory"
+
+
+def test_a_saved_files_toast_names_it_then_its_folder() -> None:
+    from llmtop.tui.state.fmt import saved_where
+
+    home = "/home/ana"
+    assert saved_where("/home/ana/.local/share/llmtop/sessions/x.svg", home) == (
+        "x.svg\nin ~/.local/share/llmtop/sessions")
+    assert saved_where("/home/ana/x.svg", home) == "x.svg\nin ~"
+    assert saved_where("/home/anabel/x.svg", home) == "x.svg\nin /home/anabel"  # not ~bel
 
 
 async def test_keys_on_the_load_screen_stay_on_it(tmp_path: Path) -> None:

@@ -3,9 +3,13 @@ for CPU readings that need a second sample), never as a made-up 0."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from llmtop.sessions.reports.text import NA, size, spark_cell
 
-__all__ = ["NA", "WARMING", "bar", "joules", "ms", "pct", "rate", "size", "spark_char"]
+__all__ = ["NA", "WARMING", "bar", "joules", "ms", "pct", "rate", "saved_where", "size",
+           "spark_char"]
 
 WARMING = "warming up"
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -44,3 +48,15 @@ def bar(percent: float | None, width: int) -> str:
 def spark_char(percent: float | None) -> str:
     """One sparkline cell for 0–100 % (`textfmt.spark_cell`); "·" when unknown."""
     return spark_cell(percent, 0.0, 100.0, missing="·")
+
+
+def saved_where(path: str | os.PathLike[str], home: str | None = None) -> str:
+    """A saved file as a toast says it: its name on one line, "in <folder>" on the next, the
+    home folder as "~" — a toast ~40 cells wide wrapped the whole path mid-name (new-user pass
+    D28). home: the home folder (default: the user's)."""
+    p = Path(path)
+    folder = str(p.parent)
+    root = home if home is not None else str(Path.home())
+    if root and (folder == root or folder.startswith(root.rstrip(os.sep) + os.sep)):
+        folder = "~" + folder[len(root.rstrip(os.sep)):]
+    return f"{p.name}\nin {folder}"
