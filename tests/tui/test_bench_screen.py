@@ -51,12 +51,18 @@ def build(
     return make_app(settings, connection=fake_connection(engine))
 
 
-async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]
+async def open_bench(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]
+    """Ctrl+B once the engine is ready; the bench screen it opens."""
     await wait_for(pilot, lambda: app.ready, what="connection")
     await pilot.press("ctrl+b")
     await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
     screen = app.screen
     assert isinstance(screen, BenchScreen)
+    return screen
+
+
+async def open_and_start(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]
+    screen = await open_bench(pilot, app)
     await pilot.click("#bench-start")
     return screen
 
@@ -208,11 +214,7 @@ async def test_esc_keeps_the_finished_run_for_the_next_ctrl_b(
     from the run the app kept, with the form as that run was started."""
     app = build(tmp_path, FakeEngine(), monkeypatch)
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
-        first = app.screen
-        assert isinstance(first, BenchScreen)
+        first = await open_bench(pilot, app)
         first.query_one("#bench-max-tokens").value = "6"  # type: ignore[attr-defined]
         await pilot.click("#bench-start")
         await finish(pilot, first)
@@ -323,11 +325,7 @@ async def test_the_form_runs_cache_pairs_and_a_conversation(
     and at 80 columns both rows and the Start button are wholly on screen."""
     app = build(tmp_path, FakeEngine(), monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
-        screen = app.screen
-        assert isinstance(screen, BenchScreen)
+        screen = await open_bench(pilot, app)
         for fid in ("bench-requests", "bench-cache-pairs", "bench-turns", "bench-start"):
             region = screen.query_one(f"#{fid}").region
             assert region.x >= 0 and region.right <= 80, (fid, region)
