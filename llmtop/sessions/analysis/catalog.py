@@ -20,6 +20,7 @@ import platformdirs
 from llmtop.safetext import one_line
 from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.load_verdict import noisy_levels
 from llmtop.sessions.analysis.run import noisy_samples
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
@@ -114,10 +115,9 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
         words.update(lv.statuses)
     others = [r for r in log.requests if r.phase != "measure"]
     words.update("warm-up" if r.phase == "warmup" else "model load" for r in others)
-    v = sweep.verdict
-    word = str(v.word)
-    if v.contaminated:
-        word += ": " + ", ".join(reason.split(":", 1)[0] for reason in v.reasons) + " NOISY"
+    word = str(sweep.verdict.word)
+    if noisy := noisy_levels(sweep.levels):
+        word += ": " + ", ".join(lv.label for lv in noisy) + " NOISY"
     ok = sum(lv.ok for lv in sweep.levels)
     return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,
                         word, statuses=dict(words))

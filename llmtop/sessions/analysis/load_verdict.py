@@ -30,12 +30,18 @@ if TYPE_CHECKING:
 NOT_TRUSTED = "not trusted"
 
 
+def noisy_levels(levels: Sequence[LevelResult]) -> list[LevelResult]:
+    """The levels that ran NOISY (their probe verdict), lowest level first."""
+    return [lv for lv in sorted(levels, key=lambda lv: lv.value)
+            if lv.verdict.startswith("NOISY")]
+
+
 def judge_sweep(levels: Sequence[LevelResult]) -> RunVerdict:
     """The sweep's verdict from its levels' probe verdicts (rules in the module docstring);
     each reason names a NOISY level and its findings' codes ("2 users: NOISY: background-cpu,
     cpu-steal"), in level order."""
     ordered = sorted(levels, key=lambda lv: lv.value)
-    noisy = [lv for lv in ordered if lv.verdict.startswith("NOISY")]
+    noisy = noisy_levels(ordered)
     if noisy:
         return RunVerdict(Word.CONTAMINATED, tuple(f"{lv.label}: {lv.verdict}" for lv in noisy))
     if any(lv.verdict == "QUIET" for lv in ordered):
