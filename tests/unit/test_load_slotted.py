@@ -6,10 +6,12 @@ expected throughput and queueing are computed from it (llmtop/testing/slotted.py
 
 Tolerance: every service can start up to EPS_S late: the server's timers wake on the
 loop's clock, which epoll rounds up to whole ms, and a loaded 2-core runner adds scheduling
-delay (1–4 ms measured here; 10 ms allowed). The server runs in its own process, so its
-timers never wait for the measuring process's GIL. Where the client's own round trip enters (levels
-that leave slots idle between requests), it is measured at concurrency 1 (E2E − S) and
-bounded, never assumed.
+delay (1–4 ms measured alone; 12 ms a round once, late in a full suite run on 2 cores: 15 ms
+allowed). The bounds still tell the right law from its neighbours: with EPS 15 the 4-user
+level must lie in 9.2–10.1 req/s, where N / S would give 20 and one slot 5. The server runs
+in its own process, so its timers never wait for the measuring process's GIL. Where the
+client's own round trip enters (levels that leave slots idle between requests), it is
+measured at concurrency 1 (E2E − S) and bounded, never assumed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from llmtop.testing.slotted import Service, SlottedProcess
 
 SERVICE = Service(slots=2, prefill_s=0.04, tokens=9, gap_s=0.02)  # S = 40 + 8 × 20 = 200 ms
 S_MS = SERVICE.service_s() * 1000
-EPS_MS = 10.0  # per-service lateness bound (module docstring)
+EPS_MS = 15.0  # per-service lateness bound (module docstring)
 CLIENT_MAX_MS = 20.0  # a loopback request's own overhead on a busy runner, at most
 
 
