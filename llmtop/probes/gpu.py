@@ -4,7 +4,11 @@ The source method logged `nvidia-smi --query-gpu=utilization.gpu,memory.used,mem
 every second and said which tool each VRAM figure came from; `GpuSample.source` records that
 ("nvml"). No GPU, no driver or no library gives `GpuSample(available=False, reason=...)`,
 never an exception. NVML is initialised once per process and left initialised (nvmlInit is
-reference-counted and cheap to keep); repeat samples reuse the device handles.
+reference-counted and cheap to keep); repeat samples reuse the device handles, and what
+cannot change while the driver is loaded (a board's name and clock limits) is read once per
+device: on an H200 (driver 580.159, bench/gpu_check.py) one `nvmlDeviceGetMaxClockInfo`
+cost 1.5 ms of CPU against 2-10 µs for each live figure, so a sample that re-read both
+limits cost 3.1 ms where the live figures cost about 0.06 ms.
 
 Utilisation 100 % is busy time, not efficiency (docs/method.md, "GPU utilisation"), not "cannot go
 faster".
@@ -159,6 +163,7 @@ class GpuProbe:
     def __init__(self, nvml: Any | None = None) -> None:
         self._lib = nvml if nvml is not None else _load_pynvml()
         self._handles: list[Any] | None = None
+        self._static: list[tuple[str | None, int | None, int | None]] = []  # name, max clocks
         self._driver: str | None = None
         self._reason: str | None = None
         self._errors = _errors(self._lib)
@@ -183,7 +188,18 @@ class GpuProbe:
             self._reason = "no NVIDIA GPU found"
             return self._reason
         self._driver = self._call_text("nvmlSystemGetDriverVersion")
+        g_clock, m_clock = self._clock_kinds()
+        self._static = [
+            (self._call_text("nvmlDeviceGetName", h),
+             _int(self._call("nvmlDeviceGetMaxClockInfo", h, g_clock)),
+             _int(self._call("nvmlDeviceGetMaxClockInfo", h, m_clock)))
+            for h in self._handles
+        ]
         return None
+
+    def _clock_kinds(self) -> tuple[Any, Any]:
+        lib = self._lib
+        return getattr(lib, "NVML_CLOCK_GRAPHICS", 0), getattr(lib, "NVML_CLOCK_MEM", 2)
 
     def sample(self) -> GpuSample:
         """Read every GPU now; `available=False` with a reason when NVML cannot be used."""
@@ -228,14 +244,12 @@ class GpuProbe:
         util = self._call("nvmlDeviceGetUtilizationRates", h)
         mem = self._call("nvmlDeviceGetMemoryInfo", h)
         temp = self._call("nvmlDeviceGetTemperature", h, getattr(lib, "NVML_TEMPERATURE_GPU", 0))
-        g_clock, m_clock = (
-            getattr(lib, "NVML_CLOCK_GRAPHICS", 0),
-            getattr(lib, "NVML_CLOCK_MEM", 2),
-        )
+        g_clock, m_clock = self._clock_kinds()
+        name, g_max, m_max = self._static[index]
         power_mw = self._call("nvmlDeviceGetPowerUsage", h)
         return GpuDevice(
             index=index,
-            name=self._call_text("nvmlDeviceGetName", h),
+            name=name,
             util_percent=_num(getattr(util, "gpu", None)),
             mem_util_percent=_num(getattr(util, "memory", None)),
             memory_used=_int(getattr(mem, "used", None)),
@@ -243,8 +257,8 @@ class GpuProbe:
             temperature_c=_num(temp),
             clock_graphics_mhz=_int(self._call("nvmlDeviceGetClockInfo", h, g_clock)),
             clock_memory_mhz=_int(self._call("nvmlDeviceGetClockInfo", h, m_clock)),
-            clock_graphics_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, g_clock)),
-            clock_memory_max_mhz=_int(self._call("nvmlDeviceGetMaxClockInfo", h, m_clock)),
+            clock_graphics_max_mhz=g_max,
+            clock_memory_max_mhz=m_max,
             throttle_reasons=self._throttle(h),
             power_w=power_mw / 1000.0 if isinstance(power_mw, int | float) else None,
             processes=self._processes(h),

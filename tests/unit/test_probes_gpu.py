@@ -121,6 +121,36 @@ def test_nvml_is_initialised_once() -> None:
     assert lib.init_calls == 1
 
 
+class CountingNvml(FakeNvml):
+    """FakeNvml that counts the calls of each NVML function (two GPUs)."""
+
+    def __init__(self) -> None:
+        super().__init__(count=2)
+        self.calls: dict[str, int] = {}
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name.startswith("nvml") and callable(value):
+            calls = object.__getattribute__(self, "calls")
+            calls[name] = calls.get(name, 0) + 1
+        return value
+
+
+def test_what_cannot_change_is_read_once_per_device() -> None:
+    # an H200 spent 1.5 ms of CPU per nvmlDeviceGetMaxClockInfo (bench/gpu_check.py): the
+    # name and the two clock limits are read at set-up, the live figures every sample
+    lib = CountingNvml()
+    probe = GpuProbe(lib)
+    samples = [probe.sample() for _ in range(5)]
+    assert lib.calls["nvmlDeviceGetMaxClockInfo"] == 2 * 2  # 2 GPUs × (graphics, memory)
+    assert lib.calls["nvmlDeviceGetName"] == 2
+    assert lib.calls["nvmlDeviceGetClockInfo"] == 5 * 2 * 2  # live: every sample
+    assert lib.calls["nvmlDeviceGetUtilizationRates"] == 5 * 2
+    last = samples[-1].devices
+    assert [(d.index, d.name, d.clock_graphics_max_mhz, d.clock_memory_max_mhz)
+            for d in last] == [(0, "NVIDIA H200", 1980, 2619), (1, "NVIDIA H200", 1980, 2619)]
+
+
 @pytest.mark.parametrize(
     ("lib", "reason"),
     [

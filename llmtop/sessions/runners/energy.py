@@ -12,6 +12,13 @@ ends, and the counter is interpolated only across those microseconds. The figure
 level the all-in J per output token; idle power from preflight's window, subtracted for the
 above-idle figures.
 
+An edge read is taken where the stream is unless reading costs more than `EDGE_INLINE_MAX_NS`
+(the reader's own measure of its last sample): then it runs on the meter's one worker thread,
+stamped there at the midpoint of its own read, so the stream's next chunk is not stamped late
+by it. Measured on an H200 (bench/gpu_check.py): NVML's energy counter cost 3.0 ms of CPU a
+read, and it moves every ~100 ms; a RAPL read costs tens of µs and stays inline. Every figure
+waits for the edge reads still pending (`settle`).
+
 Energy is read on this machine only: when the engine runs elsewhere the meter reads nothing
 and says so.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from llmtop.engines.events import StreamEvent
@@ -38,6 +46,10 @@ from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
 
 log = logging.getLogger(__name__)
+
+# An edge read costing more than this (ns of the reader's last sample) leaves the stream for
+# the meter's worker thread: 250 µs is a tenth of a fast decode's ITL (~2.5 ms at 400 tok/s)
+EDGE_INLINE_MAX_NS = 250_000
 
 
 def no_sources() -> Discovery:
@@ -81,6 +93,8 @@ class EnergyMeter:
     remote_host: the engine's host when it is not this machine (then nothing is looked for
     or read, and `line` says why).
     clock: the reader's stamp function (default time.perf_counter_ns).
+    inline_max_ns: the edge reads' threshold (default `EDGE_INLINE_MAX_NS`; a test passes -1
+    to send every edge read to the worker).
     `line`: the one line every command prints once ("energy: …" or "energy: n/a — …").
     """
 
@@ -90,6 +104,7 @@ class EnergyMeter:
         *,
         remote_host: str | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        inline_max_ns: int = EDGE_INLINE_MAX_NS,
     ) -> None:
         if discovery is not None:
             found = discovery
@@ -101,6 +116,9 @@ class EnergyMeter:
         self.reader: EnergyReader | None = EnergyReader(readable, clock=clock) if readable else None
         self.idle_w: dict[str, float | None] = {}
         self._clock = clock
+        self._inline_max_ns = inline_max_ns
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: list[Future[Any]] = []
 
     @property
     def active(self) -> bool:
@@ -123,8 +141,28 @@ class EnergyMeter:
         source, the clock now."""
         if self.reader is None:
             return self._clock()
+        self.settle()
         stamps = [s.t_ns for s in self.reader.sample().values()]
         return max(stamps) if edge == "start" else min(stamps)
+
+    def edge(self) -> None:
+        """A request's edge reading: here when the last read was cheap, else on the worker
+        thread (returns at once; `settle` waits for it)."""
+        reader = self.reader
+        if reader is None:
+            return
+        if reader.last_cost_ns <= self._inline_max_ns:
+            reader.sample()
+            return
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="llmtop-energy")
+        self._pending.append(self._worker.submit(reader.sample))
+
+    def settle(self) -> None:
+        """Wait for the edge readings still on the worker thread (none: returns at once)."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
 
     def hooks(
         self, on_event: Callable[[StreamEvent], None] | None
@@ -138,12 +176,12 @@ class EnergyMeter:
         seen = False
 
         def start(_collector: Any) -> None:
-            self.sample()
+            self.edge()
 
         def hook(event: StreamEvent) -> None:
             nonlocal seen
             if event.done or (not seen and event.has_text):
-                self.sample()
+                self.edge()
             seen = seen or event.has_text
             if on_event is not None:
                 on_event(event)
@@ -153,6 +191,7 @@ class EnergyMeter:
     def measure_idle(self, t0_ns: int, t1_ns: int) -> list[EnergyRecord]:
         """Idle power of each figure over [t0_ns, t1_ns] (a quiet window before the run:
         preflight's), kept for the above-idle figures; one "idle" record each."""
+        self.settle()
         if self.reader is None:
             return []
         out = []
@@ -180,6 +219,7 @@ class EnergyMeter:
         source, without events, or with stamps out of order (logged as a warning). Never
         raises."""
         stamps = request_stamps(result)
+        self.settle()
         if self.reader is None or stamps is None:
             return []
         prompt, output = request_tokens(result)
@@ -205,6 +245,7 @@ class EnergyMeter:
     ) -> list[EnergyRecord]:
         """The "run" or "level" records over [t0_ns, t1_ns]: all-in J per output token of
         `results` (the requests that ran in it)."""
+        self.settle()
         if self.reader is None:
             return []
         done = list(results)
@@ -227,6 +268,7 @@ class EnergyMeter:
         request the sum is still the figure to read: its edge errors are a smaller share of
         a whole run's joules; it is coarse when the run's span is (the source's coarse rule
         over first send → last chunk)."""
+        self.settle()
         if self.reader is None:
             return []
         done = [(r, s) for r in results if (s := request_stamps(r)) is not None]
