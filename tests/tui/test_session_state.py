@@ -21,7 +21,12 @@ from llmtop.tui.state.session_state import (
     ratio,
 )
 from llmtop.tui.widgets.metrics_strip import gaps_text
-from llmtop.tui.widgets.request_history import compare_text, row_cells
+from llmtop.tui.widgets.request_history import (
+    compare_text,
+    decode_cell,
+    previous_comparable,
+    row_cells,
+)
 from llmtop.tui.widgets.session_strip import marks_text, summary_text
 
 MS = 1_000_000
@@ -159,6 +164,47 @@ def test_history_rows_and_compare_ratios() -> None:
     assert compare_text(first, None).plain.startswith("#1 is the first request")
     with pytest.raises(IndexError):
         session.row(3)
+
+
+def cancelled(ttft_ms: float, chunks: int = 3) -> LiveRequest:
+    """A request the user cancelled (Esc) after `chunks` chunks: no done chunk, no stats."""
+    live = request(ttft_ms, gap_ms=20.0, chunks=chunks, done=False)
+    live.finish(live.collector.finish(cancelled=True))
+    return live
+
+
+def test_a_cancelled_row_and_compare_beside_it() -> None:
+    # new-user pass D21: a cancelled row read "n/a/n/a", and c on the next request compared it
+    # with the cancelled one
+    session = SessionState()
+    session.add(request(100.0, gap_ms=20.0))
+    session.add(cancelled(300.0))
+    session.add(cancelled(300.0, chunks=0))  # cancelled before any text
+    session.add(request(150.0, gap_ms=30.0))
+    rows = [session.row(n) for n in (1, 2, 3, 4)]
+    # #2: 3 chunks 20 ms apart, no stats: client (3 − 1) / 0.04 s = 50.0 chunk/s, server —
+    assert row_cells(rows[1])[4] == "50.0/—" and str(row_cells(rows[1])[6]) == "cancelled"
+    assert row_cells(rows[2])[4] == "n/a"  # neither side has a figure
+    before = previous_comparable(rows, rows[3])
+    assert before is rows[0]
+    assert compare_text(rows[3], before, tuple(rows[1:3])).plain == (
+        "#4 ÷ #1 (skipped #2 cancelled, #3 cancelled)  TTFT ×1.50  TPOT ×1.49  decode ×0.67"
+        "  srv decode ×1.00  tokens ×1.00  E2E ×1.50"
+    )
+    # the cancelled one itself, against #1: said, then its figures up to the cancel
+    assert previous_comparable(rows, rows[1]) is rows[0]
+    assert compare_text(rows[1], rows[0]).plain.startswith(
+        "#2 ÷ #1 (#2 cancelled: its figures stop there)  TTFT ×3.00"
+    )
+    only_cancelled = SessionState()
+    only_cancelled.add(cancelled(300.0))
+    only_cancelled.add(request(100.0))
+    first, second = only_cancelled.row(1), only_cancelled.row(2)
+    assert previous_comparable([first, second], second) is None
+    assert compare_text(second, None, (first,)).plain == (
+        "#2 is the first finished request: nothing before it to compare"
+    )
+    assert decode_cell(None, 75.0) == "—/75.0" and decode_cell(48.84, 75.0) == "48.8/75.0"
 
 
 def test_a_request_that_loaded_the_model_is_ok_cold_as_the_report_says_cold_start() -> None:

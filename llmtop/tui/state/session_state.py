@@ -196,21 +196,25 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
     model load is "cold-start", the report's status for it (it counts in no statistics
     there), as `run` says it (issue 32, row 3: one vocabulary). `cold`: the session's verdict
     on it (`analysis.run.cold_starts` over the session's loads, `SessionState.row`); None: its
-    load alone, over analysis.run.COLD_START_MS."""
+    load alone, over analysis.run.COLD_START_MS. A cancelled request's TPOT and decode are its
+    chunks' (`live.cut_short`: it has no server counts), like the strip's "(chunks,
+    cancelled)"."""
     m = result.metrics
     status = str(result.status)
     if cold is None:  # judged alone: the same rule with no other request to compare
         cold = cold_starts([m.load_ms or 0.0])[0][0]
     if result.status == Status.OK and cold:
         status = str(BenchStatus.COLD_START)
+    cut = cut_short(result)  # cancelled: the client's per-chunk figures, as the strip shows
+    tpot_ms, decode_tps = (cut.tpot_ms, cut.rate) if cut else (m.tpot_ms, m.client_decode_tps)
     return HistoryRow(
         number=number,
         time=clock_time(result.wall_start),
         prompt=prompt_start(result.prompt, PROMPT_KEPT),
         status=status,
         ttft_ms=m.ttft_ms,
-        tpot_ms=m.tpot_ms,
-        decode_tps=m.client_decode_tps,
+        tpot_ms=tpot_ms,
+        decode_tps=decode_tps,
         server_decode_tps=m.server_decode_tps,
         tokens=m.output_tokens,
         tokens_basis=m.tokens_basis,

@@ -23,6 +23,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from llmtop.engines.events import Status
+from llmtop.sessions.analysis.run import BenchStatus
 from llmtop.tui.state import fmt
 from llmtop.tui.state.session_state import (
     COMPARED,
@@ -61,10 +62,18 @@ def status_cell(status: str) -> Text:
     return Text(status, style="green" if status.startswith(Status.OK) else "yellow")
 
 
+def decode_cell(client: float | None, server: float | None) -> str:
+    """"client/server" tok/s; "—" for the side that has no figure (a cancelled request has
+    no server stats: "38.2/—"), one "n/a" when neither has one (not "n/a/n/a")."""
+    if client is None and server is None:
+        return fmt.NA
+    return "/".join("—" if v is None else f"{v:.1f}" for v in (client, server))
+
+
 def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | Text, ...]:
     """The cells of one row, in COLUMNS order: ms with 1 (TTFT) or 2 (TPOT) decimals, decode
-    as client/server tok/s ("cl/srv"), tokens suffixed " ch" when they are the client's chunk
-    count, the prompt cut to `prompt_chars` ("…" when cut)."""
+    as client/server tok/s ("cl/srv", `decode_cell`), tokens suffixed " ch" when they are the
+    client's chunk count, the prompt cut to `prompt_chars` ("…" when cut)."""
     tokens = fmt.NA if row.tokens is None else str(row.tokens)
     if row.tokens_basis == "chunks":
         tokens += " ch"
@@ -73,7 +82,7 @@ def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | 
         row.time,
         _num(row.ttft_ms),
         _num(row.tpot_ms, 2),
-        f"{_num(row.decode_tps)}/{_num(row.server_decode_tps)}",
+        decode_cell(row.decode_tps, row.server_decode_tps),
         tokens,
         status_cell(row.status),
         noisy_cell(row.noisy),
@@ -81,12 +90,34 @@ def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | 
     )
 
 
-def compare_text(row: HistoryRow, before: HistoryRow | None) -> Text:
-    """"#3 ÷ #2  TTFT ×1.03  TPOT ×1.33  …": each figure of `row` over `before`'s."""
+def comparable(status: str) -> bool:
+    """A finished request whose figures a ratio can use: ok or cold-start (not cancelled,
+    not failed: their figures stop where the request did)."""
+    return status in (Status.OK, BenchStatus.COLD_START)
+
+
+def previous_comparable(rows: list[HistoryRow], row: HistoryRow) -> HistoryRow | None:
+    """The nearest request before `row` that `comparable` admits; None when there is none."""
+    return next((r for r in reversed(rows[: row.number - 1]) if comparable(r.status)), None)
+
+
+def compare_text(row: HistoryRow, before: HistoryRow | None,
+                 skipped: tuple[HistoryRow, ...] = ()) -> Text:
+    """"#3 ÷ #2  TTFT ×1.03  TPOT ×1.33  …": each figure of `row` over `before`'s.
+    skipped: the requests between them that `comparable` refused, named with their status
+    ("skipped #4 cancelled"), so "÷ #2" is not read as the request just before. A `row` that
+    is not comparable itself says so first: its figures stop at its cancel or failure."""
     if before is None:
-        return Text(f"#{row.number} is the first request: nothing before it to compare", "dim")
+        what = "the first request" if not skipped else "the first finished request"
+        return Text(f"#{row.number} is {what}: nothing before it to compare", "dim")
     ratios = compare(row, before)
     text = Text.assemble((f"#{row.number} ÷ #{before.number}", "bold"))
+    if skipped:
+        named = ", ".join(f"#{r.number} {r.status}" for r in skipped[-3:])
+        more = f"{len(skipped) - 3} more, " if len(skipped) > 3 else ""
+        text.append(f" (skipped {more}{named})", "dim")
+    if not comparable(row.status):
+        text.append(f" (#{row.number} {row.status}: its figures stop there)", "yellow")
     for name, _ in COMPARED:
         value = ratios[name]
         text.append(f"  {name} ")
@@ -201,7 +232,8 @@ class RequestHistory(Vertical):
         row = self.selected()
         if row is None:
             return
-        before = self.rows[row.number - 2] if row.number >= 2 else None
+        before = previous_comparable(self.rows, row)
+        skipped = tuple(self.rows[(before.number if before else 0):row.number - 1])
         line = self.query_one("#history-compare", Static)
-        line.update(compare_text(row, before))
+        line.update(compare_text(row, before, skipped))
         line.display = True
