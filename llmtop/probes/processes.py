@@ -267,13 +267,14 @@ KERNEL_APP = "kernel threads"
 
 
 def _is_kernel_thread(proc: ProcLike) -> bool:
-    """Linux kernel threads are the children of kthreadd (pid 2)."""
+    """Linux kernel threads are kthreadd (pid 2, parent 0) and its children."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return bool(proc.ppid() == 2)  # type: ignore[attr-defined]
+        ppid = proc.ppid()  # type: ignore[attr-defined]
     except (AttributeError, psutil.Error):
         return False
+    return bool(ppid == 2 or (ppid == 0 and proc.pid == 2))
 
 
 def _group_name(name: str | None) -> str:
@@ -295,13 +296,16 @@ def group(
     *,
     self_pids: Collection[int] = (),
     engine_pids: Collection[int] = (),
+    launcher_pids: Collection[int] = (),
     cpus: float = 1,
     warming_up: bool = False,
 ) -> ProcessSample:
     """Pure: group readings into apps and sort them (see `ProcessSample`).
 
     Self pids become the app "llmtop" (category SELF); engine pids keep their app name with
-    category ENGINE; self wins if a pid is in both.
+    category ENGINE; self wins if a pid is in both. launcher_pids: llmtop's ancestors (the
+    shell, `make run`…): one the catalogue calls a build is not one, it waits for llmtop, and
+    is "make (started llmtop)" in category OTHER, so no "wait for the build" remedy names it.
     """
     groups: dict[tuple[str, Category], list[ProcReading]] = {}
     self_cpu: list[float | None] = []
@@ -318,6 +322,8 @@ def group(
             key = (ident.app, Category.ENGINE)
             engine_cpu.append(reading.cpu_percent)
             engine_seen = True
+        elif reading.pid in launcher_pids and ident.category is Category.BUILD:
+            key = (f"{reading.name or ident.app} (started llmtop)", Category.OTHER)
         groups.setdefault(key, []).append(reading)
     apps = []
     for (app, category), members in groups.items():
@@ -403,6 +409,15 @@ class _NoFiles:
         """Nothing to close."""
 
 
+def launcher_pids() -> frozenset[int]:
+    """This process's ancestors (read once: a parent does not change while llmtop runs, and
+    an orphan's new parent is init, never a build); empty when psutil cannot read them."""
+    try:
+        return frozenset(p.pid for p in psutil.Process(os.getpid()).parents())
+    except psutil.Error:
+        return frozenset()
+
+
 READ_TIMEOUT_S = 2.0  # a full table read takes ~10-50 ms (bench/probe_cost.py); 2 s is a hang
 
 
@@ -433,6 +448,7 @@ class ProcessProbe:
     ) -> None:
         self._self_pids: PidSource = self_pids if self_pids is not None else {os.getpid()}
         self._engine_pids = engine_pids
+        self._launchers = launcher_pids()
         self._table: dict[int, Any] = {}  # pid → _Tracked (psutil) or _StatTracked (procfs)
         self._proc_root = proc_root or default_proc_root()
         self._cpus = cpu_capacity(container_limits(), cores=logical_cpus())
@@ -453,6 +469,7 @@ class ProcessProbe:
             rows,
             self_pids=_pids(self._self_pids),
             engine_pids=_pids(self._engine_pids),
+            launcher_pids=self._launchers,
             cpus=self._cpus,
             warming_up=warming_up,
         )
@@ -580,8 +597,9 @@ def _identify_pid(pid: int, comm: str | None, ppid: int | None = None) -> Identi
     """Identify a process once through psutil (name beyond 15 characters, exe, cmdline,
     parent); a process that vanishes meanwhile is named by its command name. A kernel thread
     (`ppid` 2, from the stat line already read) needs no psutil: kernel threads come and go
-    every few samples, and psutil's reads cost ~0.2 ms each (bench/probe_cost.py)."""
-    if ppid == 2:
+    every few samples, and psutil's reads cost ~0.2 ms each (bench/probe_cost.py); so does
+    kthreadd itself (pid 2, parent 0), their parent."""
+    if ppid == 2 or (pid == 2 and ppid == 0):
         return Identity(KERNEL_APP, Category.OTHER)
     try:
         proc = psutil.Process(pid)

@@ -116,6 +116,15 @@ def test_curve_puts_each_level_at_its_throughput_and_latency():
     assert isinstance(curve([]), Text) and "appears as levels finish" in curve([]).plain
 
 
+def test_a_negative_figure_is_not_drawn_and_the_others_keep_their_numbers():
+    # a TTFT p50 of −142,581 ms (a send stamp and chunk stamps from two clocks, seen in a
+    # test) had its row computed below the grid: IndexError in the screen's redraw
+    text = curve([level(0, 1, 5.0, -142_581.0), level(1, 2, 10.0, 200.0)], width=11, height=3)
+    rows = text.plain.splitlines()
+    assert rows[0].startswith("    200 ┤") and rows[0].endswith("2")  # level 2, numbered 2
+    assert "1" not in "".join(r[len("        │"):] for r in rows[:3])
+
+
 @pytest.mark.parametrize("width", [80, 200])
 async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
     """Ctrl+L at 80 and 200 columns (issue 32, row 10): a label before each field, in the bench

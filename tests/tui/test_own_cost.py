@@ -174,7 +174,7 @@ async def test_no_budget_warning_during_llmtop_start_up(tmp_path: Path) -> None:
             app.post_message(ProbeSampled(s))
             await wait_for(pilot, lambda s=s: panel.sample is s, what="the sample drawn")
             text = panel.texts["apps"].plain
-            assert "llmtop itself: 22.8 %" in text
+            assert "llmtop itself:          22.8 %" in text
             assert ("⚠ over its 5 % budget" in text) is marked
 
 
@@ -183,9 +183,9 @@ def test_engine_line_while_the_engine_starts() -> None:
     connected (the engine's process was not found)."""
     procs = sample(1.0)
     assert engine_line(apps_text(procs, engine_unknown=ENGINE_STARTING).plain) == (
-        "engine:        starting…"
+        "engine:              starting…"
     )
-    assert engine_line(apps_text(procs).plain) == "engine:        n/a (not identified)"
+    assert engine_line(apps_text(procs).plain) == "engine:            n/a (not identified)"
 
 
 async def test_the_panel_says_no_engine_when_none_answered(tmp_path: Path) -> None:

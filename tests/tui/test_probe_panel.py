@@ -42,7 +42,7 @@ def test_first_sample_says_warming_up_never_zero() -> None:
     text = apps_text(sample.processes, sample.cost_ms).plain
     top = text.split("top apps")[1].split("llmtop itself")[0]
     assert "code ×3" in top and "warming up" in top and "0.0" not in top
-    assert "llmtop itself: warming up" in text
+    assert "llmtop itself:      warming up" in text
     badge = verdict_text(sample.verdict).plain
     assert badge == " WAIT  warming up\n• CPU figures need a second sample"
     assert system_text(sample.system).plain.startswith("CPU  warming up ")
@@ -51,13 +51,15 @@ def test_first_sample_says_warming_up_never_zero() -> None:
 def test_grouped_browser_self_and_engine_apart() -> None:
     sample = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
     # columns: 🌐 (2 cells) or 2 spaces, the name padded to 17, CPU right-aligned in 11, then
-    # " " + RSS right-aligned in 9; llmtop (SELF) and llama (ENGINE) are left out of the list
+    # RSS right-aligned in 10; the header's labels and llmtop's and the engine's figures end
+    # in the same columns (new-user pass D26); llmtop (SELF) and llama (ENGINE) are left out
+    # of the list
     assert apps_text(sample.processes, sample.cost_ms).plain.splitlines() == [
-        "top apps      CPU (% of 1 core)  RSS",
+        "top apps        CPU% of 1 core       RSS",
         "🌐Chromium ×14          38.0 %   1.0 GiB",
         "  slack             warming up   1.0 GiB",
-        "llmtop itself: 3.2 %",
-        "engine:        95.0 %",
+        "llmtop itself:           3.2 %",
+        "engine:                 95.0 %",
         "probe cost 2.5 ms CPU per sample",
     ]
     assert verdict_text(sample.verdict).plain.splitlines() == [
@@ -254,3 +256,12 @@ async def test_the_panel_scroll_room_does_not_shrink_with_each_sample(tmp_path: 
             panel.show(sample)
         assert panel.virtual_size.height == tall
         assert not any(layouts)
+
+
+def test_a_cut_name_keeps_its_process_count() -> None:
+    from llmtop.tui.widgets.apps_view import app_name
+
+    # new-user pass D24/D26: "kernel threads ×40" (18 cells) in 17 read "kernel threads ×…"
+    assert app_name("kernel threads", 40) == "kernel threa… ×40"  # 13 + " ×40" (4) = 17
+    assert app_name("bash", 7) == "bash ×7" and app_name("a" * 20, 1) == "a" * 16 + "…"
+    assert app_name("kernel threads", 1) == "kernel threads"

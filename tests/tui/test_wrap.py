@@ -8,7 +8,7 @@ import pytest
 from rich.cells import cell_len
 from rich.text import Text
 
-from llmtop.tui.state.wrap import IncrementalWrap, wrap_lines
+from llmtop.tui.state.wrap import IncrementalWrap, break_at_separators, wrap_lines
 
 WORDS = ["a", "bb", "sky", "blue", "Rayleigh", "scattering", "x" * 30, "\n", "\n\n", "é", "漢字"]
 
@@ -40,3 +40,42 @@ def test_a_text_that_is_not_an_extension_is_wrapped_anew() -> None:
     wrap.update(Text("one two three four five six"), 10)
     assert wrap.update(Text("uno dos"), 10) == 0
     assert [line.plain for line in wrap.lines] == ["uno dos"]
+
+
+SERVER = (
+    "server  prefill 200.0 tok/s · decode 75.0 tok/s · load 10.0 ms · overhead 8570.2 ms"
+)  # 83 cells: over an 80-column strip's 78
+
+
+def test_a_line_of_parts_breaks_at_its_separators_only() -> None:
+    # new-user pass D20: at 80 columns the server line broke as "… · overhead" / "8570.2 ms"
+    text = Text.assemble(("server", "dim"), "  prefill ", ("200.0 tok/s", "bold"),
+                         " · decode 75.0 tok/s · load 10.0 ms · overhead ",
+                         ("8570.2 ms", "bold"))
+    assert text.plain == SERVER
+    out = break_at_separators(text, 78)
+    # "server … load 10.0 ms" is 62 cells; + " · overhead 8570.2 ms" (21) = 83 > 78: new line
+    assert out.plain.split("\n") == [
+        "server  prefill 200.0 tok/s · decode 75.0 tok/s · load 10.0 ms",
+        "  overhead 8570.2 ms",
+    ]
+    # styles travel with their parts
+    spans = {out.plain[s.start:s.end]: str(s.style) for s in out.spans}
+    assert spans["server"] == "dim" and spans["200.0 tok/s"] == "bold"
+    assert spans["8570.2 ms"] == "bold"
+    # 40 cells: each part that fits after the last, else its own line
+    assert break_at_separators(Text(SERVER), 40).plain.split("\n") == [
+        "server  prefill 200.0 tok/s",
+        "  decode 75.0 tok/s · load 10.0 ms",
+        "  overhead 8570.2 ms",
+    ]
+
+
+def test_what_fits_or_has_no_separator_comes_back_as_it_is() -> None:
+    line = Text(SERVER)
+    assert break_at_separators(line, 83) is line  # fits exactly
+    assert break_at_separators(line, 0) is line  # not laid out yet
+    words = Text("a long line of words without any separator at all")
+    assert break_at_separators(words, 10) is words
+    two = Text("first · second\nthird · fourth")
+    assert break_at_separators(two, 5) is two  # already broken by its maker

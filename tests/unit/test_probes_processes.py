@@ -203,6 +203,29 @@ def test_browser_helpers_collapse_into_one_app_with_exact_sums() -> None:
     assert sample.top(2) == sample.apps[:2]
 
 
+def test_the_build_tool_that_started_llmtop_is_not_a_build() -> None:
+    # new-user pass D24: `make run` (llmtop's parent, waiting for it) was listed as the build
+    # "Make/Ninja/CMake", whose remedy is "wait for the build to finish"
+    rows = [
+        (ProcReading(40, "make", 0.0, 2 * MB), Identity("Make/Ninja/CMake", Category.BUILD)),
+        (ProcReading(41, "make", 90.0, 3 * MB), Identity("Make/Ninja/CMake", Category.BUILD)),
+        (ProcReading(39, "bash", 0.0, 4 * MB), Identity("bash", Category.OTHER)),
+    ]
+    sample = group(rows, launcher_pids={39, 40}, cpus=2)
+    assert [(a.app, a.category, a.pids) for a in sample.apps] == [
+        ("Make/Ninja/CMake", Category.BUILD, (41,)),  # another make, compiling: a build
+        ("bash", Category.OTHER, (39,)),  # an ancestor that is no build keeps its name
+        ("make (started llmtop)", Category.OTHER, (40,)),  # 0.0 % CPU: by RSS, 2 MB < 4 MB
+    ]
+
+
+def test_the_launchers_are_this_processes_ancestors() -> None:
+    import os
+
+    ancestors = procmod.launcher_pids()
+    assert os.getppid() in ancestors and os.getpid() not in ancestors
+
+
 def test_no_engine_pids_means_engine_cpu_is_none() -> None:
     sample = group([_row(5, 1.0, MB, "a", Category.OTHER)], self_pids={5}, cpus=2)
     assert sample.engine_cpu_percent is None
@@ -332,8 +355,17 @@ def test_linux_kernel_threads_are_one_app(monkeypatch):
         def cmdline(self):
             return ["foo"]
 
+    class Kthreadd(KThread):
+        pid = 2
+
+        def ppid(self):
+            return 0  # their parent, started by the kernel
+
     monkeypatch.setattr(processes.sys, "platform", "linux")
     assert processes.identify(KThread(), "kworker/0:1-events").app == processes.KERNEL_APP
+    # new-user pass D24: kthreadd was listed apart, beside "kernel threads"
+    assert processes.identify(Kthreadd(), "kthreadd").app == processes.KERNEL_APP
+    assert processes._identify_pid(2, "kthreadd", ppid=0).app == processes.KERNEL_APP
     assert processes.identify(Ordinary(), "foo").app == "foo"
     monkeypatch.setattr(processes.sys, "platform", "darwin")
     assert processes.identify(KThread(), "kworker/0:1-events").app == "kworker"

@@ -135,18 +135,21 @@ def curve(
     levels: Sequence[LevelResult], width: int = PLOT_WIDTH, height: int = PLOT_HEIGHT
 ) -> Text:
     """The throughput–latency curve: each finished level is a point at (req/s, TTFT p50 ms),
-    marked with its position (1, 2, …); the axes say their ranges. Empty until a level ends."""
+    marked with its position (1, 2, …); the axes say their ranges. Empty until a level ends.
+    The axes start at 0: a negative figure (stamps from two clocks) has no place and is not
+    drawn, its level's number left out."""
     points = [
-        (lv.req_per_s, lv.ttft.p50)
-        for lv in levels
+        (n, lv.req_per_s, lv.ttft.p50)
+        for n, lv in enumerate(levels, start=1)
         if lv.req_per_s is not None and lv.ttft.p50 is not None
+        and lv.req_per_s >= 0 and lv.ttft.p50 >= 0
     ]
     if not points:
         return Text("the throughput–latency curve appears as levels finish", style="dim")
-    x_hi = max(x for x, _ in points) or 1.0
-    y_hi = max(y for _, y in points) or 1.0
+    x_hi = max(x for _, x, _ in points) or 1.0
+    y_hi = max(y for _, _, y in points) or 1.0
     grid = [[" "] * width for _ in range(height)]
-    for n, (x, y) in enumerate(points, start=1):
+    for n, x, y in points:
         col = min(width - 1, round(x / x_hi * (width - 1)))
         row = height - 1 - min(height - 1, round(y / y_hi * (height - 1)))
         grid[row][col] = str(n % 10)

@@ -117,3 +117,46 @@ class IncrementalWrap:
         self._offset += starts[-1]
         self._prefix = plain[: self._offset]
         return first
+
+
+SEPARATOR = " · "
+CONTINUE_INDENT = "  "
+
+
+def break_at_separators(text: Text, width: int, sep: str = SEPARATOR) -> Text:
+    """`text` (one line of parts joined by `sep`, e.g. "server  prefill 200.0 tok/s · decode
+    75.0 tok/s · load 10.0 ms") with line breaks at separators only, so no part is cut in two
+    ("overhead" on one line, "8570.2 ms" on the next): a part goes on the current line when it
+    fits in `width` cells, else the separator becomes a new line indented by CONTINUE_INDENT.
+    Styles are kept. A part wider than a line alone is left for the wrapper to fold; a text
+    that fits, has a newline, or width ≤ 0 comes back as it is."""
+    plain = text.plain
+    if width <= 0 or "\n" in plain or cell_len(plain) <= width or sep not in plain:
+        return text
+    starts = [0]
+    cuts: list[tuple[int, int]] = []  # (end of a part, start of the next)
+    at = plain.find(sep)
+    while at >= 0:
+        cuts.append((at, at + len(sep)))
+        starts.append(at + len(sep))
+        at = plain.find(sep, at + len(sep))
+    ends = [c[0] for c in cuts] + [len(plain)]
+    out = Text(end=text.end, justify=text.justify, no_wrap=text.no_wrap, overflow=text.overflow)
+    out.style = text.style
+    col = 0
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        part = text[start:end]
+        need = cell_len(part.plain)
+        if i == 0:
+            out.append_text(part)
+            col = need
+            continue
+        if col + len(sep) + need <= width:
+            out.append_text(text[cuts[i - 1][0]:cuts[i - 1][1]])
+            out.append_text(part)
+            col += len(sep) + need
+        else:
+            out.append("\n" + CONTINUE_INDENT)
+            out.append_text(part)
+            col = len(CONTINUE_INDENT) + need
+    return out

@@ -12,11 +12,23 @@ TOP_N = 5  # apps listed in a panel of ordinary height; a taller one lists up to
 MAX_APPS = 20  # the apps a probe record keeps (`ProbeSample.to_dict`)
 BROWSER_MARK = "🌐"
 NAME_WIDTH = 17
+CPU_WIDTH = 11  # "CPU" and each app's % of one core end in the same column
+RSS_WIDTH = 10
+LABEL_WIDTH = 2 + NAME_WIDTH  # the browser mark's two cells, then the name
 # llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming,
 # docs/performance.md); above it llmtop is named as the noisy program it then is.
 SELF_BUDGET_PERCENT = 5.0
 ENGINE_UNKNOWN = "n/a (not identified)"  # connected, but no process of the engine was found
 ENGINE_STARTING = "starting…"  # not connected yet: the engine (or the embedded one) starts
+
+
+def app_name(app: str, n_procs: int, width: int = NAME_WIDTH) -> str:
+    """The app's name with its process count ("bash ×7"), cut to `width` cells with "…" in
+    the name, never in the count ("kernel thre… ×40", not "kernel threads ×…")."""
+    count = "" if n_procs == 1 else f" ×{n_procs}"
+    room = max(1, width - len(count))
+    name = app if len(app) <= room else app[: room - 1] + "…"
+    return name + count
 
 
 def apps_text(
@@ -42,30 +54,30 @@ def apps_text(
     text = Text()
     if stale_s is not None:
         text.append(f"stale: process data from {stale_s:.1f} s ago\n", style="bold yellow")
-    text.append("top apps      CPU (% of 1 core)  RSS", style="bold underline")
+    cpu_head = "CPU% of 1 core"  # wider than the column: it ends where the figures end
+    text.append(f"{'top apps':<{LABEL_WIDTH + CPU_WIDTH - len(cpu_head)}}{cpu_head}"
+                f"{'RSS':>{RSS_WIDTH}}", style="bold underline")
     others = [a for a in processes.apps if a.category not in (Category.SELF, Category.ENGINE)]
     for app in others[:top_n]:
         mark = BROWSER_MARK if app.is_browser else "  "
-        name = app.app if app.n_procs == 1 else f"{app.app} ×{app.n_procs}"
-        if len(name) > NAME_WIDTH:
-            name = name[: NAME_WIDTH - 1] + "…"
         cpu = fmt.pct(app.cpu_percent)
-        text.append(f"\n{mark}{name:<{NAME_WIDTH}}")
-        text.append(f"{cpu:>11}", style="dim italic" if app.cpu_percent is None else "bold")
-        text.append(f" {fmt.size(app.rss_bytes):>9}", style="dim")
+        text.append(f"\n{mark}{app_name(app.app, app.n_procs):<{NAME_WIDTH}}")
+        text.append(f"{cpu:>{CPU_WIDTH}}",
+                    style="dim italic" if app.cpu_percent is None else "bold")
+        text.append(f"{fmt.size(app.rss_bytes):>{RSS_WIDTH}}", style="dim")
     if not others:
         text.append("\n(none)", style="dim")
-    text.append("\nllmtop itself: ")
     own = processes.self_cpu_percent
     over = budget_warning and own is not None and own > SELF_BUDGET_PERCENT
-    text.append(fmt.pct(own), style="bold yellow" if over else "bold")
+    text.append(f"\n{'llmtop itself:':<{LABEL_WIDTH}}")
+    text.append(f"{fmt.pct(own):>{CPU_WIDTH}}", style="bold yellow" if over else "bold")
     if over:
         text.append(f" ⚠ over its {SELF_BUDGET_PERCENT:g} % budget", style="yellow")
-    text.append("\nengine:        ")
+    text.append(f"\n{'engine:':<{LABEL_WIDTH}}")
     if processes.engine_cpu_percent is None:
-        text.append(engine_unknown, style="dim")
+        text.append(f"{engine_unknown:>{CPU_WIDTH}}", style="dim")
     else:
-        text.append(fmt.pct(processes.engine_cpu_percent), style="bold")
+        text.append(f"{fmt.pct(processes.engine_cpu_percent):>{CPU_WIDTH}}", style="bold")
     if cost_ms is not None:
         text.append(f"\nprobe cost {cost_ms:.1f} ms CPU per sample", style="dim")
     return text
