@@ -160,14 +160,25 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
         }
         start = screen.query_one("#load-start").region
         assert start.width >= 9 and start.right <= width
-        # finding I: every box wholly on screen, the levels and the SLO with room to type in
-        # (a box's text is its width less the tall border's 2 and the padding's 2)
+        # finding I: every box wholly on screen, the levels and the SLO with room to type in;
+        # a box's room is its content region (its width less border and padding, both sides):
+        # new-user pass N1 saw "200" drawn "20" in a box whose room was 2 cells, and the old
+        # check here counted one side of the padding only
         for field in screen.query(Input):
             assert field.region.right <= width, field.id
-        assert screen.query_one("#load-levels").region.width - 4 >= len("1,2,4,8,16,32")
-        assert screen.query_one("#load-slo").region.width - 4 >= len("ttft=500ms,tpot=50ms")
-        assert screen.query_one("#load-prompt").region.width - 4 >= len("4096")
-        assert screen.query_one("#load-max-tokens").region.width - 4 >= len("1024")
+
+        def room(wid: str) -> int:
+            return screen.query_one(wid, Input).content_region.width
+
+        assert room("#load-levels") >= len("1,2,4,8,16,32")
+        assert room("#load-slo") >= len("ttft=500ms,tpot=50ms")
+        assert room("#load-prompt") >= len("4096") + 1  # and the cursor after it
+        assert room("#load-max-tokens") >= len("1024")
+        for wid, value in (("#load-prompt", "200"), ("#load-max-tokens", "100")):
+            box = screen.query_one(wid, Input)
+            assert box.value == value
+            line = "".join(seg.text for seg in box.render_line(0))
+            assert value in line, (wid, line)
         badge = str(screen.query_one(MachineBadge).content)
         assert badge.startswith(" NOISY  Chromium (14 processes) is using 38 % CPU")
 

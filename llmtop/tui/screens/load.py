@@ -84,7 +84,8 @@ class LoadScreen(Screen[None]):
     #load-form, #load-form-slo { height: 3; }
     #load-levels, #load-slo { width: 1fr; }
     #load-requests { width: 10; }
-    #load-prompt, #load-max-tokens { width: 8; }
+    #load-prompt { width: 9; }  /* 5 cells: "4096" and the cursor */
+    #load-max-tokens { width: 8; }  /* 4 cells: "1024"; at 80 columns the SLO keeps 20 */
     #load-mode { width: 19; }
     #load-start { min-width: 9; margin-left: 1; }
     #load-body { padding: 0 1; }
