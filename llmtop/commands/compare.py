@@ -20,8 +20,10 @@ REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
 
 def main(args: argparse.Namespace) -> int:
     """Compare each log after the first with the first. Returns 0 (no regression), 1 (a
-    metric significantly slower beyond --threshold), or 2 (fewer than two logs, an unreadable
-    log, runs that are not comparable, or an unwritable --out)."""
+    metric significantly slower beyond --threshold, or a comparison NOT ATTRIBUTABLE: a
+    CONTAMINATED or noisy run on either side, so no "no regression" can be claimed; a CI gate
+    on the exit code must not pass what the headline distrusts), or 2 (fewer than two logs,
+    an unreadable log, runs that are not comparable, or an unwritable --out)."""
     if len(args.logs) < 2:
         print("llmtop compare: give at least two logs (the baseline first)", file=sys.stderr)
         return ExitCode.USAGE
@@ -62,4 +64,6 @@ def main(args: argparse.Namespace) -> int:
                   + "; ".join(c.checks.problems), file=sys.stderr)
     if any(c.refused for c in comparisons):
         return ExitCode.USAGE
-    return REGRESSION if any(c.regression for c in comparisons) else ExitCode.OK
+    if any(c.regression or not c.trusted for c in comparisons):
+        return REGRESSION
+    return ExitCode.OK

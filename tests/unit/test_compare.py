@@ -186,6 +186,11 @@ def test_two_noisy_runs_make_no_claim_however_large_the_difference(tmp_path):
     assert any("faster" in r.verdict for r in c.rows)  # the numbers are still shown below
     doc = json.loads(to_json([c]))["comparisons"][0]
     assert doc["trusted"] is False and doc["distrust"] == c.distrust
+    # new-user pass N10: B is faster (no regression by the numbers), yet the comparison is
+    # distrusted: exit 1, so a CI gate on the exit code does not pass it
+    assert not c.regression
+    assert cli.main(["compare", str(a), str(b)]) == 1
+    assert cli.main(["compare", str(b), str(b)]) == 1  # B against itself: still noisy
 
 
 def test_one_noisy_sample_in_twenty_still_allows_a_claim(tmp_path):
@@ -197,3 +202,4 @@ def test_one_noisy_sample_in_twenty_still_allows_a_claim(tmp_path):
                   probes=_probes([0], range(1, 20)))  # 1 of 20 = 5 % < 10 %
     c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
     assert c.trusted and headline(c).startswith("b vs a: no regression; ")
+    assert cli.main(["compare", str(a), str(b)]) == 0
