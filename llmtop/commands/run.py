@@ -271,6 +271,9 @@ async def _run(args: argparse.Namespace) -> int:
             if agent is None:  # an agent samples elsewhere; its thread here only reads
                 await first_sample.wait(FIRST_SAMPLE_WAIT_S)
             result, _ = await recorder.measure(args.prompt, show)
+            if agent is None:  # one sample as it ended: a short request is judged too
+                recorder.record_end_probe(await asyncio.to_thread(sampler.sample_once),
+                                          recorder.requests)
         finally:
             sampler.stop()
             recorder.close()
@@ -278,7 +281,7 @@ async def _run(args: argparse.Namespace) -> int:
         if args.json:
             data = result_json(result, conn, str(recorder.log.path))
             data["warmup_load_ms"] = warmup_ms
-            data["noisy"] = noisy > 0
+            data["noisy"] = noisy > 0 if samples else None  # no sample: unknown, not "no"
             data["probe_samples"] = {"noisy": noisy, "total": samples}
             data["findings"] = [{"code": f.code, "level": f.level, "message": f.message,
                                  "remedy": f.remedy} for f in findings]

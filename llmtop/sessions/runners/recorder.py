@@ -239,6 +239,15 @@ class SessionRecorder:
             record["source"] = LOCAL_SOURCE
         self.log.write_probe(record, self.in_flight)
 
+    def record_end_probe(self, sample: Any, request_id: int) -> None:
+        """Append a probe sample taken as request `request_id` ended, tagged with it: its
+        figures are over the stretch since the sample before, which the request's end
+        closes, so a request shorter than the sampling period still has one sample."""
+        record = sample.to_dict()
+        if record.get("source") is None:
+            record["source"] = LOCAL_SOURCE
+        self.log.write_probe(record, request_id)
+
     def _keep_probe(self, sample: Any) -> bool:
         """Whether to log `sample`: always while a request runs and for IDLE_AFTER_NS after
         one; idle, one every IDLE_PROBE_PERIOD_NS and every change of the verdict."""
