@@ -103,3 +103,52 @@ async def test_a_typo_is_answered_with_the_closest_name_and_advice_for_the_engin
     with pytest.raises(EngineError) as err:
         await _choose_model(ollama, "mistral")  # type: ignore[arg-type]
     assert "did you mean" not in err.value.failure.message  # nothing close enough
+
+
+def test_descendants_are_the_whole_tree_of_real_processes() -> None:
+    # new-user pass N12: the embedded engine's self-test trials (its children) were counted
+    # as another engine in the preflight of the bench that started it
+    import subprocess
+    import sys as _sys
+
+    import psutil as _psutil
+
+    from llmtop.connect import descendants
+
+    code = ("import subprocess, sys; "
+            "subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])")
+    parent = subprocess.Popen([_sys.executable, "-c", code])
+    proc = _psutil.Process(parent.pid)
+    try:
+        for _ in range(400):  # until the child's interpreter has started its own child
+            if proc.children(recursive=True):
+                break
+            _psutil.wait_procs([proc], timeout=0.05)
+        expected = {p.pid for p in proc.children(recursive=True)}
+        assert len(expected) == 1  # the child's own child, this test's grandchild
+        assert descendants([parent.pid]) == expected
+        assert descendants([2**22 + 12345]) == set()  # above pid_max: no such process
+    finally:
+        for p in [*proc.children(recursive=True), proc]:
+            p.kill()
+        parent.wait()
+
+
+def test_descendants_from_a_procfs_tree(tmp_path) -> None:
+    from llmtop.connect import descendants
+
+    def task(pid: int, tid: int, children: str | None) -> None:
+        folder = tmp_path / str(pid) / "task" / str(tid)
+        folder.mkdir(parents=True)
+        if children is not None:
+            (folder / "children").write_text(children)
+
+    (tmp_path / "self" / "task").mkdir(parents=True)
+    task(10, 10, "11 ")
+    task(10, 12, "13 14 ")  # a child started by another thread of 10
+    task(11, 11, "")
+    task(13, 13, "15 ")
+    task(14, 14, "")
+    task(15, 15, "")
+    assert descendants([10], proc=str(tmp_path)) == {11, 13, 14, 15}
+    assert descendants([99], proc=str(tmp_path)) == set()  # gone
