@@ -68,7 +68,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import Worker
 
-from llmtop.connect import connect
+from llmtop.connect import connect, descendants
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, StreamEvent, exit_code_for
@@ -487,10 +487,13 @@ class LlmtopApp(LlmtopBaseApp):
         which the probes leave out of the other apps. While the render timer is paused (idle
         on the main screen, everything drawn) the last answer is reused for up to
         IDLE_PIDS_REUSE_NS; otherwise — a request streaming, the bench or the load screen
-        open — every sample asks the connection (which looks them up at most every 5 s)."""
+        open — every sample asks the connection (which looks them up at most every 5 s).
+        Before the connection is made, llmtop's own child processes: the engine (or relay)
+        it is starting, whose start-up turned the first frames NOISY as "python -m llmtop
+        started since the last sample" (new-user pass N20)."""
         conn = self.conn
         if conn is None:
-            return set()
+            return descendants([os.getpid()])
         now = time.monotonic_ns()
         last = self._pids
         if last is None or not self._paused or now - last[0] > IDLE_PIDS_REUSE_NS:

@@ -204,3 +204,22 @@ async def test_the_panel_says_no_engine_when_none_answered(tmp_path: Path) -> No
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_for(pilot, lambda: app.ready, what="connection")
         assert app.query_one(ProbePanel).engine_unknown == ENGINE_UNKNOWN
+
+
+def test_while_connecting_llmtops_own_children_are_the_engine(tmp_path: Path) -> None:
+    # new-user pass N20: the embedded engine llmtop was starting read as "python -m llmtop
+    # started since the last sample", background CPU, and turned the first frames NOISY
+    import subprocess
+    import sys
+
+    from llmtop.tui.app import make_app
+    from llmtop.tui.state.settings import TuiSettings
+
+    app = make_app(TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False))
+    assert app.conn is None  # not connected: nothing has run yet
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in app._engine_pids()
+    finally:
+        child.kill()
+        child.wait()
