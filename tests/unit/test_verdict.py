@@ -20,9 +20,12 @@ def test_a_noisy_machine_is_never_clean():
     assert v.reasons == (
         "the probes found the machine NOISY during 25 of the 25 measured requests",
     )
-    # half of the requests is not more than half (NOISY_SHARE 0.5): clean
-    assert judge([steady], noisy=(10, 20)).word == Word.CLEAN
-    assert judge([steady], noisy=(11, 20)).word == Word.CONTAMINATED
+    # a tenth of the requests is not more than a tenth (NOISY_SHARE 0.10, compare's share):
+    # clean; one more is contaminated. New-user pass N13: CLEAN with 5 of 14 requests NOISY,
+    # while compare called the same run NOT ATTRIBUTABLE
+    assert judge([steady], noisy=(2, 20)).word == Word.CLEAN
+    assert judge([steady], noisy=(3, 20)).word == Word.CONTAMINATED
+    assert judge([steady], noisy=(5, 14)).word == Word.CONTAMINATED
 
 
 def test_episodes_excluded_or_left_short():

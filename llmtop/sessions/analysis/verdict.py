@@ -12,7 +12,7 @@ The words (docs/guide/bench.md, "The verdict"):
      requests outside every episode), in *either* direction (stats.drift's three tests:
      threshold, floor, rank test): a run that gets faster was slowed at its start, and a
      large change either way is instability, not a pass;
-  3. more than NOISY_SHARE of the measured requests ran while the probes called the machine
+  3. more than NOISY_SHARE (a tenth) of the measured requests ran while the probes called the machine
      NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
      measured on a machine its own probes call noisy is not a baseline, whatever its series
      look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
@@ -45,7 +45,13 @@ from enum import StrEnum
 
 from llmtop.sessions.analysis.episodes import Episode
 
-NOISY_SHARE = 0.5  # more than half of the measured requests ran during a NOISY sample
+# More than a tenth of the measured requests ran during a NOISY sample: contaminated. The same
+# share as compare's distrust (compare_checks.NOISY_SHARE): a run the bench called CLEAN with
+# 5 of 14 requests NOISY was NOT ATTRIBUTABLE in compare (new-user pass N13); one run, one
+# trust. A tenth of a 25-request run is enough to move its spread.
+NOISY_SHARE = 0.10
+# More than half: the bench stops re-measuring (more requests would meet the same noise).
+REMEASURE_STOP_SHARE = 0.5
 
 
 class Word(StrEnum):
@@ -103,12 +109,18 @@ def _episodes(episodes: Sequence[Episode]) -> str:
     return ", ".join(f"requests {e.requests}" for e in episodes)
 
 
-def mostly_noisy(noisy: tuple[int, int]) -> bool:
+def too_noisy(noisy: tuple[int, int]) -> bool:
     """(measured requests a NOISY probe sample overlapped, measured requests): more than
-    NOISY_SHARE of them were NOISY (the rule that makes a run CONTAMINATED, and that stops
-    the bench re-measuring)."""
+    NOISY_SHARE of them were NOISY, the rule that makes a run CONTAMINATED."""
     bad, total = noisy
     return total > 0 and bad > NOISY_SHARE * total
+
+
+def mostly_noisy(noisy: tuple[int, int]) -> bool:
+    """More than REMEASURE_STOP_SHARE of the measured requests were NOISY: the bench stops
+    re-measuring, as more requests would meet the same noise."""
+    bad, total = noisy
+    return total > 0 and bad > REMEASURE_STOP_SHARE * total
 
 
 def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> RunVerdict:
@@ -128,7 +140,7 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
                 + ", ".join(s.drifted)
             )
     bad, total = noisy
-    if mostly_noisy(noisy):
+    if too_noisy(noisy):
         reasons.append(
             f"the probes found the machine NOISY during {bad} of the {total} measured requests"
         )
