@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 from llmtop import cli
 from llmtop.sessions.analysis.catalog import catalogue, entry
@@ -91,7 +92,7 @@ def test_listed_by_start_time_not_file_time_and_one_request_is_not_judged(tmp_pa
     listed = catalogue([tmp_path])
     assert [os.path.basename(e.path) for e in listed] == ["late.jsonl", "early.jsonl", "run.jsonl"]
     assert listed[2].verdict is None and listed[2].requests == 1
-    assert listed[2].cells()[5] == "—"
+    assert listed[2].cells()[5] == "— (no probe sample)"  # this log has none
 
 
 def test_one_request_on_a_noisy_machine_says_so(tmp_path):
@@ -99,20 +100,38 @@ def test_one_request_on_a_noisy_machine_says_so(tmp_path):
     from llmtop.sessions.records.log import SessionLog
     from tests.unit.compare_logs import HEADER, request
 
-    def one(name: str, quiet: bool) -> None:
+    def one(name: str, quiet: bool | None) -> None:
         log = SessionLog(tmp_path / name, {**HEADER, "kind": "session"})
         rec = request(0, 500.0, 20.0)
         log.write_raw({k: v for k, v in rec.items()
                        if k not in ("index", "phase", "prompt_tokens_target", "prompt_words")})
-        log.write_raw({"type": "probe", "request_id": rec["id"], "verdict": {"quiet": quiet}})
+        if quiet is not None:
+            log.write_raw({"type": "probe", "request_id": rec["id"],
+                           "verdict": {"quiet": quiet}})
         log.close()
 
     one("noisy.jsonl", quiet=False)
     one("quiet.jsonl", quiet=True)
+    one("unseen.jsonl", quiet=None)  # no probe sample during the request
     cells = {os.path.basename(e.path): e.cells()[5] for e in catalogue([tmp_path])}
-    assert cells == {"noisy.jsonl": "— NOISY during the request", "quiet.jsonl": "—"}
+    assert cells == {"noisy.jsonl": "— NOISY during the request", "quiet.jsonl": "—",
+                     "unseen.jsonl": "— (no probe sample)"}  # new-user pass N24
     noisy = entry(tmp_path / "noisy.jsonl").to_dict()  # --json: no verdict word, the flag
     assert noisy["verdict"] is None and noisy["noisy"] is True
+    assert noisy["probe_samples"] == (1, 1)
+
+
+def test_noisy_is_said_for_every_kind_of_log(tmp_path):
+    # new-user pass N17: a bench CONTAMINATED by NOISY requests listed "noisy": false
+    from tests.unit.compare_logs import lognormal, write_log
+
+    rng = random.Random(5)
+    path = write_log(tmp_path / "b.jsonl", lognormal(rng, 500, 20),
+                     probes=[{"request_id": i, "verdict": {"quiet": i >= 6}} for i in range(2, 22)])
+    e = entry(path)
+    # samples tagged 2-21 (the measured requests' ids): 2-5 NOISY, 4 of 20
+    assert e.noisy is True and e.probe_samples == (4, 20)
+    assert e.verdict == "contaminated"  # 4 of 20 requests NOISY: more than a tenth
 
 
 def test_columns_line_up_under_their_headers():

@@ -51,7 +51,8 @@ class SessionEntry:
     verdict: str | None = "unreadable"
     problem: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
-    noisy: bool = False  # a one-request log whose request a NOISY probe sample overlapped
+    noisy: bool = False  # a NOISY probe sample was taken during one of its requests
+    probe_samples: tuple[int, int] = (0, 0)  # (NOISY, all) probe samples during its requests
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
         """The list's cells, the same in `llmtop sessions` and the TUI's Ctrl+O: date,
@@ -60,7 +61,12 @@ class SessionEntry:
         unreadable log); each on one line, its control characters shown as escapes
         (safetext.one_line: the names come from the log)."""
         date = (self.started or "")[:19].replace("T", " ") or "n/a"
-        unjudged = "— NOISY during the request" if self.noisy else "—"
+        if self.noisy:
+            unjudged = "— NOISY during the request"
+        elif self.requests and not self.probe_samples[1]:
+            unjudged = "— (no probe sample)"  # not "quiet": nothing looked (pass N24)
+        else:
+            unjudged = "—"
         verdict = (self.verdict or unjudged if self.problem is None
                    else f"unreadable: {self.problem}")
         return (one_line(date), one_line(self.engine or "n/a"), one_line(self.model or "n/a"),
@@ -99,9 +105,10 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     for size in analysis.sizes:
         words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
     single = len(log.requests) <= 1
+    samples = noisy_samples(log.probes)
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
                         analysis.ok_count, None if single else analysis.verdict,
-                        statuses=dict(words), noisy=single and noisy_samples(log.probes)[0] > 0)
+                        statuses=dict(words), noisy=samples[0] > 0, probe_samples=samples)
 
 
 def _load_entry(path: str, log: RunLog) -> SessionEntry:
@@ -119,8 +126,10 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
     if noisy := noisy_levels(sweep.levels):
         word += ": " + ", ".join(lv.label for lv in noisy) + " NOISY"
     ok = sum(lv.ok for lv in sweep.levels)
+    samples = noisy_samples(log.probes)
     return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,
-                        word, statuses=dict(words))
+                        word, statuses=dict(words), noisy=bool(noisy) or samples[0] > 0,
+                        probe_samples=samples)
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
