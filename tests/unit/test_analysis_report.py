@@ -319,3 +319,15 @@ def test_a_quiet_preflight_is_not_a_reassurance_beside_a_noisy_run(tmp_path):
     # 2 of the 3 samples taken during requests were NOISY; no episode in 3 requests
     assert held["sentence"] == ("Preflight said QUIET, but the probes found the machine NOISY in "
                                 "2 of 3 samples during the requests; no slow episode followed.")
+
+
+def test_drift_is_clean_only_where_it_was_judged(tmp_path):
+    # new-user pass N4: "Verdict: INCONCLUSIVE — too few ok requests to judge drift" and
+    # "drift n/a" for each metric, yet the Results row's notes said "drift clean"
+    from tests.unit.compare_logs import write_log
+
+    few = render(build(read_log(write_log(tmp_path / "few.jsonl", [400.0] * 3))), "md")
+    assert "drift not judged (too few ok requests)" in few and "drift clean" not in few
+    # 20 steady requests: first 5 and last 5 medians equal, judged and clean
+    many = render(build(read_log(write_log(tmp_path / "many.jsonl", [400.0] * 20))), "md")
+    assert "drift clean" in many and "drift not judged" not in many

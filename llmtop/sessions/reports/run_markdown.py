@@ -82,7 +82,12 @@ def _notes(size: SizeAnalysis) -> str:
     shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
              if key not in size.drifted and (d := size.drifts[key]).worse
              and d.change_pct is not None]
-    notes.append(("drifted: " + ", ".join(worse)) if worse else "drift clean")
+    judged = any(size.drifts[key].change_pct is not None for key, *_ in METRICS
+                 if key in size.drifts)
+    if worse:
+        notes.append("drifted: " + ", ".join(worse))
+    else:  # "drift clean" only where drift was judged (new-user pass N4)
+        notes.append("drift clean" if judged else "drift not judged (too few ok requests)")
     if shown:
         notes.append("derived: " + ", ".join(shown))
     in_episodes = len(size.ok) - len(size.baseline)
