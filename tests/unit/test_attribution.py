@@ -206,3 +206,30 @@ def test_a_burner_through_the_whole_run_is_named_from_the_noisy_samples():
     assert found.sentence() == ("busiest other app in those samples: **python3 -c …#8c84** "
                                 "(median 99 % of one core in 3 of them)")
     assert noisy_busiest([probe(4, [hog])]) is None  # no NOISY sample
+
+
+def test_the_noisy_samples_say_why_and_a_0_percent_app_is_not_named():
+    # new-user pass N5: "2 of 11 probe samples found the machine NOISY; busiest other app in
+    # those samples: kernel threads (median 0 % of one core in 2 of them)", and not why
+    from llmtop.sessions.analysis.attribution import NoisyFinding, noisy_busiest, noisy_findings
+
+    bg = {"code": "background-cpu", "level": "warn", "message": "other programs are using 33 %"}
+    bg_fail = {**bg, "level": "fail", "message": "other programs are using 62 %"}
+    swap = {"code": "swap", "level": "warn", "message": "the machine is swapping"}
+
+    def noisy(rid, findings, apps=(("kernel threads", "other", 0.4),)):
+        return ProbeRecord.from_json({
+            "type": "probe", "request_id": rid,
+            "verdict": {"quiet": False, "findings": list(findings)},
+            "processes": {"warming_up": False, "apps": [
+                {"app": a, "category": c, "cpu_percent": cpu} for a, c, cpu in apps]}})
+
+    probes = [noisy(1, [bg]), noisy(2, [bg_fail, swap]), noisy(3, [swap]),
+              noisy(4, [bg]), probe(5, [("slack", "other", 90.0)])]  # the last: QUIET
+    assert noisy_findings(probes) == [
+        # background-cpu in 3 samples, its worst level FAIL, its latest message (sample 4)
+        NoisyFinding("background-cpu", "fail", "other programs are using 33 %", 3),
+        NoisyFinding("swap", "warn", "the machine is swapping", 2),
+    ]
+    assert noisy_busiest(probes) is None  # kernel threads at 0.4 %: under 1 %, no one named
+    assert noisy_findings([probe(5, [("slack", "other", 90.0)])]) == []

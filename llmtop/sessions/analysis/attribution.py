@@ -239,7 +239,38 @@ def noisy_busiest(probes: Iterable[ProbeRecord]) -> NoisyBusiest | None:
     if not medians:
         return None
     top = max(sorted(medians), key=lambda n: medians[n])
-    return NoisyBusiest(top, medians[top], len(noisy)) if medians[top] > 0 else None
+    # under 1 % of a core it read "kernel threads (median 0 % …)": no one to name (pass N5)
+    return NoisyBusiest(top, medians[top], len(noisy)) if medians[top] >= 1.0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class NoisyFinding:
+    """One reason the probes gave for NOISY: its code and level, the message of its latest
+    sample (its figures), and in how many of the NOISY samples it was."""
+
+    code: str
+    level: str
+    message: str
+    samples: int
+
+
+def noisy_findings(probes: Iterable[ProbeRecord]) -> list[NoisyFinding]:
+    """What made the NOISY samples NOISY: each WARN/FAIL finding code once (its worst level,
+    its latest message), most frequent first (ties: FAIL first, then code). [] without
+    NOISY samples."""
+    counts: dict[str, int] = {}
+    latest: dict[str, tuple[str, str]] = {}
+    for p in probes:
+        if not p.noisy or p.verdict is None:
+            continue
+        for f in p.verdict.findings:
+            if f.level not in ("warn", "fail"):
+                continue
+            counts[f.code] = counts.get(f.code, 0) + 1
+            level = "fail" if "fail" in (f.level, latest.get(f.code, ("", ""))[0]) else f.level
+            latest[f.code] = (level, f.message)
+    return sorted((NoisyFinding(code, *latest[code], n) for code, n in counts.items()),
+                  key=lambda f: (-f.samples, f.level != "fail", f.code))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmtop.sessions.analysis.attribution import noisy_busiest
+from llmtop.sessions.analysis.attribution import noisy_busiest, noisy_findings
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
@@ -260,8 +260,11 @@ def _markdown_machine(report: Report) -> list[str]:
     noisy, total = report.noisy
     lines.append("")
     during = f"During the requests: {noisy} of {total} probe samples found the machine NOISY"
-    busiest = noisy_busiest(p for p in report.log.probes if p.request_id is not None)
+    in_requests = [p for p in report.log.probes if p.request_id is not None]
+    busiest = noisy_busiest(in_requests)
     lines.append(f"{during}; {busiest.sentence()}." if noisy and busiest else f"{during}.")
+    for f in noisy_findings(in_requests):  # why: the findings themselves (new-user pass N5)
+        lines.append(f"- {f.level.upper()} {f.code} in {f.samples} of them: {f.message}")
     for s in report.analysis.sizes:
         att = report.attributions.get(size_key(s))
         if att is not None:
