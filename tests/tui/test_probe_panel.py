@@ -265,3 +265,28 @@ def test_a_cut_name_keeps_its_process_count() -> None:
     assert app_name("kernel threads", 40) == "kernel threa… ×40"  # 13 + " ×40" (4) = 17
     assert app_name("bash", 7) == "bash ×7" and app_name("a" * 20, 1) == "a" * 16 + "…"
     assert app_name("kernel threads", 1) == "kernel threads"
+
+
+async def test_a_long_noisy_verdict_leaves_the_apps_their_room(tmp_path: Path) -> None:
+    # new-user pass N7: 13 lines of NOISY findings pushed "top apps" to the panel's last line
+    from llmtop.probes.verdict import Finding, Level
+
+    long = "a long remedy that wraps over several lines of the panel " * 3
+    findings = [Finding(f"f{i}", Level.FAIL, 60.0, 25.0, "%", f"finding {i}: " + "x " * 30,
+                        long) for i in range(3)]
+    settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        sample = machine_sample(1, 40.0, busy_apps(), Verdict.of(findings), 3.2)
+        app.post_message(ProbeSampled(sample))
+        panel = app.query_one(ProbePanel)
+        await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
+        verdict = panel.texts["verdict"].plain
+        assert "→" not in verdict  # the remedies gave way
+        assert verdict.endswith("(what to do: the session report, Ctrl+O)")
+        lines = [panel.render_line(y).text for y in range(panel.size.height)]
+        top = next(i for i, line in enumerate(lines) if line.startswith("top apps"))
+        # the title, the two apps of busy_apps() and llmtop's and the engine's lines are on
+        # screen without scrolling
+        assert any(line.startswith("engine:") for line in lines[top:]), lines

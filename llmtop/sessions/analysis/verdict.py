@@ -12,8 +12,8 @@ The words (docs/guide/bench.md, "The verdict"):
      requests outside every episode), in *either* direction (stats.drift's three tests:
      threshold, floor, rank test): a run that gets faster was slowed at its start, and a
      large change either way is instability, not a pass;
-  3. more than NOISY_SHARE (a tenth) of the measured requests ran while the probes called the machine
-     NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
+  3. more than NOISY_SHARE (a tenth) of the measured requests ran while the probes called
+     the machine NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
      measured on a machine its own probes call noisy is not a baseline, whatever its series
      look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
      request, not by sample: a short run's one NOISY sample, the only sample taken, is one

@@ -106,11 +106,12 @@ class ProbePanel(ScrollView):
             return
         stale = good is not None and good is not sample
         region = self.scrollable_content_region
-        verdict = verdict_text(sample.verdict)
         system = system_text(sample.system, sample.gpu)
         if region.height >= HISTORY_MIN_HEIGHT and region.width > 0:
             system.append("\n")
             system.append_text(self.history_text(region.width))
+        verdict = self._fitted_verdict(sample, region.width, region.height
+                                       - len(wrap_lines(system, region.width)[0]) - 1)
         used = sum(len(wrap_lines(t, region.width)[0]) + 1 for t in (verdict, system))
         room = region.height - used - APPS_FIXED_LINES - (1 if stale else 0)
         self.texts = {
@@ -125,6 +126,22 @@ class ProbePanel(ScrollView):
                 engine_unknown=self.engine_unknown,
             ),
         }
+
+    @staticmethod
+    def _fitted_verdict(sample: ProbeSample, width: int, height: int) -> Text:
+        """The verdict in what the machine section leaves of `height` lines, keeping room
+        for the apps (APPS_FIXED_LINES + TOP_N): whole when it fits, else without the
+        remedies, else its first finding only (new-user pass N7: 13 lines of NOISY findings
+        pushed the apps to the panel's last line, at the moment one wants to see them)."""
+        full = verdict_text(sample.verdict)
+        if width <= 0 or height <= 0:
+            return full
+        room = height - APPS_FIXED_LINES - TOP_N - 1
+        for text in (full, verdict_text(sample.verdict, remedies=False),
+                     verdict_text(sample.verdict, remedies=False, max_findings=1)):
+            if len(wrap_lines(text, width)[0]) <= room:
+                return text
+        return text
 
     def history_text(self, width: int) -> Text:
         """The "CPU history" line and, under it, the last `width` machine CPU readings, one
