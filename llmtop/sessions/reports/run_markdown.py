@@ -263,8 +263,8 @@ def _markdown_machine(report: Report) -> list[str]:
     in_requests = [p for p in report.log.probes if p.request_id is not None]
     busiest = noisy_busiest(in_requests)
     lines.append(f"{during}; {busiest.sentence()}." if noisy and busiest else f"{during}.")
-    for f in noisy_findings(in_requests):  # why: the findings themselves (new-user pass N5)
-        lines.append(f"- {f.level.upper()} {f.code} in {f.samples} of them: {f.message}")
+    for nf in noisy_findings(in_requests):  # why: the findings themselves (new-user pass N5)
+        lines.append(f"- {nf.level.upper()} {nf.code} in {nf.samples} of them: {nf.message}")
     for s in report.analysis.sizes:
         att = report.attributions.get(size_key(s))
         if att is not None:
