@@ -243,7 +243,8 @@ async def _run(args: argparse.Namespace) -> int:
         sampler = make_sampler(agent, PROBE_INTERVAL_S, first_sample,
                                lambda: conn.engine_pids, args.thresholds,
                                on_state=_probe_state(recorder, args.json),
-                               energy=energy.reader)
+                               energy=energy.reader,
+                               engine_threads=lambda: conn.compute_threads(recorder.options))
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""

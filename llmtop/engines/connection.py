@@ -8,7 +8,7 @@ engine's pids. The wiring that builds one lives in `llmtop.connect` (the composi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,15 @@ class Connection:
     def engine_config_short(self) -> str | None:
         """The engine's configuration in a few words, for headers (`describe_config`)."""
         return describe_config(self.engine_config)
+
+    def compute_threads(self, options: Mapping[str, Any] | None = None) -> int | None:
+        """The engine's compute threads: the requests' `num_thread` option when set, else
+        the embedded engine's default (`engine_config["threads"]`), else None (unknown)."""
+        wanted = (options or {}).get("num_thread")
+        if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > 0:
+            return wanted
+        threads = (self.engine_config or {}).get("threads")
+        return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
     @property
     def via_relay(self) -> bool:

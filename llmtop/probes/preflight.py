@@ -208,8 +208,10 @@ def run_preflight(
     sampler: SamplerLike | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    engine_threads: int | None = None,
 ) -> PreflightResult:
     """Sample the machine for `duration_s` seconds and judge it (see the module docstring).
+    engine_threads: the measured engine's compute threads when known (`verdict.evaluate`).
 
     engine_pids: the measured engine's pids (kept out of the background figure).
     engine: how the engine was identified (`engine_identity.identify_engine(host, override)`);
@@ -231,6 +233,7 @@ def run_preflight(
         duration_s=took,
         interval_s=interval_s,
         taken=len(samples) + 1,
+        engine_threads=engine_threads,
     )
     if engine is None:
         return result
@@ -254,6 +257,7 @@ def aggregate(
     duration_s: float = 0.0,
     interval_s: float | None = None,
     taken: int | None = None,
+    engine_threads: int | None = None,
 ) -> PreflightResult:
     """Pure: judge a window of samples on their medians (see the module docstring)."""
     extra = tuple(extra_findings)
@@ -280,7 +284,8 @@ def aggregate(
         )
     system = median_system([s.system for s in usable if s.system is not None])
     processes = median_processes([s.processes for s in usable if s.processes is not None])
-    verdict = Verdict.of(evaluate(system, processes, thresholds).findings + errors + extra)
+    verdict = Verdict.of(evaluate(system, processes, thresholds, engine_threads).findings
+                         + errors + extra)
     return PreflightResult(
         quiet=verdict.quiet,
         findings=verdict.findings,

@@ -326,6 +326,7 @@ def make_sampler(
     thresholds: Thresholds | None = None,
     on_state: Callable[[str, str], None] | None = None,
     energy: EnergyReader | None = None,
+    engine_threads: Callable[[], int | None] | None = None,
 ) -> ProbeSampler | AgentSampler:
     """The sampler a session uses: the agent's (`--probes`) when `agent` is given, else this
     machine's `ProbeSampler` (engine_pids: the measured engine's local pids; energy: this
@@ -333,7 +334,7 @@ def make_sampler(
     if agent is not None:
         return AgentSampler(agent, interval_s, on_sample, thresholds=thresholds, on_state=on_state)
     return ProbeSampler(interval_s, on_sample, engine_pids=engine_pids, thresholds=thresholds,
-                        energy=energy)
+                        energy=energy, engine_threads=engine_threads)
 
 
 def probes_note(agent: AgentTarget | None, engine_host: str) -> str | None:

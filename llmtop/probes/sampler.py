@@ -160,6 +160,8 @@ class ProbeSampler(SamplerState):
     self_pids / engine_pids: see `ProcessProbe`. The probes can be injected (tests).
     thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config
     file's).
+    engine_threads: the measured engine's compute threads, asked at each sample (None:
+    unknown), for the verdict's remedies (`verdict.evaluate`).
     energy: an `EnergyReader` sampled first in every sample (a few sysfs reads or NVML calls,
     stamped on the perf_counter_ns clock), so request windows can be integrated; its cost is
     in `cost_ms`.
@@ -182,8 +184,10 @@ class ProbeSampler(SamplerState):
         gpu_probe: GpuProbe | None = None,
         thresholds: Thresholds | None = None,
         energy: EnergyReader | None = None,
+        engine_threads: Callable[[], int | None] | None = None,
     ) -> None:
         self._interval = self._check(interval_s)
+        self._engine_threads = engine_threads
         self._energy = energy
         self._thresholds = thresholds or DEFAULT
         self._on_sample = on_sample
@@ -222,7 +226,8 @@ class ProbeSampler(SamplerState):
             gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
             if system is not None and processes is not None:
                 verdict = self._guard(
-                    "verdict", lambda: evaluate(system, processes, self._thresholds), errors
+                    "verdict", lambda: evaluate(system, processes, self._thresholds,
+                                                self._threads()), errors
                 )
             else:
                 verdict = None
@@ -238,6 +243,10 @@ class ProbeSampler(SamplerState):
             )
             self._latest = sample
             return sample
+
+    def _threads(self) -> int | None:
+        """The engine's compute threads as the caller knows them now (None: unknown)."""
+        return self._engine_threads() if self._engine_threads is not None else None
 
     @staticmethod
     def _guard(what: str, fn: Callable[[], Any], errors: list[Finding]) -> Any:

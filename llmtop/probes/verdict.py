@@ -126,9 +126,12 @@ REMEDY_UNIDENTIFIED = (
 
 
 def evaluate(
-    system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT
+    system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT,
+    engine_threads: int | None = None,
 ) -> Verdict:
-    """Apply every rule; QUIET when nothing is WARN or FAIL.
+    """Apply every rule; QUIET when nothing is WARN or FAIL. engine_threads: the measured
+    engine's compute threads when known (the embedded engine's, or the request's
+    num_thread), so a remedy does not advise the count the engine already runs.
 
     While warming up (no CPU reading yet) CPU rules are skipped and an INFO "warming-up"
     finding says so, so a first sample is never judged on fake zeros.
@@ -148,7 +151,7 @@ def evaluate(
             )
         )
     else:
-        findings += _background_cpu(system, processes, t)
+        findings += _background_cpu(system, processes, t, engine_threads)
         findings += _busy_apps(processes, t)
     findings += _memory(system, t)
     findings += _battery(system)
@@ -193,7 +196,8 @@ def unattributed_cpu_percent(system: SystemSample, processes: ProcessSample) -> 
     return max(0.0, background - listed)
 
 
-def _background_cpu(system: SystemSample, processes: ProcessSample, t: Thresholds) -> list[Finding]:
+def _background_cpu(system: SystemSample, processes: ProcessSample, t: Thresholds,
+                    engine_threads: int | None = None) -> list[Finding]:
     value = background_cpu_percent(system, processes)
     if value is None or value <= t.background_cpu_warn:
         return []
@@ -223,7 +227,7 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             "% CPU (machine)",
             f"other programs are using {value:.0f} % of the machine's CPU{note}",
             _close_remedy(processes)
-            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus)
+            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus, engine_threads)
             + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
@@ -255,11 +259,15 @@ def _close_remedy(processes: ProcessSample) -> str:
 FEW_CORES = 4
 
 
-def _few_cores_remedy(cpus: float) -> str:
+def _few_cores_remedy(cpus: float, engine_threads: int | None = None) -> str:
     """The remedy's tail on a small machine: give the engine one thread fewer than the cores
-    ("" above FEW_CORES logical CPUs, or when the count is unknown)."""
+    ("" above FEW_CORES logical CPUs, when the count is unknown, or when the engine already
+    runs fewer threads than the cores: new-user pass N7 was told `--num-thread 1` while the
+    header said "1 thread")."""
     n = int(cpus)
     if not 2 <= n <= FEW_CORES:
+        return ""
+    if engine_threads is not None and engine_threads < n:
         return ""
     return (f"; on {n} CPUs an engine with a thread per core stalls when another program "
             f"takes one (decode can fall tenfold): --num-thread {n - 1} leaves it room")

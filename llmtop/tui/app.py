@@ -280,6 +280,7 @@ class LlmtopApp(LlmtopBaseApp):
                 thresholds=self.settings.thresholds,
                 on_state=self._on_probe_state_thread,
                 energy=self.energy.reader,
+                engine_threads=self._engine_threads,
             )
             self.sampler.start()
         self.query_one(ProbePanel).engine_unknown = ENGINE_STARTING
@@ -499,6 +500,12 @@ class LlmtopApp(LlmtopBaseApp):
         if last is None or not self._paused or now - last[0] > IDLE_PIDS_REUSE_NS:
             last = self._pids = (now, conn.engine_pids)
         return last[1]
+
+    def _engine_threads(self) -> int | None:
+        """Runs in the sampler thread: the engine's compute threads (the requests' num_thread,
+        else the embedded engine's default; None before connecting or when unknown)."""
+        conn = self.conn
+        return None if conn is None else conn.compute_threads(self.settings.options)
 
     def _on_probe_thread(self, sample: ProbeSample) -> None:
         """Runs in the sampler thread: log the sample, then hand it to the event loop. The

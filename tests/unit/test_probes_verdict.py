@@ -155,6 +155,25 @@ def test_the_thread_advice_is_for_small_machines_only() -> None:
     two = evaluate(sys_(cpu_percent=60.0, logical_cpus=2, per_cpu=(60.0, 60.0)),
                    procs(self_cpu=0.0))
     assert two.findings[0].remedy.endswith("--num-thread 1 leaves it room")
+    # new-user pass N7: advised "--num-thread 1" while the header said "1 thread": an engine
+    # known to run fewer threads than cores gets no thread advice; one with 2 still does
+    one = evaluate(sys_(cpu_percent=60.0, logical_cpus=2, per_cpu=(60.0, 60.0)),
+                   procs(self_cpu=0.0), engine_threads=1)
+    assert "--num-thread" not in one.findings[0].remedy
+    both = evaluate(sys_(cpu_percent=60.0, logical_cpus=2, per_cpu=(60.0, 60.0)),
+                    procs(self_cpu=0.0), engine_threads=2)
+    assert both.findings[0].remedy.endswith("--num-thread 1 leaves it room")
+
+
+def test_the_engines_threads_as_the_connection_knows_them() -> None:
+    from llmtop.engines.connection import Connection
+
+    conn = Connection(engine=None, model="m", info=None, version=None,  # type: ignore[arg-type]
+                      engine_config={"use_extra_bufts": False, "threads": 1})
+    assert conn.compute_threads() == 1  # the embedded engine's default
+    assert conn.compute_threads({"num_thread": 2}) == 2  # the request's option wins
+    assert Connection(engine=None, model="m", info=None,  # type: ignore[arg-type]
+                      version=None).compute_threads() is None  # another engine: unknown
 
 
 def test_warming_up_skips_cpu_rules_but_not_memory() -> None:

@@ -193,7 +193,9 @@ class BenchRunner:
         sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
                                lambda: self.conn.engine_pids, load_thresholds(),
                                on_state=self.recorder.record_probe_state,
-                               energy=self.energy.reader)
+                               energy=self.energy.reader,
+                               engine_threads=lambda: self.conn.compute_threads(
+                                   self.recorder.options))
         sampler.start()
         try:
             self.on_progress(

@@ -143,6 +143,7 @@ async def preflight_record(conn: Connection, duration_s: float,
         result = await asyncio.to_thread(
             run_preflight, duration_s, thresholds=thresholds,
             engine_pids=lambda: conn.engine_pids, sampler=sampler,
+            engine_threads=conn.compute_threads(),
         )
     except AgentError as exc:  # the bench goes on; --require-quiet then refuses (not quiet)
         finding = {"code": "probe-error", "level": "warn", "value": None, "threshold": None,
