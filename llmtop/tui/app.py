@@ -107,7 +107,7 @@ from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
-from llmtop.tui.widgets.prompt_input import PromptInput
+from llmtop.tui.widgets.prompt_input import HELP_CHARACTER, PromptInput
 from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 from llmtop.tui.widgets.session_strip import SessionStrip
@@ -179,7 +179,8 @@ class LlmtopApp(LlmtopBaseApp):
         Binding("f3", "apps", "Apps"),
         Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
-        Binding("q", "quit", "Quit", show=False),
+        # no plain "q": every printable key is the prompt's (TokenPane.TypedAhead), so a
+        # prompt typed after Esc never quits the app (new-user pass N2)
         # quit is not a screen: off the footer, which then holds every screen's key at 80
         # columns (F3 made it overflow); the help, the palette and the README name Ctrl+Q
         Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
@@ -240,6 +241,9 @@ class LlmtopApp(LlmtopBaseApp):
         yield PromptInput(
             placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
             id="prompt",
+            # coming back to the box (Tab, "/", a key typed in the response pane) keeps what
+            # is in it: selected, the next key would replace it
+            select_on_focus=False,
         )
         yield Footer(compact=True)
 
@@ -677,6 +681,16 @@ class LlmtopApp(LlmtopBaseApp):
                 self._render_timer.pause()
 
     # ------------------------------------------------------------------ keys
+
+    def on_token_pane_typed_ahead(self, message: TokenPane.TypedAhead) -> None:
+        """A key typed in the response pane: into the prompt box, which takes the focus
+        ("?" into an empty prompt is the help, as in the box itself)."""
+        prompt = self.query_one("#prompt", PromptInput)
+        if message.character == HELP_CHARACTER and not prompt.value:
+            self.action_help()
+            return
+        prompt.focus()
+        prompt.insert_text_at_cursor(message.character)
 
     def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
         self.action_help()

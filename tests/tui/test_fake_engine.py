@@ -191,7 +191,19 @@ async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
         await pilot.press("f1")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
-        await pilot.press("q")  # outside the prompt box: quit
+        await pilot.press("escape")  # the response pane has the focus
+        assert not prompt.has_focus
+        # new-user pass N2: typed outside the prompt box, a prompt's keys go into it ("q"
+        # quit the app, "?" opened the help, the other letters were lost)
+        await type_text(pilot, "q is it?")
+        assert prompt.has_focus and prompt.value == "q is it?" and app.is_running
+        assert not isinstance(app.screen, HelpScreen)
+        prompt.clear()
+        await pilot.press("escape")
+        await pilot.press("question_mark")  # an empty prompt's "?": the help, as in the box
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not app.is_running, what="quit")
     assert app.return_value == 0
 

@@ -20,7 +20,9 @@ for the next lines to fill; when the request ends, its last line is put at the b
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.events import Resize
+from textual.message import Message
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -70,7 +72,27 @@ def live_text(live: LiveRequest) -> Text:
 
 
 class TokenPane(ScrollView, can_focus=True):
-    """Follows the text while the view is at the bottom; keeps the position otherwise."""
+    """Follows the text while the view is at the bottom; keeps the position otherwise.
+
+    Focused (Esc when idle, to scroll the answer), a printable key is not lost: it posts
+    `TypedAhead` and the app types it into the prompt box (new-user pass N2: after Esc the
+    letters of the next prompt vanished, "?" opened the help and "q" quit the app). "/" is
+    the app's "back to the prompt" key and stays one.
+    """
+
+    class TypedAhead(Message):
+        """A character typed while the response pane had the focus."""
+
+        def __init__(self, character: str) -> None:
+            super().__init__()
+            self.character = character
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key (not "/") goes to the prompt box (`TypedAhead`)."""
+        if event.is_printable and event.character and event.character != "/":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.TypedAhead(event.character))
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
