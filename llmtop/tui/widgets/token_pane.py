@@ -22,8 +22,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual import events
 from textual.events import Resize
-from textual.message import Message
 from textual.geometry import Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
