@@ -91,6 +91,31 @@ def test_too_few_sizes_is_a_clear_error():
         fit_curve([100, 100, 200, 200], [1.0, 1.0, 2.0, 2.0])
 
 
+def test_two_calibrated_sizes_are_two_sizes_however_many_counts():
+    # new-user pass N39: --prompt-tokens 100,400 came back as counts 100…106 and 400…406,
+    # 14 distinct values, and a quadratic was fitted to what were two points
+    from llmtop.sessions.analysis.prefill import prompt_sizes
+
+    tokens = [100 + i for i in range(7)] + [400 + i for i in range(7)]
+    assert prompt_sizes(tokens) == 2
+    with pytest.raises(CurveError, match="got 2 size"):
+        fit_curve(tokens, [TRUE.ms(t) for t in tokens])
+    # 110 is within 10 % of 100 (and 1 token): one size; 112 starts the next
+    assert prompt_sizes([100, 110, 111]) == 1 and prompt_sizes([100, 112]) == 2
+
+
+def test_a_curve_whose_linear_term_is_not_positive_says_so():
+    from llmtop.sessions.reports.context import _quadratic
+
+    # c > 0 but b < 0 (the helper's 1273 − 13.71·T + 0.03125·T²): not "the quadratic term is
+    # negative", which its sign contradicts
+    curve = fit_curve([100, 200, 300, 400], [1273 - 13.71 * t + 0.03125 * t * t
+                                             for t in (100, 200, 300, 400)])
+    assert curve.b < 0 < curve.c
+    text = _quadratic(curve)
+    assert "negative" not in text and "not positive (b ≤ 0)" in text
+
+
 async def _bench(url: str, path: str, **config: object) -> object:
     conn = await connect("ollama", url, "slotted")
     try:

@@ -147,6 +147,24 @@ def _pair(value: Any) -> tuple[float, float]:
     return float(low), float(high)
 
 
+SAME_SIZE = 0.10  # token counts within 10 % of a size's smallest are that one size
+
+
+def prompt_sizes(tokens: Sequence[float]) -> int:
+    """How many prompt sizes the token counts cover: a calibrated size comes back from the
+    server as a few nearby counts (100 → 100…106 tokens), which are one size, not seven
+    (new-user pass N39: sizes 100 and 400 read as 14 "distinct" counts, and a quadratic was
+    fitted to what were two points). A count more than SAME_SIZE above the current size's
+    smallest starts a new size."""
+    sizes = 0
+    start: float | None = None
+    for value in sorted(tokens):
+        if start is None or value > start * (1 + SAME_SIZE) + 1:
+            sizes += 1
+            start = value
+    return sizes
+
+
 def fit_curve(
     tokens: Sequence[float],
     ms: Sequence[float],
@@ -155,8 +173,8 @@ def fit_curve(
 ) -> Curve:
     """Least-squares fit of `ms ≈ a + b·T + c·T²` over paired `tokens` (T) and `ms`.
 
-    Raises CurveError for mismatched lengths, non-finite values, fewer than 3 distinct
-    token counts or fewer than 4 points (the interval needs n − 3 ≥ 1).
+    Raises CurveError for mismatched lengths, non-finite values, fewer than 3 prompt sizes
+    (`prompt_sizes`) or fewer than 4 points (the interval needs n − 3 ≥ 1).
     """
     if len(tokens) != len(ms):
         raise CurveError(f"{len(tokens)} token counts but {len(ms)} times")
@@ -164,7 +182,7 @@ def fit_curve(
     y = np.asarray(ms, dtype=float)
     if not (np.all(np.isfinite(t)) and np.all(np.isfinite(y))):
         raise CurveError("a token count or a time is not a finite number")
-    distinct = len(set(t.tolist()))
+    distinct = prompt_sizes(t.tolist())
     if distinct < 3 or len(t) < 4:
         raise CurveError(
             f"a quadratic needs at least 3 prompt sizes and 4 points; got {distinct} size(s) "
