@@ -7,13 +7,11 @@ import asyncio
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
@@ -26,6 +24,7 @@ from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import FindingRecord
 from llmtop.sessions.runners.energy import local_meter, request_line
 from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.warmup import started_engine, warm_up
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
 # The first probe sample identifies every process (~20-50 ms of CPU, bench/probe_cost.py
@@ -205,25 +204,6 @@ class _FirstSample:
                 await self._seen.wait()
 
 
-async def warm_up(conn: Connection, options: dict[str, Any]) -> float | None:
-    """Load the model with a load-only request (Ollama's empty chat, with the measured
-    request's options, so the model is not loaded again), for an engine `run` started
-    itself: each `run` starts a fresh embedded engine, so without it every request was a
-    cold start that "run again" could not cure (issue 32, new-user pass D4). Returns the
-    load-only request's ms on the client clock (Ollama's load answer carries no durations),
-    None when it failed: the measured request then pays the load and says so."""
-    final: StreamEvent | None = None
-    t0 = time.perf_counter_ns()
-    try:
-        async for event in conn.engine.stream_chat(conn.model, [], options=options):
-            final = event
-    except EngineError:
-        return None
-    if final is None or final.failure is not None:
-        return None
-    return (time.perf_counter_ns() - t0) / 1e6
-
-
 async def _run(args: argparse.Namespace) -> int:
     conn = await connect_from_flags(args)
     if isinstance(conn, int):
@@ -261,8 +241,7 @@ async def _run(args: argparse.Namespace) -> int:
                 sys.stdout.write(event.thinking or event.content)
                 sys.stdout.flush()
 
-        started = conn.children and conn.upstream.name == "embedded"  # ours, fresh
-        warmup_ms = await warm_up(conn, recorder.options) if started else None
+        warmup_ms = await warm_up(conn, recorder.options) if started_engine(conn) else None
         if warmup_ms is not None and not args.json:
             print(f"# warm-up: the engine this run started loaded the model in {warmup_ms:.1f} "
                   "ms before the measured request (a load-only request, not measured)",

@@ -86,6 +86,7 @@ from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.warmup import started_engine, warm_up
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.screens.apps import AppsScreen
 from llmtop.tui.screens.bench import BenchScreen, LastBench
@@ -330,6 +331,11 @@ class LlmtopApp(LlmtopBaseApp):
         self._label_probes()
         header = self.query_one(HeaderLine)
         header.show_connection(conn)
+        warmup_ms = None
+        if started_engine(conn):  # a fresh embedded engine: load the model before request 1
+            self.query_one(TokenPane).show_message(
+                "loading the model (a load-only request, not measured)…")
+            warmup_ms = await warm_up(conn, s.options)
         try:
             self.recorder = SessionRecorder(conn, s.options, s.log_path,
                                             energy=self._energy_for(conn),
@@ -342,7 +348,10 @@ class LlmtopApp(LlmtopBaseApp):
             )
             return
         header.show_log(str(self.recorder.log.path))
-        self.query_one(TokenPane).show_message("ready — type a prompt below and press Enter.")
+        loaded = ("" if warmup_ms is None else
+                  f" (the engine loaded the model in {warmup_ms:,.0f} ms first, not measured)")
+        self.query_one(TokenPane).show_message(
+            f"ready{loaded} — type a prompt below and press Enter.")
         if self.freeze_gc_when_ready:
             gc.freeze()  # see `freeze_gc_when_ready`
         if self._pending is not None:
