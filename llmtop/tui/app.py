@@ -640,8 +640,8 @@ class LlmtopApp(LlmtopBaseApp):
         if live.numbers_dirty and (urgent or self._frame % NUMBERS_EVERY == 0):
             live.numbers_dirty = live.urgent = False
             number = self.session.number_of(live)
-            cold = number is not None and self.session.cold_flags()[number - 1]
-            self.query_one(MetricsStrip).show_live(live, self.session.previous(live), cold)
+            word = "" if number is None else self.session.word(number)
+            self.query_one(MetricsStrip).show_live(live, self.session.previous(live), word)
 
     @property
     def _probe_pending(self) -> bool:

@@ -41,6 +41,7 @@ def request(
     prompt: str = "p",
     done: bool = True,
     load_ms: float | None = None,
+    prefill: tuple[int, float] | None = None,
 ) -> LiveRequest:
     """A request sent at SENT: `chunks` text chunks from `ttft_ms`, `gap_ms` apart, then (when
     `done`) the done chunk 1 ms after the last one, with the server's eval_count."""
@@ -57,7 +58,9 @@ def request(
     if done:
         end = StreamEvent(SENT + round((t + 1.0) * MS), done=True, stats=ServerStats(
             eval_count=eval_count, eval_duration=None if eval_count is None else 40 * MS,
-            load_duration=None if load_ms is None else round(load_ms * MS)))
+            load_duration=None if load_ms is None else round(load_ms * MS),
+            prompt_eval_count=None if prefill is None else prefill[0],
+            prompt_eval_duration=None if prefill is None else round(prefill[1] * MS)))
         collector.add(end)
         live.add(end)
         live.finish(collector.finish())
@@ -75,11 +78,12 @@ def test_ttft_series_marks_the_request_on_screen_and_the_noisy_ones() -> None:
     assert view.numbers == (1, 2, 4, 5)
     assert view.noisy == (False, True, False, False)
     assert view.current == 3  # the streaming request, once its first chunk came
-    # median of 100, 120, 150, 200 = (120 + 150) / 2 = 135
-    assert (view.median_ms, view.min_ms, view.max_ms, view.n) == (135.0, 100.0, 200.0, 4)
-    assert view.current_vs_median == pytest.approx(200.0 / 135.0)
+    # the finished ok requests only (the streaming one is not judged yet): median of 100,
+    # 120, 150 = 120
+    assert (view.median_ms, view.min_ms, view.max_ms, view.n) == (120.0, 100.0, 150.0, 3)
+    assert view.current_vs_median == pytest.approx(200.0 / 120.0)
     assert marks_text(view).plain == " ! ▲"  # one cell per bar
-    assert summary_text(view).plain == "median 135.0 ms · 100.0–200.0 · n 4 · #5 ×1.48"
+    assert summary_text(view).plain == "median 120.0 ms · 100.0–150.0 · n 3 ok · #5 ×1.67"
     # a request picked in the history is the one marked; the streaming one is not shown then
     view = session.ttft_view(session.requests[1])
     assert view.current == 1 and view.values == (100.0, 150.0, 120.0)
@@ -220,6 +224,37 @@ def test_a_request_that_loaded_the_model_is_ok_cold_as_the_report_says_cold_star
     fresh.add(request(80.0, load_ms=0.3))
     assert [str(row_cells(fresh.row(n))[6]) for n in (1, 2)] == ["cold-start", "ok"]
     assert str(row_cells(session.row(2))[6]) == "ok"
+
+
+def test_a_repeated_prompt_served_from_the_cache_is_cached_and_not_in_the_median() -> None:
+    # new-user pass N40: Ctrl+R of a 280-word prompt read TTFT 54.8 ms (1296.9 the first
+    # time), "ok", and went into the session median; N25: the median counted a cold start
+    session = SessionState()
+    long = "a long prompt " * 40
+    session.add(request(1300.0, prompt=long, load_ms=706.0, prefill=(490, 1000.0)))
+    session.add(request(900.0, prompt=long, prefill=(490, 880.0)))  # warm, not from cache
+    session.add(request(55.0, prompt=long, prefill=(490, 30.0)))  # Ctrl+R: from the cache
+    session.add(request(60.0, prompt="short", prefill=(5, 1.0)))  # another prompt: not compared
+    # per token: 1000/490 = 2.04 ms; 880/490 = 1.80 (88 %: ok); 30/490 = 0.061 (3 % < 25 %)
+    assert [session.row(n).status for n in (1, 2, 3, 4)] == ["cold-start", "ok", "cached", "ok"]
+    assert session.word(3) == "cached"
+    view = session.ttft_view(None)
+    # the bars show all four; the statistics are the ok ones: 900 and 60 → median 480
+    assert view.values == (1300.0, 900.0, 55.0, 60.0)
+    assert (view.median_ms, view.n, view.others) == (480.0, 2, 2)
+    assert summary_text(view).plain == "median 480.0 ms · 60.0–900.0 · n 2 ok (+2 not ok)"
+
+
+def test_the_server_saying_it_reused_the_prompt_is_a_cache_hit() -> None:
+    from dataclasses import replace
+
+    session = SessionState()
+    live = request(80.0, prefill=(100, 50.0))
+    assert live.result is not None and live.result.stats is not None
+    stats = replace(live.result.stats, prompt_cached_count=90)  # llama.cpp's cache_n: 90 %
+    live.result = replace(live.result, stats=stats)
+    session.add(live)
+    assert session.row(1).status == "cached"
 
 
 def test_small_helpers() -> None:

@@ -109,7 +109,7 @@ async def test_three_requests_sparkline_history_and_compare(
         assert spark(app, "session-ttft") == (17.0, 17.5, 18.0)
         assert shown(app, "#session-marks") == " !▲"
         # median 17.5, min–max 17.0–18.0; the 3rd against the median: 18 / 17.5 = 1.03
-        assert shown(app, "#session-summary") == "median 17.5 ms · 17.0–18.0 · n 3 · #3 ×1.03"
+        assert shown(app, "#session-summary") == "median 17.5 ms · 17.0–18.0 · n 3 ok · #3 ×1.03"
         assert spark(app, "itl") == (20.0,) * 7
         assert shown(app, "#itl-label") == (
             "token gaps ms  TPOT 20.14 ms/tok · 49.6 tok/s · prev 15.14 ms/tok"

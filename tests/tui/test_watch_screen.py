@@ -102,7 +102,7 @@ async def test_the_app_runs_the_watch_and_shows_a_real_request(tmp_path):
 async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
     """The watch app draws its scrollbars as the main app does (LlmtopBaseApp): seen in tmux,
     its probe panel's 2-column scrollbar ended its thumb in "▃▃" beside an app's row. At
-    140×24 a busy machine's findings and apps overflow the panel, which scrolls; its
+    140×16 a busy machine's findings and apps overflow the panel, which scrolls; its
     scrollbar is one cell wide and no cell of it holds a block glyph."""
     from textual.scrollbar import ScrollBar, ScrollBarRender
 
@@ -116,7 +116,9 @@ async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
     findings = [Finding(f"f{i}", Level.WARN, 50.0, 10.0, "% CPU", f"program {i} is busy " * 3,
                         "close it") for i in range(6)]
     app = WatchApp(None, PAIRS, show_text=False, probes=False)
-    async with app.run_test(size=(140, 24)) as pilot:
+    # 16 lines: the verdict gives way to the apps (probe_panel._fitted_verdict), which still
+    # overflow the panel
+    async with app.run_test(size=(140, 16)) as pilot:
         app.screen_.show_probe(machine_sample(1, 80.0, busy_apps(), Verdict.of(findings), 2.0))
         await pilot.pause(0.3)
         panel = app.screen_.query_one(ProbePanel)

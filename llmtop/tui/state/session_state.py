@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import BenchStatus, cold_starts
+from llmtop.sessions.analysis.run import (
+    CACHED_FRACTION,
+    CACHED_REPORTED_SHARE,
+    BenchStatus,
+    cold_starts,
+)
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -56,8 +61,11 @@ class TtftView:
     numbers: each value's request number in the session (1-based).
     noisy: each value's request ran while a probe sample was NOISY.
     current: the index in `values` of the request on screen, None when it has no TTFT (yet).
-    median_ms, min_ms, max_ms: over every request of the session with a TTFT (None when none).
-    n: how many requests those statistics cover.
+    median_ms, min_ms, max_ms: over the session's ok requests with a TTFT, as the report
+    counts them (not a cold start, a prefix-cache hit, a cancelled or failed request:
+    new-user pass N25 saw "median 54.5 ms · 22.3–760.9 · n 11" beside the report's 47.9 ms
+    over 8); None when none.
+    n: how many requests those statistics cover; others: the bars not in them.
     """
 
     values: tuple[float, ...] = ()
@@ -68,6 +76,7 @@ class TtftView:
     min_ms: float | None = None
     max_ms: float | None = None
     n: int = 0
+    others: int = 0
 
     @property
     def current_vs_median(self) -> float | None:
@@ -191,12 +200,14 @@ def prompt_start(prompt: str, chars: int = PROMPT_CHARS) -> str:
 
 
 def history_row(number: int, result: RequestResult, noisy: str | None,
-                cold: bool | None = None) -> HistoryRow:
+                cold: bool | None = None, cached: bool = False) -> HistoryRow:
     """The history row of request `number` (see `HistoryRow`). An ok request that paid a
     model load is "cold-start", the report's status for it (it counts in no statistics
     there), as `run` says it (issue 32, row 3: one vocabulary). `cold`: the session's verdict
     on it (`analysis.run.cold_starts` over the session's loads, `SessionState.row`); None: its
-    load alone, over analysis.run.COLD_START_MS. A cancelled request's TPOT and decode are its
+    load alone, over analysis.run.COLD_START_MS. `cached`: the session's verdict that its
+    prompt came from the engine's prefix cache (`SessionState.cached_flags`). A cancelled
+    request's TPOT and decode are its
     chunks' (`live.cut_short`: it has no server counts), like the strip's "(chunks,
     cancelled)"."""
     m = result.metrics
@@ -205,6 +216,8 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
         cold = cold_starts([m.load_ms or 0.0])[0][0]
     if result.status == Status.OK and cold:
         status = str(BenchStatus.COLD_START)
+    elif result.status == Status.OK and cached:
+        status = str(BenchStatus.CACHED)
     cut = cut_short(result)  # cancelled: the client's per-chunk figures, as the strip shows
     tpot_ms, decode_tps = (cut.tpot_ms, cut.rate) if cut else (m.tpot_ms, m.client_decode_tps)
     return HistoryRow(
@@ -221,6 +234,34 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
         e2e_ms=m.e2e_ms,
         noisy=noisy,
     )
+
+
+def _per_token_ns(result: RequestResult | None) -> float | None:
+    s = result.stats if result else None
+    if s is None or not s.prompt_eval_count or not s.prompt_eval_duration:
+        return None
+    return s.prompt_eval_duration / s.prompt_eval_count
+
+
+def _cached_flags(requests: Sequence[LiveRequest]) -> list[bool]:
+    flags: list[bool] = []
+    first_seen: dict[str, RequestResult] = {}
+    for live in requests:
+        result = live.result
+        cached = False
+        if result is not None and result.status == Status.OK:
+            s = result.stats
+            count = s.prompt_eval_count if s else None
+            reused = s.prompt_cached_count if s else None
+            if count and reused and reused > CACHED_REPORTED_SHARE * count:
+                cached = True
+            earlier = first_seen.get(result.prompt)
+            mine, theirs = _per_token_ns(result), _per_token_ns(earlier)
+            if mine is not None and theirs is not None and mine < CACHED_FRACTION * theirs:
+                cached = True
+            first_seen.setdefault(result.prompt, result)
+        flags.append(cached)
+    return flags
 
 
 COMPARED: tuple[tuple[str, Callable[[HistoryRow], float | None]], ...] = (
@@ -252,6 +293,7 @@ class SessionState:
         self.version = 0
         self._numbers: dict[int, int] = {}  # id(request) → its number (the list holds it)
         self._cold: tuple[int, list[bool]] = (-1, [])  # (version, cold_flags)
+        self._cached: tuple[int, list[bool]] = (-1, [])  # (version, cached_flags)
 
     def add(self, live: LiveRequest) -> int:
         """Add a finished request (its `result` set); returns its 1-based number.
@@ -280,7 +322,24 @@ class SessionState:
             raise IndexError(f"no request {number} in this session")
         live = self.requests[number - 1]
         assert live.result is not None
-        return history_row(number, live.result, live.noisy, self.cold_flags()[number - 1])
+        return history_row(number, live.result, live.noisy, self.cold_flags()[number - 1],
+                           self.cached_flags()[number - 1])
+
+    def word(self, number: int) -> str:
+        """Request `number`'s status as the report says it: "cold-start", "cached", else its
+        own status ("ok", "cancelled", "error"…). Raises IndexError when out of range."""
+        return self.row(number).status
+
+    def cached_flags(self) -> list[bool]:
+        """Per request, whether its prompt came from the engine's prefix cache (new-user pass
+        N40: Ctrl+R of a 280-word prompt read TTFT 54.8 ms against 1296.9, "ok", in the
+        median): the server says it reused over CACHED_REPORTED_SHARE of the prompt, or the
+        request repeats an earlier prompt and prefilled a token in under CACHED_FRACTION of
+        that request's time (the bench's thresholds, analysis/run.py; the same prompt, so
+        the per-token times are comparable). Cached per `version`."""
+        if self._cached[0] != self.version:
+            self._cached = (self.version, _cached_flags(self.requests))
+        return self._cached[1]
 
     def cold_flags(self) -> list[bool]:
         """Per request, whether it paid a model load, judged as a report judges it: against
@@ -307,7 +366,9 @@ class SessionState:
             entries.append((len(self.requests) + 1, shown))
         picked = [(n, live, live.ttft_ms) for n, live in entries]
         picked = [p for p in picked if p[2] is not None and math.isfinite(p[2])]
-        stats = summarize([p[2] for p in picked])
+        finished = [p for p in picked if p[0] <= len(self.requests)]  # the streaming one: not
+        counted = [p[2] for p in finished if self.word(p[0]) == Status.OK]  # judged yet
+        stats = summarize(counted)
         last = picked[-MAX_BARS:]
         current = next((i for i, p in enumerate(last) if p[1] is shown), None)
         return TtftView(
@@ -319,5 +380,6 @@ class SessionState:
             min_ms=stats.min,
             max_ms=stats.max,
             n=stats.n,
+            others=len(finished) - len(counted),
         )
 

@@ -134,20 +134,20 @@ def gaps_scale(gaps_ms: Sequence[float]) -> str:
     return f"max {max(gaps_ms):.1f} · p50 {statistics.median(gaps_ms):.1f} ms"
 
 
-def result_texts(result: RequestResult, cold: bool = False) -> dict[str, Text | str]:
+def result_texts(result: RequestResult, word: str = "") -> dict[str, Text | str]:
     """A finished request's rows, by label id: "ttft" (ms), "count" (the server's eval_count,
     or the client's chunks when it sent none), "decode" (client tok/s), "client" (status,
     TPOT and E2E, ms), "server" (`server_text`) and "failure" ("" when there is none). A
-    cancelled request keeps its client figures per chunk (`cut_short_texts`). `cold`: the
-    session judged it a cold start (`SessionState.cold_flags`): its status reads
-    "cold-start", as in the history and the report."""
+    cancelled request keeps its client figures per chunk (`cut_short_texts`). `word`: the
+    session's status for an ok request (`SessionState.word`): "cold-start" or "cached" reads
+    so, as in the history and the report."""
     m = result.metrics
     # "chunks" when the server sent no eval_count: the count is the client's, not tokens
     label = "chunks " if m.tokens_basis == "chunks" else "tokens "
     tokens = "n/a" if m.output_tokens is None else str(m.output_tokens)
     status = Text(f" {result.status} ", style=_STATUS_STYLE.get(result.status, _OTHER_STATUS))
-    if cold and result.status == Status.OK:
-        status = Text(f" {BenchStatus.COLD_START} ", style=_OTHER_STATUS)
+    if word in (BenchStatus.COLD_START, BenchStatus.CACHED) and result.status == Status.OK:
+        status = Text(f" {word} ", style=_OTHER_STATUS)
     texts: dict[str, Text | str] = {
         # a buffered stream: TTFT is the time to the whole answer, client rates are n/a
         "ttft": Text.assemble(
@@ -188,7 +188,7 @@ class MetricsStrip(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._shown: object = None  # the request (or result) the rows below show
         self._noise_shown: str | None = None
-        self._cold_shown = False
+        self._word_shown = ""
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="live-row"):
@@ -225,9 +225,9 @@ class MetricsStrip(Vertical):
             static.display = bool(str(content))  # no blank line where there is nothing to say
 
     def show_live(self, live: LiveRequest, previous: RequestResult | None = None,
-                  cold: bool = False) -> None:
+                  word: str = "") -> None:
         """Update from the live buffers (capped render timer only); `previous` is the request
-        before it (its TPOT is drawn as a reference); `cold`: see `result_texts`."""
+        before it (its TPOT is drawn as a reference); `word`: see `result_texts`."""
         result = live.result
         if result is None:
             for wid, content in live_texts(live).items():
@@ -238,9 +238,9 @@ class MetricsStrip(Vertical):
                 self._put("failure", "")
                 self._put("energy", "")
             self._put("client", Text(live.wait_text() or "streaming…", style="dim"))
-        elif self._shown is not result or self._cold_shown != cold:
-            self._shown, self._cold_shown = result, cold
-            self.show_result(result, cold)
+        elif self._shown is not result or self._word_shown != word:
+            self._shown, self._word_shown = result, word
+            self.show_result(result, word)
             self._put("energy", energy_text(live.energy))
         if live.noisy != self._noise_shown:
             self._noise_shown = live.noisy
@@ -254,7 +254,7 @@ class MetricsStrip(Vertical):
         bars.data = view.gaps_ms  # no-op when unchanged
         bars.note = gaps_scale(view.gaps_ms)
 
-    def show_result(self, result: RequestResult, cold: bool = False) -> None:
+    def show_result(self, result: RequestResult, word: str = "") -> None:
         """The finished request's metrics (client and server side) and its status."""
-        for wid, content in result_texts(result, cold).items():
+        for wid, content in result_texts(result, word).items():
             self._put(wid, content)

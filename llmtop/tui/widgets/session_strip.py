@@ -36,15 +36,20 @@ def marks_text(view: TtftView) -> Text:
 
 
 def summary_text(view: TtftView) -> Text:
-    """"median 17.5 ms · 17.0–18.0 · n 3 · #3 ×1.03": the session's TTFT median, min–max (ms),
-    how many requests, and the request on screen against the median — red when slower by more
-    than the bench's drift threshold (`stats.DRIFT_THRESHOLD_PCT`, 5 %), green when faster."""
+    """"median 17.5 ms · 17.0–18.0 · n 3 ok · #3 ×1.03": the session's TTFT median, min–max
+    (ms) over its ok requests, how many (and "+2 not ok" for the bars left out: a cold start,
+    a cache hit, a cancel), and the request on screen against the median — red when slower
+    by more than the bench's drift threshold (`stats.DRIFT_THRESHOLD_PCT`, 5 %), green when
+    faster."""
     if not view.n:
+        if view.values:
+            return Text(f"no ok request yet ({len(view.values)} not counted)", style="dim")
         return Text("no request yet", style="dim")
+    others = f" (+{view.others} not ok)" if view.others else ""
     text = Text.assemble(
         "median ",
         (fmt.ms(view.median_ms), "bold"),
-        (f" · {view.min_ms:.1f}–{view.max_ms:.1f} · n {view.n}", "dim"),
+        (f" · {view.min_ms:.1f}–{view.max_ms:.1f} · n {view.n} ok{others}", "dim"),
     )
     versus = view.current_vs_median
     if view.current is not None and versus is not None:
