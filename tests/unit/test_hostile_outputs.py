@@ -135,9 +135,18 @@ def test_deep_nesting_and_typeless_lines_are_skipped_with_a_word(tmp_path):
     assert "v.jsonl" in llmtop("sessions", str(tmp_path)).stdout  # listed, not lost
 
 
-def test_a_reused_log_says_it_holds_a_second_session(tmp_path):
+def test_a_reused_log_is_refused_and_a_joined_one_says_it_holds_two(tmp_path):
     log = session_log(tmp_path / "v.jsonl")
-    session_log(log)  # a second run with the same --log
+    before = log.read_bytes()
+    # new-user pass N26: a second run with the same --log appended to it, silently
+    with pytest.raises(LogError) as err:
+        session_log(log)
+    assert str(err.value) == (f"{log} already holds a session log: a second session in it "
+                              "would be read by no report; choose a new file for --log (or "
+                              "remove that one)")
+    assert log.read_bytes() == before  # untouched
+    # two logs joined by hand (cat a b > c): the reader still says what it reads
+    log.write_bytes(before + session_log(tmp_path / "w.jsonl").read_bytes())
     read = read_log(log)
     assert [r.id for r in read.requests] == [1]
     assert list(read.warnings) == [

@@ -129,8 +129,8 @@ def test_run_on_cp1252_stdout_keeps_the_record(upstream, tmp_path) -> None:
                       "--prompt", "hi", "--log", str(log), *extra, PYTHONIOENCODING="cp1252")
         assert done.returncode == 0, done.stderr.decode("cp1252")
         assert b"Traceback" not in done.stderr and b"\x1b" not in done.stdout + done.stderr
-        request = [json.loads(line) for line in log.read_text().splitlines()][-2]
-        assert request["type"] == "request"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        (request,) = [r for r in records if r["type"] == "request"]
         assert request["content"] == "".join(ESCAPES).replace("\ud800", "\ufffd")
 
 

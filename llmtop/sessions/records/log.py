@@ -165,14 +165,20 @@ class SessionLog:
 
 
 def _foreign(path: Path) -> str | None:
-    """Why `path` must not be appended to as a session log (an existing, non-empty file
-    that is not one: llmtop would write its records into someone's file), or None."""
+    """Why `path` must not be opened as a new session's log, or None: an existing, non-empty
+    file that is not a session log (llmtop would write its records into someone's file), or
+    one that is (another session's, which a second session would spoil)."""
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
         with path.open("rb") as fh:
             if fh.read(len(LOG_START)) == LOG_START:
-                return None
+                # another session's log: its readers (report, compare, sessions) read the
+                # first session of a file only, so a second one would be in no report
+                # (new-user pass N26: `run --log <a finished bench log>` appended to it)
+                return (f"{path} already holds a session log: a second session in it would "
+                        "be read by no report; choose a new file for --log (or remove that "
+                        "one)")
     except OSError:
         return None  # opening it says why
     return (f"{path} exists and is not an llmtop session log: llmtop appends its records to "
