@@ -47,9 +47,21 @@ def test_a_point_far_from_the_ok_requests_is_off_the_scale() -> None:
 
 def test_the_title_carries_the_legend_and_the_points_left_off() -> None:
     assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 1600"]) == (
-        "TTFT ms · • ok  x excluded · off scale: #1 1600"  # 46 cells: fits a 58-wide plot
+        "TTFT ms · ● ok  x excluded · off scale: #1 1600"  # 46 cells: fits a 58-wide plot
     )
     assert plot_title("decode tok/s", [], []) == "decode tok/s"
+
+
+def test_a_narrow_plot_keeps_its_name_and_what_is_off_its_scale() -> None:
+    # new-user pass N27: at 80x24 plotext dropped the TTFT plot's whole title (wider than the
+    # plot): its name and its off-scale note were gone
+    full = "TTFT ms · ● ok  x excluded · off scale: #1 761"  # 46 cells
+    assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 761"], 46) == full
+    assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 761"], 45) == (
+        "TTFT ms · ● ok  x excluded · off: #1 761")  # 40 cells
+    assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 761"], 36) == (
+        "TTFT ms · off: #1 761")  # 21 cells: the legend went first
+    assert plot_title("TTFT ms", ["ok", "excluded"], ["#1 761"], 12) == "TTFT ms"
 
 
 def test_y_ticks_are_evenly_spaced_round_numbers() -> None:

@@ -49,18 +49,21 @@ async def test_plots_show_the_series_and_histograms_of_a_log(tmp_path):
         ]
         assert [i for i, _t, _d in series.points["warmup"]] == [1]
         drawn = str(ttft.render())
-        assert "•" in drawn  # the ok series' dot markers
+        # the ok series' points, joined by a braille line (new-user pass N3: a line in the
+        # points' own glyph made 12 requests look like dozens): 12 "●", one per request
+        assert drawn.count("●") == 12 + 1  # and the one in the title's legend
+        assert any("\u2801" <= ch <= "\u28ff" for ch in drawn)  # braille dots
         # finding F: the warm-up's 900 ms is over 2 × 411 (plot_axes.OFF_SCALE), so the axis
         # is the ok requests' (400-411 padded by 8 %: 399.1-411.9) and the title names it; the
         # legend is in the title (plotext's box covered request 2)
-        title = "TTFT ms · • ok · off scale: #1 900"
+        title = "TTFT ms · ● ok · off scale: #1 900"
         assert title in drawn
         ticks = drawn.replace(title, "")
         # the axis is 399.1-411.9 (the ok range padded by 8 %), labelled every 2 ms
         # (plot_axes.nice_ticks): 400, 402, … 410, evenly
         assert all(f"{v}┤" in ticks for v in range(400, 411, 2)) and "900" not in ticks
         decode = str(screen.query_one("#plot-decode", PlotextPlot).render())
-        assert "decode tok/s · • ok  o warm-up" in decode  # 20 tok/s: on scale
+        assert "decode tok/s · ● ok  o warm-up" in decode  # 20 tok/s: on scale
         assert "inter-token gaps" in str(screen.query_one("#plot-itl-hist", PlotextPlot).render())
 
 
@@ -123,3 +126,16 @@ def test_the_sessions_table_puts_the_verdict_before_the_long_columns():
     assert (shown["date"], shown["kind"], shown["verdict"], shown["engine"], shown["model"]) == (
         "2026-12-03 10:02:03", "bench", "CLEAN", "embedded", "gemma3:270m")
     assert shown["requests"] == entry.cells()[4]
+
+
+async def test_at_80_columns_each_plot_keeps_its_name(tmp_path):
+    # new-user pass N27: at 80x24 the TTFT plot lost its whole title
+    path = write_log(tmp_path / "a.jsonl", [400.0 + i for i in range(12)], target=200)
+    screen = PlotsScreen(str(path))
+    async with Host(screen).run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: screen.series != [], what="series")
+        await pilot.pause()
+        ttft = str(screen.query_one("#plot-ttft", PlotextPlot).render())
+        decode = str(screen.query_one("#plot-decode", PlotextPlot).render())
+        assert "TTFT ms" in ttft and "#1 900" in ttft  # the name and what is off its scale
+        assert "decode tok/s" in decode

@@ -48,23 +48,35 @@ from llmtop.tui.state.plot_axes import (
     tick_label,
 )
 
-MARKS = {"ok": "dot", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
-SYMBOLS = {"ok": "•", "warmup": "o", "excluded": "x"}  # how plotext draws MARKS
+MARKS = {"ok": "●", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
+SYMBOLS = {"ok": "●", "warmup": "o", "excluded": "x"}  # how plotext draws MARKS
+# the ok requests' line, under their points: braille dots, finer than any point's glyph
+# (new-user pass N3: drawn in the points' own "•", three requests looked like thirty)
+LINE_MARK = "braille"
 LEGEND = {"ok": "ok", "warmup": "warm-up", "excluded": "excluded"}
 # excluded red and warm-ups grey, as the HTML report draws them (red crosses): never green
 COLORS = {"ok": "cyan", "warmup": "gray", "excluded": "red"}
 BINS = 30
 
 
-def plot_title(label: str, kinds: Sequence[str], away: Sequence[str]) -> str:
-    """A per-request plot's title with its legend, e.g. "TTFT ms · • ok  x excluded · off
+def plot_title(label: str, kinds: Sequence[str], away: Sequence[str],
+               width: int | None = None) -> str:
+    """A per-request plot's title with its legend, e.g. "TTFT ms · ● ok  x excluded · off
     scale: #1 1600": the legend in the title, as plotext's own box covered the first point;
-    `away` names the points left off the axis. Short, as plotext drops a title wider than
-    its plot (new-user pass D18: the TTFT plot lost its title at 120 columns); the x axis
-    says "request #"."""
+    `away` names the points left off the axis. plotext drops a title wider than its plot
+    (new-user pass D18 at 120 columns, N27 at 80: the TTFT plot lost its name and its
+    off-scale note), so within `width` cells the parts go in this order: the long "off
+    scale" becomes "off: …", the legend goes, the off-scale note goes; the label stays. The
+    x axis says "request #"."""
     legend = "  ".join(f"{SYMBOLS[k]} {LEGEND[k]}" for k in kinds)
-    title = label + (f" · {legend}" if legend else "")
-    return title + (f" · off scale: {', '.join(away)}" if away else "")
+    note = f"off scale: {', '.join(away)}" if away else ""
+    short = f"off: {', '.join(away)}" if away else ""
+    tries = [(legend, note), (legend, short), ("", short), ("", "")]
+    for leg, off in tries:
+        title = " · ".join(part for part in (label, leg, off) if part)
+        if width is None or len(title) <= width:
+            return title
+    return label
 
 
 class PlotsScreen(Screen[None]):
@@ -154,13 +166,16 @@ class PlotsScreen(Screen[None]):
                     away += [f"#{x} {y:.0f}" for x, y in xy if off_scale(y, ok)]
                     xy = [(x, y) for x, y in xy if not off_scale(y, ok)]
                 if xy:
-                    draw = plt.plot if kind == "ok" else plt.scatter
-                    draw([x for x, _ in xy], [y for _, y in xy], marker=MARKS[kind],
-                         color=COLORS[kind])
+                    if kind == "ok" and len(xy) > 1:
+                        plt.plot([x for x, _ in xy], [y for _, y in xy], marker=LINE_MARK,
+                                 color=COLORS[kind])
+                    plt.scatter([x for x, _ in xy], [y for _, y in xy], marker=MARKS[kind],
+                                color=COLORS[kind])
                     xs += [float(x) for x, _ in xy]
                     ys += [y for _, y in xy]
                     kinds.append(kind)
-            plt.title(plot_title(label, kinds, away))
+            width = self.query_one(f"#plot-{name}", PlotextPlot).content_size.width
+            plt.title(plot_title(label, kinds, away, width - 2 if width else None))
             if xs:  # padded: no point on the frame; request numbers are whole
                 x_lo, x_hi = padded_range(xs)
                 plt.xlim(x_lo, x_hi)
