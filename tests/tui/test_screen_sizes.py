@@ -208,6 +208,16 @@ async def test_the_history_keeps_every_figure_and_gives_the_prompt_the_rest(
         assert table.virtual_size.width <= table.scrollable_content_region.width
         room = history.prompt_chars
         assert room < len(PROMPT) and PROMPT[: room - 1] + "…" in lines[2]
+        # new-user pass N6: back to the wide screen, the prompt stayed cut at the narrow
+        # width ("Explai" beside 38 empty columns): it is whole again
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.resize_terminal(240, 50)
+        await pilot.pause()
+        await pilot.pause()
+        box = history.region
+        lines = [line[box.x : box.right] for line in screen_lines(app)[box.y : box.bottom]]
+        assert history.prompt_chars >= len(PROMPT) and PROMPT in lines[2], lines[2]
 
 
 async def test_a_short_screen_keeps_lines_for_the_response_with_the_history_open(

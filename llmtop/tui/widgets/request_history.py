@@ -208,6 +208,17 @@ class RequestHistory(Vertical):
             self.table.update_cell(
                 str(row.number), "prompt", prompt_start(row.prompt, room), update_width=True
             )
+        if self.rows:
+            # DataTable caches a rendered cell by its content's version, not its width: the
+            # cells drawn before the column widened stayed cut at the old width after a
+            # resize back (new-user pass N6: "Explai" with 38 empty columns beside it). One
+            # more update once the widths are in place draws them at the new width.
+            self.call_after_refresh(self._redraw_prompts)
+
+    def _redraw_prompts(self) -> None:
+        last = self.rows[-1]
+        self.table.update_cell(str(last.number), "prompt",
+                               prompt_start(last.prompt, self.prompt_chars))
 
     def on_resize(self) -> None:
         self.fit_prompts()
