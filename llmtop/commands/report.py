@@ -7,7 +7,9 @@ import sys
 
 from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
+from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.run import noisy_samples
 from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
@@ -24,7 +26,11 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     if args.format not in ("md", "json"):
         raise ValueError(f"--as renders md or json, not {args.format}: use --format md or json")
     render_as = peers.json_text if args.format == "json" else peers.markdown
-    return render_as(log.requests, args.as_tool, str(args.log_file))
+    analysis = run_analysis(log)
+    judgement = analysis.judgement
+    noisy, samples = noisy_samples(log.probes)
+    trust = peers.Trust(str(judgement.word), judgement.reasons, noisy, samples)
+    return render_as(log.requests, args.as_tool, str(args.log_file), trust)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -89,3 +89,30 @@ def test_report_as_refuses_csv_with_a_clear_error(tmp_path, capsys):
     path = _log(tmp_path)
     assert main(["report", str(path), "--as", "aiperf", "--format", "csv"]) == ExitCode.USAGE
     assert "--as renders md or json, not csv" in capsys.readouterr().err
+
+
+def test_report_as_carries_the_runs_verdict_and_noise(tmp_path, capsys):
+    # new-user pass N16: a CONTAMINATED run's --as guidellm output had no word of its noise,
+    # nor the CSV a column for it
+    import csv
+    import io
+    import random
+
+    from tests.unit.compare_logs import lognormal, write_log
+
+    rng = random.Random(3)
+    # measured requests have ids 2-21 (compare_logs.write_log): 2-9 NOISY, 8 of 20 samples
+    probes = [{"request_id": i, "verdict": {"quiet": i >= 10}} for i in range(2, 22)]
+    path = write_log(tmp_path / "b.jsonl", lognormal(rng, 500, 20), probes=probes)
+    assert main(["report", str(path), "--as", "guidellm"]) == ExitCode.OK
+    md = capsys.readouterr().out
+    assert ("**Verdict: CONTAMINATED** — the probes found the machine NOISY during 8 of the 20 "
+            "measured requests; NOISY in 8 of 20 probe samples during its requests") in md
+    assert main(["report", str(path), "--as", "vllm", "--format", "json"]) == ExitCode.OK
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert (verdict["word"], verdict["noisy_samples"], verdict["samples"]) == (
+        "contaminated", 8, 20)
+    assert main(["report", str(path), "--format", "csv"]) == ExitCode.OK
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    measured = [r for r in rows if r["phase"] == "measure"]
+    assert [r["noisy"] for r in measured] == ["True"] * 8 + ["False"] * 12

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.peers import DEFINITIONS, METRICS, compare
@@ -26,9 +26,30 @@ def _diff(theirs: float | None, ours: float | None) -> str:
     return f"{theirs - ours:+,.2f}{pct}"
 
 
-def markdown(records: Sequence[RequestRecord], tool: str, source: str) -> str:
-    """The markdown: per metric, the tool's median and mean, llmtop's median, the difference
-    and the tool's definition (ms)."""
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """What the run's own analysis says of it, carried into `--as` output (new-user pass N16:
+    a CONTAMINATED run's GuideLLM table had no word of its noise): the verdict's word and
+    reasons, and the NOISY probe samples among those taken during its requests."""
+
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    noisy_samples: int = 0
+    samples: int = 0
+
+    def line(self) -> str:
+        """"**Verdict: CONTAMINATED** — …; NOISY in 8 of 17 probe samples during its
+        requests"."""
+        why = f" — {'; '.join(self.reasons)}" if self.reasons else ""
+        noise = (f"; NOISY in {self.noisy_samples} of {self.samples} probe samples during "
+                 "its requests" if self.noisy_samples else "")
+        return f"**Verdict: {self.verdict.upper()}**{why}{noise}"
+
+
+def markdown(records: Sequence[RequestRecord], tool: str, source: str,
+             trust: Trust | None = None) -> str:
+    """The markdown: the run's verdict (`trust`), then per metric the tool's median and
+    mean, llmtop's median, the difference and the tool's definition (ms)."""
     theirs, ours = compare(records, tool)
     rows = [
         (LABELS[m], _n(theirs.median[m]), _n(theirs.mean[m]), _n(ours.median[m]),
@@ -38,6 +59,7 @@ def markdown(records: Sequence[RequestRecord], tool: str, source: str) -> str:
     lines = [
         f"# {source} as {tool} would report it",
         "",
+        *([trust.line(), ""] if trust is not None else []),
         (f"{theirs.n} ok measured requests, each recomputed from its logged chunk stamps and "
         f"token counts in {tool}'s definitions (n = the server's output-token count; "
         "docs/guide/peers.md cites each definition)."),
@@ -59,12 +81,16 @@ def markdown(records: Sequence[RequestRecord], tool: str, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def json_text(records: Sequence[RequestRecord], tool: str, source: str) -> str:
-    """The same as one JSON object: {tool, source, n, tool's and llmtop's median/mean,
-    definitions}."""
+def json_text(records: Sequence[RequestRecord], tool: str, source: str,
+              trust: Trust | None = None) -> str:
+    """The same as one JSON object: {tool, source, n, verdict {word, reasons, noisy_samples,
+    samples} (with `trust`), tool's and llmtop's median/mean, definitions}."""
     theirs, ours = compare(records, tool)
     data: dict[str, Any] = {
         "tool": tool, "source": source, "n": theirs.n,
+        **({"verdict": {"word": trust.verdict, "reasons": list(trust.reasons),
+                        "noisy_samples": trust.noisy_samples, "samples": trust.samples}}
+           if trust is not None else {}),
         "as": asdict(theirs), "llmtop": asdict(ours), "definitions": DEFINITIONS[tool],
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
 from llmtop.sessions.analysis.run import CONTEXT_PHASES, SizeAnalysis
-from llmtop.sessions.records.schema import AnyRecord, EnergyRecord, RequestRecord, RunLog
+from llmtop.sessions.records.schema import (
+    AnyRecord,
+    EnergyRecord,
+    ProbeRecord,
+    RequestRecord,
+    RunLog,
+)
 from llmtop.sessions.reports.context import context_json
 from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.run import Report
@@ -24,8 +31,11 @@ from llmtop.sessions.reports.run_environment import preflight_held
 
 CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
                "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
+# noisy: a NOISY probe sample was taken during the request (true / false; empty: no sample
+# saw it), so a sheet made from the CSV keeps the noise (new-user pass N16)
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
-               "prompt_eval_count", "eval_count", "prompt_words", "started_at", "episode")
+               "prompt_eval_count", "eval_count", "prompt_words", "started_at", "episode",
+               "noisy")
 
 
 CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt_j_per_token",
@@ -34,8 +44,10 @@ CSV_ENERGY = ("energy_j", "prefill_j", "decode_j", "output_j_per_token", "prompt
 
 def _csv_row(rec: RequestRecord, index: int, phase: str | None, status: str, reason: str,
              energy: dict[int, dict[str, EnergyRecord]],
-             episode: int | None = None) -> dict[str, Any]:
+             episode: int | None = None,
+             noisy: dict[int, bool] | None = None) -> dict[str, Any]:
     return {
+        "noisy": (noisy or {}).get(rec.id),
         "prompt_tokens_target": rec.prompt_tokens_target, "index": index, "phase": phase,
         "status": status, "reason": reason,
         **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
@@ -53,18 +65,31 @@ def csv_text(report: Report) -> str:
     their figures per request in columns named "FIELD[SOURCE]" (J, J/token; CSV_ENERGY),
     empty where n/a."""
     energy = _energy_by_request(report.log)
+    noisy = noisy_by_request(report.log.probes)
     sources = list(dict.fromkeys(src for per in energy.values() for src in per))
     extra = [f"{f}[{src}]" for src in sources for f in CSV_ENERGY]
     fields = [*CSV_COLUMNS, *extra]
-    rows = [_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy, r.episode)
+    rows = [_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy, r.episode,
+                     noisy)
             for s in report.analysis.sizes for r in s.requests]
-    rows += [_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "", energy)
+    rows += [_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "", energy,
+                      noisy=noisy)
              for rec in report.log.requests if rec.phase in CONTEXT_PHASES]
     out = io.StringIO()
     writer = CsvWriter(out, lineterminator="\n")  # no cell from a log starts a formula
     writer.writerow(fields)
     writer.writerows([row.get(f) for f in fields] for row in rows)
     return out.getvalue()
+
+
+def noisy_by_request(probes: Iterable[ProbeRecord]) -> dict[int, bool]:
+    """request id → whether a NOISY probe sample was taken during it (ids no sample was
+    tagged with are absent)."""
+    out: dict[int, bool] = {}
+    for p in probes:
+        if p.request_id is not None:
+            out[p.request_id] = out.get(p.request_id, False) or p.noisy
+    return out
 
 
 def _energy_by_request(log: RunLog) -> dict[int, dict[str, EnergyRecord]]:
