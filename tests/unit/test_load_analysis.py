@@ -182,5 +182,8 @@ def test_renderings_carry_the_table_and_the_knee():
     page = render_load(a, "html")  # the report and the throughput–latency curve, one page
     assert page.startswith("<!DOCTYPE html>") and "this engine serves 1 concurrent user" in page
     assert 'id="load-curve"' in page
+    # the curve right after the levels' table, before the sections below it (new-user pass
+    # N37: at the page's end, under the energy, it went unseen)
+    assert page.index("1 user") < page.index('id="load-curve"') < page.index("<h2")
     with pytest.raises(ValueError):
         render_load(a, "xml")

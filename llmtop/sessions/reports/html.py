@@ -173,13 +173,18 @@ def load_curve_section(points: Sequence[LoadPoint], slo_ms: float | None = None,
 
 
 def load_html(analysis: LoadAnalysis) -> str:
-    """A sweep as one page: the markdown report, then TTFT p50/p95 against request
-    throughput per level (levels without a throughput or a TTFT median are left out)."""
+    """A sweep as one page: the markdown report with TTFT p50/p95 against request throughput
+    per level right after the levels' table, before the energy and the rest (levels without
+    a throughput or a TTFT median are left out). At the page's end, below the energy, the
+    curve went unseen (new-user pass N37)."""
     points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
               for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]
-    sections = [markdown_html(load_report.markdown(analysis))]
+    head, mark, rest = load_report.markdown(analysis).partition("\n## ")
+    sections = [markdown_html(head)]
     if points:
         sections.append(load_curve_section(points, analysis.slo.ttft_ms))
+    if mark:
+        sections.append(markdown_html("## " + rest))
     return page("llmtop load", sections)
 
 
