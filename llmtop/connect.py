@@ -138,15 +138,21 @@ async def _reach(
     if version is None and engine == "auto" and given is not None:
         # An address the user gave is never silently replaced by the embedded engine.
         missing = EmbeddedProcess.missing(model_path)
-        instead = (f"to measure llmtop's embedded engine instead, unset {given} or pass "
-                   "--engine embedded" if missing is None else
+        # "pass --engine embedded" with the address still given looked there again and failed
+        # (new-user pass N19): without the address llmtop starts its own
+        drop = "drop --host" if given == "--host" else f"unset {given}"
+        instead = (f"to measure llmtop's embedded engine instead, {drop} (llmtop then starts "
+                   "it)" if missing is None else
                    f"the embedded engine is not installed here ({missing} missing): "
                    f"`pipx install '{DISTRIBUTION}[embedded]'` (from a checkout: "
                    "`pip install '.[embedded]'`)")
+        unresolved = await asyncio.to_thread(_unresolvable, target)
+        what = (f"{target} (from {given}): {unresolved}" if unresolved else
+                f"{target} (from {given}): neither Ollama's /api/version nor an "
+                "OpenAI-compatible /v1/models")
         raise EngineError(Failure(
             FailureKind.UNREACHABLE,
-            f"no engine answers at {target} (from {given}): neither Ollama's /api/version nor "
-            "an OpenAI-compatible /v1/models",
+            f"no engine answers at {what}",
             f"start your engine there or correct {given}; {instead}",
         ))
     if version is not None:
@@ -191,6 +197,25 @@ def _look_s(engine: str, host: str | None) -> float:
     if engine == "auto" and _given_host(host) is None:
         return OLLAMA_PROBE_TIMEOUT_S
     return DEFAULT_CONNECT_TIMEOUT_S
+
+
+def _unresolvable(url: str) -> str | None:
+    """Why `url`'s host name does not resolve ("the name nosuchhost.invalid does not resolve
+    (DNS: …)"), or None when it does or is an address (new-user pass N19: a typo'd name read
+    as "no engine answers")."""
+    import socket
+    from urllib.parse import urlsplit
+
+    name = urlsplit(url).hostname
+    if not name:
+        return None
+    try:
+        socket.getaddrinfo(name, None)
+    except socket.gaierror as exc:
+        return f"the name {name} does not resolve (DNS: {exc.strerror or exc})"
+    except OSError:
+        return None
+    return None
 
 
 def _given_host(host: str | None) -> str | None:

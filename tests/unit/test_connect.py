@@ -62,11 +62,19 @@ async def test_a_host_the_user_gave_is_never_replaced_by_the_embedded_engine(
     failure = err.value.failure
     assert failure.kind == FailureKind.UNREACHABLE
     assert failure.message.startswith(f"no engine answers at {dead} (from --host)")
-    assert "unset --host or pass --engine embedded" in failure.remedy
+    # new-user pass N19: "or pass --engine embedded" with the address still given failed again
+    assert "embedded engine instead, drop --host (llmtop then starts it)" in failure.remedy
     monkeypatch.setenv("OLLAMA_HOST", dead)
     with pytest.raises(EngineError) as err:
         await connect("auto")
     assert err.value.failure.message.startswith(f"no engine answers at {dead} (from OLLAMA_HOST)")
+    # a name that does not resolve is said as such (.invalid never resolves: RFC 2606)
+    monkeypatch.delenv("OLLAMA_HOST")
+    with pytest.raises(EngineError) as err:
+        await connect("auto", host="http://nosuchhost.invalid:11434")
+    assert err.value.failure.message.startswith(
+        "no engine answers at http://nosuchhost.invalid:11434 (from --host): the name "
+        "nosuchhost.invalid does not resolve (DNS: ")
 
 
 def test_run_with_a_dead_host_exits_3_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
