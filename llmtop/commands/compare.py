@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from llmtop.commands.output import emit, out_refused
@@ -16,6 +17,14 @@ from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render
 
 REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
+
+
+def _same_file(a: str, b: str) -> bool:
+    """True when the two paths name one file (a link, another spelling of the path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,6 +45,10 @@ def main(args: argparse.Namespace) -> int:
     except LogError as exc:
         print(f"llmtop compare: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    for path in args.logs[1:]:
+        if _same_file(args.logs[0], path):  # new-user pass N43: said nowhere
+            print(f"llmtop compare: {args.logs[0]} and {path} are the same log: every "
+                  "difference below is zero by construction", file=sys.stderr)
     for path, log in zip(args.logs, logs, strict=True):
         for warning in log.warnings:
             print(f"llmtop compare: {path}: {warning}", file=sys.stderr)

@@ -138,7 +138,10 @@ def test_cli_exit_codes_and_formats(tmp_path, capsys):
     assert cli.main(["compare", str(a), str(b), "--metric", "ttft"]) == 1
     assert "REGRESSION" in capsys.readouterr().out
     assert cli.main(["compare", str(a), str(a), "--format", "json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    # new-user pass N43: comparing a log with itself was said nowhere
+    assert f"{a} and {a} are the same log" in captured.err
+    doc = json.loads(captured.out)
     (row,) = [r for r in doc["comparisons"][0]["rows"] if r["metric"] == "ttft"]
     assert row["ratio"] == 1.0 and not row["significant"]
     assert cli.main(["compare", str(a), str(b), "--threshold", "50", "--metric", "ttft"]) == 0
