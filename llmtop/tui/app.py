@@ -965,10 +965,28 @@ def main(settings: TuiSettings) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    said = session_said(app)
+    if said:  # where the session went, as `run` says it (new-user pass N36)
+        print(said, file=sys.stderr)
     if received:
         print(f"llmtop: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
         return signal_exit_code(received[0])
     return int(code if code is not None else app.exit_code)
 
 
-__all__ = ["LlmtopApp", "TuiSettings", "main", "make_app"]
+def session_said(app: LlmtopApp) -> str:
+    """The line the TUI leaves on the terminal as it quits: "llmtop: session log PATH (3
+    requests: 2 ok, 1 cancelled)"; "" when no log was opened."""
+    recorder = app.recorder
+    if recorder is None:
+        return ""
+    rows = [app.session.row(n).status for n in range(1, len(app.session.requests) + 1)]
+    counts: dict[str, int] = {}
+    for word in rows:
+        counts[word] = counts.get(word, 0) + 1
+    words = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    many = f"{len(rows)} request{'s' if len(rows) != 1 else ''}"
+    return f"llmtop: session log {recorder.log.path} ({many}{': ' + words if words else ''})"
+
+
+__all__ = ["LlmtopApp", "TuiSettings", "main", "make_app", "session_said"]

@@ -171,3 +171,15 @@ async def test_a_conversation_is_said_on_the_prompt_box_while_it_lasts(tmp_path:
         await pilot.press("ctrl+k")
         await pilot.pause()
         assert not app.keep_history and not prompt.border_title
+
+
+async def test_quitting_says_where_the_session_log_is(tmp_path: Path) -> None:
+    # new-user pass N36: quitting the TUI printed nothing, not the log's path
+    from llmtop.tui.app import session_said
+
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: drawn(app), what="the request")
+        said = session_said(app)
+    assert said == f"llmtop: session log {tmp_path / 's.jsonl'} (1 request: 1 ok)"
