@@ -167,11 +167,16 @@ class RequestHistory(Vertical):
             return False
         self._version = session.version
         table = self.table
+        # on the newest row (or none yet): follow the new ones, as a log viewer does; a row
+        # the user moved to stays (new-user pass N18: #9 and #10 were below the box)
+        following = table.cursor_row >= len(self.rows) - 1
+        added = False
         for number in range(1, len(session.requests) + 1):
             row = session.row(number)
             if number > len(self.rows):
                 self.rows.append(row)
                 table.add_row(*row_cells(row, self.prompt_chars), key=str(number))
+                added = True
             elif row != self.rows[number - 1]:  # a NOISY mark, or cold-start once a later
                 before = self.rows[number - 1]  # request showed what a warm load is
                 self.rows[number - 1] = row
@@ -180,6 +185,8 @@ class RequestHistory(Vertical):
                 if row.status != before.status:
                     table.update_cell(str(number), "status", status_cell(row.status))
         self.fit_prompts()  # a new row may have widened a figure's column
+        if added and following:
+            table.move_cursor(row=len(self.rows) - 1)
         return True
 
     def prompt_room(self) -> int:
