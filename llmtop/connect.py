@@ -115,6 +115,15 @@ async def _reach_openai(
         version = await client.version()
     except EngineError as exc:
         if exc.failure.kind != FailureKind.UNREACHABLE:
+            if engine == "openai" and await ollama_version(resolve_host(host), 2.0):
+                # the wrong kind of engine, not a request that failed (new-user pass N30:
+                # exit 5 "the request started but did not complete", though none started)
+                raise EngineError(Failure(
+                    FailureKind.BAD_REQUEST,
+                    f"an Ollama-API engine answers at {resolve_host(host)}, not an "
+                    f"OpenAI-compatible server ({exc.failure.message})",
+                    "drop --engine openai (auto finds it), or pass --engine ollama",
+                )) from exc
             raise
         raise EngineError(client.unreachable(f"no answer to {base}/models")) from exc
     kind = client.kind.kind if client.kind is not None else "openai-compatible"

@@ -81,6 +81,21 @@ async def test_engine_openai_with_nothing_there_is_unreachable():
     assert err.value.failure.kind == FailureKind.UNREACHABLE
 
 
+async def test_engine_openai_at_an_ollama_api_engine_says_which_answered():
+    # new-user pass N30: exit 5 "the request started but did not complete" (none had), with
+    # nothing said of the Ollama-API engine that answered there
+    from llmtop.engines.events import exit_code_for
+    from llmtop.exitcodes import ExitCode
+
+    with ScriptedUpstream() as ollama, pytest.raises(EngineError) as err:
+        await connect("openai", ollama.url)
+    failure = err.value.failure
+    assert failure.kind == FailureKind.BAD_REQUEST and exit_code_for(failure.kind) == (
+        ExitCode.USAGE)
+    assert failure.message.startswith(f"an Ollama-API engine answers at {ollama.url}")
+    assert failure.remedy == "drop --engine openai (auto finds it), or pass --engine ollama"
+
+
 async def test_unknown_model_lists_the_served_ones(server):
     with pytest.raises(EngineError) as err:
         await connect("openai", server.url, model="nope")
