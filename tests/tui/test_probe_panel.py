@@ -290,3 +290,15 @@ async def test_a_long_noisy_verdict_leaves_the_apps_their_room(tmp_path: Path) -
         # the title, the two apps of busy_apps() and llmtop's and the engine's lines are on
         # screen without scrolling
         assert any(line.startswith("engine:") for line in lines[top:]), lines
+
+
+def test_an_idle_app_is_dim_and_a_busy_one_bold() -> None:
+    from llmtop.probes.catalogue import Category
+    from llmtop.probes.processes import AppUsage, ProcessSample
+
+    busy = AppUsage("hog", Category.OTHER, 99.0, 2**20, 1, (1,), False)
+    idle = AppUsage("sleep", Category.OTHER, 0.0, 2**20, 1, (2,), False)
+    text = apps_text(ProcessSample((busy, idle), 1.0, None, False, 2, 2))
+    styles = {text.plain[s.start:s.end].strip(): str(s.style) for s in text.spans}
+    assert styles["99.0 %"] == "bold" and styles["0.0 %"] == "dim"
+    assert styles["sleep"] == "dim"

@@ -18,6 +18,7 @@ LABEL_WIDTH = 2 + NAME_WIDTH  # the browser mark's two cells, then the name
 # llmtop's own budget, % of one core: the "monitor cost" targets (≤ 5 % streaming,
 # docs/performance.md); above it llmtop is named as the noisy program it then is.
 SELF_BUDGET_PERCENT = 5.0
+IDLE_BELOW_PERCENT = 0.05  # shown as "0.0 %": drawn dim
 ENGINE_UNKNOWN = "n/a (not identified)"  # connected, but no process of the engine was found
 ENGINE_STARTING = "starting…"  # not connected yet: the engine (or the embedded one) starts
 
@@ -61,9 +62,13 @@ def apps_text(
     for app in others[:top_n]:
         mark = BROWSER_MARK if app.is_browser else "  "
         cpu = fmt.pct(app.cpu_percent)
-        text.append(f"\n{mark}{app_name(app.app, app.n_procs):<{NAME_WIDTH}}")
+        # an idle app (0.0 %: listed for its memory) is dim, so the busy ones stand out
+        # (new-user pass N31: sleep, kthreadd and binary_backend at 0.0 % filled the list)
+        idle = app.cpu_percent is not None and app.cpu_percent < IDLE_BELOW_PERCENT
+        text.append(f"\n{mark}{app_name(app.app, app.n_procs):<{NAME_WIDTH}}",
+                    style="dim" if idle else "")
         text.append(f"{cpu:>{CPU_WIDTH}}",
-                    style="dim italic" if app.cpu_percent is None else "bold")
+                    style="dim italic" if app.cpu_percent is None else "dim" if idle else "bold")
         text.append(f"{fmt.size(app.rss_bytes):>{RSS_WIDTH}}", style="dim")
     if not others:
         text.append("\n(none)", style="dim")
