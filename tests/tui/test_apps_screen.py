@@ -20,8 +20,8 @@ SELF = AppUsage("llmtop", Category.SELF, 3.2, 80 * 2**20, 1, (7,), False)
 def test_rows_say_what_each_app_is() -> None:
     sample = ProcessSample((HOG, SELF), 3.2, None, False, 3, 2)
     assert app_rows(sample) == [
-        ("python3 -c …#4eda", "other", "99.5 %", "12.0 MiB", "2"),
-        ("llmtop", "llmtop itself", "3.2 %", "80.0 MiB", "1"),
+        ("python3 -c …#4eda", "99.5 %", "12.0 MiB", "2", "other"),
+        ("llmtop", "3.2 %", "80.0 MiB", "1", "llmtop itself"),
     ]
     assert app_rows(None) == []
 
@@ -73,8 +73,36 @@ async def test_f3_lists_the_apps_and_the_selected_ones_processes(tmp_path) -> No
         await wait_for(pilot, lambda: isinstance(app.screen, AppsScreen), what="apps screen")
         await pilot.pause()
         table = app.screen.query_one("#apps-table", DataTable)
-        assert [str(c) for c in table.get_row_at(0)][:2] == ["pytest-itself", "other"]
+        row = [str(c) for c in table.get_row_at(0)]
+        assert (row[0], row[-1]) == ("pytest-itself", "other")
         detail = str(app.screen.query_one("#apps-detail", Static).render())
         assert f"pid {os.getpid()}" in detail and "thread" in detail
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, AppsScreen), what="closed")
+
+
+async def test_at_80_columns_the_figures_are_whole(tmp_path) -> None:
+    # new-user pass N32: F3 at 80x24 cut the RSS column ("212.4 Mi"); the kind now comes last
+    from textual.widgets import DataTable
+
+    from llmtop.probes.verdict import Verdict
+    from llmtop.tui.messages import ProbeSampled
+    from llmtop.tui.screens.apps import AppsScreen
+
+    from .fakes import machine_sample, wait_for
+    from .test_fake_engine import build
+    from .test_screen_sizes import screen_lines
+
+    engine = AppUsage("llama-server", Category.INFERENCE, 180.5, 663 * 2**20, 3, (9,), False)
+    app, _ = build(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        sample = machine_sample(1, 40.0, (engine, SELF), Verdict.of([]), 2.0)
+        app.post_message(ProbeSampled(sample))
+        await wait_for(pilot, lambda: app.latest_probe is sample, what="the sample")
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, AppsScreen), what="apps screen")
+        await pilot.pause()
+        assert app.screen.query_one("#apps-table", DataTable).row_count == 2
+        shown = "\n".join(screen_lines(app))
+        assert "663.0 MiB" in shown and "180.5 %" in shown

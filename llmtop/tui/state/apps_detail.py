@@ -16,7 +16,9 @@ from llmtop.probes.catalogue import Category
 from llmtop.probes.processes import AppUsage, PidDetail, ProcessSample
 from llmtop.tui.state import fmt
 
-APP_COLUMNS = ("app", "kind", "CPU (% of 1 core)", "RSS", "processes")
+# the figures before the kind, whose words are the longest cells: at 80 columns it is the kind
+# the box cuts, not the RSS (new-user pass N32: "212.4 Mi")
+APP_COLUMNS = ("app", "CPU% of 1 core", "RSS", "processes", "kind")
 ROLE = {Category.SELF: "llmtop itself", Category.ENGINE: "the measured engine"}
 
 
@@ -25,8 +27,8 @@ def app_rows(processes: ProcessSample | None) -> list[tuple[str, str, str, str, 
     own process and the measured engine are said as such in the kind column."""
     if processes is None:
         return []
-    return [(app.app, ROLE.get(app.category, app.category.value), fmt.pct(app.cpu_percent),
-             fmt.size(app.rss_bytes), str(app.n_procs)) for app in processes.apps]
+    return [(app.app, fmt.pct(app.cpu_percent), fmt.size(app.rss_bytes), str(app.n_procs),
+             ROLE.get(app.category, app.category.value)) for app in processes.apps]
 
 
 def detail_text(app: AppUsage, details: Sequence[PidDetail]) -> Text:
