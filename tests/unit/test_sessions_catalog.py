@@ -145,3 +145,23 @@ def test_columns_line_up_under_their_headers():
     starts = [lines[0].index(h) for h in ("ENGINE", "MODEL", "KIND", "REQUESTS", "VERDICT", "LOG")]
     for line in lines[1:]:  # every cell starts under its header
         assert all(line[s - 1] == " " and line[s] != " " for s in starts), line
+
+
+def test_the_cache_pairs_and_turns_are_counted(tmp_path):
+    # new-user pass N42: "35: 20 ok, 2 warm-up, 1 model load" left 12 requests uncounted
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    log = SessionLog(tmp_path / "b.jsonl", HEADER)
+    log.write_raw({**request(0, 900.0, 20.0), "phase": "warmup"})
+    for i in range(1, 4):
+        log.write_raw(request(i, 400.0, 20.0))
+    n = 4
+    for phase in ("cache-cold", "cache-warm", "cache-cold", "cache-warm", "turn", "turn"):
+        log.write_raw({**request(n, 400.0, 20.0), "phase": phase})
+        n += 1
+    log.close()
+    e = entry(tmp_path / "b.jsonl")
+    # 1 warm-up + 3 measured + 4 cache-pair requests + 2 turns = 10
+    assert e.requests == 10
+    assert e.requests_text == "10: 3 ok, 4 cache-pair, 2 conversation, 1 warm-up"

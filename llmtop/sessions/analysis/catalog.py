@@ -85,6 +85,11 @@ class SessionEntry:
         return asdict(self)
 
 
+# said as the status words are, adjectives of "requests": "4 cache-pair, 2 conversation"
+CONTEXT_WORDS = {"cache-cold": "cache-pair", "cache-warm": "cache-pair",
+                 "turn": "conversation", "turn-cold": "conversation (cache off)"}
+
+
 def entry(path: str | os.PathLike[str]) -> SessionEntry:
     """The catalogue line of one log; never raises for a bad log (verdict "unreadable")."""
     try:
@@ -104,6 +109,9 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:
         words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
+    # the cache pairs' and the conversation's requests, which are in no size (new-user pass
+    # N42: "35: 20 ok, 2 warm-up, 1 model load" counted 23)
+    words.update(CONTEXT_WORDS[r.phase] for r in log.requests if r.phase in CONTEXT_WORDS)
     single = len(log.requests) <= 1
     samples = noisy_samples(log.probes)
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
