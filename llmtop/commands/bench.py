@@ -204,6 +204,11 @@ def with_repeatability(text: str, fmt: str, spreads: list[SizeSpread], logs: lis
     return text
 
 
+# Below this many output tokens a request's decode rate rests on too few gaps for the drift
+# rule's ±5 % (new-user pass N44: --max-tokens 10, 9 gaps, "decode is a trend (+11 %)")
+SHORT_DECODE_TOKENS = 32
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
     ExitCode (0 clean, clean after re-measuring or inconclusive, 1 contaminated or refused
@@ -230,6 +235,11 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
+    if args.max_tokens < SHORT_DECODE_TOKENS:  # said, not refused: a quick look is allowed
+        print(f"llmtop bench: note: --max-tokens {args.max_tokens} gives each decode rate "
+              f"{args.max_tokens - 1} gaps: the drift and trend rules on decode may call a "
+              f"steady engine CONTAMINATED; use --max-tokens {SHORT_DECODE_TOKENS} or more to "
+              "judge decode", file=sys.stderr)
     if args.require_quiet and args.preflight_duration == 0:
         print(
             "llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)",

@@ -91,8 +91,10 @@ def test_source_contaminated_run_is_flagged():
     assert not d.worse and not d.improved
     # not re-measured: 13 of the 25 outside the episodes is short of a baseline
     assert a.contaminated
-    short = ("200 tok: only 13 of the 25 requests are outside the episodes (requests 8–13, "
-             "requests 20–25): the re-measuring budget ran out, or re-measuring was off")
+    # "(in episodes: …)": new-user pass N44 read "(requests 1–3)" as the ones outside
+    short = ("200 tok: only 13 of the 25 requests are outside the episodes (in episodes: "
+             "requests 8–13, requests 20–25): the re-measuring budget ran out, or re-measuring "
+             "was off")
     assert a.judgement.reasons == (short,)
     assert not size.drifts["ttft_ms"].worse  # constant TTFT
     assert size.summaries["ttft_ms"].p95 is None  # the baseline's n = 13 < 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.cli import COMMANDS, build_parser, tui_settings
+from llmtop.cli import COMMANDS, build_parser, main, tui_settings
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
 from llmtop.sessions.runners.bench_config import BenchConfig
 
@@ -162,3 +162,16 @@ def test_a_command_gets_its_flags_when_named_after_top_level_flags(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --requests" in err and "unrecognized" not in err
+
+
+def test_a_short_max_tokens_is_said_to_be_too_short_for_decode(capsys):
+    # new-user pass N44: --max-tokens 10 (9 gaps a rate) was called CONTAMINATED by a decode
+    # "trend" with no word that the rates were too short to judge
+    from llmtop.servers.child import free_port
+
+    code = main(["bench", "--engine", "ollama", "--host", f"127.0.0.1:{free_port()}",
+                 "--max-tokens", "10", "--preflight-duration", "0"])
+    assert code == 3  # nothing there: the note came first
+    assert ("llmtop bench: note: --max-tokens 10 gives each decode rate 9 gaps: the drift and "
+            "trend rules on decode may call a steady engine CONTAMINATED; use --max-tokens 32 "
+            "or more to judge decode") in capsys.readouterr().err

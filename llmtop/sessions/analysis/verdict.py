@@ -164,8 +164,8 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
         if s.episodes and s.required is not None and s.baseline_n < s.required:
             reasons.append(
                 f"{s.label}: only {s.baseline_n} of the {s.required} requests are outside the "
-                f"episodes ({_episodes(s.episodes)}): the re-measuring budget ran out, or "
-                "re-measuring was off"
+                f"episodes (in episodes: {_episodes(s.episodes)}): the re-measuring budget "
+                "ran out, or re-measuring was off"
             )
     if reasons:
         return RunVerdict(Word.CONTAMINATED, tuple(reasons))
