@@ -19,7 +19,7 @@ from llmtop.probes.remote import make_sampler, probes_note
 from llmtop.sessions.analysis.run import cold_starts
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.measure.timeline import prompt_cache_hit
+from llmtop.sessions.measure.timeline import live_chunk_rate, prompt_cache_hit
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import FindingRecord
 from llmtop.sessions.runners.energy import local_meter, request_line
@@ -93,6 +93,20 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
 
 def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f} {unit}"
+
+
+def cancelled_line(result: RequestResult) -> str:
+    """What a request stopped by Ctrl+C had shown: "cancelled after 12 chunks: TTFT 85.1 ms ·
+    11.9 chunk/s over 1.0 s (the client's chunks; no server counts)"."""
+    stamps = [e.t_ns for e in result.events if e.has_text]
+    ttft = result.metrics.ttft_ms
+    if not stamps:
+        return "cancelled before the first chunk: no figure"
+    rate = live_chunk_rate(stamps[0], stamps[-1], len(stamps))
+    span_s = (stamps[-1] - stamps[0]) / 1e9
+    pace = (f" · {rate:.1f} chunk/s over {span_s:.1f} s" if rate is not None else "")
+    return (f"cancelled after {len(stamps)} chunk{'s' if len(stamps) != 1 else ''}: TTFT "
+            f"{_fmt(ttft, 'ms')}{pace} (the client's chunks; no server counts)")
 
 
 def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
@@ -250,7 +264,14 @@ async def _run(args: argparse.Namespace) -> int:
         try:
             if agent is None:  # an agent samples elsewhere; its thread here only reads
                 await first_sample.wait(FIRST_SAMPLE_WAIT_S)
-            result, _ = await recorder.measure(args.prompt, show)
+            ended: list[RequestResult] = []
+            try:
+                result, _ = await recorder.measure(args.prompt, show,
+                                                   on_end=lambda r, _rec: ended.append(r))
+            except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such (pass N29)
+                if ended and not args.json:
+                    print("\n\n" + cancelled_line(ended[0]), file=sys.stderr)
+                raise
             if agent is None:  # one sample as it ended: a short request is judged too
                 recorder.record_end_probe(await asyncio.to_thread(sampler.sample_once),
                                           recorder.requests)

@@ -77,6 +77,8 @@ def test_repeated_signals_never_lose_the_request_in_flight(tmp_path, sig, code):
         _, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == code  # -2 (killed by SIGINT) before
     assert err.decode().strip().splitlines()[-1] == f"llmtop run: stopped by {sig.name}"
+    # what arrived is said before it (new-user pass N29), here nothing: "slow" sends no text
+    assert "cancelled before the first chunk: no figure" in err.decode()
     requests = [r for r in map(json.loads, log.read_text().splitlines())
                 if r["type"] == "request"]
     assert [r["status"] for r in requests] == ["cancelled"]

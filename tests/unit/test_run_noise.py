@@ -45,3 +45,22 @@ def test_a_quiet_request_says_nothing_more(tmp_path):
     log.close()
     assert request_noise(str(path), 1) == (0, 1, [])
     assert noise_lines(0, 1, []) == []
+
+
+def test_a_run_stopped_by_ctrl_c_says_what_arrived():
+    # new-user pass N29: Ctrl+C printed the text so far and "stopped by SIGINT", no figure
+    from llmtop.commands.run import cancelled_line
+    from llmtop.engines.events import StreamEvent
+    from llmtop.sessions.measure.request import RequestCollector
+
+    ms = 1_000_000
+    c = RequestCollector(prompt="p", options={}, model="m", sent_ns=1000 * ms)
+    for t in (85, 185, 285, 385, 485):  # 5 chunks, 100 ms apart, the first at 85 ms
+        c.add(StreamEvent(1000 * ms + t * ms, "w"))
+    # (5 − 1) chunks / 0.4 s = 10.0 chunk/s
+    assert cancelled_line(c.finish(cancelled=True)) == (
+        "cancelled after 5 chunks: TTFT 85.0 ms · 10.0 chunk/s over 0.4 s (the client's "
+        "chunks; no server counts)")
+    empty = RequestCollector(prompt="p", options={}, model="m", sent_ns=0)
+    assert cancelled_line(empty.finish(cancelled=True)) == (
+        "cancelled before the first chunk: no figure")
