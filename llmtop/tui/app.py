@@ -185,6 +185,9 @@ class LlmtopApp(LlmtopBaseApp):
         # quit is not a screen: off the footer, which then holds every screen's key at 80
         # columns (F3 made it overflow); the help, the palette and the README name Ctrl+Q
         Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
+        # Ctrl+C stops a streaming request, as Esc does (new-user pass N28: it only showed
+        # "Do you want to quit? Press ctrl+q", the stream going on); idle, that hint
+        Binding("ctrl+c", "interrupt", "Stop", priority=True, show=False),
     ]
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
@@ -883,6 +886,13 @@ class LlmtopApp(LlmtopBaseApp):
             self.workers.cancel_group(self, "stream")
         else:
             self.query_one(TokenPane).focus()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: cancel the streaming request; idle, say how to quit."""
+        if self.streaming:
+            self.workers.cancel_group(self, "stream")
+        else:
+            self.notify("Ctrl+Q quits (Ctrl+C stops a streaming request)", markup=False)
 
     def action_focus_prompt(self) -> None:
         """Back to the prompt box."""

@@ -151,13 +151,20 @@ async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None
         await pilot.press("escape")
         await wait_for(pilot, lambda: drawn(app), what="cancelled and drawn")
         assert "[cancelled]" in app.query_one(TokenPane).text.plain
+        await send(pilot, app, "slow")  # Ctrl+C stops it too (new-user pass N28)
+        await wait_for(
+            pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
+        )
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: drawn(app, 2), what="cancelled by Ctrl+C")
+        assert app.is_running
         await send(pilot, app, "slow")
         await wait_for(
             pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
         )
         await pilot.press("ctrl+q")
     reqs = read_log(tmp_path / "s.jsonl").requests
-    assert [r.status for r in reqs] == ["cancelled", "cancelled"]
+    assert [r.status for r in reqs] == ["cancelled", "cancelled", "cancelled"]
 
 
 async def test_ctrl_r_repeats_last_prompt(tmp_path: Path) -> None:

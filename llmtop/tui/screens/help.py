@@ -28,7 +28,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+L", "load: concurrency or request-rate sweep on this engine, the knee"),
     ("Ctrl+K", "conversation on/off: each prompt is sent after the whole history"),
     ("Ctrl+P", "command palette: these screens, this session's report, a screenshot (SVG)"),
-    ("Esc", ("stop the streaming request; when idle, leave the prompt box (↑/↓ scroll the "
+    ("Esc / Ctrl+C", ("stop the streaming request; when idle, leave the prompt box (↑/↓ scroll the "
              "answer; any other key types into the prompt again)")),
     ("/ or Tab", "back to the prompt box"),
     ("? or F1", "this help (? only when the prompt is empty)"),
