@@ -339,6 +339,8 @@ class LlmtopApp(LlmtopBaseApp):
             self.query_one(TokenPane).show_message(
                 "loading the model (a load-only request, not measured)…")
             warmup_ms = await warm_up(conn, s.options)
+            if self._closed:  # quit while the model loaded: _close_session closed conn
+                return
         try:
             self.recorder = SessionRecorder(conn, s.options, s.log_path,
                                             energy=self._energy_for(conn),
