@@ -979,7 +979,8 @@ def main(settings: TuiSettings) -> int:
             signal.signal(sig, handler)
     said = session_said(app)
     if said:  # where the session went, as `run` says it (new-user pass N36)
-        print(said, file=sys.stderr)
+        with contextlib.suppress(OSError):  # the terminal may be gone (a hang-up): EIO
+            print(said, file=sys.stderr)
     if received:
         print(f"llmtop: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
         return signal_exit_code(received[0])
