@@ -175,3 +175,14 @@ def test_plotly_is_carried_packed_and_unpacks_to_plotlys_own_bundle(tmp_path):
         assert "<" not in block
     # a page without figures carries no plotly.js at all
     assert "plotly-js" not in page("t", ["<p>text</p>"])
+
+
+def test_a_compare_plot_names_the_logs_by_their_file_names():
+    # new-user pass D30: two full paths in a plot's title ran off its right edge (plotly
+    # never wraps a title)
+    from llmtop.sessions.reports.html import short_names
+
+    assert short_names("/home/ana/llmtop/sessions/bench-1.jsonl", "/tmp/bench-2.jsonl") == (
+        "bench-1.jsonl", "bench-2.jsonl")
+    assert short_names("/runs/old/run.jsonl", "/runs/new/run.jsonl") == (
+        "old/run.jsonl", "new/run.jsonl")

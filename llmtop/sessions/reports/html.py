@@ -18,6 +18,7 @@ import functools
 import gzip
 import html
 import itertools
+from pathlib import PurePath
 from collections.abc import Iterable, Sequence
 
 from markdown_it import MarkdownIt
@@ -202,6 +203,16 @@ def watch_html(analysis: WatchAnalysis) -> str:
     return page("llmtop watch report", sections)
 
 
+def short_names(a: str, b: str) -> tuple[str, str]:
+    """The two logs' names for a plot's title, which plotly never wraps (new-user pass D30:
+    two full paths ran off the plot's right edge): the file names, or the last folder and
+    the file name where the file names are the same."""
+    pa, pb = PurePath(a), PurePath(b)
+    if pa.name != pb.name:
+        return pa.name, pb.name
+    return (str(PurePath(pa.parent.name, pa.name)), str(PurePath(pb.parent.name, pb.name)))
+
+
 def compare_html(subject: Comparisons) -> str:
     """`llmtop compare` as a page: the markdown tables, then per comparison and prompt size
     the per-request values of A and B side by side."""
@@ -217,7 +228,8 @@ def compare_html(subject: Comparisons) -> str:
         sections.append(f"<h2>Every request: {html.escape(c.name_b)} against "
                         f"{html.escape(c.name_a)}</h2>")
         for x, y in zip(ga, gb, strict=False):
-            fig = compare_figure(f"{x.label}: A = {c.name_a}, B = {c.name_b}",
+            a_name, b_name = short_names(c.name_a, c.name_b)
+            fig = compare_figure(f"{x.label}: A = {a_name}, B = {b_name}",
                                  [(s.key, f"{s.label} ({s.unit})") for s in specs],
                                  x.values, y.values)
             sections.append(_plot(figure_html(fig, f"compare-{next(counter)}")))
