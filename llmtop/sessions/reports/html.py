@@ -18,8 +18,8 @@ import functools
 import gzip
 import html
 import itertools
-from pathlib import PurePath
 from collections.abc import Iterable, Sequence
+from pathlib import PurePath
 
 from markdown_it import MarkdownIt
 
