@@ -175,3 +175,17 @@ def test_a_short_max_tokens_is_said_to_be_too_short_for_decode(capsys):
     assert ("llmtop bench: note: --max-tokens 10 gives each decode rate 9 gaps: the drift and "
             "trend rules on decode may call a steady engine CONTAMINATED; use --max-tokens 32 "
             "or more to judge decode") in capsys.readouterr().err
+
+
+def test_the_progress_numbers_a_re_measure_among_the_extra_requests():
+    # new-user pass N14: "request 10/10", then "request 13 (re-measuring)": which extra
+    # request, out of how many, is said now
+    from llmtop.sessions.runners.bench_config import BenchConfig
+
+    cfg = BenchConfig(requests=10, warmup=1)
+    assert cfg.position("warmup", 0) == "warm-up 1/1"
+    assert cfg.position("measure", 10) == "request 10/10"  # i 10: the warm-up is i 0
+    # i 13 → request 13, the third past the 10 asked for; the budget defaults to --requests
+    assert cfg.position("measure", 13) == "request 13 (re-measure 3 of at most 10)"
+    assert BenchConfig(requests=10, warmup=1, remeasure_budget=4).position("measure", 12) == (
+        "request 12 (re-measure 2 of at most 4)")

@@ -55,11 +55,14 @@ class BenchConfig(Workload):
 
     def position(self, phase: str, i: int) -> str:
         """Where request `i` (0-based within a prompt size, warm-ups first) stands, counted
-        within its phase as the user asked for them: "warm-up 1/1", "request 7/25", or
-        "request 27 (re-measuring)" past the protocol's count (a slow episode's shortfall)."""
+        within its phase as the user asked for them: "warm-up 1/1", "request 7/25", or past
+        the protocol's count (a slow episode's shortfall) "request 27 (re-measure 2 of at most
+        25)": which extra request it is, out of how many (new-user pass N14: "request 13
+        (re-measuring)" beside a bar at 100 read as a third numbering)."""
         if phase == "warmup":
             return f"warm-up {i + 1}/{self.warmup}"
         number = i + 1 - self.warmup
         if number > self.requests:  # re-measured around a slow episode
-            return f"request {number} (re-measuring)"
+            return (f"request {number} (re-measure {number - self.requests} of at most "
+                    f"{self.extra_budget})")
         return f"request {number}/{self.requests}"

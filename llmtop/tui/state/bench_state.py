@@ -61,7 +61,7 @@ class BenchRow:
 
 def request_label(config: BenchConfig, phase: str, i: int, target: int | None) -> str:
     """e.g. "warm-up 1/1 · 200 tok", "request 7/25 · 200 tok" or, past the protocol's count,
-    "request 27 (re-measuring) · 200 tok" (i: 0-based within a size)."""
+    "request 27 (re-measure 2 of at most 25) · 200 tok" (i: 0-based within a size)."""
     size = f" · {target} tok" if target is not None else ""
     return f"{config.position(phase, i)}{size}"
 
