@@ -94,6 +94,8 @@ async def test_sessions_list_report_and_compare(tmp_path):
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, ReportScreen), what="compare")
         md = pilot.app.screen.query_one(Markdown).source
         assert md.startswith("# llmtop compare") and f"against {first}" in md
+        second = screen.entries[1].path
+        assert pilot.app.screen.command == f"llmtop compare {first} {second}"
         await pilot.press("escape")
         await pilot.press("p")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, PlotsScreen), what="plots")
@@ -126,6 +128,21 @@ def test_the_sessions_table_puts_the_verdict_before_the_long_columns():
     assert (shown["date"], shown["kind"], shown["verdict"], shown["engine"], shown["model"]) == (
         "2026-12-03 10:02:03", "bench", "CLEAN", "embedded", "gemma3:270m")
     assert shown["requests"] == entry.cells()[4]
+
+
+async def test_a_refused_compare_shows_the_command_that_varies_the_option(tmp_path):
+    # new-user pass N22: the TUI cannot pass --vary; its footer said `llmtop report B`
+    a = write_log(tmp_path / "a.jsonl", [400.0] * 10, options={"num_predict": 30})
+    b = write_log(tmp_path / "b.jsonl", [400.0] * 10, options={"num_predict": 50})
+    screen = SessionsScreen([str(tmp_path)])
+    async with Host(screen).run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: len(screen.entries) == 2, what="the list")
+        first, second = screen.entries[0].path, screen.entries[1].path
+        await pilot.press("c", "down", "c")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ReportScreen), what="compare")
+        assert pilot.app.screen.command == (
+            f"llmtop compare {first} {second} --vary max_tokens")
+    assert {first, second} == {str(a), str(b)}
 
 
 async def test_at_80_columns_each_plot_keeps_its_name(tmp_path):

@@ -22,11 +22,13 @@ class ReportScreen(ModalScreen[None]):
         Binding("escape,q,r", "dismiss", "Close report"),
     ]
 
-    def __init__(self, markdown: str, log_path: str, title: str = "bench report") -> None:
+    def __init__(self, markdown: str, log_path: str, title: str = "bench report",
+                 command: str | None = None) -> None:
         super().__init__()
         self.markdown = markdown
         self.log_path = log_path
         self.title_text = title
+        self.command = command or f"llmtop report {log_path}"  # the same, from a shell
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report-box") as box:
@@ -34,7 +36,7 @@ class ReportScreen(ModalScreen[None]):
             box.border_subtitle = "Esc closes"
             # wide tables as one bullet per row: no cell squeezed over 4–6 lines
             yield Markdown(terminal_markdown(self.markdown), id="report-md")
-            yield Static(f"from {self.log_path} (llmtop report {self.log_path})", classes="dim")
+            yield Static(f"from {self.log_path} ({self.command})", classes="dim")
 
     def on_mount(self) -> None:
         self.query_one("#report-box", VerticalScroll).focus()

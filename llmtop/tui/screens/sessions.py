@@ -8,6 +8,8 @@ never blocks the screen.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -134,5 +136,10 @@ class SessionsScreen(Screen[None]):
         except LogError as exc:
             self.notify(str(exc), severity="error")
             return
+        # the command that gives the same, with what a refusal asks for ("--vary max_tokens"):
+        # the TUI cannot pass it (new-user pass N22 was shown `llmtop report B`)
+        vary = sorted(set(re.findall(r"--vary (\w+)", " ".join(comparison.checks.problems))))
+        command = " ".join(["llmtop compare", shlex.quote(a.path), shlex.quote(e.path),
+                            *(f"--vary {v}" for v in vary)])
         self.app.push_screen(ReportScreen(compare_markdown([comparison]), e.path,
-                                          title="compare"))
+                                          title="compare", command=command))
