@@ -146,8 +146,10 @@ async def test_a_refused_compare_shows_the_command_that_varies_the_option(tmp_pa
 
 
 async def test_at_80_columns_each_plot_keeps_its_name(tmp_path):
-    # new-user pass N27: at 80x24 the TTFT plot lost its whole title
-    path = write_log(tmp_path / "a.jsonl", [400.0 + i for i in range(12)], target=200)
+    # new-user pass N27: at 80x24 the TTFT plot lost its whole title (the first draw came
+    # before the layout, at no width; an interactive session's log showed it)
+    path = write_log(tmp_path / "a.jsonl", [400.0 + i for i in range(12)], target=200,
+                     kind="session")
     screen = PlotsScreen(str(path))
     async with Host(screen).run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: screen.series != [], what="series")

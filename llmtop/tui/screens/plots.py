@@ -128,6 +128,13 @@ class PlotsScreen(Screen[None]):
             self.turns = conversation(log.requests, curve, ctx)
             self.cold_turns = conversation(log.requests, curve, ctx, "turn-cold")
         self.draw()
+        # once laid out, again at the plots' real widths: a title fitted to no width was
+        # dropped whole by plotext at 80x24 (new-user pass N27, seen after the first draw)
+        self.call_after_refresh(self.draw)
+
+    def on_resize(self) -> None:
+        """Titles are fitted to the plots' widths: fit them again."""
+        self.draw()
 
     def action_context(self) -> None:
         """Switch between the per-size plots and the context view."""
@@ -175,7 +182,9 @@ class PlotsScreen(Screen[None]):
                     ys += [y for _, y in xy]
                     kinds.append(kind)
             width = self.query_one(f"#plot-{name}", PlotextPlot).content_size.width
-            plt.title(plot_title(label, kinds, away, width - 2 if width else None))
+            # before the layout: half the screen, what the 2×2 grid gives a plot
+            width = width or self.app.size.width // 2 - 2
+            plt.title(plot_title(label, kinds, away, width - 2))
             if xs:  # padded: no point on the frame; request numbers are whole
                 x_lo, x_hi = padded_range(xs)
                 plt.xlim(x_lo, x_hi)
