@@ -264,3 +264,15 @@ def test_small_helpers() -> None:
     assert clock_time("not a time") == "not a time"
     assert prompt_start("a\nb  c") == "a b c"
     assert prompt_start("x" * 30, 5) == "xxxx…"
+
+
+def test_a_cold_long_prompt_among_short_ones_is_ok_as_in_the_report() -> None:
+    # new-user pass P2: the report called a cold long prompt cached while the TUI said ok;
+    # both compare like prompts now (test_analysis_report has the same case)
+    session = SessionState()
+    for i in range(12):
+        session.add(request(70.0, prompt=f"prompt number {i}", prefill=(7, 60.0)))
+    long_prompt = "word " * 400
+    session.add(request(830.0, prompt=long_prompt, prefill=(400, 820.0)))
+    session.add(request(35.0, prompt=long_prompt, prefill=(400, 24.8)))
+    assert [session.row(n).status for n in range(1, 15)] == ["ok"] * 13 + ["cached"]

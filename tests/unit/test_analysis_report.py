@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import BenchStatus, analyze, first_pass_status
+from llmtop.sessions.analysis.run import BenchStatus, analyze, analyze_log, first_pass_status
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.reports.formats import render
@@ -333,3 +333,29 @@ def test_drift_is_clean_only_where_it_was_judged(tmp_path):
     # 20 steady requests: first 5 and last 5 medians equal, judged and clean
     many = render(build(read_log(write_log(tmp_path / "many.jsonl", [400.0] * 20))), "md")
     assert "drift clean" in many and "drift not judged" not in many
+
+
+def test_a_cold_long_prompt_among_short_ones_is_not_called_cached(tmp_path):
+    # new-user pass P2: 12 prompts of 7 tokens (60 ms prefill: 8.6 ms/token, mostly fixed
+    # cost), then a 400-token prompt seen for the first time (820 ms: 2.05 ms/token). Against
+    # the session's median per token it read "cached" and left the statistics; like prompts
+    # only are compared now. Sent again, its 24.8 ms (0.062 ms/token) is a cache hit.
+    log = SessionLog(tmp_path / "s.jsonl", {"kind": "session", "model": "m", "engine": "ollama"})
+    short = [{**record_json(i, prompt_eval_count=7, prompt_eval_ms=60.0, ttft=70.0),
+              "prompt": f"prompt number {i}"} for i in range(12)]
+    long_prompt = "word " * 400
+    cold = {**record_json(12, prompt_eval_count=400, prompt_eval_ms=820.0, ttft=830.0),
+            "prompt": long_prompt}
+    again = {**record_json(13, prompt_eval_count=400, prompt_eval_ms=24.8, ttft=35.0),
+             "prompt": long_prompt}
+    for r in [*short, cold, again]:
+        log.write_raw({k: v for k, v in r.items()
+                       if k not in ("index", "phase", "prompt_tokens_target")})
+    log.close()
+    analysis = analyze_log(read_log(tmp_path / "s.jsonl"))
+    statuses = [r.status for s in analysis.sizes for r in s.requests]
+    # 0.062 / 2.05 = 3 % of the same prompt's first time: cached; the rest ok
+    assert statuses == [BenchStatus.OK] * 13 + [BenchStatus.CACHED]
+    (reason,) = [r.reason for s in analysis.sizes for r in s.requests if r.reason]
+    assert reason == ("prefill took 0.062 ms/token, under 25% of the same prompt's first time "
+                      "(2.050 ms/token): most of the prompt came from the cache")

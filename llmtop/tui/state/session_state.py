@@ -19,6 +19,7 @@ recompute and redraw only when it moves.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,7 @@ from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import (
     CACHED_FRACTION,
     CACHED_REPORTED_SHARE,
+    SIMILAR_COUNT,
     BenchStatus,
     cold_starts,
 )
@@ -244,22 +246,34 @@ def _per_token_ns(result: RequestResult | None) -> float | None:
 
 
 def _cached_flags(requests: Sequence[LiveRequest]) -> list[bool]:
+    """The report's rule (analysis/run.py, `_mark_cached`) over the session's ok requests:
+    the server's reuse share, the same prompt's first time, or the median of requests of a
+    similar prompt length (at least 3): the TUI and the report call the same requests cached
+    (new-user pass P2)."""
+    results = [live.result if live.result is not None and live.result.status == Status.OK
+               else None for live in requests]
+    per_token = [_per_token_ns(r) for r in results]
+    counts = [r.stats.prompt_eval_count if r is not None and r.stats else None for r in results]
+    known = [(v, c) for v, c in zip(per_token, counts, strict=True) if v is not None and c]
     flags: list[bool] = []
-    first_seen: dict[str, RequestResult] = {}
-    for live in requests:
-        result = live.result
+    first_seen: dict[str, float] = {}
+    for result, value, count in zip(results, per_token, counts, strict=True):
         cached = False
-        if result is not None and result.status == Status.OK:
+        if result is not None:
             s = result.stats
-            count = s.prompt_eval_count if s else None
             reused = s.prompt_cached_count if s else None
             if count and reused and reused > CACHED_REPORTED_SHARE * count:
                 cached = True
-            earlier = first_seen.get(result.prompt)
-            mine, theirs = _per_token_ns(result), _per_token_ns(earlier)
-            if mine is not None and theirs is not None and mine < CACHED_FRACTION * theirs:
-                cached = True
-            first_seen.setdefault(result.prompt, result)
+            if value is not None and count:
+                earlier = first_seen.get(result.prompt)
+                if earlier is not None and value < CACHED_FRACTION * earlier:
+                    cached = True
+                else:
+                    first_seen.setdefault(result.prompt, value)
+                    like = [v for v, c in known
+                            if count / SIMILAR_COUNT <= c <= count * SIMILAR_COUNT]
+                    if len(like) >= 3 and value < CACHED_FRACTION * statistics.median(like):
+                        cached = True
         flags.append(cached)
     return flags
 
