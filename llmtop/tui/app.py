@@ -696,15 +696,21 @@ class LlmtopApp(LlmtopBaseApp):
 
     # ------------------------------------------------------------------ keys
 
-    def on_token_pane_typed_ahead(self, message: TokenPane.TypedAhead) -> None:
+    async def on_token_pane_typed_ahead(self, message: TokenPane.TypedAhead) -> None:
         """A key typed in the response pane: into the prompt box, which takes the focus
-        ("?" into an empty prompt is the help, as in the box itself)."""
+        ("?" into an empty prompt is the help, as in the box itself; "\r" sends the prompt,
+        "\b" deletes the character before the cursor)."""
         prompt = self.query_one("#prompt", PromptInput)
         if message.character == HELP_CHARACTER and not prompt.value:
             self.action_help()
             return
         prompt.focus()
-        prompt.insert_text_at_cursor(message.character)
+        if message.character == "\r":
+            await prompt.action_submit()
+        elif message.character == "\b":
+            prompt.action_delete_left()
+        else:
+            prompt.insert_text_at_cursor(message.character)
 
     def on_prompt_input_help_requested(self, _: PromptInput.HelpRequested) -> None:
         self.action_help()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from textual import events
 from textual.widgets import Input
 
 from llmtop.engines.connection import Connection
@@ -307,3 +308,20 @@ async def test_burst_typing_keeps_question_mark_in_prompt(tmp_path: Path) -> Non
         await pilot.pause(0.1)
         assert not isinstance(app.screen, HelpScreen)
         assert app.query_one("#prompt", Input).value == "Why? ok"
+
+
+async def test_a_burst_typed_after_esc_is_sent_whole(tmp_path: Path) -> None:
+    # second new-user pass P1: after Esc, "idle esc fast" + Enter in one burst (a paste,
+    # tmux send-keys) typed the text and lost the Enter: nothing was sent
+    app, conn = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        await pilot.press("escape")  # idle: the response pane takes the focus
+        prompt = app.query_one("#prompt", Input)
+        assert not prompt.has_focus
+        # a burst: every key reaches the pane before the first has moved the focus
+        for key, char in (("h", "h"), ("i", "i"), ("backspace", None), ("o", "o"),
+                          ("enter", "\r")):
+            app.query_one(TokenPane).post_message(events.Key(key, char))
+        await wait_for(pilot, lambda: done(app), what="the request")
+        assert conn.engine.prompts == ["ho"]  # "hi", a backspace, "o", then Enter

@@ -88,11 +88,19 @@ class TokenPane(ScrollView, can_focus=True):
             self.character = character
 
     def on_key(self, event: events.Key) -> None:
-        """A printable key (not "/") goes to the prompt box (`TypedAhead`)."""
-        if event.is_printable and event.character and event.character != "/":
-            event.stop()
-            event.prevent_default()
-            self.post_message(self.TypedAhead(event.character))
+        """A printable key (not "/") goes to the prompt box (`TypedAhead`), and so do Enter
+        and Backspace ("\r", "\b"): keys arrive in bursts (a paste, tmux, a fast typist),
+        and an Enter read before the prompt had the focus was lost (second new-user pass,
+        P1: "idle esc fast" + Enter typed the text and sent nothing)."""
+        if event.key in ("enter", "backspace"):
+            character = "\r" if event.key == "enter" else "\b"
+        elif event.is_printable and event.character and event.character != "/":
+            character = event.character
+        else:
+            return
+        event.stop()
+        event.prevent_default()
+        self.post_message(self.TypedAhead(character))
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
