@@ -325,3 +325,18 @@ async def test_a_burst_typed_after_esc_is_sent_whole(tmp_path: Path) -> None:
             app.query_one(TokenPane).post_message(events.Key(key, char))
         await wait_for(pilot, lambda: done(app), what="the request")
         assert conn.engine.prompts == ["ho"]  # "hi", a backspace, "o", then Enter
+
+
+async def test_typing_with_the_machine_panel_focused_goes_to_the_prompt(tmp_path: Path) -> None:
+    # second new-user pass P1: after Tab, letters typed were lost in the focused panel
+    from llmtop.tui.widgets.probe_panel import ProbePanel
+
+    app, conn = build(tmp_path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ready, what="connection")
+        app.query_one(ProbePanel).focus()
+        await pilot.pause()
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: done(app), what="the request")
+        assert conn.engine.prompts == ["hello"]

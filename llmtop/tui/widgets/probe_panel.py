@@ -17,6 +17,7 @@ from collections import deque
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.events import Resize
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -28,6 +29,7 @@ from llmtop.tui.state import fmt
 from llmtop.tui.state.wrap import visible_text, wrap_lines
 from llmtop.tui.widgets.apps_view import ENGINE_UNKNOWN, MAX_APPS, TOP_N, apps_text
 from llmtop.tui.widgets.system_view import cpu_style, system_text
+from llmtop.tui.widgets.token_pane import forward_typing
 from llmtop.tui.widgets.verdict_badge import verdict_text
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
@@ -85,6 +87,10 @@ class ProbePanel(ScrollView):
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.check_age, name="probe-age")
+
+    def on_key(self, event: events.Key) -> None:
+        """Typing with the panel focused (Tab) goes to the prompt box (`forward_typing`)."""
+        forward_typing(self, event)
 
     def show(self, sample: ProbeSample) -> None:
         """Render one sample (called by the app's capped render timer)."""

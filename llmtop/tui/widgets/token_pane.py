@@ -26,6 +26,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 
 from llmtop.engines.events import Failure, Status
 from llmtop.safetext import visible
@@ -71,6 +72,26 @@ def live_text(live: LiveRequest) -> Text:
     return text
 
 
+def forward_typing(widget: Widget, event: events.Key) -> None:
+    """Post a key meant for the prompt box as `TokenPane.TypedAhead` (the app types it
+    there): a printable key (not "/", the app's "back to the prompt"), Enter ("\r") and
+    Backspace ("\b"). For the main screen's focusable panes (the response, the machine
+    panel): keys arrive in bursts (a paste, tmux, a fast typist), and an Enter read before
+    the prompt had the focus was lost (second new-user pass, P1: "idle esc fast" + Enter
+    typed the text and sent nothing; after Tab, letters vanished in the machine panel)."""
+    if not hasattr(widget.app, "on_token_pane_typed_ahead"):
+        return  # an app with no prompt box (`llmtop watch`): its keys are its own
+    if event.key in ("enter", "backspace"):
+        character = "\r" if event.key == "enter" else "\b"
+    elif event.is_printable and event.character and event.character != "/":
+        character = event.character
+    else:
+        return
+    event.stop()
+    event.prevent_default()
+    widget.post_message(TokenPane.TypedAhead(character))
+
+
 class TokenPane(ScrollView, can_focus=True):
     """Follows the text while the view is at the bottom; keeps the position otherwise.
 
@@ -88,19 +109,8 @@ class TokenPane(ScrollView, can_focus=True):
             self.character = character
 
     def on_key(self, event: events.Key) -> None:
-        """A printable key (not "/") goes to the prompt box (`TypedAhead`), and so do Enter
-        and Backspace ("\r", "\b"): keys arrive in bursts (a paste, tmux, a fast typist),
-        and an Enter read before the prompt had the focus was lost (second new-user pass,
-        P1: "idle esc fast" + Enter typed the text and sent nothing)."""
-        if event.key in ("enter", "backspace"):
-            character = "\r" if event.key == "enter" else "\b"
-        elif event.is_printable and event.character and event.character != "/":
-            character = event.character
-        else:
-            return
-        event.stop()
-        event.prevent_default()
-        self.post_message(self.TypedAhead(character))
+        """A key for the prompt box goes there (`forward_typing`)."""
+        forward_typing(self, event)
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
