@@ -119,6 +119,8 @@ def test_one_request_on_a_noisy_machine_says_so(tmp_path):
     noisy = entry(tmp_path / "noisy.jsonl").to_dict()  # --json: no verdict word, the flag
     assert noisy["verdict"] is None and noisy["noisy"] is True
     assert noisy["probe_samples"] == (1, 1)
+    # no sample: unknown, null as `run --json` has it (second pass, P6), not false
+    assert entry(tmp_path / "unseen.jsonl").to_dict()["noisy"] is None
 
 
 def test_noisy_is_said_for_every_kind_of_log(tmp_path):

@@ -51,7 +51,8 @@ class SessionEntry:
     verdict: str | None = "unreadable"
     problem: str | None = None
     statuses: dict[str, int] = field(default_factory=dict)
-    noisy: bool = False  # a NOISY probe sample was taken during one of its requests
+    noisy: bool | None = False  # a NOISY probe sample was taken during one of its requests
+    # (None: no probe sample was taken during any of them, as `run --json` says it)
     probe_samples: tuple[int, int] = (0, 0)  # (NOISY, all) probe samples during its requests
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
@@ -116,7 +117,8 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     samples = noisy_samples(log.probes)
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
                         analysis.ok_count, None if single else analysis.verdict,
-                        statuses=dict(words), noisy=samples[0] > 0, probe_samples=samples)
+                        statuses=dict(words), noisy=samples[0] > 0 if samples[1] else None,
+                        probe_samples=samples)
 
 
 def _load_entry(path: str, log: RunLog) -> SessionEntry:

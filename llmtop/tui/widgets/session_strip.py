@@ -37,15 +37,15 @@ def marks_text(view: TtftView) -> Text:
 
 def summary_text(view: TtftView) -> Text:
     """"median 17.5 ms · 17.0–18.0 · n 3 ok · #3 ×1.03": the session's TTFT median, min–max
-    (ms) over its ok requests, how many (and "+2 not ok" for the bars left out: a cold start,
-    a cache hit, a cancel), and the request on screen against the median — red when slower
+    (ms) over its ok requests, how many (and "(+2)" for the bars left out: a cold start, a
+    cache hit, a cancel), and the request on screen against the median — red when slower
     by more than the bench's drift threshold (`stats.DRIFT_THRESHOLD_PCT`, 5 %), green when
     faster."""
     if not view.n:
         if view.values:
             return Text(f"no ok request yet ({len(view.values)} not counted)", style="dim")
         return Text("no request yet", style="dim")
-    others = f" (+{view.others} not ok)" if view.others else ""
+    others = f" (+{view.others})" if view.others else ""  # short: it fits at 120 (pass P11)
     text = Text.assemble(
         "median ",
         (fmt.ms(view.median_ms), "bold"),
