@@ -116,3 +116,28 @@ def test_report_as_carries_the_runs_verdict_and_noise(tmp_path, capsys):
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     measured = [r for r in rows if r["phase"] == "measure"]
     assert [r["noisy"] for r in measured] == ["True"] * 8 + ["False"] * 12
+
+
+def test_report_as_gives_each_prompt_size_its_own_table(tmp_path, capsys):
+    # second new-user pass P3: two sizes pooled into one p50 (417 ms, a value neither size
+    # has: 213 ms at 100 tokens, 621 ms at 300)
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    log = SessionLog(tmp_path / "b.jsonl", HEADER)
+    for i, (ttft, target) in enumerate([(210.0, 100), (213.0, 100), (216.0, 100),
+                                        (618.0, 300), (621.0, 300), (624.0, 300)], start=1):
+        log.write_raw(request(i, ttft, 20.0, target))
+    log.close()
+    assert main(["report", str(tmp_path / "b.jsonl"), "--as", "guidellm"]) == ExitCode.OK
+    md = capsys.readouterr().out
+    assert "## 100 tok (3 ok)" in md and "## 300 tok (3 ok)" in md
+    # llmtop's TTFT p50 per size: the middle of each three (213.00, 621.00)
+    small, large = md.split("## 300 tok")
+    assert "| TTFT |" in small and "213.00" in small.split("| TTFT |")[1].split("\n")[0]
+    assert "621.00" in large.split("| TTFT |")[1].split("\n")[0]
+    assert main(["report", str(tmp_path / "b.jsonl"), "--as", "vllm", "--format", "json"]) == (
+        ExitCode.OK)
+    sizes = json.loads(capsys.readouterr().out)["sizes"]
+    assert [(s["prompt_tokens_target"], s["n"], s["llmtop"]["median"]["ttft_ms"])
+            for s in sizes] == [(100, 3, 213.0), (300, 3, 621.0)]
