@@ -359,3 +359,27 @@ def test_a_cold_long_prompt_among_short_ones_is_not_called_cached(tmp_path):
     (reason,) = [r.reason for s in analysis.sizes for r in s.requests if r.reason]
     assert reason == ("prefill took 0.062 ms/token, under 25% of the same prompt's first time "
                       "(2.050 ms/token): most of the prompt came from the cache")
+
+
+def test_an_interactive_session_of_unlike_prompts_judges_no_episode(tmp_path):
+    # second new-user pass P10: 7-token prompts then 500-word ones, and the report called
+    # requests 1–3 "faster than the baseline" and listed them among slow episodes
+    log = SessionLog(tmp_path / "s.jsonl", {"kind": "session", "model": "m", "engine": "ollama"})
+    for i in range(12):
+        long = i >= 3
+        rec = record_json(i, prompt_eval_count=700 if long else 7,
+                          prompt_eval_ms=1400.0 if long else 60.0,
+                          ttft=1410.0 if long else 70.0)
+        log.write_raw({**{k: v for k, v in rec.items()
+                          if k not in ("index", "phase", "prompt_tokens_target")},
+                       "prompt": f"prompt {i}"})
+    log.close()
+    analysis = analyze_log(read_log(tmp_path / "s.jsonl"))
+    (size,) = analysis.sizes
+    assert not size.episodes.episodes
+    assert analysis.judgement.word == "inconclusive"
+    why = ("interactive: 12 prompts of 7 to 700 tokens, so no episode, trend or drift is "
+           "judged (a bench measures one prompt size)")
+    assert analysis.judgement.reasons == (why,)
+    md = render(build(read_log(tmp_path / "s.jsonl")), "md")
+    assert "1–3 (faster)" not in md and "in slow episodes" not in md

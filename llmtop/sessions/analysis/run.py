@@ -212,6 +212,9 @@ class SizeAnalysis:
     threshold_pct: float = DRIFT_THRESHOLD_PCT  # the drift threshold the size was judged by
     episodes: Episodes = field(default_factory=lambda: Episodes({}))
     base_series: dict[str, list[float | None]] = field(default_factory=dict)
+    # an interactive session's requests with different prompts: no episode, trend or drift
+    # is judged (why, when so; second new-user pass P10)
+    unjudged: str | None = None
 
     @property
     def ok(self) -> list[RequestVerdict]:
@@ -253,8 +256,8 @@ class SizeAnalysis:
         labels = {k: f"{label} {unit}" for k, label, unit, _b in METRICS}
         drifted = tuple(f"{labels[k]} {d.change_pct:+.1f} %" for k in self.drifted
                         if (d := self.drifts[k]).change_pct is not None)
-        judged = self.episodes.judged or any(
-            d.change_pct is not None for d in self.drifts.values())
+        judged = self.unjudged is None and (self.episodes.judged or any(
+            d.change_pct is not None for d in self.drifts.values()))
         label = "interactive" if self.target is None else f"{self.target} tok"
         found = self.episodes
         faster = tuple(
@@ -270,7 +273,7 @@ class SizeAnalysis:
             judged,
             {labels[k]: v for k, v in found.unsettled.items()},
             (found.outside, len(found.numbers)) if found.disagree else None,
-            faster)
+            faster, self.unjudged)
 
 
 @dataclass
@@ -398,6 +401,21 @@ def _analyze_size(
     ok = [r for r in measured if r.status == BenchStatus.OK]
     series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
     series.update(machine_series([r.record for r in ok], canaries))
+    counts = [c for r in ok if r.record.stats and (c := r.record.stats.prompt_eval_count)]
+    if target is None and counts and max(counts) > SIMILAR_COUNT * min(counts):
+        # prompts of unlike lengths: a change point or a trend would be the prompts'
+        # differences, read as the machine's (second new-user pass P10: "faster than the
+        # baseline during requests 1–3" that were 7-token prompts among 500-word ones,
+        # listed among "slow episodes")
+        prompts = len({r.record.prompt for r in ok})
+        return SizeAnalysis(
+            target=target, requests=requests,
+            summaries={key: summarize(values) for key, values in series.items()},
+            drifts=_drifts({k: [] for k in series}, threshold), series=series, path=path,
+            threshold_pct=threshold, base_series=series,
+            unjudged=(f"interactive: {prompts} prompts of {min(counts)} to {max(counts)} "
+                      "tokens, so no episode, trend or drift is judged (a bench measures one "
+                      "prompt size)"))
     episodes = _find_episodes(ok, series, threshold)
     for i, e in enumerate(episodes.episodes, start=1):
         for r in ok:
@@ -488,7 +506,8 @@ def _mark_cold_starts(requests: list[RequestVerdict]) -> None:
 def _mark_cached(requests: list[RequestVerdict]) -> None:
     """Mark the prefix-cache hits among `requests` (in order): a request whose prefill took a
     token under CACHED_FRACTION of the time that (a) the same prompt took the first time it
-    was sent, or (b) the median of the requests of a similar prompt length took (counts
+    was sent (an interactive session's), or (b) the median of the requests of a similar
+    prompt length took (counts
     within SIMILAR_COUNT of its own; at least 3 of them, itself included). Per-token times
     are compared only between like prompts: a short prompt's are mostly fixed cost, and an
     interactive session mixes lengths (new-user pass P2: a cold 400-word prompt, 2.05
@@ -507,7 +526,8 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
         if mine is None:
             continue
         value, count = mine
-        earlier = first_seen.get(r.record.prompt)
+        # (a) in an interactive session only: a bench's prompts are each new by design
+        earlier = first_seen.get(r.record.prompt) if r.prompt_tokens_target is None else None
         if earlier is not None and value < CACHED_FRACTION * earlier:
             _cached(r, value, earlier, "the same prompt's first time")
             continue

@@ -84,6 +84,7 @@ class SizeEvidence:
     unsettled: dict[str, tuple[int, int]] = field(default_factory=dict)
     disagree: tuple[int, int] | None = None
     faster: tuple[str, ...] = ()
+    unjudged: str | None = None  # why nothing was judged, when it was not for want of requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,8 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
     if reasons:
         return RunVerdict(Word.CONTAMINATED, tuple(reasons))
     if not any(s.judged for s in sizes):
-        return RunVerdict(Word.INCONCLUSIVE, ("too few ok requests to judge",))
+        why = tuple(s.unjudged for s in sizes if s.unjudged)
+        return RunVerdict(Word.INCONCLUSIVE, why or ("too few ok requests to judge",))
     excluded = [
         f"{s.label}: episodes excluded ({_episodes(s.episodes)}); the baseline is the "
         f"{s.baseline_n} requests outside them"
