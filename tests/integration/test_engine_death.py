@@ -29,7 +29,10 @@ WAIT_S = 180  # polling limits for a cold start (model assembly, the self-test);
 def test_the_self_test_runs_both_configurations_for_real_and_keeps_one(tmp_path):
     model = str(bundled_model_path())
     choice = lc.choose(model, physical_cores(), forced="auto", cache=tmp_path / "c.json")
-    assert choice.source == "self-test"
+    # on a machine another program keeps busy (over 25 % of the CPU during the trials) the
+    # rates are not compared: the choice is INCONCLUSIVE, says so, and is not cached (seen in
+    # a full suite beside a neighbour's build); else it is the self-test's, cached
+    assert choice.source in ("self-test", lc.INCONCLUSIVE), choice.source
     assert [t.config for t in choice.trials] == ["repack", "no-repack"]
     crashed = [t for t in choice.trials if not t.ok]
     ran = [t for t in choice.trials if t.ok]
@@ -39,7 +42,10 @@ def test_the_self_test_runs_both_configurations_for_real_and_keeps_one(tmp_path)
     kept = next(t for t in choice.trials if t.config == choice.config.name)
     assert kept.ok
     assert all(t.signal is not None or t.exit_code for t in crashed)
-    assert lc.cached(model, tmp_path / "c.json").config == choice.config
+    if choice.source == lc.INCONCLUSIVE:
+        assert lc.cached(model, tmp_path / "c.json") is None  # the next start tests again
+    else:
+        assert lc.cached(model, tmp_path / "c.json").config == choice.config
 
 
 def test_the_engine_reports_its_configuration(engine_url):
