@@ -71,5 +71,7 @@ def test_the_sessions_list_gives_the_sweeps_verdict(tmp_path: Path):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     e = entry(path)
     assert e.verdict == "contaminated: 1 user, 2 users NOISY"
+    # the level-tagged samples are counted: 2, both NOISY (second pass P5 read [0, 0])
+    assert e.noisy is True and e.probe_samples == (2, 2)
     assert e.requests_text == "8: 8 ok"
     assert e.cells()[5] == "contaminated: 1 user, 2 users NOISY"

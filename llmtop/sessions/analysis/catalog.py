@@ -136,7 +136,10 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
     if noisy := noisy_levels(sweep.levels):
         word += ": " + ", ".join(lv.label for lv in noisy) + " NOISY"
     ok = sum(lv.ok for lv in sweep.levels)
-    samples = noisy_samples(log.probes)
+    # a sweep's samples are tagged with the level running, not one request (second pass,
+    # P5: "contaminated: 1 user NOISY" beside probe_samples [0, 0])
+    in_levels = [p for p in log.probes if p.level is not None or p.request_ids]
+    samples = (sum(1 for p in in_levels if p.noisy), len(in_levels))
     return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,
                         word, statuses=dict(words), noisy=bool(noisy) or samples[0] > 0,
                         probe_samples=samples)
