@@ -72,3 +72,20 @@ def test_compare_pairs_the_callers_both_logs_saw(tmp_path):
     row = result.rows[0]
     assert round(row.test.ratio, 3) == round(202.5 / 102.5, 3)
     assert row.regression  # twice as slow, well past the threshold
+
+
+def test_a_request_that_loaded_the_model_is_a_cold_start_out_of_the_figures(tmp_path):
+    # second new-user pass P12: curl's two requests, the first paying a 457 ms load (TTFT
+    # 482.09), the second warm (54.74): the group's TTFT p50 was 268.4, their mean, no mark
+    log = SessionLog(tmp_path / "w.jsonl", {"kind": "watch", "watch": {"pairs": [
+        {"listen": "127.0.0.1:11498", "upstream": "http://127.0.0.1:11437"}]}})
+    for i, (ttft, load_ms) in enumerate([(482.09, 457.46), (54.74, 0.21)], 1):
+        log.write(RequestRecord.from_json({
+            "id": i, "status": "ok", "model": "gemma3:270m", "caller": "curl",
+            "stats": {"load_duration": round(load_ms * 1e6), "eval_count": 10},
+            "metrics": {"ttft_ms": ttft, "e2e_ms": ttft + 100.0}}))
+    log.close()
+    (g,) = analyze_watch(read_log(tmp_path / "w.jsonl")).groups
+    # 457.46 ms: over 50 ms and over 10 × the other's 0.21 (run.cold_starts)
+    assert g.statuses == {"cold-start": 1, "ok": 1}
+    assert g.ttft.median == 54.74 and g.ttft.n == 1
