@@ -201,6 +201,15 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     value = background_cpu_percent(system, processes)
     if value is None or value <= t.background_cpu_warn:
         return []
+    if processes.engine_identified and processes.engine_cpu_percent is None:
+        # the engine's processes were found but none has a CPU figure yet (just started:
+        # a process's CPU is known from its second reading): the "other programs" figure
+        # would hold the engine's own start-up (second new-user pass, N20: 91 % said
+        # "other programs" while the engine llmtop had just started used 80 % of it)
+        return [Finding("background-cpu-unknown", Level.INFO, None, None, "",
+                        "the engine's CPU is not known yet (its processes just started), so "
+                        "the other programs' share is not judged in this sample",
+                        "wait one sampling interval")]
     fail = value > t.background_cpu_fail
     maybe = ", ".join(a.app for a in _unidentified_engines(processes) if a.cpu_percent)
     note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""

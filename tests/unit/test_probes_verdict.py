@@ -284,3 +284,15 @@ def test_cpu_of_a_process_just_started_is_said_so_not_unreadable() -> None:
         "other programs are using 55 % of the machine's CPU; 55 % of it is not in any app's "
         "figure yet: burner started since the last sample (a new process's CPU is known from "
         "its second reading)")
+
+
+def test_an_engine_just_started_is_not_counted_as_other_programs() -> None:
+    # second new-user pass (N20): 91 % of the machine "other programs" in the TUI's first
+    # NOISY frame, 80 % of it the engine llmtop had just started, its CPU not yet known
+    fresh = dataclasses.replace(procs(self_cpu=0.0), engine_identified=True)
+    verdict = evaluate(sys_(cpu_percent=91.0), fresh)
+    assert codes(verdict) == [("background-cpu-unknown", Level.INFO)]
+    assert verdict.quiet
+    known = dataclasses.replace(procs(self_cpu=0.0, engine=160.0), engine_identified=True)
+    # 91 % of 4 CPUs − 160 % of one core / 4 = 51 %: judged once the engine's CPU is known
+    assert ("background-cpu", Level.FAIL) in codes(evaluate(sys_(cpu_percent=91.0), known))
