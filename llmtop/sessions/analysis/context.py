@@ -294,10 +294,15 @@ def _counts_history(turns: Sequence[Turn]) -> bool:
 def cache_saving(turns: Sequence[Turn], cold: Sequence[Turn]) -> dict[int, float]:
     """turn number → TTFT saved by the cache at that turn (ms): the cold replay's TTFT minus
     the conversation's, for turns measured both ways (both sent the same history and message;
-    docs/guide/context.md). Negative when the cached turn was slower (noise, or no cache)."""
+    docs/guide/context.md). Negative when the cached turn was slower (noise, or no cache).
+    The first turn has no history for a cache to hold: it is left out (its difference is
+    the two runs' noise; second new-user pass P13 read "saved by the cache 41.4 ms")."""
     cold_ttft = {t.turn: t.record.metrics.ttft_ms for t in cold}
+    first = min((t.turn for t in turns), default=None)
     out: dict[int, float] = {}
     for t in turns:
+        if t.turn == first:
+            continue
         warm, c = t.record.metrics.ttft_ms, cold_ttft.get(t.turn)
         if warm is not None and c is not None:
             out[t.turn] = c - warm
