@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
@@ -17,6 +18,17 @@ from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render
 
 REGRESSION = ExitCode.NOISY  # 1: the number scripts test for "B got slower"
+
+
+def _set_key(path: str, log: RunLog) -> tuple[str, str, int] | None:
+    """Which `bench --runs K` set a log is a run of: (its folder, the set's stem, K), as
+    `run_set` finds its siblings; None for a log that is no run of a set."""
+    bench = log.header.bench or {}
+    runs, run = bench.get("runs"), bench.get("run")
+    if not isinstance(runs, int) or not isinstance(run, int) or runs < 2:
+        return None
+    p = Path(path).resolve()
+    return str(p.parent), p.stem.removesuffix(f"-run{run}"), runs
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -61,11 +73,17 @@ def main(args: argparse.Namespace) -> int:
             print(f"llmtop compare: {path} is run {(log.header.bench or {}).get('run')} of a "
                   f"set of {len(found)}: comparing the runs' baselines", file=sys.stderr)
         sets.append(found)
-    comparisons = [
-        compare_logs(logs[0], log, (args.logs[0], path), args.metric, args.vary,
-                     args.threshold, args.seed, runs=(sets[0], found))
-        for path, log, found in zip(args.logs[1:], logs[1:], sets[1:], strict=True)
-    ]
+    comparisons = []
+    for path, log, found in zip(args.logs[1:], logs[1:], sets[1:], strict=True):
+        pair = (sets[0], found)
+        if len(found) > 1 and _set_key(args.logs[0], logs[0]) == _set_key(path, log):
+            # two runs of one `--runs` set: its baselines against themselves would say "no
+            # difference" whatever the runs measured (second new-user pass, P14)
+            print(f"llmtop compare: {args.logs[0]} and {path} are runs of one set: comparing "
+                  "the two runs themselves", file=sys.stderr)
+            pair = ([logs[0]], [log])
+        comparisons.append(compare_logs(logs[0], log, (args.logs[0], path), args.metric,
+                                        args.vary, args.threshold, args.seed, runs=pair))
     energy = [[] if c.refused else compare_energy(logs[0], log, args.seed)
               for c, log in zip(comparisons, logs[1:], strict=True)]
     text = render(Comparisons(comparisons, logs, energy), args.format)

@@ -79,3 +79,16 @@ def test_a_missing_run_is_named_and_the_cli_uses_the_set(tmp_path, capsys):
 def test_too_few_values_is_a_clear_error():
     with pytest.raises(ValueError, match="too few runs"):
         runs_ratio_test([[1.0, 2.0]], [[1.0, 2.0, 3.0]])
+
+
+def test_two_runs_of_one_set_are_compared_themselves(tmp_path, capsys):
+    # second new-user pass P14: `compare run1 run2` of one set compared the set with itself
+    # (median A = median B, "no significant difference" whatever the runs measured)
+    paths = a_set(tmp_path, [800.0, 600.0, 700.0])
+    assert cli.main(["compare", str(paths[0]), str(paths[1]), "--metric", "ttft",
+                     "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert "are runs of one set: comparing the two runs themselves" in err
+    (row,) = json.loads(out)["comparisons"][0]["rows"]
+    # run 1 all at 800 ms, run 2 all at 600: B/A = 0.75
+    assert row["ratio"] == pytest.approx(0.75)
