@@ -30,7 +30,11 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     judgement = analysis.judgement
     noisy, samples = noisy_samples(log.probes)
     trust = peers.Trust(str(judgement.word), judgement.reasons, noisy, samples)
-    return render_as(log.requests, args.as_tool, str(args.log_file), trust)
+    # the requests the report counts: not a cold start, a cache hit, an excluded one (second
+    # new-user pass P3: --as counted "cached" requests the report leaves out)
+    counted = {r.record.id for s in analysis.sizes for r in s.ok}
+    records = [r for r in log.requests if r.id in counted]
+    return render_as(records, args.as_tool, str(args.log_file), trust)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -141,3 +141,20 @@ def test_report_as_gives_each_prompt_size_its_own_table(tmp_path, capsys):
     sizes = json.loads(capsys.readouterr().out)["sizes"]
     assert [(s["prompt_tokens_target"], s["n"], s["llmtop"]["median"]["ttft_ms"])
             for s in sizes] == [(100, 3, 213.0), (300, 3, 621.0)]
+
+
+def test_report_as_counts_the_requests_the_report_counts(tmp_path, capsys):
+    # second new-user pass P3: --as counted a "cached" request the report leaves out
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    log = SessionLog(tmp_path / "b.jsonl", HEADER)
+    for i in range(1, 5):
+        rec = request(i, 800.0, 20.0, 200)
+        if i == 4:  # prefill 10 ms for 195 tokens against 796.1: under 25 %: cached
+            rec["stats"]["prompt_eval_duration"] = 10 * 1_000_000
+        log.write_raw(rec)
+    log.close()
+    assert main(["report", str(tmp_path / "b.jsonl"), "--as", "aiperf", "--format",
+                 "json"]) == ExitCode.OK
+    assert json.loads(capsys.readouterr().out)["n"] == 3
