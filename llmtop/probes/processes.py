@@ -48,6 +48,7 @@ PidSource = Callable[[], Collection[int]] | Collection[int]
 """A set of pids, or a callable returning one (called at every sample, so it may change)."""
 
 SELF_APP = "llmtop"
+OTHER_SELF_APP = "another llmtop"  # an llmtop process that is not this one
 NAME_RECHECK = 16  # samples between name re-reads of a known process (see _Tracked.name_due)
 
 
@@ -324,6 +325,9 @@ def group(
             engine_seen = True
         elif reading.pid in launcher_pids and ident.category is Category.BUILD:
             key = (f"{reading.name or ident.app} (started llmtop)", Category.OTHER)
+        elif ident.app == SELF_APP:  # another llmtop's process, not this one's: said so
+            # (second new-user pass P8: a neighbour's llmtop at 60 % read "llmtop 60 %")
+            key = (OTHER_SELF_APP, ident.category)
         groups.setdefault(key, []).append(reading)
     apps = []
     for (app, category), members in groups.items():

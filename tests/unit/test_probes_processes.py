@@ -226,6 +226,16 @@ def test_the_launchers_are_this_processes_ancestors() -> None:
     assert os.getppid() in ancestors and os.getpid() not in ancestors
 
 
+def test_another_llmtop_is_not_llmtop_itself() -> None:
+    # second new-user pass P8: a neighbour's llmtop CLI at 60 % read "llmtop 60 %" in the
+    # remedy, as if it were this llmtop
+    rows = [_row(1, 4.0, MB, "llmtop", Category.OTHER), _row(9, 60.0, MB, "llmtop",
+                                                             Category.OTHER)]
+    sample = group(rows, self_pids={1}, cpus=2)
+    assert [(a.app, a.category, a.pids) for a in sample.apps] == [
+        ("another llmtop", Category.OTHER, (9,)), ("llmtop", Category.SELF, (1,))]
+
+
 def test_no_engine_pids_means_engine_cpu_is_none() -> None:
     sample = group([_row(5, 1.0, MB, "a", Category.OTHER)], self_pids={5}, cpus=2)
     assert sample.engine_cpu_percent is None
