@@ -276,3 +276,15 @@ def test_a_cold_long_prompt_among_short_ones_is_ok_as_in_the_report() -> None:
     session.add(request(830.0, prompt=long_prompt, prefill=(400, 820.0)))
     session.add(request(35.0, prompt=long_prompt, prefill=(400, 24.8)))
     assert [session.row(n).status for n in range(1, 15)] == ["ok"] * 13 + ["cached"]
+
+
+def test_the_warm_ups_among_the_noisy_requests_are_said() -> None:
+    # second new-user pass P9: "12 ran while the machine was NOISY" beside the verdict's "11
+    # of the 12 measured requests": the warm-up is counted and now said
+    from types import SimpleNamespace
+
+    from llmtop.tui.state.bench_state import WARMUP, warm_note
+
+    rows = [SimpleNamespace(phase=WARMUP)] + [SimpleNamespace(phase="measure")] * 11
+    assert warm_note(rows) == " (1 of them a warm-up)"  # type: ignore[arg-type]
+    assert warm_note(rows[1:]) == ""  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ the analysis' status (cached, cold start, prompt cut… are only known from the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmtop.engines.events import StreamEvent
@@ -223,3 +224,13 @@ def _apply_analysis(rows: list[BenchRow], analysis: Analysis) -> None:
         if verdict is not None:
             row.status, row.reason = str(verdict.status), verdict.reason
             row.episode = verdict.episode
+
+
+def warm_note(noisy: Sequence[BenchRow]) -> str:
+    """" (1 of them a warm-up)" when warm-ups are among `noisy`: the verdict counts the
+    measured requests only (second new-user pass P9: 12 NOISY here and "11 of the 12
+    measured" in the verdict, with nothing said of the one apart)."""
+    warm = sum(1 for r in noisy if r.phase == WARMUP)
+    if not warm:
+        return ""
+    return f" ({warm} of them {'a warm-up' if warm == 1 else 'warm-ups'})"

@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from llmtop.sessions.reports.text import num, spark_cell
-from llmtop.tui.state.bench_state import WARMUP, BenchRow
+from llmtop.tui.state.bench_state import WARMUP, BenchRow, warm_note
 
 LABEL_WIDTH = 14
 SUFFIX_WIDTH = 32  # "  last 1,234.5 · med 1,234.5"
@@ -66,9 +66,10 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
     legend = LEGEND + (EPISODE_LEGEND if any(r.episode is not None for r in rows) else "")
     text.append(f"  {legend}\n", style="dim")
     text.append_text(_marks_row("NOISY", shown, clipped, _noise_mark))
-    noisy = sum(1 for r in rows if r.noisy)
+    noisy = [r for r in rows if r.noisy]
     if noisy:
-        text.append(f"  {noisy} ran while the machine was NOISY", style="yellow")
+        text.append(f"  {len(noisy)} ran while the machine was NOISY{warm_note(noisy)}",
+                    style="yellow")
     else:
         text.append("  no NOISY probe sample during a request", style="dim")
     return text

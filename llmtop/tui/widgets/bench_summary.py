@@ -13,7 +13,7 @@ from rich.text import Text
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis
 from llmtop.sessions.measure.stats import DRIFT_WINDOW
 from llmtop.tui.state import fmt
-from llmtop.tui.state.bench_state import BenchRow
+from llmtop.tui.state.bench_state import BenchRow, warm_note
 from llmtop.tui.widgets.quiet_static import QuietStatic
 
 CLEAN, CONTAMINATED, NA = "CLEAN", "CONTAMINATED", "n/a"
@@ -106,7 +106,8 @@ def noisy_text(rows: Sequence[BenchRow]) -> Text:
         return Text("no request ran during a NOISY probe sample", style="dim")
     many = "request" if len(noisy) == 1 else "requests"
     return Text.assemble(
-        (f"! {len(noisy)} {many} ran while the machine was NOISY: ", "bold yellow"),
+        (f"! {len(noisy)} {many} ran while the machine was NOISY{warm_note(noisy)}: ",
+         "bold yellow"),
         (str(noisy[0].noisy), "yellow"),
         (f" (#{', #'.join(str(r.n) for r in noisy)} in run order)", "dim"),
     )
