@@ -65,11 +65,12 @@ def main(args: argparse.Namespace) -> int:
         for warning in log.warnings:
             print(f"llmtop compare: {path}: {warning}", file=sys.stderr)
     sets = []
-    for path, log in zip(args.logs, logs, strict=True):
+    keys = [_set_key(path, log) for path, log in zip(args.logs, logs, strict=True)]
+    for path, log, key in zip(args.logs, logs, keys, strict=True):
         found, notes = run_set(path, log)
         for note in notes:
             print(f"llmtop compare: {path}: {note}", file=sys.stderr)
-        if len(found) > 1:
+        if len(found) > 1 and key is not None and keys.count(key) == 1:  # else: said below
             print(f"llmtop compare: {path} is run {(log.header.bench or {}).get('run')} of a "
                   f"set of {len(found)}: comparing the runs' baselines", file=sys.stderr)
         sets.append(found)

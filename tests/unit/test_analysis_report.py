@@ -383,3 +383,5 @@ def test_an_interactive_session_of_unlike_prompts_judges_no_episode(tmp_path):
     assert analysis.judgement.reasons == (why,)
     md = render(build(read_log(tmp_path / "s.jsonl")), "md")
     assert "1–3 (faster)" not in md and "in slow episodes" not in md
+    # the drift column says why, not "needs at least 10 values, has 0" (third pass)
+    assert "has 0" not in md and "not judged: the session's prompts differ in length" in md

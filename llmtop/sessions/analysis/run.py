@@ -411,7 +411,9 @@ def _analyze_size(
         return SizeAnalysis(
             target=target, requests=requests,
             summaries={key: summarize(values) for key, values in series.items()},
-            drifts=_drifts({k: [] for k in series}, threshold), series=series, path=path,
+            drifts={k: replace(d, note="not judged: the session's prompts differ in length")
+                    for k, d in _drifts({k: [] for k in series}, threshold).items()},
+            series=series, path=path,
             threshold_pct=threshold, base_series=series,
             unjudged=(f"interactive: {prompts} prompts of {min(counts)} to {max(counts)} "
                       "tokens, so no episode, trend or drift is judged (a bench measures one "
