@@ -306,8 +306,8 @@ class SessionState:
         self.requests: list[LiveRequest] = []
         self.version = 0
         self._numbers: dict[int, int] = {}  # id(request) → its number (the list holds it)
-        self._cold: tuple[int, list[bool]] = (-1, [])  # (version, cold_flags)
-        self._cached: tuple[int, list[bool]] = (-1, [])  # (version, cached_flags)
+        self._cold: tuple[int, list[bool]] = (-1, [])  # (requests, cold_flags)
+        self._cached: tuple[int, list[bool]] = (-1, [])  # (requests, cached_flags)
 
     def add(self, live: LiveRequest) -> int:
         """Add a finished request (its `result` set); returns its 1-based number.
@@ -350,19 +350,21 @@ class SessionState:
         median): the server says it reused over CACHED_REPORTED_SHARE of the prompt, or the
         request repeats an earlier prompt and prefilled a token in under CACHED_FRACTION of
         that request's time (the bench's thresholds, analysis/run.py; the same prompt, so
-        the per-token times are comparable). Cached per `version`."""
-        if self._cached[0] != self.version:
-            self._cached = (self.version, _cached_flags(self.requests))
+        the per-token times are comparable). Cached per request count."""
+        # keyed by the request count, not `version`: a NOISY mark moves the version and
+        # changes no result, and the rule is a pass over the session's requests
+        if self._cached[0] != len(self.requests):
+            self._cached = (len(self.requests), _cached_flags(self.requests))
         return self._cached[1]
 
     def cold_flags(self) -> list[bool]:
         """Per request, whether it paid a model load, judged as a report judges it: against
         the other requests' loads (`analysis.run.cold_starts`), so the first of a session (826
-        ms, the next ones 0.3) is one even under COLD_START_MS. Cached per `version`."""
-        if self._cold[0] != self.version:
+        ms, the next ones 0.3) is one even under COLD_START_MS. Cached per request count."""
+        if self._cold[0] != len(self.requests):  # results change only by an add
             loads = [(live.result.metrics.load_ms or 0.0) if live.result else 0.0
                      for live in self.requests]
-            self._cold = (self.version, [cold for cold, _ in cold_starts(loads)])
+            self._cold = (len(self.requests), [cold for cold, _ in cold_starts(loads)])
         return self._cold[1]
 
     def previous(self, live: LiveRequest | None) -> RequestResult | None:
