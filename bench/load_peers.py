@@ -160,18 +160,29 @@ def run_llmtop(truth: Truth, rate: float, n: int, folder: str) -> dict[str, Any]
     cpu = TreeCPU(proc.pid)
     _, err = proc.communicate()
     cpu.stop()
-    if proc.returncode != 0:
+    # 1: the sweep ran and its verdict is NOISY or CONTAMINATED (what else ran is in the row)
+    if proc.returncode not in (0, 1) or not log.exists():
         raise RuntimeError(f"llmtop load failed ({proc.returncode}): {err[-2000:]}")
     lines = [json.loads(line) for line in log.read_text().splitlines()]
+    verdict = next((v for v in (_verdict(line) for line in err.splitlines()) if v), "")
     measured = [r for r in lines if r.get("type") == "request" and r.get("phase") == "measure"]
     end = next(r for r in lines if r.get("type") == "level" and r.get("phase") == "end")
     own = end["generator_cpu_ns"] / 1e6 / n  # the event-loop thread alone, as llmtop reports
     records = truth_log(truth)[before:][-n:]
     a, b = _window(records)
-    return row("llmtop", rate, n, [r["lag_ms"] for r in measured],
-               {r["prompt"]: r["metrics"]["ttft_ms"] for r in measured if r["status"] == "ok"},
-               {r["prompt"]: r for r in records}, cpu.between(a, b), own,
-               os.getloadavg()[0])
+    out = row("llmtop", rate, n, [r["lag_ms"] for r in measured],
+              {r["prompt"]: r["metrics"]["ttft_ms"] for r in measured if r["status"] == "ok"},
+              {r["prompt"]: r for r in records}, cpu.between(a, b), own,
+              os.getloadavg()[0])
+    out["verdict"] = verdict
+    return out
+
+
+def _verdict(line: str) -> str | None:
+    """llmtop load's verdict line on stderr ("CONTAMINATED — 25 req/s: NOISY: app-busy"), or
+    None for any other line."""
+    text = line.removeprefix("llmtop load: ")
+    return text if text.startswith(("CONTAMINATED", "INCONCLUSIVE", "NOISY")) else None
 
 
 def run_locust(truth: Truth, rate: float, n: int, folder: str) -> dict[str, Any]:
@@ -246,14 +257,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         return "n/a" if x is None else format(x, fmt)
 
     out = [("| tool | rate req/s | sent / ok | send lag p50 / p99 ms | held | CPU ms/req "
-           "(tree; loop thread) | TTFT error p50 / p90 / max ms | load avg |"),
-           "|---|---|---|---|---|---|---|---|"]
+           "(tree; loop thread) | TTFT error p50 / p90 / max ms | load avg | llmtop's verdict |"),
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         own = f"; {f(r['own_cpu_ms'])}" if r["own_cpu_ms"] is not None else ""
         out.append(f"| {r['tool']} | {r['rate']:g} | {r['sent']} / {r['ok']} | "
                    f"{f(r['lag_p50'])} / {f(r['lag_p99'])} | {'yes' if r['held'] else 'no'} | "
                    f"{f(r['cpu_ms'])}{own} | {f(r['err_p50'])} / {f(r['err_p90'])} / "
-                   f"{f(r['err_max'])} | {r['load']:.2f} |")
+                   f"{f(r['err_max'])} | {r['load']:.2f} | {r.get('verdict') or '—'} |")
     return "\n".join(out)
 
 

@@ -48,7 +48,7 @@ import httpx
 from llmtop.stamping import rxstamps
 from llmtop.stamping.bounds import BoundedTransport
 from llmtop.stamping.netbuffer import BlockBuffer, read_block, socket_readable
-from llmtop.stamping.stamps import note_written
+from llmtop.stamping.stamps import hold, note_written
 
 
 class ArrivalStream(httpcore.AsyncNetworkStream):
@@ -76,6 +76,7 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
         buffer is over its high-water mark. Raises httpcore.WriteTimeout / WriteError."""
         if not buffer:
             return
+        await hold()  # a request timed to leave at a set moment waits here, all else done
         if self._closed or self._protocol.ended or self._transport.is_closing():
             raise httpcore.WriteError("the connection was closed")
         t_ns = perf_counter_ns()  # before: see rxstamps.KernelStampedStream.write

@@ -39,7 +39,7 @@ from typing import Any
 import httpcore
 
 from llmtop.stamping.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable, wake
-from llmtop.stamping.stamps import note_written
+from llmtop.stamping.stamps import hold, note_written
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
@@ -211,6 +211,7 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         receiver's whole turn. Raises httpcore.WriteTimeout / WriteError."""
         if not buffer:
             return
+        await hold()  # a request timed to leave at a set moment waits here, all else done
         if not self._usable_here() or self.sink.ended:
             raise httpcore.WriteError("the connection was closed or belongs to another loop")
         view = memoryview(buffer)

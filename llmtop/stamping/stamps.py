@@ -24,6 +24,13 @@ SendStamp (`note_arrival`), and an engine that has parsed a chunk and found text
 `arrival_ns()`. Without such a transport, `arrival_ns()` is the time of the call, the earlier
 definition.
 
+A send at a set moment (an open loop's timetable): `released_at(t_ns)` marks the requests made
+inside it, and a stamping stream holds such a request's first write until `t_ns`
+(`hold`), so the caller can start it early and everything before the socket — building the
+request, the pool, a connect — is done by then; the lag that is left is the wake-up's and the
+write's (docs/performance.md, "Send lag"). The hold is kept (`SendStamp.held_ns`) and is not
+counted as the client's preparation.
+
 Connection reuse: a stream closed at its `done` chunk before the response's end was read
 cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
 loopback). Every engine therefore `drain`s its stream after the done chunk (normally only the
@@ -44,7 +51,7 @@ import contextvars
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from time import perf_counter_ns
+from time import perf_counter_ns, sleep
 from typing import Any
 
 import httpx
@@ -52,6 +59,11 @@ import httpx
 BODY_WRITTEN = "http11.send_request_body.complete"  # httpcore's trace event name
 CONNECTING = "connection.connect_tcp.started"  # a new TCP connection (none pooled to reuse)
 DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane server
+# asyncio's epoll selector rounds a timer's timeout up to whole milliseconds
+# (selectors.EpollSelector.select: math.ceil(timeout * 1e3)), so a wait timed by asyncio.sleep
+# alone ends 0–1 ms late; `sleep_until` wakes this much early and sleeps the rest (under 1 ms)
+# in the loop's own thread, where nanosleep keeps ~0.1 ms.
+TIMER_EARLY_NS = 1_000_000
 
 
 @dataclass(slots=True)
@@ -68,6 +80,9 @@ class SendStamp:
         body-written trace takes it as `sent_ns` (the trace runs after httpcore's bookkeeping,
         and on loopback the woken server may run first); None without a stamping stream.
     connected: httpcore opened a new TCP connection for this request (none could be reused).
+    release_ns: the moment its first write may go (`released_at`); None: at once.
+    held_ns: how long its first write was held for `release_ns` (ns); None when it was not
+        (no release set, or no stamping stream wrote it).
     """
 
     prepare_ns: int
@@ -75,11 +90,16 @@ class SendStamp:
     received_ns: int | None = None
     written_ns: int | None = None
     connected: bool = False
+    release_ns: int | None = None
+    held_ns: int | None = None
 
     @property
     def prep_ns(self) -> int | None:
-        """The client's own time before the request left (ns): build, connect, write."""
-        return None if self.sent_ns is None else self.sent_ns - self.prepare_ns
+        """The client's own time before the request left (ns): build, connect, write; a hold
+        for `release_ns` is not counted."""
+        if self.sent_ns is None:
+            return None
+        return self.sent_ns - self.prepare_ns - (self.held_ns or 0)
 
     @property
     def send_ns(self) -> int:
@@ -90,13 +110,51 @@ class SendStamp:
 _CURRENT: contextvars.ContextVar[SendStamp | None] = contextvars.ContextVar(
     "llmtop_send_stamp", default=None
 )
+_RELEASE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "llmtop_send_release", default=None
+)
+
+
+@contextmanager
+def released_at(t_ns: int | None) -> Iterator[None]:
+    """Requests stamped inside this block (in this task) leave at `t_ns` (perf_counter_ns),
+    not before: their first write is held until then (`hold`). None: no hold."""
+    token = _RELEASE.set(t_ns)
+    try:
+        yield
+    finally:
+        _RELEASE.reset(token)
+
+
+async def sleep_until(t_ns: int) -> None:
+    """Return at `t_ns` (perf_counter_ns) or just after it: asyncio's timer until
+    TIMER_EARLY_NS before, then a blocking sleep of the rest (< 1 ms) in this thread."""
+    wait_ns = t_ns - perf_counter_ns()
+    if wait_ns > TIMER_EARLY_NS:
+        await asyncio.sleep((wait_ns - TIMER_EARLY_NS) / 1e9)
+    rest_ns = t_ns - perf_counter_ns()
+    if rest_ns > 0:  # < 1 ms; bytes arriving meanwhile keep their kernel receive stamps
+        sleep(rest_ns / 1e9)  # noqa: ASYNC251 (the loop's other work waits ≤ 1 ms)
+
+
+async def hold() -> None:
+    """Called by a stamping stream before it writes: the open request's first write waits
+    for its `release_ns` (sets `held_ns`); any other write, or a request without a release,
+    goes at once."""
+    stamp = _CURRENT.get()
+    if stamp is None or stamp.release_ns is None or stamp.held_ns is not None:
+        return
+    t_ns = perf_counter_ns()
+    await sleep_until(stamp.release_ns)
+    stamp.held_ns = perf_counter_ns() - t_ns
 
 
 @contextmanager
 def stamping(prepare_ns: int | None = None) -> Iterator[SendStamp]:
     """Open a SendStamp for the request about to be made in this task (`prepare_ns`:
     perf_counter_ns when it was asked for; default now)."""
-    stamp = SendStamp(perf_counter_ns() if prepare_ns is None else prepare_ns)
+    stamp = SendStamp(perf_counter_ns() if prepare_ns is None else prepare_ns,
+                      release_ns=_RELEASE.get())
     token = _CURRENT.set(stamp)
     try:
         yield stamp

@@ -5,12 +5,14 @@ follow from the order of events on one task — asking for the request, then htt
 its body, then the first chunk — not from any timing.
 """
 
+from time import perf_counter_ns
+
 import pytest
 
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.stamping.stamps import SendStamp, stamping
+from llmtop.stamping.stamps import SendStamp, hold, released_at, stamping
 from llmtop.testing.scripted import ScriptedUpstream
 
 
@@ -59,3 +61,46 @@ def test_without_a_socket_stamp_the_prepare_stamp_stands():
     assert stamp.prep_ns is None and stamp.send_ns == stamp.prepare_ns
     stamp.sent_ns = stamp.prepare_ns + 1500
     assert stamp.prep_ns == 1500 and stamp.send_ns == stamp.prepare_ns + 1500
+
+
+async def test_a_released_request_is_held_to_its_moment_and_the_hold_is_not_preparation():
+    # the scripted server stamps each request's arrival on this process's perf_counter_ns
+    # clock: a send released at `release` cannot reach it before `release`
+    with ScriptedUpstream() as up:
+        engine = OllamaEngine(up.url)
+        try:
+            await _one(engine)  # a pooled connection, as an open loop's later requests have
+            asked = perf_counter_ns()
+            release = asked + 200_000_000
+            with released_at(release):
+                result = await _one(engine)
+        finally:
+            await engine.aclose()
+        arrived = up.recorder.received_ns[-1]
+    assert result.sent_ns >= release and arrived >= release
+    # sent − asked ≥ 200 ms, all but the client's own work (~1 ms) spent held: a prep that
+    # counted the hold would be ≥ 200 ms
+    assert result.prep_ns is not None and 0 < result.prep_ns < 200_000_000
+
+
+def test_hold_is_kept_only_for_a_request_with_a_release():
+    with stamping() as plain:
+        pass
+    with released_at(123), stamping() as timed:
+        pass
+    with stamping() as after:
+        pass
+    assert plain.release_ns is None and timed.release_ns == 123 and after.release_ns is None
+
+
+async def test_only_the_first_write_waits():
+    with released_at(perf_counter_ns() + 5_000_000), stamping() as stamp:
+        await hold()
+        first = stamp.held_ns
+        await hold()  # the body's write after the head's: no second wait
+    assert first is not None and first > 0 and stamp.held_ns == first
+    # a past release does not wait either
+    with released_at(perf_counter_ns() - 1), stamping() as late:
+        t = perf_counter_ns()
+        await hold()
+    assert late.held_ns is not None and late.held_ns < perf_counter_ns() - t + 1

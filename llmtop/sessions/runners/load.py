@@ -54,11 +54,12 @@ from llmtop.sessions.runners.environment import (
     preflight_record,
 )
 from llmtop.sessions.runners.load_config import LoadConfig
-from llmtop.sessions.runners.load_loops import closed_loop, open_loop
+from llmtop.sessions.runners.load_loops import LEAD_NS, closed_loop, open_loop
 from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.sessions.runners.server_watch import ServerWatch
+from llmtop.stamping.stamps import released_at
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 
@@ -253,7 +254,9 @@ class LoadRunner:
         cpu0, wall_ns, repeats = thread_time_ns(), 0, 0
         while True:
             repeats += 1
-            t0 = perf_counter_ns()
+            # an open loop's first request starts LEAD_NS early (load_loops.py): its
+            # schedule begins then, so its first send is not late by its own preparation
+            t0 = perf_counter_ns() + (LEAD_NS if cfg.mode == "rate" else 0)
             await self._batch(value, total, repeats, t0, numbers, fields,
                               lambda: generator.make(words))
             wall_ns += perf_counter_ns() - t0
@@ -331,10 +334,11 @@ class LoadRunner:
         if measured and self.stopped is not None:
             return  # the level was stopped between this task's creation and its start
         self._sent += measured
-        result, record = await self.recorder.measure(
-            prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
-            late=late, **fields,
-        )
+        with released_at(scheduled_ns):  # an open loop's send leaves at its scheduled moment
+            result, record = await self.recorder.measure(
+                prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
+                late=late, **fields,
+            )
         if measured:
             self.level_records.append(record)
             if result.status == "ok":

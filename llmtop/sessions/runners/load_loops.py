@@ -5,24 +5,29 @@ batch's count or time is up. Open loop: requests leave on a seeded timetable
 (load_config.py's `arrival_offsets`) whatever is in flight, each timed from its *scheduled*
 send too, so a generator that falls behind cannot hide queueing (coordinated omission, Gil
 Tene, "How NOT to Measure Latency"). Both send through the runner's `Send` (it streams,
-classifies and logs a request); neither knows the runner itself. The open loop's timer
-(TIMER_EARLY_NS) is the one docs/performance.md ("Send lag, llmtop's own part") measured.
+classifies and logs a request); neither knows the runner itself.
+
+An open loop starts each request's task LEAD_NS before its scheduled send, and the send itself
+is held until the scheduled moment (the runner opens `stamps.released_at(scheduled)`, and the
+stamping stream's first write waits for it: `stamps.hold`), so building the request and
+taking a pooled connection happen before the schedule, not in its lag (docs/performance.md,
+"Send lag").
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from time import perf_counter_ns, sleep
+from time import perf_counter_ns
 from typing import Any, Protocol
 
 from llmtop.sessions.runners.load_config import arrival_offsets
 
-# asyncio's epoll selector rounds a timer's timeout up to whole milliseconds
-# (selectors.EpollSelector.select: math.ceil(timeout * 1e3)), so a send timed by
-# asyncio.sleep alone leaves 0–1 ms late; an open loop wakes this much early and sleeps the
-# rest (under 1 ms) in the loop's own thread, where nanosleep keeps ~0.1 ms.
-TIMER_EARLY_NS = 1_000_000
+# How early an open loop's request starts: its work before the socket (the ollama client's
+# and httpx's request building, the pool) took 0.7–1.2 ms median here, up to ~3 ms with a
+# hundred requests in flight; 5 ms leaves room, and a task started that early holds nothing
+# but its pooled connection a few ms longer.
+LEAD_NS = 5_000_000
 
 
 class Send(Protocol):
@@ -74,21 +79,18 @@ async def open_loop(
     stopped: Callable[[], bool],
 ) -> None:
     """Send request first + k at t0 + offset_k (`arrival_offsets(rate, total, arrivals,
-    seed)`, seconds) whatever is in flight; each runs in its own task, and none leaves once
-    stopped() (over-saturated). Cancelled, it cancels the requests in flight (each logged as
-    "cancelled")."""
+    seed)`, seconds) whatever is in flight; each runs in its own task, started LEAD_NS before
+    (`send` holds it to `scheduled_ns`), and none starts once stopped() (over-saturated).
+    Cancelled, it cancels the requests in flight (each logged as "cancelled")."""
     offsets = arrival_offsets(rate, total, arrivals, seed)
     tasks = []
     try:
         for k, offset in enumerate(offsets):
             scheduled = t0 + round(offset * 1e9)
             prompt = make_prompt()  # before the wait: off the send path (0.1 ms at 150 words)
-            wait_ns = scheduled - perf_counter_ns()
-            if wait_ns > TIMER_EARLY_NS:
-                await asyncio.sleep((wait_ns - TIMER_EARLY_NS) / 1e9)
-            rest_ns = scheduled - perf_counter_ns()
-            if rest_ns > 0:  # < 1 ms; replies meanwhile keep their kernel receive stamps
-                sleep(rest_ns / 1e9)  # noqa: ASYNC251 (elsewhere: read ≤ 1 ms later)
+            wait_ns = scheduled - LEAD_NS - perf_counter_ns()
+            if wait_ns > 0:  # asyncio's timer is enough here: the send is held to the ns
+                await asyncio.sleep(wait_ns / 1e9)
             if stopped():  # over-saturated: nothing more leaves
                 break
             tasks.append(asyncio.create_task(send(
