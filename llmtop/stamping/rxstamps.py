@@ -19,10 +19,26 @@ one stamping UDP socket that stays open (`_keep_stamping_on`: from then on no co
 for the work item, and closing connections never toggles it), and waits, at most
 `STAMPING_WAIT_S`, until a loopback segment comes back stamped.
 
-`KernelStampedStream` is an httpcore network stream over a plain non-blocking TCP socket read
-with `recvmsg` from the event loop's reader callback; `stamping/arrivals.py` uses it for plain
-TCP connections on Linux and keeps its asyncio-protocol stream elsewhere (TLS, Unix sockets,
-other systems, event loops without `add_reader`).
+`KernelStampedStream` is an httpcore network stream over a plain TCP socket read with
+`recvmsg`; `stamping/arrivals.py` uses it for plain TCP connections on Linux and keeps its
+asyncio-protocol stream elsewhere (TLS, Unix sockets, other systems, event loops without
+`add_reader`).
+
+Who reads. The kernel keeps one stamp per queued block, and a segment that arrives while an
+earlier one is still unread is merged into it with the newer stamp (net/ipv4/tcp_input.c,
+`tcp_try_coalesce`; bench/rx_coalesce.py measured it). So a first chunk left unread until
+the next one arrives is dated at the next one: TTFT too long by a token gap. Read from the
+event loop's reader callback (the default), a socket waits while the loop runs anything else;
+in the TUI a frame or a layout takes 5–15 ms, longer than many engines' token gap, and
+bench/clock_truth.py's tui path read p90 +5.3 ms, max +10.7 ms quiet. A process whose loop
+does other heavy work therefore calls `use_reader_threads()`: each connection's socket is
+then read by its own thread blocked in `recvmsg` (started at the connection's first use),
+which the kernel wakes as a segment arrives, without waiting for the event loop or the GIL
+(the system call runs without it); the block and its stamp go to the loop with
+`call_soon_threadsafe`. The thread checks every READER_POLL_S whether it should stop
+(`start_tls` hands the socket to asyncio; an HTTPS tunnel's set-up waits that long once);
+closing the stream shuts the socket down, which wakes the thread at once, and the thread
+closes it.
 """
 
 from __future__ import annotations
@@ -32,6 +48,7 @@ import socket
 import ssl
 import struct
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from time import perf_counter_ns, sleep, time_ns
 from typing import Any
@@ -47,7 +64,16 @@ READ_SIZE = 1 << 16  # bytes per recvmsg, as httpcore asks for
 ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
 MAX_AGE_NS = 10 * 10**9  # an older kernel stamp means the wall clock moved: not used
 STAMPING_WAIT_S = 0.5  # the most the first connection waits for the kernel to stamp packets
+READER_POLL_S = 0.1  # a reader thread's longest wait in recvmsg before it checks for a stop
 _keeper: socket.socket | None = None  # the process's stamping socket (module docstring)
+_reader_threads = False  # use_reader_threads()
+
+
+def use_reader_threads(on: bool = True) -> None:
+    """Read every kernel-stamped connection opened from now on in its own thread (module
+    docstring, "Who reads"): for a process whose event loop is often busy (the TUI)."""
+    global _reader_threads
+    _reader_threads = on
 
 
 def enable(sock: socket.socket) -> bool:
@@ -136,14 +162,17 @@ Adopt = Callable[[socket.socket, "float | None"], Awaitable[httpcore.AsyncNetwor
 
 class KernelStampedStream(httpcore.AsyncNetworkStream):
     """A connected non-blocking TCP socket `sock` read with recvmsg; each block of bytes goes
-    into `sink` with the kernel's receive stamp. Reading pauses while `sink` holds more than
-    netbuffer.HIGH_WATER bytes. `adopt(sock, timeout)` gives the socket to a stream that can
-    do TLS (`start_tls`). The stream belongs to the event loop it was made in; used from
-    another it raises ReadError/WriteError and reports itself unusable to httpcore's pool.
-    Raises NotImplementedError, RuntimeError or OSError when the running event loop cannot
-    watch the socket (`add_reader`)."""
+    into `sink` with the kernel's receive stamp. Read from the event loop's reader callback, or
+    (`threaded`, default `use_reader_threads()`'s choice) by a thread of its own from the
+    first read or write on (module docstring, "Who reads"). Reading pauses while `sink` holds
+    more than netbuffer.HIGH_WATER bytes. `adopt(sock, timeout)` gives the socket to a stream
+    that can do TLS (`start_tls`). The stream belongs to the event loop it was made in; used
+    from another it raises ReadError/WriteError and reports itself unusable to httpcore's
+    pool. Raises NotImplementedError, RuntimeError or OSError when the running event loop
+    cannot watch the socket (`add_reader`)."""
 
-    def __init__(self, sock: socket.socket, sink: BlockBuffer, adopt: Adopt) -> None:
+    def __init__(self, sock: socket.socket, sink: BlockBuffer, adopt: Adopt,
+                 threaded: bool | None = None) -> None:
         self.sock = sock
         self.sink = sink
         self._adopt = adopt
@@ -151,14 +180,36 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         self._reading = False
         self._closed = False
         self._writable: asyncio.Future[None] | None = None
-        self._start_reading()
+        self.threaded = _reader_threads if threaded is None else threaded
+        self._thread: threading.Thread | None = None
+        self._go = threading.Event()  # the reader thread may read (cleared: paused)
+        self._go.set()
+        self._stop = False  # the reader thread is to leave the socket (start_tls)
+        if self.threaded:
+            self._loop.add_writer(sock.fileno(), lambda: None)  # fails as add_reader would
+            self._loop.remove_writer(sock.fileno())
+        else:
+            self._start_reading()
 
     def _start_reading(self) -> None:
+        if self.threaded:
+            self._go.set()
+            if self._thread is None and not self._closed and not self.sink.ended:
+                self.sock.setblocking(True)  # recvmsg waits in the kernel; sends pass DONTWAIT
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                     struct.pack("ll", 0, int(READER_POLL_S * 1e6)))
+                self._thread = threading.Thread(target=self._read_on, daemon=True,
+                                                name="llmtop-rx")
+                self._thread.start()
+            return
         if not self._reading and not self.sink.ended and not self._closed:
             self._loop.add_reader(self.sock.fileno(), self._on_readable)
             self._reading = True
 
     def _stop_reading(self) -> None:
+        if self.threaded:
+            self._go.clear()
+            return
         if self._reading:
             self._reading = False
             if not self._loop.is_closed():
@@ -184,10 +235,46 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
             self._stop_reading()
             self.sink.end(None)
             return
-        self.sink.add_block(stamp_of(anc), data)
+        self._arrived(stamp_of(anc), data)
+
+    def _arrived(self, t_ns: int, data: bytes) -> None:
+        """A block read (on the loop's thread): into the sink; pause past HIGH_WATER."""
+        self.sink.add_block(t_ns, data)
         if self.sink.buffered > HIGH_WATER:
             self._stop_reading()
             self.sink.paused_reading = True
+
+    def _read_on(self) -> None:
+        """The reader thread: recvmsg until the end, an error or a stop; every block goes to
+        the loop with its stamp. It closes the socket as it leaves, unless it was stopped."""
+        end: tuple[BaseException | None] | None = None
+        while not self._stop:
+            if not self._go.wait(READER_POLL_S):
+                continue
+            try:
+                data, anc, _, _ = self.sock.recvmsg(READ_SIZE, ANC_SIZE)
+            except (BlockingIOError, InterruptedError):  # READER_POLL_S without a byte
+                continue
+            except OSError as exc:
+                end = (None if self._closed else exc,)
+                break
+            if not data:
+                end = (None,)
+                break
+            if not self._post(self._arrived, stamp_of(anc), data):
+                break
+        if end is not None:
+            self._post(self.sink.end, end[0])
+        if not self._stop:
+            self.sock.close()
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run fn(*args) on the loop's thread; False once the loop is closed."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            return False
+        return True
 
     def _usable_here(self) -> bool:
         """Open, and used from the event loop it belongs to."""
@@ -202,6 +289,8 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         Raises httpcore.ReadTimeout / ReadError."""
         if not self._usable_here():
             raise httpcore.ReadError("the connection was closed or belongs to another loop")
+        if self.threaded and self._thread is None:
+            self._start_reading()
         return await read_block(self.sink, max_bytes, timeout, self.resume_reading)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
@@ -214,13 +303,15 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         await hold()  # a request timed to leave at a set moment waits here, all else done
         if not self._usable_here() or self.sink.ended:
             raise httpcore.WriteError("the connection was closed or belongs to another loop")
+        if self.threaded and self._thread is None:
+            self._start_reading()  # before the send: the reply may come at once
         view = memoryview(buffer)
         try:
             async with asyncio.timeout(timeout):
                 while True:
                     t_ns = perf_counter_ns()
                     try:
-                        view = view[self.sock.send(view):]
+                        view = view[self.sock.send(view, socket.MSG_DONTWAIT):]
                     except (BlockingIOError, InterruptedError):
                         pass
                     if not view:
@@ -246,7 +337,8 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
 
     async def aclose(self) -> None:
         """Stop reading, wake a read or write still waiting (they end with ReadError /
-        WriteError or the end of the stream), and close the socket."""
+        WriteError or the end of the stream), and close the socket (a reader thread is woken
+        by the shutdown and closes it)."""
         if not self._closed:
             self._closed = True
             self._stop_reading()
@@ -254,15 +346,29 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
                 self._writable.set_exception(ConnectionAbortedError("the connection was closed"))
                 await asyncio.sleep(0)  # let the writer remove its registration first
             self.sink.end(self.sink.error)
-            self.sock.close()
+            if self._thread is not None:
+                self._go.set()
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed by the thread, or never connected
+                    pass
+            else:
+                self.sock.close()
 
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
     ) -> httpcore.AsyncNetworkStream:
         """TLS over this connection: the socket is handed to an asyncio transport (TLS bytes
-        are stamped in Python from then on, as `arrivals.ArrivalStream` does)."""
+        are stamped in Python from then on, as `arrivals.ArrivalStream` does); a reader thread
+        is stopped first (within READER_POLL_S)."""
         self._stop_reading()
+        if self._thread is not None:
+            self._stop = True
+            self._go.set()
+            await asyncio.to_thread(self._thread.join)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+            self.sock.setblocking(False)
         self._closed = True  # the socket now belongs to the new stream
         plain = await self._adopt(self.sock, timeout)
         return await plain.start_tls(ssl_context, server_hostname, timeout)

@@ -87,6 +87,7 @@ from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.sessions.runners.warmup import started_engine, warm_up
+from llmtop.stamping.rxstamps import use_reader_threads
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.screens.apps import AppsScreen
 from llmtop.tui.screens.bench import BenchScreen, LastBench
@@ -966,6 +967,9 @@ def main(settings: TuiSettings) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.USAGE)
+    # the app's loop spends 5-15 ms per frame: sockets are read by threads of their own, or a
+    # first chunk read late is dated at the next one (stamping/rxstamps.py, "Who reads")
+    use_reader_threads()
     app = make_app(settings)
     app.freeze_gc_when_ready = True
     received: list[int] = []

@@ -29,6 +29,15 @@ from llmtop.stamping.stamps import stamping
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS is Linux's")
 
 
+@pytest.fixture(params=["loop", "thread"])
+def reader(request):
+    """Each connection read from the event loop's callback, or by its own thread (the TUI's
+    way: rxstamps.use_reader_threads)."""
+    rxstamps.use_reader_threads(request.param == "thread")
+    yield request.param
+    rxstamps.use_reader_threads(False)
+
+
 def _timespec(ns: int) -> list[tuple[int, int, bytes]]:
     return [(socket.SOL_SOCKET, SCM_TIMESTAMPNS, struct.pack("qq", *divmod(ns, 10**9)))]
 
@@ -74,7 +83,7 @@ class _Sender:
 
 
 @linux_only
-async def test_a_chunk_read_late_keeps_the_kernels_stamp():
+async def test_a_chunk_read_late_keeps_the_kernels_stamp(reader):
     sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
     stream = await ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
     try:
@@ -99,6 +108,63 @@ async def test_a_chunk_read_late_keeps_the_kernels_stamp():
         sender.sock.close()
 
 
+class _TwoSegments(_Sender):
+    """A server thread that, on `go`, sends two parts GAP_NS apart, noting perf_counter_ns
+    just before each send (`starts`)."""
+
+    GAP_NS = 50_000_000
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        super().__init__(b"")
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.recv(65536)
+            self.go.wait(10)
+            self.starts.append(perf_counter_ns())
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nfirst")
+            while perf_counter_ns() < self.starts[0] + self.GAP_NS:
+                pass
+            self.starts.append(perf_counter_ns())
+            conn.sendall(b"again")
+            self.sent.set()
+            conn.recv(1)
+
+
+@linux_only
+async def test_a_reader_thread_keeps_a_segment_its_own_stamp_while_the_loop_is_busy():
+    # the kernel merges a segment into an unread one before it and keeps the newer stamp
+    # (rxstamps' docstring, "Who reads"); with the event loop held up through both sends, a
+    # loop reader would date "first" at the second send. A reader thread takes it off the
+    # socket as it arrives: its stamp is before the second send began (GAP_NS, 50 ms, after).
+    rxstamps.use_reader_threads(True)
+    sender = _TwoSegments()
+    try:
+        stream = await ArrivalBackend().connect_tcp("127.0.0.1", sender.port, timeout=5)
+        assert isinstance(stream, KernelStampedStream) and stream.threaded
+        await stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sender.go.set()
+        assert sender.sent.wait(10)  # the loop is held through both sends
+        await asyncio.sleep(0.05)  # the thread's two blocks reach the loop
+        stamps = []
+        data = b""
+        while not data.endswith(b"again"):
+            with stamping() as stamp:
+                data += await asyncio.wait_for(stream.read(65536), 10)
+            stamps.append(stamp.received_ns)
+        first, second = sender.starts
+        assert len(stamps) == 2  # two blocks, not one merged
+        assert first - TOL_NS <= stamps[0] < second
+        assert second - TOL_NS <= stamps[1]
+        await stream.aclose()
+    finally:
+        rxstamps.use_reader_threads(False)
+        sender.sock.close()
+
+
 @linux_only
 def test_once_one_socket_asked_for_stamps_the_kernel_stamps_at_once():
     # Linux turns stamping on and off machine-wide from a deferred work item (rxstamps'
@@ -113,7 +179,7 @@ def test_once_one_socket_asked_for_stamps_the_kernel_stamps_at_once():
 
 
 @linux_only
-async def test_a_body_past_the_high_water_mark_pauses_and_resumes_reading():
+async def test_a_body_past_the_high_water_mark_pauses_and_resumes_reading(reader):
     body = bytes(range(256)) * ((3 * HIGH_WATER) // 256)  # 3 MiB: pauses at least twice
     sender = _Sender(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     sender.go.set()
@@ -186,7 +252,7 @@ class _Silent:
 
 
 @linux_only
-async def test_closing_the_stream_ends_a_read_and_a_write_that_wait():
+async def test_closing_the_stream_ends_a_read_and_a_write_that_wait(reader):
     # found in review: a read waiting on a silent server, and a write blocked on one that
     # never reads, must end when the connection is closed, not at their timeouts (none here;
     # the wait_for bounds only guard the test against hanging)
@@ -195,6 +261,7 @@ async def test_closing_the_stream_ends_a_read_and_a_write_that_wait():
         reading = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
         writing = await ArrivalBackend().connect_tcp("127.0.0.1", silent.port, timeout=5)
         assert isinstance(reading, KernelStampedStream)
+        assert reading.threaded == (reader == "thread")
         read = asyncio.create_task(reading.read(65536))
         write = asyncio.create_task(writing.write(b"x" * (64 << 20)))  # far over the buffers
         await asyncio.sleep(0)  # one turn: the write fills the socket's buffers and waits
@@ -215,7 +282,7 @@ async def test_closing_the_stream_ends_a_read_and_a_write_that_wait():
 
 
 @linux_only
-def test_a_pooled_connection_is_not_reused_from_another_event_loop():
+def test_a_pooled_connection_is_not_reused_from_another_event_loop(reader):
     # found in review: a client kept across two asyncio.run calls sent its second request on
     # the first loop's connection and waited forever for the reply
     class KeepAlive(_Silent):
