@@ -34,6 +34,14 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--requests", "20", "--runs", "8"],
         ["--requests", "10", "--runs", "4"],
     ),
+    # the same truth, two CPU burners running through every path (issue #31, item 0)
+    "clock-burners": (
+        "clock_truth.py",
+        ["--burners", "2", "--paths", "ollama,openai,run,bench,load,tui", "--requests", "20",
+         "--runs", "8"],
+        ["--burners", "2", "--paths", "ollama,openai,run,bench,load,tui", "--requests", "10",
+         "--runs", "4"],
+    ),
     "cli-start": (
         "cli_start.py",
         ["--rounds", "9"],
@@ -66,8 +74,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     ),
     "tui-engine": (
         "tui_cost.py",
-        ["--pairs", "4", "--num-predict", "96"],
-        ["--pairs", "2", "--num-predict", "48"],
+        ["--pairs", "4", "--num-predict", "96", "--session-pairs", "24"],
+        ["--pairs", "2", "--num-predict", "48", "--session-pairs", "10"],
     ),
     # llmtop load beside Locust's FastHttpUser, open loop (GuideLLM: bench/load_peers.py alone)
     "load-peers": (
