@@ -38,6 +38,7 @@ ROUNDING_MS = 0.003
 # load 3.7 here, about one request in ten), which is the machine's noise, not the watch's.
 TRIES = 3
 SANE_MS = 50.0  # no line is ever this far from the truth, noise or not
+TIMER_SLACK_MS = 1.0  # the scripted server's timers (uvloop: whole ms; see the last check)
 
 
 class _Kept(httpx.SyncByteStream):
@@ -260,8 +261,10 @@ def test_a_client_through_watch_gets_the_same_bytes_and_the_line_the_true_ttft(
         # and the client waited at least the watch's whole share: hop in, TTFT, hop out
         share = with_hop + (line["hop_out_ms"] or 0.0)
         assert client_ttft_ms >= share - ROUNDING_MS, (what, client_ttft_ms, share)
-        # the scripted wait is inside it (Timing.first_s)
-        assert line["ttft_ms"] >= TIMING.first_s * 1e3, what
+        # the scripted wait is inside it (Timing.first_s), to its timer's resolution: the
+        # server runs on uvicorn's uvloop, whose libuv timers count whole milliseconds from a
+        # loop time cached per turn, so a 40 ms sleep can end up to 1 ms early (seen: 39.97)
+        assert line["ttft_ms"] >= TIMING.first_s * 1e3 - TIMER_SLACK_MS, what
 
 
 def excess_ms(line: dict[str, Any], exchange: Any, first_ns: int) -> float:
