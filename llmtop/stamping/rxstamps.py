@@ -245,10 +245,13 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
             self.sink.paused_reading = True
 
     def _read_on(self) -> None:
-        """The reader thread: recvmsg until the end, an error or a stop; every block goes to
-        the loop with its stamp. It closes the socket as it leaves, unless it was stopped."""
+        """The reader thread: recvmsg until the end, an error, a stop or its loop's end; every
+        block goes to the loop with its stamp. It closes the socket as it leaves, unless it
+        was stopped (the socket goes on to TLS)."""
         end: tuple[BaseException | None] | None = None
         while not self._stop:
+            if self._loop.is_closed():  # left open by a loop that has ended: nobody reads
+                break
             if not self._go.wait(READER_POLL_S):
                 continue
             try:
@@ -263,7 +266,7 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
                 break
             if not self._post(self._arrived, stamp_of(anc), data):
                 break
-        if end is not None:
+        if end is not None and not self._closed:  # closed: aclose has ended the sink
             self._post(self.sink.end, end[0])
         if not self._stop:
             self.sock.close()

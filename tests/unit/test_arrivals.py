@@ -13,6 +13,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from time import perf_counter_ns
 import httpx
 import pytest
 
+from llmtop.stamping import rxstamps
 from llmtop.stamping.arrivals import (
     ArrivalBackend,
     ArrivalStream,
@@ -211,3 +213,43 @@ async def test_tls_connections_stamp_too(serve, certificate):
             resp = await client.get("/")
         assert resp.text == "hello" and resp.extensions["network_stream"] is not None
         assert stamp.received_ns is not None and stamp.received_ns > server.sent_ns[-1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel-stamped streams are Linux's")
+async def test_a_reader_thread_hands_the_socket_to_tls_whole(certificate):
+    # an HTTPS request through a proxy: plain bytes first (CONNECT and its answer), then TLS on
+    # the same socket. With reader threads (the TUI's way) the thread has read the answer;
+    # start_tls must stop it before the handshake, or it would take the server's TLS bytes
+    cert, key = certificate
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def tunnel() -> None:
+        conn, _ = listener.accept()
+        assert conn.recv(100) == b"CONNECT\n"
+        conn.sendall(b"OK\n")
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            assert tls.recv(100) == b"ping"
+            tls.sendall(b"pong")
+            tls.recv(1)
+
+    thread = threading.Thread(target=tunnel, daemon=True)
+    thread.start()
+    rxstamps.use_reader_threads(True)
+    try:
+        stream = await ArrivalBackend().connect_tcp("127.0.0.1", listener.getsockname()[1],
+                                                    timeout=5)
+        assert isinstance(stream, rxstamps.KernelStampedStream) and stream.threaded
+        await stream.write(b"CONNECT\n")
+        assert await asyncio.wait_for(stream.read(100), 10) == b"OK\n"
+        assert stream._thread is not None  # the reader thread read it
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        tls = await stream.start_tls(client_ctx, "127.0.0.1", timeout=10)
+        await tls.write(b"ping")
+        assert await asyncio.wait_for(tls.read(100), 10) == b"pong"
+        await tls.aclose()
+    finally:
+        rxstamps.use_reader_threads(False)
+        listener.close()
+    thread.join(10)

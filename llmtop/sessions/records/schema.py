@@ -264,11 +264,11 @@ class RequestRecord(Record):
     calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
     client_prep_ms: the client's own time from asking for the request until its body was on
     the socket (ms; outside TTFT since the send stamp is that socket write); None in older
-    logs and from engines that cannot stamp the write. new_connection: the request opened a
-    new TCP connection (the previous one was not reusable: a server that closes it after
-    each response; inside client_prep_ms, not TTFT); None when unknown. machine: the
-    machine's speed readings
-    over a bench request (None in older logs).
+    logs and from engines that cannot stamp the write; an open loop's hold of a prepared
+    request until its scheduled moment is not counted (stamping/stamps.py). new_connection:
+    the request opened a new TCP connection (the previous one was not reusable: a server that
+    closes it after each response; inside client_prep_ms, not TTFT); None when unknown.
+    machine: the machine's speed readings over a bench request (None in older logs).
     Load fields (`llmtop load`, the Locust user class): level, the sweep level's index;
     sent_offset_ns, its send from the level's start; scheduled_offset_ns and lag_ms, an open
     loop's timetable and how far the send lagged it; sent_unix_ns / end_unix_ns / client,
