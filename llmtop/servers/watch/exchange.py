@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from time import time_ns
 from typing import Protocol
 
 from llmtop.engines.events import StreamEvent
@@ -39,7 +40,7 @@ class Exchange:
     received_ns: int
     facts: RequestFacts = field(default_factory=RequestFacts)
     facts_read: bool = False
-    wall_start: str = field(default_factory=lambda: datetime.now().astimezone().isoformat())
+    wall_ns: int = field(default_factory=time_ns)  # the arrival, wall clock (a label only)
     sent_ns: int | None = None
     headers_ns: int | None = None
     status_code: int | None = None
@@ -52,6 +53,11 @@ class Exchange:
     lookup: asyncio.Future[Caller | None] | None = None
     on_sent: Callable[[Exchange], None] | None = None
     id: int = 0
+
+    @property
+    def wall_start(self) -> str:
+        """The arrival as a local ISO 8601 time (formatted when asked: off the way in)."""
+        return datetime.fromtimestamp(self.wall_ns / 1e9).astimezone().isoformat()
 
     def after_send(self) -> None:
         """Once the request is on the wire: read the body's facts, run `on_sent`."""

@@ -75,6 +75,7 @@ from llmtop.servers.watch.meter import Meter, endpoint_of
 
 SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 CALLER_WAIT_S = 2.0  # a finished request waits this long for its caller's name
+KNOWN_HEADERS = 256  # Host / Origin values whose verdict is kept
 
 
 class WatchProxy:
@@ -100,6 +101,7 @@ class WatchProxy:
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self.session: aiohttp.ClientSession | None = None
         self._finishing: set[asyncio.Task[None]] = set()
+        self._verdicts: dict[bytes, bool] = {}
 
     async def open(self) -> None:
         """Create the client session (lifespan start)."""
@@ -140,20 +142,36 @@ class WatchProxy:
 
     def refusal(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
         """(status, message) when the request may not pass: a foreign Host or Origin (403,
-        servers/guard.py's rules), a missing or wrong token (401); None when it may."""
+        servers/guard.py's rules), a missing or wrong token (401); None when it may. The
+        verdict on each Host and Origin value is kept (`_allowed`): an app sends the same ones
+        on every request, and the check parses a URL and an IP address."""
         found = {k.lower(): v for k, v in headers}
-        host = found.get(b"host", b"").decode("latin-1") or None
-        if not self.guard.host_allowed(host):
+        raw_host = found.get(b"host", b"")
+        if not self._allowed(b"h" + raw_host):
+            host = raw_host.decode("latin-1") or None
             return 403, (f"Host {host!r} is not allowed: llmtop watch answers only to loopback "
                          f"names and {self.guard.bind_host}")
         origin = found.get(b"origin")
-        if origin is not None and not self.guard.origin_allowed(origin.decode("latin-1")):
+        if origin is not None and not self._allowed(b"o" + origin):
             return 403, (f"origin {origin.decode('latin-1')!r} is not allowed; add it to "
                          "$LLMTOP_ORIGINS (comma-separated, * as a wildcard) and restart")
         if self._token is not None and not self._token_ok(found):
             return 401, ("this llmtop watch needs its token: send `Authorization: Bearer "
                          "TOKEN` (an OpenAI client's api_key) or `X-Llmtop-Token: TOKEN`")
         return None
+
+    def _allowed(self, key: bytes) -> bool:
+        """The Guard's verdict on a Host (key b"h" + value) or Origin (b"o" + value) header,
+        remembered for the next request (at most KNOWN_HEADERS values)."""
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            value = key[1:].decode("latin-1")
+            verdict = (self.guard.host_allowed(value or None) if key[:1] == b"h"
+                       else self.guard.origin_allowed(value))
+            if len(self._verdicts) >= KNOWN_HEADERS:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
 
     def _token_ok(self, found: dict[bytes, bytes]) -> bool:
         assert self._token is not None
@@ -198,26 +216,38 @@ class WatchProxy:
             if data is None:
                 body_done.set()
         answered = asyncio.Event()  # set right after the response's last message was sent
-        forward = asyncio.ensure_future(
-            self._forward(Answer(send, answered), method, target, out_headers, data, exchange))
+        # forwarded in this task (a task of its own would cost the way in a turn of the loop);
+        # a client that leaves before the answer's end cancels it here (`client_left`)
+        me = asyncio.current_task()
+        left = False
+
+        def client_left(watcher: asyncio.Future[None]) -> None:
+            nonlocal left
+            if watcher.cancelled() or watcher.exception() is not None or answered.is_set():
+                return
+            left = True
+            if me is not None:
+                me.cancel()  # stops the upstream at its current await (`_forward` closes it)
+
         gone = asyncio.ensure_future(disconnected(receive, body_done))
+        gone.add_done_callback(client_left)
         try:
-            await asyncio.wait({forward, gone}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the server stops: record what passed, then go on
-            forward.cancel()
-            if exchange is not None:
-                exchange.cancelled = True
-                exchange.end_ns = perf_counter_ns()
-                exchange.read_facts()
-                self.watcher.finished(exchange)
-            raise
-        finally:
-            if not forward.done() and not answered.is_set():
-                forward.cancel()  # the client left first: stop the upstream now
-                if exchange is not None and not exchange.answered:
+            await self._forward(Answer(send, answered), method, target, out_headers, data,
+                                exchange)
+        except asyncio.CancelledError:
+            if not left:  # the server stops: record what passed, then go on
+                if exchange is not None:
                     exchange.cancelled = True
-            with contextlib.suppress(BaseException):
-                await forward
+                    exchange.end_ns = perf_counter_ns()
+                    exchange.read_facts()
+                    self.watcher.finished(exchange)
+                raise
+            if me is not None:
+                me.uncancel()  # the client's leaving, not ours: this request ends here
+            if exchange is not None and not exchange.answered:
+                exchange.cancelled = True
+        finally:
+            gone.remove_done_callback(client_left)
             gone.cancel()
         if exchange is not None:
             exchange.end_ns = exchange.end_ns or perf_counter_ns()
