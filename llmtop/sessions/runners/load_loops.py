@@ -23,10 +23,11 @@ from typing import Any, Protocol
 
 from llmtop.sessions.runners.load_config import arrival_offsets
 
-# How early an open loop's request starts: its work before the socket (the ollama client's
-# and httpx's request building, the pool) took 0.7–1.2 ms median here, up to ~3 ms with a
-# hundred requests in flight; 5 ms leaves room, and a task started that early holds nothing
-# but its pooled connection a few ms longer.
+# How early an open loop's request starts: its work before the socket (the ollama or openai
+# client's and httpx's request building, the pool) takes 0.4–1.0 ms median on a quiet 2-core
+# machine (`client_prep_ms`, bench/clock_truth.py); 5 ms leaves room for a loop busy with other
+# requests, and a task started that early holds nothing but its pooled connection longer. A
+# request whose preparation runs past it leaves late, and its lag says so.
 LEAD_NS = 5_000_000
 
 
