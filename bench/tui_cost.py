@@ -219,16 +219,22 @@ def _decode_tps(stats: dict[str, Any] | None) -> float | None:
     return stats["eval_count"] / (stats["eval_duration"] / 1e9)
 
 
-def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
-             profile: bool) -> dict[str, Any]:
-    """One TUI run: idle and streaming `Window`s, decode tok/s, tokens."""
-    log = Path(folder) / f"tui-{i}.jsonl"
+def tui_argv(host: str, args: argparse.Namespace, log: Path) -> list[str]:
+    """The TUI's command line: the engine at `host`, the bench's model and sampling, its log
+    at `log`."""
     argv = [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", host, "--model",
             args.model, "--log", str(log), "--num-predict", str(args.num_predict), "--temperature",
             "0", "--seed", "7"]
     if args.num_thread is not None:
         argv += ["--num-thread", str(args.num_thread)]
-    app = PtyApp(argv, cwd=folder)
+    return argv
+
+
+def tui_turn(host: str, args: argparse.Namespace, folder: str, i: int,
+             profile: bool) -> dict[str, Any]:
+    """One TUI run: idle and streaming `Window`s, decode tok/s, tokens."""
+    log = Path(folder) / f"tui-{i}.jsonl"
+    app = PtyApp(tui_argv(host, args, log), cwd=folder)
     try:
         _wait_for(log, "header", 1, READY_TIMEOUT_S)
         time.sleep(args.settle_s)  # the start-up tail (see the docstring)
@@ -285,12 +291,7 @@ async def session_pairs(host: str, args: argparse.Namespace, folder: str) -> lis
     """`args.session_pairs` paired ratios (TUI / headless decode tok/s) inside one TUI, the
     order alternating pair by pair (module docstring)."""
     log = Path(folder) / "tui-session.jsonl"
-    argv = [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", host, "--model",
-            args.model, "--log", str(log), "--num-predict", str(args.num_predict), "--temperature",
-            "0", "--seed", "7"]
-    if args.num_thread is not None:
-        argv += ["--num-thread", str(args.num_thread)]
-    app = PtyApp(argv, cwd=folder)
+    app = PtyApp(tui_argv(host, args, log), cwd=folder)
     ratios: list[float] = []
     sent = 0
 
