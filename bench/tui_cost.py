@@ -89,10 +89,13 @@ FRAME_GAP_NS = 10_000_000  # pty output after a pause this long starts a new fra
 class Window:
     """CPU and wake-ups of the TUI over a window: `Window(app)` starts it, `end()` closes it.
 
-    cpu_pct: % of one core, the sum over the threads alive at both ends (schedstat, ns), or
-    the process's user+system time (psutil, 10 ms ticks) when threads came or went
-    (`fallback` is then True). wakeups: per thread name, voluntary context switches per
-    second; threads: per thread name, % of a core."""
+    cpu_pct: % of one core, the sum over the threads alive at the end (schedstat, ns): for
+    one alive at the start too, its run time between the two reads; for one started inside
+    the window (the connection's reader thread, at the request's first write), all of its run
+    time. When a thread ended inside the window its time is lost, so the figure is then the
+    process's user+system time (psutil, 10 ms ticks; `fallback` is True). wakeups: per
+    thread name, voluntary context switches per second; threads: per thread name, % of a
+    core."""
 
     def __init__(self, app: PtyApp) -> None:
         self.app = app
@@ -113,12 +116,11 @@ class Window:
         wall_s = (time.perf_counter_ns() - self.t0) / 1e9
         for tid, b in after.items():
             a = self.before.get(tid)
-            if a is None:
-                continue
+            run0, woke0 = (a.run_ns, a.wakeups) if a is not None else (0, 0)  # born inside
             name = "MainThread" if tid == self.app.proc.pid else f"{b.name}:{tid}"
-            self.threads[name] = self.threads.get(name, 0.0) + (b.run_ns - a.run_ns) / 1e7 / wall_s
-            self.wakeups[name] = self.wakeups.get(name, 0.0) + (b.wakeups - a.wakeups) / wall_s
-        self.fallback = set(after) != set(self.before)
+            self.threads[name] = self.threads.get(name, 0.0) + (b.run_ns - run0) / 1e7 / wall_s
+            self.wakeups[name] = self.wakeups.get(name, 0.0) + (b.wakeups - woke0) / wall_s
+        self.fallback = not set(self.before) <= set(after)  # a thread ended: its time is lost
         self.frames_per_s = (self.app.frames - self.frames0) / wall_s
         self.cpu_pct = ((cpu1 - self.cpu0) * 100 / wall_s if self.fallback
                         else sum(self.threads.values()))
@@ -129,7 +131,7 @@ class Window:
         text = (f"{self.cpu_pct:.2f} % (main {self.threads.get('MainThread', 0):.2f} %, "
                 f"{self.wakeups.get('MainThread', 0):.0f} wake-ups/s; "
                 f"{self.frames_per_s:.1f} frames/s)")
-        return text + (" [threads changed: psutil's process time]" if self.fallback else "")
+        return text + (" [a thread ended: psutil's process time]" if self.fallback else "")
 
 
 class PtyApp:
