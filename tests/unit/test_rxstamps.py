@@ -305,3 +305,19 @@ def test_a_pooled_connection_is_not_reused_from_another_event_loop(reader):
         assert len(server.conns) == 2
     finally:
         server.close()
+
+
+def test_a_reader_thread_hands_blocks_over_at_most_every_post_every_ns():
+    # KernelStampedStream._timeout_for: how long the thread's next recvmsg may wait (µs)
+    wait = KernelStampedStream._timeout_for
+    poll_us = int(rxstamps.READER_POLL_S * 1e6)
+    assert wait([], 0) == poll_us  # nothing held: the stop check's period
+    now = perf_counter_ns()
+    every = rxstamps.POST_EVERY_NS
+    # the first block after a pause (its stamp past the window of the last hand-over): at once
+    assert wait([(now, b"x")], now - every) == 0
+    # a block held inside the window: until the window ends, never longer than the window
+    held = wait([(now, b"x")], now - every // 3)
+    assert 0 < held <= (every - every // 3) // 1000
+    # the window has passed while the block waited: at once
+    assert wait([(now - every, b"x")], now - 2 * every + 1) == 0
