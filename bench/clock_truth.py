@@ -52,6 +52,7 @@ from llmtop.sessions.measure.request import (
     chat_messages,
     run_request,
 )
+from llmtop.sessions.measure.stats import percentile
 from llmtop.sessions.records.log import read_log
 
 HERE = Path(__file__).resolve().parent
@@ -87,15 +88,12 @@ class Truth:
                 raise KeyError(prompt)
             time.sleep(0.01)
 
-    def ttft_ns(self, prompt: str) -> int:
-        """first_ns − recv_ns (the kernel's stamps where it gave them). Raises KeyError."""
+    def ttft_ns(self, prompt: str) -> tuple[int, int]:
+        """first − recv of that request (ns): by the kernel's stamps where it gave them, and
+        by the server's own Python stamps. Raises KeyError."""
         rec = self.record(prompt)
-        return int(rec["first_ns"]) - int(rec["recv_ns"])
-
-    def user_ttft_ns(self, prompt: str) -> int:
-        """The same from the server's own Python stamps. Raises KeyError."""
-        rec = self.record(prompt)
-        return int(rec["first_user_ns"]) - int(rec["recv_user_ns"])
+        return (int(rec["first_ns"]) - int(rec["recv_ns"]),
+                int(rec["first_user_ns"]) - int(rec["recv_user_ns"]))
 
     def kind(self) -> str:
         """"kernel" when every logged request was kernel-stamped, else "user"."""
@@ -123,13 +121,13 @@ async def in_process(engine: Any, truth: Truth, tag: str, n: int) -> dict[str, l
         )
         if i < WARMUP:
             continue
-        true_ns = truth.ttft_ns(prompt)
+        true_ns, user_ns = truth.ttft_ns(prompt)
         first = _first_text_ns(result)
         prep = result.prep_ns or 0
         out["error"].append((first - result.sent_ns - true_ns) / 1e6)
         out["legacy"].append((first - (result.sent_ns - prep) - true_ns) / 1e6)
         out["prep"].append(prep / 1e6)
-        out["user"].append((first - result.sent_ns - truth.user_ttft_ns(prompt)) / 1e6)
+        out["user"].append((first - result.sent_ns - user_ns) / 1e6)
     await engine.aclose()
     return out
 
@@ -156,8 +154,9 @@ def from_records(truth: Truth, records: list[Any]) -> dict[str, list[float]]:
         ttft = record.metric("ttft_ms")
         if ttft is None or record.status != "ok" or record.phase == "warmup":
             continue
-        out["error"].append(ttft - truth.ttft_ns(record.prompt) / 1e6)
-        out["user"].append(ttft - truth.user_ttft_ns(record.prompt) / 1e6)
+        true_ns, user_ns = truth.ttft_ns(record.prompt)
+        out["error"].append(ttft - true_ns / 1e6)
+        out["user"].append(ttft - user_ns / 1e6)
         out["prep"].append(record.client_prep_ms or 0.0)
     if not out["error"]:
         raise RuntimeError("the session log has no measured request with a TTFT")
@@ -278,14 +277,6 @@ TARGETS = {"ollama": (0.3, 1.0), "openai": (0.3, 1.0), "relay": (None, None), "r
 LOADED_TARGETS = (0.3, 1.0)  # under burners, every path: median, p90 (issue #31, item 0)
 
 
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile of `values` (linear between ranks)."""
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo = int(k)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (k - lo)
-
-
 def rows(paths: dict[str, dict[str, list[float]]], burners: int = 0) -> list[dict[str, Any]]:
     """The result rows for bench/run_all.py: metric, measured, target, met."""
     out = []
@@ -294,7 +285,7 @@ def rows(paths: dict[str, dict[str, list[float]]], burners: int = 0) -> list[dic
         if burners:
             med_target, p90_target = LOADED_TARGETS
             tag = f"{burners} CPU burners"
-            p90 = pct(series["error"], 0.9)
+            p90 = percentile(series["error"], 90)
             out.append({"metric": f"TTFT error, {name}, median ({tag})", "measured": s["median"],
                         "unit": "ms", "target": med_target, "met": s["median"] <= med_target})
             out.append({"metric": f"TTFT error, {name}, p90 ({tag})", "measured": p90,
@@ -332,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         legacy = f"{statistics.median(series['legacy']):+.2f}" if "legacy" in series else "-"
         user = f"{statistics.median(series['user']):+.2f} / {max(series['user']):+.2f}"
         print(f"{name:8} {len(series['error']):>3} {s['median']:>+9.2f}m"
-              f" {pct(series['error'], 0.9):>+7.2f} {s['min']:>+7.2f} {s['max']:>+7.2f}"
+              f" {percentile(series['error'], 90):>+7.2f} {s['min']:>+7.2f} {s['max']:>+7.2f}"
               f"  {statistics.median(series['prep']):>8.2f}m  {legacy:>16}  {user:>24}")
     print("load average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     result = rows(paths, args.burners)

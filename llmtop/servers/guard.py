@@ -29,6 +29,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -68,8 +69,11 @@ def _host_name(host_header: str) -> str:
     return host.rstrip(".")
 
 
+@lru_cache(maxsize=256)
 def _is_loopback(name: str) -> bool:
-    """A host name (no port, IPv6 without brackets) that is this machine (`hosts.is_loopback`)."""
+    """A host name (no port, IPv6 without brackets) that is this machine (`hosts.is_loopback`).
+    Kept per name: a client sends the same Host on every request, and the check parses a URL
+    and an IP address (~0.08 ms cold on a small VM, on every request's way in)."""
     return is_loopback(f"http://[{name}]" if ":" in name else f"http://{name}")
 
 

@@ -161,24 +161,23 @@ def test_foreign_host_and_missing_token_are_refused():
         assert httpx.get(w.url + "/api/version", headers=evil).status_code == 403
         page = {**good, "Origin": "https://evil.example"}
         assert httpx.get(w.url + "/api/version", headers=page).status_code == 403
-        # the verdicts are kept per header value (WatchProxy._allowed): asked again, the same
+        # asked again (servers/guard.py keeps the Host verdicts): the same answers
         assert httpx.get(w.url + "/api/version", headers=evil).status_code == 403
         assert httpx.get(w.url + "/api/version", headers=page).status_code == 403
         assert httpx.get(w.url + "/api/version", headers=good).status_code == 200
 
 
-def test_the_kept_host_verdicts_are_bounded_and_each_value_judged_on_its_own():
-    from llmtop.servers.watch import proxy
+def test_the_kept_host_verdicts_stay_each_names_own():
+    # servers/guard.py keeps the loopback verdict per name (lru_cache): asked twice, or after
+    # more names than it keeps, each name still gets its own answer
+    from llmtop.servers.guard import Guard
 
-    app = proxy.WatchProxy("http://127.0.0.1:9", ("127.0.0.1", 11435), Seen())
-    for i in range(proxy.KNOWN_HEADERS + 10):  # more values than are kept
-        host = f"evil{i}.example".encode()
-        assert app.refusal([(b"host", host)]) is not None
-        assert len(app._verdicts) <= proxy.KNOWN_HEADERS
-    assert app.refusal([(b"host", b"localhost:11435")]) is None
-    assert app.refusal([(b"host", b"127.0.0.1:11435")]) is None
-    # an Origin is judged apart from a Host of the same text
-    assert app.refusal([(b"host", b"localhost"), (b"origin", b"localhost")]) is not None
+    guard = Guard("127.0.0.1")
+    for i in range(300):  # past the cache's 256 names
+        assert not guard.host_allowed(f"evil{i}.example:11435")
+    for host in ("localhost:11435", "127.0.0.1:11435", "[::1]:11435", "app.localhost"):
+        assert guard.host_allowed(host) and guard.host_allowed(host)
+    assert not guard.host_allowed("evil0.example:11435")
 
 
 def test_an_engine_that_does_not_answer_gets_a_502_and_an_unreachable_record():

@@ -75,7 +75,6 @@ from llmtop.servers.watch.meter import Meter, endpoint_of
 
 SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 CALLER_WAIT_S = 2.0  # a finished request waits this long for its caller's name
-KNOWN_HEADERS = 256  # Host / Origin values whose verdict is kept
 
 
 class WatchProxy:
@@ -101,7 +100,6 @@ class WatchProxy:
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self.session: aiohttp.ClientSession | None = None
         self._finishing: set[asyncio.Task[None]] = set()
-        self._verdicts: dict[bytes, bool] = {}
 
     async def open(self) -> None:
         """Create the client session (lifespan start)."""
@@ -142,36 +140,20 @@ class WatchProxy:
 
     def refusal(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
         """(status, message) when the request may not pass: a foreign Host or Origin (403,
-        servers/guard.py's rules), a missing or wrong token (401); None when it may. The
-        verdict on each Host and Origin value is kept (`_allowed`): an app sends the same ones
-        on every request, and the check parses a URL and an IP address."""
+        servers/guard.py's rules), a missing or wrong token (401); None when it may."""
         found = {k.lower(): v for k, v in headers}
-        raw_host = found.get(b"host", b"")
-        if not self._allowed(b"h" + raw_host):
-            host = raw_host.decode("latin-1") or None
+        host = found.get(b"host", b"").decode("latin-1") or None
+        if not self.guard.host_allowed(host):
             return 403, (f"Host {host!r} is not allowed: llmtop watch answers only to loopback "
                          f"names and {self.guard.bind_host}")
         origin = found.get(b"origin")
-        if origin is not None and not self._allowed(b"o" + origin):
+        if origin is not None and not self.guard.origin_allowed(origin.decode("latin-1")):
             return 403, (f"origin {origin.decode('latin-1')!r} is not allowed; add it to "
                          "$LLMTOP_ORIGINS (comma-separated, * as a wildcard) and restart")
         if self._token is not None and not self._token_ok(found):
             return 401, ("this llmtop watch needs its token: send `Authorization: Bearer "
                          "TOKEN` (an OpenAI client's api_key) or `X-Llmtop-Token: TOKEN`")
         return None
-
-    def _allowed(self, key: bytes) -> bool:
-        """The Guard's verdict on a Host (key b"h" + value) or Origin (b"o" + value) header,
-        remembered for the next request (at most KNOWN_HEADERS values)."""
-        verdict = self._verdicts.get(key)
-        if verdict is None:
-            value = key[1:].decode("latin-1")
-            verdict = (self.guard.host_allowed(value or None) if key[:1] == b"h"
-                       else self.guard.origin_allowed(value))
-            if len(self._verdicts) >= KNOWN_HEADERS:
-                self._verdicts.clear()
-            self._verdicts[key] = verdict
-        return verdict
 
     def _token_ok(self, found: dict[bytes, bytes]) -> bool:
         assert self._token is not None
