@@ -27,11 +27,12 @@ from llmtop.exitcodes import ExitCode
 from llmtop.probes.callers import CallerCache
 from llmtop.probes.sampler import ProbeSampler
 from llmtop.servers.child import port_problem, watch_parent
+from llmtop.servers.watch.proxy import loop_factory
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.watch import WatchSession
 from llmtop.sessions.runners.watch_serving import (
     Pair,
-    PairServer,
+    WatchServer,
     build_servers,
     caller_pool,
     pairs_of,
@@ -103,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
         return headless(session, servers, args.sample_probes)
 
 
-def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool) -> int:
+def headless(session: WatchSession, servers: Sequence[WatchServer], probes: bool) -> int:
     """Serve with the probes sampling, until a stop signal; close the session after."""
     sampler = ProbeSampler(PROBE_INTERVAL_S, session.sampled) if probes else None
 
@@ -116,9 +117,11 @@ def headless(session: WatchSession, servers: Sequence[PairServer], probes: bool)
     try:
         if sampler is not None:
             sampler.start()
-        # uvicorn's own loop choice (uvloop when installed), as `uvicorn.run` would make it
-        with asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:  # uvloop where installed
             runner.run(run_servers(servers))
+    except OSError as exc:  # an address taken since `check` looked
+        print(f"{PROG}: cannot listen: {exc}; pick another --listen", file=sys.stderr)
+        return ExitCode.USAGE
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -25,8 +25,9 @@ import pytest
 from llmtop.servers.child import free_port
 from llmtop.servers.watch.proxy import WatchProxy
 from llmtop.sessions.runners.watch import WatchSession, line_fields
-from llmtop.testing.scripted import ServeInThread, Timing
+from llmtop.testing.scripted import Timing
 from llmtop.testing.scripted_openai import timed_answer, timed_timings
+from llmtop.testing.watch import WatchInThread
 
 TIMING = Timing(first_s=0.04, chunks=5, gap_s=0.005)
 HI = [{"role": "user", "content": "hi"}]
@@ -209,7 +210,7 @@ def test_a_client_through_watch_gets_the_same_bytes_and_the_line_the_true_ttft(
     session = WatchSession([("x", scripted)], log_path=str(tmp_path / "w.jsonl"), out=out)
     port = free_port()
     app = WatchProxy(scripted, ("127.0.0.1", port), session)
-    with ServeInThread(app, port, server_header=False, date_header=False) as url:
+    with WatchInThread(app) as url:
         direct, watched = make(scripted, direct_tee), make(url, watched_tee)
         seen, best = [], {}
         for path, streamed in CALLS:

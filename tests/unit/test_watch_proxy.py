@@ -12,10 +12,10 @@ import ollama
 
 from llmtop.servers.child import free_port
 from llmtop.servers.watch.proxy import WatchProxy
-from llmtop.testing.scripted import ScriptedUpstream, ServeInThread, Timing
+from llmtop.testing.scripted import ScriptedUpstream, Timing
 from llmtop.testing.scripted_openai import ScriptedOpenAI
+from llmtop.testing.watch import WatchInThread
 
-QUIET = {"server_header": False, "date_header": False}  # as `llmtop watch` serves
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -39,7 +39,7 @@ class Seen:
         self.ended.set()
 
 
-class Watch(ServeInThread):
+class Watch(WatchInThread):
     """A WatchProxy in front of `upstream`, served in a thread: `with Watch(u) as w:`,
     `w.url`, `w.seen`."""
 
@@ -47,7 +47,7 @@ class Watch(ServeInThread):
         port = free_port()
         self.seen = Seen()
         self.app = WatchProxy(upstream, ("127.0.0.1", port), self.seen, **kwargs)
-        super().__init__(self.app, port, **QUIET)
+        super().__init__(self.app)
 
     def __enter__(self) -> Self:  # type: ignore[override]
         super().__enter__()
@@ -190,7 +190,7 @@ def test_an_engine_that_does_not_answer_gets_a_502_and_an_unreachable_record():
 
 
 def test_a_generation_request_past_the_size_cap_is_refused_with_413(monkeypatch):
-    monkeypatch.setattr("llmtop.servers.watch.asgi.MAX_MEASURED_BODY", 100)
+    monkeypatch.setattr("llmtop.servers.watch.connection.MAX_MEASURED_BODY", 100)
     with ScriptedUpstream() as up, Watch(up.url) as w:
         big = {"model": "ok", "messages": [{"role": "user", "content": "x" * 200}]}
         resp = httpx.post(w.url + "/api/chat", json=big)

@@ -24,8 +24,9 @@ from llmtop.servers.watch.proxy import WatchProxy
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.runners.watch import WatchSession, line_fields
 from llmtop.sessions.runners.watch_serving import pairs_of, split_listen
-from llmtop.testing.scripted import ScriptedUpstream, ServeInThread, Timing
+from llmtop.testing.scripted import ScriptedUpstream, Timing
 from llmtop.testing.scripted_openai import ScriptedOpenAI
+from llmtop.testing.watch import WatchInThread
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -33,7 +34,7 @@ HI = [{"role": "user", "content": "hi"}]
 def served(session, upstream):
     port = free_port()
     app = WatchProxy(upstream, ("127.0.0.1", port), session)
-    return ServeInThread(app, port, server_header=False, date_header=False)
+    return WatchInThread(app)
 
 
 def wait_for(predicate, timeout_s=5.0):

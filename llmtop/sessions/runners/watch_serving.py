@@ -1,6 +1,6 @@
-"""Serving `llmtop watch`'s proxies: which address each upstream gets, one uvicorn server per
-pair in one event loop, and the worker process that names callers. Shared by the headless
-command (commands/watch.py) and the screen (tui/watch.py).
+"""Serving `llmtop watch`'s proxies: which address each upstream gets, one server per
+pair (servers/watch/proxy.WatchServer) in one event loop, and the worker process that names
+callers. Shared by the headless command (commands/watch.py) and the screen (tui/watch.py).
 
 Each `--upstream` gets its own listening address: the i-th `--listen` (default
 127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it.
@@ -15,15 +15,12 @@ from collections.abc import Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-import uvicorn
-
 from llmtop.engines.hosts import parse_address, resolve_host
 from llmtop.probes.callers import CallerCache
 from llmtop.servers.guard import Guard
-from llmtop.servers.watch.proxy import Watcher, WatchProxy
+from llmtop.servers.watch.proxy import GRACE_S, Watcher, WatchProxy, WatchServer
 
 DEFAULT_LISTEN = "127.0.0.1:11435"
-GRACE_S = 0.2  # open streams get this long after a stop (commands/serving.py's value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,36 +71,28 @@ def pairs_of(listens: Sequence[str], upstreams: Sequence[str]) -> list[Pair]:
     return [Pair(host, port, url) for url, (host, port) in zip(urls, spots, strict=True)]
 
 
-class PairServer(uvicorn.Server):
-    """A uvicorn server that leaves the signals to its owner (several run in one loop:
-    `llmtop watch`'s signal handlers, or the TUI's quit, stop them all)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        """No handlers of its own (the owner sets every `should_exit`)."""
-        yield
-
-
 def build_servers(pairs: Sequence[Pair], session: Watcher, token: str | None,
-                  callers: CallerCache | None) -> list[PairServer]:
-    """One uvicorn server per pair, each serving a WatchProxy that reports to `session` and
-    names callers with `callers`. uvicorn adds no Server or Date header (the upstream's own
-    pass through)."""
-    servers = []
-    for p in pairs:
-        guard = Guard.from_env(p.host)
-        app = WatchProxy(p.upstream, (p.host, p.port), session, guard=guard, token=token,
-                         callers=callers)
-        config = uvicorn.Config(app, host=p.host, port=p.port, log_level="warning",
-                                access_log=False, server_header=False, date_header=False,
-                                timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type]
-        servers.append(PairServer(config))
-    return servers
+                  callers: CallerCache | None) -> list[WatchServer]:
+    """One server per pair, each serving a WatchProxy that reports to `session` and names
+    callers with `callers`. The watch adds no header of its own (the upstream's Server and
+    Date pass through)."""
+    return [WatchServer(WatchProxy(p.upstream, (p.host, p.port), session,
+                                   guard=Guard.from_env(p.host), token=token, callers=callers),
+                        GRACE_S)
+            for p in pairs]
 
 
-async def run_servers(servers: Sequence[PairServer]) -> None:
-    """Serve them all until one stops (a signal sets every `should_exit`)."""
-    await asyncio.gather(*(s.serve() for s in servers))
+async def run_servers(servers: Sequence[WatchServer]) -> None:
+    """Serve them all until one stops (a signal sets every `should_exit`). Raises OSError
+    when an address cannot be bound (the others are stopped first)."""
+    tasks = [asyncio.ensure_future(s.serve()) for s in servers]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for s in servers:
+            s.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -119,5 +108,5 @@ def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["DEFAULT_LISTEN", "Pair", "PairServer", "build_servers", "caller_pool", "pairs_of",
+__all__ = ["DEFAULT_LISTEN", "Pair", "WatchServer", "build_servers", "caller_pool", "pairs_of",
            "run_servers", "split_listen"]

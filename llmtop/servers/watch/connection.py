@@ -1,0 +1,572 @@
+"""One client connection through `llmtop watch`, as two asyncio protocols: `ClientSide` (the
+app's connection, read with httptools' request parser) and `UpstreamSide` (the watch's own
+connection to the engine, read with its response parser). servers/watch/proxy.py serves them.
+
+Why protocols and not an HTTP framework: the watch is a measuring instrument, and what it adds
+to an app's TTFT is its whole cost. uvicorn + aiohttp alone added 0.36-0.68 ms over a bare TCP
+forwarder (bench/watch_overhead.py, docs/performance.md): a request crossed an ASGI scope, a
+task, aiohttp's request builder and its connector. Here a request costs one parse by httptools
+(llhttp, the parser uvicorn uses) and one write; a response block is written back to the
+client the moment it arrives, before the watch parses a byte of it.
+
+The pairing. Each client connection gets one engine connection, opened at its first request
+and kept while both keep it: requests go on in order, answers come back in order, and a
+client that leaves closes its engine connection at once, which stops the generation (Ollama
+and llama-server stop when their client's socket closes). Connection-level headers therefore
+mean the same on both sides and pass as sent (servers/watch/wire.py); an engine that closes
+an idle connection is reconnected at the next request.
+
+The answer's bytes go back exactly as the engine sent them: status line, headers (its own
+Server and Date), chunked framing, body. The watch writes only its own short replies (403,
+401, 413, 431, 400, 502: wire.json_reply, then the connection closes) and `100 Continue` for a
+measured request that asked for it (its body is read whole first).
+
+Measurement (a POST to a generation endpoint, meter.endpoint_of): `received_ns` is the
+arrival of the segment that began the request; the body is read whole, then sent with its
+head in one write, stamped `sent_ns` just before it (where llmtop's own requests stamp their
+send). Each response block is stamped on arrival, written to the client, stamped again
+(`first_text_out_ns` for the first text: `hop_out_ns`), and only then parsed: the body
+pieces httptools hands over (de-chunked) go to the Meter with the block's arrival stamp.
+A client that leaves before the answer's final event (Exchange.answered) is `cancelled`.
+
+Flow control: when either side's send buffer fills, the other side's reading pauses until it
+drains (asyncio's pause_writing / resume_writing), so a slow client slows the engine's
+connection instead of filling memory. A request line and headers past MAX_HEAD_BYTES get 431.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from time import perf_counter_ns
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import httptools
+import httpx
+
+from llmtop.engines.events import StreamEvent
+from llmtop.engines.http import failure_for_transport
+from llmtop.servers.watch.exchange import Exchange
+from llmtop.servers.watch.meter import Meter, endpoint_of
+from llmtop.servers.watch.wire import (
+    CONTINUE,
+    MAX_HEAD_BYTES,
+    MAX_MEASURED_BODY,
+    chunk,
+    header,
+    json_reply,
+    request_head,
+)
+
+LINGER_S = 2.0  # after a reply of its own, the app's bytes are read and dropped this long
+
+if TYPE_CHECKING:
+    from llmtop.servers.watch.proxy import WatchProxy
+
+
+class Pending:
+    """One request on a client connection, from its head to its answer's end. `reply`: the
+    watch's own answer instead of the engine's (the connection closes after it); `parts`: a
+    measured body being read whole; `chunked`: a streamed body to re-frame as chunks."""
+
+    __slots__ = ("chunked", "done", "endpoint", "exchange", "expects", "headers", "keep_alive",
+                 "method", "parts", "path", "received_ns", "reply", "size", "started", "target",
+                 "up", "version")
+
+    def __init__(self, received_ns: int) -> None:
+        self.received_ns = received_ns
+        self.method = self.target = b""
+        self.version = "1.1"
+        self.path = ""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.endpoint: tuple[str, str] | None = None
+        self.up: UpstreamSide | None = None  # the engine connection it was written on
+        self.exchange: Exchange | None = None
+        self.reply: bytes | None = None
+        self.parts: list[bytes] | None = None
+        self.size = 0
+        self.chunked = False
+        self.expects = False  # asked `100 Continue`, not yet said (answers before it are due)
+        self.keep_alive = True
+        self.started = False  # the engine's answer began (its final status line arrived)
+        self.done = False  # its answer ended
+
+
+class ClientSide(asyncio.Protocol):
+    """The app's connection: parses its requests, forwards them on its `UpstreamSide`, keeps
+    their answers in order (`queue`), and ends what it measured when the app leaves."""
+
+    def __init__(self, proxy: WatchProxy) -> None:
+        self.proxy = proxy
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.client: tuple[str, int] | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque[Pending] = deque()  # requests whose answer has not ended, in order
+        self.current: Pending | None = None  # the request being parsed
+        self.url: list[bytes] = []
+        self.in_head = True  # what arrives is (part of) a request line and headers
+        self.head_bytes = 0
+        self.rx_ns = 0
+        self.up: UpstreamSide | None = None
+        self.outbox: list[tuple[bytes, Pending | None, bool]] = []  # waiting for a connection
+        self.connecting: asyncio.Task[None] | None = None
+        self.closing = False  # nothing more is read: a reply of the watch's own, or the end
+        self.tunnel = False  # after an Upgrade: bytes both ways, unparsed
+        self.last_up_ns = 0  # the engine connection's last write or read
+        self.timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------ asyncio's calls
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.client = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+        self.proxy.connections.add(self)
+        # the engine connection opens while the app writes its request, as a TCP forwarder's
+        self.connecting = self.loop.create_task(self.connect())
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel:
+            self.send_up(data)
+            return
+        if self.closing:
+            return
+        self.rx_ns = perf_counter_ns()
+        if self.in_head:
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self.refuse(431, f"llmtop watch: a request head over {MAX_HEAD_BYTES} bytes")
+                return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self.tunnel = True  # the head went on as it was; the rest is the new protocol's
+            rest = data[upgrade.args[0]:]
+            if rest:
+                self.send_up(rest)
+        except httptools.HttpParserError as exc:
+            self.refuse(400, f"llmtop watch: not an HTTP/1.1 request ({exc})")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.closing = True
+        self.proxy.connections.discard(self)
+        if self.connecting is not None:
+            self.connecting.cancel()
+        if self.timer is not None:
+            self.timer.cancel()
+        up, self.up = self.up, None
+        if up is not None and up.transport is not None:
+            up.transport.abort()  # the engine sees its client leave and stops generating
+        t = perf_counter_ns()
+        for p in self.queue:
+            ex = p.exchange
+            if ex is not None and not p.done:
+                p.exchange = None
+                ex.cancelled = not ex.answered
+                ex.end_ns = ex.end_ns or t
+                self.proxy.finish(ex)
+        self.queue.clear()
+
+    def pause_writing(self) -> None:
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.resume_reading()
+
+    # ------------------------------------------------------------ httptools' calls
+
+    def on_message_begin(self) -> None:
+        self.current = None if self.closing else Pending(self.rx_ns)
+        self.url = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url.append(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.current is not None:
+            self.current.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.in_head, self.head_bytes = False, 0
+        p = self.current
+        if p is None or self.closing:
+            self.current = None
+            return
+        self.queue.append(p)
+        p.method = self.parser.get_method()
+        p.keep_alive = self.parser.should_keep_alive()
+        refused = self.proxy.refusal(p.headers)
+        if refused is not None:
+            p.reply = json_reply(refused[0], {"error": refused[1]})
+            self.advance()
+            return
+        p.target = b"".join(self.url)
+        p.version = self.parser.get_http_version()
+        p.path = unquote(p.target.partition(b"?")[0].decode("latin-1"))
+        p.endpoint = endpoint_of(p.method.decode("latin-1"), p.path)
+        if p.endpoint is not None:
+            p.parts = []  # read whole, then sent with its head in one write
+            p.expects = (header(p.headers, b"expect") or b"").lower() == b"100-continue"
+            self.advance()  # says 100 Continue now, or when the answers before it are out
+            return
+        p.chunked = b"chunked" in (header(p.headers, b"transfer-encoding") or b"").lower()
+        self.send_up(request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
+                                  drop=self.proxy.drop), p)
+
+    def on_body(self, body: bytes) -> None:
+        p = self.current
+        if p is None or p.reply is not None:
+            return
+        if p.parts is None:
+            self.send_up(chunk(body) if p.chunked else body, p)
+            return
+        p.size += len(body)
+        if p.size > MAX_MEASURED_BODY:
+            p.parts = None
+            p.reply = json_reply(413, {"error": "llmtop watch: a generation request over "
+                                                f"{MAX_MEASURED_BODY} bytes is not passed on"})
+            self.advance()
+            return
+        p.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        p, self.current = self.current, None
+        self.in_head = True  # what comes next is a head again
+        if p is None or p.reply is not None:
+            return
+        if p.endpoint is None or p.parts is None:
+            if p.chunked:
+                self.send_up(chunk(b""), p)
+            return
+        body = b"".join(p.parts)
+        p.parts, p.expects = None, False  # the whole body is here: no `100 Continue` needed
+        ex = p.exchange = Exchange(self.proxy.upstream, self.proxy.listen_text, p.endpoint[0],
+                                   p.endpoint[1], p.path, body, self.client, p.received_ns)
+        ex.on_sent = self.proxy.look_up_caller  # during the engine's prefill
+        head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
+                            drop=self.proxy.drop, length=len(body))
+        self.send_up(head + body, p, measured=True)
+        self.proxy.watcher.started(ex)  # after the write: numbering it delays nothing
+
+    # ------------------------------------------------------------ the engine's side
+
+    def send_up(self, data: bytes, p: Pending | None = None, measured: bool = False) -> None:
+        """Write `data` (of request `p`) to the engine, or keep it until a connection is open.
+        `measured`: `p`'s whole head and body, stamped `sent_ns` just before the write."""
+        up = self.up
+        if up is None or up.transport is None or up.transport.is_closing() or (
+                up.last is not p and up.last is not None):
+            self.outbox.append((data, p, measured))
+            if self.connecting is None and (up is None or up.last is None):
+                self.connecting = self.loop.create_task(self.connect())
+            return
+        if p is not None and p.method == b"HEAD":
+            up.last = p  # its answer is the connection's last (UpstreamSide.on_headers_complete)
+        ex = p.exchange if measured and p is not None else None
+        if ex is not None:
+            ex.sent_ns = perf_counter_ns()
+        up.transport.write(data)
+        self.last_up_ns = perf_counter_ns()
+        if p is not None:
+            p.up = up
+        if ex is not None:
+            self.loop.call_soon(ex.after_send)  # once it is written: facts, caller
+        if self.timer is None and not self.tunnel:
+            self.timer = self.loop.call_later(self.proxy.read_timeout_s, self.check_read)
+
+    async def connect(self) -> None:
+        """Open the engine connection, then write what waited for it, in order. A failure
+        with nothing waiting is left for the next request to meet again (and answer 502)."""
+        w = self.proxy.wire
+        try:
+            _, up = await asyncio.wait_for(self.loop.create_connection(
+                lambda: UpstreamSide(self), w.host, w.port,
+                ssl=ssl.create_default_context() if w.tls else None),
+                self.proxy.connect_timeout_s)
+        except (TimeoutError, OSError) as exc:
+            self.connecting = None
+            if self.outbox:
+                self.outbox.clear()
+                self.upstream_failed(
+                    httpx.ConnectTimeout(f"no connection within {self.proxy.connect_timeout_s:g}"
+                                         " s") if isinstance(exc, TimeoutError)
+                    else httpx.ConnectError(str(exc) or type(exc).__name__))
+            return
+        self.connecting = None
+        if self.transport is None:  # the app left meanwhile
+            if up.transport is not None:
+                up.transport.abort()
+            return
+        self.up = up
+        waiting, self.outbox = self.outbox, []
+        for data, p, measured in waiting:
+            self.send_up(data, p, measured)
+
+    def owed(self) -> list[Pending]:
+        """The requests the engine still owes an answer to (not ended, not the watch's)."""
+        return [p for p in self.queue if not p.done and p.reply is None]
+
+    def check_read(self) -> None:
+        """The read timeout: no byte from the engine for read_timeout_s while it owes an
+        answer ends that answer (TIMEOUT), as llmtop's own clients do."""
+        self.timer = None
+        if not self.owed():
+            return
+        idle_s = (perf_counter_ns() - self.last_up_ns) / 1e9
+        limit = self.proxy.read_timeout_s
+        if idle_s < limit:
+            self.timer = self.loop.call_later(limit - idle_s, self.check_read)
+            return
+        self.upstream_failed(httpx.ReadTimeout(f"no byte from the engine for {limit:g} s"))
+
+    def upstream_failed(self, exc: httpx.TransportError) -> None:
+        """The engine could not be reached, timed out or broke off: each request it owed an
+        answer records the failure; the first gets the watch's 502 if none of its answer was
+        sent, else the app's connection is cut (it sees an incomplete answer, not an end).
+        The app's connection closes either way."""
+        t = perf_counter_ns()
+        failure = failure_for_transport(exc, peer=self.proxy.peer)
+        owed = self.owed()
+        for i, p in enumerate(owed):
+            ex, p.exchange = p.exchange, None  # recorded here, not again when the app leaves
+            if ex is not None:
+                meter = ex.meter
+                if meter is None:
+                    ex.failed.append(StreamEvent(t, done=True, failure=failure))
+                elif not meter.done:
+                    meter.events.append(StreamEvent(t, done=True, failure=failure))
+                    meter.done = True
+                ex.end_ns = t
+                self.proxy.finish(ex)
+            if i == 0 and not p.started:
+                p.reply = json_reply(502, {"error": f"llmtop watch: the upstream "
+                                                    f"{self.proxy.upstream} did not answer: {exc}"})
+            else:
+                p.done = True
+        up, self.up = self.up, None
+        if up is not None and up.transport is not None:
+            up.transport.abort()
+        self.closing = True
+        self.advance()
+        if self.transport is not None:
+            self.transport.close()  # after what was written: a cut answer, or the 502
+
+    def upstream_lost(self, up: UpstreamSide) -> None:
+        """The engine closed a connection: idle, the next request opens another; in the
+        middle of an answer, that answer ends (a body delimited by the close) or failed."""
+        if self.up is up:
+            self.up = None
+        if self.transport is None:
+            return
+        if self.tunnel:
+            self.transport.close()
+            return
+        p = up.current
+        if p is not None and p.started and not up.framed:
+            up.complete()  # the body ran to the close (no Content-Length, not chunked)
+            return
+        if any(q.up is up for q in self.owed()):
+            self.upstream_failed(httpx.RemoteProtocolError(
+                "the engine closed the connection before its answer ended"))
+
+    def answering(self) -> Pending | None:
+        """The request the engine is answering now: the oldest it owes an answer."""
+        for p in self.queue:
+            if not p.done and p.reply is None:
+                return p
+        return None
+
+    def advance(self) -> None:
+        """Drop the ended requests from the queue's head; write the watch's own reply when it
+        is the next answer due (then close the connection); close it after the last answer
+        when the app asked to (Connection: close, HTTP/1.0)."""
+        transport = self.transport
+        while self.queue:
+            head = self.queue[0]
+            if head.reply is not None:
+                if transport is not None:
+                    transport.write(head.reply)
+                    self.hang_up(transport)
+                self.closing = True
+                self.queue.clear()
+                return
+            if not head.done:
+                if head.expects and transport is not None:
+                    head.expects = False
+                    transport.write(CONTINUE)
+                return
+            self.queue.popleft()
+            if not head.keep_alive:
+                self.closing = True
+                if transport is not None:
+                    transport.close()
+                return
+
+    def hang_up(self, transport: asyncio.Transport) -> None:
+        """Close after a reply of the watch's own while the app may still be sending (a body
+        not read, a head too large): its side is shut for writing and what it still sends is
+        read and dropped for up to LINGER_S, so the reply is not lost to a reset (a socket
+        closed on unread bytes answers them with RST)."""
+        if transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
+
+    def eof_received(self) -> bool:
+        """The app closed its side: it has left (a full close and a half close look alike
+        here, and a client that leaves must stop the engine at once), so the connection
+        closes and what was being answered ends `cancelled` (connection_lost)."""
+        return False
+
+    def refuse(self, status: int, message: str) -> None:
+        """Answer a request the watch cannot read with `status` once the answers before it
+        are out, and read nothing more."""
+        p = self.current or Pending(self.rx_ns)
+        if p not in self.queue:
+            self.queue.append(p)
+        p.exchange, p.parts = None, None
+        p.reply = json_reply(status, {"error": message})
+        self.closing = True
+        self.advance()
+
+
+class UpstreamSide(asyncio.Protocol):
+    """The watch's connection to the engine for one ClientSide: every block goes back to the
+    app as it arrives, then is parsed to end answers and feed the measured one's Meter."""
+
+    def __init__(self, side: ClientSide) -> None:
+        self.side = side
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.current: Pending | None = None
+        self.meter: Meter | None = None
+        self.interim = False  # a 1xx answer (100 Continue): the final one follows
+        self.framed = False  # the answer says where its body ends (Content-Length, chunked)
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.t = self.t_out = 0
+        self.last: Pending | None = None  # a HEAD written here: nothing more is sent after it
+        self.left = False  # this connection is being closed: what it still parses is ignored
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        t = perf_counter_ns()
+        side = self.side
+        if side.transport is not None:
+            side.transport.write(data)  # first: the app waits for nothing of the watch's
+        self.t, self.t_out = t, perf_counter_ns()
+        side.last_up_ns = t
+        if side.tunnel:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            side.tunnel = True  # 101 Switching Protocols: bytes both ways from now on
+        except httptools.HttpParserError as exc:
+            side.upstream_failed(httpx.RemoteProtocolError(f"not an HTTP answer ({exc})"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.side.upstream_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.side.transport is not None:
+            self.side.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.side.transport is not None:
+            self.side.transport.resume_reading()
+
+    # ------------------------------------------------------------ httptools' calls
+
+    def on_message_begin(self) -> None:
+        self.current = None if self.left else self.side.answering()
+        self.headers = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        p = self.current
+        if status < 200 or p is None:
+            self.interim = True
+            return
+        p.started = True
+        headers = self.headers
+        self.framed = (header(headers, b"content-length") is not None
+                       or header(headers, b"transfer-encoding") is not None)
+        ex = p.exchange
+        if ex is not None:
+            ex.headers_ns = self.t
+            ex.read_facts()
+            ex.status_code = status
+            encoding = (header(headers, b"content-encoding") or b"identity").lower()
+            self.meter = ex.meter = Meter(
+                ex.api, ex.shape, streamed=ex.facts.stream, status=status,
+                peer=self.side.proxy.peer, encoded=encoding != b"identity",
+                model=ex.facts.model or "")
+        if p.method == b"HEAD":
+            # no body follows, whatever its headers say (RFC 9110, 9.3.2), and the parser
+            # cannot be told: nothing was sent after a HEAD on this connection (`last`), so it
+            # is left here, and what waited goes on a new one
+            self.left = True
+            side = self.side
+            if side.up is self:
+                side.up = None
+            if self.transport is not None:
+                self.transport.abort()
+            self.complete()
+            if side.outbox and side.connecting is None and side.transport is not None:
+                side.connecting = side.loop.create_task(side.connect())
+
+    def on_body(self, body: bytes) -> None:
+        meter = self.meter
+        if meter is None or meter.done:
+            return
+        ex = self.current.exchange if self.current is not None else None
+        if ex is None:
+            return
+        before = len(meter.events)
+        meter.feed(body, self.t)
+        if len(meter.events) > before:
+            if ex.first_text_out_ns is None and any(e.has_text for e in meter.events[before:]):
+                ex.first_text_out_ns = self.t_out
+                self.side.proxy.look_up_caller(ex)  # if the send was not stamped
+            self.side.proxy.watcher.progressed(ex)
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
+        self.complete()
+
+    def complete(self) -> None:
+        """The current answer ended: end its measurement, then let the app's side move on."""
+        p, self.current = self.current, None
+        meter, self.meter = self.meter, None
+        if p is None or p.done:
+            return
+        p.done = True
+        ex = p.exchange
+        if ex is not None:
+            t_end = perf_counter_ns()
+            if meter is not None:
+                meter.end(t_end)
+            ex.end_ns = t_end
+            p.exchange = None
+            self.side.proxy.finish(ex)
+        self.side.advance()
+
+
+__all__ = ["ClientSide", "Pending", "UpstreamSide"]

@@ -1,0 +1,93 @@
+"""HTTP/1.x as `llmtop watch` writes it (pure, no I/O): the request head it sends the engine,
+the body's framing, and the watch's own short JSON replies (403, 401, 413, 502, 400).
+
+The watch pairs each client connection with one connection to the engine
+(servers/watch/connection.py), so the connection-level headers a client sends (Connection,
+Keep-Alive, TE, Upgrade) mean the same on the engine's side and pass as sent. What changes:
+* `Host` becomes the engine's own (Ollama refuses a foreign Host);
+* the watch's token (`X-Llmtop-Token`, or `Authorization` when it carried the token) and the
+  headers addressed to a proxy (`Proxy-Authorization`, `Proxy-Connection`) stop here;
+* a measured request's body, read whole, goes with a `Content-Length` (its
+  `Transfer-Encoding` framing undone by the parser) and without `Expect: 100-continue`,
+  which the watch answers itself (curl asks it for large bodies and waits for it).
+The response is never rebuilt: its bytes go back as they came (connection.py).
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+TOKEN_HEADER = b"x-llmtop-token"
+PROXY_ONLY = frozenset({b"proxy-authorization", b"proxy-connection"})
+REFRAMED = frozenset({b"content-length", b"transfer-encoding", b"expect"})
+MAX_MEASURED_BODY = 256 << 20  # a generation request read whole: 256 MiB (images included)
+MAX_HEAD_BYTES = 1 << 20  # a request line and headers past 1 MiB: 431 (no client sends that)
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+REASONS = {400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+           413: b"Content Too Large", 431: b"Request Header Fields Too Large",
+           502: b"Bad Gateway"}
+
+
+class Upstream:
+    """Where the engine is, from its base URL ("http://127.0.0.1:11434", "https://h/prefix"):
+    `host`, `port`, `tls` (https), `prefix` (a path every target is put under, "" for none),
+    `host_header` (the Host value the engine expects). Raises ValueError for another scheme."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"--upstream {url!r}: only http:// and https:// engines")
+        self.url = url
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.prefix = parts.path.rstrip("/").encode("latin-1")
+        self.host_header = parts.netloc.rpartition("@")[2].encode("latin-1")
+
+
+def request_head(method: bytes, target: bytes, version: str, headers: list[tuple[bytes, bytes]],
+                 upstream: Upstream, *, drop: frozenset[bytes], length: int | None = None
+                 ) -> bytes:
+    """The request line and headers to send the engine (module docstring): `target` under
+    the upstream's prefix, the client's HTTP version, its headers in their order but Host
+    (the engine's own, first), the names in `drop` (lower-case) and the proxy-only ones;
+    `length` given: the body goes whole, as `Content-Length: length`."""
+    skip = drop | PROXY_ONLY | {b"host"}
+    if length is not None:
+        skip = skip | REFRAMED
+    if upstream.prefix and target.startswith(b"/"):
+        target = upstream.prefix + target
+    lines = [b"%s %s HTTP/%s\r\nHost: %s\r\n" % (method, target, version.encode(),
+                                                  upstream.host_header)]
+    lines.extend(b"%s: %s\r\n" % (k, v) for k, v in headers if k.lower() not in skip)
+    if length is not None:
+        lines.append(b"Content-Length: %d\r\n" % length)
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body (RFC 9112, section 7.1); b"" is the last chunk."""
+    return b"%x\r\n%s\r\n" % (len(data), data) if data else b"0\r\n\r\n"
+
+
+def json_reply(status: int, body: dict[str, str]) -> bytes:
+    """A whole response of the watch's own: `status`, a JSON body, and `Connection: close`
+    (the watch closes the connection after it: a refused request's body is not read)."""
+    raw = json.dumps(body).encode()
+    return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, REASONS.get(status, b""), len(raw), raw))
+
+
+def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header `name` (lower-case), or None."""
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+__all__ = ["CONTINUE", "MAX_HEAD_BYTES", "MAX_MEASURED_BODY", "TOKEN_HEADER", "Upstream",
+           "chunk", "header", "json_reply", "request_head"]

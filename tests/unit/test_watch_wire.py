@@ -1,0 +1,263 @@
+"""`llmtop watch` on the wire (servers/watch/connection.py, wire.py): exact bytes both ways,
+with raw sockets on the app's side and a raw engine that records what it got and answers
+what each test scripts (a test double that makes the bytes exact; the real clients and
+engines are in test_watch_proxy.py and the integration tests)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from llmtop.servers.child import free_port
+from llmtop.servers.watch.proxy import WatchProxy
+from llmtop.servers.watch.wire import Upstream, chunk, json_reply, request_head
+from llmtop.testing.watch import WatchInThread
+
+
+class Seen:
+    """A Watcher that keeps every finished exchange."""
+
+    def __init__(self) -> None:
+        self.done: list = []
+        self.ended = threading.Event()
+
+    def started(self, ex) -> None:
+        ex.id = 1
+
+    def progressed(self, ex) -> None:
+        pass
+
+    def finished(self, ex) -> None:
+        self.done.append(ex)
+        self.ended.set()
+
+
+def read_message(conn: socket.socket, buf: bytearray) -> bytes | None:
+    """One HTTP request from `conn` (head, then a Content-Length or chunked body), raw; None
+    at the end of the connection. `buf` keeps what was read past it."""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    end = buf.index(b"\r\n\r\n") + 4
+    head = bytes(buf[:end]).lower()
+    need = end
+    if b"content-length:" in head:
+        need += int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+    elif b"transfer-encoding: chunked" in head:
+        while b"0\r\n\r\n" not in buf[end:]:
+            buf += conn.recv(65536)
+        need = buf.index(b"0\r\n\r\n", end) + 5
+    while len(buf) < need:
+        buf += conn.recv(65536)
+    message = bytes(buf[:need])
+    del buf[:need]
+    return message
+
+
+class RawEngine:
+    """A raw TCP engine on a free loopback port: each connection in its own thread; every
+    request read (raw bytes) is kept in `got` with its connection's number, and `answer`
+    (the request → the bytes to send, or None to close) answers it."""
+
+    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
+        self.answer = answer
+        self.got: list[tuple[int, bytes]] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn, self.connections),
+                             daemon=True).start()
+
+    def _serve(self, conn: socket.socket, n: int) -> None:
+        buf = bytearray()
+        with conn:
+            while (message := read_message(conn, buf)) is not None:
+                self.got.append((n, message))
+                reply = self.answer(message)
+                if reply is None:
+                    return
+                conn.sendall(reply)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+OK_TEXT = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"
+
+
+def watched(engine: RawEngine, **kwargs) -> tuple[WatchInThread, Seen]:
+    seen = Seen()
+    proxy = WatchProxy(engine.url, ("127.0.0.1", free_port()), seen, **kwargs)
+    return WatchInThread(proxy), seen
+
+
+def exchange(url: str, *requests: bytes, expect: int) -> bytes:
+    """Send `requests` on one connection, read until `expect` bytes came back (or the end)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        for r in requests:
+            s.sendall(r)
+        got = b""
+        while len(got) < expect:
+            data = s.recv(65536)
+            if not data:
+                break
+            got += data
+        return got
+
+
+def test_the_request_head_keeps_the_clients_headers_but_host_the_token_and_proxy_ones():
+    up = Upstream("http://127.0.0.1:11434/prefix/")
+    headers = [(b"Host", b"127.0.0.1:11435"), (b"User-Agent", b"curl/8"),
+               (b"X-Llmtop-Token", b"t"), (b"Proxy-Authorization", b"Basic x"),
+               (b"Connection", b"keep-alive"), (b"Transfer-Encoding", b"chunked"),
+               (b"Expect", b"100-continue"), (b"Accept", b"*/*")]
+    streamed = request_head(b"POST", b"/api/blobs/x?y=1", "1.1", headers, up,
+                            drop=frozenset({b"x-llmtop-token"}))
+    # Host first (the engine's own), then the client's in order, less token and proxy-only;
+    # the target under the upstream's path prefix
+    assert streamed == (b"POST /prefix/api/blobs/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:11434\r\n"
+                        b"User-Agent: curl/8\r\nConnection: keep-alive\r\n"
+                        b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n"
+                        b"Accept: */*\r\n\r\n")
+    whole = request_head(b"POST", b"/api/chat", "1.0", headers, up,
+                         drop=frozenset({b"x-llmtop-token"}), length=17)
+    # a body sent whole loses its framing and Expect, and says its length
+    assert whole == (b"POST /prefix/api/chat HTTP/1.0\r\nHost: 127.0.0.1:11434\r\n"
+                     b"User-Agent: curl/8\r\nConnection: keep-alive\r\nAccept: */*\r\n"
+                     b"Content-Length: 17\r\n\r\n")
+    assert chunk(b"abc") == b"3\r\nabc\r\n" and chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
+    assert chunk(b"") == b"0\r\n\r\n"
+    reply = json_reply(403, {"error": "no"})
+    assert reply == (b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 15\r\nConnection: close\r\n\r\n{\"error\": \"no\"}")
+
+
+def test_two_requests_on_one_connection_reach_the_engine_on_one_connection_byte_exact():
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        get = f"GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-A: 1\r\n\r\n".encode()
+        got = exchange(url, get, get, expect=2 * len(OK_TEXT))
+    engine.close()
+    assert got == OK_TEXT * 2  # the engine's bytes, twice, nothing added
+    host = engine.url.removeprefix("http://").encode()
+    sent = b"GET /api/tags HTTP/1.1\r\nHost: " + host + b"\r\nX-A: 1\r\n\r\n"
+    assert engine.got == [(1, sent), (1, sent)]  # one engine connection for both
+
+
+def test_a_chunked_upload_passes_as_chunks_and_a_measured_one_goes_whole():
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    answer = json.dumps({"model": "m", "message": {"role": "assistant", "content": "ok"},
+                         "done": True, "eval_count": 1}).encode()
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+    engine = RawEngine(lambda _m: reply)
+    w, seen = watched(engine)
+    body = json.dumps(chat).encode()
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        upload = (f"POST /api/blobs/sha256:00 HTTP/1.1\r\nHost: localhost:{port}\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n").encode()
+        upload += b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+        measured = (f"POST /api/chat HTTP/1.1\r\nHost: localhost:{port}\r\n"
+                    "Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n").encode()
+        framed = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        assert exchange(url, upload, expect=len(reply)) == reply
+        host_port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host_port[0], int(host_port[1])), timeout=5) as s:
+            s.sendall(measured)
+            # asked 100-continue, and its body is read whole before it goes: the watch says it
+            assert s.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            s.sendall(framed)
+            got = b""
+            while len(got) < len(reply):
+                got += s.recv(65536)
+        assert got == reply
+        assert seen.ended.wait(5)
+    engine.close()
+    host = engine.url.removeprefix("http://").encode()
+    (_, first), (_, second) = sorted(engine.got, key=lambda g: b"blobs" not in g[1])
+    # the upload re-chunked piece by piece as it came (the same body: abc + de)
+    assert first.startswith(b"POST /api/blobs/sha256:00 HTTP/1.1\r\nHost: " + host)
+    assert first.endswith(b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    # the measured one whole, with its length, without chunks or Expect
+    assert second == (b"POST /api/chat HTTP/1.1\r\nHost: " + host + b"\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    ex = seen.done[0]
+    assert ex.facts.model == "m" and ex.answered and ex.status_code == 200
+    assert ex.events[-1].content == "ok" and ex.events[-1].stats.eval_count == 1
+
+
+def test_head_passes_and_the_next_request_reaches_the_engine_again():
+    head_reply = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 17\r\n\r\n"
+    engine = RawEngine(lambda m: head_reply if m.startswith(b"HEAD") else OK_TEXT)
+    w, _ = watched(engine)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        h = f"HEAD / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        g = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        got = exchange(url, h, expect=len(head_reply))
+        assert got == head_reply  # no body waited for, whatever Content-Length says
+        # HEAD then GET on one connection: the GET's answer follows the HEAD's
+        assert exchange(url, h, g, expect=len(head_reply) + len(OK_TEXT)) == head_reply + OK_TEXT
+    engine.close()
+    assert [m.split(b" ")[0] for _, m in engine.got] == [b"HEAD", b"HEAD", b"GET"]
+
+
+def test_an_engine_that_closes_an_idle_connection_is_reopened_at_the_next_request():
+    answers = iter([OK_TEXT, None, OK_TEXT])  # answer, then close at the next read
+    engine = RawEngine(lambda _m: next(answers))
+    engine.answer = lambda _m: next(answers)
+    w, _ = watched(engine)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        g = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        host, p = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(p)), timeout=5) as s:
+            s.sendall(g)
+            assert s.recv(65536) == OK_TEXT
+            # the engine closes the kept connection when it gets the next request, unanswered:
+            s.sendall(g)
+            assert s.recv(65536).startswith(b"HTTP/1.1 502 ")  # said, not hung
+        with socket.create_connection((host, int(p)), timeout=5) as s:
+            s.sendall(g)  # a new app connection, a new engine connection
+            assert s.recv(65536) == OK_TEXT
+    engine.close()
+    assert [n for n, _ in engine.got] == [1, 1, 2]
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"NOT HTTP AT ALL\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n", 431),
+], ids=["garbage", "head-too-big"])
+def test_what_is_not_a_request_gets_the_watchs_own_answer(raw, status, monkeypatch):
+    monkeypatch.setattr("llmtop.servers.watch.connection.MAX_HEAD_BYTES", 4096)
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine)
+    with w as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            for i in range(0, len(raw), 1000):  # in pieces, as a slow client sends
+                s.sendall(raw[i:i + 1000])
+            got = b""
+            while data := s.recv(65536):  # to the close
+                got += data
+    engine.close()
+    assert got.startswith(b"HTTP/1.1 %d " % status) and b"Connection: close" in got
+    assert engine.got == []
