@@ -78,9 +78,28 @@ def test_a_curve_that_does_not_hold_is_called_poor():
     tokens = [64, 128, 256, 512] * 2
     exact = fit_curve(tokens, [TRUE.ms(t) for t in tokens])
     assert exact.poor_fit(500.0) == ""
-    # the same sizes with prefill jumping by ±40 %: the residuals swamp the curve
-    noisy = fit_curve(tokens, [TRUE.ms(t) * (1.4 if i % 2 else 0.6) for i, t in enumerate(tokens)])
+    # the same sizes with prefill jumping by ±40 %: with 3 sizes or fewer named, the
+    # residuals swamp the curve
+    noisy_ms = [TRUE.ms(t) * (1.4 if i < 4 else 0.6) for i, t in enumerate(tokens)]
+    noisy = fit_curve(tokens, noisy_ms)
     assert "residual SD" in noisy.poor_fit(500.0)
+    # ... but each size's two requests straddle the truth (1.4× then 0.6×, median = mean =
+    # the truth, so least squares meets it too), and the curve meets every size's median:
+    # the scatter is the machine's, the curve holds
+    medians = [(t, TRUE.ms(t)) for t in (64, 128, 256, 512)]
+    assert noisy.poor_fit(500.0, medians) == ""
+    # a size whose median sits 30 % above the others' curve: the curve misses somewhere by
+    # over 10 %. Prefill 20 + 0.8·T + 4e-4·T² is 71.6, 128.6, 251.0, 534.4 ms at 64 … 512;
+    # 256 measured at 1.3 × 251.0 = 326.3 ms, both requests
+    bent = [TRUE.ms(t) * (1.3 if t == 256 else 1.0) for t in tokens]
+    curve = fit_curve(tokens, bent)
+    bent_medians = [(t, TRUE.ms(t) * (1.3 if t == 256 else 1.0)) for t in (64, 128, 256, 512)]
+    worst = max(bent_medians, key=lambda m: abs(curve.predict(m[0]) - m[1]) / m[1])
+    off = abs(curve.predict(worst[0]) - worst[1]) / worst[1]
+    assert off > 0.10
+    assert curve.poor_fit(None, bent_medians) == (
+        f"it misses the median at {worst[0]:,} tokens by {100 * off:.0f} % (predicts "
+        f"{curve.predict(worst[0]):,.0f} ms, measured {worst[1]:,.0f} ms)")
     # a curve that goes below 0 ms inside its own range: a = −100, b = 1 → −36 ms at 64
     down = Curve(-100.0, 1.0, 0.0, (0, 0), (0, 0), (0, 0), 8, 64, 512, 0.9, 1.0)
     assert down.poor_fit(None) == "it predicts a time ≤ 0 inside the sizes measured"

@@ -37,7 +37,6 @@ connection instead of filling memory. A request line and headers past MAX_HEAD_B
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections import deque
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
@@ -286,8 +285,7 @@ class ClientSide(asyncio.Protocol):
         w = self.proxy.wire
         try:
             _, up = await asyncio.wait_for(self.loop.create_connection(
-                lambda: UpstreamSide(self), w.host, w.port,
-                ssl=ssl.create_default_context() if w.tls else None),
+                lambda: UpstreamSide(self), w.host, w.port, ssl=self.proxy.tls),
                 self.proxy.connect_timeout_s)
         except (TimeoutError, OSError) as exc:
             self.connecting = None

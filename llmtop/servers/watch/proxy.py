@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ssl
 from collections.abc import Callable
 from time import perf_counter_ns
 
@@ -68,6 +69,8 @@ class WatchProxy:
                  read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> None:
         self.upstream = resolve_host(upstream_url)
         self.wire = Upstream(self.upstream)
+        # an https engine: the system's trust store, read once (tens of ms), not per connection
+        self.tls = ssl.create_default_context() if self.wire.tls else None
         self.listen = listen
         shown = f"[{listen[0]}]" if ":" in listen[0] else listen[0]
         self.listen_text = f"{shown}:{listen[1]}"

@@ -79,11 +79,13 @@ class PrefillSweep:
 
     def poor_fit(self) -> str:
         """Why the prefill curve should not be trusted ("" when it can; `Curve.poor_fit`
-        against the sizes' median prefill), or that there is no curve."""
+        against each size's median prefill), or that there is no curve."""
         if self.prefill is None:
             return self.note or "no curve"
-        medians = [r.prefill_ms for r in self.rows if r.prefill_ms is not None]
-        return self.prefill.poor_fit(statistics.median(medians) if medians else None)
+        sizes = [(r.tokens, r.prefill_ms) for r in self.rows
+                 if r.prefill_ms is not None and r.prefill_ms > 0]
+        medians = [ms for _, ms in sizes]
+        return self.prefill.poor_fit(statistics.median(medians) if medians else None, sizes)
 
 
 def _fit(points: Sequence[tuple[float, float]], metric: str) -> tuple[Curve | None, str]:
