@@ -6,7 +6,10 @@ engines are in test_watch_proxy.py and the integration tests)."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable
 
@@ -65,11 +68,14 @@ class RawEngine:
     request read (raw bytes) is kept in `got` with its connection's number, and `answer`
     (the request → the bytes to send, or None to close) answers it."""
 
-    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
+    def __init__(self, answer: Callable[[bytes], bytes | None],
+                 tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer
+        self.tls = tls
         self.got: list[tuple[int, bytes]] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}"
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -84,6 +90,8 @@ class RawEngine:
                              daemon=True).start()
 
     def _serve(self, conn: socket.socket, n: int) -> None:
+        if self.tls is not None:
+            conn = self.tls.wrap_socket(conn, server_side=True)
         buf = bytearray()
         with conn:
             while (message := read_message(conn, buf)) is not None:
@@ -261,3 +269,27 @@ def test_what_is_not_a_request_gets_the_watchs_own_answer(raw, status, monkeypat
     engine.close()
     assert got.startswith(b"HTTP/1.1 %d " % status) and b"Connection: close" in got
     assert engine.got == []
+
+
+def test_an_https_engine_is_reached_over_tls(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    engine = RawEngine(lambda _m: OK_TEXT, tls=server)
+    seen = Seen()
+    proxy = WatchProxy(engine.url, ("127.0.0.1", free_port()), seen)
+    assert proxy.tls is not None  # an https upstream gets the system's trust store ...
+    proxy.tls = ssl.create_default_context(cafile=str(cert))  # ... here, the test's own CA
+    with WatchInThread(proxy) as url:
+        port = url.rsplit(":", 1)[1]
+        got = exchange(url, f"GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+                       .encode(), expect=len(OK_TEXT))
+    engine.close()
+    assert got == OK_TEXT
+    host = engine.url.removeprefix("https://").encode()
+    assert engine.got == [(1, b"GET /api/tags HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")]
