@@ -174,8 +174,10 @@ def test_two_noisy_runs_make_no_claim_however_large_the_difference(tmp_path):
     # A in 20 of 20 samples during its requests, B in 2 of 20 (10 %: the NOISY_SHARE edge)
     a = write_log(tmp_path / "a.jsonl", lognormal(rng, 800, 20),
                   probes=_probes(range(20), []))
+    # (B's samples during its measured requests, ids 2-21: a sample during the warm-up or
+    # no request moves none of the figures compared, and is not counted)
     b = write_log(tmp_path / "b.jsonl", lognormal(rng, 400, 20),
-                  probes=_probes(range(2), range(2, 20)))
+                  probes=_probes(range(2, 4), range(4, 22)))
     c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
     # A's own verdict is CONTAMINATED: its measured requests have ids 2-21 (the warm-up is 1,
     # compare_logs.write_log), so the NOISY samples tagged 0-19 overlap 18 of its 20

@@ -109,3 +109,32 @@ def test_no_level_and_faster_episodes_are_contaminated():
                          disagree=(10, 50))
     assert "only 10 of 50 requests are at every series' baseline level" in judge(
         [split]).reasons[0]
+
+
+def test_noisy_requests_inside_an_excluded_episode_leave_the_baseline_clean():
+    # issue 25's real-burner run: a burner slowed requests 6–10 (decode 21.9 → 15.3 tok/s,
+    # −30 %) and the probes called each of them NOISY; 25 requests outside it. The episode is
+    # found, its requests left out of the figures, and so out of the NOISY count: 0 of 25
+    # record(index) has id index + 1: request i of the run is record(i - 1), id i
+    recs = [record(i - 1, 15.33 if 6 <= i <= 10 else 21.9) for i in range(1, 31)]
+    noisy = [
+        ProbeRecord.from_json(
+            {"type": "probe", "request_id": i, "noisy": True, "verdict": {"quiet": False}})
+        for i in range(6, 11)
+    ]
+    a = analyze(recs, {200: 198}, probes=noisy, required=25)
+    assert [e.requests for e in a.sizes[0].episodes.episodes] == ["6–10"]
+    assert a.noisy == (0, 25)
+    assert a.verdict == "clean after re-measuring"
+    assert a.counted_ids == set(range(1, 31)) - set(range(6, 11))
+    # three of the 25 baseline requests NOISY too: more than a tenth of the baseline
+    worse = noisy + [
+        ProbeRecord.from_json(
+            {"type": "probe", "request_id": i, "noisy": True, "verdict": {"quiet": False}})
+        for i in (20, 21, 22)
+    ]
+    b = analyze(recs, {200: 198}, probes=worse, required=25)
+    assert b.noisy == (3, 25) and b.verdict == "contaminated"
+    assert b.judgement.reasons[0] == (
+        "the probes found the machine NOISY during 3 of the 25 measured requests outside the "
+        "episodes")

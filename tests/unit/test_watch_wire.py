@@ -293,3 +293,19 @@ def test_an_https_engine_is_reached_over_tls(tmp_path):
     assert got == OK_TEXT
     host = engine.url.removeprefix("https://").encode()
     assert engine.got == [(1, b"GET /api/tags HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")]
+
+
+def test_a_refused_request_behind_one_in_flight_is_answered_after_it_and_never_sent():
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        good = f"GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        evil = b"GET /api/tags HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        # pipelined: the good one, the refused one, another good one after it
+        got = exchange(url, good + evil + good, expect=1 << 30)  # to the close
+    engine.close()
+    assert got.startswith(OK_TEXT)  # the first answer first, whole
+    refusal = got[len(OK_TEXT):]
+    assert refusal.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"evil.example" in refusal
+    assert len(engine.got) == 1  # neither the refused request nor the one after it was sent

@@ -203,6 +203,7 @@ class ClientSide(asyncio.Protocol):
         refused = self.proxy.refusal(p.headers)
         if refused is not None:
             p.reply = json_reply(refused[0], {"error": refused[1]})
+            self.closing = True  # nothing after it is read: the reply ends the connection
             self.advance()
             return
         p.target = b"".join(self.url)
@@ -230,6 +231,7 @@ class ClientSide(asyncio.Protocol):
             p.parts = None
             p.reply = json_reply(413, {"error": "llmtop watch: a generation request over "
                                                 f"{MAX_MEASURED_BODY} bytes is not passed on"})
+            self.closing = True
             self.advance()
             return
         p.parts.append(body)

@@ -91,12 +91,14 @@ NOISY_SHARE = 0.10
 def distrust(name: str, log: RunLog) -> str | None:
     """Why a difference involving this run cannot be attributed to what was changed: its
     verdict is CONTAMINATED (with the verdict's first reason), or NOISY_SHARE or more of the
-    probe samples taken during its requests were NOISY; None when neither. name: "A" or "B"."""
-    judgement = run_analysis(log).judgement
+    probe samples taken during the requests it is compared by (the measured ones outside its
+    episodes, as the verdict counts them) were NOISY; None when neither. name: "A" or "B"."""
+    analysis = run_analysis(log)
+    judgement = analysis.judgement
     if judgement.contaminated:
         why = f": {judgement.reasons[0]}" if judgement.reasons else ""
         return f"{name} was CONTAMINATED{why}"
-    noisy, total = noisy_samples(log.probes)
+    noisy, total = noisy_samples(log.probes, analysis.counted_ids)
     if total and noisy / total >= NOISY_SHARE:
         return f"{name} was NOISY in {noisy} of {total} probe samples"
     return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -283,7 +283,8 @@ class Analysis:
     sizes: list[SizeAnalysis]
     drift_threshold_pct: float
     load_requests: list[RequestRecord] = field(default_factory=list)  # phase "load" records
-    noisy: tuple[int, int] = (0, 0)  # (measured requests a NOISY sample overlapped, measured)
+    # (NOISY requests, requests), over the measured requests outside every episode
+    noisy: tuple[int, int] = (0, 0)
     required: int | None = None  # the protocol's measured requests per size (None: no bench)
 
     @property
@@ -301,6 +302,13 @@ class Analysis:
     def contaminated(self) -> bool:
         """True when the verdict is CONTAMINATED."""
         return self.judgement.contaminated
+
+    @property
+    def counted_ids(self) -> set[int]:
+        """Ids of the measured requests outside every episode: those whose figures the run's
+        baseline (and a comparison of it) is made of."""
+        return {r.record.id for s in self.sizes for r in s.requests
+                if r.phase == "measure" and r.episode is None}
 
     @property
     def judged(self) -> bool:
@@ -370,7 +378,7 @@ def analyze(
         for (target, path), reqs in by_size.items()
     ]
     return Analysis(sizes, drift_threshold_pct, load_requests,
-                    noisy_requests(sizes, probes), required)
+                    noisy_requests(sizes, probes, baseline_only=True), required)
 
 
 def analyze_log(log: RunLog) -> Analysis:
@@ -709,16 +717,24 @@ def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
     return out
 
 
-def noisy_requests(sizes: Sequence[SizeAnalysis], probes: Iterable[ProbeRecord]) -> tuple[int, int]:
-    """(measured requests that a NOISY probe sample overlapped, measured requests)."""
-    measured = {r.record.id for s in sizes for r in s.requests if r.phase == "measure"}
+def noisy_requests(sizes: Sequence[SizeAnalysis], probes: Iterable[ProbeRecord], *,
+                   baseline_only: bool = False) -> tuple[int, int]:
+    """(measured requests that a NOISY probe sample overlapped, measured requests).
+    baseline_only: count only the measured requests outside every episode, those the
+    baseline's figures come from (the verdict's NOISY rule: a slowed stretch that was found,
+    excluded and re-measured does not make its baseline noisy)."""
+    measured = {r.record.id for s in sizes for r in s.requests if r.phase == "measure"
+                and not (baseline_only and r.episode is not None)}
     noisy = {p.request_id for p in probes if p.noisy and p.request_id in measured}
     return len(noisy), len(measured)
 
 
-def noisy_samples(probes: Iterable[ProbeRecord]) -> tuple[int, int]:
-    """(NOISY probe samples, all probe samples) among those taken during a request."""
-    during = [p for p in probes if p.request_id is not None]
+def noisy_samples(probes: Iterable[ProbeRecord],
+                  requests: Collection[int] | None = None) -> tuple[int, int]:
+    """(NOISY probe samples, all probe samples) among those taken during a request (during
+    one of `requests`, by id, when given)."""
+    during = [p for p in probes if p.request_id is not None
+              and (requests is None or p.request_id in requests)]
     return sum(1 for p in during if p.noisy), len(during)
 
 

@@ -12,12 +12,15 @@ The words (docs/guide/bench.md, "The verdict"):
      requests outside every episode), in *either* direction (stats.drift's three tests:
      threshold, floor, rank test): a run that gets faster was slowed at its start, and a
      large change either way is instability, not a pass;
-  3. more than NOISY_SHARE (a tenth) of the measured requests ran while the probes called
-     the machine NOISY (a NOISY probe sample overlapped the request, as the TUI's "!" marks): a run
-     measured on a machine its own probes call noisy is not a baseline, whatever its series
-     look like (issue 25: a run said CLEAN while 717 of 717 samples said NOISY). Counted by
-     request, not by sample: a short run's one NOISY sample, the only sample taken, is one
-     request of many, not "100 % of the samples";
+  3. more than NOISY_SHARE (a tenth) of the measured requests outside the episodes ran while
+     the probes called the machine NOISY (a NOISY probe sample overlapped the request, as the
+     TUI's "!" marks): a baseline measured on a machine its own probes call noisy is not a
+     baseline, whatever its series look like (issue 25: a run said CLEAN while 717 of 717
+     samples said NOISY). Counted by request, not by sample: a short run's one NOISY sample,
+     the only sample taken, is one request of many, not "100 % of the samples". The
+     requests inside an episode are left out of the count as they are out of the figures: a
+     burner that slowed requests 5–15, found, named and re-measured around, leaves a clean
+     baseline (run.noisy_requests, baseline_only);
   4. no level holds the run: a deciding series' largest level holds fewer than half of its
      requests, or each has one but fewer than half of the requests are at all of them at
      once (episodes.py, "Baseline and episodes": an episode is a minority departure);
@@ -125,9 +128,9 @@ def mostly_noisy(noisy: tuple[int, int]) -> bool:
 
 
 def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> RunVerdict:
-    """The verdict of a run from each prompt size's evidence and (measured requests that
-    overlapped a NOISY probe sample, measured requests) (the module docstring's rules, in
-    order)."""
+    """The verdict of a run from each prompt size's evidence and (measured requests outside
+    the episodes that overlapped a NOISY probe sample, those requests) (the module
+    docstring's rules, in order)."""
     reasons = []
     for s in sizes:
         reasons += [
@@ -142,8 +145,10 @@ def judge(sizes: Sequence[SizeEvidence], noisy: tuple[int, int] = (0, 0)) -> Run
             )
     bad, total = noisy
     if too_noisy(noisy):
+        outside = " outside the episodes" if any(s.episodes for s in sizes) else ""
         reasons.append(
-            f"the probes found the machine NOISY during {bad} of the {total} measured requests"
+            f"the probes found the machine NOISY during {bad} of the {total} measured "
+            f"requests{outside}"
         )
     for s in sizes:
         reasons += [
