@@ -288,8 +288,9 @@ class ServeInThread:
     """Serve an ASGI app with uvicorn in a daemon thread on a free loopback port.
 
     `with ServeInThread(app) as url: ...`; streams still open at exit are cut after 1 s.
-    `settings`: more `uvicorn.Config` settings (`llmtop watch` turns off the Server and Date
-    headers). Raises RuntimeError when the server has not started within 10 s.
+    `settings`: more `uvicorn.Config` settings (e.g. server_header=False). Raises RuntimeError
+    when the server has not started within 10 s. (`llmtop watch` is no ASGI app: its own
+    thread server is testing/watch.py's.)
     """
 
     def __init__(self, app: Any, port: int | None = None, **settings: Any) -> None:
