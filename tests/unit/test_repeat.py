@@ -58,3 +58,40 @@ def test_the_report_gets_the_runs_section_or_key():
     assert data["repeatability"]["sizes"][0]["spreads"][1]["medians"] == [21.9, 22.0]
     md = with_repeatability("# report\n", "md", spreads, ["a", "b"])
     assert md.startswith("# report\n") and "## Repeatability across 2 runs" in md
+
+
+def canary_run(ttft: float, cpu_ms: float, mem_ms: float = 2.5):
+    from llmtop.sessions.records.schema import CanaryRecord
+
+    recs = [record(i, 21.9, ttft=ttft) for i in range(25)]
+    canaries = [CanaryRecord.from_json({"type": "canary", "cpu_ms": cpu_ms, "mem_ms": mem_ms,
+                                        "simd_ms": 4.2, "before_request": r.id, "repeats": 3,
+                                        "threads": 2, "t_ns": 0}) for r in recs]
+    return analyze(recs, {200: 198}, canaries=canaries, required=25)
+
+
+def test_a_spread_that_follows_the_canary_is_the_machines():
+    from llmtop.sessions.analysis.repeat import MIN_TRACK_RUNS, tracking
+
+    # 6 runs: TTFT 800, 810, …, 850 ms while the canary's CPU loop took 10, 11, …, 15 ms:
+    # the same order, Spearman ρ = +1 (p = 0: a perfect rank agreement)
+    runs = [canary_run(800.0 + 10 * k, 10.0 + k) for k in range(6)]
+    (size,) = repeatability(runs)
+    ttft = next(s for s in size.spreads if s.key == "ttft_ms")
+    assert ttft.machine is not None
+    assert ttft.machine.part == "the canary's CPU loop"
+    assert ttft.machine.medians == (10.0, 11.0, 12.0, 13.0, 14.0, 15.0)
+    assert ttft.machine.rho == pytest.approx(1.0) and ttft.machine.p < 0.001
+    decode = next(s for s in size.spreads if s.key == "server_decode_tps")
+    assert decode.machine is None  # the same 21.9 in every run: nothing to follow
+    md = "\n".join(repeat_markdown([size], [f"r{k}" for k in range(6)]))
+    assert ("- 200 tok, TTFT: the runs' spread follows the machine: the canary's CPU loop "
+            "(10.00–15.00 ms over the runs) moved with it (Spearman ρ +1.00, p < 0.001)") in md
+    # a faster canary beside slower runs is no explanation (ρ = −1 for a time), and a rate
+    # needs ρ < 0 (a slower machine lowers it)
+    assert tracking([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], higher_is_better=False) is None
+    rho, _p = tracking([5, 4, 3, 2, 1], [1, 2, 3, 4, 5], higher_is_better=True)
+    assert rho == pytest.approx(-1.0)
+    # fewer runs than MIN_TRACK_RUNS (5) with both figures: not judged
+    assert MIN_TRACK_RUNS == 5
+    assert tracking([1, 2, 3, 4, None], [1, 2, 3, 4, 5], higher_is_better=False) is None

@@ -13,7 +13,14 @@ run.SizeAnalysis.baseline). Across the K runs:
 * a run disagrees when its median is farther from the centre than both K_SPREAD × the
   runs' robust spread (1.4826 × MAD, attribution's outlier rule) and the run's drift
   threshold (5 % by default): the other runs' agreement, not a fixed figure, says what is
-  far, and a difference inside the threshold never counts.
+  far, and a difference inside the threshold never counts;
+* whether the spread is the machine's: with MIN_TRACK_RUNS runs or more, each canary part's
+  run medians (probes/canary.py, timed before the requests) are rank-correlated with the
+  metric's (Spearman's ρ, scipy.stats.spearmanr); a part that moved with the metric in the
+  direction a slower machine moves it (longer canary, longer TTFT; longer canary, lower
+  decode) at p < TRACK_ALPHA says the runs differed because the machine's speed did. On
+  this project's 2-core VM, 10 quiet runs: the CPU loop's run medians tracked prefill at
+  ρ = 0.93 (p < 0.001) and decode at ρ = −0.67 (p = 0.03) (docs/method.md).
 """
 
 from __future__ import annotations
@@ -21,13 +28,48 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmtop.sessions.analysis.attribution import K_SPREAD, MAD_SCALE
-from llmtop.sessions.analysis.run import Analysis
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis
 
 CI_LEVEL = 0.95
 METRICS = (("ttft_ms", "TTFT", "ms"), ("server_decode_tps", "decode (server)", "tok/s"))
+HIGHER_IS_BETTER = {"server_decode_tps"}
+CANARY_PARTS = (("canary_cpu_ms", "the canary's CPU loop"),
+                ("canary_mem_ms", "the canary's memory stride"),
+                ("canary_simd_ms", "the canary's SIMD part"))
+MIN_TRACK_RUNS = 5  # fewer runs cannot show a rank correlation at p < 0.05 from chance alone
+TRACK_ALPHA = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Tracking:
+    """A canary part whose run medians moved with a metric's across the runs. part: its
+    label; medians: its median per run (ms, None where a run had no canary), in run order;
+    rho, p: Spearman's rank correlation with the metric's run medians and its p-value."""
+
+    part: str
+    medians: tuple[float | None, ...]
+    rho: float
+    p: float
+
+
+def tracking(metric: Sequence[float | None], part: Sequence[float | None],
+             higher_is_better: bool) -> tuple[float, float] | None:
+    """(ρ, p) when `part`'s run medians track `metric`'s the way a slower machine moves them
+    (ρ > 0 for a time, ρ < 0 for a rate) at p < TRACK_ALPHA over MIN_TRACK_RUNS or more runs
+    with both; else None."""
+    from scipy.stats import spearmanr  # imported here: only --runs pays for it
+
+    pairs = [(m, c) for m, c in zip(metric, part, strict=True) if m is not None and c is not None]
+    if len(pairs) < MIN_TRACK_RUNS or len({c for _, c in pairs}) < 2 \
+            or len({m for m, _ in pairs}) < 2:
+        return None
+    result = spearmanr([m for m, _ in pairs], [c for _, c in pairs])
+    rho, p = float(result.statistic), float(result.pvalue)
+    slower = rho < 0 if higher_is_better else rho > 0
+    return (rho, p) if slower and p < TRACK_ALPHA else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +87,7 @@ class Spread:
     range_pct: float | None
     ci: tuple[float, float] | None
     disagree: tuple[int, ...]
+    machine: Tracking | None = None  # the canary part that tracked it best (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,19 +130,28 @@ def spread(
 
 def repeatability(runs: Sequence[Analysis]) -> list[SizeSpread]:
     """Per prompt size (direct requests; a relay comparison's paths are left out), the
-    spread of each METRICS entry over `runs` (module docstring). Raises ValueError with no
-    run."""
+    spread of each METRICS entry over `runs`, and the canary part that tracked it (module
+    docstring). Raises ValueError with no run."""
     if not runs:
         raise ValueError("repeatability needs at least one run")
     targets = list(dict.fromkeys(s.target for a in runs for s in a.sizes if s.path is None))
     out = []
     for target in targets:
+        sizes = [next((s for s in a.sizes if s.target == target and s.path is None), None)
+                 for a in runs]
+
+        def medians(key: str, sizes: list[SizeAnalysis | None] = sizes) -> list[float | None]:
+            return [None if s is None or key not in s.summaries else s.summaries[key].median
+                    for s in sizes]
+
         spreads = []
         for key, label, unit in METRICS:
-            medians = []
-            for a in runs:
-                size = next((s for s in a.sizes if s.target == target and s.path is None), None)
-                medians.append(None if size is None else size.summaries[key].median)
-            spreads.append(spread(key, label, unit, medians, runs[0].drift_threshold_pct))
+            found = spread(key, label, unit, medians(key), runs[0].drift_threshold_pct)
+            best = None
+            for part, part_label in CANARY_PARTS:
+                hit = tracking(found.medians, medians(part), key in HIGHER_IS_BETTER)
+                if hit is not None and (best is None or abs(hit[0]) > abs(best.rho)):
+                    best = Tracking(part_label, tuple(medians(part)), *hit)
+            spreads.append(replace(found, machine=best))
         out.append(SizeSpread(target, tuple(spreads)))
     return out

@@ -332,5 +332,18 @@ def repeat_markdown(spreads: Sequence[SizeSpread], logs: Sequence[str]) -> list[
                          "n/a" if sp.range_pct is None else f"{sp.range_pct:.1f} %", ci, odd))
     lines += md_table(("prompt", "metric", "baseline median per run", "median of runs",
                        "range", "95 % CI of the mean", "disagrees"), rows)
+    tracked = [(size, sp) for size in spreads for sp in size.spreads if sp.machine is not None]
+    if tracked:
+        lines.append("")
+    for size, sp in tracked:
+        m = sp.machine
+        assert m is not None
+        known = [x for x in m.medians if x is not None]
+        p = "p < 0.001" if m.p < 0.001 else f"p = {m.p:.3f}"
+        lines.append(
+            f"- {size.target} tok, {sp.label}: the runs' spread follows the machine: "
+            f"{m.part} ({_num(min(known), 2)}–{_num(max(known), 2)} ms over the runs) moved "
+            f"with it (Spearman ρ {m.rho:+.2f}, {p}): the machine's speed changed between "
+            "runs, which no run could take out; the interval above is the figure to quote")
     lines += ["", "Logs: " + ", ".join(f"run {i} `{p}`" for i, p in enumerate(logs, start=1))]
     return lines
