@@ -140,6 +140,16 @@ def test_listen_addresses_pair_with_upstreams():
         split_listen("localhost")
     with pytest.raises(ValueError, match="own --listen"):
         pairs_of(["127.0.0.1:11434"], ["http://127.0.0.1:11434"])
+    # the same place by another name or from an every-address listener (a new-user pass: the
+    # watch forwarded to itself until it ran out of files); another port is another place
+    for listen, upstream in (("127.0.0.1:11434", "http://localhost:11434"),
+                             ("0.0.0.0:11434", "http://127.0.0.1:11434")):
+        with pytest.raises(ValueError, match="own --listen"):
+            pairs_of([listen], [upstream])
+    assert pairs_of(["127.0.0.1:11435"], ["http://localhost:11434"])[0].port == 11435
+    # a scheme the watch cannot speak names the flag it came from
+    with pytest.raises(Exception, match="--upstream"):
+        pairs_of([], ["ftp://127.0.0.1:11434"])
 
 
 def run_cli(*args, timeout=30):

@@ -309,3 +309,68 @@ def test_a_refused_request_behind_one_in_flight_is_answered_after_it_and_never_s
     refusal = got[len(OK_TEXT):]
     assert refusal.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"evil.example" in refusal
     assert len(engine.got) == 1  # neither the refused request nor the one after it was sent
+
+
+TOKEN = "s3cret-token-0123456789abcdef"
+
+
+def test_an_upgrade_never_opens_a_way_past_the_checks():
+    # a new-user pass: a refused request carrying Upgrade made the rest of the connection a
+    # raw tunnel, so a request with no token reached the engine. The watch passes no Upgrade
+    # at all now, and a refusal ends the connection
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine, token=TOKEN)
+    with w as url:
+        smuggled = (b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                    b"Upgrade: websocket\r\n\r\nPOST /api/delete HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Length: 13\r\n\r\n{\"model\":\"x\"}")
+        got = exchange(url, smuggled, expect=1 << 30)
+    engine.close()
+    assert got.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
+    assert engine.got == []  # nothing reached the engine
+
+
+def test_an_h2c_upgrade_goes_on_in_http1_with_its_body():
+    # curl --http2 on http:// asks Upgrade: h2c; llhttp stops at the head and leaves the body.
+    # The engine gets the request without the upgrade headers, its 13-byte body, and the next
+    # request on the connection is parsed, checked and answered as any other
+    body = b'{"model":"x"}'
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        h2c = (f"POST /api/blobs/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABk\r\n"
+               "Content-Length: 13\r\n\r\n").encode() + body
+        then = f"GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        got = exchange(url, h2c + then, expect=2 * len(OK_TEXT))
+    engine.close()
+    assert got == OK_TEXT * 2
+    host = engine.url.removeprefix("http://").encode()
+    assert engine.got == [
+        (1, b"POST /api/blobs/x HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: 13\r\n\r\n"
+         + body),
+        (1, b"GET /api/tags HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")]
+
+
+def test_the_token_stops_here_and_the_apps_own_authorization_goes_on():
+    engine = RawEngine(lambda _m: OK_TEXT)
+    w, _ = watched(engine, token=TOKEN)
+    with w as url:
+        port = url.rsplit(":", 1)[1]
+        host = f"Host: 127.0.0.1:{port}\r\n"
+        # the token in X-Llmtop-Token, the app's own key for the engine in Authorization
+        own = (f"GET /v1/models HTTP/1.1\r\n{host}X-Llmtop-Token: {TOKEN}\r\n"
+               "Authorization: Bearer engine-key\r\n\r\n").encode()
+        # the token as a bearer, its scheme in lower case (RFC 9110, 11.1: case-insensitive)
+        bearer = f"GET /v1/models HTTP/1.1\r\n{host}Authorization: bearer {TOKEN}\r\n\r\n".encode()
+        # two Host headers: which one would be checked?
+        twice = f"GET /v1/models HTTP/1.1\r\n{host}Host: evil.example\r\n\r\n".encode()
+        assert exchange(url, own, expect=len(OK_TEXT)) == OK_TEXT
+        assert exchange(url, bearer, expect=len(OK_TEXT)) == OK_TEXT
+        assert exchange(url, twice, expect=1 << 30).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    engine.close()
+    up = engine.url.removeprefix("http://").encode()
+    assert [m for _, m in engine.got] == [
+        b"GET /v1/models HTTP/1.1\r\nHost: " + up + b"\r\nAuthorization: Bearer engine-key\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: " + up + b"\r\n\r\n"]

@@ -71,8 +71,8 @@ class Pending:
     measured body being read whole; `chunked`: a streamed body to re-frame as chunks."""
 
     __slots__ = ("chunked", "done", "endpoint", "exchange", "expects", "headers", "keep_alive",
-                 "method", "parts", "path", "received_ns", "reply", "size", "started", "target",
-                 "up", "version")
+                 "length", "method", "parts", "path", "received_ns", "reply", "size", "started",
+                 "target", "up", "upgrade", "version")
 
     def __init__(self, received_ns: int) -> None:
         self.received_ns = received_ns
@@ -88,6 +88,8 @@ class Pending:
         self.size = 0
         self.chunked = False
         self.expects = False  # asked `100 Continue`, not yet said (answers before it are due)
+        self.upgrade = False  # asked to switch protocols: not passed on (wire.request_head)
+        self.length = 0  # its Content-Length (an Upgrade request's body is read by it)
         self.keep_alive = True
         self.started = False  # the engine's answer began (its final status line arrived)
         self.done = False  # its answer ended
@@ -113,8 +115,10 @@ class ClientSide(asyncio.Protocol):
         self.outbox: list[tuple[bytes, Pending | None, bool]] = []  # waiting for a connection
         self.connecting: asyncio.Task[None] | None = None
         self.closing = False  # nothing more is read: a reply of the watch's own, or the end
-        self.tunnel = False  # after an Upgrade: bytes both ways, unparsed
+        self.body_left = 0  # bytes of an Upgrade request's body still to read (`feed`)
         self.last_up_ns = 0  # the engine connection's last write or read
+        self.paused = False  # the app reads slowly: the engine's reading is paused for it
+        self.hung_up = False  # shut for writing after a reply of the watch's own (hang_up)
         self.timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio's calls
@@ -128,9 +132,6 @@ class ClientSide(asyncio.Protocol):
         self.connecting = self.loop.create_task(self.connect())
 
     def data_received(self, data: bytes) -> None:
-        if self.tunnel:
-            self.send_up(data)
-            return
         if self.closing:
             return
         self.rx_ns = perf_counter_ns()
@@ -139,15 +140,30 @@ class ClientSide(asyncio.Protocol):
             if self.head_bytes > MAX_HEAD_BYTES:
                 self.refuse(431, f"llmtop watch: a request head over {MAX_HEAD_BYTES} bytes")
                 return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as upgrade:
-            self.tunnel = True  # the head went on as it was; the rest is the new protocol's
-            rest = data[upgrade.args[0]:]
-            if rest:
-                self.send_up(rest)
-        except httptools.HttpParserError as exc:
-            self.refuse(400, f"llmtop watch: not an HTTP/1.1 request ({exc})")
+        self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        """Parse `data`. The watch switches no protocol (wire.request_head leaves Upgrade
+        out, so the engine answers in HTTP/1.1, as RFC 9110 section 7.8 lets it): when llhttp
+        stops at an Upgrade request's head, that request's body is taken by its length and
+        the bytes after it are parsed as HTTP again, checked and measured like any other."""
+        while data and not self.closing:
+            if self.body_left:
+                piece, data = data[:self.body_left], data[self.body_left:]
+                self.body_left -= len(piece)
+                self.on_body(piece)
+                if not self.body_left:
+                    self.end_message()
+                continue
+            try:
+                self.parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                data = data[upgrade.args[0]:]
+                self.parser = httptools.HttpRequestParser(self)
+            except httptools.HttpParserError as exc:
+                self.refuse(400, f"llmtop watch: not an HTTP/1.1 request ({exc})")
+                return
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -171,10 +187,13 @@ class ClientSide(asyncio.Protocol):
         self.queue.clear()
 
     def pause_writing(self) -> None:
+        self.paused = True
         if self.up is not None and self.up.transport is not None:
             self.up.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.paused = False
+        self.last_up_ns = perf_counter_ns()
         if self.up is not None and self.up.transport is not None:
             self.up.transport.resume_reading()
 
@@ -208,6 +227,15 @@ class ClientSide(asyncio.Protocol):
             return
         p.target = b"".join(self.url)
         p.version = self.parser.get_http_version()
+        p.upgrade = header(p.headers, b"upgrade") is not None
+        length = header(p.headers, b"content-length")
+        p.length = int(length) if length is not None and length.strip().isdigit() else 0
+        if p.upgrade and header(p.headers, b"transfer-encoding") is not None:
+            p.reply = json_reply(400, {"error": "llmtop watch: an Upgrade request with a "
+                                                "chunked body is not passed on"})
+            self.closing = True
+            self.advance()
+            return
         p.path = unquote(p.target.partition(b"?")[0].decode("latin-1"))
         p.endpoint = endpoint_of(p.method.decode("latin-1"), p.path)
         if p.endpoint is not None:
@@ -217,7 +245,7 @@ class ClientSide(asyncio.Protocol):
             return
         p.chunked = b"chunked" in (header(p.headers, b"transfer-encoding") or b"").lower()
         self.send_up(request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
-                                  drop=self.proxy.drop), p)
+                                  drop=self.proxy.drop_for(p.headers)), p)
 
     def on_body(self, body: bytes) -> None:
         p = self.current
@@ -237,6 +265,14 @@ class ClientSide(asyncio.Protocol):
         p.parts.append(body)
 
     def on_message_complete(self) -> None:
+        p = self.current
+        if p is not None and p.upgrade and p.length and p.reply is None:
+            self.body_left = p.length  # llhttp skipped an Upgrade request's body: `feed` reads it
+            return
+        self.end_message()
+
+    def end_message(self) -> None:
+        """The current request is whole: send a measured one, end a chunked upload."""
         p, self.current = self.current, None
         self.in_head = True  # what comes next is a head again
         if p is None or p.reply is not None:
@@ -247,11 +283,13 @@ class ClientSide(asyncio.Protocol):
             return
         body = b"".join(p.parts)
         p.parts, p.expects = None, False  # the whole body is here: no `100 Continue` needed
+        # received: the segment that made the request whole (hop_in is the watch's own share,
+        # not the app's upload of a long prompt)
         ex = p.exchange = Exchange(self.proxy.upstream, self.proxy.listen_text, p.endpoint[0],
-                                   p.endpoint[1], p.path, body, self.client, p.received_ns)
+                                   p.endpoint[1], p.path, body, self.client, self.rx_ns)
         ex.on_sent = self.proxy.look_up_caller  # during the engine's prefill
         head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
-                            drop=self.proxy.drop, length=len(body))
+                            drop=self.proxy.drop_for(p.headers), length=len(body))
         self.send_up(head + body, p, measured=True)
         self.proxy.watcher.started(ex)  # after the write: numbering it delays nothing
 
@@ -278,7 +316,7 @@ class ClientSide(asyncio.Protocol):
             p.up = up
         if ex is not None:
             self.loop.call_soon(ex.after_send)  # once it is written: facts, caller
-        if self.timer is None and not self.tunnel:
+        if self.timer is None and self.proxy.read_timeout_s is not None:
             self.timer = self.loop.call_later(self.proxy.read_timeout_s, self.check_read)
 
     async def connect(self) -> None:
@@ -316,10 +354,12 @@ class ClientSide(asyncio.Protocol):
         """The read timeout: no byte from the engine for read_timeout_s while it owes an
         answer ends that answer (TIMEOUT), as llmtop's own clients do."""
         self.timer = None
-        if not self.owed():
-            return
-        idle_s = (perf_counter_ns() - self.last_up_ns) / 1e9
         limit = self.proxy.read_timeout_s
+        if not self.owed() or limit is None:
+            return
+        if self.paused:  # the engine's reading is paused for a slow app: not its silence
+            self.last_up_ns = perf_counter_ns()
+        idle_s = (perf_counter_ns() - self.last_up_ns) / 1e9
         if idle_s < limit:
             self.timer = self.loop.call_later(limit - idle_s, self.check_read)
             return
@@ -363,9 +403,6 @@ class ClientSide(asyncio.Protocol):
         if self.up is up:
             self.up = None
         if self.transport is None:
-            return
-        if self.tunnel:
-            self.transport.close()
             return
         p = up.current
         if p is not None and p.started and not up.framed:
@@ -413,8 +450,9 @@ class ClientSide(asyncio.Protocol):
         not read, a head too large): its side is shut for writing and what it still sends is
         read and dropped for up to LINGER_S, so the reply is not lost to a reset (a socket
         closed on unread bytes answers them with RST)."""
-        if transport.is_closing():
+        if transport.is_closing() or self.hung_up:
             return
+        self.hung_up = True  # nothing more is written to it (the engine's late bytes neither)
         if transport.can_write_eof():
             transport.write_eof()
             self.loop.call_later(LINGER_S, transport.close)
@@ -462,16 +500,15 @@ class UpstreamSide(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         t = perf_counter_ns()
         side = self.side
-        if side.transport is not None:
+        if side.transport is not None and not side.hung_up:
             side.transport.write(data)  # first: the app waits for nothing of the watch's
         self.t, self.t_out = t, perf_counter_ns()
         side.last_up_ns = t
-        if side.tunnel:
-            return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            side.tunnel = True  # 101 Switching Protocols: bytes both ways from now on
+        except httptools.HttpParserUpgrade:  # no Upgrade was passed on: not an answer to one
+            side.upstream_failed(httpx.RemoteProtocolError("the engine switched protocols "
+                                                           "unasked"))
         except httptools.HttpParserError as exc:
             side.upstream_failed(httpx.RemoteProtocolError(f"not an HTTP answer ({exc})"))
 

@@ -59,14 +59,17 @@ class WatchProxy:
     HostError otherwise; ValueError for a scheme other than http/https); listen: (host,
     port) it is served on (for Host checks and the caller lookup); guard: Host/Origin rules;
     token: required on every request when given; watcher: told about measured requests;
-    callers: the caller lookup (None: none); timeouts in seconds (the engine's connect, and
-    its silence while it owes an answer)."""
+    callers: the caller lookup (None: none); timeouts in seconds: the engine's connect, and
+    its silence while it owes an answer (None, the default: none; the app's own timeout
+    decides, as it would without the watch: a non-streamed answer from a model on a CPU can
+    take longer than any figure the watch could pick, and a slow app's paused reading is
+    not the engine's silence)."""
 
     def __init__(self, upstream_url: str, listen: tuple[str, int], watcher: Watcher, *,
                  guard: Guard | None = None, token: str | None = None,
                  callers: CallerCache | None = None,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float | None = None) -> None:
         self.upstream = resolve_host(upstream_url)
         self.wire = Upstream(self.upstream)
         # an https engine: the system's trust store, read once (tens of ms), not per connection
@@ -77,12 +80,13 @@ class WatchProxy:
         self.watcher = watcher
         self.guard = guard or Guard(listen[0])
         self._token = None if token is None else token.encode()
-        # the token's headers stop here (Authorization only when it may carry the token)
-        self.drop = frozenset({TOKEN_HEADER} | ({b"authorization"} if token else set()))
+        # the watch's own header never reaches the engine; Authorization only when it carried
+        # the token (`drop_for`): an engine started with an API key still gets the app's
+        self.drop = frozenset({TOKEN_HEADER})
         self.callers = callers
         self.peer = Peer(self.upstream, "the watched engine",
                          "start the engine, or restart `llmtop watch` with --upstream URL",
-                         read_timeout_s)
+                         read_timeout_s or DEFAULT_READ_TIMEOUT_S)
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.connections: set[ClientSide] = set()
@@ -93,8 +97,13 @@ class WatchProxy:
         return ClientSide(self)
 
     def refusal(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
-        """(status, message) when the request may not pass: a foreign Host or Origin (403,
-        servers/guard.py's rules), a missing or wrong token (401); None when it may."""
+        """(status, message) when the request may not pass: two Host or Origin headers (400),
+        a foreign Host or Origin (403, servers/guard.py's rules), a missing or wrong token
+        (401); None when it may."""
+        for name in (b"host", b"origin"):
+            if sum(k.lower() == name for k, _ in headers) > 1:
+                return 400, (f"llmtop watch: more than one {name.decode().title()} header "
+                             "(RFC 9112, 3.2): which one to check?")
         host_value = header(headers, b"host")
         host = host_value.decode("latin-1") if host_value else None
         if not self.guard.host_allowed(host):
@@ -109,11 +118,23 @@ class WatchProxy:
                          "TOKEN` (an OpenAI client's api_key) or `X-Llmtop-Token: TOKEN`")
         return None
 
+    def _bearer_ok(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Authorization carries the token (the scheme's case is free: RFC 9110, 11.1)."""
+        assert self._token is not None
+        scheme, _, value = (header(headers, b"authorization") or b"").partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token)
+
     def _token_ok(self, headers: list[tuple[bytes, bytes]]) -> bool:
         assert self._token is not None
-        bearer = header(headers, b"authorization") or b""
-        return (hmac.compare_digest(bearer, b"Bearer " + self._token)
+        return (self._bearer_ok(headers)
                 or hmac.compare_digest(header(headers, TOKEN_HEADER) or b"", self._token))
+
+    def drop_for(self, headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+        """The request headers that stop here: the watch's token header, and Authorization
+        when it carried the token (else it is the app's, for the engine)."""
+        if self._token is not None and self._bearer_ok(headers):
+            return self.drop | {b"authorization"}
+        return self.drop
 
     def look_up_caller(self, exchange: Exchange) -> None:
         """Start naming the caller (once; in the CallerCache's executor)."""

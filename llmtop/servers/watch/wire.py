@@ -9,7 +9,11 @@ Keep-Alive, TE, Upgrade) mean the same on the engine's side and pass as sent. Wh
   headers addressed to a proxy (`Proxy-Authorization`, `Proxy-Connection`) stop here;
 * a measured request's body, read whole, goes with a `Content-Length` (its
   `Transfer-Encoding` framing undone by the parser) and without `Expect: 100-continue`,
-  which the watch answers itself (curl asks it for large bodies and waits for it).
+  which the watch answers itself (curl asks it for large bodies and waits for it);
+* no protocol switch passes: `Upgrade`, `HTTP2-Settings` and their Connection tokens are
+  left out, so the engine answers in HTTP/1.1 (RFC 9110, section 7.8, lets a server ignore
+  Upgrade; `curl --http2` on http:// then goes on in HTTP/1.1) and every request on the
+  connection stays one the watch checks and measures.
 The response is never rebuilt: its bytes go back as they came (connection.py).
 """
 
@@ -20,6 +24,7 @@ from urllib.parse import urlsplit
 
 TOKEN_HEADER = b"x-llmtop-token"
 PROXY_ONLY = frozenset({b"proxy-authorization", b"proxy-connection"})
+UPGRADING = frozenset({b"upgrade", b"http2-settings"})
 REFRAMED = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 MAX_MEASURED_BODY = 256 << 20  # a generation request read whole: 256 MiB (images included)
 MAX_HEAD_BYTES = 1 << 20  # a request line and headers past 1 MiB: 431 (no client sends that)
@@ -54,14 +59,23 @@ def request_head(method: bytes, target: bytes, version: str, headers: list[tuple
     the upstream's prefix, the client's HTTP version, its headers in their order but Host
     (the engine's own, first), the names in `drop` (lower-case) and the proxy-only ones;
     `length` given: the body goes whole, as `Content-Length: length`."""
-    skip = drop | PROXY_ONLY | {b"host"}
+    skip = drop | PROXY_ONLY | UPGRADING | {b"host"}
     if length is not None:
         skip = skip | REFRAMED
     if upstream.prefix and target.startswith(b"/"):
         target = upstream.prefix + target
     lines = [b"%s %s HTTP/%s\r\nHost: %s\r\n" % (method, target, version.encode(),
                                                   upstream.host_header)]
-    lines.extend(b"%s: %s\r\n" % (k, v) for k, v in headers if k.lower() not in skip)
+    for k, v in headers:
+        name = k.lower()
+        if name in skip:
+            continue
+        if name == b"connection":  # its upgrade tokens go with the headers they name
+            kept = [t.strip() for t in v.split(b",") if t.strip().lower() not in UPGRADING]
+            if not kept:
+                continue
+            v = b", ".join(kept)
+        lines.append(b"%s: %s\r\n" % (k, v))
     if length is not None:
         lines.append(b"Content-Length: %d\r\n" % length)
     lines.append(b"\r\n")

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import multiprocessing
+import socket
 from collections.abc import Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import psutil
 
 from llmtop.engines.hosts import parse_address, resolve_host
 from llmtop.probes.callers import CallerCache
@@ -53,7 +58,7 @@ def split_listen(text: str) -> tuple[str, int]:
 def pairs_of(listens: Sequence[str], upstreams: Sequence[str]) -> list[Pair]:
     """Pair the listening addresses with the upstreams (module docstring). Raises ValueError
     (a bad --listen, more --listen than --upstream, one port twice) or HostError."""
-    urls = [resolve_host(u) for u in upstreams] or [resolve_host(None)]
+    urls = [parse_address(u, "--upstream").url for u in upstreams] or [resolve_host(None)]
     spots = [split_listen(t) for t in listens] or [split_listen(DEFAULT_LISTEN)]
     if len(spots) > len(urls):
         raise ValueError(f"{len(spots)} --listen for {len(urls)} --upstream: give one "
@@ -65,10 +70,32 @@ def pairs_of(listens: Sequence[str], upstreams: Sequence[str]) -> list[Pair]:
     if len(set(ports)) != len(ports):
         raise ValueError(f"--listen ports must differ, got {ports}")
     for url, (host, port) in zip(urls, spots, strict=True):
-        if parse_address(url, "--upstream").url == f"http://{host}:{port}":
+        if is_own_address(url, host, port):
             raise ValueError(f"--upstream {url} is the watch's own --listen: move the engine "
                              "to another port (docs/guide/watch.md)")
     return [Pair(host, port, url) for url, (host, port) in zip(urls, spots, strict=True)]
+
+
+def is_own_address(url: str, host: str, port: int) -> bool:
+    """True when `url` reaches the watch's own `host`:`port`: the same port at an address that
+    is this listener's (the same, by name or number: `localhost` is 127.0.0.1 too) or, for a
+    listener on every address (0.0.0.0, ::), any of this machine's. A watch forwarding to
+    itself opens connections to itself until it runs out of files; refused at start."""
+    parts = urlsplit(url)
+    if (parts.port or (443 if parts.scheme == "https" else 80)) != port:
+        return False
+    try:
+        ups = {str(ai[4][0]).split("%")[0]
+               for ai in socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)}
+        mine = {str(ai[4][0]).split("%")[0]
+                for ai in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False  # a name that does not resolve is not this machine's
+    if any(ipaddress.ip_address(a).is_unspecified for a in mine):
+        local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
+                 for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
+        return any(ipaddress.ip_address(a).is_loopback or a in local for a in ups)
+    return bool(ups & mine)
 
 
 def build_servers(pairs: Sequence[Pair], session: Watcher, token: str | None,
@@ -108,5 +135,14 @@ def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["DEFAULT_LISTEN", "Pair", "WatchServer", "build_servers", "caller_pool", "pairs_of",
-           "run_servers", "split_listen"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "Pair",
+    "WatchServer",
+    "build_servers",
+    "caller_pool",
+    "is_own_address",
+    "pairs_of",
+    "run_servers",
+    "split_listen",
+]
