@@ -228,10 +228,13 @@ def test_head_passes_and_the_next_request_reaches_the_engine_again():
     assert [m.split(b" ")[0] for _, m in engine.got] == [b"HEAD", b"HEAD", b"GET"]
 
 
-def test_an_engine_that_closes_an_idle_connection_is_reopened_at_the_next_request():
-    answers = iter([OK_TEXT, None, OK_TEXT])  # answer, then close at the next read
+def test_an_engine_that_closes_a_kept_connection_gets_the_request_again_on_a_new_one():
+    # the engine answers, then closes the kept connection as the next request arrives (an
+    # idle timeout meeting it: a new-user pass saw a 502 at 4.998 s idle in front of
+    # uvicorn's 5 s): no byte of an answer came, so the request is sent again, once, on a
+    # new connection. On a fresh connection the same close is the engine's failure: 502
+    answers = iter([OK_TEXT, None, OK_TEXT, None, None])
     engine = RawEngine(lambda _m: next(answers))
-    engine.answer = lambda _m: next(answers)
     w, _ = watched(engine)
     with w as url:
         port = url.rsplit(":", 1)[1]
@@ -240,14 +243,12 @@ def test_an_engine_that_closes_an_idle_connection_is_reopened_at_the_next_reques
         with socket.create_connection((host, int(p)), timeout=5) as s:
             s.sendall(g)
             assert s.recv(65536) == OK_TEXT
-            # the engine closes the kept connection when it gets the next request, unanswered:
             s.sendall(g)
-            assert s.recv(65536).startswith(b"HTTP/1.1 502 ")  # said, not hung
-        with socket.create_connection((host, int(p)), timeout=5) as s:
-            s.sendall(g)  # a new app connection, a new engine connection
-            assert s.recv(65536) == OK_TEXT
+            assert s.recv(65536) == OK_TEXT  # answered on the engine's second connection
+        got = exchange(url, g, expect=1 << 30)  # a fresh connection, closed unanswered
     engine.close()
-    assert [n for n, _ in engine.got] == [1, 1, 2]
+    assert got.startswith(b"HTTP/1.1 502 ")  # not sent again: the connection was not a kept one
+    assert [n for n, _ in engine.got] == [1, 1, 2, 3]
 
 
 @pytest.mark.parametrize(("raw", "status"), [

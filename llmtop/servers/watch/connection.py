@@ -71,8 +71,8 @@ class Pending:
     measured body being read whole; `chunked`: a streamed body to re-frame as chunks."""
 
     __slots__ = ("chunked", "done", "endpoint", "exchange", "expects", "headers", "keep_alive",
-                 "length", "method", "parts", "path", "received_ns", "reply", "size", "started",
-                 "target", "up", "upgrade", "version")
+                 "length", "method", "parts", "path", "received_ns", "reply", "retried", "sent",
+                 "size", "started", "target", "up", "upgrade", "version")
 
     def __init__(self, received_ns: int) -> None:
         self.received_ns = received_ns
@@ -90,6 +90,8 @@ class Pending:
         self.expects = False  # asked `100 Continue`, not yet said (answers before it are due)
         self.upgrade = False  # asked to switch protocols: not passed on (wire.request_head)
         self.length = 0  # its Content-Length (an Upgrade request's body is read by it)
+        self.sent: bytes | None = None  # the whole request as written in one piece (a retry's)
+        self.retried = False
         self.keep_alive = True
         self.started = False  # the engine's answer began (its final status line arrived)
         self.done = False  # its answer ended
@@ -244,8 +246,11 @@ class ClientSide(asyncio.Protocol):
             self.advance()  # says 100 Continue now, or when the answers before it are out
             return
         p.chunked = b"chunked" in (header(p.headers, b"transfer-encoding") or b"").lower()
-        self.send_up(request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
-                                  drop=self.proxy.drop_for(p.headers)), p)
+        head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
+                            drop=self.proxy.drop_for(p.headers))
+        if not p.chunked and not p.length:
+            p.sent = head  # the whole request: it can be sent again (upstream_lost)
+        self.send_up(head, p)
 
     def on_body(self, body: bytes) -> None:
         p = self.current
@@ -290,7 +295,8 @@ class ClientSide(asyncio.Protocol):
         ex.on_sent = self.proxy.look_up_caller  # during the engine's prefill
         head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
                             drop=self.proxy.drop_for(p.headers), length=len(body))
-        self.send_up(head + body, p, measured=True)
+        p.sent = head + body
+        self.send_up(p.sent, p, measured=True)
         self.proxy.watcher.started(ex)  # after the write: numbering it delays nothing
 
     # ------------------------------------------------------------ the engine's side
@@ -408,9 +414,26 @@ class ClientSide(asyncio.Protocol):
         if p is not None and p.started and not up.framed:
             up.complete()  # the body ran to the close (no Content-Length, not chunked)
             return
-        if any(q.up is up for q in self.owed()):
-            self.upstream_failed(httpx.RemoteProtocolError(
-                "the engine closed the connection before its answer ended"))
+        lost = [q for q in self.owed() if q.up is up]
+        if not lost:
+            return
+        if up.answers and all(q.sent is not None and not q.started and not q.retried
+                              for q in lost):
+            # a kept connection the engine closed as the request went out (an idle timeout:
+            # uvicorn's and llama-server's are 5 s): no byte of an answer came, so the engine
+            # did not take it up; sent again, once, on a new connection (Go's http.Transport
+            # does the same)
+            again = []
+            for q in lost:
+                q.retried, q.up = True, None
+                assert q.sent is not None
+                again.append((q.sent, q, q.exchange is not None))
+            self.outbox = again + self.outbox  # before anything that came after them
+            if self.connecting is None:
+                self.connecting = self.loop.create_task(self.connect())
+            return
+        self.upstream_failed(httpx.RemoteProtocolError(
+            "the engine closed the connection before its answer ended"))
 
     def answering(self) -> Pending | None:
         """The request the engine is answering now: the oldest it owes an answer."""
@@ -492,6 +515,7 @@ class UpstreamSide(asyncio.Protocol):
         self.headers: list[tuple[bytes, bytes]] = []
         self.t = self.t_out = 0
         self.last: Pending | None = None  # a HEAD written here: nothing more is sent after it
+        self.answers = 0  # answers ended on this connection (a kept one when > 0)
         self.left = False  # this connection is being closed: what it still parses is ignored
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -595,6 +619,7 @@ class UpstreamSide(asyncio.Protocol):
         if p is None or p.done:
             return
         p.done = True
+        self.answers += 1
         ex = p.exchange
         if ex is not None:
             t_end = perf_counter_ns()
