@@ -57,7 +57,7 @@ class WatchApp(LlmtopBaseApp):
                  probes: bool = True) -> None:
         super().__init__()
         self.argv, self.probes = argv, probes
-        self.screen_ = WatchScreen([(p.listen, p.upstream) for p in pairs], show_text)
+        self.screen_ = WatchScreen([(p.listen, p.upstream) for p in pairs], show_text, probes)
         self.child: asyncio.subprocess.Process | None = None
         self.sampler: ProbeSampler | None = None
         self.errors: list[str] = []

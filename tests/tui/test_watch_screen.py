@@ -60,8 +60,15 @@ async def test_show_text_puts_the_text_in_the_detail():
     async with app.run_test(size=(140, 40)) as pilot:
         app.screen_.take(FINISHED)
         await pilot.pause(0.3)
-        detail = str(app.screen_.query_one("#watch-detail", Static).render())
+        widget = app.screen_.query_one("#watch-detail", Static)
+        detail = str(widget.render())
         assert "secret prompt" in detail and "secret answer" in detail
+        # and on the screen, not below the panel's edge (a new-user pass: a fixed 12 lines
+        # cut the text lines off): every line fits inside the border
+        assert widget.content_region.height >= len(detail.splitlines())
+        # no probe samples in these tests (probes=False): the panel says so
+        panel = app.screen_.query_one("#probes")
+        assert str(panel.texts["verdict"]) == "probes off (--no-probes)"
 
 
 async def test_the_app_runs_the_watch_and_shows_a_real_request(tmp_path):

@@ -30,21 +30,24 @@ RENDER_HZ = 8
 
 class WatchScreen(Screen[None]):
     """The traffic of one `llmtop watch`. pairs: ("listen", "upstream") shown in the title
-    line; show_text: the detail shows the selected request's text."""
+    line; show_text: the detail shows the selected request's text; probes: False when no
+    samples will come (the panel says so)."""
 
     DEFAULT_CSS = """
     #watch-title { height: 1; padding: 0 1; color: $text-muted; }
     #watch-left { width: 1fr; }
     #watch-table { height: 1fr; }
     #watch-sparks { height: 2; padding: 0 1; }
-    #watch-detail { height: 12; border: round $primary 40%; padding: 0 1; }
+    #watch-detail { height: auto; min-height: 12; max-height: 60%; border: round $primary 40%;
+                    padding: 0 1; }
     #probes { width: 44; border: round $primary 40%; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "app.quit", "Quit")]
 
-    def __init__(self, pairs: list[tuple[str, str]], show_text: bool = False) -> None:
+    def __init__(self, pairs: list[tuple[str, str]], show_text: bool = False,
+                 probes: bool = True) -> None:
         super().__init__()
-        self.pairs, self.show_text = pairs, show_text
+        self.pairs, self.show_text, self.probes = pairs, show_text, probes
         self.state = WatchRows()
         self._dirty: set[int] = set()
         self._sample: ProbeSample | None = None
@@ -65,6 +68,8 @@ class WatchScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        if not self.probes:
+            self.query_one(ProbePanel).off("probes off (--no-probes)")
         table = self.query_one(DataTable)
         for name in COLUMNS:
             table.add_column(name, key=name)

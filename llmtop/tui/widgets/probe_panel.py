@@ -92,6 +92,12 @@ class ProbePanel(ScrollView):
         """Typing with the panel focused (Tab) goes to the prompt box (`forward_typing`)."""
         forward_typing(self, event)
 
+    def off(self, why: str) -> None:
+        """No samples will come (e.g. `llmtop watch --no-probes`): say `why` instead of
+        "probes starting…"."""
+        self.texts["verdict"] = Text(why, style="dim")
+        self._redraw(everything=True)
+
     def show(self, sample: ProbeSample) -> None:
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
