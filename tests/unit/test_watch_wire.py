@@ -375,3 +375,15 @@ def test_the_token_stops_here_and_the_apps_own_authorization_goes_on():
     assert [m for _, m in engine.got] == [
         b"GET /v1/models HTTP/1.1\r\nHost: " + up + b"\r\nAuthorization: Bearer engine-key\r\n\r\n",
         b"GET /v1/models HTTP/1.1\r\nHost: " + up + b"\r\n\r\n"]
+
+
+def test_a_head_to_an_engine_that_is_not_there_gets_a_502_without_a_body():
+    seen = Seen()
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with WatchInThread(WatchProxy(dead, ("127.0.0.1", free_port()), seen)) as url:
+        port = url.rsplit(":", 1)[1]
+        got = exchange(url, f"HEAD / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode(),
+                       expect=1 << 30)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 502 Bad Gateway") and b"Content-Length: " in head
+    assert body == b""  # RFC 9110, 9.3.2: no body in an answer to HEAD

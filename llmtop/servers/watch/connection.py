@@ -392,7 +392,8 @@ class ClientSide(asyncio.Protocol):
                 self.proxy.finish(ex)
             if i == 0 and not p.started:
                 p.reply = json_reply(502, {"error": f"llmtop watch: the upstream "
-                                                    f"{self.proxy.upstream} did not answer: {exc}"})
+                                                    f"{self.proxy.upstream} did not answer: {exc}"},
+                                     head_only=p.method == b"HEAD")
             else:
                 p.done = True
         up, self.up = self.up, None

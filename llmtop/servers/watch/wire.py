@@ -87,12 +87,15 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data) if data else b"0\r\n\r\n"
 
 
-def json_reply(status: int, body: dict[str, str]) -> bytes:
+def json_reply(status: int, body: dict[str, str], *, head_only: bool = False) -> bytes:
     """A whole response of the watch's own: `status`, a JSON body, and `Connection: close`
-    (the watch closes the connection after it: a refused request's body is not read)."""
+    (the watch closes the connection after it: a refused request's body is not read).
+    head_only: the answer to a HEAD, which has no body (RFC 9110, 9.3.2); its length is
+    still said."""
     raw = json.dumps(body).encode()
     return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n%s" % (status, REASONS.get(status, b""), len(raw), raw))
+            b"Connection: close\r\n\r\n%s" % (status, REASONS.get(status, b""), len(raw),
+                                              b"" if head_only else raw))
 
 
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:

@@ -256,6 +256,7 @@ def line_fields(watched: Watched) -> dict[str, Any]:
         "upstream": rec.upstream, "endpoint": rec.endpoint, "model": rec.model or None,
         "caller": rec.caller, "caller_pid": rec.caller_pid, "status": str(rec.status),
         "http_status": rec.http_status, "error": rec.error,
+        "error_kind": str(rec.error_kind) if rec.error_kind else None,
         "ttft_ms": m.ttft_ms, "ttft_content_ms": m.ttft_content_ms, "tpot_ms": m.tpot_ms,
         "e2e_ms": m.e2e_ms, "itl_ms_max": max(m.itl_ms) if m.itl_ms else None,
         "decode_tps": m.client_decode_tps, "server_prefill_tps": m.server_prefill_tps,
