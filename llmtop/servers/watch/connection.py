@@ -22,7 +22,8 @@ Server and Date), chunked framing, body. The watch writes only its own short rep
 measured request that asked for it (its body is read whole first).
 
 Measurement (a POST to a generation endpoint, meter.endpoint_of): `received_ns` is the
-arrival of the segment that began the request; the body is read whole, then sent with its
+arrival of the segment that made the request whole (so `hop_in_ns` is the watch's own share,
+not the app's upload of a long prompt); the body is read whole, then sent with its
 head in one write, stamped `sent_ns` just before it (where llmtop's own requests stamp their
 send). Each response block is stamped on arrival, written to the client, stamped again
 (`first_text_out_ns` for the first text: `hop_out_ns`), and only then parsed: the body
@@ -71,11 +72,10 @@ class Pending:
     measured body being read whole; `chunked`: a streamed body to re-frame as chunks."""
 
     __slots__ = ("chunked", "done", "endpoint", "exchange", "expects", "headers", "keep_alive",
-                 "length", "method", "parts", "path", "received_ns", "reply", "retried", "sent",
-                 "size", "started", "target", "up", "upgrade", "version")
+                 "length", "method", "parts", "path", "reply", "retried", "sent", "size",
+                 "started", "target", "up", "upgrade", "version")
 
-    def __init__(self, received_ns: int) -> None:
-        self.received_ns = received_ns
+    def __init__(self) -> None:
         self.method = self.target = b""
         self.version = "1.1"
         self.path = ""
@@ -118,10 +118,7 @@ class ClientSide(asyncio.Protocol):
         self.connecting: asyncio.Task[None] | None = None
         self.closing = False  # nothing more is read: a reply of the watch's own, or the end
         self.body_left = 0  # bytes of an Upgrade request's body still to read (`feed`)
-        self.last_up_ns = 0  # the engine connection's last write or read
-        self.paused = False  # the app reads slowly: the engine's reading is paused for it
         self.hung_up = False  # shut for writing after a reply of the watch's own (hang_up)
-        self.timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio's calls
 
@@ -173,8 +170,6 @@ class ClientSide(asyncio.Protocol):
         self.proxy.connections.discard(self)
         if self.connecting is not None:
             self.connecting.cancel()
-        if self.timer is not None:
-            self.timer.cancel()
         up, self.up = self.up, None
         if up is not None and up.transport is not None:
             up.transport.abort()  # the engine sees its client leave and stops generating
@@ -189,20 +184,17 @@ class ClientSide(asyncio.Protocol):
         self.queue.clear()
 
     def pause_writing(self) -> None:
-        self.paused = True
         if self.up is not None and self.up.transport is not None:
             self.up.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.paused = False
-        self.last_up_ns = perf_counter_ns()
         if self.up is not None and self.up.transport is not None:
             self.up.transport.resume_reading()
 
     # ------------------------------------------------------------ httptools' calls
 
     def on_message_begin(self) -> None:
-        self.current = None if self.closing else Pending(self.rx_ns)
+        self.current = None if self.closing else Pending()
         self.url = []
 
     def on_url(self, url: bytes) -> None:
@@ -317,13 +309,10 @@ class ClientSide(asyncio.Protocol):
         if ex is not None:
             ex.sent_ns = perf_counter_ns()
         up.transport.write(data)
-        self.last_up_ns = perf_counter_ns()
         if p is not None:
             p.up = up
         if ex is not None:
             self.loop.call_soon(ex.after_send)  # once it is written: facts, caller
-        if self.timer is None and self.proxy.read_timeout_s is not None:
-            self.timer = self.loop.call_later(self.proxy.read_timeout_s, self.check_read)
 
     async def connect(self) -> None:
         """Open the engine connection, then write what waited for it, in order. A failure
@@ -352,27 +341,18 @@ class ClientSide(asyncio.Protocol):
         for data, p, measured in waiting:
             self.send_up(data, p, measured)
 
-    def owed(self) -> list[Pending]:
-        """The requests the engine still owes an answer to (not ended, not the watch's)."""
-        return [p for p in self.queue if not p.done and p.reply is None]
+    @staticmethod
+    def _owed(p: Pending) -> bool:
+        return not p.done and p.reply is None
 
-    def check_read(self) -> None:
-        """The read timeout: no byte from the engine for read_timeout_s while it owes an
-        answer ends that answer (TIMEOUT), as llmtop's own clients do."""
-        self.timer = None
-        limit = self.proxy.read_timeout_s
-        if not self.owed() or limit is None:
-            return
-        if self.paused:  # the engine's reading is paused for a slow app: not its silence
-            self.last_up_ns = perf_counter_ns()
-        idle_s = (perf_counter_ns() - self.last_up_ns) / 1e9
-        if idle_s < limit:
-            self.timer = self.loop.call_later(limit - idle_s, self.check_read)
-            return
-        self.upstream_failed(httpx.ReadTimeout(f"no byte from the engine for {limit:g} s"))
+    def owed(self) -> list[Pending]:
+        """The requests the engine still owes an answer to (not ended, not the watch's), in
+        order. No read timeout of the watch's own cuts them: the app's decides, as without
+        the watch (WatchProxy)."""
+        return [p for p in self.queue if self._owed(p)]
 
     def upstream_failed(self, exc: httpx.TransportError) -> None:
-        """The engine could not be reached, timed out or broke off: each request it owed an
+        """The engine could not be reached or broke off: each request it owed an
         answer records the failure; the first gets the watch's 502 if none of its answer was
         sent, else the app's connection is cut (it sees an incomplete answer, not an end).
         The app's connection closes either way."""
@@ -438,10 +418,7 @@ class ClientSide(asyncio.Protocol):
 
     def answering(self) -> Pending | None:
         """The request the engine is answering now: the oldest it owes an answer."""
-        for p in self.queue:
-            if not p.done and p.reply is None:
-                return p
-        return None
+        return next((p for p in self.queue if self._owed(p)), None)
 
     def advance(self) -> None:
         """Drop the ended requests from the queue's head; write the watch's own reply when it
@@ -492,7 +469,7 @@ class ClientSide(asyncio.Protocol):
     def refuse(self, status: int, message: str) -> None:
         """Answer a request the watch cannot read with `status` once the answers before it
         are out, and read nothing more."""
-        p = self.current or Pending(self.rx_ns)
+        p = self.current or Pending()
         if p not in self.queue:
             self.queue.append(p)
         p.exchange, p.parts = None, None
@@ -528,7 +505,6 @@ class UpstreamSide(asyncio.Protocol):
         if side.transport is not None and not side.hung_up:
             side.transport.write(data)  # first: the app waits for nothing of the watch's
         self.t, self.t_out = t, perf_counter_ns()
-        side.last_up_ns = t
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:  # no Upgrade was passed on: not an answer to one

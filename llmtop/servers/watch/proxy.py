@@ -18,7 +18,7 @@ Transparency (docs/guide/watch.md):
   engine's body has ended, and that answer is whole.
 
 Measurement, for `POST` to a generation endpoint (`meter.endpoint_of`): stamps in
-perf_counter ns — `received_ns` when the request's first segment arrived, `sent_ns` just before
+perf_counter ns — `received_ns` when the request's last segment arrived, `sent_ns` just before
 its write to the engine (the point llmtop's own requests stamp as their send), each block's
 arrival before it is forwarded; the block is parsed (`meter.Meter`) only after it was handed
 to the client, so measuring adds nothing to what the client waits for. `hop_in_ns` (received
@@ -59,17 +59,16 @@ class WatchProxy:
     HostError otherwise; ValueError for a scheme other than http/https); listen: (host,
     port) it is served on (for Host checks and the caller lookup); guard: Host/Origin rules;
     token: required on every request when given; watcher: told about measured requests;
-    callers: the caller lookup (None: none); timeouts in seconds: the engine's connect, and
-    its silence while it owes an answer (None, the default: none; the app's own timeout
-    decides, as it would without the watch: a non-streamed answer from a model on a CPU can
-    take longer than any figure the watch could pick, and a slow app's paused reading is
-    not the engine's silence)."""
+    callers: the caller lookup (None: none); connect_timeout_s: the engine's connect, in
+    seconds. There is no read timeout of the watch's own: the app's decides, as it would
+    without the watch (a non-streamed answer from a model on a CPU can take longer than any
+    figure the watch could pick, and a slow app's paused reading is not the engine's
+    silence)."""
 
     def __init__(self, upstream_url: str, listen: tuple[str, int], watcher: Watcher, *,
                  guard: Guard | None = None, token: str | None = None,
                  callers: CallerCache | None = None,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 read_timeout_s: float | None = None) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.upstream = resolve_host(upstream_url)
         self.wire = Upstream(self.upstream)
         # an https engine: the system's trust store, read once (tens of ms), not per connection
@@ -86,9 +85,8 @@ class WatchProxy:
         self.callers = callers
         self.peer = Peer(self.upstream, "the watched engine",
                          "start the engine, or restart `llmtop watch` with --upstream URL",
-                         read_timeout_s or DEFAULT_READ_TIMEOUT_S)
+                         DEFAULT_READ_TIMEOUT_S)
         self.connect_timeout_s = connect_timeout_s
-        self.read_timeout_s = read_timeout_s
         self.connections: set[ClientSide] = set()
         self._finishing: set[asyncio.Task[None]] = set()
 
