@@ -115,7 +115,8 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     basis = (
         "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
     )
-    whole = " (time to the whole answer: the stream was buffered)" if m.buffered else ""
+    whole = (" (includes the wait while the text was held back: the stream was buffered)"
+             if m.buffered else "")
     lines = [
         f"status        {result.status}" + (f": {result.failure}" if result.failure else "")
         + (" · cold-start (the model was loaded in this request: its TTFT is not a warm "

@@ -7,6 +7,9 @@ displays events; it never measures (docs/architecture.md, "Stamping at the sourc
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -169,6 +172,8 @@ class StreamEvent:
     tokens: how many tokens the server says this chunk carried (llama-server's cumulative
     `timings.predicted_n` with `timings_per_token`, differenced); None when it does not say.
     progress: the server's prompt-processing progress (a chunk without text); None otherwise.
+    tool_calls: the tool-call text this chunk carried (`tool_call_text`): the model's output
+    as much as content is, so it starts TTFT and counts as a text chunk; "" for none.
     """
 
     t_ns: int
@@ -179,11 +184,44 @@ class StreamEvent:
     failure: Failure | None = None
     tokens: int | None = None
     progress: PromptProgress | None = None
+    tool_calls: str = ""
 
     @property
     def has_text(self) -> bool:
-        """True when the chunk carries non-empty content or thinking text (TTFT counts these)."""
-        return bool(self.content or self.thinking)
+        """True when the chunk carries generated text: content, thinking or a tool call's
+        pieces (TTFT counts these)."""
+        return bool(self.content or self.thinking or self.tool_calls)
+
+
+def tool_call_text(calls: Any) -> str:
+    """The text a model generated for the tool calls of one message or delta: each call's
+    function name, then its arguments ("get_weather" + '{"city": "Tokyo"}').
+
+    calls: a list of calls, dicts or objects with a `function` whose `name` is a string and
+    whose `arguments` are either a string (OpenAI's chat stream: the JSON's fragments, spread
+    over deltas, `delta.tool_calls[].function.arguments`) or an object (Ollama's
+    `message.tool_calls[].function.arguments`, each call whole in one chunk; written as JSON).
+    Server-made fields (`id`, `type`, `index`) are not the model's text and are left out.
+    Anything else (None, not a list, a call without a function) gives ""; never raises.
+    """
+    if not isinstance(calls, list | tuple):
+        return ""
+    parts: list[str] = []
+    for call in calls:
+        function = _get(call, "function")
+        if function is None:
+            continue
+        name = _get(function, "name")
+        if isinstance(name, str):
+            parts.append(name)
+        arguments = _get(function, "arguments")
+        if isinstance(arguments, str):
+            parts.append(arguments)
+        elif arguments is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                parts.append(json.dumps(dict(arguments) if isinstance(arguments, Mapping)
+                                        else arguments, ensure_ascii=False, default=str))
+    return "".join(parts)
 
 
 def exit_code_for(kind: FailureKind) -> ExitCode:

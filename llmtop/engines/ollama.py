@@ -40,7 +40,7 @@ finally:
         os.environ["OLLAMA_HOST"] = _saved_host
 
 from llmtop.engines.base import EngineError, ModelInfo
-from llmtop.engines.events import Failure, ServerStats, StreamEvent
+from llmtop.engines.events import Failure, ServerStats, StreamEvent, tool_call_text
 from llmtop.engines.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
@@ -128,7 +128,7 @@ class OllamaEngine:
                 keep_alive=keep_alive,
             )
 
-        return self._stream(model, start, lambda p: (p.message.content, p.message.thinking))
+        return self._stream(model, start, chat_texts)
 
     async def _stream(
         self, model: str, start: Any, texts: Any
@@ -140,14 +140,15 @@ class OllamaEngine:
                 async for part in parts:
                     t_ns = arrival_ns()
                     progress.saw(t_ns)
-                    content, thinking = texts(part)
+                    content, thinking, tools = texts(part)
                     if part.done:
                         done = StreamEvent(t_ns, content or "", thinking or "", done=True,
-                                           stats=ServerStats.from_mapping(part))
+                                           stats=ServerStats.from_mapping(part),
+                                           tool_calls=tools)
                         await drain(parts)
                         yield done
                         return
-                    yield StreamEvent(t_ns, content or "", thinking or "")
+                    yield StreamEvent(t_ns, content or "", thinking or "", tool_calls=tools)
             failure = failure_truncated(self.peer, progress)
         except ollama.ResponseError as exc:
             failure = await self._response_failure(model, exc)
@@ -245,6 +246,16 @@ class OllamaEngine:
             model_info=dict(shown.modelinfo or {}),
             chat_template=_has_chat_template(getattr(shown, "template", None)),
         )
+
+
+def chat_texts(part: Any) -> tuple[str, str, str]:
+    """(content, thinking, tool-call text) of one `/api/chat` chunk (the `ollama` client's
+    `ChatResponse`). A tool call comes whole in `message.tool_calls`, in a `done: false` chunk
+    with empty content or only in the `done: true` one (docs/method.md, "TTFT and E2E"): its
+    text (`events.tool_call_text`) is the model's output as much as content is."""
+    message = part.message
+    return (message.content or "", message.thinking or "",
+            tool_call_text(getattr(message, "tool_calls", None)))
 
 
 def _has_chat_template(template: Any) -> bool | None:

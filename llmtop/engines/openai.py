@@ -209,8 +209,9 @@ class OpenAIEngine:
             except (ValueError, TypeError, AttributeError, IndexError) as exc:
                 yield failure_protocol(f"{type(exc).__name__}: {exc}", peer=self.peer)
                 return
-            if content or thinking:
-                yield StreamEvent(t_ns, content, thinking, tokens=reader.chunk_tokens)
+            if content or thinking or reader.tool_calls:
+                yield StreamEvent(t_ns, content, thinking, tokens=reader.chunk_tokens,
+                                  tool_calls=reader.tool_calls)
             elif reader.progress is not None:
                 yield StreamEvent(t_ns, progress=reader.progress)
         yield await self._end(reader, perf_counter_ns())

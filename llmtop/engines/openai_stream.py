@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.engines.events import PromptProgress, ServerStats
+from llmtop.engines.events import PromptProgress, ServerStats, tool_call_text
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -106,7 +106,10 @@ class ChunkReader:
     object of each kind seen (vLLM's `continuous_usage_stats` sends a cumulative usage on
     every chunk: the last one is the total). chunks: objects read. chunk_tokens: the tokens
     the last chunk read added to `timings.predicted_n` (None when it had no timings);
-    progress: the last chunk's `prompt_progress` (None when it had none).
+    progress: the last chunk's `prompt_progress` (None when it had none). tool_calls: the
+    tool-call text of the last chunk read (`events.tool_call_text` of `delta.tool_calls`, and
+    of the older `delta.function_call`), "" for none: a tool call is the model's output, so
+    a caller makes a text event of a chunk that has only it (beside `"content": ""`).
     """
 
     finish_reason: str | None = None
@@ -116,6 +119,7 @@ class ChunkReader:
     chunks: int = 0
     chunk_tokens: int | None = None
     progress: PromptProgress | None = None
+    tool_calls: str = ""
 
     def read(self, obj: Any) -> tuple[str, str]:
         """One chunk → (answer text, thinking text), either may be empty. A role-only or empty
@@ -124,6 +128,7 @@ class ChunkReader:
         if not isinstance(obj, Mapping):
             raise TypeError(f"a chunk that is not a JSON object: {obj!r:.80}")
         self.chunks += 1
+        self.tool_calls = ""
         if obj.get("error") is not None:
             raise StreamError(error_text(obj["error"]))
         before = _count((self.timings or {}).get("predicted_n")) or 0
@@ -145,6 +150,9 @@ class ChunkReader:
             return "", ""
         content = delta.get("content")
         thinking = next((delta[k] for k in THINKING_KEYS if isinstance(delta.get(k), str)), "")
+        legacy = delta.get("function_call")
+        self.tool_calls = tool_call_text(delta.get("tool_calls")) + tool_call_text(
+            [{"function": legacy}] if isinstance(legacy, Mapping) else None)
         return (content if isinstance(content, str) else ""), thinking
 
     def stats(self) -> ServerStats:

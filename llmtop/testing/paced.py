@@ -17,13 +17,20 @@ converges), eval_count = n, eval_duration = n × gap_ms × f.
 `factor(j)` gives f for the j-th *decoding* request (num_predict ≥ 3, from 0: a bench's
 warm-ups first, then its measured requests); calibration probes and the bench's first
 short request (num_predict ≤ 2) are never slowed.
+
+Over the wire (the end of this module): `LineServer`, a real HTTP server that writes a paced
+reply (`ollama_paced_reply`: Ollama's lines with the figures as paced), and `BlockProxy`, a
+proxy in front of it that forwards the reply in blocks of 4096 bytes, as nginx does by
+default: a stream whose chunks all arrive, bunched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any
 
 from llmtop.engines.base import ModelInfo
@@ -167,3 +174,171 @@ def paced_connection(engine: PacedEngine) -> Connection:
         info=ModelInfo(name="paced", parameter_size="1.0M", quantization="Q4_K_M"),
         version="0.0.0-paced",
     )
+
+
+# ------------------------------------------------------------------ paced over the wire
+#
+# A stream as a real server sends it, and a proxy in front that forwards it in blocks of
+# bytes: the case `timeline.blocks` recognises, made exact. Both are plain asyncio servers on
+# 127.0.0.1 that run in the caller's event loop.
+
+BLOCK_BYTES = 4096  # nginx's proxy_buffer_size default: one memory page (4 or 8 KiB)
+
+
+@dataclass(frozen=True)
+class WireReply:
+    """What `LineServer` answers every request with: the body's pieces as (delay before it
+    in s, bytes), each written as one chunk of a chunked body, under `content_type`."""
+
+    pieces: tuple[tuple[float, bytes], ...]
+    content_type: str = "application/x-ndjson"
+
+
+def ollama_paced_reply(tokens: int, *, first_ms: float, gap_ms: float, load_ms: float = 1.0,
+                       prompt_tokens: int = 20) -> WireReply:
+    """Ollama `/api/chat` lines for `tokens` tokens, one a line, each of the same length (text
+    " w000", " w001", …): the first `first_ms` after the request, the rest `gap_ms` apart,
+    then the done line at once, with the server's figures as paced — load `load_ms`, then
+    `prompt_tokens` of prompt, then each token in `gap_ms`: prompt_eval_duration = first_ms −
+    gap_ms − load_ms, eval_count = tokens, eval_duration = tokens × gap_ms, total_duration =
+    first_ms + (tokens − 1) × gap_ms (when the done line leaves). Raises ValueError when
+    first_ms leaves no time for the load and the first token."""
+    prompt_ms = first_ms - gap_ms - load_ms
+    if prompt_ms < 0:
+        raise ValueError(f"first_ms {first_ms} leaves no time for the load and the first "
+                         f"token: make it at least gap_ms + load_ms ({gap_ms + load_ms})")
+    if tokens < 1:
+        raise ValueError(f"a paced reply has at least 1 token, not {tokens}")
+
+    def line(obj: dict[str, Any]) -> bytes:
+        return json.dumps({"model": "paced", "created_at": "2026-01-01T00:00:00Z", **obj},
+                          separators=(",", ":")).encode() + b"\n"
+
+    def token(i: int) -> bytes:
+        return line({"message": {"role": "assistant", "content": f" w{i:03d}"}, "done": False})
+
+    done = line({"message": {"role": "assistant", "content": ""}, "done": True,
+                 "done_reason": "stop",
+                 "total_duration": round((first_ms + (tokens - 1) * gap_ms) * MS),
+                 "load_duration": round(load_ms * MS), "prompt_eval_count": prompt_tokens,
+                 "prompt_eval_duration": round(prompt_ms * MS), "eval_count": tokens,
+                 "eval_duration": round(tokens * gap_ms * MS)})
+    pieces = [(first_ms / 1e3, token(0))]
+    pieces += [(gap_ms / 1e3, token(i)) for i in range(1, tokens)]
+    return WireReply((*pieces, (0.0, done)))
+
+
+def chunked(piece: bytes) -> bytes:
+    """One chunk of a chunked HTTP/1.1 body (RFC 9112, 7.1)."""
+    return b"%x\r\n%s\r\n" % (len(piece), piece)
+
+
+class LineServer:
+    """A scripted HTTP/1.1 server that answers every request (any method and path; a body by
+    its Content-Length) with `reply`, paced, then closes the connection: a proxy in front
+    knows the answer's end by the close. `sent`: each answer's bytes as written (head and
+    chunk framing included), the truth a test computes the proxy's blocks from; `bodies`:
+    each request's body."""
+
+    HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: close\r\n\r\n")
+
+    def __init__(self, reply: WireReply) -> None:
+        self.reply = reply
+        self.sent: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on 127.0.0.1 (a free port, returned)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(v) for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+                           if k.strip().lower() == b"content-length"), 0)
+            self.bodies.append(await reader.readexactly(length))
+            out = [self.HEAD % self.reply.content_type.encode()]
+            writer.write(out[0])
+            for delay, piece in self.reply.pieces:
+                if delay:
+                    await asyncio.sleep(delay)
+                out.append(chunked(piece))
+                writer.write(out[-1])
+                await writer.drain()
+            out.append(b"0\r\n\r\n")
+            writer.write(out[-1])
+            await writer.drain()
+            self.sent.append(b"".join(out))
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+
+class BlockProxy:
+    """A TCP proxy that passes the client's bytes on at once and holds the server's until
+    `block` bytes have collected, then writes them `block` bytes at a time; what is left goes
+    when the server closes (nginx with `proxy_buffering on`, its default). `flushes`:
+    (perf_counter_ns, bytes) of each write to the client, in order."""
+
+    def __init__(self, upstream_port: int, block: int = BLOCK_BYTES) -> None:
+        self.upstream_port = upstream_port
+        self.block = block
+        self.flushes: list[tuple[int, int]] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on 127.0.0.1 (a free port, returned)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+                     ) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        forward = asyncio.create_task(self._forward(client_r, up_w))
+        held = b""
+        try:
+            while data := await up_r.read(1 << 16):
+                held += data
+                while len(held) >= self.block:
+                    await self._flush(client_w, held[:self.block])
+                    held = held[self.block:]
+            if held:
+                await self._flush(client_w, held)
+        except ConnectionError:
+            pass
+        finally:
+            forward.cancel()
+            client_w.close()
+            up_w.close()
+
+    async def _flush(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        self.flushes.append((perf_counter_ns(), len(data)))
+        writer.write(data)
+        await writer.drain()
+
+    @staticmethod
+    async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass

@@ -42,6 +42,11 @@ class EventText:
         """The thinking text."""
         return "".join(e.thinking for e in self.events)
 
+    @property
+    def tool_calls(self) -> str:
+        """The tool calls' text (engines/events.py, `tool_call_text`)."""
+        return "".join(e.tool_calls for e in self.events)
+
 
 @dataclass
 class RequestCollector(EventText):
@@ -194,7 +199,7 @@ async def run_request(
                     on_event(event)
                 if event.done:
                     break
-                chunks += bool(event.content or event.thinking)
+                chunks += event.has_text
                 if most is not None and chunks > most:
                     collector.add(StreamEvent(perf_counter_ns(), done=True,
                                               failure=past_predict(chunks, collector.options)))

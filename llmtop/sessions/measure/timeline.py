@@ -6,7 +6,8 @@ Definitions follow docs/method.md ("Metrics of one request") and Ollama's API re
          │◄────────── TTFT ────────►│◄ TPOT ►
          │◄──────────────────── E2E latency ─────────────────────────────►│
 
-* TTFT (ms): send → first chunk carrying non-empty content or thinking text (client clock).
+* TTFT (ms): send → first chunk carrying non-empty content, thinking or tool-call text
+  (client clock): a tool call is the model's output as much as an answer is.
 * E2E (ms): send → the done chunk (the end of the response as the client saw it).
 * ITL (ms): gaps between successive text-carrying chunks. A chunk is not a token.
 * TPOT (ms/token): (E2E − TTFT) / (n − 1), with n = the server's `eval_count` when present,
@@ -42,10 +43,20 @@ own counts — far fewer text chunks than `eval_count` tokens, or all the text a
 small part of `eval_duration` — and then the client TPOT, decode rate and overhead are n/a
 with the reason; TTFT stays, but it is the time to the whole answer, and the server's rates
 stay as they are.
+
+Delivered in blocks (docs/method.md, "Buffered streams"): a proxy that forwards in blocks of
+bytes (nginx's default `proxy_buffering`, 4 or 8 KiB) lets every chunk through, over the
+whole decode time, so neither test above sees it; its mark is in the gaps. The chunks of a
+block arrive with one read, so most gaps are ~0 and the rest are long, one per block
+(`blocks`). TTFT then includes the wait for the first block to fill, and the client's rate
+(the tokens after the first over E2E − TTFT) comes out above the server's own — which a
+stream the client sees as it is made cannot do. The stream is judged buffered, with the
+blocks' count, size and period as the evidence.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
@@ -69,6 +80,18 @@ BUFFERED_SHARE = 0.25
 # rates are set aside, never averaged.
 IMPOSSIBLE_PER_CHAR = 8
 IMPOSSIBLE_MARGIN = 64
+# Blocks (`blocks`): a gap under BLOCK_JOIN of the stream's mean gap joins a chunk to the one
+# before it (arrived with the same read, or nearly: a block split over a few TCP segments).
+# A token stream's gaps scatter around their mean; a gap under a quarter of it is rare (a
+# machine that reads late bunches a few). The stream came in blocks when BLOCK_SHARE of its
+# gaps are joined (a median block of 4 chunks or more), or BLOCK_SHARE_CONTRADICTED of them
+# and the client's decode rate is over RATE_CONTRADICTED × the server's own (the server's is
+# optimistic by n/(n − 1) already: an unbuffered client rate stays under it).
+BLOCK_JOIN = 0.25
+BLOCK_SHARE = 0.75
+BLOCK_SHARE_CONTRADICTED = 0.5
+RATE_CONTRADICTED = 1.25
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +187,10 @@ def server_decode_tps(stats: ServerStats | None) -> float | None:
 
 
 def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, tokens: int | None) -> float | None:
-    """Time per output token in ms: (E2E − TTFT) / (tokens − 1); None when tokens < 2."""
-    if ttft_ms is None or e2e_ms is None or tokens is None or tokens < 2 or e2e_ms < ttft_ms:
-        return None
+    """Time per output token in ms: (E2E − TTFT) / (tokens − 1); None when tokens < 2 or
+    E2E is not after TTFT."""
+    if ttft_ms is None or e2e_ms is None or tokens is None or tokens < 2 or e2e_ms <= ttft_ms:
+        return None  # no time for n − 1 tokens (all text in the done chunk) is no measurement
     return (e2e_ms - ttft_ms) / (tokens - 1)
 
 
@@ -225,6 +249,72 @@ def buffering(text_stamps: Sequence[int], stats: ServerStats | None) -> str | No
     return None
 
 
+def blocks(text: Sequence[StreamEvent], stats: ServerStats | None,
+           client_tps: float | None = None) -> str | None:
+    """Why the stream's text came in blocks of chunks (module docstring, "Delivered in
+    blocks"), with the evidence, or None.
+
+    text: the text-carrying events in arrival order (perf_counter_ns stamps). stats: the
+    server's figures — its decode rate, and `draft_count`: speculative decoding hands over a
+    step's accepted tokens together by design, so its gaps alone are not judged. client_tps:
+    the client's decode rate (tokens/s), None when n/a. Needs BUFFERED_MIN_TOKENS text chunks
+    spread over some time; otherwise None.
+    """
+    n = len(text)
+    if n < BUFFERED_MIN_TOKENS or text[-1].t_ns <= text[0].t_ns:
+        return None
+    join_ns = BLOCK_JOIN * (text[-1].t_ns - text[0].t_ns) / (n - 1)
+    groups: list[list[StreamEvent]] = [[text[0]]]
+    for a, b in pairwise(text):
+        if b.t_ns - a.t_ns < join_ns:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    joined = (n - len(groups)) / (n - 1)
+    server_tps = server_decode_tps(stats)
+    contradicted = (client_tps is not None and server_tps is not None
+                    and client_tps > RATE_CONTRADICTED * server_tps)
+    speculative = stats is not None and bool(stats.draft_count)
+    if (joined < BLOCK_SHARE or speculative) and not (
+            contradicted and joined >= BLOCK_SHARE_CONTRADICTED):
+        return None
+    return _blocks_reason(groups, join_ns, stats, client_tps, server_tps)
+
+
+def _blocks_reason(groups: list[list[StreamEvent]], join_ns: float, stats: ServerStats | None,
+                   client_tps: float | None, server_tps: float | None) -> str:
+    """The evidence of `blocks`: how many, their median size in chunks, tokens (the chunks'
+    own counts, else the server's tokens per chunk) and bytes of text, their period, and what
+    the first one's wait holds."""
+    n = sum(len(g) for g in groups)
+    per_chunk = (stats.eval_count / n) if stats is not None and stats.eval_count else None
+    if all(e.tokens is not None for g in groups for e in g):
+        tokens = [float(sum(e.tokens or 0 for e in g)) for g in groups]
+    else:
+        tokens = [len(g) * per_chunk for g in groups] if per_chunk is not None else []
+    sizes = [sum(len((e.content + e.thinking + e.tool_calls).encode()) for e in g)
+             for g in groups]
+    period = statistics.median(b[0].t_ns - a[0].t_ns for a, b in pairwise(groups)) / NS_PER_MS
+    typical = round(statistics.median(tokens)) if tokens else None
+    token_part = f"{typical} token{'s' if typical != 1 else ''}, " if tokens else ""
+    chunks = statistics.median(len(g) for g in groups)
+    reason = (f"delivered in {len(groups)} blocks of a median {chunks:g} "
+              f"chunk{'s' if chunks != 1 else ''} ({token_part}"
+              f"{statistics.median(sizes):.0f} bytes of text), one every {period:.0f} ms; "
+              f"{n - len(groups)} of {n - 1} chunk gaps under {join_ns / NS_PER_MS:.1f} ms: "
+              "something between the server and llmtop held the text back and forwarded it "
+              "in blocks (a buffering proxy, as nginx's default proxy_buffering; compression). "
+              f"TTFT includes the wait for the first block ({len(groups[0])} chunks")
+    if stats is not None and stats.eval_count and stats.eval_duration and tokens:
+        wait_ms = max(tokens[0] - 1, 0) * stats.eval_duration / stats.eval_count / NS_PER_MS
+        reason += f": about {wait_ms:.0f} ms of the server's decoding"
+    reason += ")"
+    if client_tps is not None and server_tps is not None and client_tps > server_tps:
+        reason += (f"; the client's decode rate, {client_tps:.1f} tok/s, is above the "
+                   f"server's own {server_tps:.1f} tok/s")
+    return reason
+
+
 def impossible_counts(events: Sequence[StreamEvent], stats: ServerStats | None) -> str | None:
     """Why the server's counts cannot be true (IMPOSSIBLE_PER_CHAR: more tokens than the text
     that arrived can hold, or a negative count or duration), or None when they can be."""
@@ -236,7 +326,7 @@ def impossible_counts(events: Sequence[StreamEvent], stats: ServerStats | None) 
         if value is not None and value < 0:
             return f"the server reports {name} {value}, below zero"
     tokens = stats.eval_count
-    chars = sum(len(e.content) + len(e.thinking) for e in events)
+    chars = sum(len(e.content) + len(e.thinking) + len(e.tool_calls) for e in events)
     if tokens is not None and tokens > IMPOSSIBLE_PER_CHAR * chars + IMPOSSIBLE_MARGIN:
         return (f"the server counts {tokens} tokens for {chars} characters of text: more than "
                 "that text can hold; its counts and rates are not used")
@@ -253,8 +343,9 @@ def compute_metrics(
     stats: the server's statistics (defaults to those on the done event).
 
     E2E is measured to the done event; a stream without one (failure, truncation) has
-    E2E None, because the response never completed. A buffered stream (`buffering`) has
-    client TPOT, client decode rate and overhead None, and `buffered` says why.
+    E2E None, because the response never completed. A buffered stream (`buffering`, or one
+    delivered in `blocks`) has client TPOT, client decode rate and overhead None, and
+    `buffered` says why.
     """
     if stats is None:
         stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
@@ -279,6 +370,10 @@ def compute_metrics(
 
     buffered = buffering(text_stamps, stats)
     tpot = tpot_ms(ttft, e2e, tokens) if buffered is None else None
+    if buffered is None:
+        text = [e for e in events if e.has_text]
+        buffered = blocks(text, stats, 1000.0 / tpot if tpot else None)
+        tpot = tpot if buffered is None else None
     load = ns_to_ms(stats.load_duration) if stats else None
     prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
     if load is None and stats is not None and stats.source is not None:

@@ -132,7 +132,8 @@ def markdown(report: Report) -> str:
             f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
             f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
             f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
-            "n/a and left out of the statistics; their TTFT is the time to the whole answer.")
+            "n/a and left out of the statistics; their TTFT includes the wait while the text "
+            "was held back (for the whole answer, or for the first block).")
     if report.log.warnings:
         lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
     if report.interrupted:
