@@ -10,9 +10,12 @@ figures exactly as written here, whatever the machine's load.
 
 Timeline of a reply with n output tokens and slowdown factor f (ms after its send):
 load `load_ms`, prefill `prefill_ms_per_token` per prompt token, then `overhead_ms`, then
-the first token, then one token every `gap_ms`; every duration × f. The server's statistics
-say the same: prompt_eval_count = TEMPLATE_TOKENS + the prompt's words (so calibration
-converges), eval_count = n, eval_duration = n × gap_ms × f.
+the first token, then one token every `gap_ms`, and the done chunk one gap after the last;
+every duration × f. The server's statistics say the same: prompt_eval_count =
+TEMPLATE_TOKENS + the prompt's words (so calibration converges), eval_count = n,
+eval_duration = n × gap_ms × f. They fit inside the client's clock (load + prefill + decode
+≤ E2E: sessions/measure/telemetry.py sets aside durations that do not), which is why the
+done chunk comes a whole gap after the last token, not at once.
 
 `factor(j)` gives f for the j-th *decoding* request (num_predict ≥ 3, from 0: a bench's
 warm-ups first, then its measured requests); calibration probes and the bench's first
@@ -128,7 +131,7 @@ class PacedEngine:
             eval_duration=round(n_out * gap * MS),
             done_reason="length",
         )
-        return [*events, at(first + (n_out - 1) * gap + 1.0, done=True, stats=stats)]
+        return [*events, at(first + n_out * gap, done=True, stats=stats)]
 
     def stream_chat(
         self,
