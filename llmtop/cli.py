@@ -128,9 +128,13 @@ def name_list(choices: Sequence[str], what: str) -> Callable[[str], tuple[str, .
 
 
 def pid_number(text: str) -> int:
-    """A process id (a whole number ≥ 1), or argparse.ArgumentTypeError saying so."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"pid {text!r} is not a whole number >= 1")
+    """A process id (a whole number from 1 to the system's largest, probes.config.PID_LIMIT),
+    or argparse.ArgumentTypeError saying so."""
+    from llmtop.probes.config import PID_LIMIT
+
+    if not text.isdigit() or len(text) > 12 or not 1 <= int(text) <= PID_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"pid {text[:40]!r} is not a whole number from 1 to {PID_LIMIT}")
     return int(text)
 
 

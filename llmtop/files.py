@@ -51,19 +51,79 @@ def is_regular_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def not_regular(path: str | os.PathLike[str]) -> str | None:
+def _what(mode: int) -> str:
+    """What a file of this `st_mode` is, in words ("a FIFO (named pipe)", "a device"…)."""
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def not_regular(path: str | os.PathLike[str],
+                wanted: str = "a session log (a .jsonl file)") -> str | None:
     """The message for an input that exists but is not a regular file ("… is a FIFO, not a
-    file: …"), or None (a regular file, or nothing there: the reader says what is missing)."""
+    file: give the path of `wanted`"), or None (a regular file, or nothing there: the reader
+    says what is missing)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return None
     if stat.S_ISREG(mode):
         return None
-    what = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    return f"{path} is {what}, not a file: give the path of a session log (a .jsonl file)"
+    return f"{path} is {_what(mode)}, not a file: give the path of {wanted}"
+
+
+class NotRegularFile(OSError):
+    """A path that opened as a FIFO, a device, a socket or a folder where a regular file was
+    wanted; the message says which (`str(exc)`: "… is a FIFO (named pipe), not a file")."""
+
+
+class FileTooLarge(OSError):
+    """A file longer than its reader's bound; the message gives the bound."""
+
+
+# O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer (a
+# blocked open() is in the kernel, where no signal handler of ours runs: SIGTERM could not end
+# it). O_NOCTTY: a terminal device never becomes our controlling terminal. Both absent on
+# Windows, which has neither FIFOs in the file system nor controlling terminals.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of `path` (following links) that is a regular file, opened
+    without blocking; the caller closes it. Raises NotRegularFile for anything else (checked
+    on the open descriptor, so a file swapped after a stat cannot slip through), OSError as
+    os.open does."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(f"{path} is {_what(mode)}, not a file")
+    return fd
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them (`open_regular`:
+    never blocks, never reads a device's endless stream). Raises NotRegularFile, FileTooLarge
+    (more than `limit` bytes, which the message gives), OSError."""
+    fd = open_regular(path)
+    try:
+        parts: list[bytes] = []
+        got = 0
+        while got <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not block:
+                break
+            parts.append(block)
+            got += len(block)
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise FileTooLarge(f"{path} is longer than {limit} bytes")
+    return b"".join(parts)
 
 
 def _same_file(a: os.stat_result, path: str | os.PathLike[str]) -> bool:

@@ -21,8 +21,10 @@ its command line, as one JSON-ready "effective engine configuration" (docs/proto
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +32,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmtop.engines.openai_server import get_json
 
 PROBE_TIMEOUT_S = 1.0
+# What a server's self-description may hold, beyond which a field is not believed (a NaN, a
+# negative count, a 10 MB path): it is left out and said (`config_from`'s "set_aside").
+# Slots: llama.cpp runs at most LLAMA_MAX_SEQ sequences at once (256 in src/llama-cparams.h
+# of current builds); 4096 leaves room for that to grow. Context: n_ctx is a uint32_t in
+# llama_context_params. Texts: PATH_MAX is 4096 bytes on Linux; a build label is short.
+MAX_SLOTS = 4096
+MAX_CTX = 2**32 - 1
+MAX_PATH_CHARS = 4096
+MAX_LABEL_CHARS = 256
 METRIC_PREFIX = "llamacpp:"
 # flag key → its spellings on llama-server's command line (common/arg.cpp in llama.cpp)
 VALUE_FLAGS: dict[str, tuple[str, ...]] = {
@@ -78,26 +89,86 @@ def config_from(props: Any, slots: Any) -> dict[str, Any]:
     "chat_template" ("chatml" when the template applied is ChatML — llama-server's fallback
     for a GGUF without one — else "other"), "total_slots",
     "n_ctx_per_slot", "metrics_endpoint", "slots": [{"id", "n_ctx", "speculative",
-    "is_processing"}], "speculative"} — what is not there is left out."""
+    "is_processing"}], "speculative", "set_aside"} — what is not there is left out, and so
+    is what is there but not believable (NaN, Infinity, a count below 1 or above its bound,
+    a text past its length: MAX_SLOTS, MAX_CTX, MAX_PATH_CHARS, MAX_LABEL_CHARS), each such
+    field named with what it held in "set_aside" (a list of lines; absent when none was)."""
     out: dict[str, Any] = {"server": "llama-server"}
+    notes: list[str] = []
     if isinstance(props, Mapping):
-        for key in ("build_info", "model_path", "total_slots"):
-            if props.get(key) is not None:
-                out[key] = props[key]
-        if isinstance(props.get("chat_template"), str):
-            out["chat_template"] = "chatml" if "<|im_start|>" in props["chat_template"] else (
-                "other")
-        settings = props.get("default_generation_settings")
-        if isinstance(settings, Mapping) and isinstance(settings.get("n_ctx"), int):
-            out["n_ctx_per_slot"] = settings["n_ctx"]
-        if isinstance(props.get("endpoint_metrics"), bool):
-            out["metrics_endpoint"] = props["endpoint_metrics"]
+        _props(props, out, notes)
     if isinstance(slots, list):
-        rows = [{k: s.get(k) for k in ("id", "n_ctx", "speculative", "is_processing")}
-                for s in slots if isinstance(s, Mapping)]
+        rows = [_slot(s, notes) for s in slots[:MAX_SLOTS] if isinstance(s, Mapping)]
+        if len(slots) > MAX_SLOTS:
+            notes.append(f"/slots: {len(slots)} entries, only the first {MAX_SLOTS} kept")
         out["slots"] = rows
         out["speculative"] = any(bool(r.get("speculative")) for r in rows)
+    if notes:
+        out["set_aside"] = notes
     return out
+
+
+def _props(props: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """`/props`' fields into `out` (config_from's keys), each only when of its kind and
+    range; a field that is not is left out with a line in `notes`."""
+    for key, limit in (("build_info", MAX_LABEL_CHARS), ("model_path", MAX_PATH_CHARS)):
+        value = props.get(key)
+        if isinstance(value, str) and len(value) <= limit:
+            out[key] = value
+        elif value is not None:
+            notes.append(f"/props {key}: {_what(value)}, not a text of at most {limit} "
+                         "characters")
+    _count(props.get("total_slots"), "/props total_slots", MAX_SLOTS, out, "total_slots", notes)
+    if isinstance(props.get("chat_template"), str):
+        out["chat_template"] = "chatml" if "<|im_start|>" in props["chat_template"] else (
+            "other")
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, Mapping):
+        _count(settings.get("n_ctx"), "/props n_ctx", MAX_CTX, out, "n_ctx_per_slot", notes)
+    if isinstance(props.get("endpoint_metrics"), bool):
+        out["metrics_endpoint"] = props["endpoint_metrics"]
+
+
+def _count(value: Any, name: str, limit: int, out: dict[str, Any], key: str,
+           notes: list[str]) -> None:
+    """`out[key] = value` for a whole number from 1 to `limit`; a note for anything else
+    given (NaN, Infinity, a negative or absurd count, a string); nothing for None."""
+    if value is None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit:
+        out[key] = value
+        return
+    notes.append(f"{name}: {_what(value)}, not a count from 1 to {limit}")
+
+
+def _slot(slot: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """One `/slots` entry's fields: id a whole number >= 0, n_ctx a count (`_count`),
+    speculative and is_processing true/false; a field not of its kind is None, noted."""
+    row: dict[str, Any] = {}
+    slot_id = slot.get("id")
+    ok_id = isinstance(slot_id, int) and not isinstance(slot_id, bool) and 0 <= slot_id < MAX_SLOTS
+    row["id"] = slot_id if ok_id else None
+    if slot_id is not None and not ok_id:
+        notes.append(f"/slots id: {_what(slot_id)}, not a slot number")
+    found: dict[str, Any] = {}
+    _count(slot.get("n_ctx"), "/slots n_ctx", MAX_CTX, found, "n_ctx", notes)
+    row["n_ctx"] = found.get("n_ctx")
+    for key in ("speculative", "is_processing"):
+        value = slot.get(key)
+        row[key] = value if isinstance(value, bool) else None
+        if value is not None and not isinstance(value, bool):
+            notes.append(f"/slots {key}: {_what(value)}, not true or false")
+    return row
+
+
+def _what(value: Any) -> str:
+    """A value in a note: a number as written (NaN, inf, -3), else its JSON kind and size."""
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        text = repr(value) if isinstance(value, float) or abs(value) < 10**30 else "a huge number"
+        return text[:40]
+    if isinstance(value, str):
+        return f"a text of {len(value)} characters"
+    return {bool: "true/false", list: "a list", dict: "an object"}.get(type(value), "a value")
 
 
 def describe(config: Mapping[str, Any]) -> str:
@@ -125,32 +196,86 @@ def describe(config: Mapping[str, Any]) -> str:
         parts.append("ChatML template")
     if config.get("speculative"):
         parts.append("draft model")
+    if config.get("mode") == "router":
+        parts.append("router mode" + ("" if slots is not None else
+                                      " (the model's own /props not read: slots unknown)"))
+    aside = config.get("set_aside")
+    if isinstance(aside, list) and aside:
+        parts.append(f"set aside: {'; '.join(str(a) for a in aside[:3])}"
+                     + (f" (+{len(aside) - 3} more)" if len(aside) > 3 else ""))
     return f"{head}: {', '.join(parts)}" if parts else head
 
 
 def metrics_from_text(text: str) -> dict[str, float]:
     """The `llamacpp:` series of a `/metrics` answer, prefix dropped: {"requests_processing":
-    2.0, "requests_deferred": 1.0, …}. Raises ValueError for text that is not Prometheus'."""
+    2.0, "requests_deferred": 1.0, …}; a NaN or infinite value is left out (no figure, not a
+    wrong one). Raises ValueError for text that is not Prometheus'."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.startswith(METRIC_PREFIX):
-                out[sample.name.removeprefix(METRIC_PREFIX)] = float(sample.value)
+            value = float(sample.value)
+            if sample.name.startswith(METRIC_PREFIX) and math.isfinite(value):
+                out[sample.name.removeprefix(METRIC_PREFIX)] = value
     return out
 
 
-async def read_config(client: httpx.AsyncClient, root: str) -> dict[str, Any]:
-    """`config_from` of this server's `/props` and `/slots` (at `root`, scheme://host:port).
-    Never raises: a route that does not answer leaves its part out."""
+def is_router(props: Any) -> bool:
+    """Whether a `/props` answer is a llama-server router's own (`"role": "router"`: started
+    without a model, it serves several, each in a child server of its own; tools/server/
+    server-models.cpp). Its `model_path` ("none") and `n_ctx` (0) are placeholders, not a
+    model's: the model's own figures come from `/props?model=NAME`, which it passes on to
+    that model's server."""
+    return isinstance(props, Mapping) and props.get("role") == "router"
+
+
+def router_config(router: Mapping[str, Any], props: Any, slots: Any, model: str | None
+                  ) -> dict[str, Any]:
+    """A router's configuration: `config_from` of its model's own `/props` and `/slots`
+    (None when they did not answer: the model not loaded yet, or no model named), marked
+    {"mode": "router"}, with the router's build and `max_instances` (`--models-max`), and a
+    "router_note" when the model's own figures are unknown — never the router's placeholders
+    (`is_router`)."""
+    out = config_from(props, slots)
+    out["mode"] = "router"
+    build = router.get("build_info")
+    if "build_info" not in out and isinstance(build, str) and len(build) <= MAX_LABEL_CHARS:
+        out["build_info"] = build
+    _count(router.get("max_instances"), "router max_instances", MAX_SLOTS, out,
+           "router_max_instances", [])
+    if not isinstance(props, Mapping):
+        which = f"model {model!r}" if model else "no model named"
+        out["router_note"] = (f"a router ({which}): the model's own /props did not answer (not "
+                              "loaded yet?), so its slots and context are unknown")
+    return out
+
+
+def model_query(model: str | None) -> str:
+    """The query naming `model` to a router, without loading it: "?model=…&autoload=false"
+    ("" without a model)."""
+    return f"?{urlencode({'model': model, 'autoload': 'false'})}" if model else ""
+
+
+async def read_config(client: httpx.AsyncClient, root: str, model: str | None = None
+                      ) -> dict[str, Any]:
+    """`config_from` of this server's `/props` and `/slots` (at `root`, scheme://host:port);
+    for a router (`is_router`), `router_config` of `model`'s own. Never raises: a route that
+    does not answer leaves its part out."""
     props = await get_json(client, f"{root}/props", PROBE_TIMEOUT_S)
+    if is_router(props):
+        query = model_query(model)
+        own = await get_json(client, f"{root}/props{query}", PROBE_TIMEOUT_S) if query else None
+        slots = await get_json(client, f"{root}/slots{query}", PROBE_TIMEOUT_S) if query else None
+        return router_config(props, own if not is_router(own) else None, slots, model)
     return config_from(props, await get_json(client, f"{root}/slots", PROBE_TIMEOUT_S))
 
 
-async def read_metrics(client: httpx.AsyncClient, root: str) -> dict[str, float] | None:
-    """`metrics_from_text` of `GET {root}/metrics`; None when it is off (llama-server answers
-    501 without `--metrics`) or unreadable. Never raises."""
+async def read_metrics(client: httpx.AsyncClient, root: str, query: str = ""
+                       ) -> dict[str, float] | None:
+    """`metrics_from_text` of `GET {root}/metrics{query}` (a router's `model_query`); None
+    when it is off (llama-server answers 501 without `--metrics`) or unreadable. Never
+    raises."""
     try:
-        resp = await client.get(f"{root}/metrics", timeout=PROBE_TIMEOUT_S)
+        resp = await client.get(f"{root}/metrics{query}", timeout=PROBE_TIMEOUT_S)
         if resp.status_code != 200:
             return None
         return metrics_from_text(resp.text)

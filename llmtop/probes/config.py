@@ -23,7 +23,11 @@ Rules (a config error is never silently ignored):
   but missing → `ConfigError` (a typo in the path must not silently measure with defaults);
 * invalid TOML, an unknown table or key, a value that is not a number (bool is not a number),
   a negative or non-finite number, `freq_ratio_warn` outside 0–1, a warn level stricter than
-  its fail level → `ConfigError` naming the file, the key and what was expected.
+  its fail level, a pid past the system's largest (`PID_LIMIT`) → `ConfigError` naming the
+  file, the key and what was expected;
+* the file is read without blocking and with bounds: a FIFO, a device (a link to /dev/zero)
+  or a folder is refused by what it is, a file over MAX_CONFIG_BYTES by its size, nesting too
+  deep for the parser by that; a UTF-8 byte-order mark at its start is skipped.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from llmtop.files import FileTooLarge, NotRegularFile, read_bounded
 from llmtop.probes.verdict import DEFAULT, Thresholds
 
 ENV_VAR = "LLMTOP_CONFIG"
@@ -44,6 +50,14 @@ FILE_NAME = "config.toml"
 SECTION = "thresholds"
 ENGINE_SECTION = "engine"
 KNOWN_SECTIONS = (SECTION, ENGINE_SECTION)
+# The config holds a few thresholds and pids: 1 MiB is thousands of times that, and bounds
+# what a wrong path (a log, a disk image) costs to read before it is refused.
+MAX_CONFIG_BYTES = 1 << 20
+# The largest pid a process can have. Linux: PID_MAX_LIMIT, 2^22 on 64-bit kernels
+# (include/linux/threads.h; /proc/sys/kernel/pid_max can be raised to it, never past it).
+# Elsewhere a pid is a C pid_t or DWORD, at most 2^31 - 1 as psutil takes it; a larger
+# number overflows psutil's conversion (OverflowError) instead of naming no process.
+PID_LIMIT = 1 << 22 if sys.platform.startswith("linux") else (1 << 31) - 1
 
 # (warn, fail, "fail is above warn"): pairs that must be ordered for the levels to make sense.
 _ORDERED = (
@@ -94,7 +108,7 @@ def read_document(path: str | os.PathLike[str] | None = None) -> tuple[dict[str,
     Raises ConfigError for an explicit file that is missing, unreadable, not UTF-8 or not TOML."""
     file, explicit = config_path(path)
     try:
-        raw = file.read_bytes()
+        raw = read_bounded(file, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(
@@ -102,15 +116,36 @@ def read_document(path: str | os.PathLike[str] | None = None) -> tuple[dict[str,
                 + (f" (named by ${ENV_VAR})" if path is None else "")
             ) from None
         return None
+    except NotRegularFile as exc:
+        raise ConfigError(f"config file {exc}: give the path of a TOML file") from exc
+    except FileTooLarge as exc:
+        raise ConfigError(f"config file {exc} ({MAX_CONFIG_BYTES // 2**20} MiB): a config of "
+                          "thresholds is a few lines; is it the right file?") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+    return _parse(raw, file), str(file)
+
+
+def _parse(raw: bytes, file: Path) -> dict[str, Any]:
+    """The TOML document in `raw` (read from `file`); a UTF-8 byte-order mark at its start
+    (what Windows Notepad writes) is skipped: it is invisible, and TOML has no other meaning
+    for it. Raises ConfigError for text that is not UTF-8 or not TOML, and for nesting too
+    deep for Python's parser (tomllib recurses per level: arrays 100,000 deep exhaust the
+    interpreter's stack of about 1,000 frames)."""
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {file} is not UTF-8 text: {exc}") from exc
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {file} is not valid TOML: {exc}") from exc
-    return data, str(file)
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise ConfigError(f"config file {file} holds a number too long to read ({exc}); "
+                          "no threshold or pid has that many digits") from None
+    except RecursionError:
+        raise ConfigError(f"config file {file}: arrays or tables nested too deep to read "
+                          "(over about 900 levels); a config of thresholds nests two") from None
 
 
 def engine_pids_from_mapping(data: dict[str, Any], source: str = "<config>") -> tuple[int, ...]:
@@ -129,7 +164,14 @@ def engine_pids_from_mapping(data: dict[str, Any], source: str = "<config>") -> 
     )
     if not ok:
         raise ConfigError(
-            f"{source}: [{ENGINE_SECTION}] pids: expected a list of positive integers, got {pids!r}"
+            f"{source}: [{ENGINE_SECTION}] pids: expected a list of positive integers, "
+            f"got {_shown(pids)}"
+        )
+    too_big = next((p for p in pids if p > PID_LIMIT), None)
+    if too_big is not None:
+        raise ConfigError(
+            f"{source}: [{ENGINE_SECTION}] pids: {_shown(too_big)} is not a process id (the "
+            f"largest this system allows is {PID_LIMIT}); give the engine's pids from `ps`"
         )
     return tuple(pids)
 
@@ -174,6 +216,16 @@ def thresholds_from_mapping(data: dict[str, Any], source: str = "<config>") -> T
                 f"{source}: [{SECTION}] {warn} = {w:g} must be {relation} {fail} = {f:g}"
             )
     return merged
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters (a list of 100,000 pids is not a message); an
+    integer too long for Python to print (over 4,300 digits) is named by its size."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer of thousands of digits"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _kind(value: Any) -> str:

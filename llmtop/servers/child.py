@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -131,13 +132,38 @@ class ChildServer(ABC):
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.url = self.host = f"http://127.0.0.1:{self.port}"
-        log_dir = Path(platformdirs.user_log_dir("llmtop"))
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"{self.log_name}-{self.port}.log"
+        self.log_note: str | None = None  # why the log is not in the usual folder
+        self.log_path = self._log_folder() / f"{self.log_name}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_ms: float | None = None
         self._started_ns: int | None = None
         self._stopping = False
+
+    def _log_folder(self) -> Path:
+        """The folder for the child's log: platformdirs' user log folder (Linux:
+        $XDG_STATE_HOME/llmtop/log, by default ~/.local/state/llmtop/log). When it cannot be
+        created (a read-only home, a full disk) the log goes to a new private folder under
+        the system's temporary one (mode 0700, `tempfile.mkdtemp`), and `log_note` says why:
+        the engine is what is measured, its log only what explains a failure. Raises
+        EngineError (UNREACHABLE) when neither can be written, naming both and the remedy."""
+        folder = Path(platformdirs.user_log_dir("llmtop"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder
+        except OSError as exc:
+            usual = f"{folder}: {exc.strerror or exc}"
+        try:
+            fallback = Path(tempfile.mkdtemp(prefix="llmtop-log-"))
+        except OSError as exc:
+            raise EngineError(Failure(
+                FailureKind.UNREACHABLE,
+                f"cannot create a folder for the {self.label}'s log ({usual}; and "
+                f"{tempfile.gettempdir()}: {exc.strerror or exc})",
+                "set XDG_STATE_HOME (or TMPDIR) to a folder you can write",
+            )) from exc
+        self.log_note = (f"the {self.label}'s log is in {fallback} ({usual}; set "
+                         "XDG_STATE_HOME to a writable folder to keep it there)")
+        return fallback
 
     @abstractmethod
     def args(self) -> list[str]:
@@ -194,7 +220,8 @@ class ChildServer(ABC):
         return Failure(
             FailureKind.UNREACHABLE,
             f"the {self.label} {what}{detail}",
-            f"see {self.log_path}; {self.remedy}",
+            f"see {self.log_path}{f' ({self.log_note})' if self.log_note else ''}; "
+            f"{self.remedy}",
         )
 
     def death_now(self) -> Death:

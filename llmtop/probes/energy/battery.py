@@ -43,16 +43,29 @@ class BatterySource:
         return int(self._read(self._path / name))
 
     def read(self) -> tuple[float, float | None] | None:
-        """The level (µWh or µAh, with V) or power (W) now; None unless discharging."""
+        """The level (µWh or µAh, with V) or power (W) now; None unless discharging.
+
+        A power or current read while discharging counts as its magnitude: the kernel's ABI
+        (Documentation/ABI/testing/sysfs-class-power, current_now) gives a discharging
+        battery's current as negative, and drivers differ for power_now (Waybar and psutil
+        take the magnitude for the same reason); the status already says which way energy
+        flows. Raises ValueError for a negative level, charge or voltage (no battery holds
+        less than nothing): a gap, not a figure."""
         if self._read(self._path / "status") != "Discharging":
             return None
         if self._form == "energy_now":
-            return self._num("energy_now"), None
+            return self._level("energy_now"), None
         if self._form == "charge_now":
-            return self._num("charge_now"), self._num("voltage_now") / 1e6
+            return self._level("charge_now"), self._level("voltage_now") / 1e6
         if self._form == "power_now":
-            return self._num("power_now") / 1e6, None
-        return self._num("current_now") * self._num("voltage_now") / 1e12, None
+            return abs(self._num("power_now")) / 1e6, None
+        return abs(self._num("current_now")) * self._level("voltage_now") / 1e12, None
+
+    def _level(self, name: str) -> int:
+        value = self._num(name)
+        if value < 0:
+            raise ValueError(f"{self._path / name} reads {value}: a level is not negative")
+        return value
 
 
 def _has(read: ReadText, path: Path) -> bool:
@@ -85,12 +98,12 @@ def discover_batteries(
             form, kind, unit = "power_now", Kind.POWER, "W"
         elif _has(read, path / "current_now") and _has(read, path / "voltage_now"):
             form, kind, unit = "current_now", Kind.POWER, "W"
-        status = _text(read, path / "status")
+        status, why = _text_or_why(read, path / "status")
         reason = None
         if not form:
             reason = f"{path}: no energy_now, charge_now, power_now or current_now to read"
         elif status is None:
-            reason = f"{path}/status cannot be read"
+            reason = f"{path}/status cannot be read ({why})"
         info = SourceInfo(
             name=f"battery:{path.name}", kind=kind, role=Role.BATTERY, unit=unit,
             joules_per_unit=jpu, covers=COVERS, readable=reason is None, reason=reason,
@@ -101,10 +114,15 @@ def discover_batteries(
 
 
 def _text(read: ReadText, path: Path) -> str | None:
+    return _text_or_why(read, path)[0]
+
+
+def _text_or_why(read: ReadText, path: Path) -> tuple[str | None, str]:
+    """(the file's text, "") or (None, why it cannot be read: the error's words)."""
     try:
-        return read(path)
-    except (OSError, ValueError):
-        return None
+        return read(path), ""
+    except (OSError, ValueError) as exc:
+        return None, (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
 
 
 def psutil_battery(sensors_battery: Callable[[], Any] | None = None) -> SourceInfo:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from llmtop.files import NotRegularFile, open_regular
 from llmtop.probes.energy.model import Kind, Role, SourceInfo
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
@@ -50,8 +51,11 @@ ReadText = Callable[[Path], str]
 def read_text(path: Path) -> str:
     """The file's text, stripped (the default reader; tests inject their own). One os.read
     of up to 4096 bytes: a sysfs attribute is at most a page, and this costs a third of
-    `Path.read_text` (bench/energy_cost.py). Raises OSError as open/read do."""
-    fd = os.open(path, os.O_RDONLY)
+    `Path.read_text` (bench/energy_cost.py). Opened without blocking and refused unless it
+    is a regular file (files.open_regular: every sysfs attribute is one; a FIFO in its place
+    would block open() where no signal handler runs, a device would read forever). Raises
+    OSError as open/read do, files.NotRegularFile for anything but a regular file."""
+    fd = open_regular(path)
     try:
         data = os.read(fd, 4096)
     finally:
@@ -77,8 +81,13 @@ class RaplSource:
         self._read = read
 
     def read(self) -> tuple[float, float | None] | None:
-        """The counter now, µJ."""
-        return int(self._read(self._path)), None
+        """The counter now, µJ. Raises ValueError for a reading no counter can hold (see
+        `_implausible`): a gap, not a figure."""
+        value = int(self._read(self._path))
+        why = _implausible(value, self.info.wrap_range)
+        if why is not None:
+            raise ValueError(why)
+        return value, None
 
 
 def _covers(name: str, parent: str | None) -> tuple[Role, str]:
@@ -126,8 +135,13 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
             value = int(read(energy))
         except PermissionError:
             readable, reason = False, f"{energy}: {permission_advice(root)}"
+        except NotRegularFile as exc:  # a sysfs attribute is a regular file; this is not one
+            readable, reason = False, f"{exc}: not a sysfs counter"
         except (OSError, ValueError) as exc:
             readable, reason = False, f"{energy}: {type(exc).__name__}: {exc}"
+        implausible = None if value is None else _implausible(value, wrap)
+        if implausible is not None:
+            readable, reason = False, f"{energy}: {implausible}"
         name = f"rapl:{parent}/{zone_name}" if parent else f"rapl:{zone_name}"
         if name in used:  # the same zone through another interface (MMIO after MSR)
             name = f"{name}@{path.name}"
@@ -158,6 +172,23 @@ def absent_reason(root: Path = POWERCAP_ROOT) -> str:
     if not root.is_dir():
         return f"RAPL: no {root} (not Linux, or no powercap driver: a VM usually has none)"
     return f"RAPL: no *rapl*:N zone under {root} (no RAPL driver for this CPU)"
+
+
+def _implausible(value: int, wrap: float | None) -> str | None:
+    """Why a reading of `energy_uj` (µJ) with range `wrap` (`max_energy_range_uj`, µJ; None:
+    unreadable) cannot come from a RAPL counter, or None. The counter counts up from 0 and
+    wraps to 0 past its range (powercap.rst), so it is never negative and never above a
+    positive range; a range of 0 or less describes no counter (the wrap arithmetic would
+    add it to every fall)."""
+    if value < 0:
+        return f"reads {value}: an energy counter counts up from 0, so it is not a source"
+    if wrap is not None and wrap <= 0:
+        return (f"its max_energy_range_uj is {wrap:g}: a counter's range is positive, so it "
+                "is not a source")
+    if wrap is not None and value > wrap:
+        return (f"reads {value}, past its max_energy_range_uj {wrap:g}: the counter wraps to 0 "
+                "there, so it is not a source")
+    return None
 
 
 def _safe(read: ReadText, path: Path) -> str | None:

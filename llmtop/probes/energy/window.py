@@ -49,32 +49,61 @@ from llmtop.probes.energy.model import (
 
 MAX_EDGE_ERROR = 0.1  # the edge error a per-request figure may carry, as a share of it
 COARSE_ADVICE = "too coarse for one request: aggregate over the run"
+# The most power one source can draw, W. The largest CPU packages are rated 500 W (AMD EPYC
+# 9965, Intel Xeon 6980P), the largest GPU boards about 1.2 kW (NVIDIA GB200), a laptop
+# battery delivers under 300 W; 10 kW is 8 to 20 times those. A reading that implies more
+# (a counter that jumped by megajoules, one that ran backwards taken for a wrap, a power
+# sample of 25 MW) is a fault of the counter or its driver, not energy: it is set aside.
+MAX_SOURCE_POWER_W = 10_000.0
 
 
 def segment_joules(info: SourceInfo, a: EnergySample, b: EnergySample) -> tuple[float | None, str]:
     """Joules between two consecutive samples a → b of `info` (formulas: module docstring).
 
     Returns (joules, "") or (None, reason) when a value is missing, a counter without a wrap
-    range fell, or a battery level rose."""
+    range fell, a battery level rose, a power reading is negative, or the joules imply more
+    than MAX_SOURCE_POWER_W over the segment (`_too_much`)."""
     if a.value is None or b.value is None:
         return None, "no reading at a sample in the window"
     if info.kind is Kind.POWER:
-        return (a.value + b.value) / 2 * (b.t_ns - a.t_ns) / 1e9, ""
+        low = min(a.value, b.value)
+        if low < 0:
+            return None, f"a power reading of {low:.3g} W: power drawn is not negative"
+        return _too_much(info, a, b, (a.value + b.value) / 2 * (b.t_ns - a.t_ns) / 1e9, "")
     if info.kind is Kind.COUNTER:
         delta = b.value - a.value
+        wrapped = ""
         if delta < 0:
             if not info.wrap_range:
                 return None, "the counter went backwards (driver reload?)"
             delta += info.wrap_range
-        return delta * info.joules_per_unit, ""
+            wrapped = (f"the counter fell by {(a.value - b.value) * info.joules_per_unit:.3g} J; "
+                       "read as a wrap, ")
+        return _too_much(info, a, b, delta * info.joules_per_unit, wrapped)
     used = a.value - b.value
     if used < 0:
         return None, "the battery's level rose (charging) in the window"
     if a.volts is not None and b.volts is not None:
-        return used * info.joules_per_unit * (a.volts + b.volts) / 2, ""
+        return _too_much(info, a, b, used * info.joules_per_unit * (a.volts + b.volts) / 2, "")
     if a.volts is not None or b.volts is not None:
         return None, "no voltage at a sample in the window"
-    return used * info.joules_per_unit, ""
+    return _too_much(info, a, b, used * info.joules_per_unit, "")
+
+
+def _too_much(info: SourceInfo, a: EnergySample, b: EnergySample, joules: float,
+              wrapped: str) -> tuple[float | None, str]:
+    """(joules, "") for a plausible segment a → b, else (None, why): the mean power it implies,
+    joules over the segment's seconds, is above MAX_SOURCE_POWER_W. The seconds are at least
+    the source's update period (a RAPL counter steps every 1 ms: two reads closer than that
+    may see a whole step), and 1 ns when neither is known. `wrapped`: the words saying the
+    segment was read as a counter's wrap, to start the reason."""
+    seconds = max((b.t_ns - a.t_ns) / 1e9, info.update_period_s or 0.0, 1e-9)
+    power = joules / seconds
+    if power <= MAX_SOURCE_POWER_W:
+        return joules, ""
+    return None, (f"{wrapped}{joules:.3g} J in {seconds:.3g} s would be {power:.3g} W, more "
+                  f"than any one source draws ({MAX_SOURCE_POWER_W:.0f} W): a faulty reading, "
+                  "set aside")
 
 
 def _partial(info: SourceInfo, a: EnergySample, b: EnergySample, seg_j: float, t_ns: int) -> float:

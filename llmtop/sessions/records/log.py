@@ -23,6 +23,11 @@ that fails mid-run (disk full, a file size limit) never interrupts the measureme
 stops there, `incomplete` says where and why, and the command reports it once after printing
 its result.
 
+A record that holds a number no measurement can be (NaN, ±Infinity, 1e400, a magnitude of
+2^64 or more, an integer of thousands of digits) or, for a request, a duration that is
+negative or over a year, a negative count, an E2E before its TTFT, is skipped with a warning
+naming its line and field (schema.decode: check_numbers, check_request); the rest is read.
+
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
 a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log`
 returns the log as typed records (records.py: `RunLog`).
@@ -54,6 +59,7 @@ from llmtop.sessions.records.schema import (
     RecordError,
     RunLog,
     decode,
+    loads,
 )
 
 __all__ = ["FORMAT_VERSION", "LogError", "SessionLog", "default_log_path", "read_log"]
@@ -263,7 +269,7 @@ def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        record = loads(line)  # an integer too long for Python is a marker, not a ValueError
     except json.JSONDecodeError:
         warnings.append(f"line {number}: unreadable (torn write?), skipped")
         return None
@@ -294,6 +300,9 @@ def _read_header(p: Path, line: str | None) -> Header:
         header = json.loads(line)
     except json.JSONDecodeError as exc:
         raise LogError(f"{p} does not start with an llmtop header record: {exc}") from exc
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise LogError(f"{p}: line 1 (the header) holds an integer too long to read ({exc}): "
+                       "not a log llmtop wrote") from None
     except RecursionError as exc:
         raise LogError(f"{p} does not start with an llmtop header record (its first line is "
                        "JSON nested too deep)") from exc

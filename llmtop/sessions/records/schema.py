@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, Self, TypeVar
@@ -113,6 +115,96 @@ def _refuse_non_finite(kind: str, text: str | bytes) -> None:
 
     with contextlib.suppress(json.JSONDecodeError):  # not JSON at all: validation says so
         json.loads(probe, parse_constant=refuse)
+
+
+# Bounds on what a record read back may hold (`check_numbers`, `check_request`): past them
+# a figure is no measurement, and the record is skipped as a NaN is, naming line and field.
+MAX_MAGNITUDE = 2**64
+"""The largest magnitude of any number in a record other than the header: every counter and
+stamp llmtop writes fits a 64-bit integer (ns since the epoch until 2262 included), and with
+every value under 2^64 (1.8e19) the squares and sums a statistic takes over a billion of
+them stay under 1e48, far inside a float's 1.8e308: no median, mean or histogram of accepted
+values overflows to infinity or turns NaN (1e308 did: the markdown report died on it)."""
+MAX_DURATION_MS = 365.25 * 24 * 3600 * 1000
+"""A year in ms (3.16e10): the longest duration a request record may hold. No request
+llmtop times lasts a year (run's read timeout is minutes); a bigger figure is a corrupt or
+hostile record, and would dominate every mean it entered."""
+MAX_INT_DIGITS = 40  # digits an integer may have before it is read as a marker (see _loads)
+_SUSPECT = re.compile(r"NaN|Infinity|\d{20}|[eE]\+?\d{2}")  # cheap test before a full walk
+
+
+class _Unreadable(NamedTuple):
+    """A number `check_numbers` refuses, kept as what it was written as: a NaN/Infinity
+    constant, or an integer of more than MAX_INT_DIGITS digits (Python refuses to convert
+    one of over 4,300, so it is never converted)."""
+
+    text: str
+
+
+def _constant(text: str) -> _Unreadable:
+    return _Unreadable(text)
+
+
+def _bounded_int(text: str) -> int | _Unreadable:
+    return int(text) if len(text) <= MAX_INT_DIGITS else _Unreadable(text)
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads` for a record: NaN, Infinity and -Infinity read as markers that
+    `check_numbers` names (JSON has no such constants), and an integer too long for Python
+    to convert (over 4,300 digits: ValueError) read as a marker instead of failing the
+    line. Raises json.JSONDecodeError and RecursionError as json.loads does."""
+    try:
+        return json.loads(text, parse_constant=_constant)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # the only other: an int past sys.get_int_max_str_digits()
+        return json.loads(text, parse_constant=_constant, parse_int=_bounded_int)
+
+
+def check_numbers(kind: str, obj: Any, text: str | bytes | None = None) -> None:
+    """Raise RecordError naming the first field of `obj` (a decoded record, from `loads`)
+    that holds a number no measurement can be: NaN or ±Infinity, a float that overflowed to
+    infinity (1e400), or a magnitude of MAX_MAGNITUDE or more. `text`: the line it was
+    decoded from; when given, a line that cannot hold such a number (no "NaN", "Infinity",
+    20-digit run or two-digit exponent: `_SUSPECT`) is not walked, so a record costs a
+    regular-expression scan, not a second pass over its values."""
+    if text is not None:
+        probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        if _SUSPECT.search(probe) is None:
+            return
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):  # pushed last first: fields are named in file order
+            stack.extend(reversed([(f"{path}.{k}" if path else str(k), v)
+                                   for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+        else:
+            problem = _number_problem(value)
+            if problem is not None:
+                raise RecordError(kind, path, problem)
+
+
+def _number_problem(value: Any) -> str | None:
+    """Why `value` is no measurement (check_numbers' rules), or None."""
+    if isinstance(value, _Unreadable):
+        digits = value.text.lstrip("-")
+        if digits.isdigit():
+            return f"holds an integer of {len(digits)} digits, which no measurement can be"
+        return f"holds {value.text}, which no measurement can be"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "holds NaN, which no measurement can be"
+        if math.isinf(value):
+            return ("holds a number past a float's range (read as infinity), which no "
+                    "measurement can be")
+    elif not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if abs(value) >= MAX_MAGNITUDE:
+        return f"holds {value:.3g}, past {MAX_MAGNITUDE:.3g}, which no measurement can be"
+    return None
 
 
 def parse(cls: type[T], kind: str, data: str | bytes | Mapping[str, Any]) -> T:
@@ -278,7 +370,10 @@ class RequestRecord(Record):
     URL and the watch's "host:port"; caller, caller_category and caller_pid, the app that
     sent it (probes/callers.py; None when not local or not visible); http_status, the
     engine's; hop_in_ms / hop_out_ms, the watch's own time on the way in (request received →
-    sent on) and out (first text arrived → handed on); probe_verdict ("QUIET" / "NOISY",
+    sent on) and out (first text arrived → handed on); pipeline_wait_ms, how long a request
+    pipelined on its connection waited, written, for the answer before it to end (TTFT and
+    E2E count from that end, when the engine could take it up; None when it did not wait);
+    probe_verdict ("QUIET" / "NOISY",
     None without a sample) and probe_findings (the codes of its WARN/FAIL findings) over the
     request's span.
     """
@@ -322,6 +417,7 @@ class RequestRecord(Record):
     http_status: int | None = None
     hop_in_ms: float | None = None
     hop_out_ms: float | None = None
+    pipeline_wait_ms: float | None = None
     probe_verdict: str | None = None
     probe_findings: tuple[str, ...] = ()
 
@@ -776,15 +872,91 @@ AnyRecord = Record | UnknownRecord
 
 def decode(data: str | bytes | Mapping[str, Any]) -> AnyRecord:
     """Any JSON record into its type (UnknownRecord for an unknown `type`). Raises RecordError
-    for a record that is not a JSON object or whose fields do not match its type."""
-    obj = json.loads(data) if isinstance(data, str | bytes) else dict(data)
+    for a record that is not a JSON object or whose fields do not match its type; for a
+    record other than the header that holds a number no measurement can be (`check_numbers`);
+    and for a request record whose figures contradict each other or time itself
+    (`check_request`)."""
+    text = data if isinstance(data, str | bytes) else None
+    obj = loads(data) if isinstance(data, str | bytes) else dict(data)
     if not isinstance(obj, dict):
         raise RecordError("?", "", "not a JSON object")
     kind = str(obj.get("type", ""))
     cls = RECORD_TYPES.get(kind)
     if cls is None:
         return UnknownRecord(kind, {k: v for k, v in obj.items() if k != "type"})
-    return cls.from_json(data if isinstance(data, str | bytes) else obj)
+    if cls is not Header:  # the header describes; a bad figure in it loses no measurement
+        check_numbers(kind, obj, text)
+    record = cls.from_json(text if text is not None else obj)
+    if isinstance(record, RequestRecord):
+        check_request(record)
+    return record
+
+
+_DURATIONS_MS = ("ttft_ms", "ttft_content_ms", "e2e_ms", "tpot_ms", "load_ms", "prompt_eval_ms",
+                 "eval_ms", "total_ms")
+_SERIES_MS = ("itl_ms", "itl_token_ms")
+_RATES = ("client_decode_tps", "server_prefill_tps", "server_decode_tps")
+_STATS_COUNTS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
+                 "eval_count", "eval_duration", "prompt_cached_count", "draft_count",
+                 "draft_accepted_count")
+
+
+def _duration_problem(value: float) -> str | None:
+    """Why `value` ms is no duration of a request (negative, or over MAX_DURATION_MS)."""
+    if value < 0:
+        return f"{value:g} ms is negative, which no duration can be"
+    if value > MAX_DURATION_MS:
+        return f"{value:.3g} ms is over a year ({MAX_DURATION_MS:.3g} ms), which no request lasts"
+    return None
+
+
+def _request_problem(record: RequestRecord) -> tuple[str, str] | None:
+    """(field, why) for the first figure of `record` that time or its other figures
+    contradict, or None (check_request's rules)."""
+    m = record.metrics
+    for name in _DURATIONS_MS:
+        value = getattr(m, name)
+        why = None if value is None else _duration_problem(value)
+        if why is not None:
+            return f"metrics.{name}", why
+    for name in _SERIES_MS:
+        for i, value in enumerate(getattr(m, name)):
+            why = _duration_problem(value)
+            if why is not None:
+                return f"metrics.{name}[{i}]", why
+    for name, value in (("client_prep_ms", record.client_prep_ms),
+                        ("metrics.overhead_ms", None if m.overhead_ms is None
+                         else abs(m.overhead_ms))):  # overhead may be below 0: a server's lie
+        why = None if value is None else _duration_problem(value)
+        if why is not None:
+            return name, why
+    for name in _RATES:
+        value = getattr(m, name)
+        if value is not None and value < 0:
+            return f"metrics.{name}", f"{value:g} tokens/s is negative, which no rate can be"
+    counts = [(f"metrics.{n}", getattr(m, n)) for n in ("output_tokens", "text_chunks")]
+    if record.stats is not None:
+        counts += [(f"stats.{n}", getattr(record.stats, n)) for n in _STATS_COUNTS]
+    for name, value in counts:
+        if value is not None and value < 0:
+            return name, f"{value} is negative, which no count or duration can be"
+    if m.ttft_ms is not None and m.e2e_ms is not None and m.e2e_ms < m.ttft_ms:
+        return "metrics.e2e_ms", (f"{m.e2e_ms:g} ms ends before the first token "
+                                  f"(ttft_ms {m.ttft_ms:g}): a request ends after it begins")
+    return None
+
+
+def check_request(record: RequestRecord) -> None:
+    """Raise RecordError naming the first figure of a request record read back that cannot
+    be a measurement: a duration (ms) that is negative or over MAX_DURATION_MS (TTFT, E2E,
+    TPOT, each ITL, the server's times, client_prep_ms; overhead_ms by its size only: a
+    server that over-reports its own time makes it negative), a negative rate or count
+    (the server's stats too), or an E2E shorter than the TTFT (the last chunk before the
+    first). Such a record is skipped by the reader, as a NaN is: entered into statistics it
+    would make a median or a minimum of what never happened."""
+    found = _request_problem(record)
+    if found is not None:
+        raise RecordError(RequestRecord.TYPE, *found)
 
 
 @dataclass(frozen=True)
