@@ -201,6 +201,19 @@ def test_config_pids_past_the_systems_largest_are_refused(tmp_path: Path, monkey
         load_engine_pids(cfg)
 
 
+def test_engine_pid_flag_past_the_systems_largest_is_refused() -> None:
+    from argparse import ArgumentTypeError
+
+    from llmtop.cli import pid_number
+
+    limit = probe_config.PID_LIMIT
+    assert pid_number(str(limit)) == limit
+    for text in (str(limit + 1), str(2**70), "9" * 5000):
+        with pytest.raises(ArgumentTypeError) as err:
+            pid_number(text)
+        assert str(err.value) == f"pid {text[:40]!r} is not a whole number from 1 to {limit}"
+
+
 def test_config_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
     cfg = tmp_path / "bom.toml"
     cfg.write_bytes(b"\xef\xbb\xbf[thresholds]\nbackground_cpu_warn = 15\n")  # Notepad's way
