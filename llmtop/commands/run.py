@@ -84,11 +84,20 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "host": conn.engine.host,
         "model": conn.model,
         "quantization": conn.info.quantization if conn.info else None,
+        "remote": conn.info.remote if conn.info else None,
         "options": result.options,
         "text": result.content,
         "thinking": result.thinking,
         "log": log_path,
     }
+
+
+def remote_line(remote: str) -> str:
+    """What a model that runs elsewhere (an Ollama cloud model: `ModelInfo.remote`) does to
+    the figures, said plainly."""
+    return (f"the model runs on {remote}, not on this machine (remote: TTFT and E2E include "
+            f"the network to {remote}, and this machine's probes do not describe the machine "
+            "that ran it)")
 
 
 def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
@@ -140,7 +149,7 @@ def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
         f"overhead      {_fmt(m.overhead_ms, 'ms')} (TTFT − load − prompt eval)",
     ]
     if m.impossible:
-        lines.append(f"impossible    the server's counts are not used: {m.impossible}")
+        lines.append(f"impossible    the server's figures are set aside: {m.impossible}")
     if s and s.prompt_cached_count:
         lines.append(f"prompt cache  {s.prompt_cached_count} of {s.prompt_eval_count} prompt "
                      "tokens reused by the server (not evaluated, not in the prefill rate)")
@@ -249,6 +258,8 @@ async def _run(args: argparse.Namespace) -> int:
             note = probes_note(agent, conn.upstream.host)
             if note:
                 print(f"# {note}", file=sys.stderr)
+            if info and info.remote:
+                print(f"# {remote_line(info.remote)}", file=sys.stderr)
         print(f"# {energy.line}", file=sys.stderr)
 
         def show(event: StreamEvent) -> None:
@@ -298,6 +309,8 @@ async def _run(args: argparse.Namespace) -> int:
             state = "NOISY" if noisy else "QUIET"
             print(f"machine       {state} ({noisy} of {samples} probe samples NOISY during the "
                   "request)" if samples else "machine       no probe sample during the request")
+            if conn.info and conn.info.remote:
+                print(f"remote        {remote_line(conn.info.remote)}")
             print(f"log           {recorder.log.path}")
             for line in noise_lines(noisy, samples, findings):
                 print(f"llmtop: {line}", file=sys.stderr)

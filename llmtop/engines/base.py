@@ -72,9 +72,13 @@ class ModelInfo:
     # False: the model has no chat template of its own (Ollama's default `{{ .Prompt }}`),
     # i.e. a base model that continues text; None: unknown
     chat_template: bool | None = None
+    # Where the model runs when not on the engine's machine: "ollama.com" for an Ollama cloud
+    # model (engines/ollama.py, `cloud_host`); None: on the engine's own machine
+    remote: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field."""
+        """JSON-ready dict of every field (`remote` only when set: a local model's dict is as
+        it always was)."""
         return {
             "name": self.name,
             "family": self.family,
@@ -85,6 +89,7 @@ class ModelInfo:
             "size_vram": self.size_vram,
             "context_length": self.context_length,
             "chat_template": self.chat_template,
+            **({"remote": self.remote} if self.remote else {}),
         }
 
 

@@ -177,6 +177,9 @@ def proxy_for(url: str, env: Mapping[str, str] | None = None) -> str | None:
     scheme = urlsplit(proxy if "://" in proxy else f"http://{proxy}").scheme.lower()
     name = next((k for k in environ if environ[k] == proxy and k.lower().endswith("_proxy")),
                 "the proxy variable")
+    if scheme.startswith("socks") and scheme not in ("socks5", "socks5h"):
+        raise HostError(name, proxy, f"httpx speaks SOCKS5 only, not {scheme!r}: use a "
+                        "socks5:// or socks5h:// proxy, or set NO_PROXY for the engine's host")
     if scheme.startswith("socks"):
         if importlib.util.find_spec("socksio") is None:
             raise HostError(name, proxy, "a SOCKS proxy needs the socksio package "

@@ -92,13 +92,50 @@ class StreamProgress:
         return f"after {streamed:.2f} s of streaming ({self.chunks} chunk{plural})"
 
 
+MAX_ERROR_NESTING = 4  # how many error bodies inside error strings are opened
+
+
 def server_error(body: bytes | str) -> str | None:
-    """The `error` string of an Ollama-shaped error body `{"error": "..."}`, else None."""
+    """The `error` string of an Ollama-shaped error body `{"error": "..."}`, else None; the
+    error bodies inside that string are opened (`opened`)."""
     try:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
         return None
-    return error if isinstance(error, str) else None
+    return opened(error) if isinstance(error, str) else None
+
+
+def opened(error: str) -> str:
+    """The innermost message of an error text whose message is another error body, JSON in the
+    string, up to MAX_ERROR_NESTING deep (`inner_error`). Ollama passes its runner's error
+    body on inside its own: a prompt too long for the context arrives as an `error` whose
+    text is the JSON body {"error": "the input length exceeds the context length"}."""
+    for _ in range(MAX_ERROR_NESTING):
+        inner = inner_error(error)
+        if inner is None:
+            break
+        error = inner
+    return error
+
+
+def inner_error(text: str) -> str | None:
+    """The message of an error body in `text`, or None when there is none: `text` that is an
+    Ollama body {"error": "..."} or OpenAI's {"error": {"message": "..."}}, or that ends
+    with one after a prefix ("runner: " and a body give "runner: " and its message)."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        found = json.loads(text[start:])
+    except ValueError:
+        return None
+    error = found.get("error") if isinstance(found, dict) else None
+    if isinstance(error, dict):
+        error = error.get("message")
+    if not isinstance(error, str):
+        return None
+    prefix = text[:start].strip().rstrip(":").strip()
+    return f"{prefix}: {error}" if prefix else error
 
 
 def error_text(status: int, body: bytes | str) -> str:
@@ -108,7 +145,7 @@ def error_text(status: int, body: bytes | str) -> str:
     if error is not None:
         return error
     raw = body if isinstance(body, str) else body.decode(errors="replace")
-    shown = raw[:ERROR_TEXT_CHARS].strip()
+    shown = opened(raw)[:ERROR_TEXT_CHARS].strip()
     return shown or httpx.codes.get_reason_phrase(status) or "no reason given"
 
 
@@ -130,11 +167,16 @@ def failure_for_http(
     * 429, 503, or a text saying the server is busy (Ollama: "server busy … maximum pending
       requests exceeded"; llama.cpp: "no slot available") → BUSY: the engine's queue is
       full, never a latency sample.
+    * a text saying the prompt does not fit the context (`is_context_text`) → BAD_REQUEST
+      with CONTEXT_REMEDY, whatever the status (Ollama answers it 400 or 500).
     * other 4xx → BAD_REQUEST; 5xx and anything else → SERVER_ERROR.
     """
     text = error_text(status, body)
     if status in (429, 503) or is_busy_text(text):
         return failure_busy(f"HTTP {status}: {text}", peer=peer)
+    if is_context_text(text):
+        return Failure(FailureKind.BAD_REQUEST,
+                       f"{peer.url} rejected the request (HTTP {status}): {text}", CONTEXT_REMEDY)
     if status == 404 and model and model in text:
         listing = ", ".join(installed) if installed else "none"
         return Failure(
@@ -163,6 +205,24 @@ BUSY_REMEDY = ("the engine's queue is full: send fewer requests at once, or rais
                "(Ollama: OLLAMA_NUM_PARALLEL and OLLAMA_MAX_QUEUE; llama-server: --parallel)")
 
 
+# What servers say when the prompt does not fit the context: Ollama's runner ("the input
+# length exceeds the context length"), llama-server ("request (6027 tokens) exceeds the
+# available context size (512 tokens), try increasing it", type exceed_context_size_error),
+# the OpenAI API and vLLM ("maximum context length is …", code context_length_exceeded).
+CONTEXT_WORDS = ("exceeds the context length", "exceeds context length",
+                 "exceeds the available context size", "exceed_context_size",
+                 "context_length_exceeded", "maximum context length")
+CONTEXT_REMEDY = ("the prompt does not fit the model's context: give it a larger context "
+                  "(llmtop's --num-ctx is Ollama's num_ctx; OLLAMA_CONTEXT_LENGTH sets an Ollama "
+                  "server's default; llama-server: --ctx-size) or send a shorter prompt")
+
+
+def is_context_text(text: str) -> bool:
+    """True when an error text says the prompt does not fit the model's context."""
+    lowered = text.lower()
+    return any(word in lowered for word in CONTEXT_WORDS)
+
+
 def is_busy_text(text: str) -> bool:
     """True when an error text says the server is too busy to take the request."""
     lowered = text.lower()
@@ -177,9 +237,15 @@ def failure_busy(detail: str, *, peer: Peer) -> Failure:
 
 def failure_in_stream(error: str, *, peer: Peer) -> Failure:
     """The Failure for an `{"error": ...}` line after streaming began (Ollama's way of
-    reporting a failure once the 200 status is sent); BUSY when the text says so."""
+    reporting a failure once the 200 status is sent); BUSY when the text says so, BAD_REQUEST
+    with CONTEXT_REMEDY for a prompt too long for the context. An error body inside the text
+    is opened (`opened`)."""
+    error = opened(error)
     if is_busy_text(error):
         return failure_busy(error, peer=peer)
+    if is_context_text(error):
+        return Failure(FailureKind.BAD_REQUEST, f"{peer.url} reported an error mid-stream: "
+                       f"{error}", CONTEXT_REMEDY)
     return Failure(
         FailureKind.SERVER_ERROR,
         f"{peer.url} reported an error mid-stream: {error}",

@@ -219,6 +219,10 @@ def metrics_from_text(text: str) -> dict[str, float]:
     return out
 
 
+ROUTER_LABEL_CHARS = 256  # a build label is short: a longer one is not kept
+ROUTER_MAX_MODELS = 4096  # a router's --models-max beyond which the figure is not believed
+
+
 def is_router(props: Any) -> bool:
     """Whether a `/props` answer is a llama-server router's own (`"role": "router"`: started
     without a model, it serves several, each in a child server of its own; tools/server/
@@ -238,10 +242,11 @@ def router_config(router: Mapping[str, Any], props: Any, slots: Any, model: str 
     out = config_from(props, slots)
     out["mode"] = "router"
     build = router.get("build_info")
-    if "build_info" not in out and isinstance(build, str) and len(build) <= MAX_LABEL_CHARS:
+    if "build_info" not in out and isinstance(build, str) and len(build) <= ROUTER_LABEL_CHARS:
         out["build_info"] = build
-    _count(router.get("max_instances"), "router max_instances", MAX_SLOTS, out,
-           "router_max_instances", [])
+    most = router.get("max_instances")
+    if isinstance(most, int) and not isinstance(most, bool) and 0 < most <= ROUTER_MAX_MODELS:
+        out["router_max_instances"] = most
     if not isinstance(props, Mapping):
         which = f"model {model!r}" if model else "no model named"
         out["router_note"] = (f"a router ({which}): the model's own /props did not answer (not "

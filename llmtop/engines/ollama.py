@@ -28,16 +28,20 @@ import pydantic
 
 from llmtop.engines.hosts import proxy_for, resolve_host
 
-# The `ollama` package builds a module-level default client from $OLLAMA_HOST when it is
-# imported, and a value it cannot parse ("[::1", a port out of range) raises there. llmtop
-# passes every client its host explicitly, so that default client must not see a value
-# llmtop has not validated itself (llmtop/engines/hosts.py).
-_saved_host = os.environ.pop("OLLAMA_HOST", None)
+# The `ollama` package builds a module-level default client when it is imported, from
+# $OLLAMA_HOST and from the proxy variables (httpx's trust_env): a host it cannot parse
+# ("[::1", a port out of range) raises there, and so does a SOCKS proxy without the socksio
+# package (ALL_PROXY=socks5://…: "ImportError: Using SOCKS proxy, but the 'socksio' package
+# is not installed"). llmtop never uses that client: it passes every client its host and its
+# proxy explicitly (llmtop/engines/hosts.py, which says what is wrong with a value), so the
+# default client is built without them.
+IMPORT_HIDDEN = ("OLLAMA_HOST", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy",
+                 "HTTP_PROXY", "http_proxy")
+_saved = {name: os.environ.pop(name) for name in IMPORT_HIDDEN if name in os.environ}
 try:
     import ollama
 finally:
-    if _saved_host is not None:
-        os.environ["OLLAMA_HOST"] = _saved_host
+    os.environ.update(_saved)
 
 from llmtop.engines.base import EngineError, ModelInfo
 from llmtop.engines.events import Failure, ServerStats, StreamEvent, tool_call_text
@@ -245,6 +249,7 @@ class OllamaEngine:
             context_length=context,
             model_info=dict(shown.modelinfo or {}),
             chat_template=_has_chat_template(getattr(shown, "template", None)),
+            remote=cloud_host(model, getattr(shown, "remote_host", None)),
         )
 
 
@@ -256,6 +261,29 @@ def chat_texts(part: Any) -> tuple[str, str, str]:
     message = part.message
     return (message.content or "", message.thinking or "",
             tool_call_text(getattr(message, "tool_calls", None)))
+
+
+OLLAMA_CLOUD = "ollama.com"
+MAX_HOST_CHARS = 253  # a DNS name's length (RFC 1035): more of a `remote_host` is not kept
+
+
+def cloud_host(model: str, remote_host: Any = None) -> str | None:
+    """Where an Ollama model runs when not on the engine's machine, or None: the host of
+    /api/show's `remote_host` ("https://ollama.com:443" → "ollama.com"; the `ollama` client
+    0.6 drops that field, so the name decides there), else "ollama.com" for a cloud model's
+    name — its tag "cloud" or ending "-cloud" ("minimax-m2:cloud", "gpt-oss:120b-cloud";
+    Ollama names its cloud models so). Its figures then include the network to that host,
+    and the probes of the engine's machine do not describe it."""
+    if isinstance(remote_host, str) and remote_host.strip():
+        text = remote_host.strip()[:MAX_HOST_CHARS]
+        try:
+            return httpx.URL(text if "://" in text else f"https://{text}").host or text
+        except (httpx.InvalidURL, ValueError):
+            return text
+    name, sep, tag = model.strip().lower().rpartition(":")
+    if sep and name and (tag == "cloud" or tag.endswith("-cloud")):
+        return OLLAMA_CLOUD
+    return None
 
 
 def _has_chat_template(template: Any) -> bool | None:

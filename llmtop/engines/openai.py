@@ -56,7 +56,7 @@ from llmtop.engines.http import (
     failure_truncated,
     failure_unreachable,
 )
-from llmtop.engines.llama_props import read_config, read_metrics
+from llmtop.engines.llama_props import model_query, read_config, read_metrics
 from llmtop.engines.openai_metrics import Scrape, request_durations, scrape
 from llmtop.engines.openai_options import request_body
 from llmtop.engines.openai_server import ServerKind, identify, model_details, server_root
@@ -117,6 +117,10 @@ class OpenAIEngine:
         )
         self._usage_refused = False
         self._metrics: Scrape | None = None  # vLLM's last /metrics reading
+        # the model `model_info` was last asked about (the one measured): a llama-server
+        # router's figures are that model's (`server_config`); `router` once it said so
+        self.model: str | None = None
+        self.router = False
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -266,6 +270,7 @@ class OpenAIEngine:
     async def model_info(self, model: str) -> ModelInfo:
         """What `{base}/models` says of `model` (llama-server's `meta`, vLLM's `max_model_len`).
         Raises EngineError (MODEL_NOT_FOUND, listing the served ids, for an unknown one)."""
+        self.model = model
         models = await self._models()
         for entry in models:
             if entry["id"] == model:
@@ -287,17 +292,21 @@ class OpenAIEngine:
 
     async def server_config(self) -> dict[str, Any] | None:
         """llama-server's effective configuration from its `/props` and `/slots`
-        (`llama_props.config_from`); None for any other kind of server. Never raises."""
+        (`llama_props.config_from`; a router's of the measured model, `self.model`:
+        `llama_props.router_config`); None for any other kind of server. Never raises."""
         if self.kind is None or self.kind.kind != "llama-server":
             return None
-        return await read_config(self._client, self.root)
+        config = await read_config(self._client, self.root, self.model)
+        self.router = config.get("mode") == "router"
+        return config
 
     async def server_metrics(self) -> dict[str, float] | None:
         """llama-server's `/metrics` (`llamacpp:` series, prefix dropped), None for another
         kind of server or when it runs without `--metrics`. Never raises."""
         if self.kind is None or self.kind.kind != "llama-server":
             return None
-        return await read_metrics(self._client, self.root)
+        query = model_query(self.model) if self.router else ""  # a router: the model's own
+        return await read_metrics(self._client, self.root, query)
 
     async def count_prompt_tokens(self, model: str, messages: list[Mapping[str, Any]]) -> int:
         """The server's own count of the templated prompt, for calibration. llama-server:

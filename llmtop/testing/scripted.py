@@ -34,15 +34,24 @@ from starlette.routing import Route
 from llmtop.servers.child import free_port
 
 VERSION = "0.0.0-scripted"
+# The done line's figures: durations within the time the scripted replies take (a server
+# figure past llmtop's own clock is set aside: sessions/measure/telemetry.py). The "ok"
+# reply's first text comes GAP_S (5 ms) after the request and its done line 20 ms after it:
+# 1 ms load + 2.75489 ms prompt before the first, 10 ms of decode for the 3 tokens' 2 gaps.
 STATS: dict[str, Any] = {
-    "total_duration": 900_000_000,
+    "total_duration": 15_000_000,
     "load_duration": 1_000_000,
     "prompt_eval_count": 11,
-    "prompt_eval_duration": 275_489_000,
+    "prompt_eval_duration": 2_754_890,
     "eval_count": 3,
-    "eval_duration": 40_000_000,
+    "eval_duration": 10_000_000,
 }
 INSTALLED = ("ok", "timed", "thinking", "slow")  # what /api/tags and /api/show know
+# An Ollama cloud model's name (its tag ends "-cloud"): it answers as "ok" does, and its
+# /api/show names where it runs (`remote_host`, `remote_model`); listed when a Script has it
+# in `also_installed`
+CLOUD = "gpt-oss:120b-cloud"
+CLOUD_SHOW = {"remote_model": "gpt-oss:120b", "remote_host": "https://ollama.com:443"}
 GAP_S = 0.005  # between the lines of SCENARIOS
 STARTUP_TIMEOUT_S = 10.0
 
@@ -150,19 +159,28 @@ class Script:
     ps_error: str | None = None
 
 
+def timed_stats(timing: Timing) -> dict[str, Any]:
+    """The "timed" reply's done-line figures: STATS with `chunks` tokens decoded over the
+    (chunks − 1) gaps between them and a total of the reply's length (first_s + chunks gaps,
+    the done line's included)."""
+    return {**STATS, "eval_count": timing.chunks,
+            "eval_duration": round((timing.chunks - 1) * timing.gap_s * 1e9),
+            "total_duration": round((timing.first_s + timing.chunks * timing.gap_s) * 1e9)}
+
+
 def _script_for(model: Any, timing: Timing) -> list[tuple[float, Any]] | None:
     """(delay before it in s, line) for each line of `model`'s reply; None for an unknown model."""
     if model == "timed":
         lines = [(timing.first_s, chunk("t0"))]
         lines += [(timing.gap_s, chunk(f" t{i}")) for i in range(1, timing.chunks)]
-        done = chunk("", done=True, done_reason="stop", **{**STATS, "eval_count": timing.chunks})
+        done = chunk("", done=True, done_reason="stop", **timed_stats(timing))
         return [*lines, (timing.gap_s, done)]
     if model == "slow":  # 30 s of chunks: long enough to be cut short by any test
         return [(0.05, chunk(f"s{i} ")) for i in range(600)]
     if model == "hang":
         return [(0.0, chunk("x")), (3600.0, chunk("never"))]
-    if model in SCENARIOS:
-        return [(GAP_S, line) for line in SCENARIOS[model]]
+    if model in SCENARIOS or model == CLOUD:
+        return [(GAP_S, line) for line in SCENARIOS[model if model != CLOUD else "ok"]]
     return None
 
 
@@ -245,6 +263,7 @@ async def _show(request: Request) -> Response:
         "details": {"family": "scripted", "parameter_size": "0M", "quantization_level": "none",
                     "format": "none"},
         "capabilities": ["completion", "thinking"] if model == "thinking" else ["completion"],
+        **(CLOUD_SHOW if model == CLOUD else {}),
     })
 
 

@@ -13,9 +13,11 @@ but left out of the tests that replay every scenario.
 The model "timed" answers with known timings (`scripted.Timing`, given to `ScriptedOpenAI`):
 streamed, its first text "t0" after `first_s`, then " t1" … one every `gap_s`, a finish chunk
 and a llama-server-style usage chunk with `timings` (`timed_frames`); not streamed, the whole
-answer after `first_s` (its hand-over stamped in `Recorder.first_ns` as a stream's first
-frame is). "timed" is also the one model of `/v1/completions`, in the text-completion shape
-(`choices[0].text`), streamed or not.
+answer after `first_s` and its tokens' gaps (its hand-over stamped in `Recorder.first_ns` as
+a stream's first frame is). "timed" is also the one model of `/v1/completions`, in the
+text-completion shape (`choices[0].text`), streamed or not. A scenario whose figures claim
+time takes it (`PACED`); kind "llama-server-router" answers as a llama-server router
+(`ROUTER_PROPS`).
 
 A non-streamed request answers `usage.prompt_tokens` = `PROMPT_BASE_TOKENS` + the number of
 words in the messages, so calibration through it has an exact, known token count.
@@ -141,6 +143,14 @@ SCENARIOS: dict[str, list[bytes]] = {
 # one token, then keep-alive comments GAP_S apart for 10 s (llama-server's
 # --sse-ping-interval, much faster): each resets a read timeout, none is a token.
 LONG_SCENARIOS: dict[str, list[bytes]] = {"pings": [HELLO[0], *[b": ping\n\n"] * PINGS]}
+# A scenario whose figures claim time takes it (a server figure past llmtop's own clock is
+# set aside: sessions/measure/telemetry.py): (the first frame's delay, the others'), in s.
+# TIMINGS claim 30.5 ms of prompt and 20.25 ms of decode: the first frame after 31 ms, the
+# stream 56 ms or more; LM Studio's stats 125 ms to the first token and 20 ms of generation.
+PACED = {"llama-server": (0.031, 0.005), "llama-server-spec": (0.031, 0.005),
+         "lm-studio": (0.126, 0.006)}
+# Kind "vllm" adds VLLM_SECONDS to every stream: 30.5 ms of prefill, 62.5 ms end to end
+VLLM_PACE = (0.031, 0.007)
 LINGER_S = 5.0
 HTTP_ERRORS = {
     "http-400": (400, {"error": {"code": 400, "type": "exceed_context_size_error",
@@ -173,8 +183,12 @@ def timed_frames(timing: Timing, shape: str = "chat") -> list[tuple[float, bytes
 
 
 def timed_timings(timing: Timing) -> dict[str, Any]:
-    """llama-server's `timings` of a "timed" answer: TIMINGS with `chunks` tokens predicted."""
-    return {**TIMINGS, "predicted_n": timing.chunks}
+    """llama-server's `timings` of a "timed" answer: TIMINGS with `chunks` tokens predicted
+    over the (chunks − 1) gaps between them, and a prompt time no longer than the wait for
+    the first (first_s)."""
+    return {**TIMINGS, "predicted_n": timing.chunks,
+            "predicted_ms": (timing.chunks - 1) * timing.gap_s * 1e3,
+            "prompt_ms": min(TIMINGS["prompt_ms"], timing.first_s * 1e3)}
 
 
 def timed_answer(timing: Timing) -> str:
@@ -214,10 +228,11 @@ class _Stamped(JSONResponse):
 
 
 async def _timed_whole(request: Request, shape: str) -> Response:
-    """The "timed" model's answer in one JSON body, after `first_s` (stamped as its first
-    frame)."""
+    """The "timed" model's answer in one JSON body, after `first_s` and the decode of its
+    tokens ((chunks − 1) gaps), stamped as a stream's first frame is."""
     timing: Timing = request.app.state.timing
-    await asyncio.sleep(timing.first_s)
+    # the prompt and the decode its timings claim (timed_timings), then the whole body
+    await asyncio.sleep(timing.first_s + (timing.chunks - 1) * timing.gap_s)
     text = timed_answer(timing)
     if shape == "completions":
         choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None,
@@ -275,7 +290,9 @@ async def _chat(request: Request) -> Response:
         return JSONResponse({"error": {"message": f"model '{model}' not found",
                                        "type": "not_found_error", "code": 404}}, status_code=404)
     request.app.state.served += 1
-    paced = [(GAP_S, frame) for frame in script]
+    first_s, gap_s = PACED.get(str(model)) or (
+        VLLM_PACE if request.app.state.kind == "vllm" else (GAP_S, GAP_S))
+    paced = [(first_s if i == 0 else gap_s, frame) for i, frame in enumerate(script)]
     if model == "lingers":  # the body ends LINGER_S after its [DONE]
         paced[-1] = (LINGER_S, paced[-1][1])
     return StreamingResponse(_replay(rec, paced), media_type="text/event-stream")
@@ -343,6 +360,41 @@ IDENTITY_ROUTES = {
 }
 
 
+# kind "llama-server-router": a llama-server router (started without a model) as
+# tools/server/server-models.cpp answers: its own /props with placeholders, the model's own
+# /props and /slots at ?model=NAME, for the one loaded model (ROUTER_LOADED) only
+ROUTER_PROPS = {"role": "router", "max_instances": 4, "models_autoload": True,
+                "model_alias": "llama-server", "model_path": "none",
+                "default_generation_settings": {"params": {}, "n_ctx": 0},
+                "build_info": "b2-scripted"}
+ROUTER_LOADED = "llama-server"
+ROUTED_PROPS = {"build_info": "b2-scripted", "model_path": "/models/llama-server.gguf",
+                "total_slots": 2, "default_generation_settings": {"n_ctx": 2048}}
+ROUTED_SLOTS = [{"id": 0, "n_ctx": 2048, "speculative": False, "is_processing": False},
+                {"id": 1, "n_ctx": 2048, "speculative": False, "is_processing": False}]
+NOT_LOADED = {"error": {"code": 400, "message": "model is not loaded",
+                        "type": "invalid_request_error"}}
+
+
+async def _router_props(request: Request) -> Response:
+    """A router's `/props`: its own without ?model, the loaded model's with it."""
+    model = request.query_params.get("model")
+    if model is None:
+        return JSONResponse(ROUTER_PROPS)
+    return (JSONResponse(ROUTED_PROPS) if model == ROUTER_LOADED
+            else JSONResponse(NOT_LOADED, status_code=400))
+
+
+async def _router_slots(request: Request) -> Response:
+    """A router's `/slots`: the loaded model's with ?model (none of its own: 404 without)."""
+    model = request.query_params.get("model")
+    if model is None:
+        return JSONResponse({"error": {"code": 404, "message": "File Not Found"}},
+                            status_code=404)
+    return (JSONResponse(ROUTED_SLOTS) if model == ROUTER_LOADED
+            else JSONResponse(NOT_LOADED, status_code=400))
+
+
 def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None = None,
                       also_listed: tuple[str, ...] = (), timing: Timing | None = None) -> Starlette:
     """The scripted OpenAI server's app, answering as `kind` (a key of IDENTITY_ROUTES, or
@@ -357,11 +409,13 @@ def create_openai_app(kind: str = "openai-compatible", recorder: Recorder | None
         routes.append(Route(path, lambda _r, a=answer: JSONResponse(a)))
     if kind == "vllm":
         routes.append(Route("/metrics", _metrics))
+    if kind == "llama-server-router":
+        routes += [Route("/props", _router_props), Route("/slots", _router_slots)]
     if kind == "llama-server":
         routes += [Route("/apply-template", _apply_template, methods=["POST"]),
                    Route("/tokenize", _tokenize, methods=["POST"])]
     app = Starlette(routes=routes)
-    app.state.kind = kind
+    app.state.kind = "llama-server" if kind == "llama-server-router" else kind
     app.state.also_listed = also_listed
     app.state.served = 0
     app.state.recorder = recorder or Recorder()

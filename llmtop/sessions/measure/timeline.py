@@ -31,7 +31,10 @@ Definitions follow docs/method.md ("Metrics of one request") and Ollama's API re
 * Overhead (ms): TTFT − (load + prompt eval durations) (docs/method.md, "Server-layer overhead": the
   source measured 813.9 − 796.1 = 17.8 ms for a FastAPI relay). An OpenAI-compatible server
   (stats `source` set) loads its model at its own start, never inside a request: its load is
-  n/a and counts 0 here, so llama-server's overhead is TTFT − `timings.prompt_ms`.
+  n/a and counts 0 here, so llama-server's overhead is TTFT − `timings.prompt_ms`. It is
+  never negative: server durations that exceed llmtop's own clock (TTFT, E2E, the span the
+  text arrived over) are set aside with the reason in `impossible` (telemetry.py); a
+  negative overhead within the clocks' slack is n/a.
 
 Every function returns None ("n/a") rather than inventing a value when an input is missing.
 
@@ -63,6 +66,7 @@ from itertools import pairwise
 from typing import Any
 
 from llmtop.engines.events import ServerStats, StreamEvent
+from llmtop.sessions.measure.telemetry import contradicted_durations, without_durations
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -121,7 +125,7 @@ class RequestMetrics:
     eval_ms: float | None = None
     total_ms: float | None = None
     overhead_ms: float | None = None
-    impossible: str | None = None  # why the server's counts cannot be true (set aside)
+    impossible: str | None = None  # why the server's figures cannot be true (set aside)
     buffered: str | None = None  # why the stream was judged buffered (client rates n/a); None = not
 
     def to_dict(self) -> dict[str, Any]:
@@ -317,7 +321,8 @@ def _blocks_reason(groups: list[list[StreamEvent]], join_ns: float, stats: Serve
 
 def impossible_counts(events: Sequence[StreamEvent], stats: ServerStats | None) -> str | None:
     """Why the server's counts cannot be true (IMPOSSIBLE_PER_CHAR: more tokens than the text
-    that arrived can hold, or a negative count or duration), or None when they can be."""
+    that arrived can hold; 0 tokens for text that arrived; a negative count or duration), or
+    None when they can be."""
     if stats is None:
         return None
     for name in ("eval_count", "prompt_eval_count", "eval_duration", "prompt_eval_duration",
@@ -330,6 +335,9 @@ def impossible_counts(events: Sequence[StreamEvent], stats: ServerStats | None) 
     if tokens is not None and tokens > IMPOSSIBLE_PER_CHAR * chars + IMPOSSIBLE_MARGIN:
         return (f"the server counts {tokens} tokens for {chars} characters of text: more than "
                 "that text can hold; its counts and rates are not used")
+    if tokens == 0 and chars > 0:  # every piece of generated text is at least one token
+        return (f"the server counts 0 tokens for {chars} characters of text; its counts and "
+                "rates are not used (the tokens are counted as chunks)")
     return None
 
 
@@ -352,6 +360,9 @@ def compute_metrics(
     impossible = impossible_counts(events, stats)
     if impossible is not None:  # set aside: every figure from the client's stamps alone
         stats = None
+    contradicted = contradicted_durations(sent_ns, events, stats)
+    if stats is not None and contradicted is not None:  # llmtop's clock wins (telemetry.py)
+        stats, impossible = without_durations(stats), contradicted
     text_stamps = [e.t_ns for e in events if e.has_text]
     content_stamp = next((e.t_ns for e in events if e.content), None)
     done_event = next((e for e in reversed(events) if e.done and e.failure is None), None)
@@ -383,6 +394,8 @@ def compute_metrics(
     overhead = None
     if ttft is not None and load_part is not None and prompt_eval is not None and buffered is None:
         overhead = ttft - (load_part + prompt_eval)
+        if overhead < 0:  # within telemetry.CLOCK_SLACK_MS: the clocks agree, no overhead seen
+            overhead = None
 
     return RequestMetrics(
         ttft_ms=ttft,

@@ -209,12 +209,15 @@ def _server_line(lv: LevelResult) -> str:
     busy, waiting = s.get("max_requests_processing"), s.get("max_requests_deferred")
     unit = "users" if lv.mode == "concurrency" else "req/s"
     text = (f"Level {lv.level + 1} ({_n(lv.value, 0)} {unit}), {s.get('source', 'server')}: "
-            f"at most {_n(busy, 0)} slots busy, {_n(waiting, 0)} requests waiting for one")
+            + (f"at most {_n(busy, 0)} slots busy" if busy is not None else
+               "slots busy not reported (no requests_processing)")
+            + (f", {_n(waiting, 0)} requests waiting for one" if waiting is not None else
+               ", requests waiting not reported (no requests_deferred)"))
     if s.get("prompt_tokens") is not None:
         cached = s.get("prompt_tokens_cached")
         text += (f"; {s['prompt_tokens']:,.0f} prompt tokens"
                  + (f" ({cached:,.0f} cached)" if cached is not None else "")
-                 + f", {s.get('tokens_predicted', 0):,.0f} predicted")
+                 + f", {_n(s.get('tokens_predicted'), 0)} predicted")
     if s.get("draft_tokens"):
         text += (f"; draft acceptance {s.get('draft_accepted', 0) / s['draft_tokens']:.0%} "
                  f"of {s['draft_tokens']:,.0f} drafted")

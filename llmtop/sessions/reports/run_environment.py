@@ -160,7 +160,10 @@ def environment_markdown(report: Report) -> list[str]:
         *([("engine configuration", described)]
           if (described := describe_config(h.engine_config)) else []),
         ("model", (f"{h.model} · {md.get('family')} · {md.get('parameter_size')} · "
-                   f"{md.get('quantization')}")),
+                   f"{md.get('quantization')}")
+         + (f" · runs on {md['remote']}, not on the machine below (remote: TTFT and E2E "
+            f"include the network to {md['remote']}; the probes do not describe the machine "
+            "that ran it)" if md.get("remote") else "")),
         ("loaded (/api/ps)",
          f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}{note}"),
         ("options", json.dumps(h.options)),

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 INTERVAL_S = 0.5
+GAUGES = ("requests_processing", "requests_deferred")  # peaks kept; absent stays absent
 COUNTERS = {  # level field ← llamacpp: counter
     "prompt_tokens": "prompt_tokens_total",
     "prompt_tokens_cached": "prompt_tokens_cached_total",
@@ -31,7 +32,8 @@ def summarize(first: Mapping[str, float], last: Mapping[str, float], peaks: Mapp
               samples: int) -> dict[str, Any]:
     """The level's server figures: {"samples", "max_requests_processing",
     "max_requests_deferred", and each COUNTERS field's growth from `first` to `last`} (a
-    counter absent from either scrape is left out)."""
+    counter absent from either scrape is left out; a gauge no scrape had is None, never 0:
+    a `/metrics` without them — another server's, a proxy's — says nothing of slots)."""
     out: dict[str, Any] = {"source": "llama-server /metrics", "samples": samples,
                            "max_requests_processing": peaks.get("requests_processing"),
                            "max_requests_deferred": peaks.get("requests_deferred")}
@@ -69,7 +71,7 @@ class ServerWatch:
         if first is None:
             return None
         last, samples = first, 1
-        peaks = {k: first.get(k, 0.0) for k in ("requests_processing", "requests_deferred")}
+        peaks = {k: first[k] for k in GAUGES if k in first}
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._interval_s)
@@ -78,5 +80,5 @@ class ServerWatch:
                 continue
             samples += 1
             last = now
-            peaks = {key: max(peak, now.get(key, 0.0)) for key, peak in peaks.items()}
+            peaks.update({k: max(peaks.get(k, now[k]), now[k]) for k in GAUGES if k in now})
         return summarize(first, last, peaks, samples)

@@ -170,7 +170,7 @@ def result_texts(result: RequestResult, word: str = "") -> dict[str, Text | str]
         "failure": failure_text(result.failure)
         if result.failure
         else (
-            Text(f"impossible server counts, not used: {m.impossible}", style="yellow")
+            Text(f"impossible server figures, set aside: {m.impossible}", style="yellow")
             if m.impossible
             else Text(f"buffered stream — client TPOT/decode n/a: {m.buffered}", style="yellow")
             if m.buffered
