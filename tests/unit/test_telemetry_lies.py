@@ -131,7 +131,7 @@ async def measure_openai(url: str):
         await engine.aclose()
 
 
-# ---------------------------------------------------------------- counts of 0 (T8)
+# ---------------------------------------------------------------- counts of 0
 
 
 def test_zero_tokens_for_a_thousand_characters_falls_back_to_the_chunks() -> None:
@@ -180,7 +180,7 @@ async def test_zero_tokens_through_the_ollama_engine() -> None:
     assert (m.output_tokens, m.tokens_basis) == (200, "chunks")
 
 
-# ---------------------------------------------------------------- beyond the wall time (T9)
+# ---------------------------------------------------------------- beyond the wall time
 
 
 def test_durations_far_beyond_the_wall_time_are_not_measurements() -> None:
