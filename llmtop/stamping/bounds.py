@@ -112,6 +112,18 @@ class _Bounds:
             yield piece
 
 
+class ReplyBounds(_Bounds):
+    """The same bounds for a reader that is handed a reply's raw blocks itself (`llmtop
+    watch`'s meter): `pieces(block)` decodes and checks them; `wbits_for(encoding)` is the
+    zlib window for a Content-Encoding it decodes (gzip, deflate), None for any other."""
+
+    @staticmethod
+    def wbits_for(encoding: str) -> int | None:
+        """The zlib `wbits` that decodes `encoding` (lower-case), None for identity or one
+        not decoded here."""
+        return _ZLIB_WBITS.get(encoding)
+
+
 class BoundedStream(httpx.AsyncByteStream):
     """`raw`'s bytes (decoded with `wbits` when given: a zlib/gzip stream), raising
     ReplyTooLarge past MAX_DECODED_BYTES decoded or a line past MAX_LINE_BYTES."""

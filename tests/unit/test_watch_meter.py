@@ -91,12 +91,14 @@ def test_completions_text_and_non_streamed_replies():
     assert (event.stats.prompt_eval_count, event.stats.prompt_cached_count) == (9, 4)
 
 
-def test_an_http_error_names_the_model_and_a_compressed_body_is_not_read():
+def test_an_http_error_names_the_model_and_a_body_that_does_not_decompress_is_said():
     m = meter("ollama", "chat", status=404, model="qwen")
     m.feed(b'{"error": "model \'qwen\' not found"}', 1)
     m.end(2)
     assert m.events[-1].failure.kind == FailureKind.MODEL_NOT_FOUND
-    z = meter("ollama", "chat", encoded=True)
-    z.feed(b"\x1f\x8b...", 1)
+    z = meter("ollama", "chat", encoding="gzip")
+    z.feed(b"\x1f\x8b...", 1)  # a gzip magic number, then not gzip
     z.end(2)
-    assert z.events == []
+    (event,) = z.events
+    assert event.done and event.failure.kind == FailureKind.LIMIT
+    assert "does not decompress" in event.failure.message

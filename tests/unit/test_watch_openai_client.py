@@ -207,7 +207,8 @@ def test_a_client_through_watch_gets_the_same_bytes_and_the_line_the_true_ttft(
                                        (httpx_client, httpx_streamed, httpx_whole))
     out = io.StringIO()
     direct_tee, watched_tee = Tee(), Tee()
-    session = WatchSession([("x", scripted)], log_path=str(tmp_path / "w.jsonl"), out=out)
+    session = WatchSession([("x", scripted)], log_path=str(tmp_path / "w.jsonl"), out=out,
+                           keep=1000)
     port = free_port()
     app = WatchProxy(scripted, ("127.0.0.1", port), session)
     with WatchInThread(app) as url:

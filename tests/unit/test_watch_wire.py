@@ -136,15 +136,16 @@ def test_the_request_head_keeps_the_clients_headers_but_host_the_token_and_proxy
                (b"Connection", b"keep-alive"), (b"Transfer-Encoding", b"chunked"),
                (b"Expect", b"100-continue"), (b"Accept", b"*/*")]
     streamed = request_head(b"POST", b"/api/blobs/x?y=1", "1.1", headers, up,
-                            drop=frozenset({b"x-llmtop-token"}))
-    # Host first (the engine's own), then the client's in order, less token and proxy-only;
-    # the target under the upstream's path prefix
+                            drop=frozenset({b"x-llmtop-token"}), chunked=True)
+    # Host first (the engine's own), then the client's in order, less token, proxy-only and
+    # framing headers; the target under the upstream's path prefix; the framing last, the
+    # watch's own (its parser's reading, never the client's header passed on)
     assert streamed == (b"POST /prefix/api/blobs/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:11434\r\n"
                         b"User-Agent: curl/8\r\nConnection: keep-alive\r\n"
-                        b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n"
-                        b"Accept: */*\r\n\r\n")
+                        b"Expect: 100-continue\r\nAccept: */*\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n")
     whole = request_head(b"POST", b"/api/chat", "1.0", headers, up,
-                         drop=frozenset({b"x-llmtop-token"}), length=17)
+                         drop=frozenset({b"x-llmtop-token"}), length=17, measured=True)
     # a body sent whole loses its framing and Expect, and says its length
     assert whole == (b"POST /prefix/api/chat HTTP/1.0\r\nHost: 127.0.0.1:11434\r\n"
                      b"User-Agent: curl/8\r\nConnection: keep-alive\r\nAccept: */*\r\n"

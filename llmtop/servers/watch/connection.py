@@ -55,12 +55,17 @@ from llmtop.servers.watch.wire import (
     MAX_HEAD_BYTES,
     MAX_MEASURED_BODY,
     chunk,
+    framing_refusal,
     header,
     json_reply,
     request_head,
 )
 
 LINGER_S = 2.0  # after a reply of its own, the app's bytes are read and dropped this long
+# a request head (line and headers) must be whole this long after its first byte: 10 s is
+# far more than any client on a loopback or LAN needs, and less than the time a few hundred
+# half-sent heads (slowloris) need to be worth anything
+HEAD_TIMEOUT_S = 10.0
 
 if TYPE_CHECKING:
     from llmtop.servers.watch.proxy import WatchProxy
@@ -119,6 +124,7 @@ class ClientSide(asyncio.Protocol):
         self.closing = False  # nothing more is read: a reply of the watch's own, or the end
         self.body_left = 0  # bytes of an Upgrade request's body still to read (`feed`)
         self.hung_up = False  # shut for writing after a reply of the watch's own (hang_up)
+        self.head_timer: asyncio.TimerHandle | None = None  # a head must be whole in time
 
     # ------------------------------------------------------------ asyncio's calls
 
@@ -126,9 +132,20 @@ class ClientSide(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.client = (peer[0], peer[1]) if isinstance(peer, tuple) else None
-        self.proxy.connections.add(self)
-        # the engine connection opens while the app writes its request, as a TCP forwarder's
-        self.connecting = self.loop.create_task(self.connect())
+        self.proxy.accepted(self)
+        self.head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self.head_timed_out)
+        if not self.proxy.guarded:
+            # no token to show: the engine connection opens while the app writes its request,
+            # as a TCP forwarder's; with one, only for a request that showed it (proxy.checked)
+            self.connecting = self.loop.create_task(self.connect())
+
+    def head_timed_out(self) -> None:
+        """A request head not whole HEAD_TIMEOUT_S after its first byte (or, for the first
+        request, after the connection opened): answered 408 and closed, so a client that
+        never finishes its head cannot hold a connection (slowloris)."""
+        self.head_timer = None
+        if self.in_head and not self.closing:
+            self.refuse(408, f"llmtop watch: no whole request head within {HEAD_TIMEOUT_S:g} s")
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -167,7 +184,10 @@ class ClientSide(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.closing = True
-        self.proxy.connections.discard(self)
+        self.proxy.left(self)
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
         if self.connecting is not None:
             self.connecting.cancel()
         up, self.up = self.up, None
@@ -196,6 +216,8 @@ class ClientSide(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.current = None if self.closing else Pending()
         self.url = []
+        if self.head_timer is None and not self.closing:  # a new head's first byte
+            self.head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self.head_timed_out)
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
@@ -206,6 +228,9 @@ class ClientSide(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.in_head, self.head_bytes = False, 0
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
         p = self.current
         if p is None or self.closing:
             self.current = None
@@ -213,23 +238,18 @@ class ClientSide(asyncio.Protocol):
         self.queue.append(p)
         p.method = self.parser.get_method()
         p.keep_alive = self.parser.should_keep_alive()
-        refused = self.proxy.refusal(p.headers)
+        p.target = b"".join(self.url)
+        p.version = self.parser.get_http_version()
+        refused = self.proxy.refusal(p.headers) or self.refusal(p)
         if refused is not None:
             p.reply = json_reply(refused[0], {"error": refused[1]})
             self.closing = True  # nothing after it is read: the reply ends the connection
             self.advance()
             return
-        p.target = b"".join(self.url)
-        p.version = self.parser.get_http_version()
+        self.proxy.checked(self)
         p.upgrade = header(p.headers, b"upgrade") is not None
         length = header(p.headers, b"content-length")
-        p.length = int(length) if length is not None and length.strip().isdigit() else 0
-        if p.upgrade and header(p.headers, b"transfer-encoding") is not None:
-            p.reply = json_reply(400, {"error": "llmtop watch: an Upgrade request with a "
-                                                "chunked body is not passed on"})
-            self.closing = True
-            self.advance()
-            return
+        p.length = int(length) if length is not None else 0  # llhttp checked its digits
         p.path = unquote(p.target.partition(b"?")[0].decode("latin-1"))
         p.endpoint = endpoint_of(p.method.decode("latin-1"), p.path)
         if p.endpoint is not None:
@@ -237,12 +257,46 @@ class ClientSide(asyncio.Protocol):
             p.expects = (header(p.headers, b"expect") or b"").lower() == b"100-continue"
             self.advance()  # says 100 Continue now, or when the answers before it are out
             return
-        p.chunked = b"chunked" in (header(p.headers, b"transfer-encoding") or b"").lower()
+        p.chunked = header(p.headers, b"transfer-encoding") is not None  # `chunked` alone
         head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
-                            drop=self.proxy.drop_for(p.headers))
+                            drop=self.proxy.drop_for(p.headers),
+                            length=p.length if length is not None else None,
+                            chunked=p.chunked)
         if not p.chunked and not p.length:
             p.sent = head  # the whole request: it can be sent again (upstream_lost)
         self.send_up(head, p)
+
+    def refusal(self, p: Pending) -> tuple[int, str] | None:
+        """(status, message) when request `p` may not pass for what its line or framing
+        says (proxy.refusal has checked its Host, Origin and token); None when it may. An
+        absolute-form target (`POST http://host/api/chat`, what a client whose HTTP_PROXY
+        points at the watch sends) is made origin-form here, its authority checked as the
+        Host it is (RFC 9112, section 3.2.2), so it is measured like any other."""
+        if p.version not in ("1.0", "1.1"):
+            return 505, f"llmtop watch: HTTP/{p.version} is not passed on; use HTTP/1.1"
+        if p.method == b"CONNECT":
+            return 405, "llmtop watch opens no tunnels: CONNECT is not passed on"
+        target = p.target
+        if not target.startswith(b"/") and target != b"*":
+            scheme, sep, rest = target.partition(b"://")
+            if not sep or scheme.lower() not in (b"http", b"https"):
+                return 400, "llmtop watch: a request target must be a path or an http URL"
+            authority, slash, path = rest.partition(b"/")
+            host = authority.rpartition(b"@")[2].decode("latin-1")
+            if not self.proxy.guard.host_allowed(host):
+                return 403, (f"Host {host!r} (the request's URL) is not allowed: llmtop "
+                             f"watch answers only to loopback names and "
+                             f"{self.proxy.guard.bind_host}")
+            p.target = slash + path if slash else b"/"
+        elif p.version == "1.1" and header(p.headers, b"host") is None:
+            return 400, "llmtop watch: an HTTP/1.1 request without Host (RFC 9112, 3.2)"
+        why = framing_refusal(p.headers)
+        if why is not None:
+            return 400, f"llmtop watch: {why}"
+        if header(p.headers, b"upgrade") is not None and (
+                header(p.headers, b"transfer-encoding") is not None):
+            return 400, "llmtop watch: an Upgrade request with a chunked body is not passed on"
+        return None
 
     def on_body(self, body: bytes) -> None:
         p = self.current
@@ -286,7 +340,8 @@ class ClientSide(asyncio.Protocol):
                                    p.endpoint[1], p.path, body, self.client, self.rx_ns)
         ex.on_sent = self.proxy.look_up_caller  # during the engine's prefill
         head = request_head(p.method, p.target, p.version, p.headers, self.proxy.wire,
-                            drop=self.proxy.drop_for(p.headers), length=len(body))
+                            drop=self.proxy.drop_for(p.headers), length=len(body),
+                            measured=True)
         p.sent = head + body
         self.send_up(p.sent, p, measured=True)
         self.proxy.watcher.started(ex)  # after the write: numbering it delays nothing
@@ -549,11 +604,10 @@ class UpstreamSide(asyncio.Protocol):
             ex.headers_ns = self.t
             ex.read_facts()
             ex.status_code = status
-            encoding = (header(headers, b"content-encoding") or b"identity").lower()
+            encoding = (header(headers, b"content-encoding") or b"identity").decode("latin-1")
             self.meter = ex.meter = Meter(
                 ex.api, ex.shape, streamed=ex.facts.stream, status=status,
-                peer=self.side.proxy.peer, encoded=encoding != b"identity",
-                model=ex.facts.model or "")
+                peer=self.side.proxy.peer, encoding=encoding, model=ex.facts.model or "")
         if p.method == b"HEAD":
             # no body follows, whatever its headers say (RFC 9110, 9.3.2), and the parser
             # cannot be told: nothing was sent after a HEAD on this connection (`last`), so it
@@ -598,13 +652,19 @@ class UpstreamSide(asyncio.Protocol):
         p.done = True
         self.answers += 1
         ex = p.exchange
+        t_end = perf_counter_ns()
         if ex is not None:
-            t_end = perf_counter_ns()
             if meter is not None:
                 meter.end(t_end)
             ex.end_ns = t_end
             p.exchange = None
             self.side.proxy.finish(ex)
+        after = self.side.answering()
+        if after is not None and after.up is self and after.exchange is not None:
+            # pipelined behind this answer: the engine takes it up only now (an HTTP/1.1
+            # server answers a connection's requests in order), so its TTFT counts from here
+            # and the wait is said (Exchange.ready_ns)
+            after.exchange.ready_ns = t_end
         self.side.advance()
 
 

@@ -42,6 +42,7 @@ class Exchange:
     facts_read: bool = False
     wall_ns: int = field(default_factory=time_ns)  # the arrival, wall clock (a label only)
     sent_ns: int | None = None
+    ready_ns: int | None = None  # pipelined: the previous answer on its connection ended
     headers_ns: int | None = None
     status_code: int | None = None
     meter: Meter | None = None
@@ -85,8 +86,19 @@ class Exchange:
 
     @property
     def send_ns(self) -> int:
-        """The send stamp TTFT counts from (the body's write, else the request's arrival)."""
-        return self.sent_ns if self.sent_ns is not None else self.received_ns
+        """The send stamp TTFT counts from: the body's write (else the request's arrival),
+        or, for a request pipelined behind another answer on its connection, that answer's
+        end, when the engine could take it up (`pipeline_wait_ns` says how long it waited)."""
+        sent = self.sent_ns if self.sent_ns is not None else self.received_ns
+        return max(sent, self.ready_ns) if self.ready_ns is not None else sent
+
+    @property
+    def pipeline_wait_ns(self) -> int | None:
+        """How long the request waited, written to the engine, behind the answer before it
+        on the same connection (ns); None when it did not wait."""
+        if self.ready_ns is None or self.sent_ns is None or self.ready_ns <= self.sent_ns:
+            return None
+        return self.ready_ns - self.sent_ns
 
     @property
     def hop_in_ns(self) -> int | None:

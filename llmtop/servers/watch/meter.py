@@ -22,8 +22,17 @@ for llmtop's own requests (`sessions/measure/timeline.compute_metrics`):
 A whole body's event is stamped at its last block's arrival (the body's end is noticed
 after that block was handed on, which is the proxy's time, not the engine's).
 
-A response with another status than 200, or compressed (`Content-Encoding` other than
-identity), is forwarded untouched and recorded without chunks (status error, or truncated).
+A response with another status than 200 is forwarded untouched and recorded as the failure
+its body names. A compressed one (`Content-Encoding: gzip` or `deflate`) is forwarded
+untouched and measured from its decoded pieces (stamping/bounds.py decodes it, as for
+llmtop's own clients); one in an encoding the watch cannot decode (br, zstd) is recorded as
+failed with that reason, not as truncated.
+
+Bounds (a meter runs on the loop that forwards every app's bytes, for days): a line past
+MAX_LINE_BYTES, a decoded body past MAX_DECODED_BYTES, more than MAX_EVENTS chunks or
+MAX_TEXT_CHARS characters of text end the measurement there with a LIMIT failure that says
+so; the answer itself still passes whole. Buffers grow in place (a bytearray), never by
+copying what they hold, so a long line costs its length once, not its square.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any
 
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # httpx-sse's own SSE parser
 
-from llmtop.engines.events import Failure, ServerStats, StreamEvent
+from llmtop.engines.events import Failure, FailureKind, ServerStats, StreamEvent, tool_call_text
 from llmtop.engines.http import (
     Peer,
     failure_for_http,
@@ -45,11 +54,19 @@ from llmtop.engines.http import (
     failure_truncated,
 )
 from llmtop.engines.openai_stream import THINKING_KEYS, ChunkReader, StreamError, error_body_text
+from llmtop.stamping.bounds import MAX_DECODED_BYTES, MAX_LINE_BYTES, ReplyBounds, ReplyTooLarge
 
 OLLAMA_PATHS = {"/api/chat": "chat", "/api/generate": "generate"}
 OPENAI_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
                 "/chat/completions": "chat", "/completions": "completions"}
 MAX_ERROR_BYTES = 64 * 1024  # an error body is kept up to this size, to name the failure
+# An answer's events kept for its metrics: 65,536 chunks is twice the longest answer a local
+# model is asked for (32k tokens of reasoning); past it an endless answer would hold the
+# watch's memory (a StreamEvent is ~200 bytes) and make a log record no reader takes.
+MAX_EVENTS = 1 << 16
+# Text kept with those events: 1 Mi characters (~250k tokens) keeps a record with its text
+# (--log-bodies) well under the log's 16 MiB line bound even with every character escaped.
+MAX_TEXT_CHARS = 1 << 20
 
 
 def endpoint_of(method: str, path: str) -> tuple[str, str] | None:
@@ -128,44 +145,73 @@ class Meter:
     """
 
     def __init__(self, api: str, shape: str, *, streamed: bool, status: int, peer: Peer,
-                 encoded: bool = False, model: str = "") -> None:
+                 encoding: str = "identity", model: str = "") -> None:
         self.api, self.shape, self.streamed, self.status = api, shape, streamed, status
         self.model = model
         self.peer = peer
         self.events: list[StreamEvent] = []
-        self.done = encoded  # a compressed body is not read at all
-        self.encoded = encoded
-        self._buf = b""
+        self.done = False
+        self.text_chars = 0  # characters of text in `events`
+        self._buf = bytearray()
         self._last_ns: int | None = None  # when the last block of a whole body arrived
         self._whole = not streamed or status != 200
         self._reader = ChunkReader()
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = SSELineDecoder()
         self._sse = SSEDecoder()
+        self._bounds: ReplyBounds | None = None
+        self._undecodable: Failure | None = None  # recorded at the body's first block
+        encoding = encoding.strip().lower() or "identity"
+        if encoding != "identity" and ReplyBounds.wbits_for(encoding) is None:
+            self._undecodable = Failure(
+                FailureKind.PROTOCOL,
+                f"an answer compressed as {encoding[:40]!r}, which the watch does not decode "
+                "(gzip and deflate it does): passed on unmeasured",
+                "have the app ask for no compression (Accept-Encoding: identity), or gzip")
+        else:
+            # a whole body is one JSON document (no line bound); a stream's lines are bounded
+            self._bounds = ReplyBounds(
+                ReplyBounds.wbits_for(encoding),
+                MAX_DECODED_BYTES if self._whole else MAX_LINE_BYTES, MAX_DECODED_BYTES)
 
     def feed(self, block: bytes, t_ns: int) -> None:
         """One block of the body, arrived at perf_counter ns `t_ns`."""
         if self.done:
             return
+        if self._bounds is None:
+            assert self._undecodable is not None
+            self._fail(self._undecodable, t_ns)
+            return
+        try:
+            for piece in self._bounds.pieces(block):
+                self._piece(piece, t_ns)
+                if self.done:
+                    return
+        except ReplyTooLarge as exc:
+            self._limit(f"{exc}", t_ns)
+
+    def _piece(self, piece: bytes, t_ns: int) -> None:
         if self._whole:
             if len(self._buf) < MAX_ERROR_BYTES or self.status == 200:
-                self._buf += block
+                self._buf += piece
             self._last_ns = t_ns
-            return
-        if self.api == "ollama":
-            self._feed_lines(block, t_ns)
+        elif self.api == "ollama":
+            self._feed_lines(piece, t_ns)
         else:
-            self._feed_sse(block, t_ns)
+            self._feed_sse(piece, t_ns)
 
     def end(self, t_ns: int) -> None:
         """The body ended at `t_ns`: finish a whole (non-streamed or error) body, a last
         line without its newline, or record the truncation."""
         if self.done:
             return
+        if self._undecodable is not None:
+            self._fail(self._undecodable, t_ns)
+            return
         if self._whole:  # the answer arrived with its last block, not at the end's notice
             self._read_whole(self._last_ns if self._last_ns is not None else t_ns)
         elif self.api == "ollama" and self._buf.strip():
-            self._line(self._buf, t_ns)
+            self._line(bytes(self._buf), t_ns)
         elif self.api == "openai":
             for line in self._lines.flush():
                 self._sse_line(line, t_ns)
@@ -176,15 +222,35 @@ class Meter:
         else:
             self._fail(failure_truncated(self.peer), t_ns)
 
+    def _add(self, event: StreamEvent) -> None:
+        """Keep a chunk's event, or end the measurement at MAX_EVENTS / MAX_TEXT_CHARS."""
+        chars = len(event.content) + len(event.thinking) + len(event.tool_calls)
+        if len(self.events) >= MAX_EVENTS or self.text_chars + chars > MAX_TEXT_CHARS:
+            self._limit(f"an answer past {len(self.events)} chunks and {self.text_chars} "
+                        "characters", event.t_ns)
+            return
+        self.text_chars += chars
+        self.events.append(event)
+
+    def _limit(self, what: str, t_ns: int) -> None:
+        self._fail(Failure(FailureKind.LIMIT,
+                           f"{what}: measured up to there; the app got the whole answer",
+                           "an answer this size is not one an LLM request makes; check the "
+                           "engine (is it stopping at num_predict / max_tokens?)"), t_ns)
+
     # ---------------------------------------------------------------- Ollama NDJSON
 
     def _feed_lines(self, block: bytes, t_ns: int) -> None:
-        buf = self._buf + block if self._buf else block
-        if b"\n" not in buf:
-            self._buf = buf
+        end = block.rfind(b"\n")
+        if end < 0:  # the line goes on: only the new bytes are looked at, and kept in place
+            self._buf += block
             return
-        *lines, self._buf = buf.split(b"\n")
-        for line in lines:
+        head, rest = block[:end], block[end + 1:]
+        if self._buf:
+            self._buf += head
+            head = bytes(self._buf)
+        self._buf = bytearray(rest)
+        for line in head.split(b"\n"):
             if line.strip() and not self.done:
                 self._line(line, t_ns)
 
@@ -210,11 +276,13 @@ class Meter:
         content = text if isinstance(text, str) else ""
         thought = source.get("thinking")
         thinking = thought if isinstance(thought, str) else ""
+        # a tool call is the model's output too (in a chunk of its own, or in the done line)
+        tools = tool_call_text(source.get("tool_calls")) if self.shape == "chat" else ""
         if obj.get("done"):
             self._final(StreamEvent(t_ns, content, thinking, done=True,
-                                    stats=ServerStats.from_mapping(obj)))
+                                    stats=ServerStats.from_mapping(obj), tool_calls=tools))
         else:
-            self.events.append(StreamEvent(t_ns, content, thinking))
+            self._add(StreamEvent(t_ns, content, thinking, tool_calls=tools))
 
     # ---------------------------------------------------------------- OpenAI SSE
 
@@ -252,13 +320,14 @@ class Meter:
             detail = f"an event that is not OpenAI's protocol: {type(exc).__name__}: {exc}"
             self._fail(failure_protocol(detail, peer=self.peer), t_ns)
             return
-        if content or thinking:
-            self.events.append(StreamEvent(t_ns, content, thinking))
+        tools = self._reader.tool_calls
+        if content or thinking or tools:
+            self._add(StreamEvent(t_ns, content, thinking, tool_calls=tools))
 
     # ---------------------------------------------------------------- whole bodies
 
     def _read_whole(self, t_ns: int) -> None:
-        body = self._buf
+        body = bytes(self._buf)
         if self.status != 200:
             self._fail(failure_for_http(self.status, body, peer=self.peer, model=self.model),
                        t_ns)
@@ -280,7 +349,10 @@ class Meter:
             return
         self._reader.read(obj)
         content, thinking = _message_texts(obj, self.shape)
-        self._final(StreamEvent(t_ns, content, thinking, done=True, stats=self._reader.stats()))
+        message = _choice(obj).get("message")
+        tools = tool_call_text(message.get("tool_calls")) if isinstance(message, Mapping) else ""
+        self._final(StreamEvent(t_ns, content, thinking, done=True, stats=self._reader.stats(),
+                                tool_calls=tools))
 
     # ---------------------------------------------------------------- endings
 

@@ -88,7 +88,37 @@ class WatchProxy:
                          DEFAULT_READ_TIMEOUT_S)
         self.connect_timeout_s = connect_timeout_s
         self.connections: set[ClientSide] = set()
+        # connections whose first request has not yet passed the checks, oldest first
+        self.unchecked: dict[ClientSide, None] = {}
+        self.max_unchecked = unchecked_bound()
         self._finishing: set[asyncio.Task[None]] = set()
+
+    @property
+    def guarded(self) -> bool:
+        """Requests must show a token: no engine connection before one did."""
+        return self._token is not None
+
+    def accepted(self, side: ClientSide) -> None:
+        """A client connected. Past `max_unchecked` connections that have not yet sent a
+        request that passed the checks, the oldest of them is closed: a flood of half-open
+        connections cannot take every file descriptor from a client that holds the token
+        (the newest is the likeliest to be a client about to send its request)."""
+        self.connections.add(side)
+        self.unchecked[side] = None
+        while len(self.unchecked) > self.max_unchecked:
+            oldest = next(iter(self.unchecked))
+            del self.unchecked[oldest]
+            if oldest.transport is not None:
+                oldest.transport.abort()
+
+    def checked(self, side: ClientSide) -> None:
+        """A request of `side` passed the Host, Origin and token checks."""
+        self.unchecked.pop(side, None)
+
+    def left(self, side: ClientSide) -> None:
+        """A client connection closed."""
+        self.connections.discard(side)
+        self.unchecked.pop(side, None)
 
     def protocol(self) -> ClientSide:
         """A new client connection's protocol (the server's factory)."""
@@ -197,6 +227,8 @@ class WatchServer:
     async def serve(self) -> None:
         """Listen, serve until `should_exit`, drain."""
         loop = asyncio.get_running_loop()
+        raise_fd_limit()
+        self.proxy.max_unchecked = unchecked_bound()
         host, port = self.proxy.listen
         server = await loop.create_server(self.proxy.protocol, host, port)
         self.started = True
@@ -214,6 +246,40 @@ class WatchServer:
         """Serve in this thread (its own event loop) until `should_exit`."""
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(self.serve())
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (as Go's runtime does
+    at start since 1.19) and return the soft limit now in force. A watch pairs each client
+    connection with an engine connection, and the usual soft limit of 1024 is the first
+    thing a busy app, or a flood, runs into; the hard limit is the administrator's."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return 1 << 16
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def unchecked_bound() -> int:
+    """How many connections may wait for their first checked request at once: a quarter of
+    the open-file limit (each may hold an engine connection too, and the rest are for the
+    clients that passed, the log and the probes), at least 16."""
+    try:
+        import resource
+    except ImportError:
+        return 1024
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(16, soft // 4)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

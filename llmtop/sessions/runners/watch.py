@@ -16,6 +16,10 @@ words.
 
 The probe verdict of a request: the worst of the probe samples taken while it ran (any
 NOISY sample makes it NOISY), else the sample just before it ended; None before any sample.
+Every sample is kept in memory for that (RECENT_SAMPLES); the log keeps the idle ones as a
+TUI session's log does (recorder.IDLE_AFTER_NS, IDLE_PROBE_PERIOD_NS): once no request has
+run for 5 s, one sample every 10 s and each one whose verdict changed (a watch left running
+idle logged 3.8 MB of 1 Hz samples in 17.6 minutes, some 300 MB a day).
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import SessionLog, default_log_path
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.runners.environment import environment
+from llmtop.sessions.runners.recorder import IDLE_AFTER_NS, IDLE_PROBE_PERIOD_NS
 from llmtop.sessions.runners.watch_prometheus import PrometheusFile
 
 LIVE_EVERY_NS = 250_000_000  # a streaming request's progress lines: 4 a second at most
 TEXT_TAIL = 2000  # characters of the answer a live line carries with show_text
 RECENT_SAMPLES = 600  # probe samples kept for per-request verdicts (10 min at 1 Hz)
+RECENT_FINISHED = 16  # finished requests kept in memory (the log has them all)
 NS_PER_MS = 1_000_000
 
 
@@ -66,15 +72,18 @@ class WatchSession:
     starts and as it streams (`live_fields`, "event" "started" / "progress"; the finished
     line then has "event": "finished"), at most one progress line per request every
     LIVE_EVERY_NS — how the watch screen, another process, follows the traffic; show_text:
-    those lines carry the prompt and the answer so far (never the log). Raises LogError when
-    the log cannot be created.
+    those lines carry the prompt and the answer so far (never the log); keep: how many of
+    the last finished requests `finished_list` holds (a watch runs for days: what is older is
+    in the log, and `finished_count` counts them all). Raises LogError when the log cannot be
+    created.
     """
 
     def __init__(self, pairs: Sequence[tuple[str, str]], *, log_path: str | None = None,
                  bodies: bool = False, out: TextIO | None = None,
                  prometheus: str | os.PathLike[str] | None = None,
                  on_update: Callable[[Exchange], None] | None = None,
-                 live: bool = False, show_text: bool = False) -> None:
+                 live: bool = False, show_text: bool = False,
+                 keep: int = RECENT_FINISHED) -> None:
         header = {"kind": "watch", "upstream": pairs[0][1] if pairs else None, "via": "watch",
                   "environment": environment(),
                   "watch": {"pairs": [{"listen": a, "upstream": b} for a, b in pairs],
@@ -88,8 +97,12 @@ class WatchSession:
         self._live_ns: dict[int, int] = {}  # request id → when its last progress line went
         self.count = 0
         self.streaming: dict[int, Exchange] = {}
-        self.finished_list: list[Watched] = []
+        self.finished_list: deque[Watched] = deque(maxlen=keep)
+        self.finished_count = 0
         self._samples: deque[ProbeSample] = deque(maxlen=RECENT_SAMPLES)
+        self.active_ns = perf_counter_ns()  # when a request last started or ended
+        self._last_logged: tuple[int, Any] | None = None  # (t_ns, verdict key) last logged
+        self.probes_thinned = 0  # idle samples not logged (`keep_probe`)
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="llmtop-watch-log")
 
@@ -99,6 +112,7 @@ class WatchSession:
         """A measured request arrived: number it."""
         self.count += 1
         exchange.id = self.count
+        self.active_ns = perf_counter_ns()
         self.streaming[exchange.id] = exchange
         if self.live:
             self._live_ns[exchange.id] = 0
@@ -123,7 +137,9 @@ class WatchSession:
         """It ended: measure it now, write it in the writer thread."""
         self.streaming.pop(exchange.id, None)
         self._live_ns.pop(exchange.id, None)
+        self.active_ns = perf_counter_ns()
         watched = self.measure(exchange)
+        self.finished_count += 1
         self.finished_list.append(watched)
         self._writer.submit(self._write, watched)
         if self.on_update is not None:
@@ -150,6 +166,7 @@ class WatchSession:
             "caller_pid": caller.pid if caller else None,
             "http_status": exchange.status_code,
             "hop_in_ms": _ms(exchange.hop_in_ns), "hop_out_ms": _ms(exchange.hop_out_ns),
+            "pipeline_wait_ms": _ms(exchange.pipeline_wait_ns),
             "probe_verdict": verdict, "probe_findings": list(findings),
         }
         if not self.bodies:
@@ -159,11 +176,29 @@ class WatchSession:
         return Watched(result, RequestRecord.of(result, **fields), exchange)
 
     def sampled(self, sample: ProbeSample) -> None:
-        """A probe sample (from the sampler's thread): kept for verdicts, and logged."""
+        """A probe sample (from the sampler's thread): kept for verdicts, and logged unless
+        idle and like the last one logged (`keep_probe`)."""
         with self._lock:
             self._samples.append(sample)
         running = min(self.streaming, default=None)  # one C-level pass: safe beside the loop
+        if not self.keep_probe(sample, running is not None):
+            self.probes_thinned += 1
+            return
         self._writer.submit(self.log.write_probe, sample.to_dict(), running)
+
+    def keep_probe(self, sample: ProbeSample, running: bool) -> bool:
+        """Whether to log `sample`: always while a request streams and for IDLE_AFTER_NS
+        after one started or ended; idle, one every IDLE_PROBE_PERIOD_NS and each one whose
+        verdict (quiet or not, and its finding codes) differs from the last one logged."""
+        verdict = sample.verdict
+        key = (verdict.quiet, tuple(sorted(f.code for f in verdict.findings)))
+        idle = not running and sample.t_ns - self.active_ns > IDLE_AFTER_NS
+        last = self._last_logged
+        if (idle and last is not None and key == last[1]
+                and sample.t_ns - last[0] < IDLE_PROBE_PERIOD_NS):
+            return False
+        self._last_logged = (sample.t_ns, key)
+        return True
 
     def verdict_during(self, start_ns: int, end_ns: int) -> tuple[str | None, tuple[str, ...]]:
         """("QUIET" | "NOISY" | None, the WARN/FAIL finding codes) over [start_ns, end_ns]:
@@ -269,6 +304,7 @@ def line_fields(watched: Watched) -> dict[str, Any]:
         "thinking_chunks": sum(1 for e in result.events if e.thinking),
         "answer_chunks": sum(1 for e in result.events if e.content),
         "buffered": m.buffered, "hop_in_ms": rec.hop_in_ms, "hop_out_ms": rec.hop_out_ms,
+        "pipeline_wait_ms": rec.pipeline_wait_ms,
         "verdict": rec.probe_verdict, "findings": list(rec.probe_findings),
         "stats": stats.to_dict() if stats else None,
     }
