@@ -10,12 +10,29 @@ finding them lets the bench measure around them (docs/guide/bench.md, "Slow epis
 
 **Change points: ruptures' PELT** (Killick, Fearnhead & Eckley 2012; `ruptures`, Truong,
 Oudre & Vayatis 2020), the exact search for the segmentation that minimises the sum of
-segment costs plus a penalty per change point, in linear time. Chosen over Binseg/BottomUp
-(approximate searches that can miss one of two close change points, as the seed's
-7 → 8 and 19 → 20) and over a hand-written CUSUM (a well-kept library, tested on its own).
-Cost model "l2" (a change of mean, the segment's sum of squared deviations), with
-`min_size` 3 (one or two slow requests are outliers, not an episode) and `jump` 1 (every
-request may start an episode).
+segment costs plus a penalty per change point. Chosen over Binseg/BottomUp (approximate
+searches that can miss one of two close change points, as the seed's 7 → 8 and 19 → 20)
+and over a hand-written CUSUM (a well-kept library, tested on its own). Cost: a change of
+mean (the segment's sum of squared deviations), with `min_size` 3 and `jump` 1 (every
+request may start an episode). It runs as ruptures' `KernelCPD(kernel="linear")`: the
+linear kernel's cost *is* the l2 cost, and that class runs the same PELT search in C with
+each segment's cost from cumulative sums, O(1) where `Pelt(model="l2")` computes a
+variance over the segment in Python. PELT only prunes when change points are found, so on a
+steady series it tries every pair of ends: `Pelt(model="l2", jump=1)` took 17 s for 1,000
+requests, 86 s for 2,000 and never finished 100,000; the C search, the same breakpoints on
+300 random series with steps, takes 0.2 ms for 250 values and 15 ms for 2,000.
+
+**Long series: blocks.** Beyond EXACT_POINTS (2,000) values even the C search grows as n²
+(0.2 s for 5,000, a minute for 100,000), so the series is cut into EXACT_POINTS blocks of
+nearly equal size b (n / 2,000, rounded) and the search runs on the blocks' means × √b,
+with the same penalty. For blocks of one size this is the exact search restricted to block
+ends: a segmentation's l2 cost is the within-block sum of squares (the same for every
+segmentation at block ends) plus b × the block means' squared deviations from their
+segment's mean. Change points then sit at block ends, and the episode rule below places
+each episode's ends on the requests themselves (trimmed to its off requests, grown over the
+off ones beside it). An episode much shorter than a block can be missed (its block's mean
+moves by its share of the block); at 100,000 requests a block is 50, and the whole of
+`shape_of` takes 0.07 s.
 
 **Scale and penalty.** The series is first divided by its median (levels in units of the
 run's typical value, so a size reads as a percentage) and then by its own noise, σ, the
@@ -48,17 +65,45 @@ keeps a smaller check of the rate.
 
 **Baseline and episodes.** Segments are cut at the change points and grouped by level:
 for each segment, the segments whose median is within the margin of its own
-(margin = max(LEVEL_K × σ, threshold_pct %, the absolute floor)). The baseline is the group
-holding the most requests (a tie goes to the better level: contention only takes time); an
-episode is every other segment, adjacent ones merged. The baseline must hold at least
-MAJORITY_SHARE (half) of the requests: an episode is a departure from the run's level, so a
-minority. Why the majority and not the fastest level: the method (docs/method.md, "Rules
-for an honest run", 6 and 8) reads interference as "drops that recover" from the run's own
-level, and its quiet rerun is the figure a user repeats; a few fast requests after a slow
-run are not a baseline the next run will meet (seen: the fastest long segment made the
-"baseline" 3 requests of 50, the "episode" 1–47). The seed's four phases keep their
-baseline (requests 1–7 and 14–19 hold 13 of 25). A series whose largest level holds fewer
-than half its requests has no baseline (`SeriesShape.majority` False): the verdict says so.
+(margin = max(LEVEL_K × σ, threshold_pct %, the absolute floor)). The baseline's level is
+the group holding the most requests (a tie goes to the better level: contention only takes
+time); every other segment is a candidate. Why the majority and not the fastest level: the
+method (docs/method.md, "Rules for an honest run", 6 and 8) reads interference as "drops
+that recover" from the run's own level, and its quiet rerun is the figure a user repeats; a
+few fast requests after a slow run are not a baseline the next run will meet (seen: the
+fastest long segment made the "baseline" 3 requests of 50, the "episode" 1–47). The seed's
+four phases keep their baseline (requests 1–7 and 14–19 hold 13 of 25).
+
+**Episodes and outliers.** A change point says a stretch's *level* differs; it does not say
+each request in it was slowed. Two 3 × spikes at requests 7 and 10 made one segment 7–10
+at +99 % (its median, of two spikes and two ordinary requests), which called 8 and 9
+slowed: of 200 log-normal series of 25 with isolated 3 × spikes, 57 had such an episode, and
+of 200 with noise only, 17. So an episode must be made of requests that are off themselves:
+
+* a request is *off* when it differs from the baseline's level by more than
+  max(margin, OFF_K × σ), OFF_K = 3 (a request beyond 3 σ of a level is an outlier of it
+  under any noise close to normal);
+* an episode is a run of at least MIN_SIZE (3) *consecutive* candidate requests off on the
+  same side, grown over the off requests next to it on that side (a change point one
+  request early or late, or at a block end); a request that is not off ends it;
+* the off candidates of a shorter run are *outliers* (`SeriesShape.outliers`): reported as
+  such, never an episode, and kept in the statistics (a median is not moved by a spike).
+
+Measured on seeded series of 25 (numpy's default_rng, tests/unit/test_episodes_noise.py):
+of 400 log-normal noise-only series at σ 0.05, 0.1, 0.2 or 0.3, 1 got an episode (it was
+17 of 200 before); with 2–3 isolated 3 × spikes, 0–2 of 400 (57 of 200 before), none
+calling a request between spikes slowed. An episode of 8 requests at 2 × is found in 400 of
+400 at σ ≤ 0.1, 279 at σ 0.2 and 139 at σ 0.3 (196 and 147 of 200 before, with 9 and 18
+calling an unslowed neighbour slowed): under heavy noise a request of a real episode can
+fall within 3 σ of the baseline, which splits the episode or leaves it short, the price of
+never calling an ordinary request slowed. With OFF_K 2 the noise-only rate was 5–7 of 400;
+with 2.5, 3–4 of 400.
+
+The baseline's value is the median of the requests outside every episode. The baseline must
+hold at least MAJORITY_SHARE (half) of the requests (`held`: those outside every episode):
+an episode is a departure from the run's level, so a minority. A series whose episodes
+hold half its requests or more has no baseline (`SeriesShape.majority` False): the verdict
+says so.
 
 An episode is "slower" (the usual) or "faster" (`Span.worse` False: a level better than
 the majority's). A faster episode says the majority itself ran slowed, or the engine
@@ -86,10 +131,12 @@ import ruptures as rpt
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality (as attribution.MAD_SCALE)
 SIGMA_FLOOR = 0.01  # σ is at least 1 % of the median level (attribution.SPREAD_FLOOR)
 PENALTY_LOG_N = 3.0  # pen = 3 ln n per change point (module docstring)
+OFF_K = 3.0  # one request is off the baseline beyond 3 σ (module docstring)
 LEVEL_K = 2.0  # an episode's level is over 2 σ from the baseline's (attribution.K_SPREAD)
 MIN_SIZE = 3  # requests in the shortest episode (module docstring)
 MAJORITY_SHARE = 0.5  # the baseline level holds at least half of the requests (module docstring)
 MIN_POINTS = 10  # fewer values: nothing is judged (the drift rule's 2 × 5, stats.py)
+EXACT_POINTS = 2000  # the longest series searched request by request (module docstring)
 DEFAULT_THRESHOLD_PCT = 5.0  # the drift threshold's default (stats.DRIFT_THRESHOLD_PCT)
 
 
@@ -121,7 +168,9 @@ class SeriesShape:
     when there are none). sigma: the noise, a fraction of the median. margin: the smallest
     level difference that counts, a fraction of the median. trend_pct: for a TREND, the
     fitted line's change from the first to the last value, % of its first value. held: the
-    values at the baseline's level; n: the values judged."""
+    values outside every episode; n: the values judged. outliers: positions of values off
+    the baseline's level in a run too short to be an episode (isolated spikes), in order;
+    they stay in the baseline's values."""
 
     shape: Shape
     breakpoints: tuple[int, ...] = ()
@@ -132,6 +181,7 @@ class SeriesShape:
     trend_pct: float | None = None
     held: int = 0
     n: int = 0
+    outliers: tuple[int, ...] = ()
 
     @property
     def majority(self) -> bool:
@@ -179,6 +229,74 @@ def _baseline_level(
     return group(best), held(best)
 
 
+def _change_points(z: np.ndarray, pen: float) -> list[int]:
+    """Segment ends (ruptures' convention: the last is len(z)) of the unit-noise series `z`.
+
+    Up to EXACT_POINTS values: PELT, l2, MIN_SIZE, jump 1 (module docstring). Longer: the
+    series is cut into EXACT_POINTS blocks of nearly equal size b (numpy.array_split), and
+    PELT runs on the blocks' means × √b̄ (b̄ = n / blocks) with the same penalty: for blocks
+    of one size the l2 cost of a segmentation at block ends is the within-block sum of
+    squares (the same for every segmentation) plus b × the blocks' sum of squares around
+    the segment's mean, so the search is the exact one restricted to block ends (sizes b
+    and b + 1 make it an approximation within 1/b). Its ends are block ends; the episodes'
+    own rule (`_episode_runs`) then places each end on the requests themselves."""
+    n = len(z)
+    if n <= EXACT_POINTS:
+        return [int(e) for e in rpt.KernelCPD(kernel="linear", min_size=MIN_SIZE, jump=1)
+                .fit(z.reshape(-1, 1)).predict(pen=pen)]
+    blocks = np.array_split(z, EXACT_POINTS)
+    sizes = np.array([len(b) for b in blocks])
+    means = np.array([b.mean() for b in blocks]) * math.sqrt(n / len(blocks))
+    min_blocks = max(1, math.ceil(MIN_SIZE / int(sizes.min())))
+    ends = rpt.KernelCPD(kernel="linear", min_size=min_blocks, jump=1).fit(
+        means.reshape(-1, 1)).predict(pen=pen)
+    cut = np.cumsum(sizes)
+    return [int(cut[e - 1]) for e in ends]
+
+
+def _episode_runs(
+    dev: np.ndarray, candidate: np.ndarray, off: float
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """The episodes ([start, stop) positions, in order) and the outliers (positions) of one
+    series (the module docstring's "Episodes and outliers").
+
+    dev: each value's difference from the baseline level (fractions of the median);
+    candidate: True where a change point put the value in a level apart from the baseline;
+    off: the difference beyond which one value is itself off the baseline. An episode is a
+    run of at least MIN_SIZE consecutive candidates off on one side, grown over the values
+    next to it that are off on that side (a change point placed at a block end, or a
+    request early or late); the off candidates of a shorter run are outliers."""
+    side = np.where(dev > off, 1, np.where(dev < -off, -1, 0))
+    marked = np.where(candidate, side, 0)
+    n = len(dev)
+    runs: list[tuple[int, int]] = []
+    outliers: list[int] = []
+    i = 0
+    while i < n:
+        if marked[i] == 0:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and marked[j + 1] == marked[i]:
+            j += 1
+        if j + 1 - i < MIN_SIZE:
+            outliers.extend(range(i, j + 1))
+            i = j + 1
+            continue
+        start, stop = i, j + 1
+        low = runs[-1][1] if runs else 0
+        while start > low and side[start - 1] == marked[i]:
+            start -= 1
+        while stop < n and side[stop] == marked[i]:
+            stop += 1
+        runs.append((start, stop))
+        i = stop
+    taken = np.zeros(n, dtype=bool)
+    for a, b in runs:
+        taken[a:b] = True
+    return runs, [k for k in outliers if not taken[k]]
+
+
 def shape_of(
     values: Sequence[float],
     *,
@@ -190,7 +308,7 @@ def shape_of(
     run order, in the metric's unit; higher_is_better: True for rates, False for times;
     threshold_pct: the run's relative threshold, %; floor: the smallest absolute level
     difference that counts, in the values' unit. Raises ValueError for a non-finite value
-    or a median ≤ 0 (a time or a rate is positive)."""
+    or a median ≤ 0 (a time or a rate is positive). O(n) beyond EXACT_POINTS values."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < MIN_POINTS:
@@ -204,7 +322,7 @@ def shape_of(
     sigma = noise(y)
     z = y / sigma
     pen = PENALTY_LOG_N * math.log(n)
-    ends = rpt.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(z.reshape(-1, 1)).predict(pen=pen)
+    ends = _change_points(z, pen)
     bounds = list(zip([0, *ends[:-1]], ends, strict=True))
     margin = max(LEVEL_K * sigma, threshold_pct / 100.0, floor / median)
     line_sse, fitted = _line(z)
@@ -212,42 +330,34 @@ def shape_of(
     line_move = float(fitted[-1] - fitted[0]) * sigma  # in units of the median
     if line_sse + pen < steps_cost and abs(line_move) > margin:
         start = float(fitted[0]) * sigma
-        return SeriesShape(
-            Shape.TREND,
-            tuple(int(e) for e in ends),
-            (),
-            None,
-            sigma,
-            margin,
-            100.0 * line_move / start if start > 0 else None,
-            n=n,
-        )
+        return SeriesShape(Shape.TREND, tuple(ends), (), None, sigma, margin,
+                           100.0 * line_move / start if start > 0 else None, n=n)
     levels = [float(np.median(y[a:b])) for a, b in bounds]
-    inside, held = _baseline_level(levels, [b - a for a, b in bounds], margin, higher_is_better)
-    base_values = [v for (a, b), ok in zip(bounds, inside, strict=True) if ok for v in x[a:b]]
-    baseline = float(statistics.median(base_values))
+    inside, _held = _baseline_level(levels, [b - a for a, b in bounds], margin, higher_is_better)
+    candidate = np.ones(n, dtype=bool)
+    for (a, b), ok in zip(bounds, inside, strict=True):
+        if ok:
+            candidate[a:b] = False
+    level = float(np.median(y[~candidate]))
+    runs, outliers = _episode_runs(y - level, candidate, max(margin, OFF_K * sigma))
+    in_runs = np.zeros(n, dtype=bool)
+    for a, b in runs:
+        in_runs[a:b] = True
+    baseline = float(np.median(x[~in_runs]))
     spans = []
-    i = 0
-    while i < len(bounds):
-        if inside[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(bounds) and not inside[j + 1]:
-            j += 1
-        start, stop = bounds[i][0], bounds[j][1]
-        change = (float(np.median(x[start:stop])) - baseline) / baseline * 100.0
-        spans.append(Span(int(start), int(stop), change, bool((change < 0) == higher_is_better)))
-        i = j + 1
+    for a, b in runs:
+        change = (float(np.median(x[a:b])) - baseline) / baseline * 100.0
+        spans.append(Span(a, b, change, bool((change < 0) == higher_is_better)))
     return SeriesShape(
         Shape.EPISODES if spans else Shape.STEADY,
-        tuple(int(e) for e in ends),
+        tuple(ends),
         tuple(spans),
         baseline,
         sigma,
         margin,
-        held=held,
+        held=n - int(in_runs.sum()),
         n=n,
+        outliers=tuple(outliers),
     )
 
 
@@ -277,12 +387,14 @@ class Episodes:
     """Every deciding series of one prompt size judged (`shapes`, by key) and what they say
     together: the episodes, merged over the series; trends: the series that are a trend,
     with the line's change over the run, %; numbers: the request numbers judged, in run
-    order."""
+    order; outliers: per series, the request numbers it found off its level in a run too
+    short to be an episode (isolated spikes, kept in the statistics), none in an episode."""
 
     shapes: dict[str, SeriesShape]
     episodes: tuple[Episode, ...] = ()
     trends: dict[str, float] = field(default_factory=dict)
     numbers: tuple[int, ...] = ()
+    outliers: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def unsettled(self) -> dict[str, tuple[int, int]]:
@@ -338,13 +450,15 @@ def find_episodes(
     series); series: per key, one value or None per request; higher_is_better and floors
     (default 0): per key. Values that are None, not finite or not positive (a degenerate
     time) are left out of their series. A request is in an episode when any series put it in one;
-    requests next to each other in `numbers` that are all in episodes make one episode.
-    Raises ValueError when a series' length differs from `numbers`'."""
+    requests next to each other in `numbers` that are all in episodes make one episode; a
+    series' outliers are kept (by request number) where no episode holds them. O(n) in the
+    requests beyond shape_of's own work. Raises ValueError when a series' length differs
+    from `numbers`'."""
     floors = floors or {}
     shapes: dict[str, SeriesShape] = {}
     flagged: dict[str, set[int]] = {}
     better: dict[str, set[int]] = {}
-    trends: dict[str, float] = {}
+    spikes: dict[str, list[int]] = {}
     for key, values in series.items():
         if len(values) != len(numbers):
             raise ValueError(f"series {key!r} has {len(values)} values for {len(numbers)} requests")
@@ -360,11 +474,12 @@ def find_episodes(
             floor=floors.get(key, 0.0),
         )
         shapes[key] = shape
-        if shape.shape == Shape.TREND and shape.trend_pct is not None:
-            trends[key] = shape.trend_pct
         flagged[key] = {present[i][0] for s in shape.spans for i in range(s.start, s.stop)}
         better[key] = {present[i][0] for s in shape.spans if not s.worse
                        for i in range(s.start, s.stop)}
+        spikes[key] = [present[i][0] for i in shape.outliers]
+    trends = {k: s.trend_pct for k, s in shapes.items()
+              if s.shape == Shape.TREND and s.trend_pct is not None}
     inside = set().union(*flagged.values()) if flagged else set()
     runs: list[list[int]] = []
     for n in numbers:
@@ -374,18 +489,38 @@ def find_episodes(
             runs[-1].append(n)
         else:
             runs.append([n])
-    episodes = []
-    for run in (r for r in runs if r):
-        changes = {}
-        for key, values in series.items():
-            if not flagged[key] & set(run):
-                continue
-            during = [v for n, v in zip(numbers, values, strict=True) if n in run and v is not None]
-            outside = [
-                v for n, v in zip(numbers, values, strict=True) if n not in inside and v is not None
-            ]
-            if during and outside and (base := statistics.median(outside)) > 0:
-                changes[key] = (statistics.median(during) - base) / base * 100.0
-        faster = tuple(k for k in series if better[k] & set(run))
-        episodes.append(Episode(run[0], run[-1], tuple(run), changes, faster))
-    return Episodes(shapes, tuple(episodes), trends, tuple(numbers))
+    position = {n: i for i, n in enumerate(numbers)}
+    bases = {}
+    for key, values in series.items():
+        outside = [v for n, v in zip(numbers, values, strict=True)
+                   if n not in inside and v is not None]
+        bases[key] = statistics.median(outside) if outside else None
+    episodes = [_episode(run, [position[n] for n in run], series, bases, flagged, better)
+                for run in runs if run]
+    outliers = {k: tuple(n for n in v if n not in inside) for k, v in spikes.items()}
+    return Episodes(shapes, tuple(episodes), trends, tuple(numbers),
+                    {k: v for k, v in outliers.items() if v})
+
+
+def _episode(
+    run: list[int],
+    at: list[int],
+    series: Mapping[str, Sequence[float | None]],
+    bases: Mapping[str, float | None],
+    flagged: Mapping[str, set[int]],
+    better: Mapping[str, set[int]],
+) -> Episode:
+    """One merged episode (request numbers `run`, at positions `at` of the series): per
+    series that found it, its median over the run against `bases`, its median outside
+    every episode, %."""
+    members = set(run)
+    changes = {}
+    for key, values in series.items():
+        if not flagged[key] & members:
+            continue
+        during = [v for i in at if (v := values[i]) is not None]
+        base = bases[key]
+        if during and base is not None and base > 0:
+            changes[key] = (statistics.median(during) - base) / base * 100.0
+    faster = tuple(k for k in series if better[k] & members)
+    return Episode(run[0], run[-1], tuple(run), changes, faster)
