@@ -4,8 +4,9 @@ Prometheus (`--prometheus PATH`), and handed to a live view.
 
 `WatchSession` is the proxies' Watcher (servers/watch/proxy.py). Its hooks run on the event
 loop that forwards the bytes, so they only number, keep and hand on; the log's writes (each
-request record is fsync'd), the NDJSON line and the Prometheus textfile are written by one
-writer thread, in order, off that loop: a second app's stream is never held up by the disk.
+request record flushed at once, and fsync'd with those written before it as soon as no
+later one waits), the NDJSON line and the Prometheus textfile are written by one writer
+thread, in order, off that loop: a second app's stream is never held up by the disk.
 
 A finished exchange becomes a `RequestResult` through the same collector as llmtop's own
 requests (`sessions/measure/request.RequestCollector`: status ok / error / truncated /
@@ -141,7 +142,7 @@ class WatchSession:
         watched = self.measure(exchange)
         self.finished_count += 1
         self.finished_list.append(watched)
-        self._writer.submit(self._write, watched)
+        self._writer.submit(self._write, watched, self.finished_count)
         if self.on_update is not None:
             self.on_update(exchange)
 
@@ -224,8 +225,12 @@ class WatchSession:
         self.out.write(json.dumps(fields, ensure_ascii=False, separators=(",", ":")) + "\n")
         self.out.flush()
 
-    def _write(self, watched: Watched) -> None:
-        self.log.write(watched.record)
+    def _write(self, watched: Watched, number: int) -> None:
+        # flushed at once; fsync'd when no later request waits to be written (a group
+        # commit): under a busy app one fsync covers every record written since the last,
+        # so the writer keeps up and its queue, which holds each waiting request whole,
+        # stays short (an fsync per record let 1,400 requests queue in a 10,000-request soak)
+        self.log.write(watched.record, sync=number == self.finished_count)
         if self.out is not None:
             fields = line_fields(watched)
             if self.live:
