@@ -148,8 +148,12 @@ def _valid_host(host: str) -> bool:
 
 def is_loopback(url: str) -> bool:
     """True when `url`'s host is this machine: `localhost` or a loopback IP (127.0.0.0/8,
-    ::1)."""
-    hostname = (urlsplit(url).hostname or "").lower()
+    ::1); False for a URL whose host cannot be read (`http://[127.0.0.1:80:81]`: a Host
+    header with two ports, which a server must refuse, never answer with a 500)."""
+    try:
+        hostname = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
     if hostname == "localhost" or hostname.endswith(".localhost"):
         return True
     try:

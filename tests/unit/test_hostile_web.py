@@ -49,6 +49,8 @@ async def send(app, method: str, path: str, host: str = "127.0.0.1:8000", **kw) 
     ("192.168.1.5", "192.168.1.5:8000", True),  # the configured bind address
     ("192.168.1.5", "10.0.0.1", False),
     ("0.0.0.0", "attacker.example", True),  # bound to every interface on purpose (as Ollama)
+    ("127.0.0.1", "127.0.0.1:80:81", False),  # two ports: no host at all (was a 500)
+    ("127.0.0.1", "[127.0.0.1:80]:81", False),
 ])
 def test_host_policy(bind, host, allowed):
     assert Guard.from_env(bind, {}).host_allowed(host) is allowed
@@ -93,6 +95,13 @@ async def test_rebinding_host_is_403(server):
     r = await send(apps()[server], "GET", "/", host="attacker.example:8000")
     assert r.status_code == 403
     assert r.json()["error"].startswith("Host 'attacker.example:8000' is not allowed")
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_host_with_two_ports_is_403_not_500(server):
+    r = await send(apps()[server], "GET", "/", headers={"Host": "127.0.0.1:80:81"})
+    assert r.status_code == 403
+    assert r.json()["error"].startswith("Host '127.0.0.1:80:81' is not allowed")
 
 
 @pytest.mark.parametrize("server", SERVERS)
