@@ -18,6 +18,7 @@ import importlib
 import math
 import os
 import platform
+import signal
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from llmtop.engines.hosts import (
     resolve_address,
 )
 from llmtop.engines.timeouts import TOKEN_TIMEOUT_S, parse_token_timeout
-from llmtop.exitcodes import ExitCode
+from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.files import readable_by_others
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
@@ -682,10 +683,43 @@ def agent_target(args: argparse.Namespace) -> str | None:
     return None
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP (`signum`) came before the command installed its own handling."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run llmtop; returns the process exit code. Standard output and error are
-    `safetext.SafeStream`s from here on (control characters shown, never an encoding error)."""
+    """Run llmtop; returns the process exit code. From its first line SIGTERM and SIGHUP end
+    it as they do once a command handles them (one line, 128 + the signal's number), not by
+    the signal's default action: a service manager that stops llmtop while it parses its
+    flags or imports a command gets the same answer as later. Each command that runs until
+    stopped replaces this handling with its own (run_stoppable, the TUI, the servers), and
+    the previous handlers are restored on the way out."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    previous: dict[signal.Signals, Any] = {}
+    with contextlib.suppress(ValueError):  # signals are the main thread's to handle
+        previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+    try:
+        return _main(argv)
+    except Stopped as exc:
+        command = next((a for a in argv if a in COMMANDS), None)
+        label = f"llmtop {command}" if command else "llmtop"
+        print(f"{label}: stopped by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return signal_exit_code(exc.signum)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+def _main(argv: list[str]) -> int:
+    """`main` under its signal handling."""
     safetext.install()
     try:  # --help / --print-completion print and exit
         args = build_parser(commands=[a for a in argv if a in COMMANDS]).parse_args(argv)

@@ -267,13 +267,13 @@ async def _run(args: argparse.Namespace) -> int:
                 sys.stdout.write(event.thinking or event.content)
                 sys.stdout.flush()
 
-        warmup_ms = await warm_up(conn, recorder.options) if started_engine(conn) else None
-        if warmup_ms is not None and not args.json:
-            print(f"# warm-up: the engine this run started loaded the model in {warmup_ms:.1f} "
-                  "ms before the measured request (a load-only request, not measured)",
-                  file=sys.stderr)
-        sampler.start()
-        try:
+        try:  # from here a stop (even during the warm-up) still closes the log, `end` and all
+            warmup_ms = await warm_up(conn, recorder.options) if started_engine(conn) else None
+            if warmup_ms is not None and not args.json:
+                print(f"# warm-up: the engine this run started loaded the model in "
+                      f"{warmup_ms:.1f} ms before the measured request (a load-only request, "
+                      "not measured)", file=sys.stderr)
+            sampler.start()
             if agent is None:  # an agent samples elsewhere; its thread here only reads
                 await first_sample.wait(FIRST_SAMPLE_WAIT_S)
             ended: list[RequestResult] = []

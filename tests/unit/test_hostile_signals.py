@@ -201,3 +201,39 @@ def test_tui_leaves_when_its_terminal_goes_away_without_a_signal(upstream, tmp_p
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 129  # ExitCode.HANGUP, as for SIGHUP
+
+
+def patched_llmtop(patch: str, *argv: str) -> subprocess.CompletedProcess:
+    """`llmtop ARGV` in a child Python that first runs `patch` (a test double that puts the
+    signal at an exact point), then the real `cli.main`."""
+    script = f"import os, signal, sys, asyncio\n{patch}\nfrom llmtop import cli\n" \
+             f"raise SystemExit(cli.main({list(argv)!r}))\n"
+    return subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=TIMEOUT_S, check=False)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_before_the_command_handles_signals_still_ends_as_on_ctrl_c(sig, code):
+    # the signal arrives as main() starts, before any command installed its handlers (a
+    # service manager's stop 0.3 s after start): not the signal's default action (rc -15)
+    patch = (f"from llmtop import safetext\n"
+             f"safetext.install = lambda: os.kill(os.getpid(), {int(sig)})")
+    done = patched_llmtop(patch, "run", "--prompt", "hi")
+    assert done.returncode == code
+    assert done.stderr.decode().strip().splitlines()[-1] == f"llmtop run: stopped by {sig.name}"
+
+
+def test_a_stop_during_the_warm_up_still_closes_the_log(upstream, tmp_path):
+    # the warm-up of an engine this run started (loading the model) is where a stop 2 s in
+    # lands: the log must still end with its `end` record
+    log = tmp_path / "warm.jsonl"
+    patch = ("import llmtop.commands.run as r\n"
+             "async def warm_up(conn, options):\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "    await asyncio.sleep(30)\n"
+             "r.warm_up = warm_up\nr.started_engine = lambda conn: True")
+    done = patched_llmtop(patch, "--engine", "ollama", "--host", upstream.url, "--model",
+                          "timed", "run", "--prompt", "hi", "--log", str(log))
+    assert done.returncode == 143, done.stderr.decode()
+    types = [json.loads(line)["type"] for line in log.read_text().splitlines()]
+    assert types[0] == "header" and types[-1] == "end" and "request" not in types
