@@ -59,14 +59,26 @@ def _origins_of(name: str) -> list[str]:
 LOOPBACK_ORIGINS = tuple(o for name in LOOPBACK_ORIGIN_HOSTS for o in _origins_of(name))
 
 
+# RFC 9110, 7.2: Host = uri-host [ ":" port ]; a bracketed IPv6 literal or a name without
+# the characters that end or qualify one (":", "/", "@", "[", "]", spaces), and 5 digits at most
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[^\[\]:/@\s]+)(?::(\d{1,5}))?")
+_BARE_IPV6 = re.compile(r"[0-9a-f:.]+")
+
+
 def _host_name(host_header: str) -> str:
-    """"Example.COM:8000" → "example.com"; "[::1]:8000" → "::1" (lower case, no port)."""
+    """"Example.COM:8000" → "example.com"; "[::1]:8000" → "::1" (lower case, no port); ""
+    for a value that is no host (`127.0.0.1:80@evil.example`, `[::1]evil`,
+    `localhost:11435/evil`, a port past 65535), which no policy allows."""
     host = host_header.strip().lower()
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    if host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    return host.rstrip(".")
+    if host.count(":") > 1 and _BARE_IPV6.fullmatch(host):
+        return host  # an IPv6 literal without brackets (a bind address is given so)
+    found = _HOST.fullmatch(host)
+    if found is None or (found.group(2) is not None and int(found.group(2)) > 65535):
+        return ""
+    name = found.group(1)
+    if name.startswith("["):
+        return name[1:-1]
+    return name.rstrip(".")
 
 
 @lru_cache(maxsize=256)

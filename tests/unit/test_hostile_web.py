@@ -51,6 +51,14 @@ async def send(app, method: str, path: str, host: str = "127.0.0.1:8000", **kw) 
     ("0.0.0.0", "attacker.example", True),  # bound to every interface on purpose (as Ollama)
     ("127.0.0.1", "127.0.0.1:80:81", False),  # two ports: no host at all (was a 500)
     ("127.0.0.1", "[127.0.0.1:80]:81", False),
+    ("127.0.0.1", "127.0.0.1:11435@evil.example", False),  # what follows the name is checked
+    ("127.0.0.1", "[::1]evil", False),
+    ("127.0.0.1", "localhost:11435/evil", False),
+    ("127.0.0.1", "localhost:" + "1" * 100, False),
+    ("127.0.0.1", "localhost:65536", False),
+    ("127.0.0.1", "localhost:65535", True),
+    ("::1", "attacker.example", False),  # a bare IPv6 bind address is one address, not all
+    ("::1", "[::1]:8000", True),
 ])
 def test_host_policy(bind, host, allowed):
     assert Guard.from_env(bind, {}).host_allowed(host) is allowed
