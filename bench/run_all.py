@@ -8,7 +8,7 @@ result rows as JSON; this script prints them as one table and says which targets
 The machine's load average is printed before and after: every CPU figure here is process CPU
 time, and every comparison is paired or interleaved, the only fair measures on a shared
 machine, but a heavily loaded one still slows the engine and widens the spread.
-The whole run takes about 9–12 minutes on 2 cores (`--quick`: fewer repetitions, ~4 min).
+The whole run takes about 10–13 minutes on 2 cores (`--quick`: fewer repetitions, ~4 min).
 Exit status 0 when every target was met, 1 otherwise.
 """
 
@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--requests", "6"],
         ["--requests", "3"],
     ),
+    # the watch's RSS and open descriptors over 10,000 short requests (quick: projected)
+    "watch-soak": (
+        "watch_soak.py",
+        ["--requests", "10000"],
+        ["--quick"],
+    ),
     # informational: the decode ratio when the engine leaves the TUI a core (cores − 1 threads)
     "tui-engine-spare-core": (
         "tui_cost.py",
@@ -99,19 +106,45 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
 
 
 def run_one(name: str, quick: bool, folder: str) -> list[dict[str, Any]]:
-    """Run one benchmark; its rows, or one row saying it failed."""
+    """Run one benchmark; its rows, or one row saying it failed and why (the last line it
+    wrote to stderr: a traceback's exception). A benchmark that reports a failure of what it
+    measures (a configuration that crashes) writes that as a row and exits 0 itself."""
     script, full, short = BENCHES[name]
     out = os.path.join(folder, f"{name}.json")
     argv = [sys.executable, str(HERE / script), *(short if quick else full), "--json", out]
     print(f"\n=== {name}: {' '.join(argv[1:])}", flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, check=False, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    print(f"=== {name}: {time.perf_counter() - t0:.0f} s, exit {proc.returncode}", flush=True)
-    if not os.path.exists(out):
-        return [{"metric": f"{name} (did not finish: exit {proc.returncode})", "measured": None,
+    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            stderr=subprocess.PIPE)
+    lines: list[bytes] = []
+    echo = threading.Thread(target=echo_stderr, args=(proc, lines), daemon=True)
+    echo.start()
+    rc = proc.wait()
+    echo.join(2.0)  # a grandchild that outlived it may hold the pipe open: not waited for
+    last = lines[-1].decode(errors="replace") if lines else ""
+    print(f"=== {name}: {time.perf_counter() - t0:.0f} s, exit {rc}", flush=True)
+    rows: list[dict[str, Any]] = []
+    if os.path.exists(out):
+        try:
+            rows = json.loads(Path(out).read_text())
+        except (OSError, ValueError) as exc:
+            last = f"its rows could not be read: {exc}"
+    if not rows:
+        why = f": {last[:300]}" if last else ""
+        return [{"metric": f"{name} (did not finish: exit {rc}{why})", "measured": None,
                  "unit": "", "target": None, "met": False}]
-    rows: list[dict[str, Any]] = json.loads(Path(out).read_text())
     return rows
+
+
+def echo_stderr(proc: subprocess.Popen[bytes], last: list[bytes]) -> None:
+    """Copy the child's stderr to ours as it comes, keeping its last non-empty line in
+    `last` (a thread's target: it ends when every holder of the pipe has closed it)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+        if line.strip():
+            last[:] = [line.strip()]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -123,7 +156,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         op = r.get("target_op", "<=").replace("<=", "≤").replace(">=", "≥")
         target = "—" if r["target"] is None else f"{op} {r['target']:g} {unit}".strip()
         met = "—" if r["met"] is None else "yes" if r["met"] else "NO"  # None: explains a row
-        lines.append(f"| {r['metric']} | {measured} | {target} | {met} |")
+        metric = str(r["metric"]).replace("|", "\\|")  # a reason's own bars stay in its cell
+        lines.append(f"| {metric} | {measured} | {target} | {met} |")
     return "\n".join(lines)
 
 
