@@ -1,7 +1,8 @@
 """Is B faster than A? Two session logs compared metric by metric, with a confidence interval.
 
-For each metric and prompt size: the medians of the ok requests of both runs (analysis.py's
-rules: warm-ups and excluded requests never count), the ratio median(B) / median(A) with a
+For each metric and prompt size: the medians of both runs' baselines (analysis/run.py's
+rules: warm-ups, excluded requests and the requests of a slow episode never count, so the
+medians and n are the bench report's), the ratio median(B) / median(A) with a
 95 % confidence interval from scipy's bootstrap (requests resampled within each run, seeded),
 and scipy's Mann-Whitney U test. A difference is *significant* when the interval excludes 1
 and the test's p-value is under ALPHA: both must agree, so equal runs read "no significant

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from llmtop.sessions.analysis.compare_engines import config_differences, model_warning
 from llmtop.sessions.analysis.compare_groups import Group, run_analysis
 from llmtop.sessions.analysis.compare_spec import OPTION_KEYS
 from llmtop.sessions.analysis.run import noisy_samples
@@ -23,10 +24,12 @@ from llmtop.sessions.records.schema import RunLog
 @dataclass(frozen=True)
 class Checks:
     """Why two runs cannot be compared (problems: refuse) and what to keep in mind
-    (warnings: compared anyway)."""
+    (warnings: compared anyway). config: the engine settings that differ ("threads A 1,
+    B 2": compare_engines.config_differences), also in warnings; the headline names them."""
 
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    config: list[str] = field(default_factory=list)
 
 
 def _differs(what: str, a: object, b: object) -> str:
@@ -37,9 +40,11 @@ def comparability(a: RunLog, b: RunLog, ga: Sequence[Group], gb: Sequence[Group]
                   vary: Iterable[str] = ()) -> Checks:
     """Refuse what was not measured the same way, unless `vary` names it as the point of
     the comparison (VARY_CHOICES): other prompt sizes, generation options (temperature,
-    num_ctx, max tokens = num_predict) or engines. Warn for another model, model digest,
-    llmtop version, power source or relay path, and for a run that drifted (contaminated)
-    or met a NOISY machine in its probe samples."""
+    num_ctx, max tokens = num_predict) or engines. Warn for another model (identified by
+    what the file is, not by the engine's name for it: compare_engines.model_warning),
+    engine settings that differ (unless `vary` names "config"), llmtop version, power source
+    or relay path, and for a run that drifted (contaminated) or met a NOISY machine in its
+    probe samples."""
     vary = set(vary)
     checks = Checks()
     sizes_a, sizes_b = [g.label for g in ga], [g.label for g in gb]
@@ -55,6 +60,13 @@ def comparability(a: RunLog, b: RunLog, ga: Sequence[Group], gb: Sequence[Group]
     ha, hb = a.header, b.header
     if ha.engine != hb.engine and "engine" not in vary:
         checks.problems.append(_differs("engines", ha.engine, hb.engine) + " (--vary engine)")
+    if "config" not in vary:
+        checks.config.extend(config_differences(ha, hb))
+    if checks.config:
+        checks.warnings.append(
+            f"engine configurations differ ({'; '.join(checks.config)}): a difference below "
+            "may be the configuration's rather than the engine's or the change's (--vary "
+            "config if that is the point)")
     _environment_warnings(a, b, vary, checks.warnings)
     for name, log in (("A", a), ("B", b)):
         checks.warnings.extend(_run_warnings(name, log))
@@ -63,12 +75,8 @@ def comparability(a: RunLog, b: RunLog, ga: Sequence[Group], gb: Sequence[Group]
 
 def _environment_warnings(a: RunLog, b: RunLog, vary: set[str], out: list[str]) -> None:
     ha, hb = a.header, b.header
-    digest_a = (ha.model_details or {}).get("digest")
-    digest_b = (hb.model_details or {}).get("digest")
-    if ha.model != hb.model and "model" not in vary:
-        out.append(_differs("models", ha.model, hb.model))
-    elif digest_a != digest_b and "model" not in vary:
-        out.append(_differs("model digests", digest_a, digest_b) + ": another build of it")
+    if "model" not in vary and (said := model_warning(ha, hb)) is not None:
+        out.append(said)
     if ha.llmtop_version != hb.llmtop_version:
         out.append(_differs("llmtop versions", ha.llmtop_version, hb.llmtop_version))
     power_a = ha.machine_environment.get("power")

@@ -1,11 +1,12 @@
 """The requests of a run that a comparison reads, grouped: `Group`, one per prompt size.
 
-Bench, load and TUI session logs all read the same way: the ok requests grouped by prompt
-size (`prompt_tokens_target`), relay path and, in a load log, level; a watch log's by caller
-and model (analysis/watch.py's `group_key`). `baseline_values` groups each size's baseline
-(outside every slow episode: analysis/run.py) instead, what a run of a `bench --runs` set
-contributes (compare_runs.py). The analysis read is analysis/run.py's `analyze_log`, the one
-the report and the verdict use.
+Bench, load and TUI session logs all read the same way: each prompt size's baseline (the ok
+requests outside every slow episode: analysis/run.py's `SizeAnalysis.baseline`, the requests
+the bench report's medians are of) grouped by prompt size (`prompt_tokens_target`), relay
+path and, in a load log, level; a watch log's by caller and model (analysis/watch.py's
+`group_key`). `baseline_values` is what a run of a `bench --runs` set contributes
+(compare_runs.py). The analysis read is analysis/run.py's `analyze_log`, the one the report
+and the verdict use, so a comparison's medians and n are the report's.
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ def run_analysis(log: RunLog) -> Analysis:
 
 
 def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
-    """The ok requests of a run, grouped by prompt size, relay path and load level (a
-    request's `level`, present once load logs type it; None otherwise), in run order; a
-    watch log's by caller and model ("caller · model"), every request that ended ok."""
+    """The baseline of a run (its ok requests outside every slow episode: a request of an
+    episode the bench set aside and re-measured is no more compared than it is reported),
+    grouped by prompt size, relay path and load level (a request's `level`, present once
+    load logs type it; None otherwise), in run order; a watch log's by caller and model
+    ("caller · model"), every request that ended ok."""
     keys = list(keys)
     out: dict[tuple[Any, ...], Group] = {}
     for size in analysis.sizes:
         # a watched app's request counts when it ended ok: a prefix-cache hit (no prompt
         # evaluation time) is what apps' traffic is made of, not a bench's flaw
         ok = [r for r in size.requests if r.record.endpoint is not None
-              and r.record.status == Status.OK] or size.ok
+              and r.record.status == Status.OK] or size.baseline
         for r in ok:
             level = getattr(r.record, "level", None)
             key: tuple[Any, ...] = (size.target, size.path, level)

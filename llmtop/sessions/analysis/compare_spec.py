@@ -33,6 +33,7 @@ METRICS: dict[str, MetricSpec] = {
 }
 DEFAULT_METRICS = tuple(METRICS)
 
-# What a user may declare to be the point of a comparison (`--vary`); "options" is all three.
+# What a user may declare to be the point of a comparison (`--vary`); "options" is all three;
+# "config": the engines' settings (threads, batch…: compare_engines.config_differences).
 OPTION_KEYS = {"temperature": "temperature", "num_ctx": "num_ctx", "max_tokens": "num_predict"}
-VARY_CHOICES = ("prompt", "options", *OPTION_KEYS, "engine", "model", "via")
+VARY_CHOICES = ("prompt", "options", *OPTION_KEYS, "engine", "model", "via", "config")

@@ -39,7 +39,8 @@ CI = f"{CONFIDENCE:.0%}".replace("%", " %") + " CI"  # "95 % CI"
 def headline(c: Comparison) -> str:
     """One line for a whole comparison: refused; not attributable (either run drifted or met
     a NOISY machine: the rows are shown, no claim is made); a regression; or the count of
-    faster and slower rows."""
+    faster and slower rows; either of the last two followed by the engine settings that
+    differ, when some do (a difference is then the configuration's as much as the change's)."""
     if c.refused:
         return f"NOT COMPARABLE: {c.name_b} vs {c.name_a}: " + "; ".join(c.checks.problems)
     if not c.trusted:
@@ -50,8 +51,10 @@ def headline(c: Comparison) -> str:
     slower = sum(1 for r in c.rows if r.significant and (r.speedup or 0) < 1)
     state = (f"REGRESSION (slower by over {c.threshold_pct:g} %)" if c.regression
              else "no regression")
+    config = (f"; the engines' configurations differ ({'; '.join(c.checks.config)}), so a "
+              "difference may be the configuration's" if c.checks.config else "")
     return (f"{c.name_b} vs {c.name_a}: {state}; {faster} faster, {slower} slower, "
-            f"{len(c.rows) - faster - slower} without a significant difference")
+            f"{len(c.rows) - faster - slower} without a significant difference{config}")
 
 
 def row_cells(r: MetricComparison) -> tuple[object, ...]:
@@ -75,7 +78,8 @@ ROW_HEADERS = ("prompt", "metric", "n A / B", "median A", "median B",
 
 def method_note() -> str:
     """How the verdicts were reached, one paragraph."""
-    return (f"Medians of the ok requests (warm-ups and excluded requests never count); B/A "
+    return (f"Medians of the ok requests outside every slow episode, as the bench report "
+            f"gives them (warm-ups, excluded requests and episodes never count); B/A "
             f"with a {CI} from a seeded bootstrap over requests "
             f"(scipy.stats.bootstrap) and a Mann-Whitney U test (scipy.stats.mannwhitneyu). "
             f"A difference is significant when the interval excludes 1 and p < {ALPHA:g}; "
@@ -135,7 +139,8 @@ def to_json(comparisons: Sequence[Comparison],
         "confidence": CONFIDENCE, "alpha": ALPHA, "min_ok": MIN_OK,
         "comparisons": [
             {"a": c.name_a, "b": c.name_b, "refused": c.refused, "problems": c.checks.problems,
-             "warnings": c.checks.warnings, "regression": c.regression,
+             "warnings": c.checks.warnings, "config_differs": c.checks.config,
+             "regression": c.regression,
              "threshold_pct": c.threshold_pct, "headline": headline(c),
              "trusted": c.trusted, "distrust": c.distrust,
              "rows": [_row_json(r) for r in c.rows],
