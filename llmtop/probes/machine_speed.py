@@ -80,7 +80,10 @@ def interval(before: MachineReading, after: MachineReading) -> MachineInterval:
     steal = None
     if before.steal is not None and after.steal is not None:
         total = after.steal[1] - before.steal[1]
-        steal = 100.0 * (after.steal[0] - before.steal[0]) / total if total > 0 else None
+        ran = after.steal[0] - before.steal[0]
+        # a steal counter that ran backwards (psutil #1210) measured nothing: absent, not
+        # a negative share
+        steal = 100.0 * ran / total if total > 0 and ran >= 0 else None
     ms = periods = None
     b, a = before.throttling, after.throttling
     if b is not None and a is not None and b.cgroups == a.cgroups:

@@ -183,10 +183,11 @@ class SystemProbe:
         if per_cpu is not None and per0 is not None and len(per0) == len(per_cpu):
             shares = tuple(_busy_percent(a, b) for a, b in zip(per0, per_cpu, strict=True))
             before, after = _summed(per0), _summed(per_cpu)
+            total = sum(_deltas(before, after).values())
             busy = _busy_percent(before, after)
-            total = sum(after) - sum(before)
-            if hasattr(after, "steal") and total > 0:
-                steal = 100.0 * max(0.0, after.steal - before.steal) / total
+            # a steal counter that ran backwards measured nothing: absent, not 0 %
+            if hasattr(after, "steal") and total > 0 and after.steal >= before.steal:
+                steal = 100.0 * (after.steal - before.steal) / total
         sin = sout = None
         seconds = (now - t0) / 1e9
         if swap is not None and swap0 is not None and seconds > 0:
@@ -259,21 +260,26 @@ def _summed(per_cpu: list[Any]) -> Any:
     return type(per_cpu[0])(*(sum(field) for field in zip(*per_cpu, strict=True)))
 
 
+def _deltas(before: Any, after: Any) -> dict[str, float]:
+    """Each cpu_times field's change between two readings (seconds); a counter that went
+    backwards counts 0. Under some hypervisors the steal counter runs backwards (psutil
+    #1210, node_exporter #742): summed with the rest, its drop swallowed the interval's other
+    time and read as CPU 0 %; field by field, only that field is set aside."""
+    return {name: max(0.0, float(a) - float(b))
+            for name, a, b in zip(after._fields, after, before, strict=True)}
+
+
 def _busy_percent(before: Any, after: Any) -> float:
     """Busy share of the time between two cpu_times readings, 0-100 %: psutil's own formula
     (`psutil.cpu_percent`): all time less guest time (Linux counts it inside user and nice
-    already), busy = that less idle and iowait; a counter that went backwards counts 0."""
-    def total(t: Any) -> float:
-        return float(sum(t)) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-
-    def idle(t: Any) -> float:
-        return float(t.idle) + getattr(t, "iowait", 0.0)
-
-    all_delta = max(0.0, total(after) - total(before))
+    already), busy = that less idle and iowait; a field whose counter went backwards counts 0
+    (`_deltas`), and no time passed reads 0."""
+    d = _deltas(before, after)
+    all_delta = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
     if all_delta <= 0:
         return 0.0
-    busy_delta = max(0.0, (total(after) - idle(after)) - (total(before) - idle(before)))
-    return min(100.0, 100.0 * busy_delta / all_delta)
+    busy_delta = all_delta - d["idle"] - d.get("iowait", 0.0)
+    return min(100.0, max(0.0, 100.0 * busy_delta / all_delta))
 
 
 def _swap() -> tuple[int, int, float, tuple[int, int] | None]:

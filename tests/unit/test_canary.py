@@ -95,6 +95,9 @@ def test_interval_between_two_readings():
     changed = MachineReading(1, None, (), Throttling(9, 1, 2), ())
     assert interval(before, changed).throttled_ms is None
     assert interval(before, changed).steal_percent is None
+    # a steal counter that ran backwards (psutil #1210): absent, never a negative share
+    backwards = MachineReading(2_000_000_000, (4.0, 1010.0), (2400.0,), None, ())
+    assert interval(before, backwards).steal_percent is None
 
 
 def test_reader_reads_this_machine_without_raising():

@@ -90,6 +90,26 @@ def test_busy_percent_leaves_out_idle_iowait_and_guest() -> None:
         assert _busy_percent(before, guest) == pytest.approx(40.0)
 
 
+def test_a_steal_counter_that_runs_backwards_is_set_aside_not_read_as_zero() -> None:
+    from llmtop.probes.system import SystemProbe, _busy_percent
+
+    if not hasattr(psutil.cpu_times(), "steal"):
+        pytest.skip("this OS's cpu_times has no steal counter")
+    before = _times(user=10.0, idle=100.0, steal=5000.0)
+    # +6 user, +4 idle, steal 1000 s back (psutil #1210): busy 6 of 10 s; summed whole,
+    # the drop swallowed the 10 s and read CPU 0 %
+    after = _times(user=16.0, idle=104.0, steal=4000.0)
+    assert _busy_percent(before, after) == pytest.approx(60.0)
+    probe = SystemProbe(limits=None)
+    probe._prev = (0, [before], None)
+    busy, shares, steal, _, _ = probe._rates(10**9, [after], None)
+    assert busy == pytest.approx(60.0) and shares == (pytest.approx(60.0),)
+    assert steal is None  # absent, not 0 % (nor -100 %)
+    forward = _times(user=16.0, idle=104.0, steal=5002.0)  # +2 steal of 12 s: 16.7 %
+    probe._prev = (0, [before], None)
+    assert probe._rates(10**9, [forward], None)[2] == pytest.approx(100 * 2 / 12)
+
+
 def test_machine_times_are_the_per_cpu_times_added() -> None:
     from llmtop.probes.system import _summed
 
