@@ -25,17 +25,18 @@ from llmtop.commands.tokens import is_loopback, read_token
 from llmtop.engines.hosts import HostError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.callers import CallerCache
-from llmtop.probes.sampler import ProbeSampler
 from llmtop.servers.child import port_problem, watch_parent
 from llmtop.servers.watch.proxy import loop_factory
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.watch import WatchSession
 from llmtop.sessions.runners.watch_serving import (
     Pair,
+    UpstreamEngines,
     WatchServer,
     build_servers,
     caller_pool,
     pairs_of,
+    probe_sampler,
     run_servers,
 )
 
@@ -97,16 +98,22 @@ def main(args: argparse.Namespace) -> int:
     for p in pairs:
         print(f"{PROG}: http://{p.listen} → {p.upstream}", file=sys.stderr, flush=True)
     print(f"{PROG}: logging to {session.log.path}", file=sys.stderr, flush=True)
+    engines = UpstreamEngines([p.upstream for p in pairs]) if args.sample_probes else None
+    for identity in engines.identities() if engines is not None else ():
+        print(f"{PROG}: {identity.host}: {identity.describe()}", file=sys.stderr, flush=True)
     with caller_pool() as pool:
         callers = CallerCache(pool)
         callers.warm_up()  # start the worker now, not on the first request
         servers = build_servers(pairs, session, token, callers)
-        return headless(session, servers, args.sample_probes)
+        return headless(session, servers, engines)
 
 
-def headless(session: WatchSession, servers: Sequence[WatchServer], probes: bool) -> int:
-    """Serve with the probes sampling, until a stop signal; close the session after."""
-    sampler = ProbeSampler(PROBE_INTERVAL_S, session.sampled) if probes else None
+def headless(session: WatchSession, servers: Sequence[WatchServer],
+             engines: UpstreamEngines | None) -> int:
+    """Serve with the probes sampling (None: no probes, `--no-probes`), until a stop signal;
+    close the session after."""
+    sampler = (probe_sampler(PROBE_INTERVAL_S, session.sampled, engines)
+               if engines is not None else None)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         for s in servers:

@@ -368,8 +368,9 @@ CATALOGUE: tuple[AppRule, ...] = (
     ),
     AppRule("vLLM", _INFER, linux=("vllm*",), args=("vllm.entrypoints", "vllm serve")),
     AppRule("llama-cpp-python", _INFER, args=("llama_cpp.server",)),
-    # another llmtop's embedded engine (servers/child.py starts `python -m llmtop engine`)
-    AppRule("llmtop engine", _INFER, args=("-m llmtop engine",)),
+    # another llmtop's embedded engine: servers/child.py starts `python -m llmtop engine`, a
+    # user `llmtop engine` (the console script, whose arguments follow its path)
+    AppRule("llmtop engine", _INFER, args=("-m llmtop engine", "llmtop engine")),
     AppRule(
         "LM Studio",
         _INFER,
@@ -393,10 +394,12 @@ GENERIC_NAMES: tuple[str, ...] = (
     "java",
     "node",
     "compile",
+    "llmtop",  # the console script: `llmtop engine` is an engine, any other llmtop is not
 )
 
-# Interpreters: their `args` say what program they run (vLLM, Gradle, a JetBrains IDE).
-INTERPRETERS: tuple[str, ...] = ("python*", "java", "node")
+# Interpreters: their `args` say what program they run (vLLM, Gradle, a JetBrains IDE);
+# llmtop's console script too, whose arguments say whether it is the engine.
+INTERPRETERS: tuple[str, ...] = ("python*", "java", "node", "llmtop")
 
 
 @dataclass(frozen=True, slots=True)

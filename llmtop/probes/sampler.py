@@ -161,7 +161,8 @@ class ProbeSampler(SamplerState):
     thresholds: the verdict's thresholds (default: verdict.DEFAULT; the CLI passes the config
     file's).
     engine_threads: the measured engine's compute threads, asked at each sample (None:
-    unknown), for the verdict's remedies (`verdict.evaluate`).
+    unknown), for the verdict's remedies (`verdict.evaluate`); thread_setting: how that
+    engine is given N threads (`verdict.evaluate`'s; None: llmtop's --num-thread).
     energy: an `EnergyReader` sampled first in every sample (a few sysfs reads or NVML calls,
     stamped on the perf_counter_ns clock), so request windows can be integrated; its cost is
     in `cost_ms`.
@@ -185,9 +186,11 @@ class ProbeSampler(SamplerState):
         thresholds: Thresholds | None = None,
         energy: EnergyReader | None = None,
         engine_threads: Callable[[], int | None] | None = None,
+        thread_setting: Callable[[], str | None] | None = None,
     ) -> None:
         self._interval = self._check(interval_s)
         self._engine_threads = engine_threads
+        self._thread_setting = thread_setting or (lambda: None)
         self._energy = energy
         self._thresholds = thresholds or DEFAULT
         self._on_sample = on_sample
@@ -227,7 +230,7 @@ class ProbeSampler(SamplerState):
             if system is not None and processes is not None:
                 verdict = self._guard(
                     "verdict", lambda: evaluate(system, processes, self._thresholds,
-                                                self._threads()), errors
+                                                self._threads(), self._thread_setting()), errors
                 )
             else:
                 verdict = None

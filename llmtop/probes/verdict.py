@@ -127,11 +127,14 @@ REMEDY_UNIDENTIFIED = (
 
 def evaluate(
     system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT,
-    engine_threads: int | None = None,
+    engine_threads: int | None = None, thread_setting: str | None = None,
 ) -> Verdict:
     """Apply every rule; QUIET when nothing is WARN or FAIL. engine_threads: the measured
     engine's compute threads when known (the embedded engine's, or the request's
     num_thread), so a remedy does not advise the count the engine already runs.
+    thread_setting: how this engine is given N threads, a format string with {n} (None:
+    llmtop's own `--num-thread {n}`, THREAD_FLAG; `llmtop watch` sends no request of its
+    own and an OpenAI-API server takes no thread count, so they say their engine's way).
 
     While warming up (no CPU reading yet) CPU rules are skipped and an INFO "warming-up"
     finding says so, so a first sample is never judged on fake zeros.
@@ -151,7 +154,7 @@ def evaluate(
             )
         )
     else:
-        findings += _background_cpu(system, processes, t, engine_threads)
+        findings += _background_cpu(system, processes, t, engine_threads, thread_setting)
         findings += _busy_apps(processes, t)
     findings += _memory(system, t)
     findings += _battery(system)
@@ -197,7 +200,8 @@ def unattributed_cpu_percent(system: SystemSample, processes: ProcessSample) -> 
 
 
 def _background_cpu(system: SystemSample, processes: ProcessSample, t: Thresholds,
-                    engine_threads: int | None = None) -> list[Finding]:
+                    engine_threads: int | None = None,
+                    thread_setting: str | None = None) -> list[Finding]:
     value = background_cpu_percent(system, processes)
     if value is None or value <= t.background_cpu_warn:
         return []
@@ -236,7 +240,8 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
             "% CPU (machine)",
             f"other programs are using {value:.0f} % of the machine's CPU{note}",
             _close_remedy(processes)
-            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus, engine_threads)
+            + _few_cores_remedy(system.logical_cpus or processes.logical_cpus, engine_threads,
+                                thread_setting)
             + (f"; {REMEDY_UNIDENTIFIED}" if maybe else ""),
         )
     ]
@@ -268,18 +273,23 @@ def _close_remedy(processes: ProcessSample) -> str:
 FEW_CORES = 4
 
 
-def _few_cores_remedy(cpus: float, engine_threads: int | None = None) -> str:
+THREAD_FLAG = "--num-thread {n}"  # llmtop's own runs: the flag sets the requests' num_thread
+
+
+def _few_cores_remedy(cpus: float, engine_threads: int | None = None,
+                      thread_setting: str | None = None) -> str:
     """The remedy's tail on a small machine: give the engine one thread fewer than the cores
     ("" above FEW_CORES logical CPUs, when the count is unknown, or when the engine already
     runs fewer threads than the cores: new-user pass N7 was told `--num-thread 1` while the
-    header said "1 thread")."""
+    header said "1 thread"), said as `thread_setting` says it (default THREAD_FLAG)."""
     n = int(cpus)
     if not 2 <= n <= FEW_CORES:
         return ""
     if engine_threads is not None and engine_threads < n:
         return ""
+    how = (thread_setting or THREAD_FLAG).replace("{n}", str(n - 1))
     return (f"; on {n} CPUs an engine with a thread per core stalls when another program "
-            f"takes one (decode can fall tenfold): --num-thread {n - 1} leaves it room")
+            f"takes one (decode can fall tenfold): {how} leaves it room")
 
 
 def _unidentified_engines(processes: ProcessSample) -> list[AppUsage]:

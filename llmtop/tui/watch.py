@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from textual import work
 
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.runners.watch_serving import Pair
+from llmtop.sessions.runners.watch_serving import Pair, UpstreamEngines, probe_sampler
 from llmtop.tui.screens.watch import WatchScreen
 from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 
@@ -65,7 +65,8 @@ class WatchApp(LlmtopBaseApp):
     def on_mount(self) -> None:
         self.push_screen(self.screen_)
         if self.probes:
-            self.sampler = ProbeSampler(PROBE_INTERVAL_S, self._sampled)
+            self.sampler = probe_sampler(PROBE_INTERVAL_S, self._sampled, UpstreamEngines(
+                [upstream for _listen, upstream in self.screen_.pairs]))
             self.sampler.start()
         if self.argv is not None:
             self.follow()

@@ -1,6 +1,8 @@
 """Serving `llmtop watch`'s proxies: which address each upstream gets, one server per
-pair (servers/watch/proxy.WatchServer) in one event loop, and the worker process that names
-callers. Shared by the headless command (commands/watch.py) and the screen (tui/watch.py).
+pair (servers/watch/proxy.WatchServer) in one event loop, the worker process that names
+callers, and which local processes the probes count as the engine (`UpstreamEngines`) and as
+the watch itself (`own_pids`). Shared by the headless command (commands/watch.py) and the
+screen (tui/watch.py).
 
 Each `--upstream` gets its own listening address: the i-th `--listen` (default
 127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it.
@@ -12,8 +14,11 @@ import asyncio
 import contextlib
 import ipaddress
 import multiprocessing
+import os
 import socket
-from collections.abc import Generator, Sequence
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -22,6 +27,8 @@ import psutil
 
 from llmtop.engines.hosts import parse_address, resolve_host
 from llmtop.probes.callers import CallerCache
+from llmtop.probes.engine_identity import EngineIdentity, identify_engine
+from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.servers.guard import Guard
 from llmtop.servers.watch.proxy import GRACE_S, Watcher, WatchProxy, WatchServer
 
@@ -135,14 +142,123 @@ def caller_pool() -> Generator[ProcessPoolExecutor, None, None]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+# How often the watch looks again for the processes behind its upstreams: an engine started,
+# stopped or restarted after the watch is found within this many seconds (a pid that ended
+# makes it look at the next sample). Each look lists the machine's sockets and processes:
+# tens of ms, once per RECHECK_S on the probes' thread.
+RECHECK_S = 10.0
+
+# What a remedy tells the user to do to give the engine N threads, by the catalogue's name
+# for it: the watch sends no request of its own, so llmtop's `--num-thread` is no remedy
+# there, and the OpenAI API has no thread-count field (llama-server's are its --threads).
+THREAD_SETTINGS = {
+    "Ollama": "num_thread {n} in the apps' request options (or `PARAMETER num_thread {n}` in "
+              "the model's Modelfile)",
+    "llmtop engine": "num_thread {n} in the apps' request options",
+    "llama.cpp": "restarting llama-server with --threads {n}",
+    "llama-cpp-python": "restarting llama_cpp.server with --n_threads {n}",
+    "LM Studio": "setting the model's CPU thread count to {n} in LM Studio",
+}
+THREAD_SETTING_UNKNOWN = "giving the engine {n} threads in its own settings"
+
+
+class UpstreamEngines:
+    """The local processes of the engines the watch forwards to, found as `preflight --host`
+    finds its engine (probes/engine_identity.identify_engine: first the owner of the socket
+    listening on the upstream's port, then that socket's user, then the engine's name), so
+    the probes count their CPU as the engine's, not as background a remedy would close.
+
+    An instance is a ProcessProbe pid source: calling it gives the pids now (the engines'
+    processes and their children, read again at each call: Ollama starts a model's runner
+    at its first request). The engines are looked for again every RECHECK_S seconds, and at
+    the next call after one of their processes ended. Thread-safe; never raises.
+    identify: identify_engine's stand-in (tests); clock: seconds, monotonic.
+    """
+
+    def __init__(self, upstreams: Sequence[str], *,
+                 identify: Callable[[str], EngineIdentity] = identify_engine,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.upstreams = list(dict.fromkeys(upstreams))
+        self._identify, self._clock = identify, clock
+        self._lock = threading.Lock()
+        self._found: list[EngineIdentity] = []
+        self._roots: set[int] = set()
+        self._at: float | None = None
+
+    def identities(self) -> list[EngineIdentity]:
+        """Each upstream's identity as last found (looking now when never looked)."""
+        with self._lock:
+            if self._at is None:
+                self._look()
+            return list(self._found)
+
+    def __call__(self) -> set[int]:
+        with self._lock:
+            now = self._clock()
+            gone = any(not psutil.pid_exists(p) for p in self._roots)
+            if self._at is None or gone or now - self._at >= RECHECK_S:
+                self._look()
+            roots = set(self._roots)
+        found = set(roots)
+        for pid in roots:
+            with contextlib.suppress(psutil.Error, OSError):
+                found.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        return found
+
+    def _look(self) -> None:
+        found = []
+        for url in self.upstreams:
+            try:
+                found.append(self._identify(url))
+            except Exception:  # noqa: BLE001 - identification is best effort, never fatal
+                found.append(EngineIdentity(url, notes=("could not look for its processes",)))
+        self._found = found
+        self._roots = {p for i in found for p in i.pids}
+        self._at = self._clock()
+
+    def thread_setting(self) -> str | None:
+        """How to give this watch's engine N threads, a format string with {n}
+        (THREAD_SETTINGS, by the engine's catalogue name), for the probes' remedies; the
+        general wording when the engine (or which of several) is not known."""
+        with self._lock:
+            apps = {i.app for i in self._found if i.local}
+        if len(apps) == 1 and (app := apps.pop()) in THREAD_SETTINGS:
+            return THREAD_SETTINGS[app]
+        return THREAD_SETTING_UNKNOWN
+
+
+def probe_sampler(interval_s: float, on_sample: Callable[[ProbeSample], None],
+                  engines: UpstreamEngines) -> ProbeSampler:
+    """The watch's probes: the upstreams' engine processes counted as the engine (found by
+    their listening sockets, `engines`), this process and its children (the worker that
+    names callers, the watch process under its screen) as llmtop, and a remedy's thread
+    advice in the engine's own terms (`UpstreamEngines.thread_setting`). An engine that is
+    a child of this process (a test's) stays the engine: llmtop's own pids leave it out."""
+    return ProbeSampler(interval_s, on_sample, lambda: own_pids() - engines(), engines,
+                        thread_setting=engines.thread_setting)
+
+
+def own_pids() -> set[int]:
+    """This process and its descendants (the worker that names callers, the watch process
+    under the screen): the watch's own work, never background. A ProcessProbe pid source."""
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error, OSError):
+        pids.update(c.pid for c in psutil.Process().children(recursive=True))
+    return pids
+
+
 __all__ = [
     "DEFAULT_LISTEN",
+    "THREAD_SETTINGS",
     "Pair",
+    "UpstreamEngines",
     "WatchServer",
     "build_servers",
     "caller_pool",
     "is_own_address",
+    "own_pids",
     "pairs_of",
+    "probe_sampler",
     "run_servers",
     "split_listen",
 ]
