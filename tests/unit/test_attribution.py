@@ -211,7 +211,8 @@ def test_a_burner_through_the_whole_run_is_named_from_the_noisy_samples():
 def test_the_noisy_samples_say_why_and_a_0_percent_app_is_not_named():
     # new-user pass N5: "2 of 11 probe samples found the machine NOISY; busiest other app in
     # those samples: kernel threads (median 0 % of one core in 2 of them)", and not why
-    from llmtop.sessions.analysis.attribution import NoisyFinding, noisy_busiest, noisy_findings
+    from llmtop.sessions.analysis.attribution import noisy_busiest
+    from llmtop.sessions.analysis.machine import NoisyFinding, noisy_findings
 
     bg = {"code": "background-cpu", "level": "warn", "message": "other programs are using 33 %"}
     bg_fail = {**bg, "level": "fail", "message": "other programs are using 62 %"}
@@ -227,9 +228,10 @@ def test_the_noisy_samples_say_why_and_a_0_percent_app_is_not_named():
     probes = [noisy(1, [bg]), noisy(2, [bg_fail, swap]), noisy(3, [swap]),
               noisy(4, [bg]), probe(5, [("slack", "other", 90.0)])]  # the last: QUIET
     assert noisy_findings(probes) == [
-        # background-cpu in 3 samples, its worst level FAIL, its latest message (sample 4)
-        NoisyFinding("background-cpu", "fail", "other programs are using 33 %", 3),
-        NoisyFinding("swap", "warn", "the machine is swapping", 2),
+        # background-cpu in 3 samples, its worst level FAIL (sample 2) with that level's
+        # message, not sample 4's warn; FAIL in 1, WARN in 2
+        NoisyFinding("background-cpu", "fail", "other programs are using 62 %", 3, 1, 2),
+        NoisyFinding("swap", "warn", "the machine is swapping", 2, 0, 2),
     ]
     assert noisy_busiest(probes) is None  # kernel threads at 0.4 %: under 1 %, no one named
     assert noisy_findings([probe(5, [("slack", "other", 90.0)])]) == []

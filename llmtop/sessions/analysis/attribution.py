@@ -243,36 +243,6 @@ def noisy_busiest(probes: Iterable[ProbeRecord]) -> NoisyBusiest | None:
     return NoisyBusiest(top, medians[top], len(noisy)) if medians[top] >= 1.0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class NoisyFinding:
-    """One reason the probes gave for NOISY: its code and level, the message of its latest
-    sample (its figures), and in how many of the NOISY samples it was."""
-
-    code: str
-    level: str
-    message: str
-    samples: int
-
-
-def noisy_findings(probes: Iterable[ProbeRecord]) -> list[NoisyFinding]:
-    """What made the NOISY samples NOISY: each WARN/FAIL finding code once (its worst level,
-    its latest message), most frequent first (ties: FAIL first, then code). [] without
-    NOISY samples."""
-    counts: dict[str, int] = {}
-    latest: dict[str, tuple[str, str]] = {}
-    for p in probes:
-        if not p.noisy or p.verdict is None:
-            continue
-        for f in p.verdict.findings:
-            if f.level not in ("warn", "fail"):
-                continue
-            counts[f.code] = counts.get(f.code, 0) + 1
-            level = "fail" if "fail" in (f.level, latest.get(f.code, ("", ""))[0]) else f.level
-            latest[f.code] = (level, f.message)
-    return sorted((NoisyFinding(code, *latest[code], n) for code, n in counts.items()),
-                  key=lambda f: (-f.samples, f.level != "fail", f.code))
-
-
 @dataclass(frozen=True)
 class _Split:
     """Which counted requests are slow and which fast, with the outlier rule's figures."""
@@ -300,8 +270,9 @@ def _contrasts(probes: Sequence[ProbeRecord], split: _Split) -> tuple[AppContras
     """Every app's slow vs fast CPU, largest difference first; None when no probe sample
     overlaps a slow or a fast request."""
     by_request: dict[int, list[ProbeRecord]] = {}
+    counted = split.slow | split.fast  # once: per sample it made the contrast O(samples × n)
     for p in probes:
-        if p.request_id is not None and p.request_id in split.slow | split.fast:
+        if p.request_id is not None and p.request_id in counted:
             by_request.setdefault(p.request_id, []).append(p)
     cpu = {rid: _request_app_cpu(ps) for rid, ps in by_request.items()}
     slow_seen = [rid for rid in split.slow if rid in cpu]

@@ -17,7 +17,12 @@ Definitions:
   total: there it is the overhead, TTFT − `prompt_ms` (its wait for a free slot, plus the
   few ms of HTTP every request pays: 7–9 ms measured on 2 cores).
 * knee: with an SLO, the highest level whose goodput share is ≥ KNEE_SHARE; without one, the
-  first level after which throughput rises by less than KNEE_GAIN.
+  first level after which throughput rises by less than KNEE_GAIN. An open-loop level stopped
+  as over-saturated (saturation.py: its queue grew without bound) is beyond what the engine
+  serves, so the knee is below it: the levels under the lowest such level are compared with
+  each other and with it (its achieved throughput is the engine's limit: a level under it
+  that served nearly as much was already at the limit), it is never the knee itself, and
+  when throughput still rises up to it the advice is to sweep between the two, never higher.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -157,6 +162,20 @@ class Knee:
 
 
 @dataclass(frozen=True)
+class Parallelism:
+    """How many requests the engine served at once, inferred from a closed loop's queueing
+    (`infer_parallelism`). slots: the estimate rounded (≥ 1); in_service: the estimate
+    itself; at_least: True when the level read showed no queueing, so the engine serves
+    `slots` or more; level: the level it was read at; sentence: how it was inferred."""
+
+    slots: int
+    in_service: float
+    at_least: bool
+    level: LevelResult
+    sentence: str
+
+
+@dataclass(frozen=True)
 class LoadAnalysis:
     """A sweep: its header, the SLO, every level, the knee, warnings for the reader, and the
     body of its start environment record ({} without one); its energy (analysis/energy.py:
@@ -172,6 +191,7 @@ class LoadAnalysis:
     environment: dict[str, Any]
     energy: EnergySummary | None = None
     search: SearchResult | None = None
+    parallelism: Parallelism | None = None
 
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
@@ -229,6 +249,7 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
         dict(env.body) if env else {},
         summarize_energy(log),
         _search(config, mode, slo, levels),
+        infer_parallelism(levels, mode),
     )
 
 
@@ -347,6 +368,50 @@ def probe_verdict(probes: Sequence[ProbeRecord]) -> str:
     return "QUIET" if not codes else "NOISY: " + ", ".join(codes)
 
 
+def infer_parallelism(levels: Sequence[LevelResult], mode: str) -> Parallelism | None:
+    """The engine's parallelism read from a closed loop's queueing, None when the sweep
+    cannot show it (an open loop, no 1-user level, no level above it, a median or a
+    throughput missing).
+
+    With c users and s ≤ c slots, c − s requests wait for a slot: a request's TTFT grows by
+    its wait, W = TTFT p50 at c − TTFT p50 at 1 user, and it is in service for E2E − W.
+    Little's law over the level (requests in service = throughput × time in service) gives
+
+        in service = req/s × (E2E p50 − max(W, 0)) / 1000
+
+    (ms, medians standing in for means). An engine serving one request at a time under 4
+    users: TTFT grows by 3 × one request's E2E, throughput stays at 1 user's, and the estimate
+    is 1. Read at the highest level (the most queueing to read); when that level shows no
+    queueing (the estimate within half a request of its users) the engine serves at least
+    that many. For the engine's own figure where it has none (an Ollama whose environment
+    could not be read, an API that reports no slots)."""
+    if mode != "concurrency":
+        return None
+    ordered = sorted(levels, key=lambda lv: lv.value)
+    one = next((lv for lv in ordered if lv.value == 1), None)
+    top = ordered[-1] if ordered else None
+    if one is None or top is None or top.value <= 1 or one.ttft.p50 is None:
+        return None
+    ttft, e2e, rate = top.ttft.p50, top.e2e.p50, top.req_per_s
+    if ttft is None or e2e is None or not rate or one.e2e.p50 is None:
+        return None
+    wait = max(ttft - one.ttft.p50, 0.0)
+    in_service = rate * (e2e - wait) / 1000.0
+    at_least = in_service >= top.value - 0.5
+    slots = int(top.value) if at_least else max(1, round(in_service))
+    how = (f"inferred from the queueing at {top.label}: TTFT p50 {one.ttft.p50:.0f} → "
+           f"{ttft:.0f} ms (+{wait / one.e2e.p50:.1f} × the 1-user E2E of {one.e2e.p50:.0f} ms), "
+           f"throughput {_rate(one.req_per_s)} → {rate:.2f} req/s: {in_service:.1f} requests "
+           "in service at once (Little's law)")
+    said = f"at least {slots}" if at_least else f"{slots}"
+    return Parallelism(slots, in_service, at_least, top,
+                       f"{said} request{'s' if slots != 1 or at_least else ''} at a time, {how}")
+
+
+def _rate(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def _warnings(levels: Sequence[LevelResult]) -> list[str]:
     out = []
     for lv in levels:
@@ -399,7 +464,11 @@ def find_knee(levels: Sequence[LevelResult], slo: Slo, mode: str) -> Knee:
         best = good[-1]
         return Knee(best, rule, f"this engine {verb} {who(best.value)} within {slo.describe()}")
     rule = f"first level after which throughput rises by less than {KNEE_GAIN:.0%}"
-    for here, above in itertools.pairwise(ordered):
+    over = next((lv for lv in ordered if lv.stopped is not None), None)
+    if over is not None:
+        rule += "; a level stopped as over-saturated is above the knee"
+        ordered = [lv for lv in ordered if lv.value < over.value]
+    for here, above in itertools.pairwise([*ordered, *([over] if over else [])]):
         if here.req_per_s and (above.req_per_s or 0) < here.req_per_s * (1 + KNEE_GAIN):
             return Knee(
                 here,
@@ -407,6 +476,8 @@ def find_knee(levels: Sequence[LevelResult], slo: Slo, mode: str) -> Knee:
                 f"throughput stops rising at {who(here.value)} "
                 f"({here.req_per_s:.2f} req/s); more only adds latency",
             )
+    if over is not None:
+        return _knee_below(over, ordered[-1] if ordered else None, rule, who)
     top = ordered[-1]
     rate = f" ({top.req_per_s:.2f} req/s)" if top.req_per_s else ""
     return Knee(
@@ -414,4 +485,25 @@ def find_knee(levels: Sequence[LevelResult], slo: Slo, mode: str) -> Knee:
         rule,
         f"throughput still rises at {who(top.value)}{rate}, the highest level "
         "tried: sweep higher to find the knee",
+    )
+
+
+def _knee_below(over: LevelResult, below: LevelResult | None, rule: str,
+                who: Callable[[float], str]) -> Knee:
+    """The knee when the sweep reached a level the engine could not serve (`over`, stopped
+    as over-saturated: its queue grew without bound) with throughput still rising up to
+    `below`, the highest level under it (None: `over` is the lowest level tried). The knee
+    is under `over`: its achieved throughput is the engine's limit, never a level it
+    sustains, so the advice is to sweep between the two, not higher."""
+    served = f", {over.req_per_s:.2f} req/s served" if over.req_per_s else ""
+    beyond = (f"the engine could not keep up with {who(over.value)} (stopped as "
+              f"over-saturated{served})")
+    if below is None:
+        return Knee(None, rule, f"{beyond}, the lowest level tried: sweep lower to find the knee")
+    rate = f" ({below.req_per_s:.2f} req/s)" if below.req_per_s else ""
+    return Knee(
+        below,
+        rule,
+        f"{beyond}; throughput still rises at {who(below.value)}{rate}: the knee lies "
+        f"between the two, sweep between {below.value:g} and {over.value:g} to find it",
     )

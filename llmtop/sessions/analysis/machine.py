@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-from llmtop.sessions.records.schema import CanaryRecord, RequestRecord
+from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
 
 # (series key, label, unit, higher_is_better), like analysis.METRICS
 CANARY_METRICS: tuple[tuple[str, str, str, bool], ...] = (
@@ -89,3 +90,49 @@ def canary_medians(canaries: Sequence[CanaryRecord]) -> tuple[float, float, floa
     return (statistics.median(c.cpu_ms for c in full),
             statistics.median(c.mem_ms for c in full),
             statistics.median(c.simd_ms for c in full if c.simd_ms is not None))
+
+
+@dataclass(frozen=True, slots=True)
+class NoisyFinding:
+    """One reason the probes gave for NOISY, counted in samples. code: the finding's code;
+    level: its worst level ("fail" when any sample had it at FAIL, else "warn"); message:
+    the latest message at that level (its figures: a warn's figures are never shown under
+    FAIL); samples: the NOISY samples that had it (at most the NOISY count, however many
+    apps or lines a sample named it for); fail / warn: those where its worst level was
+    FAIL / WARN (fail + warn = samples)."""
+
+    code: str
+    level: str
+    message: str
+    samples: int
+    fail: int
+    warn: int
+
+
+def noisy_findings(probes: Iterable[ProbeRecord]) -> list[NoisyFinding]:
+    """What made the NOISY samples NOISY: each WARN/FAIL finding code once, counted in the
+    samples that had it (a sample with three busy apps counts once) and split by level,
+    most samples first (ties: FAIL first, then code). [] without NOISY samples."""
+    fail: dict[str, int] = {}
+    warn: dict[str, int] = {}
+    latest: dict[str, dict[str, str]] = {}
+    for p in probes:
+        if not p.noisy or p.verdict is None:
+            continue
+        worst: dict[str, str] = {}
+        for f in p.verdict.findings:
+            if f.level not in ("warn", "fail"):
+                continue
+            if worst.get(f.code) != "fail":
+                worst[f.code] = f.level
+            latest.setdefault(f.code, {})[f.level] = f.message
+        for code, level in worst.items():
+            counts = fail if level == "fail" else warn
+            counts[code] = counts.get(code, 0) + 1
+    out = []
+    for code in {*fail, *warn}:
+        failed, warned = fail.get(code, 0), warn.get(code, 0)
+        level = "fail" if failed else "warn"
+        out.append(NoisyFinding(code, level, latest[code][level], failed + warned, failed,
+                                warned))
+    return sorted(out, key=lambda nf: (-nf.samples, nf.level != "fail", nf.code))

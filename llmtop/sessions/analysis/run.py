@@ -427,10 +427,9 @@ def _analyze_size(
                       "tokens, so no episode, trend or drift is judged (a bench measures one "
                       "prompt size)"))
     episodes = _find_episodes(ok, series, threshold)
-    for i, e in enumerate(episodes.episodes, start=1):
-        for r in ok:
-            if r.number in e.numbers:
-                r.episode = i
+    which = {n: i for i, e in enumerate(episodes.episodes, start=1) for n in e.numbers}
+    for r in ok:  # one look-up a request: a tuple's `in` per episode was O(n × episode)
+        r.episode = which.get(r.number or 0, r.episode)
     keep = [r.episode is None for r in ok]
     base = {k: [v for v, kept in zip(vs, keep, strict=True) if kept] for k, vs in series.items()}
     summaries = {key: summarize(values) for key, values in base.items()}
@@ -531,6 +530,7 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
             per_token[id(r)] = (s.prompt_eval_duration / s.prompt_eval_count,
                                 s.prompt_eval_count)
     first_seen: dict[str, float] = {}
+    like_median: dict[int, float | None] = {}
     for r in requests:
         mine = per_token.get(id(r))
         if mine is None:
@@ -542,12 +542,12 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
             _cached(r, value, earlier, "the same prompt's first time")
             continue
         first_seen.setdefault(r.record.prompt, value)
-        like = [v for v, c in per_token.values()
-                if count / SIMILAR_COUNT <= c <= count * SIMILAR_COUNT]
-        if len(like) < 3:
-            continue
-        median = statistics.median(like)
-        if value < CACHED_FRACTION * median:
+        if count not in like_median:  # once per prompt length: a bench's one size is O(n)
+            like = [v for v, c in per_token.values()
+                    if count / SIMILAR_COUNT <= c <= count * SIMILAR_COUNT]
+            like_median[count] = statistics.median(like) if len(like) >= 3 else None
+        median = like_median[count]
+        if median is not None and value < CACHED_FRACTION * median:
             _cached(r, value, median, "the run's median for prompts of its length")
 
 

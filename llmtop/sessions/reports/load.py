@@ -130,10 +130,7 @@ def markdown(a: LoadAnalysis) -> str:
     lines += ["", "p95 needs ≥ 20 samples and p90 ≥ 10 (else n/a); p99 (JSON) needs ≥ 100."]
     if a.mode == "rate":
         lines += [_lag_line(lv) for lv in a.levels if lv.lag_ms is not None]
-    parallel = a.environment.get("parallel")
-    if parallel:
-        detail = ", ".join(f"{k} {v}" for k, v in parallel.items() if k != "source")
-        lines += ["", f"Engine parallelism: {detail or 'unknown'} ({parallel.get('source')})."]
+    lines += parallelism_lines(a)
     lines += [_server_line(lv) for lv in a.levels if lv.server]
     described = describe_config(h.engine_config)
     if described:
@@ -142,6 +139,21 @@ def markdown(a: LoadAnalysis) -> str:
     if a.warnings:
         lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
     return "\n".join(lines) + "\n"
+
+
+def parallelism_lines(a: LoadAnalysis) -> list[str]:
+    """The engine's parallelism: what the engine revealed (its slots, Ollama's variables)
+    and, where it revealed no slot count, what the sweep's queueing shows (analysis/load.py,
+    `infer_parallelism`), said to be inferred; [] when neither is known."""
+    parallel = a.environment.get("parallel") or {}
+    detail = ", ".join(f"{k} {v}" for k, v in parallel.items() if k != "source")
+    inferred = a.parallelism
+    lines = []
+    if parallel and (detail or inferred is None):
+        lines.append(f"Engine parallelism: {detail or 'unknown'} ({parallel.get('source')}).")
+    if inferred is not None and "slots" not in parallel:
+        lines.append(f"Engine parallelism (inferred): {inferred.sentence}.")
+    return ["", *lines] if lines else []
 
 
 def _label(mode: str, value: float) -> str:
@@ -292,7 +304,8 @@ def json_text(a: LoadAnalysis) -> str:
 
 
 def as_json(a: LoadAnalysis) -> dict[str, Any]:
-    """The JSON report: header, SLO, levels, knee, environment, warnings."""
+    """The JSON report: header, SLO, levels, knee, environment, the parallelism inferred
+    from the queueing (None when the sweep cannot show it), warnings."""
     return {
         "kind": "load",
         "header": a.header.to_json(),
@@ -308,6 +321,10 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
             "sentence": a.knee.sentence,
         },
         "environment": a.environment,
+        "parallelism_inferred": None if a.parallelism is None else {
+            "slots": a.parallelism.slots, "at_least": a.parallelism.at_least,
+            "in_service": round(a.parallelism.in_service, 2),
+            "level": a.parallelism.level.value, "sentence": a.parallelism.sentence},
         "energy": a.energy.to_dict() if a.energy else None,
         "search": a.search.to_dict() if a.search else None,
         "warnings": list(a.warnings),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmtop.sessions.analysis.attribution import noisy_busiest, noisy_findings
-from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS
+from llmtop.sessions.analysis.attribution import noisy_busiest
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, noisy_findings
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
@@ -174,6 +174,7 @@ def _markdown_episodes(report: Report) -> list[str]:
         lines += md_table(("prompt", "requests", "size", "cost", "cause"), rows)
     else:
         lines.append("none: every series kept one level within its noise")
+    lines += _markdown_outliers(report, labels)
     for s in report.analysis.sizes:
         measured = sum(r.phase == "measure" for r in s.requests)
         if required is not None and measured > required:
@@ -189,6 +190,22 @@ def _markdown_episodes(report: Report) -> list[str]:
                     f"{label}: re-measured {more} requests beyond the protocol's {required} "
                     "(after a pause) for an episode seen part way; with them every series "
                     "keeps one level, so none is left. The log keeps every request.")
+    return lines
+
+
+def _markdown_outliers(report: Report, labels: dict[str, str]) -> list[str]:
+    """Per size, the requests a series found off its level alone or in twos: isolated
+    spikes, not an episode, kept in the statistics (analysis/episodes.py, "Episodes and
+    outliers")."""
+    lines = []
+    for s in report.analysis.sizes:
+        found = s.episodes.outliers
+        if found:
+            said = "; ".join(f"{labels.get(k, k)} {', '.join(map(str, v))}"
+                             for k, v in found.items())
+            label = _size_label(s, report.calibration)
+            lines += ["", (f"{label}: outliers, off the level alone or in twos, not an episode "
+                           f"(kept in the statistics): {said}.")]
     return lines
 
 
@@ -264,8 +281,10 @@ def _markdown_machine(report: Report) -> list[str]:
     in_requests = [p for p in report.log.probes if p.request_id is not None]
     busiest = noisy_busiest(in_requests)
     lines.append(f"{during}; {busiest.sentence()}." if noisy and busiest else f"{during}.")
-    for nf in noisy_findings(in_requests):  # why: the findings themselves (new-user pass N5)
-        lines.append(f"- {nf.level.upper()} {nf.code} in {nf.samples} of them: {nf.message}")
+    for nf in noisy_findings(in_requests):  # why: the findings, counted in samples
+        split = f" ({nf.fail} FAIL, {nf.warn} WARN)" if nf.fail and nf.warn else ""
+        lines.append(f"- {nf.level.upper()} {nf.code} in {nf.samples} of them{split}: "
+                     f"{nf.message}")
     for s in report.analysis.sizes:
         att = report.attributions.get(size_key(s))
         if att is not None:
