@@ -248,7 +248,8 @@ async def _run(args: argparse.Namespace) -> int:
                                lambda: conn.engine_pids, args.thresholds,
                                on_state=_probe_state(recorder, args.json),
                                energy=energy.reader,
-                               engine_threads=lambda: conn.compute_threads(recorder.options))
+                               engine_threads=lambda: conn.compute_threads(recorder.options),
+                               thread_setting=lambda: conn.thread_setting)
         if not args.json:
             info = conn.info
             quant = f" {info.quantization}" if info and info.quantization else ""

@@ -63,6 +63,21 @@ class Connection:
         return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
 
     @property
+    def thread_setting(self) -> str | None:
+        """How a remedy tells the user to give this engine N threads, a format string with
+        {n} for the probes' verdict (`verdict.evaluate`): None for an Ollama-API engine,
+        which takes the requests' `num_thread` (llmtop's `--num-thread`); the OpenAI API has
+        no thread-count field, so llama-server's own `--threads`, or the engine's settings."""
+        from llmtop.engines.openai import OpenAIEngine  # imported here: openai.py is heavy
+
+        if not isinstance(self.upstream, OpenAIEngine):
+            return None
+        if (self.engine_config or {}).get("server") == "llama-server":
+            return "restarting llama-server with --threads {n}"
+        return ("giving the engine {n} threads in its own settings (the OpenAI API has no "
+                "thread-count field)")
+
+    @property
     def via_relay(self) -> bool:
         """True when requests stream through llmtop's SSE relay."""
         return self.upstream_client is not None

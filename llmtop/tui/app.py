@@ -290,6 +290,7 @@ class LlmtopApp(LlmtopBaseApp):
                 on_state=self._on_probe_state_thread,
                 energy=self.energy.reader,
                 engine_threads=self._engine_threads,
+                thread_setting=lambda: None if self.conn is None else self.conn.thread_setting,
             )
             self.sampler.start()
         self.query_one(ProbePanel).engine_unknown = ENGINE_STARTING

@@ -195,7 +195,8 @@ class BenchRunner:
                                on_state=self.recorder.record_probe_state,
                                energy=self.energy.reader,
                                engine_threads=lambda: self.conn.compute_threads(
-                                   self.recorder.options))
+                                   self.recorder.options),
+                               thread_setting=lambda: self.conn.thread_setting)
         sampler.start()
         try:
             self.on_progress(
