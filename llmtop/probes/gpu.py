@@ -1,4 +1,6 @@
-"""NVIDIA GPU state through NVML (`pynvml`, package nvidia-ml-py); absent is a normal state.
+"""GPU state of every vendor: NVIDIA through NVML (`pynvml`, package nvidia-ml-py), AMD and
+Intel from the kernel's files (`gpu_sysfs`), in one shape (`GpuDevice`); absent is a normal
+state.
 
 The source method logged `nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total`
 every second and said which tool each VRAM figure came from; `GpuSample.source` records that
@@ -18,9 +20,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from llmtop.probes.gpu_sysfs import DRM_ROOT, CardReader, DrmCard, Reading, find_cards
+
 SOURCE = "nvml"
+SYSFS = "sysfs"
 
 # NVML's clock-event ("throttle") reason bits, nvml.h `nvmlClocksEventReason*`, as data.
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
@@ -52,13 +58,21 @@ class GpuProcess:
 
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
-    """One GPU. Every figure from NVML; None where the board does not support the query.
+    """One GPU of any vendor, the same shape whether NVML or the kernel's files
+    (`gpu_sysfs`) filled it; None where the board or driver does not give a figure (never 0).
 
     util_percent / mem_util_percent: % of the last sample period the GPU / memory controller
-    was busy (NVML utilisation rates). memory_used / memory_total: bytes.
-    temperature_c: core °C. clock_*_mhz: current graphics/memory clocks; *_max_mhz: limits.
-    throttle_reasons: active clock-event reasons (`THROTTLE_REASONS` names).
-    power_w: board power draw in watts.
+    was busy (NVML utilisation rates; amdgpu's gpu_busy_percent); util_reason: why
+    util_percent is None (Intel: only a privileged PMU counts it; a sleeping GPU).
+    memory_used / memory_total: VRAM bytes. temperature_c: core °C. clock_*_mhz: current
+    graphics/memory clocks; *_max_mhz: limits. throttle_reasons: active clock-event reasons
+    (`THROTTLE_REASONS` names). power_w: board power draw in watts; power_from: which
+    reading gave it ("power1_average", "energy1_input over 1.0 s"; None for NVML's
+    nvmlDeviceGetPowerUsage). energy_j: the board's cumulative energy counter in J (hwmon
+    energy1_input; None from NVML, whose counter the energy reader reads). vendor: "NVIDIA",
+    "AMD", "Intel"; driver: the kernel driver ("nvidia", "amdgpu", "i915", "xe"); source:
+    "nvml" or "sysfs"; card: the DRM card ("card1") for sysfs devices. asleep: the device was
+    runtime-suspended and not woken to read it. notes: why figures are missing or set aside.
     """
 
     index: int
@@ -75,6 +89,15 @@ class GpuDevice:
     throttle_reasons: tuple[str, ...] | None
     power_w: float | None
     processes: tuple[GpuProcess, ...]
+    vendor: str | None = "NVIDIA"
+    driver: str | None = "nvidia"
+    source: str = SOURCE
+    card: str | None = None
+    util_reason: str | None = None
+    power_from: str | None = None
+    energy_j: float | None = None
+    asleep: bool = False
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +180,16 @@ def _text(value: Any) -> str:
 
 
 class GpuProbe:
-    """Takes `GpuSample`s. `nvml`: the pynvml module (default: imported if installed);
-    tests pass a stand-in. Never raises from `sample()`."""
+    """Takes `GpuSample`s: NVML's GPUs, then the AMD and Intel GPUs (and an NVIDIA card NVML
+    did not list) from the kernel's files under `drm_root` (`gpu_sysfs`; True: /sys/class/drm
+    unless a stand-in `nvml` was given, so a test's NVML is exact; None or False: none).
+    `nvml`: the pynvml module (default: imported if installed); tests pass a stand-in.
+    Never raises from `sample()`."""
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, drm_root: Path | None | bool = True) -> None:
+        self._drm_root = (drm_root if not isinstance(drm_root, bool)
+                          else DRM_ROOT if drm_root and nvml is None else None)
+        self._drm: list[CardReader] | None = None
         self._lib = nvml if nvml is not None else _load_pynvml()
         self._handles: list[Any] | None = None
         self._static: list[tuple[str | None, int | None, int | None]] = []  # name, max clocks
@@ -202,12 +231,29 @@ class GpuProbe:
         return getattr(lib, "NVML_CLOCK_GRAPHICS", 0), getattr(lib, "NVML_CLOCK_MEM", 2)
 
     def sample(self) -> GpuSample:
-        """Read every GPU now; `available=False` with a reason when NVML cannot be used."""
+        """Read every GPU now; `available=False` with NVML's reason when no GPU of any
+        vendor was found. `source` says which readers gave devices ("nvml", "sysfs",
+        "nvml+sysfs")."""
         reason = self._setup()
-        if reason is not None or self._handles is None:
+        nvml: tuple[GpuDevice, ...] = ()
+        if reason is None and self._handles is not None:
+            nvml = tuple(self._device(i, h) for i, h in enumerate(self._handles))
+        kernel = tuple(_sysfs_device(r.card, r.read(), reason) for r in self._sysfs_readers()
+                       if r.card.driver in SYSFS_DRIVERS
+                       or (r.card.vendor == "NVIDIA" and not nvml))
+        if not nvml and not kernel:
             return GpuSample(available=False, reason=reason)
-        devices = tuple(self._device(i, h) for i, h in enumerate(self._handles))
-        return GpuSample(available=True, driver_version=self._driver, devices=devices)
+        source = "+".join(name for name, got in ((SOURCE, nvml), (SYSFS, kernel)) if got)
+        return GpuSample(available=True, source=source, driver_version=self._driver,
+                         devices=nvml + kernel)
+
+    def _sysfs_readers(self) -> list[CardReader]:
+        """The DRM cards' readers, found on the first sample (cards do not come and go
+        while a measurement runs)."""
+        if self._drm is None:
+            cards = find_cards(self._drm_root) if self._drm_root is not None else ()
+            self._drm = [CardReader(c) for c in cards]
+        return self._drm
 
     def clocks(self) -> tuple[GpuClocks, ...]:
         """Every GPU's clocks and throttle reasons now: a few NVML calls per device, no
@@ -272,6 +318,43 @@ class GpuProbe:
                 if pid is not None and pid not in seen:
                     seen[pid] = GpuProcess(pid, _int(getattr(p, "usedGpuMemory", None)))
         return tuple(sorted(seen.values(), key=lambda p: p.pid))
+
+
+def device_dict(d: GpuDevice) -> dict[str, Any]:
+    """One GPU as a JSON-ready dict in the vendor-neutral shape (`preflight --json`'s `gpus`,
+    `--version -v`): busy_percent with busy_reason when null, VRAM in bytes, power in W
+    (power_from: which reading), energy_j (the board's counter, J), temp_c, clocks in MHz."""
+    return {
+        "index": d.index, "card": d.card, "name": d.name, "vendor": d.vendor,
+        "driver": d.driver, "source": d.source,
+        "busy_percent": d.util_percent, "busy_reason": d.util_reason,
+        "vram_used_bytes": d.memory_used, "vram_total_bytes": d.memory_total,
+        "power_w": None if d.power_w is None else round(d.power_w, 3),
+        "power_from": d.power_from, "energy_j": d.energy_j, "temp_c": d.temperature_c,
+        "clock_graphics_mhz": d.clock_graphics_mhz, "clock_memory_mhz": d.clock_memory_mhz,
+        "asleep": d.asleep, "notes": list(d.notes),
+    }
+
+
+# Kernel drivers of compute GPUs read through sysfs. A virtual or server-management display
+# (virtio_gpu, bochs, simpledrm, ast, mgag200) is a DRM card too but runs no model.
+SYSFS_DRIVERS = frozenset({"amdgpu", "i915", "xe"})
+
+
+def _sysfs_device(card: DrmCard, r: Reading, nvml_reason: str | None) -> GpuDevice:
+    """One card's `Reading` in the vendor-neutral shape. An NVIDIA card here is one NVML did
+    not list: its figures are NVML's, so busy % is n/a with NVML's reason."""
+    util_reason = r.busy_reason
+    if card.vendor == "NVIDIA":
+        util_reason = f"NVIDIA figures come from NVML: {nvml_reason or 'not listed by NVML'}"
+    return GpuDevice(
+        index=card.index, name=card.name, util_percent=r.busy_percent, mem_util_percent=None,
+        memory_used=r.vram_used, memory_total=r.vram_total, temperature_c=r.temp_c,
+        clock_graphics_mhz=r.sclk_mhz, clock_memory_mhz=r.mclk_mhz,
+        clock_graphics_max_mhz=None, clock_memory_max_mhz=None, throttle_reasons=None,
+        power_w=r.power_w, processes=(), vendor=card.vendor, driver=card.driver,
+        source=SYSFS, card=card.card, util_reason=util_reason, power_from=r.power_from,
+        energy_j=r.energy_j, asleep=r.asleep, notes=tuple(r.notes))
 
 
 def _num(value: Any) -> float | None:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.catalogue import Category
 from llmtop.probes.engine_identity import EngineIdentity
+from llmtop.probes.gpu import GpuDevice, device_dict
 from llmtop.probes.processes import AppUsage, PidSource, ProcessSample
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.probes.system import SystemSample, machine_percent
@@ -84,6 +85,8 @@ class PreflightResult:
         spread the median hides (a window where a job started half way reads 5 % median,
         0–60 % band); None when no sample had both readings.
     error: why the state could not be checked (then quiet is False and exit is CANNOT_CHECK).
+    gpus: every GPU of the window's last GPU reading, any vendor (`gpu.GpuDevice`);
+        gpu_reason: why none was found (NVML's reason), None when some were.
     """
 
     quiet: bool
@@ -98,6 +101,8 @@ class PreflightResult:
     error: str | None = None
     gpu_present: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    gpus: tuple[GpuDevice, ...] = ()
+    gpu_reason: str | None = None
     background_cpu_band: tuple[float, float] | None = None
 
     @property
@@ -145,6 +150,8 @@ class PreflightResult:
             ],
             "apps_omitted": len(self.apps) - len(apps),
             "thresholds": asdict(self.thresholds),
+            "gpus": [device_dict(d) for d in self.gpus],
+            "gpu_reason": self.gpu_reason,
             **self.extra,
         }
 
@@ -264,7 +271,10 @@ def aggregate(
     errors = _probe_errors(samples)
     usable = [s for s in samples if _usable(s)]
     gpu_present = _gpu_present(samples)
+    last_gpu = next((s.gpu for s in reversed(samples) if s.gpu is not None), None)
     common: dict[str, Any] = {
+        "gpus": last_gpu.devices if last_gpu is not None else (),
+        "gpu_reason": last_gpu.reason if last_gpu is not None else None,
         "duration_s": duration_s,
         "interval_s": interval_s,
         "taken": len(samples) if taken is None else taken,
@@ -399,8 +409,8 @@ def _probe_errors(samples: Sequence[ProbeSample]) -> tuple[Finding, ...]:
 
 
 def _gpu_present(samples: Sequence[ProbeSample]) -> bool | None:
-    """True when NVML saw a GPU in any sample; None otherwise (no NVML does not mean no GPU:
-    Apple silicon and AMD boards are invisible to it)."""
+    """True when NVML or the kernel's DRM files showed a GPU in any sample; None otherwise
+    (seeing none does not mean no GPU: Apple silicon is invisible to both)."""
     for s in samples:
         if s.gpu is not None and s.gpu.available and s.gpu.devices:
             return True
