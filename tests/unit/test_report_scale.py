@@ -82,3 +82,13 @@ def test_the_report_of_a_long_log_names_its_episode_and_not_its_spikes(tmp_path)
         assert set(numbers) <= {997, 1994, 2991}, key
     md = render(report, "md")
     assert "| 2501–2520 |" in md
+
+
+def test_a_long_series_sparkline_is_binned():
+    from llmtop.sessions.reports.run_markdown import SPARK_CELLS, _series_cell
+
+    # 500 values, 250 at 1.0 then 250 at 2.0: b = ⌈500 / 200⌉ = 3, 167 cells; cells 0–82
+    # hold requests 0–248 (all 1.0), cell 83 holds 249–251 (1, 2, 2: median 2)
+    cell = _series_cell([1.0] * 250 + [2.0] * 250)
+    assert cell == "`" + "▁" * 83 + "█" * 84 + "` (medians of 3 requests a cell)"
+    assert len(_series_cell([1.0, 2.0] * (SPARK_CELLS // 2))) == SPARK_CELLS + 2  # unbinned

@@ -20,10 +20,10 @@ each segment's cost from cumulative sums, O(1) where `Pelt(model="l2")` computes
 variance over the segment in Python. PELT only prunes when change points are found, so on a
 steady series it tries every pair of ends: `Pelt(model="l2", jump=1)` took 17 s for 1,000
 requests, 86 s for 2,000 and never finished 100,000; the C search, the same breakpoints on
-300 random series with steps, takes 0.2 ms for 250 values and 15 ms for 2,000.
+300 random series with steps, takes 0.5 ms for 250 values and 15 ms for 2,000.
 
 **Long series: blocks.** Beyond EXACT_POINTS (2,000) values even the C search grows as n²
-(0.2 s for 5,000, a minute for 100,000), so the series is cut into EXACT_POINTS blocks of
+(0.2 s for 5,000; some 80 s for 100,000 by n²), so the series is cut into EXACT_POINTS blocks of
 nearly equal size b (n / 2,000, rounded) and the search runs on the blocks' means × √b,
 with the same penalty. For blocks of one size this is the exact search restricted to block
 ends: a segmentation's l2 cost is the within-block sum of squares (the same for every
@@ -90,14 +90,15 @@ of 200 with noise only, 17. So an episode must be made of requests that are off 
   such, never an episode, and kept in the statistics (a median is not moved by a spike).
 
 Measured on seeded series of 25 (numpy's default_rng, tests/unit/test_episodes_noise.py):
-of 400 log-normal noise-only series at σ 0.05, 0.1, 0.2 or 0.3, 1 got an episode (it was
-17 of 200 before); with 2–3 isolated 3 × spikes, 0–2 of 400 (57 of 200 before), none
-calling a request between spikes slowed. An episode of 8 requests at 2 × is found in 400 of
-400 at σ ≤ 0.1, 279 at σ 0.2 and 139 at σ 0.3 (196 and 147 of 200 before, with 9 and 18
-calling an unslowed neighbour slowed): under heavy noise a request of a real episode can
-fall within 3 σ of the baseline, which splits the episode or leaves it short, the price of
-never calling an ordinary request slowed. With OFF_K 2 the noise-only rate was 5–7 of 400;
-with 2.5, 3–4 of 400.
+of 400 log-normal noise-only series at σ 0.05, 0.1, 0.2 or 0.3, 1 got an episode at each σ
+(10–23 of 200 before; 17 in the report that found it); with 2–3 isolated 3 × spikes, 0, 0, 1
+and 2 of 400 (35–61 of 200 before, most spanning two spikes), the 3 left being series where
+noise itself put the request between two spikes beyond 3 σ (+68 %, +117 %). An episode of 8
+requests at 2 × is found in 400 of 400 at σ ≤ 0.1, 279 at σ 0.2 and 139 at σ 0.3 (196 and 147
+of 200 before, with 9 and 18 calling an unslowed neighbour slowed): under heavy noise a
+request of a real episode can fall within 3 σ of the baseline, which splits the episode or
+leaves it short, the price of never calling an ordinary request slowed. With OFF_K 2 the
+noise-only rate was 5–6 of 200 at each σ; with 2.5, 3–4 of 400.
 
 The baseline's value is the median of the requests outside every episode. The baseline must
 hold at least MAJORITY_SHARE (half) of the requests (`held`: those outside every episode):

@@ -12,6 +12,7 @@ cells. The `Report` it renders is run.py's.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from llmtop.sessions.analysis.attribution import noisy_busiest
@@ -33,13 +34,24 @@ from llmtop.sessions.reports.text import num as _num
 
 # A series of fewer values shows no shape, only a block whose height means nothing.
 MIN_SERIES = 3
+SPARK_CELLS = 200  # the most cells a sparkline has in the markdown
 
 
 def _series_cell(values: Sequence[float | None]) -> str:
-    """The series column: the sparkline in backticks, "—" below MIN_SERIES values."""
+    """The series column: the sparkline in backticks, "—" below MIN_SERIES values. Past
+    SPARK_CELLS values each cell is the median of a run of b = ⌈n / SPARK_CELLS⌉ requests
+    (a blank where none of them has a value), and the cell says so: a line of 100,000 blocks
+    shows no shape a reader can see."""
     if sum(v is not None for v in values) < MIN_SERIES:
         return "—"
-    return f"`{sparkline(values)}`"
+    if len(values) <= SPARK_CELLS:
+        return f"`{sparkline(values)}`"
+    b = -(-len(values) // SPARK_CELLS)
+    binned = []
+    for i in range(0, len(values), b):
+        known = [v for v in values[i:i + b] if v is not None]
+        binned.append(statistics.median(known) if known else None)
+    return f"`{sparkline(binned)}` (medians of {b} requests a cell)"
 
 
 def _size_label(size: SizeAnalysis, calibration: CalibrationRecord | None) -> str:
