@@ -259,12 +259,29 @@ def version_report(verbose: bool = False) -> str:
     from llmtop.probes.energy import version_line  # NVML and sysfs: only for -v
 
     lines.append(f"  {'energy':<24} {version_line().removeprefix('energy sources: ')}")
+    lines.extend(_gpu_lines())
     config, explicit = config_path()
     lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))
     lines.append(f"  {'sessions':<24} {platformdirs.user_data_path('llmtop') / 'sessions'}")
     lines.append(f"  {'cache':<24} {platformdirs.user_cache_path('llmtop')}")
     lines.append(f"  {'child server logs':<24} {platformdirs.user_log_path('llmtop')}")
     return "\n".join(lines)
+
+
+def _gpu_lines() -> list[str]:
+    """`--version -v`'s GPUs: every figure of each GPU as one JSON object (any vendor, the
+    shape `preflight --json` lists), or why none was found: what a bug report about a GPU
+    needs to show what llmtop read."""
+    import json
+
+    from llmtop.probes.gpu import GpuProbe, device_dict
+
+    gpu = GpuProbe().sample()
+    if not gpu.available:
+        return [f"  {'gpus':<24} none ({gpu.reason}; no AMD or Intel GPU under "
+                "/sys/class/drm)"]
+    return [f"  {'gpu ' + (d.card or str(d.index)):<24} "
+            f"{json.dumps(device_dict(d), ensure_ascii=False)}" for d in gpu.devices]
 
 
 # ---------------------------------------------------------------------------- subcommands
@@ -494,6 +511,19 @@ def _sessions_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
 
 
+def port_list(text: str) -> list[int]:
+    """Comma-separated TCP ports ("8081,9000"), or argparse.ArgumentTypeError naming the
+    one that is not a port."""
+    return [port_number(part.strip()) for part in text.split(",") if part.strip()]
+
+
+def _engines_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ports", type=port_list, default=[], metavar="LIST",
+                   help="more ports to probe on loopback, comma-separated (an engine started "
+                   "on a port of its own; the usual ports are always probed)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
 def _relay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="bind address (default 127.0.0.1; anything else warns)")
@@ -572,6 +602,9 @@ COMMANDS: dict[str, Command] = {
                        "llmtop.commands.compare"),
     "sessions": Command("list the saved session logs: date, engine, model, kind, requests, "
                         "verdict", _sessions_flags, "llmtop.commands.sessions"),
+    "engines": Command("every LLM engine answering on this machine: kind, version, models, "
+                       "and the flags that measure it", _engines_flags,
+                       "llmtop.commands.engines"),
     "relay": Command("serve the SSE relay and its web page in front of an Ollama-API server",
                      _relay_flags, "llmtop.commands.relay"),
     "watch": Command("pass your apps' requests on to the engine and measure each one "
