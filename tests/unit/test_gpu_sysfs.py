@@ -233,3 +233,21 @@ def test_preflight_json_lists_an_amd_and_an_intel_gpu(tmp_path: Path) -> None:
     assert (intel["vendor"], intel["energy_j"], intel["busy_percent"]) == (
         "Intel", 123_456.789012, None)
     assert intel["busy_reason"] == INTEL_BUSY_REASON
+    # the same figures in --version -v, what a bug report about a GPU carries
+    script = (f"mount --bind {tmp_path / 'class'} /sys/class && exec timeout -s KILL 60 "
+              f"{sys.executable} -m llmtop --version -v")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.strip().startswith("gpu card1"))
+    assert json.loads(line.split(None, 2)[2]) == amd
+
+
+def test_the_panel_says_each_card_in_one_line(tmp_path: Path) -> None:
+    from llmtop.tui.widgets.system_view import gpu_line
+
+    amd_card(tmp_path, 1)
+    intel_card(tmp_path, 0)
+    sample = GpuProbe(nvml=object(), drm_root=tmp_path).sample()
+    assert [gpu_line(d) for d in sample.devices] == [
+        "card0 Intel n/a (i915)", "card1 AMD 37 % · 4.0 GiB / 24.0 GiB · 85 W (amdgpu)"]

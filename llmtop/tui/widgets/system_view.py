@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.probes.gpu import GpuSample
+from llmtop.probes.gpu import SOURCE, GpuDevice, GpuSample
 from llmtop.probes.system import SystemSample
 from llmtop.tui.state import fmt
 
@@ -55,12 +55,26 @@ def system_text(system: SystemSample | None, gpu: GpuSample | None = None) -> Te
         text.append("\nswap none", style="dim")
     if gpu is not None and gpu.available:
         for d in gpu.devices:
-            util = "n/a" if d.util_percent is None else f"{d.util_percent:.0f} %"
-            text.append(
-                f"\nGPU{d.index} {util} · {fmt.size(d.memory_used)}"
-                f" / {fmt.size(d.memory_total)} (NVML)"
-            )
+            text.append("\n" + gpu_line(d))
     return text
+
+
+def gpu_line(d: GpuDevice) -> str:
+    """One GPU's line, any vendor: "GPU0 42 % · 2.0 GiB / 141.0 GiB (NVML)"; a card read
+    from the kernel's files names its card and driver and adds its power:
+    "card1 AMD 37 % · 4.0 GiB / 24.0 GiB · 85 W (amdgpu)"; busy % n/a when not counted
+    (Intel), "asleep" for a runtime-suspended GPU left asleep."""
+    util = ("asleep" if d.asleep else "n/a" if d.util_percent is None
+            else f"{d.util_percent:.0f} %")
+    if d.source == SOURCE:
+        vram = f"{fmt.size(d.memory_used)} / {fmt.size(d.memory_total)}"
+        return f"GPU{d.index} {util} · {vram} (NVML)"
+    parts = [f"{d.card} {d.vendor or ''} {util}".replace("  ", " ")]
+    if d.memory_total is not None:
+        parts.append(f"{fmt.size(d.memory_used)} / {fmt.size(d.memory_total)}")
+    if d.power_w is not None:
+        parts.append(f"{d.power_w:.0f} W")
+    return " · ".join(parts) + f" ({d.driver})"
 
 
 cpu_style = _style  # the probe panel's CPU history colours its cells the same way
