@@ -251,3 +251,22 @@ def test_the_panel_says_each_card_in_one_line(tmp_path: Path) -> None:
     sample = GpuProbe(nvml=object(), drm_root=tmp_path).sample()
     assert [gpu_line(d) for d in sample.devices] == [
         "card0 Intel n/a (i915)", "card1 AMD 37 % · 4.0 GiB / 24.0 GiB · 85 W (amdgpu)"]
+
+
+def test_the_session_log_keeps_each_gpus_vendor_power_and_energy(tmp_path: Path) -> None:
+    from llmtop.sessions.records.log import SessionLog, read_log
+
+    drm = tmp_path / "drm"
+    amd_card(drm, 1)
+    intel_card(drm, 0)
+    sample = _sample(GpuProbe(nvml=object(), drm_root=drm))
+    log = SessionLog(tmp_path / "s.jsonl", {"kind": "session"})
+    log.write_probe(sample.to_dict(), None)
+    log.close()
+    gpu = read_log(tmp_path / "s.jsonl").probes[0].gpu
+    assert gpu is not None
+    intel, amd = gpu.devices
+    assert (amd.vendor, amd.util_percent, amd.power_w, amd.power_from, amd.memory_used) == (
+        "AMD", 37.0, 85.0, "power1_average", 4 * GIB)
+    assert (intel.vendor, intel.util_percent, intel.util_reason, intel.energy_j) == (
+        "Intel", None, INTEL_BUSY_REASON, 123_456.789)  # the log keeps 3 decimals

@@ -376,6 +376,9 @@ class RequestRecord(Record):
     probe_verdict ("QUIET" / "NOISY",
     None without a sample) and probe_findings (the codes of its WARN/FAIL findings) over the
     request's span.
+    dataset_line: the line (a JSON array: the element) of the `--dataset` file whose request
+    this is; replay_of: the id, in the watch log replayed (`load --replay`), of the request
+    this one sends again; None otherwise.
     """
 
     TYPE: ClassVar[str] = "request"
@@ -420,6 +423,8 @@ class RequestRecord(Record):
     pipeline_wait_ms: float | None = None
     probe_verdict: str | None = None
     probe_findings: tuple[str, ...] = ()
+    dataset_line: int | None = None
+    replay_of: int | None = None
 
     @classmethod
     def of(cls, result: RequestResult, **fields: Any) -> RequestRecord:
@@ -489,12 +494,24 @@ class ProcessesRecord:
 
 @dataclass(frozen=True, slots=True)
 class GpuDeviceRecord:
-    """One GPU in a probe sample (NVML): utilisation %, memory used and total in bytes."""
+    """One GPU in a probe sample, any vendor (probes.gpu.GpuDevice): busy % (util_reason:
+    why none), memory used and total in bytes, board power in W (power_from: which
+    reading), energy_j: the board's cumulative counter in J; vendor / driver / source
+    ("nvml", "sysfs") / card: which GPU and who read it. Older logs (NVML only) lack all
+    but the first four."""
 
     name: str | None = None
     util_percent: float | None = None
     memory_used: int | None = None
     memory_total: int | None = None
+    util_reason: str | None = None
+    power_w: float | None = None
+    power_from: str | None = None
+    energy_j: float | None = None
+    vendor: str | None = None
+    driver: str | None = None
+    source: str | None = None
+    card: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,9 @@ def environment() -> dict[str, Any]:
             {
                 "source": gpu.source,
                 "driver_version": gpu.driver_version,
-                "devices": [{"name": d.name, "memory_total": d.memory_total} for d in gpu.devices],
+                "devices": [{"name": d.name, "memory_total": d.memory_total,
+                             "vendor": d.vendor, "driver": d.driver, "source": d.source}
+                            for d in gpu.devices],
             }
             if gpu.available
             else {"available": False, "reason": gpu.reason}
