@@ -270,3 +270,23 @@ def test_the_session_log_keeps_each_gpus_vendor_power_and_energy(tmp_path: Path)
         "AMD", 37.0, 85.0, "power1_average", 4 * GIB)
     assert (intel.vendor, intel.util_percent, intel.util_reason, intel.energy_j) == (
         "Intel", None, INTEL_BUSY_REASON, 123_456.789)  # the log keeps 3 decimals
+
+
+def test_amd_and_intel_boards_are_energy_sources(tmp_path: Path) -> None:
+    from llmtop.probes.energy.model import Kind, Role
+    from llmtop.probes.energy.reader import discover_sources
+
+    dev = amd_card(tmp_path, 1)
+    intel_card(tmp_path, 0)
+    found = discover_sources(tmp_path / "none", tmp_path / "none", nvml_lib=object(),
+                             platform="linux", drm_root=tmp_path)
+    gpus = {s.info.name: s for s in found.sources if s.info.role is Role.GPU}
+    assert {n: (s.info.kind, s.info.covers) for n, s in gpus.items()} == {
+        "drm:card0": (Kind.COUNTER, "Intel GPU card0 board (i915 hwmon energy1_input)"),
+        "drm:card1": (Kind.POWER, "AMD GPU card1 board (amdgpu hwmon power1_average, "
+                                  "integrated power samples)"),
+    }
+    assert gpus["drm:card0"].read() == (123_456_789_012.0, None)  # µJ
+    assert gpus["drm:card1"].read() == (85.0, None)  # 85,000,000 µW
+    (dev / "power/runtime_status").write_text("suspended\n")
+    assert gpus["drm:card1"].read() is None  # asleep: not woken, a gap

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmtop.probes.energy import battery, nvml, rapl
+from llmtop.probes.energy import battery, drm, nvml, rapl
 from llmtop.probes.energy.model import (
     EnergySample,
     Kind,
@@ -34,6 +34,7 @@ from llmtop.probes.energy.window import (
     request_from_windows,
     window_energy,
 )
+from llmtop.probes.gpu_sysfs import DRM_ROOT
 
 NA_PREFIX = "energy: n/a — no readable source"
 APPLE_REASON = ("Apple: `powermetrics` needs root, and the IOReport energy counters it reads "
@@ -83,10 +84,12 @@ def discover_sources(
     platform: str = sys.platform,
     read: rapl.ReadText = rapl.read_text,
     sensors_battery: Callable[[], Any] | None = None,
+    drm_root: Path | None = DRM_ROOT,
 ) -> Discovery:
-    """Every energy source this machine offers to an unprivileged process. The roots, the
-    file reader, the NVML library, psutil's battery function and the platform are parameters
-    so tests use fake trees. Never raises."""
+    """Every energy source this machine offers to an unprivileged process. The roots (the
+    DRM root of AMD/Intel GPU boards, None: not looked at), the file reader, the NVML
+    library, psutil's battery function and the platform are parameters so tests use fake
+    trees. Never raises."""
     found: list[EnergySource] = []
     absent: list[SourceInfo] = []
     if platform.startswith("linux"):
@@ -100,6 +103,8 @@ def discover_sources(
     found.extend(gpus)
     if why is not None:
         absent.append(nvml.nvml_absent(why))
+    if platform.startswith("linux") and drm_root is not None:
+        found.extend(drm.discover_drm(drm_root))  # AMD/Intel boards; none is not a finding
     if platform.startswith("linux"):
         cells = battery.discover_batteries(power_supply_root, read)
         found.extend(cells)
