@@ -61,6 +61,22 @@ class LoadedModel:
             return None
         return 100.0 * max(0, self.size - self.size_vram) / self.size
 
+    @property
+    def processor(self) -> str:
+        """Where the model runs as `ollama ps` says it (its PROCESSOR column, from the same
+        two figures): "100 % CPU" (size_vram 0), "100 % GPU" (size_vram == size),
+        "42 %/58 % CPU/GPU" (the shares of the bytes, rounded), "unknown" (a size missing,
+        0, or more VRAM than the whole)."""
+        size, vram = self.size, self.size_vram
+        if vram == 0:
+            return "100 % CPU"
+        if size is None or vram is None or size <= 0 or vram > size:
+            return "unknown"
+        if vram == size:
+            return "100 % GPU"
+        cpu = round(100 * (size - vram) / size)
+        return f"{cpu} %/{100 - cpu} % CPU/GPU"
+
     def describe(self) -> str:
         """"llama3:8b (4.9 GB, 100 % in VRAM)"."""
         size = f"{self.size / GB:.1f} GB" if self.size is not None else "size unknown"
@@ -70,7 +86,8 @@ class LoadedModel:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with the source of the figures."""
-        return {"name": self.name, "size": self.size, "size_vram": self.size_vram, "source": SOURCE}
+        return {"name": self.name, "size": self.size, "size_vram": self.size_vram,
+                "processor": self.processor, "source": SOURCE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +237,7 @@ def _placement(m: LoadedModel, gpu_present: bool | None) -> Finding:
             0.0,
             "% of model on CPU",
             f"{m.name} is {cpu:.0f} % on the CPU: {on_cpu / GB:.1f} of {(m.size or 0) / GB:.1f} GB"
-            f" outside VRAM (from {SOURCE})",
+            f" outside VRAM, {m.processor} as `ollama ps` says (from {SOURCE})",
             "free GPU memory (other models, other programs), use a smaller quantization "
             "or a smaller num_ctx so the whole model fits",
         )

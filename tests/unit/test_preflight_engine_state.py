@@ -89,7 +89,9 @@ def test_partial_offload_reports_the_share_on_cpu() -> None:
     assert (f.code, f.level, f.value, f.threshold, f.unit) == (
         "partial-offload", Level.WARN, 24.0, 0.0, "% of model on CPU"
     )
-    assert f.message == "qwen2.5:7b is 24 % on the CPU: 1.2 of 5.0 GB outside VRAM (from /api/ps)"
+    # `ollama ps` rounds the CPU share and gives the GPU the rest: 24 %/76 %
+    assert f.message == ("qwen2.5:7b is 24 % on the CPU: 1.2 of 5.0 GB outside VRAM, "
+                         "24 %/76 % CPU/GPU as `ollama ps` says (from /api/ps)")
 
 
 def test_cpu_only_warns_only_when_a_gpu_is_present() -> None:
@@ -170,3 +172,14 @@ def test_reply_without_models_list_is_could_not_check() -> None:
 def test_local_engine_pids_only_for_loopback() -> None:
     assert local_engine_pids("http://example.com:11434") == set()
     assert isinstance(local_engine_pids("http://127.0.0.1:1"), set)
+
+
+def test_the_split_reads_as_ollama_ps_prints_it() -> None:
+    # ollama's PROCESSOR column: size_vram 0 → CPU, == size → GPU, else rounded CPU share
+    assert LoadedModel("a", 5_000_000_000, 0).processor == "100 % CPU"
+    assert LoadedModel("a", 5_000_000_000, 5_000_000_000).processor == "100 % GPU"
+    # 2.1 of 5.0 GB outside VRAM = 42 %, so 58 % on the GPU
+    assert LoadedModel("a", 5_000_000_000, 2_900_000_000).processor == "42 %/58 % CPU/GPU"
+    assert LoadedModel("a", 5_000_000_000, 6_000_000_000).processor == "unknown"
+    assert LoadedModel("a", None, 1).processor == "unknown"
+    assert LoadedModel("a", 4, 4).to_dict()["processor"] == "100 % GPU"
