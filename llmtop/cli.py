@@ -278,8 +278,8 @@ def _gpu_lines() -> list[str]:
 
     gpu = GpuProbe().sample()
     if not gpu.available:
-        return [f"  {'gpus':<24} none ({gpu.reason}; no AMD or Intel GPU under "
-                "/sys/class/drm)"]
+        return [(f"  {'gpus':<24} none ({gpu.reason}; no AMD or Intel GPU under "
+                 "/sys/class/drm)")]
     return [f"  {'gpu ' + (d.card or str(d.index)):<24} "
             f"{json.dumps(device_dict(d), ensure_ascii=False)}" for d in gpu.devices]
 
@@ -362,6 +362,15 @@ def _bench_flags(p: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--no-cache", action="store_true",
                    help="recalibrate even when a cached calibration exists")
+    b.add_argument("--dataset", metavar="FILE",
+                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
+                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
+                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
+                   "is skipped and named; each request starts with a tag of its own so no "
+                   "prefix cache serves it")
+    b.add_argument("--measure-cache", action="store_true",
+                   help="with --dataset, send the requests as they are: a prefix cache may "
+                   "serve them")
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
     b.add_argument(
@@ -425,6 +434,23 @@ def _load_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--think", choices=("on", "off"),
                    help="send think true/false (default: not sent)")
     s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
+    s.add_argument("--dataset", metavar="FILE",
+                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
+                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
+                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
+                   "is skipped and named; each request starts with a tag of its own so no "
+                   "prefix cache serves it")
+    s.add_argument("--measure-cache", action="store_true",
+                   help="with --dataset, send the requests as they are: a prefix cache may "
+                   "serve them")
+    s.add_argument("--replay", metavar="WATCH_LOG",
+                   help="send the requests a `llmtop watch` log recorded, at their recorded "
+                   "arrival gaps (open loop), and compare each with its original")
+    s.add_argument("--speed", type=finite_number(0.0, 1000.0, above_low=True), default=1.0,
+                   help="with --replay, play the recorded gaps this many times faster "
+                   "(default 1)")
+    s.add_argument("--back-to-back", action="store_true",
+                   help="with --replay, send each request when the one before it ended")
     s.add_argument("--preflight-duration", type=float, default=0.0,
                    help="seconds of machine sampling before the sweep (default 0: none)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

@@ -124,7 +124,7 @@ def test_an_intel_card_gives_energy_and_frequency_and_says_why_no_busy(tmp_path:
 
 
 def test_a_sleeping_gpu_is_not_woken(tmp_path: Path) -> None:
-    dev = amd_card(tmp_path, **{"power__runtime_status": "suspended\n"})
+    dev = amd_card(tmp_path, power__runtime_status="suspended\n")
     # every attribute that would wake it is a FIFO: opening one would show in the notes
     for name in ("gpu_busy_percent", "pp_dpm_sclk", "pp_dpm_mclk",
                  "hwmon/hwmon3/power1_average", "hwmon/hwmon3/temp1_input"):
@@ -283,8 +283,8 @@ def test_amd_and_intel_boards_are_energy_sources(tmp_path: Path) -> None:
     gpus = {s.info.name: s for s in found.sources if s.info.role is Role.GPU}
     assert {n: (s.info.kind, s.info.covers) for n, s in gpus.items()} == {
         "drm:card0": (Kind.COUNTER, "Intel GPU card0 board (i915 hwmon energy1_input)"),
-        "drm:card1": (Kind.POWER, "AMD GPU card1 board (amdgpu hwmon power1_average, "
-                                  "integrated power samples)"),
+        "drm:card1": (Kind.POWER, ("AMD GPU card1 board (amdgpu hwmon power1_average, "
+                                   "integrated power samples)")),
     }
     assert gpus["drm:card0"].read() == (123_456_789_012.0, None)  # µJ
     assert gpus["drm:card1"].read() == (85.0, None)  # 85,000,000 µW
