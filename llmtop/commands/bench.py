@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.output import emit, out_refused
 from llmtop.commands.stopping import run_stoppable
 from llmtop.engines.connection import Connection
@@ -49,6 +50,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         save_curve=not args.no_save_curve,
         remeasure_budget=0 if args.no_remeasure else args.remeasure_budget,
         remeasure_pause_s=args.remeasure_pause,
+        measure_cache=getattr(args, "measure_cache", False),
     )
 
 
@@ -90,7 +92,8 @@ async def _one_run(
         runner = BenchRunner(conn, config, run_log(args.log, k, runs),
                              on_progress=_progress_printer(args.json, config),
                              agent=getattr(args, "agent", None),
-                             token_timeout_s=args.token_timeout)
+                             token_timeout_s=args.token_timeout,
+                             dataset=getattr(args, "dataset_read", None))
     except LogError as exc:
         print(f"llmtop: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -240,6 +243,20 @@ def main(args: argparse.Namespace) -> int:
               f"{args.max_tokens - 1} gaps: the drift and trend rules on decode may call a "
               f"steady engine CONTAMINATED; use --max-tokens {SHORT_DECODE_TOKENS} or more to "
               "judge decode", file=sys.stderr)
+    if getattr(args, "dataset", None) is not None:
+        if args.cache_pairs or args.turns or args.compare_relay:
+            print("llmtop bench: --dataset sends the file's requests; --cache-pairs, --turns "
+                  "and --compare-relay need calibrated prompts: run them without --dataset",
+                  file=sys.stderr)
+            return ExitCode.USAGE
+        dataset = dataset_from_flags(args, "llmtop bench")
+        if isinstance(dataset, int):
+            return dataset
+        args.dataset_read = dataset
+    elif getattr(args, "measure_cache", False):
+        print("llmtop bench: --measure-cache applies to --dataset's requests (llmtop's own "
+              "prompts are always cache-busted)", file=sys.stderr)
+        return ExitCode.USAGE
     if args.require_quiet and args.preflight_duration == 0:
         print(
             "llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)",

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.load import verdict
@@ -41,6 +42,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         preflight_s=args.preflight_duration,
         search=args.search,
         early_stop=not args.no_early_stop,
+        measure_cache=getattr(args, "measure_cache", False),
     )
 
 
@@ -75,7 +77,8 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
     try:
         try:
             runner = LoadRunner(conn, config, args.log, on_progress=_printer(args.json, config),
-                                token_timeout_s=args.token_timeout)
+                                token_timeout_s=args.token_timeout,
+                                dataset=getattr(args, "dataset_read", None))
         except LogError as exc:
             print(f"llmtop: {exc}", file=sys.stderr)
             return ExitCode.USAGE
@@ -137,4 +140,12 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"llmtop load: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    if getattr(args, "measure_cache", False) and getattr(args, "dataset", None) is None:
+        print("llmtop load: --measure-cache applies to --dataset's requests (llmtop's own "
+              "prompts are always cache-busted)", file=sys.stderr)
+        return ExitCode.USAGE
+    dataset = dataset_from_flags(args, "llmtop load")
+    if isinstance(dataset, int):
+        return dataset
+    args.dataset_read = dataset
     return run_stoppable(_load(args, config), "llmtop load")

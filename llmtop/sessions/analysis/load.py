@@ -192,6 +192,7 @@ class LoadAnalysis:
     energy: EnergySummary | None = None
     search: SearchResult | None = None
     parallelism: Parallelism | None = None
+    dataset_used: int = 0  # a --dataset sweep's records sent (distinct lines)
 
     def level(self, index: int) -> LevelResult | None:
         """The level with this index (position in the config's levels), None when absent."""
@@ -250,6 +251,7 @@ def analyze_log(log: RunLog) -> LoadAnalysis:
         summarize_energy(log),
         _search(config, mode, slo, levels),
         infer_parallelism(levels, mode),
+        len({r.dataset_line for r in log.requests if r.dataset_line is not None}),
     )
 
 

@@ -18,6 +18,7 @@ from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.load_verdict import knee_head, verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
+from llmtop.sessions.measure.dataset import describe
 from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.text import md_table
 
@@ -103,6 +104,11 @@ def markdown(a: LoadAnalysis) -> str:
         if cfg.get("prompt_tokens")
         else f"{cfg.get('prompt_words', '?')} words"
     )
+    if isinstance(cfg.get("dataset"), dict):  # the user's file, not calibrated prompts
+        prompt = f"from the dataset {describe(cfg['dataset'], a.dataset_used)}"
+        prompt += " (as sent: a prefix cache may serve them)" if cfg.get("measure_cache") \
+            else " (each cache-busted)"
+
     lines = [
         # the embedded engine's address is a port llmtop picked and closed: not a title's
         f"# llmtop load — {h.model or '?'} on {h.engine or '?'}"

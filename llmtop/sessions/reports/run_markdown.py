@@ -19,6 +19,7 @@ from llmtop.sessions.analysis.attribution import noisy_busiest
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, noisy_findings
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
+from llmtop.sessions.measure.dataset import describe
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord, RequestRecord
 from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
@@ -118,6 +119,14 @@ def markdown(report: Report) -> str:
     """The markdown report (the source's form: docs/method.md, "Result table")."""
     h, a = report.log.header, report.analysis
     lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    dataset = (h.bench or {}).get("dataset")
+    if isinstance(dataset, dict):  # the user's requests, not calibrated prompts
+        used = len({r.dataset_line for r in report.log.requests if r.dataset_line is not None})
+        cache = ("as sent: a prefix cache may serve them"
+                 if (h.bench or {}).get("measure_cache") else "each cache-busted")
+        said = (f"Requests from the dataset {describe(dataset, used)} ({cache}); prompt "
+                "sizes are the server's counts; the statistics mix the file's sizes.")
+        lines += [said, ""]
     j = a.judgement
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
     reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
@@ -166,6 +175,8 @@ def markdown(report: Report) -> str:
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += markdown_energy(report.energy)
+    if report.bandwidth is not None:  # bench measured this machine's memory bandwidth
+        lines += ["", "## Decode and memory bandwidth", "", report.bandwidth.sentence + "."]
     lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)
     return "\n".join(lines) + "\n"
 

@@ -30,22 +30,26 @@ the CLI and the TUI drive the same runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
+from llmtop.probes.bandwidth import machine_bandwidth
 from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log, noisy_requests
 from llmtop.sessions.analysis.verdict import mostly_noisy
+from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.log import read_log
@@ -91,7 +95,7 @@ class BenchOutcome:
     """A finished run: its analysis, calibration, log path and the log read back."""
 
     analysis: Analysis
-    calibration: Calibration
+    calibration: Calibration | None  # None: a --dataset run (no calibrated sizes)
     log_path: str
     log: RunLog
     interrupted: bool = False
@@ -140,7 +144,11 @@ class BenchRunner:
     """Runs one bench on a connection, writing a bench session log.
 
     token_timeout_s: each request's time without a token before it ends stalled (s).
-    Raises LogError (log not writable) and CalibrationError (prompt sizes unreachable).
+    dataset: the user's requests (measure/dataset.py) in place of calibrated prompts: warm-ups
+    and measured requests take its records in file order (from the start again past its
+    last), each cache-busted unless the config's `measure_cache`; their sizes are the
+    server's counts. Raises LogError (log not writable) and CalibrationError (prompt sizes
+    unreachable).
     """
 
     def __init__(
@@ -154,8 +162,10 @@ class BenchRunner:
         agent: AgentTarget | None = None,
         energy: EnergyMeter | None = None,
         token_timeout_s: float = TOKEN_TIMEOUT_S,
+        dataset: Dataset | None = None,
     ) -> None:
         self.conn = conn
+        self.dataset = dataset
         self._measured: list[RequestResult] = []
         self.agent = agent  # --probes: probe samples from the engine's machine
         self.curve_key = curve_key(conn.engine.name, conn.engine.host, conn.model)
@@ -165,7 +175,10 @@ class BenchRunner:
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
-        header = {"bench": config.to_dict(), **(extra_header or {})}
+        bench = config.to_dict()
+        if dataset is not None:  # which traffic was measured: the file's name, size, digest
+            bench["dataset"] = dataset.identity()
+        header = {"bench": bench, **(extra_header or {})}
         # this machine's energy sources (none read when the probes watch another machine)
         self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(
@@ -185,10 +198,19 @@ class BenchRunner:
         """Where the run is logged."""
         return str(self.recorder.log.path)
 
+    async def _bandwidth(self) -> dict[str, Any]:
+        """{"memory_bandwidth": …} of this machine, for the bandwidth-bound verdict, when
+        the engine runs here and no agent samples another machine; measured (once, then
+        cached: probes/bandwidth.py) after the run's requests, never beside them."""
+        if self.agent is not None or not is_local_host(self.conn.upstream.host):
+            return {}
+        found = await asyncio.to_thread(machine_bandwidth)
+        return {"memory_bandwidth": found.to_dict()} if found is not None else {}
+
     async def run(self) -> BenchOutcome:
         """Run the whole protocol; the log is closed when this returns or raises."""
         cfg = self.config
-        interrupted = False
+        interrupted = False  # an interrupt raises: an outcome is never interrupted here
         # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
         sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
                                lambda: self.conn.engine_pids, load_thresholds(),
@@ -228,46 +250,19 @@ class BenchRunner:
                 BenchProgress("warmup", message="first request (pays the model load, if any)")
             )
             await self._load_request()
-            self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
-            cache = CalibrationCache() if cfg.use_cache else None
-            calibration = await calibrate(
-                self.conn.engine,
-                self.conn.model,
-                list(cfg.prompt_tokens),
-                {**cfg.options(), "num_predict": 1},
-                seed=cfg.seed,
-                cache=cache,
-                think=cfg.think,
-            )
-            self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
-            how = (
-                "from the cache (re-checked with one probe)"
-                if calibration.from_cache
-                else "measured"
-            )
-            table = ", ".join(
-                f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
-            )
-            self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
-            generator = PromptGenerator(cfg.seed, salt=salt)
-            try:
-                for target in cfg.prompt_tokens:
-                    await self._run_size(target, calibration, generator)
-                await self._run_context(calibration, generator)
-            except asyncio.CancelledError:
-                interrupted = True
-                raise
-            finally:
-                if interrupted:
-                    self.recorder.log.write(
-                        InterruptedRecord(datetime.now().astimezone().isoformat())
-                    )
+            calibration: Calibration | None = None
+            if self.dataset is not None:
+                await self._run_dataset(self.dataset, salt)
+            else:
+                calibration = await self._calibrated_sizes(salt)
             self._write_run_energy()
-            self.recorder.log.write(await environment_record(self.conn, "end"))
+            self.recorder.log.write(await environment_record(self.conn, "end",
+                                                             **await self._bandwidth()))
             log = read_log(self.recorder.log.path)
             analysis = analyze_log(log)
             self._remember_canary(log)
-            self._save_curve(log, analysis, calibration)
+            if calibration is not None:
+                self._save_curve(log, analysis, calibration)
             self.recorder.log.write(
                 SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct,
                               analysis.verdict, episode_tags(analysis))
@@ -281,6 +276,73 @@ class BenchRunner:
         )
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    async def _calibrated_sizes(self, salt: str) -> Calibration:
+        """Calibrate the prompt sizes, then run each size and the context phases."""
+        cfg = self.config
+        self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
+        cache = CalibrationCache() if cfg.use_cache else None
+        calibration = await calibrate(
+            self.conn.engine,
+            self.conn.model,
+            list(cfg.prompt_tokens),
+            {**cfg.options(), "num_predict": 1},
+            seed=cfg.seed,
+            cache=cache,
+            think=cfg.think,
+        )
+        self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
+        how = (
+            "from the cache (re-checked with one probe)"
+            if calibration.from_cache
+            else "measured"
+        )
+        table = ", ".join(
+            f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
+        )
+        self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
+        generator = PromptGenerator(cfg.seed, salt=salt)
+        with self._interrupt_logged():
+            for target in cfg.prompt_tokens:
+                await self._run_size(target, calibration, generator)
+            await self._run_context(calibration, generator)
+        return calibration
+
+    @contextlib.contextmanager
+    def _interrupt_logged(self) -> Iterator[None]:
+        """An "interrupted" record when the block is cancelled (the cancel goes on)."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            self.recorder.log.write(InterruptedRecord(datetime.now().astimezone().isoformat()))
+            raise
+
+    async def _run_dataset(self, dataset: Dataset, salt: str) -> None:
+        """The dataset's requests: `warmup` warm-ups then `requests` measured, records in
+        file order from the first (a warm-up's record is measured again: never from the
+        cache, since each send carries its own tag), each with its own max_tokens and
+        options over the run's; no re-measuring (the requests differ in size, so one slow
+        stretch is not an episode of one workload)."""
+        cfg = self.config
+        how = ("sent as they are (--measure-cache: a prefix cache may serve them)"
+               if cfg.measure_cache else "each starting with a tag of its own (cache-busted)")
+        self.on_progress(BenchProgress(
+            "calibrating", message=f"dataset {dataset.name}: {len(dataset.records)} requests, "
+            f"{dataset.skipped} skipped as bad; {how}"))
+        total = cfg.warmup + cfg.requests
+        with self._interrupt_logged():
+            for i in range(total):
+                phase = "warmup" if i < cfg.warmup else "measure"
+                record = dataset.pick(i if phase == "warmup" else i - cfg.warmup)
+                n = self.recorder.requests + 1
+                messages = record.messages if cfg.measure_cache else record.busted(f"{salt}-{n}")
+                options = {**self.recorder.options, **record.options}
+                if record.max_tokens is not None:
+                    options["num_predict"] = record.max_tokens
+                await self._one(None, None, i, total, phase, messages[-1]["content"],
+                                self.conn.engine, {"history": list(messages[:-1]),
+                                                   "options": options,
+                                                   "dataset_line": record.line})
 
     def _write_run_energy(self) -> None:
         """The "run" energy records: the measured ok requests' own windows summed, all-in J
@@ -418,8 +480,8 @@ class BenchRunner:
 
     async def _one(
         self,
-        target: int,
-        words: int,
+        target: int | None,
+        words: int | None,
         i: int,
         total: int,
         phase: str,
@@ -429,7 +491,7 @@ class BenchRunner:
     ) -> None:
         if phase == "measure":  # between requests, never during one (nor tagged as in one)
             await self._canary(self.recorder.requests + 1)
-        label = f" {extra['path']}" if extra else ""
+        label = f" {extra['path']}" if "path" in extra else ""
         self.on_progress(
             BenchProgress(phase, target, i, total,
                           message=f"{self.config.position(phase, i)}{label}")

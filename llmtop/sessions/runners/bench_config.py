@@ -37,6 +37,7 @@ class BenchConfig(Workload):
     remeasure_pause_s: float = 10.0  # the pause before re-measuring (an episode may pass)
     run: int = 1  # this run's number among `runs` (bench --runs K: the log header says which)
     runs: int = 1  # the runs of the set; `compare` reads its siblings' logs (compare_runs.py)
+    measure_cache: bool = False  # a --dataset's requests sent as they are, not cache-busted
 
     @property
     def extra_budget(self) -> int:

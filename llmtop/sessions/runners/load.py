@@ -24,7 +24,7 @@ The analysis (load_analysis.py) reads the log alone, so `llmtop report` renders 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
@@ -36,6 +36,7 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.load import LevelResult, analyze_load
 from llmtop.sessions.analysis.saturation import over_saturated
 from llmtop.sessions.analysis.search import SearchResult
+from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
 from llmtop.sessions.records.schema import (
@@ -54,7 +55,7 @@ from llmtop.sessions.runners.environment import (
     preflight_record,
 )
 from llmtop.sessions.runners.load_config import LoadConfig
-from llmtop.sessions.runners.load_loops import LEAD_NS, closed_loop, open_loop
+from llmtop.sessions.runners.load_loops import LEAD_NS, Prepared, Prompt, closed_loop, open_loop
 from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load_search import run_search
 from llmtop.sessions.runners.recorder import SessionRecorder
@@ -70,6 +71,9 @@ class LoadRunner:
     """Runs one sweep on a connection, writing a "load" session log.
 
     token_timeout_s: each request's time without a token before it ends stalled (s).
+    dataset: the user's requests (measure/dataset.py) in place of calibrated prompts (no
+    calibration): the warm-up and each level take its records in file order from the first
+    (from the start again past the last), each cache-busted unless `measure_cache`.
     Raises LogError (log not writable) and CalibrationError (prompt size unreachable). A
     preflight verdict is recorded, never a reason to refuse: a sweep on a NOISY machine says
     so per level (the probes' verdict column).
@@ -83,9 +87,17 @@ class LoadRunner:
         on_progress: Callable[[LoadProgress], None] | None = None,
         energy: EnergyMeter | None = None,
         token_timeout_s: float = TOKEN_TIMEOUT_S,
+        dataset: Dataset | None = None,
+        extra_header: dict[str, Any] | None = None,
     ) -> None:
         self.conn = conn
         self.config = config
+        self.dataset = dataset
+        self._tags = 0  # dataset requests tagged so far (each send's tag is its own)
+        load = config.to_dict()
+        if dataset is not None:  # which traffic was measured: the file's name, size, digest
+            load["dataset"] = dataset.identity()
+        load.update(extra_header or {})
         self.on_progress = on_progress or (lambda _p: None)
         # this machine's energy: per level, since concurrent requests share the machine
         self.energy = energy or local_meter(conn.upstream.host)
@@ -95,7 +107,7 @@ class LoadRunner:
             config.options(),
             log_path,
             kind="load",
-            extra_header={"load": config.to_dict()},
+            extra_header={"load": load},
             think=config.think,
             write_behind=True,  # fsync'd in a thread: a worker sends its next request at once
             energy=self.energy,
@@ -177,6 +189,8 @@ class LoadRunner:
             LoadProgress("warmup", message="first request (pays the model load, if any)")
         )
         await self._request("Hello", {"phase": "load", "index": 0}, options={"num_predict": 2})
+        if self.dataset is not None:
+            return 0  # the file's requests: their sizes are the server's counts
         self.on_progress(LoadProgress("calibrating", message="calibrating the prompt size"))
         calibration = await calibrate(
             self.conn.engine,
@@ -208,14 +222,38 @@ class LoadRunner:
         self.on_progress(
             LoadProgress("warmup", message=f"warm-up: {n} concurrent requests, kept apart")
         )
-        fields = {
-            "phase": "warmup",
-            "prompt_tokens_target": cfg.prompt_tokens,
-            "prompt_words": words,
-        }
+        fields = {"phase": "warmup", **self._size_fields(words)}
+        make_prompt = self.prompt_source(words, generator)
         await asyncio.gather(
-            *(self._request(generator.make(words), {**fields, "index": k}) for k in range(n))
+            *(self._request(make_prompt(), {**fields, "index": k}) for k in range(n))
         )
+
+    def _size_fields(self, words: int) -> dict[str, Any]:
+        """A request record's calibrated size (none for a dataset's requests)."""
+        if self.dataset is not None:
+            return {}
+        return {"prompt_tokens_target": self.config.prompt_tokens, "prompt_words": words}
+
+    def prompt_source(self, words: int, generator: PromptGenerator) -> Callable[[], Prompt]:
+        """Where a level's (or the warm-up's) prompts come from: the generator's calibrated
+        prompts, or the dataset's records from its first, each tagged with a tag of its own
+        (the run's salt and a count) unless the config's `measure_cache`."""
+        dataset = self.dataset
+        if dataset is None:
+            return lambda: generator.make(words)
+        position = iter(range(1 << 62))
+
+        def make() -> Prompt:
+            record = dataset.pick(next(position))
+            self._tags += 1
+            messages = (record.messages if self.config.measure_cache
+                        else record.busted(f"{self.salt}-{self._tags}"))
+            options = dict(record.options)
+            if record.max_tokens is not None:
+                options["num_predict"] = record.max_tokens
+            return Prepared(messages[-1]["content"], messages[:-1], options,
+                            {"dataset_line": record.line})
+        return make
 
     async def run_level(
         self, index: int, value: float, words: int, generator: PromptGenerator,
@@ -239,12 +277,7 @@ class LoadRunner:
                  else f"level {index + 1}/{len(cfg.levels)}")
         self.on_progress(LoadProgress("level", index, value, total=total,
                                       message=f"{where}: {cfg.level_label(value)}"))
-        fields = {
-            "phase": "measure",
-            "level": index,
-            "prompt_tokens_target": cfg.prompt_tokens,
-            "prompt_words": words,
-        }
+        fields = {"phase": "measure", "level": index, **self._size_fields(words)}
         self._level_results, self.level_records, self._sent = [], [], 0
         self.stopped, self._stop_event = None, asyncio.Event()
         numbers = [0]  # the level's next request index, across its batches
@@ -258,7 +291,7 @@ class LoadRunner:
             # schedule begins then, so its first send is not late by its own preparation
             t0 = perf_counter_ns() + (LEAD_NS if cfg.mode == "rate" else 0)
             await self._batch(value, total, repeats, t0, numbers, fields,
-                              lambda: generator.make(words))
+                              self.prompt_source(words, generator))
             wall_ns += perf_counter_ns() - t0
             if self.stopped is not None or repeat is None or not repeat(repeats):
                 break
@@ -283,7 +316,7 @@ class LoadRunner:
 
     async def _batch(
         self, value: float, total: int | None, repeat: int, t0: int,
-        numbers: list[int], fields: dict[str, Any], make_prompt: Callable[[], str],
+        numbers: list[int], fields: dict[str, Any], make_prompt: Callable[[], Prompt],
     ) -> None:
         """One batch of a level: closed loop (indices from `numbers[0]` up to repeat × total) or
         open loop (its own seeded timetable of `total` requests); an open loop's batch ends
@@ -311,7 +344,7 @@ class LoadRunner:
 
     async def _request(
         self,
-        prompt: str,
+        prompt: Prompt,
         fields: dict[str, Any],
         *,
         t0: int | None = None,
@@ -334,10 +367,15 @@ class LoadRunner:
         if measured and self.stopped is not None:
             return  # the level was stopped between this task's creation and its start
         self._sent += measured
+        history: Sequence[Mapping[str, Any]] = ()
+        if isinstance(prompt, Prepared):  # a request from a file: its chat, options, fields
+            options = {**prompt.options, **(options or {})}
+            fields = {**fields, **prompt.fields}
+            prompt, history = prompt.prompt, prompt.history
         with released_at(scheduled_ns):  # an open loop's send leaves at its scheduled moment
             result, record = await self.recorder.measure(
                 prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
-                late=late, **fields,
+                late=late, history=history, **fields,
             )
         if measured:
             self.level_records.append(record)

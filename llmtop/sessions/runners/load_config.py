@@ -34,6 +34,8 @@ class LoadConfig(Workload):
     search: an SLO search (analysis/search.py) between the lowest and the highest level
     instead of a sweep of every level; needs an SLO and two levels.
     early_stop: stop an open-loop level once it is over-saturated (analysis/saturation.py).
+    measure_cache: with a dataset (measure/dataset.py), send its requests as they are, so a
+    prefix cache may serve them (default: each starts with a tag of its own).
     """
 
     mode: Mode = "concurrency"
@@ -46,6 +48,7 @@ class LoadConfig(Workload):
     preflight_s: float = 0.0
     search: bool = False
     early_stop: bool = True
+    measure_cache: bool = False  # a --dataset's requests sent as they are, not cache-busted
 
     def __post_init__(self) -> None:
         if (self.requests is None) == (self.duration_s is None):

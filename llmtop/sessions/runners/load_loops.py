@@ -17,7 +17,8 @@ taking a pooled connection happen before the schedule, not in its lag (docs/perf
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any, Protocol
 
@@ -31,11 +32,26 @@ from llmtop.sessions.runners.load_config import arrival_offsets
 LEAD_NS = 5_000_000
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A request from a file (a `--dataset` record, a replayed watch request): the prompt
+    (the last user message), the chat before it, its own options over the run's, and the
+    fields its record gets (its `dataset_line` or `replay_of`)."""
+
+    prompt: str
+    history: Sequence[Mapping[str, Any]] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+Prompt = str | Prepared  # llmtop's own calibrated prompt, or a request from a file
+
+
 class Send(Protocol):
     """Stream and log one request: its prompt, its log fields (with its "index"), t0 (the
     batch's start, perf_counter_ns) and, open loop, its scheduled send (perf_counter_ns)."""
 
-    def __call__(self, prompt: str, fields: dict[str, Any], *, t0: int | None = None,
+    def __call__(self, prompt: Prompt, fields: dict[str, Any], *, t0: int | None = None,
                  scheduled_ns: int | None = None) -> Coroutine[Any, Any, None]: ...
 
 
@@ -46,7 +62,7 @@ async def closed_loop(
     t0: int,
     duration_s: float | None,
     fields: dict[str, Any],
-    make_prompt: Callable[[], str],
+    make_prompt: Callable[[], Prompt],
     numbers: list[int],
 ) -> None:
     """N workers; each takes the next index `numbers[0]` until `limit` are taken (or, by
@@ -74,7 +90,7 @@ async def open_loop(
     t0: int,
     arrivals: str,
     fields: dict[str, Any],
-    make_prompt: Callable[[], str],
+    make_prompt: Callable[[], Prompt],
     first: int,
     seed: int,
     stopped: Callable[[], bool],
