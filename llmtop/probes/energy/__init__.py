@@ -2,7 +2,7 @@
 
 Sources, each read without privileges where the platform allows: Linux RAPL through powercap
 (`rapl`), NVML's energy counter or integrated board power (`nvml`), battery discharge
-(`battery`); on macOS nothing is readable without root, which is said, never guessed.
+(`battery`), Apple Silicon's IOReport energy per rail through zeus-apple-silicon (`apple`).
 `reader` finds them and samples them; `window` holds the pure arithmetic (joules in a
 window, per request split at the first token, per token, above idle); `model` the records,
 each with a JSON-ready `to_dict()`.

@@ -1,6 +1,6 @@
 """Finding this machine's energy sources, and reading them on the probe sampler's beat.
 
-`discover_sources()` looks for every family (RAPL, NVML, battery, Apple) and gives a
+`discover_sources()` looks for every family (RAPL, NVML, battery, Apple IOReport) and gives a
 `Discovery`: the sources found (readable or not, each with its reason) and, for a family
 with none, a placeholder saying why. `EnergyReader.sample()` reads every readable source once
 (a few small sysfs reads or NVML calls: cheap enough for `ProbeSampler`'s 1 s thread) and
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmtop.probes.energy import battery, drm, nvml, rapl
+from llmtop.probes.energy import apple, battery, drm, nvml, rapl
 from llmtop.probes.energy.model import (
     EnergySample,
     Kind,
@@ -37,8 +37,6 @@ from llmtop.probes.energy.window import (
 from llmtop.probes.gpu_sysfs import DRM_ROOT
 
 NA_PREFIX = "energy: n/a — no readable source"
-APPLE_REASON = ("Apple: `powermetrics` needs root, and the IOReport energy counters it reads "
-                "are a private API; nothing is read without sudo")
 CPU_GROUP = "rapl:cpu"  # the summed CPU packages, as reports name them
 DEFAULT_MAX_SAMPLES = 7200  # two hours at the sampler's 1 s; older samples are dropped
 
@@ -85,11 +83,12 @@ def discover_sources(
     read: rapl.ReadText = rapl.read_text,
     sensors_battery: Callable[[], Any] | None = None,
     drm_root: Path | None = DRM_ROOT,
+    apple_lib: Any | None = None,
 ) -> Discovery:
     """Every energy source this machine offers to an unprivileged process. The roots (the
     DRM root of AMD/Intel GPU boards, None: not looked at), the file reader, the NVML
-    library, psutil's battery function and the platform are parameters so tests use fake
-    trees. Never raises."""
+    library, psutil's battery function, zeus_apple_silicon (`apple_lib`) and the platform are
+    parameters so tests use fake trees. Never raises."""
     found: list[EnergySource] = []
     absent: list[SourceInfo] = []
     if platform.startswith("linux"):
@@ -112,8 +111,11 @@ def discover_sources(
             absent.append(_absent("battery", f"battery: none under {power_supply_root}"))
     else:
         absent.append(battery.psutil_battery(sensors_battery))
-    if platform == "darwin":
-        absent.append(_absent("apple", APPLE_REASON))
+    if platform == "darwin":  # IOReport's energy per rail (energy.apple), without root
+        rails, why = apple.discover_apple(apple_lib, platform)
+        found.extend(rails)
+        if why is not None:
+            absent.append(_absent("apple", why))
     return Discovery(tuple(found), tuple(absent))
 
 
