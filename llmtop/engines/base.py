@@ -75,10 +75,13 @@ class ModelInfo:
     # Where the model runs when not on the engine's machine: "ollama.com" for an Ollama cloud
     # model (engines/ollama.py, `cloud_host`); None: on the engine's own machine
     remote: str | None = None
+    # The model's weights in bytes as stored (the GGUF's size: Ollama's /api/tags `size`,
+    # llama-server's `meta.size`); decode in a dense model reads about all of them per token
+    weights_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field (`remote` only when set: a local model's dict is as
-        it always was)."""
+        """JSON-ready dict of every field (`remote` and `weights_bytes` only when set: a dict
+        without them is as it always was)."""
         return {
             "name": self.name,
             "family": self.family,
@@ -90,6 +93,7 @@ class ModelInfo:
             "context_length": self.context_length,
             "chat_template": self.chat_template,
             **({"remote": self.remote} if self.remote else {}),
+            **({"weights_bytes": self.weights_bytes} if self.weights_bytes else {}),
         }
 
 

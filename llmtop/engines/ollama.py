@@ -200,6 +200,20 @@ class OllamaEngine:
         except Exception as exc:
             raise EngineError(self._transport_failure(exc)) from exc
 
+    async def _weights_bytes(self, model: str) -> int | None:
+        """The model's size on disk (`GET /api/tags`, its `size`: the GGUF's bytes); None
+        when the listing does not say. Never raises (a detail, not a reason to stop)."""
+        try:
+            listed = await self._client.list()
+        except Exception:  # noqa: BLE001 - optional detail
+            return None
+        names = {model, model if ":" in model else f"{model}:latest"}  # Ollama's default tag
+        for m in listed.models:
+            if names & {m.model, getattr(m, "name", None)}:
+                size = m.size
+                return size if isinstance(size, int) and size > 0 else None
+        return None
+
     async def version(self) -> str:
         """The server's version string (`GET /api/version`). Raises EngineError."""
         try:
@@ -238,6 +252,7 @@ class OllamaEngine:
                     context = getattr(m, "context_length", None)
         except Exception:  # noqa: BLE001, S110 - ps is optional detail: absent sizes stay None
             pass
+        weights = await self._weights_bytes(model)
         return ModelInfo(
             name=model,
             family=details.family if details else None,
@@ -250,6 +265,7 @@ class OllamaEngine:
             model_info=dict(shown.modelinfo or {}),
             chat_template=_has_chat_template(getattr(shown, "template", None)),
             remote=cloud_host(model, getattr(shown, "remote_host", None)),
+            weights_bytes=weights,
         )
 
 

@@ -114,6 +114,7 @@ def model_details(entry: dict[str, Any]) -> ModelInfo:
         quantization=str(meta["ftype"]) if meta.get("ftype") else None,
         format="gguf" if meta else None,
         size=meta.get("size") if isinstance(meta.get("size"), int) else None,
+        weights_bytes=meta.get("size") if isinstance(meta.get("size"), int) else None,
         context_length=context if isinstance(context, int) else None,
         model_info={k: v for k, v in entry.items() if k != "id"},
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.sessions.analysis.attribution import Attribution, Cause
+from llmtop.sessions.analysis.bandwidth import BandwidthVerdict, bandwidth_verdict
 from llmtop.sessions.analysis.context import (
     CachePair,
     PrefillSweep,
@@ -90,6 +91,7 @@ class Report:
     turns: list[Turn] = field(default_factory=list)
     cold_turns: list[Turn] = field(default_factory=list)
     episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
+    bandwidth: BandwidthVerdict | None = None
 
 
 def _episode_cost(found: EpisodeCause) -> float:
@@ -144,4 +146,35 @@ def build(log: RunLog) -> Report:
         cold_turns=conversation(log.requests, sweep.prefill if sweep else None,
                                 num_ctx if isinstance(num_ctx, int) else None, "turn-cold"),
         episodes=episodes,
+        bandwidth=run_bandwidth(analysis, log.environment("end")),
     )
+
+
+def run_bandwidth(analysis: Analysis, end: EnvironmentRecord | None) -> BandwidthVerdict | None:
+    """The bandwidth-bound verdict (analysis/bandwidth.py) of a run whose end record carries
+    this machine's memory bandwidth (bench measures it after its requests, when the engine
+    runs on this machine); None for a log without it. The decode rate is the baseline
+    median of the size with the most measured requests, the server's rate where it gives
+    one (the client's otherwise)."""
+    measured = end.body.get("memory_bandwidth") if end is not None else None
+    if not isinstance(measured, dict):
+        return None
+    assert end is not None  # the figure is in the end record
+    body = end.body
+    raw_details, raw_loaded = body.get("model_details"), body.get("loaded")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+    loaded: dict[str, Any] = raw_loaded if isinstance(raw_loaded, dict) else {}
+    size = max(analysis.sizes, key=lambda s: len(s.ok), default=None)
+    decode = None
+    if size is not None:
+        for key in ("server_decode_tps", "client_decode_tps"):
+            if (found := size.summaries.get(key)) is not None and found.median:
+                decode = found.median
+                break
+    weights = details.get("weights_bytes")
+    rate = measured.get("bytes_per_s")
+    return bandwidth_verdict(decode, weights if isinstance(weights, int) else None,
+                             rate if isinstance(rate, int | float) else None,
+                             in_gpu_memory=bool(loaded.get("size_vram")),
+                             family=details.get("family") if isinstance(details.get("family"),
+                                                                        str) else None)

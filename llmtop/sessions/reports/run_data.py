@@ -132,6 +132,7 @@ def _json(report: Report) -> dict[str, Any]:
         "cause": {str(k): v.to_dict() for k, v in report.causes.items()},
         "sizes": [_json_size(s) for s in a.sizes],
         "energy": report.energy.to_dict() if report.energy else None,
+        "bandwidth": report.bandwidth.to_dict() if report.bandwidth else None,
         **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
         "warnings": list(report.log.warnings),
     }

@@ -175,6 +175,8 @@ def markdown(report: Report) -> str:
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += markdown_energy(report.energy)
+    if report.bandwidth is not None:  # bench measured this machine's memory bandwidth
+        lines += ["", "## Decode and memory bandwidth", "", report.bandwidth.sentence + "."]
     lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)
     return "\n".join(lines) + "\n"
 

@@ -39,8 +39,10 @@ from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
+from llmtop.probes.bandwidth import machine_bandwidth
 from llmtop.probes.canary import Canary, CanaryCache
 from llmtop.probes.config import load_thresholds
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
@@ -196,6 +198,15 @@ class BenchRunner:
         """Where the run is logged."""
         return str(self.recorder.log.path)
 
+    async def _bandwidth(self) -> dict[str, Any]:
+        """{"memory_bandwidth": …} of this machine, for the bandwidth-bound verdict, when
+        the engine runs here and no agent samples another machine; measured (once, then
+        cached: probes/bandwidth.py) after the run's requests, never beside them."""
+        if self.agent is not None or not is_local_host(self.conn.upstream.host):
+            return {}
+        found = await asyncio.to_thread(machine_bandwidth)
+        return {"memory_bandwidth": found.to_dict()} if found is not None else {}
+
     async def run(self) -> BenchOutcome:
         """Run the whole protocol; the log is closed when this returns or raises."""
         cfg = self.config
@@ -245,7 +256,8 @@ class BenchRunner:
             else:
                 calibration = await self._calibrated_sizes(salt)
             self._write_run_energy()
-            self.recorder.log.write(await environment_record(self.conn, "end"))
+            self.recorder.log.write(await environment_record(self.conn, "end",
+                                                             **await self._bandwidth()))
             log = read_log(self.recorder.log.path)
             analysis = analyze_log(log)
             self._remember_canary(log)
