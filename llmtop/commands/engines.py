@@ -5,18 +5,31 @@ sockets of known engine processes (`probes.listening`), all probed at once."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.discovery import KNOWN_PORTS, Discovery, FoundEngine, Hint, discover
+from llmtop.engines.discovery import (
+    KNOWN_PORTS,
+    Discovery,
+    FoundEngine,
+    Hint,
+    discover,
+    others_line,
+)
 from llmtop.exitcodes import ExitCode
 from llmtop.probes import listening
 from llmtop.safetext import one_line
 
 HEADERS = ("kind", "version", "address", "models", "process")
 SHOWN_NAMES = 3  # model names in a table cell; the rest are counted
+# How long `run` waits past its connect for the search: it runs beside the connect (a
+# loopback refusal takes microseconds; a listener gets PROBE_TIMEOUT_S), so it is done
+# unless a port hangs; then the line is left out rather than the request held up.
+OTHERS_WAIT_S = 0.3
 
 
 def socket_hints() -> tuple[list[Hint], str | None]:
@@ -31,6 +44,32 @@ async def find_engines(extra_ports: Sequence[int] = (), sockets: bool = True) ->
     """The engines on the usual ports and `extra_ports`, and (with `sockets`) on the ports
     of known engine processes' listening sockets."""
     return await discover([*KNOWN_PORTS, *extra_ports], scan=socket_hints if sockets else None)
+
+
+def others_task(args: argparse.Namespace) -> asyncio.Task[Discovery] | None:
+    """With no engine flags (then llmtop picks the engine: Ollama at 11434, else the embedded
+    one), the search of the usual ports, started beside the connect so it costs no wait;
+    None when the user named an engine, an address ($OLLAMA_HOST too), a relay or a GGUF."""
+    if (getattr(args, "engine", "auto") != "auto" or getattr(args, "host", None)
+            or os.environ.get("OLLAMA_HOST", "").strip() or getattr(args, "relay", None)
+            or getattr(args, "model_path", None)):
+        return None
+    return asyncio.create_task(find_engines(sockets=False))
+
+
+async def say_others(task: asyncio.Task[Discovery] | None, in_use: str | None) -> None:
+    """One stderr line naming the engines that answer besides the one in use (`in_use`: its
+    URL; None when none was reached), with their flags; nothing when there are none or the
+    search is not done OTHERS_WAIT_S after the connect (it is then given up)."""
+    if task is None:
+        return
+    done, _ = await asyncio.wait({task}, timeout=OTHERS_WAIT_S)
+    if not done:
+        task.cancel()
+        return
+    line = others_line(task.result(), in_use)
+    if line:
+        print(f"# {line}", file=sys.stderr)
 
 
 def _names(names: tuple[str, ...] | None) -> str:

@@ -11,11 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from llmtop.commands.connecting import connect_from_flags
+from llmtop.commands.engines import others_task, say_others
 from llmtop.commands.stopping import run_stoppable
+from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
 from llmtop.exitcodes import ExitCode
+from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import make_sampler, probes_note
+from llmtop.sessions.analysis.offload import gpu_share, offload_finding
 from llmtop.sessions.analysis.run import cold_starts
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.request import RequestResult
@@ -184,6 +188,26 @@ def request_noise(log_path: str, request_id: int) -> tuple[int, int, list[Findin
     return len(noisy), len(probes), ordered
 
 
+async def offload_check(conn: Connection, log_path: str, request_id: int,
+                        result: RequestResult, agent: bool) -> FindingRecord | None:
+    """The `offload-mismatch` finding of the request (analysis/offload.py): the engine's
+    claim of the model's share in GPU memory, read from `/api/ps` as the request ended,
+    against the probe samples taken during it; None when the engine claims no GPU share,
+    cannot say, or the probes do not watch its machine."""
+    if not agent and not is_local_host(conn.upstream.host):
+        return None
+    try:
+        loaded = await conn.upstream.model_info(conn.model)
+        probes = [p for p in read_log(log_path).probes if p.request_id == request_id]
+    except (EngineError, LogError):
+        return None
+    m = result.metrics
+    engine = "llama-server" if (conn.engine_config or {}).get("server") == "llama-server" \
+        else "ollama"
+    return offload_finding(gpu_share(loaded.size, loaded.size_vram), probes,
+                           m.server_decode_tps or m.client_decode_tps, engine)
+
+
 def noise_lines(noisy: int, total: int, findings: list[FindingRecord]) -> list[str]:
     """"⚠ machine NOISY during this request (4 of 6 probe samples): …" and one line per
     finding with its remedy; [] when no sample during the request was NOISY."""
@@ -229,7 +253,9 @@ class _FirstSample:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    others = others_task(args)  # with no engine flags: which other engines answer here
     conn = await connect_from_flags(args)
+    await say_others(others, None if isinstance(conn, int) else conn.upstream.host)
     if isinstance(conn, int):
         return conn
     try:
@@ -292,6 +318,13 @@ async def _run(args: argparse.Namespace) -> int:
             sampler.stop()
             recorder.close()
         noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
+        offload = await offload_check(conn, str(recorder.log.path), recorder.requests,
+                                      result, agent is not None)
+        if offload is not None:
+            findings = [offload, *findings]
+            if not args.json:
+                print(f"llmtop: {offload.level.upper()} {offload.message} — {offload.remedy}",
+                      file=sys.stderr)
         if args.json:
             data = result_json(result, conn, str(recorder.log.path))
             data["warmup_load_ms"] = warmup_ms

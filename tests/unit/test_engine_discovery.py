@@ -334,3 +334,57 @@ def test_command_finds_nothing_exit_3(monkeypatch: pytest.MonkeyPatch, capsys) -
         "and the listening sockets of known engine processes): start one, or name the port "
         "it listens on with --ports\n")
 
+
+
+# ------------------------------------------------------------ `run`'s line on stderr
+
+
+def _run_args(**given) -> argparse.Namespace:
+    flags = {"engine": "auto", "host": None, "relay": None, "model_path": None, **given}
+    return argparse.Namespace(**flags)
+
+
+@pytest.mark.parametrize("given", [{"engine": "ollama"}, {"host": "127.0.0.1:8080"},
+                                   {"relay": "http://127.0.0.1:8000"},
+                                   {"model_path": "m.gguf"}])
+def test_run_searches_only_without_engine_flags(given: dict, monkeypatch) -> None:
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    assert engines_command.others_task(_run_args(**given)) is None
+
+
+def test_run_does_not_search_when_ollama_host_names_the_engine(monkeypatch) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", "127.0.0.1:9999")
+    assert engines_command.others_task(_run_args()) is None
+
+
+def test_say_others_prints_one_line_without_the_engine_in_use(capsys) -> None:
+    used = FoundEngine("ollama", "http://127.0.0.1:11434", "0.12.3", (), ("qwen3:4b",))
+    other = FoundEngine("vllm", "http://127.0.0.1:8000", "0.6.3", ("Qwen/Qwen3-0.6B",))
+
+    async def go() -> None:
+        async def search() -> Discovery:
+            return Discovery(engines=(used, other))
+        await engines_command.say_others(asyncio.create_task(search()),
+                                         "http://127.0.0.1:11434")
+
+    asyncio.run(go())
+    assert capsys.readouterr().err == (
+        "# other engine answers here: vllm 0.6.3 at http://127.0.0.1:8000 (--engine openai "
+        "--host http://127.0.0.1:8000/v1 --model Qwen/Qwen3-0.6B) — `llmtop engines` lists "
+        "them\n")
+
+
+def test_say_others_gives_up_a_search_not_done_and_holds_nothing(capsys) -> None:
+    async def go() -> bool:
+        never = asyncio.Event()
+
+        async def search() -> Discovery:
+            await never.wait()  # a port that hangs past the wait
+            return Discovery()
+        task = asyncio.create_task(search())
+        await engines_command.say_others(task, None)
+        await asyncio.sleep(0)  # let the cancellation land
+        return task.cancelled()
+
+    assert asyncio.run(go()) is True
+    assert capsys.readouterr().err == ""
