@@ -259,6 +259,12 @@ def version_report(verbose: bool = False) -> str:
     from llmtop.probes.energy import version_line  # NVML and sysfs: only for -v
 
     lines.append(f"  {'energy':<24} {version_line().removeprefix('energy sources: ')}")
+    from llmtop.probes.energy.apple import on_apple_silicon
+
+    if on_apple_silicon():  # every Apple source's raw reading, for a Mac user's bug report
+        from llmtop.probes.apple import version_lines
+
+        lines.extend(version_lines())
     lines.extend(_gpu_lines())
     config, explicit = config_path()
     lines.append(f"  {'config':<24} {config}" + (" ($LLMTOP_CONFIG)" if explicit else ""))

@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from llmtop.probes.apple import gpu_probe as apple_gpu_probe
 from llmtop.probes.energy import EnergyReader
 from llmtop.probes.gpu import GpuProbe, GpuSample
 from llmtop.probes.processes import PidSource, ProbeTimeout, ProcessProbe, ProcessSample
@@ -196,7 +197,8 @@ class ProbeSampler(SamplerState):
         self._on_sample = on_sample
         self._system = system_probe or SystemProbe()
         self._processes = process_probe or ProcessProbe(self_pids, engine_pids)
-        self._gpu = gpu_probe or (GpuProbe() if gpu else None)
+        # Apple Silicon: its own GPU probe (probes/apple.py), the same GpuSample shape
+        self._gpu = gpu_probe or (apple_gpu_probe() if gpu else None)
         self._lock = threading.Lock()  # one sample at a time (thread vs sample_once)
         self._stop = threading.Event()
         self._wake = threading.Event()
