@@ -160,13 +160,16 @@ class FakeEngine:
             return [*steps, HANG]
         steps += [at(first + i * gap, content=f" w{i}") for i in range(1, n_out)]
         end = first + (n_out - 1) * gap + 1.0
+        # the server's own figures fit inside the client's clock (a figure past it is set
+        # aside: sessions/measure/telemetry.py): its decode runs from the first token to the
+        # last, n − 1 gaps (docs/method.md, "Server rates"), and its total ends with the last
         stats = ServerStats(
-            total_duration=round((t.load_ms + prefill + n_out * gap + 5.0) * MS),
+            total_duration=round((t.load_ms + prefill + (n_out - 1) * gap) * MS),
             load_duration=round(t.load_ms * MS),
             prompt_eval_count=prompt_tokens,
             prompt_eval_duration=round(prefill * MS),
             eval_count=n_out,
-            eval_duration=round(n_out * gap * MS),
+            eval_duration=round((n_out - 1) * gap * MS),
             done_reason="length",
         )
         return [*steps, at(end, done=True, stats=stats)]

@@ -231,7 +231,8 @@ def test_a_repeated_prompt_served_from_the_cache_is_cached_and_not_in_the_median
     # time), "ok", and went into the session median; N25: the median counted a cold start
     session = SessionState()
     long = "a long prompt " * 40
-    session.add(request(1300.0, prompt=long, load_ms=706.0, prefill=(490, 1000.0)))
+    # a cold start: load 706 + prefill 1000 ms, inside its TTFT of 1800 ms
+    session.add(request(1800.0, prompt=long, load_ms=706.0, prefill=(490, 1000.0)))
     session.add(request(900.0, prompt=long, prefill=(490, 880.0)))  # warm, not from cache
     session.add(request(55.0, prompt=long, prefill=(490, 30.0)))  # Ctrl+R: from the cache
     session.add(request(60.0, prompt="short", prefill=(5, 1.0)))  # another prompt: not compared
@@ -240,7 +241,7 @@ def test_a_repeated_prompt_served_from_the_cache_is_cached_and_not_in_the_median
     assert session.word(3) == "cached"
     view = session.ttft_view(None)
     # the bars show all four; the statistics are the ok ones: 900 and 60 → median 480
-    assert view.values == (1300.0, 900.0, 55.0, 60.0)
+    assert view.values == (1800.0, 900.0, 55.0, 60.0)
     assert (view.median_ms, view.n, view.others) == (480.0, 2, 2)
     assert summary_text(view).plain == "median 480.0 ms · 60.0–900.0 · n 2 ok (+2)"
 

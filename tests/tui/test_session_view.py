@@ -121,10 +121,11 @@ async def test_three_requests_sparkline_history_and_compare(
         table: DataTable[Any] = history.table
         assert history.display and table.has_focus and table.cursor_row == 2
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        # server decode: 8 tokens over the 7 gaps between them, 8 / (7 gap): 114.3, 76.2, 57.1
         assert rows == [
-            ["1", "03:04:05", "17.0", "10.14", "98.6/100.0", "8", "ok", "", "one"],
-            ["2", "03:04:06", "17.5", "15.14", "66.0/66.7", "8", "ok", "⚠", "two words"],
-            ["3", "03:04:07", "18.0", "20.14", "49.6/50.0", "8", "ok", "", "now three words"],
+            ["1", "03:04:05", "17.0", "10.14", "98.6/114.3", "8", "ok", "", "one"],
+            ["2", "03:04:06", "17.5", "15.14", "66.0/76.2", "8", "ok", "⚠", "two words"],
+            ["3", "03:04:07", "18.0", "20.14", "49.6/57.1", "8", "ok", "", "now three words"],
         ]
 
         await pilot.press("c")  # the 3rd against the 2nd

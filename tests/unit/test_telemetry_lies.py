@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from llmtop.engines.events import FailureKind, ServerStats, Status, StreamEvent
@@ -96,30 +97,46 @@ def test_a_negative_overhead_within_the_clocks_slack_is_na_not_negative() -> Non
     assert m.prompt_eval_ms == 222.0 and m.load_ms == 1.0
 
 
+def test_no_yardstick_no_verdict() -> None:
+    # a send stamp from another clock than the chunks' (only a test double makes one): TTFT
+    # and E2E come out negative, and there is nothing to hold the server's durations to
+    stats = ServerStats(load_duration=10 * MS, prompt_eval_duration=100 * MS, eval_count=3,
+                        eval_duration=40 * MS, total_duration=200 * MS)
+    events = stream(123.4, 20.0, 3, 200.0, stats)
+    m = compute_metrics(SENT + 10_000 * MS, events, stats)
+    assert m.ttft_ms is not None and m.ttft_ms < 0 and m.impossible is None
+
+
 async def test_decode_booked_as_prompt_through_the_openai_engine() -> None:
-    # a llama-server-shaped answer of 20 chunks in one body, with the lying timings: 4075 ms
-    # of prompt and 1 ms of decode, for a request that takes milliseconds
-    async def lying_chat(request: Request) -> Response:
-        frames = [{"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]} for i in range(20)]
-        body = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
-        tail = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 20},
-                "timings": {"prompt_n": 11, "prompt_ms": 4075.0, "predicted_n": 20,
-                            "predicted_ms": 1.0}}
-        body += b"data: " + json.dumps(tail).encode() + b"\n\ndata: [DONE]\n\n"
-        return Response(body, media_type="text/event-stream")
+    # a llama-server-shaped stream: 20 chunks 10 ms apart after 20 ms (the text arrives over
+    # about 190 ms), with the lying timings: 4075 ms of prompt and 1 ms of decode
+    async def lying_chat(_: Request) -> Response:
+        async def frames() -> AsyncIterator[bytes]:
+            for i in range(20):
+                await asyncio.sleep(0.02 if i == 0 else 0.01)
+                yield sse({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]})
+            yield sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 11, "completion_tokens": 20},
+                       "timings": {"prompt_n": 11, "prompt_ms": 4075.0, "predicted_n": 20,
+                                   "predicted_ms": 1.0}}) + b"data: [DONE]\n\n"
+        return StreamingResponse(frames(), media_type="text/event-stream")
 
     app = Starlette(routes=[Route("/v1/chat/completions", lying_chat, methods=["POST"])])
     with ServeInThread(app) as url:
         result = await measure_openai(url)
     m = result.metrics
     assert result.status == Status.OK and m.output_tokens == 20
-    # one body: the 20 chunks arrive together (no span to compare the decode with); the
-    # 4076 ms of prompt and decode exceed E2E, the 4075 ms of prompt exceed TTFT
+    # the 4076 ms of prompt and decode exceed E2E (~220 ms), the 4075 ms of prompt exceed
+    # TTFT (~20 ms), and 1 ms of decode is under a quarter of the ~190 ms span
     assert m.impossible is not None and m.impossible.startswith(
         "the server's load, prompt eval and eval durations add up to 4076.0 ms, more than the ")
     assert "the server's prompt eval (4075.0 ms) is longer than the TTFT" in m.impossible
+    assert "the server says it generated 20 tokens in 1.0 ms, 20000 tok/s" in m.impossible
     assert (m.server_decode_tps, m.overhead_ms, m.prompt_eval_ms) == (None, None, None)
+
+
+def sse(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
 async def measure_openai(url: str):
@@ -152,12 +169,16 @@ def test_zero_tokens_with_no_text_is_no_lie() -> None:
 
 
 def ollama_app(done: dict[str, object], n: int = 10) -> Starlette:
-    """An Ollama `/api/chat` that streams n chunks of "word " then `done`'s figures."""
+    """An Ollama `/api/chat` that streams n chunks of "word ", the first after 20 ms and the
+    rest 1 ms apart, then `done`'s figures 1 ms later."""
     async def chat(_: Request) -> Response:
-        lines = [chunk("word ") for _ in range(n)]
-        lines.append(chunk("", done=True, done_reason="stop", **done))
-        return Response(b"".join(json.dumps(x).encode() + b"\n" for x in lines),
-                        media_type="application/x-ndjson")
+        async def lines() -> AsyncIterator[bytes]:
+            for i in range(n):
+                await asyncio.sleep(0.02 if i == 0 else 0.001)
+                yield json.dumps(chunk("word ")).encode() + b"\n"
+            await asyncio.sleep(0.001)
+            yield json.dumps(chunk("", done=True, done_reason="stop", **done)).encode() + b"\n"
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
     return Starlette(routes=[Route("/api/chat", chat, methods=["POST"])])
 
 
