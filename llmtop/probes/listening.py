@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,12 +64,14 @@ class ListenScan:
 class ScanSources:
     """Where `scan` reads the machine (a test gives fakes). connections: psutil's
     net_connections(kind="tcp")-like, may raise AccessDenied; candidates: the running
-    engine processes; name: a pid's process name (raises psutil.Error when gone)."""
+    engine processes; name: a pid's process name (raises psutil.Error when gone); root:
+    whether llmtop runs as root (then only another namespace hides a socket's owner)."""
 
     connections: Callable[[], Sequence[Any]] = field(
         default=lambda: psutil.net_connections(kind="tcp"))
     candidates: Callable[[], list[Candidate]] = field(default=engine_candidates)
     name: Callable[[int], str] = field(default=lambda pid: psutil.Process(pid).name())
+    root: Callable[[], bool] = field(default=lambda: hasattr(os, "geteuid") and os.geteuid() == 0)
 
 
 def scan(sources: ScanSources | None = None) -> ListenScan:
@@ -112,10 +115,20 @@ def scan(sources: ScanSources | None = None) -> ListenScan:
         seen[("127.0.0.1", cand.port)] = Listener("127.0.0.1", cand.port, cand.pid, cand.app,
                                                   True, "--port on its command line")
     if hidden:
-        notes.append(f"the owner of {hidden} listening socket{'s' if hidden != 1 else ''} is "
-                     "not visible to this user (another user's process): run as root to name "
-                     "it; the usual ports are probed anyway")
+        notes.append(_hidden_note(hidden, src.root()))
     return ListenScan(tuple(seen.values()), "; ".join(notes) or None)
+
+
+def _hidden_note(hidden: int, root: bool) -> str:
+    """Why `hidden` listening sockets have no owner shown, and what to do: as root the OS
+    hides only a process in another PID namespace (a container); otherwise it is another
+    user's."""
+    what = f"the owner of {hidden} listening socket{'s' if hidden != 1 else ''} is not shown"
+    if root:
+        return (f"{what} (a process in another PID namespace: a container); the usual ports "
+                "are probed anyway")
+    return (f"{what} (another user's process): run as root to name it; the usual ports are "
+            "probed anyway")
 
 
 def _listener(address: str, port: int, pid: int | None, engines: dict[int, Candidate],

@@ -237,7 +237,7 @@ def test_listening_scan_reads_owners_wildcards_and_hidden_sockets() -> None:
     candidates = [Candidate(900, "llama.cpp", 1000, None),
                   Candidate(950, "vLLM", 1001, 8001)]  # its socket hidden: --port stands in
     sources = ScanSources(connections=lambda: conns, candidates=lambda: candidates,
-                          name=lambda pid: {77: "postgres"}[pid])
+                          name=lambda pid: {77: "postgres"}[pid], root=lambda: False)
     result = scan(sources)
     got = [(s.address, s.port, s.pid, s.process, s.engine, s.how) for s in result.listeners]
     assert got == [
@@ -247,9 +247,12 @@ def test_listening_scan_reads_owners_wildcards_and_hidden_sockets() -> None:
         ("127.0.0.1", 11434, None, None, False, "listening socket"),
         ("127.0.0.1", 8001, 950, "vLLM", True, "--port on its command line"),
     ]
-    assert result.note == ("the owner of 1 listening socket is not visible to this user "
-                           "(another user's process): run as root to name it; the usual ports "
-                           "are probed anyway")
+    assert result.note == ("the owner of 1 listening socket is not shown (another user's "
+                           "process): run as root to name it; the usual ports are probed anyway")
+    as_root = scan(ScanSources(connections=lambda: conns, candidates=lambda: candidates,
+                               name=lambda pid: {77: "postgres"}[pid], root=lambda: True))
+    assert as_root.note == ("the owner of 1 listening socket is not shown (a process in another "
+                            "PID namespace: a container); the usual ports are probed anyway")
 
 
 def test_listening_scan_without_the_socket_table() -> None:
