@@ -26,6 +26,7 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
+from llmtop.sessions.analysis.offload import gpu_share, offload_finding
 from llmtop.sessions.analysis.run import (
     Analysis,
     GpuUsage,
@@ -43,6 +44,7 @@ from llmtop.sessions.analysis.run import (
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     EnvironmentRecord,
+    FindingRecord,
     PreflightRecord,
     RunLog,
     SummaryRecord,
@@ -92,6 +94,7 @@ class Report:
     cold_turns: list[Turn] = field(default_factory=list)
     episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
     bandwidth: BandwidthVerdict | None = None
+    offload: FindingRecord | None = None
 
 
 def _episode_cost(found: EpisodeCause) -> float:
@@ -147,7 +150,31 @@ def build(log: RunLog) -> Report:
                                 num_ctx if isinstance(num_ctx, int) else None, "turn-cold"),
         episodes=episodes,
         bandwidth=run_bandwidth(analysis, log.environment("end")),
+        offload=run_offload(log, analysis),
     )
+
+
+def run_offload(log: RunLog, analysis: Analysis) -> FindingRecord | None:
+    """The `offload-mismatch` finding of a run (analysis/offload.py): the engine's claim at
+    the run's end (`loaded`: /api/ps's size_vram of size) against the probe samples taken
+    during its measured requests, with their median decode rate."""
+    end = log.environment("end")
+    loaded = end.loaded if end is not None else None
+    if not isinstance(loaded, dict):
+        return None
+    ids = {r.record.id for s in analysis.sizes for r in s.ok}
+    probes = [p for p in log.probes if p.request_id in ids]
+    size = max(analysis.sizes, key=lambda s: len(s.ok), default=None)
+    decode = None
+    if size is not None:
+        found = size.summaries.get("server_decode_tps") or size.summaries.get(
+            "client_decode_tps")
+        decode = found.median if found is not None else None
+    config = end.body.get("engine_config") if end is not None else None
+    engine = "llama-server" if isinstance(config, dict) and \
+        config.get("server") == "llama-server" else "ollama"
+    return offload_finding(gpu_share(loaded.get("size"), loaded.get("size_vram")), probes,
+                           decode, engine)
 
 
 def run_bandwidth(analysis: Analysis, end: EnvironmentRecord | None) -> BandwidthVerdict | None:

@@ -133,6 +133,7 @@ def _json(report: Report) -> dict[str, Any]:
         "sizes": [_json_size(s) for s in a.sizes],
         "energy": report.energy.to_dict() if report.energy else None,
         "bandwidth": report.bandwidth.to_dict() if report.bandwidth else None,
+        "offload": asdict(report.offload) if report.offload else None,
         **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
         "warnings": list(report.log.warnings),
     }

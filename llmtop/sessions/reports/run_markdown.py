@@ -175,6 +175,10 @@ def markdown(report: Report) -> str:
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
     lines += markdown_energy(report.energy)
+    if report.offload is not None:  # the engine's GPU claim and the machine disagreed
+        f = report.offload
+        lines += ["", "## The engine's GPU claim", "",
+                  f"**{f.level.upper()}** {f.message} — {f.remedy}."]
     if report.bandwidth is not None:  # bench measured this machine's memory bandwidth
         lines += ["", "## Decode and memory bandwidth", "", report.bandwidth.sentence + "."]
     lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)
