@@ -280,9 +280,10 @@ def _gpu_lines() -> list[str]:
     needs to show what llmtop read."""
     import json
 
-    from llmtop.probes.gpu import GpuProbe, device_dict
+    from llmtop.probes.apple import gpu_probe
+    from llmtop.probes.gpu import device_dict
 
-    gpu = GpuProbe().sample()
+    gpu = gpu_probe().sample()  # Apple Silicon's own GPU reading on a Mac
     if not gpu.available:
         return [(f"  {'gpus':<24} none ({gpu.reason}; no AMD or Intel GPU under "
                  "/sys/class/drm)")]

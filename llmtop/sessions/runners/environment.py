@@ -26,9 +26,9 @@ from typing import Any
 import psutil
 
 from llmtop.engines.connection import Connection
+from llmtop.probes.apple import gpu_probe
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
-from llmtop.probes.gpu import GpuProbe
 from llmtop.probes.preflight import run_preflight
 from llmtop.probes.remote import AgentError, AgentSampler, AgentTarget
 from llmtop.probes.system import SystemProbe, container_limits
@@ -53,7 +53,7 @@ def environment() -> dict[str, Any]:
     """OS, CPU model and core counts, RAM (bytes), Python version, GPU (NVML when present, with
     the tool named), power source and container limits (`container_record`), as a JSON-ready
     dict (every session log's header)."""
-    gpu = GpuProbe().sample()
+    gpu = gpu_probe().sample()  # on a Mac, Apple Silicon's GPU
     battery = SystemProbe().sample().on_battery
     limits = container_limits()
     host_cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1
