@@ -78,8 +78,8 @@ def test_every_subcommand_is_declared_in_one_table() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(COMMANDS) == [
-        "agent", "bench", "compare", "engine", "load", "preflight", "relay", "report", "run",
-        "sessions", "watch"]
+        "agent", "bench", "compare", "engine", "engines", "load", "preflight", "relay", "report",
+        "run", "sessions", "watch"]
     for command in COMMANDS.values():
         assert command.module.startswith("llmtop.commands.")
 
