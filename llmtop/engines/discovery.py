@@ -30,8 +30,10 @@ serve: loaded; a generic server's list says nothing of what is in memory: availa
 Time: a port nobody listens on refuses in microseconds; a connect waits at most
 CONNECT_TIMEOUT_S, each route PROBE_TIMEOUT_S, and everything together DEADLINE_S (a port
 still talking then is named as such, not waited for). What a server says is text from
-outside: names and versions are kept only up to their bounds (MAX_LABEL_CHARS, MAX_MODELS,
-a body of MAX_BODY_BYTES), the rest set aside in the engine's notes. Never raises.
+outside: every reply is read through `stamping.bounds.BoundedTransport` (no compression
+asked; gzip or deflate sent anyway decoded in bounded pieces; another encoding refused), a
+body past MAX_BODY_BYTES is no answer, and names and versions are kept only up to their
+bounds (MAX_LABEL_CHARS, MAX_MODELS), the rest set aside in the engine's notes. Never raises.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any
 import httpx
 
 from llmtop.engines import llama_props
+from llmtop.stamping.bounds import BoundedTransport
 
 # port → the engines that listen there by default (their own documentation)
 KNOWN_PORTS: dict[int, str] = {
@@ -207,7 +210,7 @@ async def discover(
     targets = {p: _Target(p, tuple(addresses), _usual(p)) for p in wanted}
     notes: list[str] = []
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-    async with httpx.AsyncClient(trust_env=False, limits=limits,
+    async with httpx.AsyncClient(trust_env=False, transport=BoundedTransport(limits=limits),
                                  timeout=httpx.Timeout(PROBE_TIMEOUT_S,
                                                        connect=CONNECT_TIMEOUT_S)) as client:
         tasks = {p: asyncio.create_task(_probe_port(client, t)) for p, t in targets.items()}

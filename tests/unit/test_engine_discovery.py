@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import socket
 from collections import namedtuple
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 import psutil
 import pytest
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llmtop.commands import engines as engines_command
@@ -166,6 +167,27 @@ def test_a_web_server_that_is_no_engine_is_named_apart() -> None:
     assert result.engines == ()
     assert result.others == ((f"{url}: accepts connections but answers none of the engines' "
                              "routes (not an LLM engine, or one llmtop does not know)"),)
+
+
+def _padded(_request) -> Response:
+    """An Ollama /api/version 3 MiB long (padding): past MAX_BODY_BYTES (2 MiB)."""
+    return Response(b'{"version": "1", "pad": "' + b" " * (3 * 2**20) + b'"}',
+                    media_type="application/json")
+
+
+def _bomb(_request) -> Response:
+    """20 MiB of spaces gzipped to ~20 KB, sent though llmtop asked for no compression."""
+    return Response(gzip.compress(b" " * (20 * 2**20)), media_type="application/json",
+                    headers={"Content-Encoding": "gzip"})
+
+
+@pytest.mark.parametrize("reply", [_padded, _bomb])
+def test_a_reply_past_the_body_bound_is_no_answer(reply) -> None:
+    with ServeInThread(Starlette(routes=[Route("/api/version", reply)])) as url:
+        result = found([int(url.rsplit(":", 1)[1])])
+    assert result.engines == ()
+    assert result.others == ((f"{url}: accepts connections but answers none of the engines' "
+                              "routes (not an LLM engine, or one llmtop does not know)"),)
 
 
 @contextmanager
