@@ -105,3 +105,15 @@ def test_run_says_it_with_a_scripted_ollama_that_claims_all_of_the_model_in_vram
     assert len(found) == 1, data["findings"]
     assert found[0]["level"] == "fail"
     assert "no GPU is visible on this machine; its processes used" in found[0]["message"]
+
+
+def test_the_reports_gpu_cells_name_the_reader_that_gave_them():
+    from llmtop.sessions.analysis.run import gpu_usage
+
+    amd = ProbeRecord(t_ns=0, gpu=GpuRecord(True, None, (
+        GpuDeviceRecord("Radeon", 37.0, 4 << 30, 24 << 30, source="sysfs"),)))
+    old = probe(10.0, 80.0)  # a device without `source`: a log from before other vendors
+    assert gpu_usage([amd]).source == "sysfs"
+    assert gpu_usage([old]).source == "nvml"
+    assert gpu_usage([amd, old]).source == "nvml+sysfs"
+    assert gpu_usage([amd, old]).util_median == pytest.approx(58.5)  # median of 37 and 80

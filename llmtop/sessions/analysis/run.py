@@ -740,7 +740,7 @@ def noisy_samples(probes: Iterable[ProbeRecord],
 
 @dataclass(frozen=True)
 class GpuUsage:
-    """What the probe samples saw of the GPUs over the whole log (NVML readings).
+    """What the probe samples saw of the GPUs over the whole log (any vendor's readings).
 
     util_median: median utilisation %, over every device of every sample (None: no reading).
     peak_used: the largest memory used by one device in one sample, bytes.
@@ -748,6 +748,7 @@ class GpuUsage:
 
     util_median: float | None = None
     peak_used: int | None = None
+    source: str = "nvml"  # who read them ("nvml", "sysfs", … joined by "+"; older logs: NVML)
 
 
 def gpu_usage(probes: Iterable[ProbeRecord]) -> GpuUsage:
@@ -755,7 +756,9 @@ def gpu_usage(probes: Iterable[ProbeRecord]) -> GpuUsage:
     devices = [d for p in probes if p.gpu is not None for d in p.gpu.devices]
     utils = [d.util_percent for d in devices if d.util_percent is not None]
     used = [d.memory_used for d in devices if d.memory_used is not None]
-    return GpuUsage(statistics.median(utils) if utils else None, max(used) if used else None)
+    named = sorted({d.source or "nvml" for d in devices})  # logs before other vendors: NVML
+    return GpuUsage(statistics.median(utils) if utils else None, max(used) if used else None,
+                    "+".join(named) or "nvml")
 
 
 def warmup_load_ms(size: SizeAnalysis, analysis: Analysis) -> float | None:

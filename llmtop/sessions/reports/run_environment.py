@@ -1,7 +1,7 @@
 """What a run's report says of the machine: its GPU, CPU and environment, energy, and
 whether the machine kept what preflight said.
 
-The report's GPU cells (nvml's samples, /api/ps's view of the loaded model), the
+The report's GPU cells (the GPU readers' samples, /api/ps's view of the loaded model), the
 "Environment" table (the log header's machine_environment), the "Energy" section
 (analysis/energy.py's summary: per-request medians, the run's all-in figure) and
 `preflight_held` (issue 25, item 5), which the markdown (run_markdown.py) and the JSON
@@ -51,8 +51,8 @@ def gpu_cells(report: Report) -> tuple[str, str]:
         reason = (report.log.header.machine_environment.get("gpu") or {}).get("reason")
         said = "no GPU samples" if reason is None else gpu_absent(reason)
         return ("n/a (no GPU)" if said == "none" else f"n/a ({said})"), ps or "n/a"
-    util = f"{gpu.util_median:.0f} (nvml, median)"
-    vram = f"{_bytes(gpu.peak_used)} peak (nvml)" + (f"; {ps}" if ps else "")
+    util = f"{gpu.util_median:.0f} ({gpu.source}, median)"
+    vram = f"{_bytes(gpu.peak_used)} peak ({gpu.source})" + (f"; {ps}" if ps else "")
     return util, vram
 
 
