@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from llmtop.commands.connecting import connect_from_flags
@@ -18,6 +19,15 @@ from llmtop.sessions.reports.load import level_row
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load import LoadProgress, LoadRunner
 from llmtop.sessions.runners.load_config import LoadConfig, Mode
+from llmtop.sessions.runners.replay import (
+    ReplayError,
+    ReplayRunner,
+    Trace,
+    as_json,
+    markdown,
+    read_trace,
+    run_replay,
+)
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_REQUESTS = 40
@@ -112,10 +122,66 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
     return ExitCode.OK
 
 
+async def _replay(args: argparse.Namespace, trace: Trace) -> int:
+    conn = await connect_from_flags(args)
+    if isinstance(conn, int):
+        return conn
+    try:
+        try:
+            runner = ReplayRunner(conn, trace, speed=args.speed, back_to_back=args.back_to_back,
+                                  max_tokens=args.max_tokens, log_path=args.log,
+                                  on_progress=_printer(args.json, LoadConfig()),
+                                  token_timeout_s=args.token_timeout)
+        except LogError as exc:
+            print(f"llmtop: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        print(f"llmtop load: replaying {len(trace.originals)} requests of {trace.path} on "
+              f"{conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
+              file=sys.stderr, flush=True)
+        try:
+            comparison, _ = await run_replay(runner)
+        except CalibrationError as exc:
+            print(f"llmtop load: calibration failed: {exc}", file=sys.stderr)
+            return ExitCode.REQUEST_FAILED
+    finally:
+        await conn.close()
+    if args.json:
+        print(json.dumps(as_json(comparison), indent=2, ensure_ascii=False, default=str))
+    else:
+        print(markdown(comparison), end="")
+    if not any(p.replay is not None and p.replay.status == "ok" for p in comparison.pairs):
+        print("llmtop load: no replayed request completed ok", file=sys.stderr)
+        return ExitCode.REQUEST_FAILED
+    return ExitCode.OK
+
+
+def replay_main(args: argparse.Namespace) -> int:
+    """`llmtop load --replay WATCH_LOG`: read the trace, replay it, print the comparison."""
+    if args.back_to_back and args.speed != 1.0:
+        print("llmtop load: --speed scales the recorded gaps; --back-to-back has none",
+              file=sys.stderr)
+        return ExitCode.USAGE
+    if getattr(args, "dataset", None) is not None:
+        print("llmtop load: --replay sends the watch log's requests; --dataset another file's: "
+              "give one", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        trace = read_trace(args.replay)
+    except ReplayError as exc:
+        print(f"llmtop load: --replay: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return run_stoppable(_replay(args, trace), "llmtop load")
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop load`: check the flags, run the sweep, print the report; returns an ExitCode
     (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed, 6 the
     log stops early; 128 + the signal after SIGTERM/SIGHUP, as run and bench)."""
+    if getattr(args, "replay", None) is not None:
+        return replay_main(args)
+    if getattr(args, "back_to_back", False) or getattr(args, "speed", 1.0) != 1.0:
+        print("llmtop load: --speed and --back-to-back apply to --replay", file=sys.stderr)
+        return ExitCode.USAGE
     if (
         (args.requests is not None and args.requests < 1)
         or args.max_tokens < 2

@@ -77,8 +77,8 @@ def test_sharegpt_array_sends_system_and_first_human_turn(tmp_path):
     ds = read_dataset(path)
     assert ds.shape == "sharegpt-array"
     assert [r.line for r in ds.records] == [1, 2, 3, 5, 6, 7, 8, 9, 10]
-    assert ds.errors == ("element 4, field conversations[1].from: 'robot' is not human, gpt "
-                         "or system",)
+    named = "element 4, field conversations[1].from: 'robot' is not human, gpt or system"
+    assert ds.errors == (named,)
     assert ds.records[0].messages == ({"role": "user", "content": "conversation 0 "},)
     data = path.read_bytes()
     assert ds.identity()["sha256"] == hashlib.sha256(data).hexdigest()

@@ -148,11 +148,14 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
         raise DatasetError(f"{path} is not UTF-8 text (byte {exc.start}): give a JSONL or "
                            "ShareGPT JSON file") from None
     del data
+    items: Sequence[tuple[int, Any]]
     if text.lstrip()[:1] == "[":
         shape, items = "sharegpt-array", _array_items(text)
     else:
         shape, items = "jsonl", _lines(text)
-    records, errors, skipped, not_read = [], [], 0, 0
+    records: list[DatasetRequest] = []
+    errors: list[str] = []
+    skipped = not_read = 0
     for line, item in items:
         if len(records) >= MAX_RECORDS:
             not_read += 1

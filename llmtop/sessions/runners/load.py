@@ -189,8 +189,14 @@ class LoadRunner:
             LoadProgress("warmup", message="first request (pays the model load, if any)")
         )
         await self._request("Hello", {"phase": "load", "index": 0}, options={"num_predict": 2})
+        return await self._size_prompts()
+
+    async def _size_prompts(self) -> int:
+        """Calibrate the prompt size; returns its word count (0 for a dataset's requests,
+        whose sizes are the server's counts)."""
+        cfg = self.config
         if self.dataset is not None:
-            return 0  # the file's requests: their sizes are the server's counts
+            return 0
         self.on_progress(LoadProgress("calibrating", message="calibrating the prompt size"))
         calibration = await calibrate(
             self.conn.engine,
@@ -371,7 +377,7 @@ class LoadRunner:
         if isinstance(prompt, Prepared):  # a request from a file: its chat, options, fields
             options = {**prompt.options, **(options or {})}
             fields = {**fields, **prompt.fields}
-            prompt, history = prompt.prompt, prompt.history
+            history, prompt = prompt.history, prompt.prompt
         with released_at(scheduled_ns):  # an open loop's send leaves at its scheduled moment
             result, record = await self.recorder.measure(
                 prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},

@@ -94,12 +94,15 @@ async def open_loop(
     first: int,
     seed: int,
     stopped: Callable[[], bool],
+    offsets: Sequence[float] | None = None,
 ) -> None:
     """Send request first + k at t0 + offset_k (`arrival_offsets(rate, total, arrivals,
-    seed)`, seconds) whatever is in flight; each runs in its own task, started LEAD_NS before
-    (`send` holds it to `scheduled_ns`), and none starts once stopped() (over-saturated).
-    Cancelled, it cancels the requests in flight (each logged as "cancelled")."""
-    offsets = arrival_offsets(rate, total, arrivals, seed)
+    seed)`, seconds, or the given `offsets`: a replayed trace's) whatever is in flight; each
+    runs in its own task, started LEAD_NS before (`send` holds it to `scheduled_ns`), and none
+    starts once stopped() (over-saturated). Cancelled, it cancels the requests in flight
+    (each logged as "cancelled")."""
+    if offsets is None:
+        offsets = arrival_offsets(rate, total, arrivals, seed)
     tasks = []
     try:
         for k, offset in enumerate(offsets):

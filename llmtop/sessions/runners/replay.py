@@ -1,0 +1,326 @@
+"""`llmtop load --replay WATCH_LOG`: the requests an app sent through `llmtop watch`, sent
+again to the engine under test, and each compared with its original.
+
+What a watch log holds per request (runners/watch.py): the endpoint, the options the app
+set, the server's statistics (prompt and output token counts), the arrival as a wall-clock
+ISO time (`started_at`, microseconds) and, only with `--log-bodies`, the text of the last
+user message. It records no monotonic offset, so the arrival gaps come from `started_at`
+(a wall clock: an NTP step between two arrivals would show in their gap; its resolution is
+1 µs). The replay sends:
+
+* with bodies, the recorded text as one user message (the watch keeps the last user
+  message, not the chat before it: the original's prompt count may be larger, which the
+  per-request table shows); without, a prompt of llmtop's random words sized to the
+  original's server prompt count by one calibration (tokens per word and the template's
+  tokens, calibration.py), said in the report;
+* the original's options (OpenAI fields mapped to Ollama's: max_tokens → num_predict), with
+  num_predict set to the original's output token count so both answers are as long;
+* open loop at the recorded gaps divided by `speed` (load_loops.open_loop: each send held to
+  its scheduled nanosecond, so the reproduced gaps are measured, `arrival_errors_ms`), or back
+  to back (one request at a time, each when the last ended).
+
+Only the originals that ended ok are replayed (the others are counted). The log is a sweep
+log of one level (`llmtop report` renders it); the comparison with the originals uses
+compare's ratio test and verdict (analysis/compare_stats.py) over the ok pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from llmtop.engines.connection import Connection
+from llmtop.sessions.analysis.compare_spec import METRICS
+from llmtop.sessions.analysis.compare_stats import MetricComparison, judge
+from llmtop.sessions.measure.prompts import PromptGenerator
+from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.schema import CalibrationRecord, RequestRecord, RunLog
+from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
+from llmtop.sessions.runners.load import LoadRunner
+from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.sessions.runners.load_loops import Prepared, Prompt, closed_loop, open_loop
+from llmtop.sessions.runners.load_progress import LoadProgress
+
+COMPARED = ("ttft", "decode", "e2e")  # compare's metrics the replay judges
+OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_predict",
+                    "temperature": "temperature", "top_p": "top_p", "seed": "seed",
+                    "stop": "stop"}
+START_S = 0.1  # s: when the replay's first request leaves, from the level's start
+WARM_UP = 4  # the pool's connections opened before the replay (load.OPEN_LOOP_WARMUP)
+CLOCK = "started_at (wall clock, µs; the watch records no monotonic offset)"
+
+
+class ReplayError(ValueError):
+    """A log that cannot be replayed (not a watch log, unreadable, no ok request)."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A watch log's ok requests in arrival order, their arrival offsets from the first (s,
+    from `started_at`), whether the texts were recorded, and how many were left out."""
+
+    path: str
+    originals: tuple[RequestRecord, ...]
+    offsets_s: tuple[float, ...]
+    bodies: bool
+    left_out: int
+
+    def identity(self) -> dict[str, Any]:
+        """The log header's `replay` entry."""
+        return {"watch_log": self.path, "requests": len(self.originals),
+                "left_out": self.left_out, "bodies": self.bodies, "clock": CLOCK,
+                "span_s": self.offsets_s[-1] if self.offsets_s else 0.0}
+
+
+def read_trace(path: str) -> Trace:
+    """The replayable requests of the watch log at `path`. Raises ReplayError."""
+    try:
+        log = read_log(path)
+    except LogError as exc:
+        raise ReplayError(str(exc)) from None
+    if log.header.kind != "watch":
+        raise ReplayError(f"{path} is a {log.header.kind} log; --replay needs a `llmtop "
+                          "watch` log (the requests an app sent)")
+    timed = []
+    for rec in log.requests:
+        when = _wall(rec.started_at)
+        if rec.status == "ok" and when is not None and rec.stats is not None:
+            timed.append((when, rec))
+    if not timed:
+        raise ReplayError(f"{path} holds no ok request with its arrival time and server "
+                          "counts to replay")
+    timed.sort(key=lambda t: t[0])
+    first = timed[0][0]
+    bodies = bool((log.header.watch or {}).get("bodies_logged"))
+    # exact: whole microseconds between the ISO times (a float POSIX time of today holds
+    # about 0.2 µs, which would blur the recorded gaps)
+    offsets = tuple((t - first) // timedelta(microseconds=1) / 1e6 for t, _ in timed)
+    return Trace(path, tuple(r for _, r in timed), offsets,
+                 bodies and all(r.prompt for _, r in timed), len(log.requests) - len(timed))
+
+
+def _wall(text: str | None) -> datetime | None:
+    """An ISO time with its zone (µs resolution), None when absent, unreadable or without
+    a zone (a naive time cannot be set against an aware one)."""
+    try:
+        when = datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    return when if when is not None and when.tzinfo is not None else None
+
+
+def replay_options(rec: RequestRecord) -> dict[str, Any]:
+    """The original's options in Ollama's names, num_predict its output token count."""
+    options: dict[str, Any] = {}
+    openai = (rec.endpoint or "").startswith("/v1/")
+    for key, value in rec.options.items():
+        if openai:
+            if key in OPENAI_TO_OLLAMA:
+                options[OPENAI_TO_OLLAMA[key]] = value
+        else:
+            options[key] = value
+    if rec.stats is not None and rec.stats.eval_count:
+        options["num_predict"] = rec.stats.eval_count  # an answer as long as the original's
+    return options
+
+
+class ReplayRunner(LoadRunner):
+    """A one-level sweep that sends a Trace's requests (module docstring); `speed` divides
+    the recorded gaps; `back_to_back` sends each when the last ended."""
+
+    def __init__(self, conn: Connection, trace: Trace, *, speed: float = 1.0,
+                 back_to_back: bool = False, max_tokens: int = 100, log_path: str | None = None,
+                 on_progress: Callable[[LoadProgress], None] | None = None,
+                 token_timeout_s: float | None = None) -> None:
+        n = len(trace.originals)
+        span = trace.offsets_s[-1] if n > 1 else 0.0
+        rate = (n - 1) / span * speed if span > 0 else 1.0
+        config = LoadConfig(mode="concurrency" if back_to_back else "rate",
+                            levels=(1,) if back_to_back else (rate,), requests=n,
+                            max_tokens=max_tokens, early_stop=False)
+        extra = {"replay": {**trace.identity(), "speed": speed, "back_to_back": back_to_back}}
+        super().__init__(conn, config, log_path, on_progress, extra_header=extra,
+                         token_timeout_s=token_timeout_s or TOKEN_TIMEOUT_S)
+        self.trace, self.speed, self.back_to_back = trace, speed, back_to_back
+        self._fit: tuple[float, float] | None = None  # (template tokens, tokens per word)
+
+    async def _size_prompts(self) -> int:
+        """Without bodies, one calibration at the originals' median prompt count (tokens
+        per word and the template's tokens); with them, nothing to size."""
+        if self.trace.bodies:
+            return 0
+        counts = [r.stats.prompt_eval_count for r in self.trace.originals
+                  if r.stats is not None and r.stats.prompt_eval_count]
+        target = max(8, round(statistics.median(counts))) if counts else 200
+        self.on_progress(LoadProgress("calibrating", message="no bodies recorded: sizing "
+                                      f"prompts to the originals' counts ({target} tokens)"))
+        calibration = await calibrate(
+            self.conn.engine, self.conn.model, [target],
+            {**self.config.options(), "num_predict": 1}, seed=self.config.seed,
+            cache=CalibrationCache(), think=self.config.think)
+        self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
+        point = calibration.targets[target]
+        template = calibration.template_tokens
+        self._fit = (template, max(point.tokens - template, 1) / point.words)
+        return point.words
+
+    async def _warm_up(self, words: int, generator: PromptGenerator) -> None:
+        """WARM_UP concurrent requests of llmtop's own cache-busted prompts (phase "warmup",
+        in no level): they open the pool's connections, so no replayed send waits for a new
+        one (a first send here left 4.3 ms late); the recorded prompts are not sent, which
+        would put them in the engine's cache before their replay."""
+        fields = {"phase": "warmup"}
+        self.on_progress(LoadProgress("warmup", message=f"warm-up: {WARM_UP} concurrent "
+                                      "requests of llmtop's own prompts, kept apart"))
+        await asyncio.gather(*(self._request(generator.make(max(words, 8)),
+                                             {**fields, "index": k}) for k in range(WARM_UP)))
+
+    def prompt_source(self, words: int, generator: PromptGenerator) -> Callable[[], Prompt]:
+        """The originals in arrival order: their text, or random words of their size."""
+        originals = iter(self.trace.originals)
+
+        def make() -> Prompt:
+            rec = next(originals)
+            text = rec.prompt if self.trace.bodies else generator.make(self._words(rec))
+            return Prepared(text, (), replay_options(rec), {"replay_of": rec.id})
+        return make
+
+    def _words(self, rec: RequestRecord) -> int:
+        template, per_word = self._fit or (0.0, 1.0)
+        count = rec.stats.prompt_eval_count if rec.stats else None
+        return max(1, round(((count or 0) - template) / per_word))
+
+    async def _batch(self, value: float, total: int | None, repeat: int, t0: int,
+                     numbers: list[int], fields: dict[str, Any],
+                     make_prompt: Callable[[], Prompt]) -> None:
+        """Back to back: one worker over the trace; else the open loop at the recorded
+        offsets / speed."""
+        n = len(self.trace.originals)
+        if self.back_to_back:
+            await closed_loop(self._request, 1, n, t0, None, fields, make_prompt, numbers)
+            return
+        # the first send START_S after the level's start: the level's own setup and the
+        # first tasks' first run are over by then (sent at once, the first two requests
+        # left 7 and 16 ms late on a busy 2-core machine, the rest 0.1-0.4 ms)
+        offsets = [START_S + o / self.speed for o in self.trace.offsets_s]
+        await open_loop(self._request, value, n, t0, "constant", fields, make_prompt, 0, 0,
+                        lambda: False, offsets=offsets)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One original and its replay (None: not logged)."""
+
+    original: RequestRecord
+    replay: RequestRecord | None
+
+
+@dataclass(frozen=True)
+class ReplayComparison:
+    """The replay against its originals: the pairs in arrival order, compare's verdict per
+    metric (A the originals, B the replay), the open loop's arrival errors (ms: each replayed
+    send's offset from the first less the recorded one / speed; None back to back)."""
+
+    trace: Trace
+    pairs: tuple[Pair, ...]
+    metrics: tuple[MetricComparison, ...]
+    arrival_errors_ms: tuple[float, ...] | None
+
+    @property
+    def max_arrival_error_ms(self) -> float | None:
+        """The largest |arrival error| (ms), None back to back."""
+        errors = self.arrival_errors_ms
+        return max((abs(e) for e in errors), default=None) if errors is not None else None
+
+
+def compare_replay(trace: Trace, log: RunLog, speed: float = 1.0,
+                   back_to_back: bool = False) -> ReplayComparison:
+    """Pair each original with its replay (`replay_of`) and judge TTFT, decode and E2E with
+    compare's test over the pairs where both ended ok."""
+    replayed = {r.replay_of: r for r in log.requests if r.replay_of is not None
+                and r.phase == "measure"}
+    pairs = tuple(Pair(o, replayed.get(o.id)) for o in trace.originals)
+    both = [p for p in pairs if p.replay is not None and p.replay.status == "ok"]
+    metrics = []
+    for name in COMPARED:
+        spec = METRICS[name]
+        a = [v for p in both if (v := p.original.metric(spec.key)) is not None]
+        b = [v for p in both if p.replay and (v := p.replay.metric(spec.key)) is not None]
+        metrics.append(judge(spec, "replay", a, b))
+    errors = None
+    sent = [(o, p.replay.sent_offset_ns) for o, p in zip(trace.offsets_s, pairs, strict=True)
+            if p.replay is not None and p.replay.sent_offset_ns is not None]
+    if not back_to_back and sent:
+        o0, s0 = sent[0]
+        errors = tuple(round((s - s0) / 1e6 - (o - o0) / speed * 1e3, 4) for o, s in sent)
+    return ReplayComparison(trace, pairs, tuple(metrics), errors)
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _tokens(rec: RequestRecord | None, which: str) -> int | None:
+    stats = rec.stats if rec is not None else None
+    return getattr(stats, which) if stats is not None else None
+
+
+def markdown(c: ReplayComparison) -> str:
+    """The comparison as a markdown section (per request, then the verdicts)."""
+    t = c.trace
+    how = ("the recorded text of each request's last user message" if t.bodies else
+           "prompts of llmtop's random words sized to each original's server prompt count "
+           "(no bodies were recorded: run the watch with --log-bodies for the same prompts)")
+    lines = ["", f"## Replay of {t.path}", "",
+             (f"{len(t.originals)} ok requests replayed ({t.left_out} others not); prompts: "
+             f"{how}; num_predict set to each original's output tokens; arrival gaps from "
+             f"{CLOCK}."), ""]
+    if c.arrival_errors_ms is not None:
+        lines += [(f"Open loop: replayed arrival gaps within {_cell(c.max_arrival_error_ms, 3)} "
+                  "ms of the recorded ones (the largest |error| over the requests)."), ""]
+    head = ("| # | original id | status | TTFT ms A → B | decode tok/s A → B | E2E ms A → B "
+            "| prompt tok A → B | output tok A → B |")
+    lines += [head, "|---|---|---|---|---|---|---|---|"]
+    for k, p in enumerate(c.pairs, 1):
+        o, r = p.original, p.replay
+        row = [str(k), str(o.id), str(r.status) if r else "not sent"]
+        for key in ("ttft_ms", "server_decode_tps", "e2e_ms"):
+            row.append(f"{_cell(o.metric(key))} → {_cell(r.metric(key) if r else None)}")
+        for which in ("prompt_eval_count", "eval_count"):
+            a, b = _tokens(o, which), _tokens(r, which)
+            row.append(f"{'n/a' if a is None else a} → {'n/a' if b is None else b}")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "A: the originals as the watch measured them; B: this replay.", ""]
+    lines += [f"- {m.metric.label}: {m.verdict}" for m in c.metrics]
+    return "\n".join(lines) + "\n"
+
+
+def as_json(c: ReplayComparison) -> dict[str, Any]:
+    """The comparison as JSON: the trace, each pair's ids and figures, the verdicts."""
+    def figures(rec: RequestRecord | None) -> Mapping[str, Any] | None:
+        if rec is None:
+            return None
+        return {"id": rec.id, "status": str(rec.status), "ttft_ms": rec.metric("ttft_ms"),
+                "decode_tps": rec.metric("server_decode_tps"), "e2e_ms": rec.metric("e2e_ms"),
+                "prompt_tokens": _tokens(rec, "prompt_eval_count"),
+                "output_tokens": _tokens(rec, "eval_count")}
+    return {"trace": c.trace.identity(), "max_arrival_error_ms": c.max_arrival_error_ms,
+            "arrival_errors_ms": c.arrival_errors_ms,
+            "pairs": [{"original": figures(p.original), "replay": figures(p.replay)}
+                      for p in c.pairs],
+            "metrics": [{"metric": m.metric.name, "verdict": m.verdict,
+                         "speedup": m.speedup, "speedup_low": m.speedup_low,
+                         "speedup_high": m.speedup_high} for m in c.metrics]}
+
+
+async def run_replay(runner: ReplayRunner) -> tuple[ReplayComparison, str]:
+    """Run the replay; its comparison and its log's path."""
+    outcome = await runner.run()
+    log = read_log(outcome.log_path)
+    return compare_replay(runner.trace, log, runner.speed, runner.back_to_back), outcome.log_path
+

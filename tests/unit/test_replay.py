@@ -1,0 +1,133 @@
+"""`llmtop load --replay WATCH_LOG`: a watch log's requests sent again at their recorded
+arrival gaps (or back to back) to the slotted server, each compared with its original."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from llmtop.cli import main
+from llmtop.exitcodes import ExitCode
+from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.runners.replay import ReplayError, read_trace, replay_options
+from llmtop.testing.slotted import TEMPLATE_TOKENS, Service, SlottedUpstream
+
+# irregular arrival gaps (ms) between 12 requests: 11 gaps, 1,000 ms in all
+GAPS_MS = [40, 5, 120, 80, 15, 200, 60, 10, 250, 150, 70]
+START = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+
+
+def watch_log(path, bodies: bool = True) -> list[dict]:
+    """A watch log of 12 ok /api/chat requests at START + the running sum of GAPS_MS, the
+    k-th with a prompt of k + 3 words (the server counted words + 10) and 4 output tokens;
+    one more request that failed (not replayed)."""
+    log = SessionLog(path, {"kind": "watch", "via": "watch",
+                            "watch": {"pairs": [], "bodies_logged": bodies}})
+    rows, t = [], START
+    for k in range(12):
+        if k:
+            t += timedelta(milliseconds=GAPS_MS[k - 1])
+        prompt = "tell me " + "more " * (5 * k + 10)
+        row = {"id": k + 1, "status": "ok", "prompt": prompt if bodies else "",
+               "started_at": t.isoformat(), "endpoint": "/api/chat",
+               "options": {"temperature": 0.5},
+               "stats": {"prompt_eval_count": len(prompt.split()) + TEMPLATE_TOKENS,
+                         "eval_count": 4, "prompt_eval_duration": 2_000_000,
+                         "eval_duration": 9_000_000, "total_duration": 12_000_000},
+               "metrics": {"ttft_ms": 50.0 + k, "e2e_ms": 80.0 + k,
+                           "server_decode_tps": 300.0}}
+        rows.append(row)
+        log.write(RequestRecord.from_json(row))
+    log.write(RequestRecord.from_json({"id": 13, "status": "error", "started_at": t.isoformat(),
+                                       "endpoint": "/api/chat"}))
+    log.close()
+    return rows
+
+
+def test_the_trace_keeps_the_ok_requests_and_their_gaps(tmp_path):
+    watch_log(tmp_path / "w.jsonl")
+    trace = read_trace(str(tmp_path / "w.jsonl"))
+    assert [r.id for r in trace.originals] == list(range(1, 13))
+    assert trace.left_out == 1 and trace.bodies
+    gaps = [round((b - a) * 1000, 3) for a, b in itertools.pairwise(trace.offsets_s)]
+    assert gaps == GAPS_MS  # started_at is µs: the gaps come back exact
+    assert replay_options(trace.originals[0]) == {"temperature": 0.5, "num_predict": 4}
+
+
+def test_a_log_that_is_not_a_watch_log_is_refused(tmp_path):
+    log = SessionLog(tmp_path / "b.jsonl", {"kind": "bench"})
+    log.close()
+    with pytest.raises(ReplayError, match="needs a `llmtop watch` log"):
+        read_trace(str(tmp_path / "b.jsonl"))
+
+
+def openai_options():
+    rec = RequestRecord.from_json({"id": 1, "status": "ok", "endpoint": "/v1/chat/completions",
+                                   "options": {"max_tokens": 64, "temperature": 0.1, "n": 1}})
+    return replay_options(rec)
+
+
+def test_openai_fields_become_ollama_options():
+    assert openai_options() == {"num_predict": 64, "temperature": 0.1}
+
+
+@pytest.fixture(scope="module")
+def slotted():
+    with SlottedUpstream(Service(slots=4, prefill_s=0.002, tokens=6, gap_s=0.003)) as up:
+        yield up
+
+
+def replay(url: str, watch, log, *flags: str) -> int:
+    return main(["load", "--engine", "ollama", "--host", url, "--model", "slotted",
+                 "--replay", str(watch), "--log", str(log), "--json", *flags])
+
+
+def test_open_loop_replay_reproduces_the_gaps_and_pairs_each_request(slotted, tmp_path,
+                                                                       capsys):
+    rows = watch_log(tmp_path / "w.jsonl")
+    rc = replay(slotted.url, tmp_path / "w.jsonl", tmp_path / "r.jsonl", "--speed", "2")
+    report = json.loads(capsys.readouterr().out)
+    assert rc == ExitCode.OK
+    assert [p["original"]["id"] for p in report["pairs"]] == list(range(1, 13))
+    for pair, row in zip(report["pairs"], rows, strict=True):
+        # the same prompt: the server counts the same words + template
+        assert pair["replay"]["prompt_tokens"] == row["stats"]["prompt_eval_count"]
+        assert pair["replay"]["output_tokens"] == 4  # num_predict = the original's 4
+    run = read_log(tmp_path / "r.jsonl")
+    measured = [r for r in run.requests if r.phase == "measure"]
+    assert sorted(r.replay_of for r in measured) == list(range(1, 13))
+    assert all(r.prompt == rows[r.replay_of - 1]["prompt"] for r in measured)
+    assert run.header.load["replay"]["requests"] == 12
+    # at speed 2 the recorded gaps are halved: the timetable is exact to the ns (each send is
+    # held to it); how late each send left is measured (lag_ms, the report's arrival errors),
+    # not asserted: on a busy shared machine a send can leave milliseconds late
+    by_id = {r.replay_of: r for r in measured}
+    scheduled = [by_id[k].scheduled_offset_ns for k in range(1, 13)]
+    halves = [g * 1_000_000 // 2 for g in GAPS_MS]  # ns
+    gaps = [b - a for a, b in itertools.pairwise(scheduled)]
+    assert [abs(g - h) <= 1 for g, h in zip(gaps, halves, strict=True)] == [True] * 11
+    errors = report["arrival_errors_ms"]
+    sent = [by_id[k].sent_offset_ns for k in range(1, 13)]
+    recorded = [sum(GAPS_MS[:k]) / 2 for k in range(12)]
+    pairs = zip(sent, recorded, strict=True)
+    assert errors == [round((s - sent[0]) / 1e6 - r, 4) for s, r in pairs]
+    assert [m["metric"] for m in report["metrics"]] == ["ttft", "decode", "e2e"]
+
+
+def test_back_to_back_without_bodies_sizes_prompts_to_the_counts(slotted, tmp_path, capsys):
+    rows = watch_log(tmp_path / "w.jsonl", bodies=False)
+    rc = replay(slotted.url, tmp_path / "w.jsonl", tmp_path / "r.jsonl", "--back-to-back")
+    report = json.loads(capsys.readouterr().out)
+    assert rc == ExitCode.OK
+    assert report["max_arrival_error_ms"] is None and not report["trace"]["bodies"]
+    for pair, row in zip(report["pairs"], rows, strict=True):
+        # one word a token (the slotted server): a calibrated prompt lands within a word
+        assert abs(pair["replay"]["prompt_tokens"] - row["stats"]["prompt_eval_count"]) <= 1
+    run = read_log(tmp_path / "r.jsonl")
+    measured = sorted((r for r in run.requests if r.phase == "measure"), key=lambda r: r.id)
+    for a, b in itertools.pairwise(measured):  # one at a time: each after the last ended
+        assert b.sent_offset_ns >= a.sent_offset_ns + a.metrics.e2e_ms * 1e6 * 0.99
