@@ -23,8 +23,8 @@ request") here and on the bench screen.
 
 What it costs (bench/tui_cost.py: the real TUI in a pty at 120×40, a fresh TUI per request,
 CPU summed over its threads' scheduler run time; 2 cores, load average < 0.7, 2026-11-30):
-streaming at 50 tok/s (--scripted), 20 s windows, the tree before this round 7.4–7.8 % of a
-core, with frames following the chunks, `SparkBars` and probes every 1 s 6.4–7.0 %, with
+streaming at 50 tok/s (--scripted), 20 s windows, the tree before these changes 7.4–7.8 %
+of a core, with frames following the chunks, `SparkBars` and probes every 1 s 6.4–7.0 %, with
 frames at 2 Hz 5.8–6.0 % (the default bench's 6 s window: 8.0 → 6.8 %); idle 0.6–0.7 % (10 s
 from 5 s after start-up; before, the same). Of the streaming figure ~2.5 % (2–3.1 %) is the
 HTTP client alone (the same request streamed headless), 0.55–0.65 % the probe sampler,
@@ -141,7 +141,7 @@ IDLE_PIDS_REUSE_NS = 30 * 10**9  # idle, the engine's pids are looked up at most
 # (by socket owner: ~20 ms of CPU, every 5 s otherwise — a third of the idle CPU)
 SHUTDOWN_WAIT_S = 5.0
 MAIN_SCREEN_ACTIONS = frozenset({"history", "keep_history", "repeat"})  # see check_action
-# The screen at every size (issue 32): below NARROW_BELOW columns the response and its figures
+# The screen at every size: below NARROW_BELOW columns the response and its figures
 # get the width and the probe panel gives way to a one-line badge (`MachineBadge`; at 80
 # columns the 46-column panel left the answer 32); from WIDE_FROM the panel widens (a quarter
 # of the screen, llmtop.tcss) and, as tall as the screen is, lists more apps and the CPU
@@ -166,7 +166,7 @@ class LlmtopApp(LlmtopBaseApp):
     ]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (SHORT_BELOW, "-tall")]  # noqa: RUF012 — as above
     BINDINGS: ClassVar[list[BindingType]] = [
-        # every screen's key in the footer (issue 32, row 27), short enough for 80 columns;
+        # every screen's key in the footer, short enough for 80 columns;
         # Ctrl+R and Esc are in the prompt's placeholder; README's "Keys" line and the help
         # (F1) name them all
         Binding("ctrl+r", "repeat", "Repeat", priority=True, show=False),
@@ -182,17 +182,17 @@ class LlmtopApp(LlmtopBaseApp):
         Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         # no plain "q": every printable key is the prompt's (TokenPane.TypedAhead), so a
-        # prompt typed after Esc never quits the app (new-user pass N2)
+        # prompt typed after Esc never quits the app
         # quit is not a screen: off the footer, which then holds every screen's key at 80
         # columns (F3 made it overflow); the help, the palette and the README name Ctrl+Q
         Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
-        # Ctrl+C stops a streaming request, as Esc does (new-user pass N28: it only showed
+        # Ctrl+C stops a streaming request, as Esc does (Textual's own Ctrl+C only showed
         # "Do you want to quit? Press ctrl+q", the stream going on); idle, that hint
         Binding("ctrl+c", "interrupt", "Stop", priority=True, show=False),
     ]
 
     def __init__(self, settings: TuiSettings, connection: Connection | None = None) -> None:
-        super().__init__()  # whole-cell scrollbars (LlmtopBaseApp: issue 32, row 4)
+        super().__init__()  # whole-cell scrollbars (LlmtopBaseApp)
         self.settings = settings
         self._injected = connection
         self.conn: Connection | None = None
@@ -383,7 +383,7 @@ class LlmtopApp(LlmtopBaseApp):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Enter in the main prompt sends it; another screen's box is not a prompt (the load
-        screen's "1,2" reached here and was sent: issue 32, finding A)."""
+        screen's "1,2" reached here and was sent as a prompt)."""
         if event.input.id != "prompt" or event.input.screen is not self.default_screen:
             return
         event.input.clear()
@@ -511,7 +511,7 @@ class LlmtopApp(LlmtopBaseApp):
         open — every sample asks the connection (which looks them up at most every 5 s).
         Before the connection is made, llmtop's own child processes: the engine (or relay)
         it is starting, whose start-up turned the first frames NOISY as "python -m llmtop
-        started since the last sample" (new-user pass N20)."""
+        started since the last sample"."""
         conn = self.conn
         if conn is None:
             return descendants([os.getpid()])
@@ -720,7 +720,7 @@ class LlmtopApp(LlmtopBaseApp):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """F2 (the history), Ctrl+K (the conversation) and Ctrl+R (repeat) belong to the main
         screen: not shown, not run elsewhere (Ctrl+K on the load screen turned the
-        conversation on unseen: issue 32, finding A)."""
+        conversation on unseen)."""
         if action in MAIN_SCREEN_ACTIONS:
             return self.screen is self.default_screen
         return True
@@ -749,7 +749,7 @@ class LlmtopApp(LlmtopBaseApp):
         context grows every turn) or end it (back to single prompts)."""
         self.keep_history = not self.keep_history
         self.chat = []
-        # said on the prompt box for as long as it lasts, not only in a toast (new-user D16)
+        # said on the prompt box for as long as it lasts, not only in a toast, which fades
         self.query_one("#prompt").border_title = (
             "conversation: each prompt follows the whole history · Ctrl+K ends it"
             if self.keep_history else None)
@@ -989,7 +989,7 @@ def main(settings: TuiSettings) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     said = session_said(app)
-    if said:  # where the session went, as `run` says it (new-user pass N36)
+    if said:  # where the session went, as `run` says it
         with contextlib.suppress(OSError):  # the terminal may be gone (a hang-up): EIO
             print(said, file=sys.stderr)
     if received:

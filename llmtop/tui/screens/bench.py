@@ -67,7 +67,7 @@ HINT = (
 class LastBench:
     """The session's last bench, kept by the app when its screen closes, so Ctrl+B opens on
     it again (its verdict, series, log and report; the form as it was started) instead of an
-    empty form (new-user pass D15: Esc after a bench lost its result)."""
+    empty form (without it, Esc after a bench lost its result)."""
 
     state: BenchState
     log_path: str
@@ -140,7 +140,7 @@ class BenchScreen(Screen[None]):
         wide = self.size.width >= PANEL_MIN_WIDTH
         self.query_one(ProbePanel).display = wide
         self.query_one("#bench-badge", Static).display = not wide
-        # whole parts of the identity, as the main header (new-user pass D19: "llama.cpp re")
+        # whole parts of the identity, as the main header (not cut mid-word: "llama.cpp re")
         parts = [(0, "llmtop bench"), *identity_parts(self.conn)]
         self.query_one("#bench-title", Static).update(
             Text(fit_parts(parts, self.size.width - 2 - LOG_ROOM - len("bench ")), style="bold"))

@@ -74,7 +74,7 @@ class LoadScreen(Screen[None]):
 
     # every field labelled as on the bench form, on two rows (mode, levels, requests; prompt
     # tokens, max tokens, SLO, Start) so that all fits at 80 columns, the levels and the SLO
-    # taking the width left (issue 32, row 10: unlabelled boxes, a clipped button; finding I:
+    # taking the width left (before: unlabelled boxes, a clipped button,
     # 8-character boxes, the prompt tokens' box cut at 80). Its labels' 1-column padding is
     # in llmtop.tcss: the app's stylesheet outranks a screen's DEFAULT_CSS.
     DEFAULT_CSS = """

@@ -51,7 +51,7 @@ from llmtop.tui.state.plot_axes import (
 MARKS = {"ok": "●", "warmup": "o", "excluded": "x"}  # plotext markers (a name or a character)
 SYMBOLS = {"ok": "●", "warmup": "o", "excluded": "x"}  # how plotext draws MARKS
 # the ok requests' line, under their points: braille dots, finer than any point's glyph
-# (new-user pass N3: drawn in the points' own "•", three requests looked like thirty)
+# (drawn in the points' own "•", three requests looked like thirty)
 LINE_MARK = "braille"
 LEGEND = {"ok": "ok", "warmup": "warm-up", "excluded": "excluded"}
 # excluded red and warm-ups grey, as the HTML report draws them (red crosses): never green
@@ -64,10 +64,9 @@ def plot_title(label: str, kinds: Sequence[str], away: Sequence[str],
     """A per-request plot's title with its legend, e.g. "TTFT ms · ● ok  x excluded · off
     scale: #1 1600": the legend in the title, as plotext's own box covered the first point;
     `away` names the points left off the axis. plotext drops a title wider than its plot
-    (new-user pass D18 at 120 columns, N27 at 80: the TTFT plot lost its name and its
-    off-scale note), so within `width` cells the parts go in this order: the long "off
-    scale" becomes "off: …", the legend goes, the off-scale note goes; the label stays. The
-    x axis says "request #"."""
+    (at 120 columns and at 80, the TTFT plot lost its name and its off-scale note), so
+    within `width` cells the parts go in this order: the long "off scale" becomes "off: …",
+    the legend goes, the off-scale note goes; the label stays. The x axis says "request #"."""
     legend = "  ".join(f"{SYMBOLS[k]} {LEGEND[k]}" for k in kinds)
     note = f"off scale: {', '.join(away)}" if away else ""
     short = f"off: {', '.join(away)}" if away else ""
@@ -129,7 +128,7 @@ class PlotsScreen(Screen[None]):
             self.cold_turns = conversation(log.requests, curve, ctx, "turn-cold")
         self.draw()
         # once laid out, again at the plots' real widths: a title fitted to no width was
-        # dropped whole by plotext at 80x24 (new-user pass N27, seen after the first draw)
+        # dropped whole by plotext at 80x24 (seen after the first draw)
         self.call_after_refresh(self.draw)
 
     def on_resize(self) -> None:

@@ -28,7 +28,7 @@ from llmtop.sessions.reports.run import build
 from llmtop.tui.screens.plots import PlotsScreen
 from llmtop.tui.screens.report import ReportScreen
 
-# the verdict early: at 80 columns the last column was off screen (new-user pass D13); the
+# the verdict early: at 80 columns the last column was off screen; the
 # cells are `llmtop sessions`' own, in this order
 COLUMNS = ("date", "kind", "verdict", "requests", "engine", "model")
 ORDER = (0, 3, 5, 4, 1, 2)  # each column's index in SessionEntry.cells()
@@ -137,7 +137,7 @@ class SessionsScreen(Screen[None]):
             self.notify(str(exc), severity="error")
             return
         # the command that gives the same, with what a refusal asks for ("--vary max_tokens"):
-        # the TUI cannot pass it (new-user pass N22 was shown `llmtop report B`)
+        # the TUI cannot pass it (shown `llmtop report B` alone, a user could not get it)
         vary = sorted(set(re.findall(r"--vary (\w+)", " ".join(comparison.checks.problems))))
         command = " ".join(["llmtop compare", shlex.quote(a.path), shlex.quote(e.path),
                             *(f"--vary {v}" for v in vary)])

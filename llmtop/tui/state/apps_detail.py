@@ -1,6 +1,6 @@
 """The apps screen's content (F3), as plain functions over a probe sample: every app of the
-sample with its CPU, memory and processes, and one app's processes in detail (issue 32, row 5:
-"a selected app shows pids and command lines, respecting the privacy rules"). The program of a
+sample with its CPU, memory and processes, and one app's processes in detail (its pids
+and command lines, within the privacy rules). The program of a
 process is named as the probe names it (`processes.interpreted_program`): a script's or
 module's name, a one-liner's tag, never an argument.
 """
@@ -17,7 +17,7 @@ from llmtop.probes.processes import AppUsage, PidDetail, ProcessSample
 from llmtop.tui.state import fmt
 
 # the figures before the kind, whose words are the longest cells: at 80 columns it is the kind
-# the box cuts, not the RSS (new-user pass N32: "212.4 Mi")
+# the box cuts, not the RSS (an RSS cut to "212.4 Mi" read as another unit)
 APP_COLUMNS = ("app", "CPU% of 1 core", "RSS", "processes", "kind")
 ROLE = {Category.SELF: "llmtop itself", Category.ENGINE: "the measured engine"}
 

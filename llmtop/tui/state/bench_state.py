@@ -228,8 +228,8 @@ def _apply_analysis(rows: list[BenchRow], analysis: Analysis) -> None:
 
 def warm_note(noisy: Sequence[BenchRow]) -> str:
     """" (1 of them a warm-up)" when warm-ups are among `noisy`: the verdict counts the
-    measured requests only (second new-user pass P9: 12 NOISY here and "11 of the 12
-    measured" in the verdict, with nothing said of the one apart)."""
+    measured requests only (12 NOISY here beside "11 of the 12 measured" in the verdict,
+    with nothing said of the one apart, read as a contradiction)."""
     warm = sum(1 for r in noisy if r.phase == WARMUP)
     if not warm:
         return ""

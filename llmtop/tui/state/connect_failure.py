@@ -4,7 +4,7 @@
 one answered and refused — the model is not there, a bad request (a bad --model-path) — the
 message `llmtop.connect` wrote is shown as the CLI shows it ("model 'gemma3:27om' not found
 in the embedded engine (installed: gemma3:270m); did you mean gemma3:270m?"), after a title
-that says the engine was reached (issue 32, row 7).
+that says the engine was reached.
 """
 
 from __future__ import annotations

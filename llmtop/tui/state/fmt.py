@@ -52,8 +52,8 @@ def spark_char(percent: float | None) -> str:
 
 def saved_where(path: str | os.PathLike[str], home: str | None = None) -> str:
     """A saved file as a toast says it: its name on one line, "in <folder>" on the next, the
-    home folder as "~" — a toast ~40 cells wide wrapped the whole path mid-name (new-user pass
-    D28). home: the home folder (default: the user's)."""
+    home folder as "~" — a toast ~40 cells wide wrapped the whole path mid-name.
+    home: the home folder (default: the user's)."""
     p = Path(path)
     folder = str(p.parent)
     root = home if home is not None else str(Path.home())

@@ -120,8 +120,8 @@ def finished_text(analysis: LoadAnalysis, log_path: str) -> Text:
 
 
 def levels_table(levels: Sequence[LevelResult]) -> Table:
-    """The finished levels (`level_cells`): each row on one line at 80 columns (finding I:
-    the report's "19,439.5 / 21,000.2 / 22,000.1" cells wrapped over 3 lines); `llmtop
+    """The finished levels (`level_cells`): each row on one line at 80 columns (the
+    report's "19,439.5 / 21,000.2 / 22,000.1" cells wrapped over 3 lines); `llmtop
     report` has every percentile."""
     table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
     for name in LEVEL_COLUMNS:

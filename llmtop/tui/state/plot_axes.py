@@ -1,4 +1,4 @@
-"""Axes for the plots screen (Ctrl+G) that a person can read (issue 32, row 9:
+"""Axes for the plots screen (Ctrl+G) that a person can read, where plotext's own drew
 "one of its two points sits on the frame corner; fractional request numbers (1.25, 3.2, 5.5);
 a histogram axis from −49.4 ms; y ticks 0.17/0.33 for counts").
 
@@ -57,7 +57,7 @@ def integer_ticks(lo: float, hi: float, most: int = MOST_TICKS) -> list[int]:
 def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
     """Evenly spaced values in [lo, hi] at a step of 1, 2 or 5 × 10^k, at most `most` of them
     and at least 2 where the range allows: the y axis's labels, which plotext spaced unevenly
-    on a short plot (171.9, 152.7, 114.3, 95.1, 56.7 at 80×24; new-user pass D5). [] for an
+    on a short plot (171.9, 152.7, 114.3, 95.1, 56.7 at 80×24). [] for an
     empty range."""
     if not hi > lo:
         return []

@@ -1,4 +1,4 @@
-"""A markdown report laid out for a terminal box (issue 32, row 13).
+"""A markdown report laid out for a terminal box.
 
 The report's tables are written for a page (`llmtop report`,
 `sessions/reports/run_markdown.py`): ten columns squeezed into a 120-column box wrapped each

@@ -65,7 +65,7 @@ class TtftView:
     current: the index in `values` of the request on screen, None when it has no TTFT (yet).
     median_ms, min_ms, max_ms: over the session's ok requests with a TTFT, as the report
     counts them (not a cold start, a prefix-cache hit, a cancelled or failed request:
-    new-user pass N25 saw "median 54.5 ms · 22.3–760.9 · n 11" beside the report's 47.9 ms
+    else the TUI said "median 54.5 ms · 22.3–760.9 · n 11" beside the report's 47.9 ms
     over 8); None when none.
     n: how many requests those statistics cover; others: the bars not in them.
     """
@@ -205,7 +205,7 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
                 cold: bool | None = None, cached: bool = False) -> HistoryRow:
     """The history row of request `number` (see `HistoryRow`). An ok request that paid a
     model load is "cold-start", the report's status for it (it counts in no statistics
-    there), as `run` says it (issue 32, row 3: one vocabulary). `cold`: the session's verdict
+    there), as `run` says it (one vocabulary for both). `cold`: the session's verdict
     on it (`analysis.run.cold_starts` over the session's loads, `SessionState.row`); None: its
     load alone, over analysis.run.COLD_START_MS. `cached`: the session's verdict that its
     prompt came from the engine's prefix cache (`SessionState.cached_flags`). A cancelled
@@ -248,8 +248,8 @@ def _per_token_ns(result: RequestResult | None) -> float | None:
 def _cached_flags(requests: Sequence[LiveRequest]) -> list[bool]:
     """The report's rule (analysis/run.py, `_mark_cached`) over the session's ok requests:
     the server's reuse share, the same prompt's first time, or the median of requests of a
-    similar prompt length (at least 3): the TUI and the report call the same requests cached
-    (new-user pass P2)."""
+    similar prompt length (at least 3): the TUI and the report call the same requests
+    cached."""
     results = [live.result if live.result is not None and live.result.status == Status.OK
                else None for live in requests]
     per_token = [_per_token_ns(r) for r in results]
@@ -345,8 +345,8 @@ class SessionState:
         return self.row(number).status
 
     def cached_flags(self) -> list[bool]:
-        """Per request, whether its prompt came from the engine's prefix cache (new-user pass
-        N40: Ctrl+R of a 280-word prompt read TTFT 54.8 ms against 1296.9, "ok", in the
+        """Per request, whether its prompt came from the engine's prefix cache (unmarked,
+        a Ctrl+R of a 280-word prompt read TTFT 54.8 ms against 1296.9, "ok", in the
         median): the server says it reused over CACHED_REPORTED_SHARE of the prompt, or the
         request repeats an earlier prompt and prefilled a token in under CACHED_FRACTION of
         that request's time (the bench's thresholds, analysis/run.py; the same prompt, so

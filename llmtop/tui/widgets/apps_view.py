@@ -63,7 +63,7 @@ def apps_text(
         mark = BROWSER_MARK if app.is_browser else "  "
         cpu = fmt.pct(app.cpu_percent)
         # an idle app (0.0 %: listed for its memory) is dim, so the busy ones stand out
-        # (new-user pass N31: sleep, kthreadd and binary_backend at 0.0 % filled the list)
+        # (sleep, kthreadd and binary_backend at 0.0 % filled the list)
         idle = app.cpu_percent is not None and app.cpu_percent < IDLE_BELOW_PERCENT
         text.append(f"\n{mark}{app_name(app.app, app.n_procs):<{NAME_WIDTH}}",
                     style="dim" if idle else "")

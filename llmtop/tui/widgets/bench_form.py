@@ -21,7 +21,7 @@ FIELDS: tuple[tuple[str, str, str, int], ...] = (
 )
 # the second row: the answer's length, then what `llmtop bench --cache-pairs N --turns N`
 # runs after the sweep (max tokens moved here: on the first row it was cut at 80 columns,
-# new-user pass D12; each row now fits 80: 65 and 79 cells)
+# each row now fits 80: 65 and 79 cells)
 CONTEXT_FIELDS: tuple[tuple[str, str, str, int], ...] = (
     ("max-tokens", "max tokens", "integer", 8),
     ("cache-pairs", "cache pairs", "integer", 7),

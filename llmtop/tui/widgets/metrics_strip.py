@@ -37,7 +37,7 @@ from llmtop.tui.widgets.token_pane import failure_text
 _HIDE_EMPTY = frozenset({"failure", "noise", "energy"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
-NOISY_PREFIX = "⚠ NOISY while it ran: "  # the request; the badge is the machine now (D17)
+NOISY_PREFIX = "⚠ NOISY while it ran: "  # the request; the badge is the machine now
 
 
 def noise_text(message: str | None) -> Text | str:
@@ -128,7 +128,7 @@ def cut_short_texts(cut: CutShort) -> dict[str, Text | str]:
 def gaps_scale(gaps_ms: Sequence[float]) -> str:
     """The gap bars' scale, drawn after them: "max 4620.0 · p50 33.1 ms" (the tallest bar and
     the median gap, ms; "" with no gap), so one stall that flattens the other bars to ▁ is
-    read as what it is (issue 32, row 16)."""
+    read as what it is."""
     if not gaps_ms:
         return ""
     return f"max {max(gaps_ms):.1f} · p50 {statistics.median(gaps_ms):.1f} ms"

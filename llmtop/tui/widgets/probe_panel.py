@@ -62,7 +62,7 @@ class ProbePanel(ScrollView):
     machine, or says this is not the engine's). A sample from an agent (`RemoteSample`) is
     aged from when it was taken (its stamp, mapped onto our clock), not from when it came.
 
-    The space decides how much is shown (issue 32, "the screen at every size"): the apps
+    The space decides how much is shown (the screen at every size): the apps
     fill the lines the verdict and the machine leave free (TOP_N at least, MAX_APPS at most),
     and a panel at least HISTORY_MIN_HEIGHT lines tall adds the machine's CPU history, one
     cell per sample (`fmt.spark_char`, 0–100 %), the newest on the right.
@@ -143,7 +143,7 @@ class ProbePanel(ScrollView):
     def _fitted_verdict(sample: ProbeSample, width: int, height: int) -> Text:
         """The verdict in what the machine section leaves of `height` lines, keeping room
         for the apps (APPS_FIXED_LINES + TOP_N): whole when it fits, else without the
-        remedies, else its first finding only (new-user pass N7: 13 lines of NOISY findings
+        remedies, else its first finding only (13 lines of NOISY findings
         pushed the apps to the panel's last line, at the moment one wants to see them)."""
         full = verdict_text(sample.verdict)
         if width <= 0 or height <= 0:

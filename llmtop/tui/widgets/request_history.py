@@ -168,7 +168,7 @@ class RequestHistory(Vertical):
         self._version = session.version
         table = self.table
         # on the newest row (or none yet): follow the new ones, as a log viewer does; a row
-        # the user moved to stays (new-user pass N18: #9 and #10 were below the box)
+        # the user moved to stays (else #9 and #10 were added below the box, unseen)
         following = table.cursor_row >= len(self.rows) - 1
         added = False
         for number in range(1, len(session.requests) + 1):
@@ -218,7 +218,7 @@ class RequestHistory(Vertical):
         if self.rows:
             # DataTable caches a rendered cell by its content's version, not its width: the
             # cells drawn before the column widened stayed cut at the old width after a
-            # resize back (new-user pass N6: "Explai" with 38 empty columns beside it). One
+            # resize back ("Explai" with 38 empty columns beside it). One
             # more update once the widths are in place draws them at the new width.
             self.call_after_refresh(self._redraw_prompts)
 
@@ -236,8 +236,8 @@ class RequestHistory(Vertical):
         return self.rows[index] if 0 <= index < len(self.rows) else None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        """The cursor moved: a comparison of another row no longer applies (new-user pass
-        D14: "#1 is the first request…" stayed under the table)."""
+        """The cursor moved: a comparison of another row no longer applies (else
+        "#1 is the first request…" stayed under the table)."""
         self.query_one("#history-compare", Static).display = False
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

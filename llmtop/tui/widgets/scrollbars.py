@@ -6,7 +6,7 @@ Those are the glyphs of llmtop's sparklines (`SparkBars`) and CPU bars (`fmt.bar
 thumb's body is a coloured blank that a dim theme, a 256-colour tmux or a plain-text capture
 (`tmux capture-pane -p`) barely shows: what a user sees is a stray pair of bars inside the
 help box, the history table, the report box and, after a resize, the response pane — the
-"ghost glyphs" of issue 32 (row 4). The thumb here is whole cells of the
+"ghost glyphs" a user reported. The thumb here is whole cells of the
 scrollbar colour, on a track of the scrollbar background, one cell wide (llmtop.tcss).
 """
 
@@ -44,7 +44,7 @@ class LlmtopBaseApp(App[int]):
     """What every llmtop Textual app shares (the main app, `llmtop watch`'s): its scrollbars
     one cell wide in whole cells (SCROLLBARS_TCSS first in its stylesheets, then the
     subclass's CSS_PATH; `use_whole_cell_scrollbars`). Before the watch app shared it, its
-    probe panel showed the "▃▃" thumb ends of issue 32's row 4 that the main app had lost."""
+    probe panel showed the "▃▃" thumb ends that the main app had lost."""
 
     def __init__(self) -> None:
         own = self.CSS_PATH if isinstance(self.CSS_PATH, list) else [self.CSS_PATH]

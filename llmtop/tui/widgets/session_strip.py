@@ -45,7 +45,7 @@ def summary_text(view: TtftView) -> Text:
         if view.values:
             return Text(f"no ok request yet ({len(view.values)} not counted)", style="dim")
         return Text("no request yet", style="dim")
-    others = f" (+{view.others})" if view.others else ""  # short: it fits at 120 (pass P11)
+    others = f" (+{view.others})" if view.others else ""  # short: it fits at 120
     text = Text.assemble(
         "median ",
         (fmt.ms(view.median_ms), "bold"),

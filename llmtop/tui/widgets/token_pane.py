@@ -77,7 +77,7 @@ def forward_typing(widget: Widget, event: events.Key) -> None:
     there): a printable key (not "/", the app's "back to the prompt"), Enter ("\r") and
     Backspace ("\b"). For the main screen's focusable panes (the response, the machine
     panel): keys arrive in bursts (a paste, tmux, a fast typist), and an Enter read before
-    the prompt had the focus was lost (second new-user pass, P1: "idle esc fast" + Enter
+    the prompt had the focus was lost ("idle esc fast" + Enter
     typed the text and sent nothing; after Tab, letters vanished in the machine panel)."""
     if not hasattr(widget.app, "on_token_pane_typed_ahead"):
         return  # an app with no prompt box (`llmtop watch`): its keys are its own
@@ -96,7 +96,7 @@ class TokenPane(ScrollView, can_focus=True):
     """Follows the text while the view is at the bottom; keeps the position otherwise.
 
     Focused (Esc when idle, to scroll the answer), a printable key is not lost: it posts
-    `TypedAhead` and the app types it into the prompt box (new-user pass N2: after Esc the
+    `TypedAhead` and the app types it into the prompt box (without it, after Esc the
     letters of the next prompt vanished, "?" opened the help and "q" quit the app). "/" is
     the app's "back to the prompt" key and stays one.
     """
