@@ -116,7 +116,7 @@ async def _reach_openai(
     except EngineError as exc:
         if exc.failure.kind != FailureKind.UNREACHABLE:
             if engine == "openai" and await ollama_version(resolve_host(host), 2.0):
-                # the wrong kind of engine, not a request that failed (new-user pass N30:
+                # the wrong kind of engine, not a request that failed (else
                 # exit 5 "the request started but did not complete", though none started)
                 raise EngineError(Failure(
                     FailureKind.BAD_REQUEST,
@@ -148,7 +148,7 @@ async def _reach(
         # An address the user gave is never silently replaced by the embedded engine.
         missing = EmbeddedProcess.missing(model_path)
         # "pass --engine embedded" with the address still given looked there again and failed
-        # (new-user pass N19): without the address llmtop starts its own
+        # without the address llmtop starts its own
         drop = "drop --host" if given == "--host" else f"unset {given}"
         instead = (f"to measure llmtop's embedded engine instead, {drop} (llmtop then starts "
                    "it)" if missing is None else
@@ -210,8 +210,8 @@ def _look_s(engine: str, host: str | None) -> float:
 
 def _unresolvable(url: str) -> str | None:
     """Why `url`'s host name does not resolve ("the name nosuchhost.invalid does not resolve
-    (DNS: …)"), or None when it does or is an address (new-user pass N19: a typo'd name read
-    as "no engine answers")."""
+    (DNS: …)"), or None when it does or is an address (a typo'd name otherwise
+    read as "no engine answers")."""
     import socket
     from urllib.parse import urlsplit
 
@@ -332,7 +332,7 @@ def _pid_finder(conn: Connection, pinned: Collection[int]) -> Callable[[], set[i
     def started_pids() -> set[int]:
         """The children llmtop started and their descendants: the embedded engine's
         self-test trials are its children, and were counted as another engine, busy, in
-        the preflight of the bench that started it (new-user pass N12)."""
+        the preflight of the bench that started it."""
         started = children_pids()
         return started | descendants(started)
 

@@ -208,7 +208,7 @@ def with_repeatability(text: str, fmt: str, spreads: list[SizeSpread], logs: lis
 
 
 # Below this many output tokens a request's decode rate rests on too few gaps for the drift
-# rule's ±5 % (new-user pass N44: --max-tokens 10, 9 gaps, "decode is a trend (+11 %)")
+# rule's ±5 % (--max-tokens 10: 9 gaps, and "decode is a trend (+11 %)" of noise)
 SHORT_DECODE_TOKENS = 32
 
 

@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"llmtop compare: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     for path in args.logs[1:]:
-        if _same_file(args.logs[0], path):  # new-user pass N43: said nowhere
+        if _same_file(args.logs[0], path):  # else zero differences, their cause unsaid
             print(f"llmtop compare: {args.logs[0]} and {path} are the same log: every "
                   "difference below is zero by construction", file=sys.stderr)
     for path, log in zip(args.logs, logs, strict=True):
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
         pair = (sets[0], found)
         if len(found) > 1 and _set_key(args.logs[0], logs[0]) == _set_key(path, log):
             # two runs of one `--runs` set: its baselines against themselves would say "no
-            # difference" whatever the runs measured (second new-user pass, P14)
+            # difference" whatever the runs measured
             print(f"llmtop compare: {args.logs[0]} and {path} are runs of one set: comparing "
                   "the two runs themselves", file=sys.stderr)
             pair = ([logs[0]], [log])

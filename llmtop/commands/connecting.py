@@ -16,8 +16,8 @@ async def connect_from_flags(args: argparse.Namespace, via: str | None = None) -
     """`connect()` with the parsed engine flags (`via` overrides `--via`). On EngineError it
     prints "llmtop: <failure>" to stderr and returns the failure's exit code instead; with
     `--json` it also prints one JSON object on stdout, `{"status": "error", "error": {"kind",
-    "message", "remedy"}, "exit_code"}`, so a script reading stdout gets an answer (issue 32,
-    finding L: `run --json` to an unreachable host printed nothing there)."""
+    "message", "remedy"}, "exit_code"}`, so a script reading stdout gets an answer (without
+    it, `run --json` to an unreachable host printed nothing there)."""
     try:
         return await connect(
             args.engine,

@@ -173,7 +173,7 @@ def format_finding(f: Finding) -> list[str]:
 
 
 def _band_words(band: tuple[float, float] | None) -> str:
-    """"; 8–38 % sample to sample" (the spread the median hides, issue 32 finding J), or
+    """"; 8–38 % sample to sample" (the spread the median hides), or
     "; 4 % in every sample" when the two ends round alike; "" when unknown."""
     if band is None:
         return ""
@@ -236,7 +236,7 @@ PIDS_SHOWN = 3  # an app of at most this many processes is listed with its pids
 def _label(app: Any) -> str:
     """An app as the busiest-apps line names it: llmtop's and the engine's said as such, and
     the pids of an app of a few processes ("python3 -c …#4eda (pid 4242)"), so that the one to
-    stop can be found (issue 32, finding 8)."""
+    stop can be found."""
     if app.category is Category.SELF:
         return f"{app.app} (this check)"
     if app.category is Category.ENGINE:

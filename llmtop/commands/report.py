@@ -30,8 +30,8 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     judgement = analysis.judgement
     noisy, samples = noisy_samples(log.probes)
     trust = peers.Trust(str(judgement.word), judgement.reasons, noisy, samples)
-    # the requests the report counts: not a cold start, a cache hit, an excluded one (second
-    # new-user pass P3: --as counted "cached" requests the report leaves out)
+    # the requests the report counts: not a cold start, a cache hit, an excluded one (else
+    # --as counted "cached" requests the report leaves out)
     counted = {r.record.id for s in analysis.sizes for r in s.ok}
     records = [r for r in log.requests if r.id in counted]
     return render_as(records, args.as_tool, str(args.log_file), trust)
@@ -60,6 +60,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"llmtop report: {args.log_file}: … {len(log.warnings) - SHOWN_WARNINGS} more bad "
               f"lines skipped ({len(log.warnings)} in all)", file=sys.stderr)
     # one way out for every command's report (output.emit): with --out it says "written to",
-    # as compare and bench do (new-user pass D29: report said nothing)
+    # as compare and bench do (else report said nothing)
     return ExitCode.OK if emit(text, args.out, "llmtop report") else ExitCode.USAGE
 

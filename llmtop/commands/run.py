@@ -307,7 +307,7 @@ async def _run(args: argparse.Namespace) -> int:
             try:
                 result, _ = await recorder.measure(args.prompt, show,
                                                    on_end=lambda r, _rec: ended.append(r))
-            except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such (pass N29)
+            except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such
                 if ended and not args.json:
                     print("\n\n" + cancelled_line(ended[0]), file=sys.stderr)
                 raise

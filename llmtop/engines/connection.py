@@ -114,7 +114,7 @@ def describe_config(cfg: Any) -> str | None:
     elif str(cfg.get("source", "")).startswith("forced"):
         words = f"{words} (forced)"
     threads = cfg.get("threads")
-    if isinstance(threads, int):  # the default thread count (issue 32, row 8)
+    if isinstance(threads, int):  # the default thread count
         words += f" · {threads} thread{'s' if threads != 1 else ''}"
     return words
 

@@ -146,8 +146,8 @@ LIBRARY_MISSING = ("Shared Library Not Found", "cannot open shared object", "can
 def init_failure(error: str) -> str:
     """nvmlInit's error in words: "no NVIDIA driver (NVML's library is not on this machine)"
     when the library is missing (NVML_ERROR_LIBRARY_NOT_FOUND, or the loader's "cannot open"):
-    a normal state on a machine without an NVIDIA GPU, not an error to show raw (issue 32,
-    finding O); else "NVML unavailable: " + the error (a driver not loaded, no permission)."""
+    a normal state on a machine without an NVIDIA GPU, not an error to show raw; else
+    "NVML unavailable: " + the error (a driver not loaded, no permission)."""
     if any(mark in error for mark in LIBRARY_MISSING):
         return f"{NO_DRIVER} (NVML's library is not on this machine)"
     return f"NVML unavailable: {error}"

@@ -27,12 +27,12 @@ kernel documents it:
 A runtime-suspended device (`device/power/runtime_status` is "suspended") is not woken: the
 amdgpu power-management attributes (busy %, clocks, hwmon) and i915's hwmon energy take a
 runtime-PM reference to answer, which resumes the GPU, so a monitor reading them once a second
-keeps an idle GPU awake (nvtop's issue 230 doubled a laptop GPU's idle power that way). Then
-only the VRAM figures (read from the memory manager, no wake) are read and the rest is
-"asleep". Every file is opened without blocking and refused unless regular
-(`files.open_regular`: a FIFO in sysfs would hang the open), read bounded to one page; a
-figure that cannot be read or is out of its physical range is None with the reason in
-`notes`, never 0.
+keeps an idle GPU awake (nvtop doubled a laptop GPU's idle power that way:
+github.com/Syllo/nvtop/issues/230). Then only the VRAM figures (read from the memory
+manager, no wake) are read and the rest is "asleep". Every file is opened without blocking
+and refused unless regular (`files.open_regular`: a FIFO in sysfs would hang the open),
+read bounded to one page; a figure that cannot be read or is out of its physical range is
+None with the reason in `notes`, never 0.
 """
 
 from __future__ import annotations

@@ -221,7 +221,7 @@ MULTIPROCESSING_CODE = ("from multiprocessing.", "import multiprocessing")
 def code_tag(code: str) -> str:
     """"…#3f2a": a one-liner's code never shown (it may hold a secret), only the first 4 hex
     digits of its SHA-256, so that two different one-liners are two apps, not "python3 -c …
-    (2 processes)" (issue 32, finding 8), and the same one twice is one."""
+    (2 processes)", and the same one twice is one."""
     return "…#" + hashlib.sha256(code.encode("utf-8", "replace")).hexdigest()[:4]
 
 
@@ -326,7 +326,7 @@ def group(
         elif reading.pid in launcher_pids and ident.category is Category.BUILD:
             key = (f"{reading.name or ident.app} (started llmtop)", Category.OTHER)
         elif ident.app == SELF_APP:  # another llmtop's process, not this one's: said so
-            # (second new-user pass P8: a neighbour's llmtop at 60 % read "llmtop 60 %")
+            # (a neighbour's llmtop at 60 % read as this one: "llmtop 60 %")
             key = (OTHER_SELF_APP, ident.category)
         groups.setdefault(key, []).append(reading)
     apps = []

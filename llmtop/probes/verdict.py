@@ -181,7 +181,7 @@ def background_cpu_percent(system: SystemSample, processes: ProcessSample) -> fl
 # The share of the background CPU that no process accounts for, above which the finding says
 # so (and its size): processes that lived between two samples, other users' processes on a
 # system that hides them, a container's neighbours. Below it, the two readings' different
-# windows explain the gap (newcomer row 8: 44 % said, the listed apps added up to 6 % of a core).
+# windows explain the gap (44 % said while the listed apps added up to 6 % of a core).
 UNATTRIBUTED_SHARE = 1 / 3
 UNATTRIBUTED_MIN_PERCENT = 10.0  # % of the machine
 
@@ -208,7 +208,7 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     if processes.engine_identified and processes.engine_cpu_percent is None:
         # the engine's processes were found but none has a CPU figure yet (just started:
         # a process's CPU is known from its second reading): the "other programs" figure
-        # would hold the engine's own start-up (second new-user pass, N20: 91 % said
+        # would hold the engine's own start-up (91 % said
         # "other programs" while the engine llmtop had just started used 80 % of it)
         return [Finding("background-cpu-unknown", Level.INFO, None, None, "",
                         "the engine's CPU is not known yet (its processes just started), so "
@@ -219,7 +219,7 @@ def _background_cpu(system: SystemSample, processes: ProcessSample, t: Threshold
     note = f" (this includes {maybe}, which may be the measured engine)" if maybe else ""
     hidden = unattributed_cpu_percent(system, processes) or 0.0
     # a process seen for the first time has no CPU reading yet (psutil needs two): its CPU
-    # is in `hidden` for one sample. Named as such, not as unreadable (new-user pass D2: a
+    # is in `hidden` for one sample. Named as such, not as unreadable (else a
     # burner just started was "in no process llmtop could read" while the panel named it)
     new = [a.app for a in processes.apps
            if a.cpu_percent is None and a.category not in (Category.SELF, Category.ENGINE)]
@@ -254,8 +254,8 @@ NAMED_MIN_PERCENT = 5.0  # % of one core: an app below it is not worth closing
 def _close_remedy(processes: ProcessSample) -> str:
     """What to close, by name: "close the busiest applications before measuring (hog 200 %,
     slack 12 % of one core)" — the finding travels to outputs that list no apps (`run`'s
-    text and JSON, reports), so "the applications listed below" named nothing there (issue
-    32, finding K). When no readable app is busy: find what is (another user's processes)."""
+    text and JSON, reports), so "the applications listed below" named nothing there.
+    When no readable app is busy: find what is (another user's processes)."""
     busy = [a for a in processes.apps
             if a.category not in _JUDGED_OUT and a.cpu_percent is not None
             and a.cpu_percent >= NAMED_MIN_PERCENT
@@ -269,7 +269,7 @@ def _close_remedy(processes: ProcessSample) -> str:
 
 # On this many logical CPUs or fewer, one busy program takes a core llama.cpp's threads all
 # wait on: with as many threads as cores, every decode step waits for the thread that lost
-# its core (newcomer test, 2 cores: 11 tok/s fell to 0.2 chunk/s under one busy process).
+# its core (measured on 2 cores: 11 tok/s fell to 0.2 chunk/s under one busy process).
 FEW_CORES = 4
 
 
@@ -280,8 +280,8 @@ def _few_cores_remedy(cpus: float, engine_threads: int | None = None,
                       thread_setting: str | None = None) -> str:
     """The remedy's tail on a small machine: give the engine one thread fewer than the cores
     ("" above FEW_CORES logical CPUs, when the count is unknown, or when the engine already
-    runs fewer threads than the cores: new-user pass N7 was told `--num-thread 1` while the
-    header said "1 thread"), said as `thread_setting` says it (default THREAD_FLAG)."""
+    runs fewer threads than the cores: telling an engine on 1 thread `--num-thread 1` is
+    no remedy), said as `thread_setting` says it (default THREAD_FLAG)."""
     n = int(cpus)
     if not 2 <= n <= FEW_CORES:
         return ""

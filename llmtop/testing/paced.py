@@ -1,5 +1,5 @@
 """An in-process engine with exact, scripted timings that change from request to request, for
-tests and benchmarks of the bench's slow-episode finder and re-measuring (issue 25).
+tests and benchmarks of the bench's slow-episode finder and re-measuring.
 
 Not a server: it has the `Engine` protocol's streaming surface and answers every prompt
 with a generated reply whose timeline is known exactly. Its stamps are virtual: each request

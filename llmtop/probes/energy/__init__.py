@@ -1,4 +1,4 @@
-"""Energy per request and per token, from the sources a local machine has (issue 26).
+"""Energy per request and per token, from the sources a local machine has.
 
 Sources, each read without privileges where the platform allows: Linux RAPL through powercap
 (`rapl`), NVML's energy counter or integrated board power (`nvml`), battery discharge

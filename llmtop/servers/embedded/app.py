@@ -9,9 +9,9 @@ Timing semantics (all ns, measured with perf_counter_ns on the server):
 * total_duration: handler entry → the done line.
 * load_duration: request parsing + loading the model when it was not loaded, and the checks
   before the slot (rendering, tokenizing) when the request had to wait for the vocabulary's
-  load (a request sent as the engine starts: 0.6 s that `run` showed as server overhead,
-  issue 32 finding P). Waiting for the single generation slot is not in it (as with Ollama's
-  parallel-slot wait): it shows only in total_duration.
+  load (a request sent as the engine starts: 0.6 s that `run` showed as server overhead).
+  Waiting for the single generation slot is not in it (as with Ollama's parallel-slot wait):
+  it shows only in total_duration.
 * prompt_eval_* / eval_*: llama.cpp's perf counters (see llama_backend.py).
 """
 
