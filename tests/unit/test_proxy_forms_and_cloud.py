@@ -73,6 +73,18 @@ def test_a_socks_proxy_for_a_remote_engine_is_one_clear_line(tmp_path) -> None:
                            "proxy needs the socksio package")
 
 
+def test_a_socks4_proxy_for_a_remote_engine_is_one_clear_line(tmp_path) -> None:
+    # httpx speaks SOCKS5 only: socks4 would be a ValueError deep inside the client
+    p = llmtop("--host", "http://192.0.2.1:11434", "run", "--engine", "ollama", "--prompt",
+               "hi", "--log", str(tmp_path / "s.jsonl"),
+               env=clean_env(ALL_PROXY="socks4://127.0.0.1:9"))
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("llmtop: ALL_PROXY='socks4://127.0.0.1:9' cannot be used: httpx "
+                           "speaks SOCKS5 only, not 'socks4'")
+
+
 def test_a_cloud_model_is_said_to_run_on_ollama_com(engine, tmp_path) -> None:
     log = tmp_path / "cloud.jsonl"
     p = llmtop("--host", engine.url, "run", "--model", CLOUD, "--prompt", "hi", "--log",
