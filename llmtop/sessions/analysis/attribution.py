@@ -224,7 +224,7 @@ class NoisyBusiest:
 
 def noisy_busiest(probes: Iterable[ProbeRecord]) -> NoisyBusiest | None:
     """Who was busy while the probes said NOISY, for a report whose slow-vs-fast contrast
-    names no one (new-user pass D1: a burner running through a whole run slows every request
+    names no one (a burner running through a whole run slows every request
     alike, so nothing "differs between slow and fast requests", and the text report named no
     program while the TUI and the HTML plot did). The app with the highest median CPU over
     the NOISY samples (an app absent from a sample counts 0 there); llmtop and the engine
@@ -239,7 +239,7 @@ def noisy_busiest(probes: Iterable[ProbeRecord]) -> NoisyBusiest | None:
     if not medians:
         return None
     top = max(sorted(medians), key=lambda n: medians[n])
-    # under 1 % of a core it read "kernel threads (median 0 % …)": no one to name (pass N5)
+    # under 1 % of a core it read "kernel threads (median 0 % …)": no one to name
     return NoisyBusiest(top, medians[top], len(noisy)) if medians[top] >= 1.0 else None
 
 

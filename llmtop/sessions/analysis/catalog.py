@@ -65,7 +65,7 @@ class SessionEntry:
         if self.noisy:
             unjudged = "— NOISY during the request"
         elif self.requests and not self.probe_samples[1]:
-            unjudged = "— (no probe sample)"  # not "quiet": nothing looked (pass N24)
+            unjudged = "— (no probe sample)"  # not "quiet": nothing looked
         else:
             unjudged = "—"
         verdict = (self.verdict or unjudged if self.problem is None
@@ -110,8 +110,8 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:
         words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
-    # the cache pairs' and the conversation's requests, which are in no size (new-user pass
-    # N42: "35: 20 ok, 2 warm-up, 1 model load" counted 23)
+    # the cache pairs' and the conversation's requests, which are in no size (else
+    # "35: 20 ok, 2 warm-up, 1 model load" counted 23)
     words.update(CONTEXT_WORDS[r.phase] for r in log.requests if r.phase in CONTEXT_WORDS)
     single = len(log.requests) <= 1
     samples = noisy_samples(log.probes)
@@ -136,8 +136,8 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
     if noisy := noisy_levels(sweep.levels):
         word += ": " + ", ".join(lv.label for lv in noisy) + " NOISY"
     ok = sum(lv.ok for lv in sweep.levels)
-    # a sweep's samples are tagged with the level running, not one request (second pass,
-    # P5: "contaminated: 1 user NOISY" beside probe_samples [0, 0])
+    # a sweep's samples are tagged with the level running, not one request (else
+    # "contaminated: 1 user NOISY" beside probe_samples [0, 0])
     in_levels = [p for p in log.probes if p.level is not None or p.request_ids]
     samples = (sum(1 for p in in_levels if p.noisy), len(in_levels))
     return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,

@@ -91,7 +91,7 @@ def _environment_warnings(a: RunLog, b: RunLog, vary: set[str], out: list[str]) 
 
 # A side whose measured requests met a NOISY machine in at least this share of their probe
 # samples cannot carry a claim: a tenth of the measured time is enough to move the spread,
-# and so the interval, of a 25-request run (newcomer test: two runs NOISY in 100 % of their
+# and so the interval, of a 25-request run (two runs NOISY in 100 % of their
 # samples were headlined "B is 2.26x faster").
 NOISY_SHARE = 0.10
 

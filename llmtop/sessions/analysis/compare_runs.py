@@ -1,4 +1,4 @@
-"""`compare` over the runs of `bench --runs K` (issue 25, item 4): when a side is a set of
+"""`compare` over the runs of `bench --runs K`: when a side is a set of
 independent runs, the claim rests on the spread of their baselines, not on one run's
 requests. Pure, apart from `run_set`, which reads a set's logs.
 

@@ -298,7 +298,7 @@ def cache_saving(turns: Sequence[Turn], cold: Sequence[Turn]) -> dict[int, float
     the conversation's, for turns measured both ways (both sent the same history and message;
     docs/guide/context.md). Negative when the cached turn was slower (noise, or no cache).
     The first turn has no history for a cache to hold: it is left out (its difference is
-    the two runs' noise; second new-user pass P13 read "saved by the cache 41.4 ms")."""
+    the two runs' noise, once read as "saved by the cache 41.4 ms")."""
     cold_ttft = {t.turn: t.record.metrics.ttft_ms for t in cold}
     first = min((t.turn for t in turns), default=None)
     out: dict[int, float] = {}

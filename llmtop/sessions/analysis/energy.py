@@ -1,4 +1,4 @@
-"""A run's energy figures from its log's "energy" records (issue 26), for the reports and
+"""A run's energy figures from its log's "energy" records, for the reports and
 compare.
 
 Per source (the CPU packages summed as "rapl:cpu", a GPU, a battery): the medians over the

@@ -1,4 +1,4 @@
-"""Does B use less energy per output token than A? (issue 26; compare_stats.py's machinery.)
+"""Does B use less energy per output token than A? (compare_stats.py's machinery.)
 
 Per energy source both runs read (the CPU packages summed as "rapl:cpu", a GPU, …): the
 per-request J per output token (decode J / output tokens, analysis/energy.py) of the

@@ -1,4 +1,4 @@
-"""What each slow episode cost and who caused it (issue 25, item 3): "Chromium was busy
+"""What each slow episode cost and who caused it: "Chromium was busy
 during requests 7–12; decode ran 31 % slower then". Pure: an analysed size and its log's
 probe samples in, one `EpisodeCause` per episode out.
 

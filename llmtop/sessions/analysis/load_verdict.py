@@ -1,5 +1,5 @@
 """A load sweep's verdict: one word for the load screen, `llmtop load`'s report and exit code,
-`llmtop report` and the sessions list (issue 32, D6: a sweep whose levels ran NOISY claimed
+`llmtop report` and the sessions list (a sweep whose levels ran NOISY claimed
 its knee as if it were clean). Pure.
 
 The words are the bench's (verdict.Word), with the sweep's own rules:

@@ -172,7 +172,7 @@ SAME_SIZE = 0.10  # token counts within 10 % of a size's smallest are that one s
 def prompt_sizes(tokens: Sequence[float]) -> int:
     """How many prompt sizes the token counts cover: a calibrated size comes back from the
     server as a few nearby counts (100 → 100…106 tokens), which are one size, not seven
-    (new-user pass N39: sizes 100 and 400 read as 14 "distinct" counts, and a quadratic was
+    (sizes 100 and 400 read as 14 "distinct" counts, and a quadratic was
     fitted to what were two points). A count more than SAME_SIZE above the current size's
     smallest starts a new size."""
     sizes = 0

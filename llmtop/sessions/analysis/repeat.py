@@ -1,4 +1,4 @@
-"""Repeatability across independent bench runs (`llmtop bench --runs K`, issue 25 item 4).
+"""Repeatability across independent bench runs (`llmtop bench --runs K`).
 Pure: the runs' analyses in, per prompt size and metric the spread of their baseline
 medians, a confidence interval and the runs that disagree, out.
 

@@ -65,7 +65,7 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
 # stead; overhead is TTFT − (load + prefill), a small difference of two measurements whose
 # few-ms wobble is a large percentage.
 DERIVED_METRICS = frozenset({"tpot_ms", "overhead_ms"})
-# The series searched for slow episodes (issue 25: TTFT, prefill, decode rate, E2E); the
+# The series searched for slow episodes (TTFT, prefill, decode rate, E2E); the
 # client's decode rate stands in for the server's when the server reports none (an
 # OpenAI-compatible server without timings).
 EPISODE_METRICS = ("ttft_ms", "prompt_eval_ms", "server_decode_tps", "e2e_ms")
@@ -213,7 +213,7 @@ class SizeAnalysis:
     episodes: Episodes = field(default_factory=lambda: Episodes({}))
     base_series: dict[str, list[float | None]] = field(default_factory=dict)
     # an interactive session's requests with different prompts: no episode, trend or drift
-    # is judged (why, when so; second new-user pass P10)
+    # is judged (why, when so)
     unjudged: str | None = None
 
     @property
@@ -412,7 +412,7 @@ def _analyze_size(
     counts = [c for r in ok if r.record.stats and (c := r.record.stats.prompt_eval_count)]
     if target is None and counts and max(counts) > SIMILAR_COUNT * min(counts):
         # prompts of unlike lengths: a change point or a trend would be the prompts'
-        # differences, read as the machine's (second new-user pass P10: "faster than the
+        # differences, read as the machine's ("faster than the
         # baseline during requests 1–3" that were 7-token prompts among 500-word ones,
         # listed among "slow episodes")
         prompts = len({r.record.prompt for r in ok})
@@ -476,7 +476,7 @@ def others_median(loads: Sequence[float]) -> list[float | None]:
     """For each value, the median of the others (None when it is alone): the warm level a
     request's load is judged against, leaving the request itself out — with the median of
     all, the first of two requests (load 826.8 ms, then 0.3) was its own reference and passed
-    as warm (issue 32, new-user pass D3). O(n log n): one sort, then index arithmetic."""
+    as warm. O(n log n): one sort, then index arithmetic."""
     ordered = sorted(loads)
     n = len(ordered)
     out: list[float | None] = []
@@ -519,7 +519,7 @@ def _mark_cached(requests: list[RequestVerdict]) -> None:
     prompt length took (counts
     within SIMILAR_COUNT of its own; at least 3 of them, itself included). Per-token times
     are compared only between like prompts: a short prompt's are mostly fixed cost, and an
-    interactive session mixes lengths (new-user pass P2: a cold 400-word prompt, 2.05
+    interactive session mixes lengths (a cold 400-word prompt, 2.05
     ms/token against the session's median 10.4 over 7-token prompts, was called cached and
     dropped from the statistics while the TUI said ok). A calibrated bench size is one
     length, so (b) is the run's rule as before; (a) is the TUI's (`SessionState`)."""

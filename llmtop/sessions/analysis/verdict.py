@@ -15,7 +15,7 @@ The words (docs/guide/bench.md, "The verdict"):
   3. more than NOISY_SHARE (a tenth) of the measured requests outside the episodes ran while
      the probes called the machine NOISY (a NOISY probe sample overlapped the request, as the
      TUI's "!" marks): a baseline measured on a machine its own probes call noisy is not a
-     baseline, whatever its series look like (issue 25: a run said CLEAN while 717 of 717
+     baseline, whatever its series look like (a run said CLEAN while 717 of 717
      samples said NOISY). Counted by request, not by sample: a short run's one NOISY sample,
      the only sample taken, is one request of many, not "100 % of the samples". The
      requests inside an episode are left out of the count as they are out of the figures: a
@@ -50,7 +50,7 @@ from llmtop.sessions.analysis.episodes import Episode
 
 # More than a tenth of the measured requests ran during a NOISY sample: contaminated. The same
 # share as compare's distrust (compare_checks.NOISY_SHARE): a run the bench called CLEAN with
-# 5 of 14 requests NOISY was NOT ATTRIBUTABLE in compare (new-user pass N13); one run, one
+# 5 of 14 requests NOISY was NOT ATTRIBUTABLE in compare; one run, one
 # trust. A tenth of a 25-request run is enough to move its spread.
 NOISY_SHARE = 0.10
 # More than half: the bench stops re-measuring (more requests would meet the same noise).

@@ -79,7 +79,7 @@ def _median(values: list[float]) -> float | None:
 def group(records: list[RequestRecord], caller: str, model: str) -> WatchGroup:
     """The figures of one group's records (module docstring). A request that paid a model
     load (`run.cold_starts` over the group's loads, as everywhere) is counted "cold-start"
-    and left out of the figures (second new-user pass P12: a 457 ms load in one of two
+    and left out of the figures (a 457 ms load in one of two
     requests made the TTFT p50 268.4 ms, no mark)."""
     answered = [r for r in records if r.status == Status.OK]
     loads = [(r.stats.load_duration or 0) / 1e6 if r.stats else 0.0 for r in answered]

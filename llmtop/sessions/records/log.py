@@ -181,7 +181,7 @@ def _foreign(path: Path) -> str | None:
             if fh.read(len(LOG_START)) == LOG_START:
                 # another session's log: its readers (report, compare, sessions) read the
                 # first session of a file only, so a second one would be in no report
-                # (new-user pass N26: `run --log <a finished bench log>` appended to it)
+                # (`run --log <a finished bench log>` once appended to it)
                 return (f"{path} already holds a session log: a second session in it would "
                         "be read by no report; choose a new file for --log (or remove that "
                         "one)")

@@ -54,7 +54,7 @@ def _quadratic(curve: Curve) -> str:
     start = curve.quadratic_from
     if start is None and curve.c <= 0:
         return "The quadratic term is negative: prefill grows less than linearly here."
-    if start is None:  # c > 0 but b ≤ 0: no per-token cost to compare it with (pass N39)
+    if start is None:  # c > 0 but b ≤ 0: no per-token cost to compare it with
         return ("The linear term is not positive (b ≤ 0): this curve does not describe "
                 "prefill over these sizes; sweep more sizes, spread wider.")
     where = "" if start <= curve.t_max else " (beyond the largest size measured)"

@@ -103,7 +103,7 @@ LOADER = """
 @functools.cache
 def packed_plotlyjs() -> str:
     """plotly.js (plotly's offline bundle, 4.6 MB) gzipped and in base64: 1.7 MB, so a report
-    carries its charts in well under half the size (issue 32, row 9: 4.8 MB per report).
+    carries its charts in well under half the size (4.8 MB per report before).
     gzip's mtime is fixed at 0, so the same plotly gives the same bytes."""
     from plotly.offline import get_plotlyjs
 
@@ -177,7 +177,7 @@ def load_html(analysis: LoadAnalysis) -> str:
     """A sweep as one page: the markdown report with TTFT p50/p95 against request throughput
     per level right after the levels' table, before the energy and the rest (levels without
     a throughput or a TTFT median are left out). At the page's end, below the energy, the
-    curve went unseen (new-user pass N37)."""
+    curve went unseen."""
     points = [LoadPoint(lv.label, lv.req_per_s, lv.ttft.p50, lv.ttft.p95)
               for lv in analysis.levels if lv.req_per_s is not None and lv.ttft.p50 is not None]
     head, mark, rest = load_report.markdown(analysis).partition("\n## ")
@@ -204,7 +204,7 @@ def watch_html(analysis: WatchAnalysis) -> str:
 
 
 def short_names(a: str, b: str) -> tuple[str, str]:
-    """The two logs' names for a plot's title, which plotly never wraps (new-user pass D30:
+    """The two logs' names for a plot's title, which plotly never wraps (else
     two full paths ran off the plot's right edge): the file names, or the last folder and
     the file name where the file names are the same."""
     pa, pb = PurePath(a), PurePath(b)

@@ -28,7 +28,7 @@ def _diff(theirs: float | None, ours: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Trust:
-    """What the run's own analysis says of it, carried into `--as` output (new-user pass N16:
+    """What the run's own analysis says of it, carried into `--as` output (else
     a CONTAMINATED run's GuideLLM table had no word of its noise): the verdict's word and
     reasons, and the NOISY probe samples among those taken during its requests."""
 
@@ -48,8 +48,8 @@ class Trust:
 
 def by_size(records: Sequence[RequestRecord]) -> list[tuple[int | None, list[RequestRecord]]]:
     """The records grouped by prompt size (`prompt_tokens_target`; None: an interactive
-    session's), smallest first: a statistic pooled over sizes is a value no size has (second
-    new-user pass, P3: a TTFT p50 of 417 ms midway between 213 ms at 100 tokens and 621 ms
+    session's), smallest first: a statistic pooled over sizes is a value no size has (a
+    TTFT p50 of 417 ms midway between 213 ms at 100 tokens and 621 ms
     at 300)."""
     groups: dict[int | None, list[RequestRecord]] = {}
     for r in records:
@@ -124,7 +124,7 @@ def json_text(records: Sequence[RequestRecord], tool: str, source: str,
         "as": asdict(theirs), "llmtop": asdict(ours), "definitions": DEFINITIONS[tool],
     }
     sizes = by_size(records)
-    if len(sizes) > 1:  # the pooled figures above, and each size's own (P3)
+    if len(sizes) > 1:  # the pooled figures above, and each size's own
         data["sizes"] = [{"prompt_tokens_target": target, "n": (pair := compare(g, tool))[0].n,
                           "as": asdict(pair[0]), "llmtop": asdict(pair[1])}
                          for target, g in sizes]

@@ -229,7 +229,7 @@ def load_curve_figure(points: Sequence[LoadPoint], slo_ms: float | None = None,
     fig.update_layout(title="Throughput against latency, per load level",
                       xaxis_title=f"throughput ({throughput_unit})",
                       yaxis_title=f"{latency} ms", height=420)
-    # from zero: a +9 % step between levels must not look like a cliff (newcomer row 24)
+    # from zero: a +9 % step between levels must not look like a cliff
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     return fig

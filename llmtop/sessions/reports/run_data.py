@@ -32,7 +32,7 @@ from llmtop.sessions.reports.run_environment import preflight_held
 CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
                "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
 # noisy: a NOISY probe sample was taken during the request (true / false; empty: no sample
-# saw it), so a sheet made from the CSV keeps the noise (new-user pass N16)
+# saw it), so a sheet made from the CSV keeps the noise
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
                "prompt_eval_count", "eval_count", "prompt_words", "started_at", "episode",
                "noisy")

@@ -4,7 +4,7 @@ whether the machine kept what preflight said.
 The report's GPU cells (the GPU readers' samples, /api/ps's view of the loaded model), the
 "Environment" table (the log header's machine_environment), the "Energy" section
 (analysis/energy.py's summary: per-request medians, the run's all-in figure) and
-`preflight_held` (issue 25, item 5), which the markdown (run_markdown.py) and the JSON
+`preflight_held`, which the markdown (run_markdown.py) and the JSON
 (run_data.py) both show. The `Report` they read is run.py's.
 """
 
@@ -29,8 +29,7 @@ NO_NVIDIA_DRIVER = ("no NVIDIA driver", "Shared Library Not Found", "cannot open
 def gpu_absent(reason: str | None) -> str:
     """Why there is no GPU figure, in words: "none" when NVML's library is not there at all (no
     NVIDIA driver: the machine has no GPU llmtop can read), else the probe's reason (a driver
-    not loaded, no permission) — the library's own error text was a report's GPU line before
-    (issue 32, row 13)."""
+    not loaded, no permission) — the library's own error text was a report's GPU line before."""
     if reason is None:
         return "not checked"
     if any(mark in reason for mark in NO_NVIDIA_DRIVER):
@@ -44,7 +43,7 @@ def gpu_cells(report: Report) -> tuple[str, str]:
     ps = ""
     if loaded.get("size"):
         ps = f"{_bytes(loaded.get('size_vram'))} of {_bytes(loaded.get('size'))} (/api/ps)"
-        if loaded.get("size_vram") == 0:  # a bare "0 B" read as a fault (new-user pass D31)
+        if loaded.get("size_vram") == 0:  # a bare "0 B" read as a fault
             ps = f"none: the model runs on the CPU (0 of {_bytes(loaded.get('size'))}, /api/ps)"
     gpu = report.gpu
     if gpu.util_median is None:
@@ -113,7 +112,7 @@ def markdown_energy(energy: EnergySummary | None) -> list[str]:
 
 
 def preflight_held(report: Report) -> dict[str, Any] | None:
-    """Did the machine keep what preflight said (issue 25, item 5)? None without a preflight;
+    """Did the machine keep what preflight said? None without a preflight;
     else {"preflight": its verdict, "episodes": slow episodes that followed, "changed": a
     QUIET preflight followed by episodes, "sentence": the report's line}."""
     pf = report.preflight
@@ -130,7 +129,7 @@ def preflight_held(report: Report) -> dict[str, Any] | None:
                   else "no slow episode followed")
         sentence = f"Preflight said {pf.verdict}; {follow}."
         noisy, total = report.noisy
-        if pf.quiet and noisy:  # never a reassuring line beside a NOISY run (new-user D9)
+        if pf.quiet and noisy:  # never a reassuring line beside a NOISY run
             sentence = (f"Preflight said {pf.verdict}, but the probes found the machine NOISY "
                         f"in {noisy} of {total} samples during the requests; {follow}.")
     return {"preflight": pf.verdict, "episodes": count, "changed": changed, "sentence": sentence}

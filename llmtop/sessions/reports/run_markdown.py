@@ -99,7 +99,7 @@ def _notes(size: SizeAnalysis) -> str:
                  if key in size.drifts)
     if worse:
         notes.append("drifted: " + ", ".join(worse))
-    else:  # "drift clean" only where drift was judged (new-user pass N4)
+    else:  # "drift clean" only where drift was judged
         notes.append("drift clean" if judged else "drift not judged (too few ok requests)")
     if shown:
         notes.append("derived: " + ", ".join(shown))
@@ -130,7 +130,7 @@ def markdown(report: Report) -> str:
     j = a.judgement
     why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
     reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
-    # the verdict in one line; how it is reached under the results table (new-user pass D8:
+    # the verdict in one line; how it is reached under the results table (once,
     # every verdict carried the method's paragraph)
     lines.append(
         f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons}. "

@@ -58,7 +58,7 @@ class BenchConfig(Workload):
         """Where request `i` (0-based within a prompt size, warm-ups first) stands, counted
         within its phase as the user asked for them: "warm-up 1/1", "request 7/25", or past
         the protocol's count (a slow episode's shortfall) "request 27 (re-measure 2 of at most
-        25)": which extra request it is, out of how many (new-user pass N14: "request 13
+        25)": which extra request it is, out of how many ("request 13
         (re-measuring)" beside a bar at 100 read as a third numbering)."""
         if phase == "warmup":
             return f"warm-up {i + 1}/{self.warmup}"

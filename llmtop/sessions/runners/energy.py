@@ -1,4 +1,4 @@
-"""Energy alongside a run (issue 26): the sources found once, sampled with the probes and at
+"""Energy alongside a run: the sources found once, sampled with the probes and at
 each request's edges, and turned into the session log's "energy" records.
 
 `EnergyMeter` owns one `EnergyReader` over this machine's readable sources (none: every

@@ -31,7 +31,7 @@ from llmtop.sessions.runners.environment import environment
 
 LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample from this machine
 # An idle session logs fewer probe samples (a TUI left open for 12 minutes wrote 3.1 MB of
-# 1 Hz samples, issue 32 row 19): once no request has run for IDLE_AFTER_NS, a sample is
+# 1 Hz samples): once no request has run for IDLE_AFTER_NS, a sample is
 # logged at most every IDLE_PROBE_PERIOD_NS, or at once when the verdict changes (quiet or
 # noisy, or another set of finding codes), so nothing the probes said is lost.
 IDLE_AFTER_NS = 5 * 10**9

@@ -1,9 +1,9 @@
 """Loading the model before the first measured request, for an engine llmtop started itself.
 
 Each `llmtop run` and each TUI session that starts the embedded engine starts a fresh one: its
-first request would pay the model's load, a cold start that "run again" cannot cure (issue
-32, new-user pass D4 for `run`, N41 for the TUI, whose first figure was a cold TTFT labelled
-ok). A load-only request (Ollama's empty chat) loads it first.
+first request would pay the model's load, a cold start that "run again" cannot cure (`run`'s
+and the TUI's first figure was a cold TTFT labelled ok). A load-only request (Ollama's empty
+chat) loads it first.
 """
 
 from __future__ import annotations
