@@ -56,6 +56,23 @@ def test_a_long_series_is_searched_in_blocks_and_its_episode_ends_on_the_request
     assert s.held == 100_000 - 2_000
 
 
+def test_short_episodes_in_a_long_noisy_series_are_found_whole():
+    # 100,000 times at 5 % noise (seed 44) with three 20-request episodes at 1.5 ×: one in a
+    # block of 50 (2,500–2,519: the block's median is the baseline's, its mean +20 %), one
+    # over two blocks (50,040–50,059: 10 in each, each mean +10 %) and one at 77,777. Each is
+    # found whole: the search sets their blocks apart and the episode rule keeps the 20 off
+    # requests (1.5 × e^(0.05 z) is beyond 3 σ = 15 % for z > −5.3; a baseline neighbour
+    # beyond it needs z > 2.8, which none of these six is)
+    rng = np.random.default_rng(44)
+    x = 100 * np.exp(0.05 * rng.standard_normal(100_000))
+    for start in (2_500, 50_040, 77_777):
+        x[start:start + 20] *= 1.5
+    s = shape_of(list(x), higher_is_better=False)
+    assert [(sp.start, sp.stop) for sp in s.spans] == [(2_500, 2_520), (50_040, 50_060),
+                                                       (77_777, 77_797)]
+    assert all(sp.change_pct == pytest.approx(50.0, abs=5.0) for sp in s.spans)
+
+
 def test_up_to_exact_points_the_search_is_request_by_request(monkeypatch):
     seen: list[int] = []
     fit = rpt.KernelCPD.fit

@@ -30,9 +30,13 @@ ends: a segmentation's l2 cost is the within-block sum of squares (the same for 
 segmentation at block ends) plus b × the block means' squared deviations from their
 segment's mean. Change points then sit at block ends, and the episode rule below places
 each episode's ends on the requests themselves (trimmed to its off requests, grown over the
-off ones beside it). An episode much shorter than a block can be missed (its block's mean
-moves by its share of the block); at 100,000 requests a block is 50, and the whole of
-`shape_of` takes 0.07 s.
+off ones beside it). A segment's level is then its mean (the search's own measure: a block
+with 20 slow requests of 50 has the baseline's median), and a segment of one or two blocks
+is a candidate whatever its level (the search set it apart; its mean is diluted by the rest
+of its blocks). An episode much shorter than a block can be missed (its block's mean moves
+by its share of the block); at 100,000 requests a block is 50, 20 requests at 1.5 × under
+5 % noise are found whole, in one block or across two (tests/unit/test_report_scale.py),
+and the whole of `shape_of` takes 0.06 s.
 
 **Scale and penalty.** The series is first divided by its median (levels in units of the
 run's typical value, so a size reads as a percentage) and then by its own noise, σ, the
@@ -298,6 +302,31 @@ def _episode_runs(
     return runs, [k for k in outliers if not taken[k]]
 
 
+def _candidates(
+    y: np.ndarray, bounds: Sequence[tuple[int, int]], margin: float, higher_is_better: bool
+) -> np.ndarray:
+    """True for each value in a segment apart from the baseline's level (`_baseline_level`
+    over the segments' levels: medians, or past EXACT_POINTS values means, the block
+    search's own measure). Past EXACT_POINTS, a segment of at most two blocks is apart
+    whatever its level: the search set it apart for a change within it, and its level is
+    diluted by the requests of its blocks outside that change (20 requests at 1.5 × in a
+    block of 50 have a median at the baseline's and a mean 20 % above it; split over two
+    blocks, 10 % each); the episode rule then keeps only its off requests."""
+    n = len(y)
+    exact = n <= EXACT_POINTS
+    levels = [float(np.median(y[a:b]) if exact else np.mean(y[a:b])) for a, b in bounds]
+    inside, _held = _baseline_level(levels, [b - a for a, b in bounds], margin, higher_is_better)
+    short = 0 if exact else 2 * math.ceil(n / EXACT_POINTS)
+    candidate = np.ones(n, dtype=bool)
+    for (a, b), ok in zip(bounds, inside, strict=True):
+        if ok and b - a > short:
+            candidate[a:b] = False
+    if candidate.all():  # every segment short: the baseline group's are not candidates
+        for (a, b), ok in zip(bounds, inside, strict=True):
+            candidate[a:b] = not ok
+    return candidate
+
+
 def shape_of(
     values: Sequence[float],
     *,
@@ -333,12 +362,7 @@ def shape_of(
         start = float(fitted[0]) * sigma
         return SeriesShape(Shape.TREND, tuple(ends), (), None, sigma, margin,
                            100.0 * line_move / start if start > 0 else None, n=n)
-    levels = [float(np.median(y[a:b])) for a, b in bounds]
-    inside, _held = _baseline_level(levels, [b - a for a, b in bounds], margin, higher_is_better)
-    candidate = np.ones(n, dtype=bool)
-    for (a, b), ok in zip(bounds, inside, strict=True):
-        if ok:
-            candidate[a:b] = False
+    candidate = _candidates(y, bounds, margin, higher_is_better)
     level = float(np.median(y[~candidate]))
     runs, outliers = _episode_runs(y - level, candidate, max(margin, OFF_K * sigma))
     in_runs = np.zeros(n, dtype=bool)
