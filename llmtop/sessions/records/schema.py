@@ -47,33 +47,9 @@ T = TypeVar("T")
 R = TypeVar("R", bound="Record")
 
 FORMAT_VERSION = 1
-# History of the format. Bump it when a reader of the previous version would misread a new
-# log; a field that older readers ignore needs no bump, and readers default a missing one,
-# so every version-1 log reads.
-# 1 (llmtop 0.1): header / request / probe / end records. Added within version 1: bench
-#   logs (calibration, environment, summary, interrupted records; request fields phase,
-#   index, prompt_tokens_target, prompt_words); preflight records; the relay (header via,
-#   upstream; request path, pair); the header's machine record moved from a bench-only
-#   `machine` field into `environment` for every log (older bench logs have both); canary
-#   records and the request field `machine` (the machine-speed canary and readings); load
-#   logs (header `load`, `generator`; "level" records; request fields level, sent_offset_ns,
-#   scheduled_offset_ns, lag_ms, sent_unix_ns, end_unix_ns, client; probe fields level,
-#   request_ids); "probe_source" records (an agent connected, lost, refused) and the TUI's
-#   "bench" marks in an interactive session's log; "energy" records (issue 26: the sources
-#   line, idle power, per request, per run and per load level; readers before it skip them
-#   as unknown records, so no bump).
-#   "bench" marks in an interactive session's log; the request phases "cache-cold",
-#   "cache-warm" (bench --cache-pairs), "turn" (bench --turns) and "turn-cold" (the
-#   conversation replayed with the engine's cache defeated; an older reader skips them).
-#   The level end's `repeats` and `stopped` and the header load's `search` and `early_stop`
-#   (issue 30: SLO search, over-saturation stop; older readers ignore them, so no bump).
-#   "bench" marks in an interactive session's log; the summary's `verdict` and `episodes`
-#   (slow episodes and the request ids in each, issue 25; re-measured requests are phase
-#   "measure" with an index past the warm-ups + `requests`).
-#   watch logs (`llmtop watch`, issue 28: header kind "watch" and `watch`; request fields
-#   endpoint, upstream, listen, caller, caller_category, caller_pid, http_status, hop_in_ms,
-#   hop_out_ms, probe_verdict, probe_findings; older readers ignore them, so no bump).
-#   The header's `token_timeout_s` (issue 27: `--token-timeout`; older readers ignore it).
+# Bump it when a reader of the previous version would misread a new log; a field that older
+# readers ignore needs no bump, and readers default a missing one, so every version-1 log
+# reads. What each version added: docs/reference/session-log.md, "Version history".
 SUPPORTED_FORMATS = (1,)
 
 Phase = Literal["load", "warmup", "measure", "cache-cold", "cache-warm", "turn", "turn-cold"]
