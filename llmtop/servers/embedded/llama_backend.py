@@ -1,6 +1,6 @@
 """llama.cpp (through llama-cpp-python) as a blocking token generator with honest timings.
 
-This is the part of the embedded engine that touches the model; `embedded.py` puts Ollama's
+This is the part of the embedded engine that touches the model; `app.py` puts Ollama's
 HTTP API in front of it. Everything here is blocking and must run off the event loop.
 
 Timings come from llama.cpp's own perf counters (`llama_perf_context`, reset before each

@@ -1,5 +1,5 @@
 """Which application was busy while requests were slow? Pure: typed session-log records
-(records.py) in, a named culprit (or an honest "nothing stands out") out.
+(records/schema.py) in, a named culprit (or an honest "nothing stands out") out.
 
 The source's false "thermal throttling" was an open browser tab (docs/method.md, "Quiet machine").
 The session log has what is needed to catch that: request records (`id`, `metrics`) and probe

@@ -1,6 +1,6 @@
 """Analysis of a load sweep from its session log alone (pure over the log's records).
 
-Per level: requests ok/failed (bench's per-request status rules, analysis.py), TTFT / TPOT /
+Per level: requests ok/failed (bench's per-request status rules, run.py), TTFT / TPOT /
 ITL / E2E percentiles, request and output-token throughput, goodput under the SLO, the
 engine's own queueing where its durations show it, the open loop's lag behind its timetable,
 the generator's CPU, and the probes' verdict during the level. Then the knee.

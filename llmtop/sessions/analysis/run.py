@@ -5,8 +5,8 @@ statistics of the baseline (the ok requests outside every episode), drift, the v
 the reports show beside it: which app slowed the slow requests, the relay's overhead in a
 --compare-relay run, the probe samples' noise and GPU figures.
 
-Works on the typed records of the log (records.py), never on live objects. Everything that
-computes lives here; report.py only renders.
+Works on the typed records of the log (records/schema.py), never on live objects. Everything
+that computes lives here; the reports (sessions/reports/) only render.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The session log: versioned JSONL, one record per line, flushed as each record is written.
 
-The record types, the format version and its history are the schema's (records.py): every
+The record types, the format version and its history are the schema's (schema.py): every
 writer hands `SessionLog.write` a typed record, and `read_log` gives typed records back.
 The main ones (field `type`):
 * "header": first line. `format` (FORMAT_VERSION), `llmtop_version`, `engine`, `host`, `model`,
@@ -30,7 +30,7 @@ naming its line and field (schema.decode: check_numbers, check_request); the res
 
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
 a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log`
-returns the log as typed records (records.py: `RunLog`).
+returns the log as typed records (schema.py: `RunLog`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def default_log_path(kind: str = "session") -> Path:
 
 
 class SessionLog:
-    """Append-only writer of typed records (records.py). Opening writes the header: `header`
+    """Append-only writer of typed records (schema.py). Opening writes the header: `header`
     holds its fields (engine, model, options...; format, version and start time are added),
     validated as a Header (raises RecordError for a field of the wrong type). Each write
     flushes (and fsyncs all but probe records).

@@ -1,4 +1,4 @@
-"""`llmtop compare` written out: markdown and JSON (compare.py computes; html_report.py draws).
+"""`llmtop compare` written out: markdown and JSON (analysis/compare.py computes; html.py draws).
 """
 
 from __future__ import annotations

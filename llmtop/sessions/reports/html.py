@@ -2,8 +2,8 @@
 
 The page carries plotly.js inline (plotly's offline bundle, once per page, gzipped and in
 base64: 1.7 of its 4.6 MB; the browser unpacks it, `LOADER`) and loads nothing else, so it
-opens with no network. The text part is the markdown report (report.py,
-compare_report.py) turned into HTML by markdown-it-py with raw HTML disabled: text from a log
+opens with no network. The text part is the markdown report (run_markdown.py,
+compare.py) turned into HTML by markdown-it-py with raw HTML disabled: text from a log
 (prompts, error messages, app names) is escaped, never run.
 
 `page(title, sections)` is the one way a page is built; `report_html` (a run),

@@ -1,4 +1,4 @@
-"""Plotly figures of a run, drawn from its log records alone (html_report.py puts them in a page).
+"""Plotly figures of a run, drawn from its log records alone (html.py puts them in a page).
 
 * `series_figure`: one prompt size's requests in the order they ran, on a time axis (seconds
   since the run's first request): TTFT, the server's decode rate, and the CPU of the app that

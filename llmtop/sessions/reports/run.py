@@ -53,7 +53,7 @@ from llmtop.sessions.records.schema import (
 
 @dataclass
 class Report:
-    """A log's analysis plus what a report shows beside it, all computed by analysis.py.
+    """A log's analysis plus what a report shows beside it, all computed in sessions/analysis/.
 
     attributions: per prompt size (`analysis.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe

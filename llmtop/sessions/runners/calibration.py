@@ -491,7 +491,7 @@ def predicted_tokens(calibration: Calibration, words: int) -> float:
     averaged); outside the table, the nearest end extended with the table's least-squares
     tokens per word (flat when that slope is not positive). For word counts between the
     calibrated targets; the bench itself checks each request against its target's measured
-    tokens (analysis.py `first_pass_status`). Raises ValueError for a table without probes.
+    tokens (analysis/run.py `first_pass_status`). Raises ValueError for a table without probes.
     """
     by_words: dict[int, list[int]] = {}
     for w, t in calibration.probes:

@@ -18,7 +18,7 @@ Order of a run (the bench protocol where it applies, docs/method.md, "The bench 
    (the event-loop thread's `thread_time_ns`), so a report can say when the generator, not
    the engine, was the limit. Probe samples are logged with the ids of the requests in flight.
 
-The analysis (load_analysis.py) reads the log alone, so `llmtop report` renders a sweep too.
+The analysis (analysis/load.py) reads the log alone, so `llmtop report` renders a sweep too.
 """
 
 from __future__ import annotations
