@@ -763,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     the signal's default action: a service manager that stops llmtop while it parses its
     flags or imports a command gets the same answer as later. Each command that runs until
     stopped replaces this handling with its own (run_stoppable, the TUI, the servers), and
-    the previous handlers are restored on the way out."""
+    the previous handlers are restored on the way out where this one is still in place."""
     argv = sys.argv[1:] if argv is None else list(argv)
     previous: dict[signal.Signals, Any] = {}
     with contextlib.suppress(ValueError):  # signals are the main thread's to handle
@@ -777,7 +777,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return signal_exit_code(exc.signum)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # only where ours is still in place: a command that stops on a signal ignores
+            # the later ones until the process has exited (stopping.run_stoppable)
+            if signal.getsignal(sig) is _raise_stopped:
+                signal.signal(sig, handler)
 
 
 def _raise_stopped(signum: int, _frame: object) -> None:
