@@ -97,7 +97,6 @@ BLOCK_SHARE_CONTRADICTED = 0.5
 RATE_CONTRADICTED = 1.25
 
 
-
 @dataclass(frozen=True, slots=True)
 class RequestMetrics:
     """Derived metrics of one request. Times in ms, rates in tokens/s; None means n/a.
@@ -105,7 +104,7 @@ class RequestMetrics:
     tokens_basis: "eval_count" when `output_tokens` came from the server, "chunks" when it is
     the client's count of text chunks (the server gave no `eval_count`), None with no output.
     Every field has a default ("n/a", no chunks) so a metrics record read back from an older
-    or partial log (records.py) keeps the fields it has; `compute_metrics` sets them all.
+    or partial log (records/schema.py) keeps the fields it has; `compute_metrics` sets them all.
     """
 
     ttft_ms: float | None = None
