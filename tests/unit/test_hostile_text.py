@@ -203,14 +203,16 @@ def test_a_csv_cell_from_outside_never_starts_a_formula(tmp_path) -> None:
     log = SessionLog(tmp_path / "w.jsonl", {"kind": "watch", "watch": {"pairs": []}})
     log.write_raw({"type": "request", "id": 1, "status": "ok", "model": FORMULA,
                    "caller": "@SUM(1+1)", "endpoint": "/api/chat",
-                   "metrics": {"ttft_ms": -3.5, "e2e_ms": 10.0}})
+                   "metrics": {"ttft_ms": 3.5, "e2e_ms": 10.0}})
     log.close()
     done = llmtop("report", str(tmp_path / "w.jsonl"), "--format", "csv")
     assert done.returncode == 0, done.stderr
     rows = list(csv_module.reader(done.stdout.decode().splitlines()))
     assert rows[0][:2] == ["caller", "model"]
     assert rows[1][:2] == ["'@SUM(1+1)", "'" + FORMULA]  # read back as text, quotes and all
-    assert rows[1][4] == "-3.5"  # TTFT p50 ms of the one request: a number, as it was
+    # TTFT p50 ms of the one request: a number, as it was (a negative TTFT is no
+    # measurement, and the reader skips its record: the "-3.5" cell rule is checked above)
+    assert rows[1][4] == "3.5"
     assert "'=HYPERLINK(\"\"http://evil.example\"\",\"\"x\"\")" in done.stdout.decode()
 
 

@@ -7,7 +7,7 @@ import pytest
 from llmtop.engines.events import ServerStats, Status, StreamEvent
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import FORMAT_VERSION, LogError, SessionLog, read_log
-from llmtop.sessions.records.schema import Chunk, RequestRecord
+from llmtop.sessions.records.schema import RequestRecord
 
 MS = 1_000_000
 
@@ -47,7 +47,7 @@ def test_round_trip(tmp_path):
     (req,) = loaded.requests
     assert req.prompt == "Why?" and req.status == Status.OK and req.content == "Because"
     # chunk offsets are ns from the send: 500 ms and 520 ms
-    assert req.chunks == (Chunk(500 * MS, "Be", ""), Chunk(520 * MS, "cause", ""))
+    assert req.chunks == ((500 * MS, "Be", ""), (520 * MS, "cause", ""))
     assert req.stats is not None and req.stats.eval_count == 2 and req.stats.total_duration is None
     assert req.metrics.ttft_ms == 500.0 and req.metrics.tpot_ms == 20.0
     assert req.metrics.overhead_ms == pytest.approx(500 - 2 - 400)

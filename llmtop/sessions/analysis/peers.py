@@ -56,7 +56,7 @@ def _ms(ns: float) -> float:
 
 
 def _text_offsets(r: RequestRecord) -> list[int]:
-    return [c.offset_ns for c in r.chunks if c.content or c.thinking]
+    return [c[0] for c in r.chunks if c[1] or c[2]]
 
 
 def _per_token(span_ms: float | None, n: int | None, minus: int) -> float | None:
@@ -74,7 +74,7 @@ def as_llmtop(r: RequestRecord) -> PeerMetrics:
 
 def as_vllm(r: RequestRecord) -> PeerMetrics:
     """`vllm bench serve`'s: every chunk counts, the role-only first one included."""
-    offsets = [c.offset_ns for c in r.chunks]
+    offsets = [c[0] for c in r.chunks]
     if not offsets:
         return PeerMetrics(None, None, None, None)
     ttft, latency = _ms(offsets[0]), _ms(offsets[-1])

@@ -17,7 +17,7 @@ KINDS = ("ok", "warmup", "excluded")
 def chunk_gaps_ms(record: RequestRecord) -> list[float]:
     """The gaps between a request's consecutive streamed chunks, ms (the inter-token
     latencies as the client saw them; the first chunk's wait is TTFT, not a gap)."""
-    return [(b.offset_ns - a.offset_ns) / 1e6 for a, b in itertools.pairwise(record.chunks)]
+    return [(b[0] - a[0]) / 1e6 for a, b in itertools.pairwise(record.chunks)]
 
 
 def kind_of(r: RequestVerdict) -> str:

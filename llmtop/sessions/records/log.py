@@ -59,6 +59,7 @@ from llmtop.sessions.records.schema import (
     RecordError,
     RunLog,
     decode,
+    fast_decode,
     loads,
 )
 
@@ -265,9 +266,16 @@ def _bounded_lines(p: Path, warnings: list[str]) -> Iterator[tuple[int, bytes | 
 
 
 def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None:
-    """One line as its typed record, or None with a warning naming the line."""
+    """One line as its typed record, or None with a warning naming the line. A request or
+    canary record as llmtop writes it (its type first, no number `suspect` could refuse, no
+    surrogate) is validated straight from its text, in one pass of pydantic's own parser;
+    anything else, or one that fails there, takes the whole path below, which names what
+    is wrong."""
     if not line.strip():
         return None
+    fast = fast_decode(line)
+    if fast is not None:
+        return fast
     try:
         record = loads(line)  # an integer too long for Python is a marker, not a ValueError
     except json.JSONDecodeError:
@@ -286,7 +294,7 @@ def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None
                         "type as a string), skipped")
         return None
     try:
-        return decode(line)
+        return decode(line, record)
     except RecordError as exc:
         warnings.append(f"line {number}: {exc}; skipped")
         return None

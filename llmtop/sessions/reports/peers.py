@@ -101,7 +101,7 @@ def markdown(records: Sequence[RequestRecord], tool: str, source: str,
     ]
     if tool == "vllm":
         empty = sum(1 for r in records if r.status == "ok" and r.measured and r.chunks
-                    and not (r.chunks[0].content or r.chunks[0].thinking))
+                    and not (r.chunks[0][1] or r.chunks[0][2]))
         note = (f"{empty} of {theirs_n} requests have a text-less first chunk in the log. "
                 "llmtop's OpenAI-compatible client reads a role-only chunk without stamping "
                 "it, so where none is logged vllm's TTFT here starts at the first text chunk "

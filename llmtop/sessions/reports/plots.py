@@ -99,7 +99,7 @@ class TimeAxis:
             return x - 0.4, x + 0.4
         if record.metrics.e2e_ms:
             return x, x + record.metrics.e2e_ms / 1000
-        return x, x + (record.chunks[-1].offset_ns / 1e9 if record.chunks else 0.0)
+        return x, x + (record.chunks[-1][0] / 1e9 if record.chunks else 0.0)
 
 
 def app_cpu(probes: Sequence[ProbeRecord], app: str) -> list[tuple[ProbeRecord, float]]:
