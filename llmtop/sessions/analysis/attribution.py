@@ -459,7 +459,10 @@ def name_cause(
     """Name who slowed a drifted run (the rule in the module docstring). Pure; never raises.
     when: the slow requests as the sentence names them ("during requests 7–12" for a slow
     episode, episode_causes.py)."""
-    slowed = f"the engine's {engine.label} ran {engine.slower_pct:.0f} % slower"
+    # a negative "slower" is a speed-up (an episode of faster requests): said as such
+    slowed = (f"the engine's {engine.label} ran {engine.slower_pct:.0f} % slower"
+              if engine.slower_pct >= 0 else
+              f"the engine's {engine.label} ran {-engine.slower_pct:.0f} % faster")
     moved = _moved(machine)
     app = attribution.culprit
     if app is not None and not moved:  # a busy app also explains a slower canary

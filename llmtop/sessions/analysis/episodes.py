@@ -506,11 +506,15 @@ def find_episodes(
     trends = {k: s.trend_pct for k, s in shapes.items()
               if s.shape == Shape.TREND and s.trend_pct is not None}
     inside = set().union(*flagged.values()) if flagged else set()
+    # a request some series found slower is in a slow episode; one that series found only
+    # faster, in a fast one: the two never merge (a run of faster requests next to slower
+    # ones is two episodes, not one that is both)
+    worse = {n for k in flagged for n in flagged[k] - better[k]}
     runs: list[list[int]] = []
     for n in numbers:
         if n not in inside:
             runs.append([])
-        elif runs and runs[-1]:
+        elif runs and runs[-1] and (runs[-1][-1] in worse) == (n in worse):
             runs[-1].append(n)
         else:
             runs.append([n])
