@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 
 from llmtop.engines.events import ServerStats, Status
 from llmtop.sessions.analysis.attribution import (
@@ -216,10 +217,22 @@ class SizeAnalysis:
     # is judged (why, when so)
     unjudged: str | None = None
 
-    @property
+    @cached_property
     def ok(self) -> list[RequestVerdict]:
-        """The measured requests that count."""
+        """The measured requests that count (found once: a report of 100,000 requests asked
+        for them 230 times, 7.8 s; the requests' phase and status are settled before a
+        SizeAnalysis is made, and `replace` makes a new one)."""
         return [r for r in self.requests if r.phase == "measure" and r.status == BenchStatus.OK]
+
+    @cached_property
+    def baseline_positions(self) -> list[int]:
+        """Positions in `ok` (and in every `series`) of the requests outside every episode."""
+        return [i for i, r in enumerate(self.ok) if r.episode is None]
+
+    @cached_property
+    def position_of(self) -> dict[int, int]:
+        """A measured request's number → its position in `ok` (and in every `series`)."""
+        return {r.number: i for i, r in enumerate(self.ok) if r.number is not None}
 
     @property
     def baseline(self) -> list[RequestVerdict]:
