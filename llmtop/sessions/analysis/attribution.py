@@ -181,18 +181,27 @@ def _request_app_cpu(probes: Iterable[ProbeRecord]) -> dict[str, float | None]:
     """Per app, the mean CPU over one request's probe samples (absent = 0, None skipped;
     None when every reading of a present app was unknown)."""
     usable = [apps for p in probes if (apps := _apps(p)) is not None]
-    names = {a.app for apps in usable for a in apps}
+    # per sample, each app's known CPU summed (None: present, nothing known): one pass over
+    # a sample's apps, not one per app name (a 100,000-request report made 209,000 calls)
+    per_sample: list[dict[str, float | None]] = []
+    for apps in usable:
+        sums: dict[str, float | None] = {}
+        for a in apps:
+            before = sums.get(a.app)
+            if a.cpu_percent is None:
+                sums.setdefault(a.app, None)
+            else:
+                sums[a.app] = (before or 0.0) + a.cpu_percent
+        per_sample.append(sums)
+    names = {name for sums in per_sample for name in sums}
     means: dict[str, float | None] = {}
     for name in names:
         readings = []
-        for apps in usable:
-            entries = [a for a in apps if a.app == name]
-            if not entries:
-                readings.append(0.0)
-                continue
-            known = [a.cpu_percent for a in entries if a.cpu_percent is not None]
-            if known:
-                readings.append(sum(known))
+        for sums in per_sample:
+            if name not in sums:
+                readings.append(0.0)  # absent from the sample: 0
+            elif (value := sums[name]) is not None:
+                readings.append(value)
         means[name] = statistics.fmean(readings) if readings else None
     return means
 
