@@ -236,7 +236,29 @@ def chunked(piece: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(piece), piece)
 
 
-class LineServer:
+class _Loopback:
+    """A server on 127.0.0.1 in the caller's event loop: `start()` listens on a free port
+    (returned, and kept in `port`), `stop()` stops listening; `_serve` answers a connection."""
+
+    port = 0
+    _server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on 127.0.0.1 (a free port, returned)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class LineServer(_Loopback):
     """A scripted HTTP/1.1 server that answers every request (any method and path; a body by
     its Content-Length) with `reply`, paced, then closes the connection: a proxy in front
     knows the answer's end by the close. `sent`: each answer's bytes as written (head and
@@ -252,17 +274,6 @@ class LineServer:
         self.bodies: list[bytes] = []
         self.port = 0
         self._server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        """Listen on 127.0.0.1 (a free port, returned)."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
-
-    async def stop(self) -> None:
-        """Stop listening."""
-        if self._server is not None:
-            self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -288,7 +299,7 @@ class LineServer:
             writer.close()
 
 
-class BlockProxy:
+class BlockProxy(_Loopback):
     """A TCP proxy that passes the client's bytes on at once and holds the server's until
     `block` bytes have collected, then writes them `block` bytes at a time; what is left goes
     when the server closes (nginx with `proxy_buffering on`, its default). `flushes`:
@@ -300,17 +311,6 @@ class BlockProxy:
         self.flushes: list[tuple[int, int]] = []
         self.port = 0
         self._server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        """Listen on 127.0.0.1 (a free port, returned)."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
-
-    async def stop(self) -> None:
-        """Stop listening."""
-        if self._server is not None:
-            self._server.close()
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
                      ) -> None:
