@@ -53,18 +53,21 @@ def test_no_verdict_without_its_inputs_or_for_a_model_in_gpu_memory():
     assert "active experts" in moe.sentence
 
 
-def test_the_copy_test_is_measured_once_per_machine_then_cached(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(bw, "copy_bandwidth", lambda: calls.append(1) or 12.5e9)
+def test_the_best_copy_test_seen_on_this_machine_is_kept(tmp_path, monkeypatch):
+    # a busy machine measures less than its memory delivers: 7.8 GB/s beside other work,
+    # then 18.4 quiet, then 12.0 busy again: the figure used is the best seen, 18.4
+    rates = iter([7.8e9, 18.4e9, 12.0e9])
+    monkeypatch.setattr(bw, "copy_bandwidth", lambda: next(rates))
     cache = tmp_path / "bandwidth.json"
-    first = bw.machine_bandwidth(cache)
-    second = bw.machine_bandwidth(cache)
-    assert (first.bytes_per_s, first.cached) == (12.5e9, False)
-    assert (second.bytes_per_s, second.cached) == (12.5e9, True) and len(calls) == 1
+    first, second, third = (bw.machine_bandwidth(cache) for _ in range(3))
+    assert (first.bytes_per_s, first.cached) == (7.8e9, False)
+    assert (second.bytes_per_s, second.cached) == (18.4e9, False)
+    assert (third.bytes_per_s, third.cached) == (18.4e9, True)
     monkeypatch.setattr(bw, "machine_key", lambda: "another machine")
-    assert bw.machine_bandwidth(cache).cached is False and len(calls) == 2
+    monkeypatch.setattr(bw, "copy_bandwidth", lambda: 9.0e9)
+    assert bw.machine_bandwidth(cache).bytes_per_s == 9.0e9  # another machine's is not used
     cache.write_text("not json")  # a corrupt cache is measured again, never fatal
-    assert bw.machine_bandwidth(cache).bytes_per_s == 12.5e9
+    assert bw.machine_bandwidth(cache).bytes_per_s == 9.0e9
 
 
 def test_the_copy_test_gives_a_rate():
