@@ -188,3 +188,23 @@ def test_typed_records_are_read_through_their_own_lists(tmp_path):
     log = read_log(path)
     assert list(log.of_type(RequestRecord)) == []  # requests are `log.requests`
     assert len(log.requests) >= 1
+
+
+def test_a_report_reader_can_leave_the_chunks_out_and_nothing_else(tmp_path):
+    from llmtop.sessions.records.schema import without_chunks
+
+    # the array ends at the first unescaped `], "phase": `: a chunk's text holding that very
+    # text is escaped in JSON (`], \"phase\": `), so it is kept inside the array and cut
+    # with it; a line whose cut would hold a key is left whole
+    line = ('{"type": "request", "chunks": [[1, "a], \\"phase\\": x", ""], [2, "b", ""]], '
+            '"phase": "measure"}')
+    assert without_chunks(line) == '{"type": "request", "chunks": [], "phase": "measure"}'
+    keyed = '{"type": "request", "chunks": [], "metrics": {"x": [1]}, "phase": "measure"}'
+    assert without_chunks(keyed) == keyed
+    log = SessionLog(tmp_path / "s.jsonl", {"engine": "e"})
+    write_request(log, finished_request())
+    log.close()
+    full, lean = read_log(tmp_path / "s.jsonl"), read_log(tmp_path / "s.jsonl", chunks=False)
+    (f,), (n,) = full.requests, lean.requests
+    assert len(f.chunks) == 2 and n.chunks == ()
+    assert f.metrics == n.metrics and f.stats == n.stats and f.content == n.content

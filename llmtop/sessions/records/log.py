@@ -192,11 +192,13 @@ def _foreign(path: Path) -> str | None:
             "a log, and would write into that file; choose another --log")
 
 
-def read_log(path: str | os.PathLike[str]) -> RunLog:
+def read_log(path: str | os.PathLike[str], chunks: bool = True) -> RunLog:
     """Read a session log into typed records. Raises LogError for a missing file, a file that
     is not an llmtop log, or a format version this llmtop cannot read (naming the version it
     needs). A torn or corrupt line, or a record with a field of the wrong type, is skipped and
-    reported in `warnings` ("line N: …"), never fatal."""
+    reported in `warnings` ("line N: …"), never fatal. chunks: False leaves the requests'
+    `chunks` empty where the line allows (schema.without_chunks), for a reader that uses none:
+    half the reading of a long log."""
     p = Path(path)
     warnings: list[str] = []
     problem = not_regular(p)  # a FIFO would hang the reader, a device feed it forever
@@ -215,7 +217,7 @@ def read_log(path: str | os.PathLike[str]) -> RunLog:
                 warnings.append(f"line {number}: longer than {MAX_LINE_BYTES // 2**20} MiB "
                                 "(not a record), skipped")
                 continue
-            record = _one_record(_text(p, raw), number, warnings)
+            record = _one_record(_text(p, raw), number, warnings, chunks)
             if isinstance(record, Header):
                 warnings.append(f"line {number}: a second session starts here (the log was "
                                 "reused with --log); this reads the first session only: give "
@@ -265,7 +267,8 @@ def _bounded_lines(p: Path, warnings: list[str]) -> Iterator[tuple[int, bytes | 
             yield number, None
 
 
-def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None:
+def _one_record(line: str, number: int, warnings: list[str],
+                chunks: bool = True) -> AnyRecord | None:
     """One line as its typed record, or None with a warning naming the line. A request or
     canary record as llmtop writes it (its type first, no number `suspect` could refuse, no
     surrogate) is validated straight from its text, in one pass of pydantic's own parser;
@@ -273,7 +276,7 @@ def _one_record(line: str, number: int, warnings: list[str]) -> AnyRecord | None
     is wrong."""
     if not line.strip():
         return None
-    fast = fast_decode(line)
+    fast = fast_decode(line, chunks)
     if fast is not None:
         return fast
     try:
