@@ -100,7 +100,7 @@ def _split(size: SizeAnalysis, episode: Episode, key: str) -> tuple[list[float],
     once per size (`SizeAnalysis.baseline_positions`, `position_of`): a pass over every
     request for each episode and series was 10 s of a 100,000-request report."""
     values = size.series[key]
-    outside = [v for i in size.baseline_positions if (v := values[i]) is not None]
+    outside = size.baseline_values(key)
     where = size.position_of
     inside = [v for n in episode.numbers
               if (i := where.get(n)) is not None and (v := values[i]) is not None]
@@ -141,10 +141,12 @@ def machine_during(size: SizeAnalysis, episode: Episode) -> MachineEvidence:
 def episode_causes(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> list[EpisodeCause]:
     """Every episode of a size with its cost and its cause (module docstring)."""
     out = []
+    ok, where = size.ok, size.position_of
+    base = [ok[i].record for i in size.baseline_positions]  # the same for every episode
     for episode in size.episodes.episodes:
-        members = set(episode.numbers)  # a set: `in` on the tuple made each episode O(n × len)
-        requests = [r.record for r in size.ok if r.number in members or r.episode is None]
-        ids = {r.record.id for r in size.ok if r.number in members}
+        inside = [ok[i].record for n in episode.numbers if (i := where.get(n)) is not None]
+        requests = inside + base
+        ids = {r.id for r in inside}
         engine = slowdown(episode)
         key = engine.metric if engine else "server_decode_tps"
         att = attribute(requests, probes, key, _LABELS[key][1], slow_ids=ids)

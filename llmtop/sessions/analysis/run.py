@@ -229,6 +229,14 @@ class SizeAnalysis:
         """Positions in `ok` (and in every `series`) of the requests outside every episode."""
         return [i for i, r in enumerate(self.ok) if r.episode is None]
 
+    def baseline_values(self, key: str) -> list[float]:
+        """Series `key`'s values outside every episode, n/a left out (found once a key)."""
+        cache: dict[str, list[float]] = self.__dict__.setdefault("_baseline_values", {})
+        if key not in cache:
+            values = self.series[key]
+            cache[key] = [v for i in self.baseline_positions if (v := values[i]) is not None]
+        return cache[key]
+
     @cached_property
     def position_of(self) -> dict[int, int]:
         """A measured request's number → its position in `ok` (and in every `series`)."""
