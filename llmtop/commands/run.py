@@ -317,37 +317,7 @@ async def _run(args: argparse.Namespace) -> int:
         finally:
             sampler.stop()
             recorder.close()
-        noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
-        offload = await offload_check(conn, str(recorder.log.path), recorder.requests,
-                                      result, agent is not None)
-        if offload is not None:
-            findings = [offload, *findings]
-            if not args.json:
-                print(f"llmtop: {offload.level.upper()} {offload.message} — {offload.remedy}",
-                      file=sys.stderr)
-        if args.json:
-            data = result_json(result, conn, str(recorder.log.path))
-            data["warmup_load_ms"] = warmup_ms
-            data["noisy"] = noisy > 0 if samples else None  # no sample: unknown, not "no"
-            data["probe_samples"] = {"noisy": noisy, "total": samples}
-            data["findings"] = [{"code": f.code, "level": f.level, "message": f.message,
-                                 "remedy": f.remedy} for f in findings]
-            if recorder.last_energy:  # only where a source was read: otherwise unchanged
-                data["energy"] = [e.to_json() for e in recorder.last_energy]
-            print(json.dumps(data))
-        else:
-            print("\n")
-            print_metrics(result)
-            for e in recorder.last_energy:
-                print(f"energy        {request_line(e)}")
-            state = "NOISY" if noisy else "QUIET"
-            print(f"machine       {state} ({noisy} of {samples} probe samples NOISY during the "
-                  "request)" if samples else "machine       no probe sample during the request")
-            if conn.info and conn.info.remote:
-                print(f"remote        {remote_line(conn.info.remote)}")
-            print(f"log           {recorder.log.path}")
-            for line in noise_lines(noisy, samples, findings):
-                print(f"llmtop: {line}", file=sys.stderr)
+        await _report(args, conn, recorder, result, warmup_ms, agent is not None)
         for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
             print(f"llmtop: note: {note}", file=sys.stderr)
         if result.failure is not None and not args.json:
@@ -359,6 +329,44 @@ async def _run(args: argparse.Namespace) -> int:
         return code
     finally:
         await conn.close()
+
+
+async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionRecorder,
+                  result: RequestResult, warmup_ms: float | None, agent: bool) -> None:
+    """Print the finished request: its JSON (`--json`) or its metrics, energy, the probes'
+    verdict over it and their findings (the engine's GPU claim set against the machine's
+    first: `offload_check`)."""
+    noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
+    offload = await offload_check(conn, str(recorder.log.path), recorder.requests,
+                                  result, agent)
+    if offload is not None:
+        findings = [offload, *findings]
+        if not args.json:
+            print(f"llmtop: {offload.level.upper()} {offload.message} — {offload.remedy}",
+                  file=sys.stderr)
+    if args.json:
+        data = result_json(result, conn, str(recorder.log.path))
+        data["warmup_load_ms"] = warmup_ms
+        data["noisy"] = noisy > 0 if samples else None  # no sample: unknown, not "no"
+        data["probe_samples"] = {"noisy": noisy, "total": samples}
+        data["findings"] = [{"code": f.code, "level": f.level, "message": f.message,
+                             "remedy": f.remedy} for f in findings]
+        if recorder.last_energy:  # only where a source was read: otherwise unchanged
+            data["energy"] = [e.to_json() for e in recorder.last_energy]
+        print(json.dumps(data))
+    else:
+        print("\n")
+        print_metrics(result)
+        for e in recorder.last_energy:
+            print(f"energy        {request_line(e)}")
+        state = "NOISY" if noisy else "QUIET"
+        print(f"machine       {state} ({noisy} of {samples} probe samples NOISY during the "
+              "request)" if samples else "machine       no probe sample during the request")
+        if conn.info and conn.info.remote:
+            print(f"remote        {remote_line(conn.info.remote)}")
+        print(f"log           {recorder.log.path}")
+        for line in noise_lines(noisy, samples, findings):
+            print(f"llmtop: {line}", file=sys.stderr)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -64,7 +64,9 @@ def console_engine() -> Iterator[tuple[str, int]]:
 
 
 def _watch_and_check(tmp_path: Path, upstream: str, engine_pid: int,
-                     openai: bool = False) -> None:
+                     openai: bool = False) -> list[dict]:
+    """Run the watch in front of the engine, one generation through it; checks that the
+    watch named the engine, and returns the engine's apps as the logged samples list them."""
     port = free_port()
     log = tmp_path / f"w{port}.jsonl"
     proc = subprocess.Popen(
@@ -91,7 +93,11 @@ def _watch_and_check(tmp_path: Path, upstream: str, engine_pid: int,
     # the first sample primes the CPU readings; an idle engine may be left out of a logged
     # sample's busiest apps, so each sample is judged by the apps it lists
     apps = [a for p in probes for a in (p.get("processes") or {}).get("apps", [])]
-    engine_apps = [a for a in apps if engine_pid in a.get("pids", [])]
+    return [a for a in apps if engine_pid in a.get("pids", [])]
+
+
+def assert_booked_to_the_engine(engine_apps: list[dict]) -> None:
+    """The engine's processes are the measured engine (never background), read working."""
     engine = Category.ENGINE.value  # "measured engine"
     assert engine_apps and all(a["category"] == engine for a in engine_apps), engine_apps
     assert any((a.get("cpu_percent") or 0) > 0 for a in engine_apps)  # it was read working
@@ -127,7 +133,7 @@ def _samples(log: Path, n: int) -> list[dict]:
 
 def test_in_front_of_a_users_llmtop_engine(tmp_path, console_engine):
     url, pid = console_engine
-    _watch_and_check(tmp_path, url, pid)
+    assert_booked_to_the_engine(_watch_and_check(tmp_path, url, pid))
 
 
 def test_in_front_of_the_embedded_engine(tmp_path):
@@ -135,7 +141,7 @@ def test_in_front_of_the_embedded_engine(tmp_path):
     asyncio.run(child.start())
     try:
         assert child.pid is not None
-        _watch_and_check(tmp_path, child.host, child.pid)
+        assert_booked_to_the_engine(_watch_and_check(tmp_path, child.host, child.pid))
     finally:
         child.stop()
 
@@ -146,6 +152,7 @@ def test_in_front_of_llama_server(tmp_path):
     asyncio.run(server.start())
     try:
         assert server.pid is not None
-        _watch_and_check(tmp_path, server.host, server.pid, openai=True)
+        assert_booked_to_the_engine(
+            _watch_and_check(tmp_path, server.host, server.pid, openai=True))
     finally:
         server.stop()
