@@ -28,8 +28,8 @@ import psutil
 
 from llmtop.connect import connect
 from llmtop.sessions.analysis.load import LAG_WARN_MS, LevelResult
-from llmtop.sessions.runners.load import LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig, parse_levels
+from llmtop.sessions.runners.load.config import LoadConfig, parse_levels
+from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 
 SUSTAIN_SHARE = 0.95  # completed ≥ 95 % of the asked rate

@@ -47,7 +47,7 @@ from typing import Any
 
 import psutil
 
-from llmtop.sessions.runners.load_config import parse_levels
+from llmtop.sessions.runners.load.config import parse_levels
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

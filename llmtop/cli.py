@@ -37,7 +37,7 @@ from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.files import readable_by_others
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.load_config import parse_level_duration, parse_levels
+from llmtop.sessions.runners.load.config import parse_level_duration, parse_levels
 
 if TYPE_CHECKING:
     from llmtop.tui.state.settings import TuiSettings
@@ -512,7 +512,7 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_flags(p: argparse.ArgumentParser) -> None:
-    from llmtop.sessions.analysis.compare_spec import (
+    from llmtop.sessions.measure.metrics import (
         DEFAULT_METRICS,
         DEFAULT_THRESHOLD_PCT,
         METRICS,

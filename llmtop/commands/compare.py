@@ -9,9 +9,9 @@ from pathlib import Path
 
 from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.compare import compare_logs
-from llmtop.sessions.analysis.compare_runs import run_set
-from llmtop.sessions.analysis.energy_compare import compare_energy
+from llmtop.sessions.analysis.compare.energy import compare_energy
+from llmtop.sessions.analysis.compare.logs import compare_logs
+from llmtop.sessions.analysis.compare.runs import run_set
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.compare import Comparisons

@@ -17,8 +17,9 @@ from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.load import level_row
 from llmtop.sessions.runners.calibration import CalibrationError
-from llmtop.sessions.runners.load import LoadProgress, LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig, Mode
+from llmtop.sessions.runners.load.config import LoadConfig, Mode
+from llmtop.sessions.runners.load.progress import LoadProgress
+from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.sessions.runners.replay import (
     ReplayError,
     ReplayRunner,

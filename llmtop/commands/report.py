@@ -7,9 +7,8 @@ import sys
 
 from llmtop.commands.output import emit, out_refused
 from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.compare import run_analysis
-from llmtop.sessions.analysis.load import analyze_log
-from llmtop.sessions.analysis.run import noisy_samples
+from llmtop.sessions.analysis.load import analyze_sweep
+from llmtop.sessions.analysis.run import analyze_run, noisy_samples
 from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
@@ -26,7 +25,7 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     if args.format not in ("md", "json"):
         raise ValueError(f"--as renders md or json, not {args.format}: use --format md or json")
     render_as = peers.json_text if args.format == "json" else peers.markdown
-    analysis = run_analysis(log)
+    analysis = analyze_run(log)
     judgement = analysis.judgement
     noisy, samples = noisy_samples(log.probes)
     trust = peers.Trust(str(judgement.word), judgement.reasons, noisy, samples)
@@ -50,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
             text = _as_tool(log, args)
         else:  # a `llmtop load` sweep gets its per-level report, a watch log its per-caller one
             kind = log.header.kind
-            subject = (analyze_log(log) if kind == "load" else analyze_watch(log)
+            subject = (analyze_sweep(log) if kind == "load" else analyze_watch(log)
                        if kind == "watch" else build(log))
             text = render(subject, args.format)
     except (LogError, ValueError) as exc:

@@ -26,19 +26,18 @@ from llmtop.engines.hosts import HostError
 from llmtop.exitcodes import ExitCode
 from llmtop.probes.callers import CallerCache
 from llmtop.servers.child import port_problem, watch_parent
-from llmtop.servers.watch.proxy import loop_factory
+from llmtop.servers.watch.proxy import WatchServer, loop_factory
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.runners.watch import WatchSession
-from llmtop.sessions.runners.watch_serving import (
+from llmtop.sessions.runners.watch.serving import (
     Pair,
     UpstreamEngines,
-    WatchServer,
     build_servers,
     caller_pool,
     pairs_of,
     probe_sampler,
     run_servers,
 )
+from llmtop.sessions.runners.watch.session import WatchSession
 
 PROG = "llmtop watch"
 PROBE_INTERVAL_S = 1.0

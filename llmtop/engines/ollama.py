@@ -73,7 +73,7 @@ class OllamaEngine:
     none at all, so a hung server would block forever).
     name: the engine's label for headers and logs ("ollama" or "embedded").
     limits: the connection pool's size (default httpx's: 100 connections, 20 kept alive);
-    a load generator sizes it to its concurrency (llmtop/sessions/runners/load.py).
+    a load generator sizes it to its concurrency (llmtop/sessions/runners/load/runner.py).
     """
 
     def __init__(

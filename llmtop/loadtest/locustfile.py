@@ -42,7 +42,7 @@ from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.records.log import SessionLog
 from llmtop.sessions.records.schema import InterruptedRecord, LevelRecord, RequestRecord
 from llmtop.sessions.runners.environment import environment as machine_environment
-from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.sessions.runners.load.config import LoadConfig
 from llmtop.stamping.blocking import arrival_transport
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request

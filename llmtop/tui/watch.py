@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from textual import work
 
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.runners.watch_serving import Pair, UpstreamEngines, probe_sampler
+from llmtop.sessions.runners.watch.serving import Pair, UpstreamEngines, probe_sampler
 from llmtop.tui.screens.watch import WatchScreen
 from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 

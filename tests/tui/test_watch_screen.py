@@ -13,7 +13,7 @@ import ollama
 from textual.widgets import DataTable, Static
 
 from llmtop.servers.child import free_port
-from llmtop.sessions.runners.watch_serving import Pair
+from llmtop.sessions.runners.watch.serving import Pair
 from llmtop.testing.scripted import ScriptedUpstream, Timing
 from llmtop.tui.state.watch_view import WatchRows, cells
 from llmtop.tui.watch import WatchApp, child_argv

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import BenchStatus, analyze, analyze_log, first_pass_status
+from llmtop.sessions.analysis.run import BenchStatus, analyze, analyze_run, first_pass_status
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.reports.formats import render
@@ -352,7 +352,7 @@ def test_a_cold_long_prompt_among_short_ones_is_not_called_cached(tmp_path):
         log.write_raw({k: v for k, v in r.items()
                        if k not in ("index", "phase", "prompt_tokens_target")})
     log.close()
-    analysis = analyze_log(read_log(tmp_path / "s.jsonl"))
+    analysis = analyze_run(read_log(tmp_path / "s.jsonl"))
     statuses = [r.status for s in analysis.sizes for r in s.requests]
     # 0.062 / 2.05 = 3 % of the same prompt's first time: cached; the rest ok
     assert statuses == [BenchStatus.OK] * 13 + [BenchStatus.CACHED]
@@ -374,7 +374,7 @@ def test_an_interactive_session_of_unlike_prompts_judges_no_episode(tmp_path):
                           if k not in ("index", "phase", "prompt_tokens_target")},
                        "prompt": f"prompt {i}"})
     log.close()
-    analysis = analyze_log(read_log(tmp_path / "s.jsonl"))
+    analysis = analyze_run(read_log(tmp_path / "s.jsonl"))
     (size,) = analysis.sizes
     assert not size.episodes.episodes
     assert analysis.judgement.word == "inconclusive"

@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from llmtop.sessions.analysis.compare_runs import run_set
+from llmtop.sessions.analysis.compare.runs import run_set
 from llmtop.sessions.analysis.run import analyze, calibrated_tokens
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import SummaryRecord

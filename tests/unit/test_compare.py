@@ -11,8 +11,9 @@ import statistics
 import pytest
 
 from llmtop import cli
-from llmtop.sessions.analysis.compare import MIN_OK, compare_logs, judge, ratio_test
-from llmtop.sessions.analysis.compare_spec import METRICS
+from llmtop.sessions.analysis.compare.logs import compare_logs
+from llmtop.sessions.analysis.compare.stats import MIN_OK, judge, ratio_test
+from llmtop.sessions.measure.metrics import METRICS
 from llmtop.sessions.records.log import read_log
 from tests.unit.compare_logs import lognormal, write_log
 

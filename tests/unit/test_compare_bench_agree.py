@@ -11,8 +11,8 @@ import statistics
 import pytest
 
 from llmtop import cli
-from llmtop.sessions.analysis.compare import compare_logs
-from llmtop.sessions.analysis.run import analyze_log
+from llmtop.sessions.analysis.compare.logs import compare_logs
+from llmtop.sessions.analysis.run import analyze_run
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.reports.compare import headline
 from llmtop.testing.paced import PacedEngine, episodes
@@ -28,7 +28,7 @@ TTFTS = [float(v) for v in BASE_1_10 + EPISODE_11_18 + BASE_19_25]
 def test_compare_medians_and_n_are_the_bench_reports(tmp_path, capsys):
     path = write_log(tmp_path / "ep.jsonl", TTFTS)
     log = read_log(path)
-    (size,) = analyze_log(log).sizes
+    (size,) = analyze_run(log).sizes
     assert [(e.first, e.last) for e in size.episodes.episodes] == [(11, 18)]
     # By hand: the 17 baseline TTFTs sorted are 394 395 396 397 398 398 399 400 400 401 402
     # 402 403 403 404 405 406, median the 9th, 400; all 25 ok requests' median is the 13th
@@ -55,7 +55,7 @@ def test_a_re_measured_bench_is_compared_by_its_25_not_its_34(tmp_path, monkeypa
     # set aside, 9 more measured: 34 measured, 25 in the baseline
     engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
     log, _quiet = bench(tmp_path, monkeypatch, engine)
-    (size,) = analyze_log(log).sizes
+    (size,) = analyze_run(log).sizes
     assert len(size.ok) == REQUESTS + 9 and len(size.baseline) == REQUESTS
     c = compare_logs(log, log, metrics=("ttft", "decode"))
     for row in c.rows:

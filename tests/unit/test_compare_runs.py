@@ -1,4 +1,4 @@
-"""`compare` over the runs of `bench --runs K` (analysis/compare_runs.py): the runs' spread,
+"""`compare` over the runs of `bench --runs K` (analysis/compare/runs.py): the runs' spread,
 not one run's requests, decides."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from llmtop import cli
-from llmtop.sessions.analysis.compare import compare_logs
-from llmtop.sessions.analysis.compare_runs import run_set, runs_ratio_test
+from llmtop.sessions.analysis.compare.logs import compare_logs
+from llmtop.sessions.analysis.compare.runs import run_set, runs_ratio_test
 from llmtop.sessions.records.log import read_log
 from tests.unit.compare_logs import write_log
 

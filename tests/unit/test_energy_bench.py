@@ -216,10 +216,10 @@ def test_without_a_source_the_report_says_na_once_and_csv_is_unchanged(tmp_path:
 def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
     import asyncio
 
-    from llmtop.sessions.analysis.load import analyze_log
+    from llmtop.sessions.analysis.load import analyze_sweep
     from llmtop.sessions.records.log import read_log
-    from llmtop.sessions.runners.load import LoadRunner
-    from llmtop.sessions.runners.load_config import LoadConfig
+    from llmtop.sessions.runners.load.config import LoadConfig
+    from llmtop.sessions.runners.load.runner import LoadRunner
 
     async def run() -> str:
         with SlottedUpstream(Service(slots=2, prefill_s=0.02, tokens=9, gap_s=0.01)) as up:
@@ -248,14 +248,14 @@ def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
         assert (e.requests, e.output_tokens) == (4, 36)
         assert e.mean_power_w == pytest.approx(WATTS, rel=0.01)
         assert e.output_j_per_token == pytest.approx(WATTS * (e.duration_s or 0) / 36, rel=0.01)
-    md = render(analyze_log(log), "md")
+    md = render(analyze_sweep(log), "md")
     section = md[md.index("## Energy") :].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| rapl:cpu")]
     assert [r.split("|")[2].strip() for r in rows] == ["1 user", "2 users"]
     assert f"{levels[1].output_j_per_token:.3g} J" in rows[1]
-    header = render(analyze_log(log), "csv").splitlines()[0]
+    header = render(analyze_sweep(log), "csv").splitlines()[0]
     assert "output_j_per_token[rapl:cpu]" in header
-    page = render(analyze_log(log), "html")  # the markdown's section, as a page
+    page = render(analyze_sweep(log), "html")  # the markdown's section, as a page
     assert "<h2>Energy</h2>" in page and "rapl:cpu (CPU package 0)" in page
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llmtop.sessions.analysis.compare import compare_logs
-from llmtop.sessions.analysis.energy_compare import compare_energy
+from llmtop.sessions.analysis.compare.energy import compare_energy
+from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.records.schema import EnergyRecord, RunLog
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.sessions.runners import load_config
-from llmtop.sessions.runners.load_config import parse_level_duration, parse_levels
+from llmtop.sessions.runners.load import config as load_config
+from llmtop.sessions.runners.load.config import parse_level_duration, parse_levels
 from llmtop.testing.scripted import ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from llmtop.engines.events import FailureKind, Status
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.openai import OpenAIEngine
-from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.load import analyze_sweep
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.measure.timeline import prompt_cache_hit
 from llmtop.sessions.records.log import SessionLog, read_log
@@ -116,7 +116,7 @@ def test_a_level_cut_short_says_so(tmp_path):
                    "level": 0, "phase": "measure", "metrics": {"ttft_ms": 5.0, "e2e_ms": 9.0}})
     log.write_raw({"type": "interrupted", "at": "2026-01-01T00:00:00+00:00"})
     log.close()
-    analysis = analyze_log(read_log(log.path))
+    analysis = analyze_sweep(read_log(log.path))
     assert ("level 1 (10): 1 of the 10 planned requests were recorded: the run was cut short "
             "(a time limit, a stop, a crash); its figures are from those 1 only"
             ) in analysis.warnings

@@ -18,7 +18,7 @@ from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.measure.timeline import compute_metrics, per_token_itl, server_prefill_tps
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.sessions.runners.server_watch import ServerWatch, summarize
+from llmtop.sessions.runners.load.server_metrics import ServerWatch, summarize
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.prefill import progress_text

@@ -7,7 +7,7 @@ import pytest
 from llmtop.sessions.analysis.load import (
     LoadAnalysis,
     Percentiles,
-    analyze_log,
+    analyze_sweep,
     min_samples,
     probe_verdict,
 )
@@ -20,7 +20,7 @@ def analyze_records(header: dict, records: list[dict]) -> LoadAnalysis:
     """The analysis of a log made of these JSON records, read through the schema."""
     log = RunLog.from_json(header, records)
     assert not log.warnings
-    return analyze_log(log)
+    return analyze_sweep(log)
 
 MS = 1_000_000
 

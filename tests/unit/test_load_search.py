@@ -17,8 +17,8 @@ from llmtop.sessions.analysis.saturation import MIN_POINTS, over_saturated
 from llmtop.sessions.analysis.search import SloSearch, judge, wilson
 from llmtop.sessions.analysis.slo import Slo
 from llmtop.sessions.reports.load import markdown
-from llmtop.sessions.runners.load import LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 
 

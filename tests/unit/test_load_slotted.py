@@ -22,8 +22,8 @@ import pytest
 
 from llmtop.connect import connect
 from llmtop.sessions.analysis.slo import Slo
-from llmtop.sessions.runners.load import LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig
+from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 
 SERVICE = Service(slots=2, prefill_s=0.04, tokens=9, gap_s=0.02)  # S = 40 + 8 × 20 = 200 ms

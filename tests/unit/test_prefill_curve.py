@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from llmtop.connect import connect
-from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.analysis.prefill import Curve, CurveError, check_prediction, fit_curve
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render

@@ -29,7 +29,7 @@ from llmtop.engines.openai import OpenAIEngine
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.measure.timeline import compute_metrics
 from llmtop.sessions.reports.load import _server_line
-from llmtop.sessions.runners.server_watch import ServerWatch, summarize
+from llmtop.sessions.runners.load.server_metrics import ServerWatch, summarize
 from llmtop.testing.scripted import ServeInThread, chunk
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 

@@ -20,13 +20,13 @@ from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import Finding, Level, Verdict, evaluate
 from llmtop.sessions.records.log import read_log
-from llmtop.sessions.runners.watch import WatchSession
-from llmtop.sessions.runners.watch_serving import (
+from llmtop.sessions.runners.watch.serving import (
     RECHECK_S,
     THREAD_SETTING_UNKNOWN,
     UpstreamEngines,
     probe_sampler,
 )
+from llmtop.sessions.runners.watch.session import WatchSession
 
 GB = 1024**3
 # two CPUs, 60 % busy: an engine at 100 % of one core (50 % of the machine) and 10 % else

@@ -24,7 +24,7 @@ import pytest
 
 from llmtop.servers.child import free_port
 from llmtop.servers.watch.proxy import WatchProxy
-from llmtop.sessions.runners.watch import WatchSession, line_fields
+from llmtop.sessions.runners.watch.session import WatchSession, line_fields
 from llmtop.testing.scripted import Timing
 from llmtop.testing.scripted_openai import timed_answer, timed_timings
 from llmtop.testing.watch import WatchInThread

@@ -1,12 +1,12 @@
 """A watch log's report and comparison, grouped by caller and model (analysis/watch.py,
-reports/watch.py, analysis/compare.py), on a log written record by record with known
+reports/watch.py, analysis/compare/logs.py), on a log written record by record with known
 figures."""
 
 from __future__ import annotations
 
 import json
 
-from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.schema import RequestRecord

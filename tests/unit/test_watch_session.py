@@ -22,8 +22,8 @@ from llmtop.engines.openai import OpenAIEngine
 from llmtop.servers.child import free_port
 from llmtop.servers.watch.proxy import WatchProxy
 from llmtop.sessions.records.log import read_log
-from llmtop.sessions.runners.watch import WatchSession, line_fields
-from llmtop.sessions.runners.watch_serving import pairs_of, split_listen
+from llmtop.sessions.runners.watch.serving import pairs_of, split_listen
+from llmtop.sessions.runners.watch.session import WatchSession, line_fields
 from llmtop.testing.scripted import ScriptedUpstream, Timing
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 from llmtop.testing.watch import WatchInThread

@@ -18,10 +18,9 @@ from typing import Any
 import platformdirs
 
 from llmtop.safetext import one_line
-from llmtop.sessions.analysis.compare import run_analysis
-from llmtop.sessions.analysis.load import analyze_log
+from llmtop.sessions.analysis.load import analyze_sweep
 from llmtop.sessions.analysis.load_verdict import noisy_levels
-from llmtop.sessions.analysis.run import noisy_samples
+from llmtop.sessions.analysis.run import analyze_run, noisy_samples
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
 
@@ -106,7 +105,7 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
                             statuses=dict(statuses))
     if h.kind == "load":  # a sweep's verdict is its own (load_verdict.py), as its report's
         return _load_entry(str(path), log)
-    analysis = run_analysis(log)
+    analysis = analyze_run(log)
     words: Counter[str] = Counter("model load" for _ in analysis.load_requests)
     for size in analysis.sizes:
         words.update("warm-up" if r.phase == "warmup" else str(r.status) for r in size.requests)
@@ -126,7 +125,7 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
     of each measured request, then "warm-up" and "model load" for the rest), and the
     sweep's verdict word, with its NOISY levels ("contaminated: 2 users NOISY")."""
     h = log.header
-    sweep = analyze_log(log)
+    sweep = analyze_sweep(log)
     words: Counter[str] = Counter()
     for lv in sweep.levels:
         words.update(lv.statuses)

@@ -212,10 +212,10 @@ class LoadAnalysis:
 
 def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
     """Analyse the load log at `path`. Raises LogError for an unreadable log."""
-    return analyze_log(read_log(path))
+    return analyze_sweep(read_log(path))
 
 
-def analyze_log(log: RunLog) -> LoadAnalysis:
+def analyze_sweep(log: RunLog) -> LoadAnalysis:
     """Analyse a load log read back (its typed records, file order)."""
     config = log.header.load or {}
     mode = config.get("mode", "concurrency")

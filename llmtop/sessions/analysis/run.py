@@ -402,7 +402,7 @@ def analyze(
                     noisy_requests(sizes, probes, baseline_only=True), required)
 
 
-def analyze_log(log: RunLog) -> Analysis:
+def analyze_run(log: RunLog) -> Analysis:
     """`analyze` a log read back: its requests, calibration, drift threshold, canaries,
     probe samples and (a bench's) request count."""
     requests = (log.header.bench or {}).get("requests")

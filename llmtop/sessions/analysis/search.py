@@ -1,5 +1,5 @@
 """SLO search: the highest concurrency (closed loop) or rate (open loop) that meets an SLO,
-by bisection (pure; no I/O — the runner, runners/load_search.py, runs the points).
+by bisection (pure; no I/O — the runner, runners/load/search.py, runs the points).
 
 A *point* (one level) meets the SLO when at least ATTAINMENT (90 %, slo.py) of its requests
 meet every term — the knee's rule (analysis/load.py). A share measured on n requests is

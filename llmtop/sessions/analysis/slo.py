@@ -4,7 +4,7 @@
 when it completed ok and every given term holds (goodput, as in DistServe and
 `vllm bench serve --goodput`: requests/s that meet every term). Its own module, below the
 sweep's analysis (load.py) that judges against it, so the sweep's configuration
-(runners/load_config.py), the CLI and the TUI's form parse one without the analysis.
+(runners/load/config.py), the CLI and the TUI's form parse one without the analysis.
 """
 
 from __future__ import annotations

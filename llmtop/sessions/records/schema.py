@@ -760,9 +760,9 @@ class LevelRecord(Record):
     req/s), requests planned (None: by duration), duration_s. phase "end": wall_ns (first send
     to last completion; with repeats, the repeats' wall times summed), generator_cpu_ns (the
     event loop's CPU time), max_in_flight, repeats (batches of `requests` run at this level by
-    an SLO search: runners/load_search.py; 1 otherwise), stopped (the over-saturation stop,
+    an SLO search: runners/load/search.py; 1 otherwise), stopped (the over-saturation stop,
     None when the level ran to its end), server_metrics (llama-server's /metrics over the
-    level: runners/server_watch.py)."""
+    level: runners/load/server_metrics.py)."""
 
     TYPE: ClassVar[str] = "level"
     phase: Literal["start", "end"]

@@ -1,5 +1,5 @@
-"""`llmtop compare` written out: markdown and JSON (analysis/compare.py computes; html.py draws).
-"""
+"""`llmtop compare` written out: markdown and JSON (analysis/compare/logs.py computes; html.py
+draws)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtop.sessions.analysis.compare import (
-    ALPHA,
-    CONFIDENCE,
-    MIN_OK,
-    Comparison,
-    MetricComparison,
-    run_analysis,
-)
+from llmtop.sessions.analysis.compare.energy import EnergyComparison
+from llmtop.sessions.analysis.compare.logs import Comparison
+from llmtop.sessions.analysis.compare.stats import ALPHA, CONFIDENCE, MIN_OK, MetricComparison
 from llmtop.sessions.analysis.context import curve_checks
-from llmtop.sessions.analysis.energy_compare import EnergyComparison
+from llmtop.sessions.analysis.run import analyze_run
 from llmtop.sessions.records.schema import RunLog
 from llmtop.sessions.reports.text import md_table, num
 
@@ -26,7 +21,7 @@ from llmtop.sessions.reports.text import md_table, num
 class Comparisons:
     """`llmtop compare`'s subject for formats.render: the comparisons (each B against the
     baseline A) and the logs they came from (A first, then each B in the same order);
-    energy: per comparison, its energy per output token (analysis/energy_compare.py; empty
+    energy: per comparison, its energy per output token (analysis/compare/energy.py; empty
     for a refused comparison or when not computed)."""
 
     comparisons: Sequence[Comparison]
@@ -89,7 +84,7 @@ def method_note() -> str:
 def curve_lines(baseline: RunLog, other: RunLog, name_a: str) -> list[str]:
     """How the baseline's prefill curve (when it swept sizes) predicts the other run's
     sizes: one sentence per size ([] without a curve)."""
-    checks = curve_checks(run_analysis(baseline), run_analysis(other))
+    checks = curve_checks(analyze_run(baseline), analyze_run(other))
     if not checks:
         return []
     return ["", f"{name_a}'s prefill curve against these prefill times:", "",

@@ -24,9 +24,9 @@ from pathlib import PurePath
 from markdown_it import MarkdownIt
 
 from llmtop.safetext import visible
-from llmtop.sessions.analysis.compare import groups, run_analysis
+from llmtop.sessions.analysis.compare.groups import groups
 from llmtop.sessions.analysis.load import LoadAnalysis
-from llmtop.sessions.analysis.run import size_key
+from llmtop.sessions.analysis.run import analyze_run, size_key
 from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
 from llmtop.sessions.analysis.watch import WatchAnalysis, group_key
 from llmtop.sessions.reports import load as load_report
@@ -224,7 +224,7 @@ def compare_html(subject: Comparisons) -> str:
             continue
         specs = list(dict.fromkeys(r.metric for r in c.rows))
         keys = [s.key for s in specs]
-        ga, gb = groups(run_analysis(logs[0]), keys), groups(run_analysis(log_b), keys)
+        ga, gb = groups(analyze_run(logs[0]), keys), groups(analyze_run(log_b), keys)
         sections.append(f"<h2>Every request: {html.escape(c.name_b)} against "
                         f"{html.escape(c.name_a)}</h2>")
         for x, y in zip(ga, gb, strict=False):

@@ -222,7 +222,7 @@ def markdown_energy(a: LoadAnalysis) -> list[str]:
 
 def _server_line(lv: LevelResult) -> str:
     """'Level 3 (4 users), llama-server /metrics: at most 4 slots busy, 2 requests waiting
-    for one; 1,200 prompt tokens (0 cached), 400 predicted' (runners/server_watch.py)."""
+    for one; 1,200 prompt tokens (0 cached), 400 predicted' (runners/load/server_metrics.py)."""
     s = lv.server or {}
     busy, waiting = s.get("max_requests_processing"), s.get("max_requests_deferred")
     unit = "users" if lv.mode == "concurrency" else "req/s"

@@ -31,7 +31,7 @@ from llmtop.sessions.analysis.run import (
     Analysis,
     GpuUsage,
     RelayComparison,
-    analyze_log,
+    analyze_run,
     attribute_size,
     cause_of,
     engine_slowdown,
@@ -105,7 +105,7 @@ def _episode_cost(found: EpisodeCause) -> float:
 def build(log: RunLog) -> Report:
     """Analyse a log read back (bench or interactive session)."""
     calibration = log.calibration
-    analysis = analyze_log(log)
+    analysis = analyze_run(log)
     episodes = {size_key(s): episode_causes(s, log.probes) for s in analysis.sizes}
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes

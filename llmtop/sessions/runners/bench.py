@@ -47,7 +47,7 @@ from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
-from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_log, noisy_requests
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_run, noisy_requests
 from llmtop.sessions.analysis.verdict import mostly_noisy
 from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
@@ -259,7 +259,7 @@ class BenchRunner:
             self.recorder.log.write(await environment_record(self.conn, "end",
                                                              **await self._bandwidth()))
             log = read_log(self.recorder.log.path)
-            analysis = analyze_log(log)
+            analysis = analyze_run(log)
             self._remember_canary(log)
             if calibration is not None:
                 self._save_curve(log, analysis, calibration)
@@ -448,7 +448,7 @@ class BenchRunner:
         """The analysis of one prompt size from the log written so far, with (its measured
         requests a NOISY probe sample overlapped, its measured requests)."""
         log = read_log(self.recorder.log.path)
-        analysis = analyze_log(log)
+        analysis = analyze_run(log)
         size = next((s for s in analysis.sizes if s.target == target and s.path is None), None)
         return None if size is None else (size, noisy_requests([size], log.probes))
 

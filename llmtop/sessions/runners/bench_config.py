@@ -1,6 +1,6 @@
 """A bench run's fixed parameters (`BenchConfig`), apart from the runner so that the CLI's
 flag defaults and the TUI's bench form read them without importing what the runner needs
-(httpx, numpy, the probes: ~0.8 s at start-up; bench/cli_start.py), as load_config.py is
+(httpx, numpy, the probes: ~0.8 s at start-up; bench/cli_start.py), as runners/load/config.py is
 for `llmtop load`."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class BenchConfig(Workload):
     remeasure_budget: int | None = None  # extra requests per size for episodes; None: `requests`
     remeasure_pause_s: float = 10.0  # the pause before re-measuring (an episode may pass)
     run: int = 1  # this run's number among `runs` (bench --runs K: the log header says which)
-    runs: int = 1  # the runs of the set; `compare` reads its siblings' logs (compare_runs.py)
+    runs: int = 1  # the runs of the set; `compare` reads its siblings' logs (compare/runs.py)
     measure_cache: bool = False  # a --dataset's requests sent as they are, not cache-busted
 
     @property

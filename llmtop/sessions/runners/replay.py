@@ -1,7 +1,7 @@
 """`llmtop load --replay WATCH_LOG`: the requests an app sent through `llmtop watch`, sent
 again to the engine under test, and each compared with its original.
 
-What a watch log holds per request (runners/watch.py): the endpoint, the options the app
+What a watch log holds per request (runners/watch/session.py): the endpoint, the options the app
 set, the server's statistics (prompt and output token counts), the arrival as a wall-clock
 ISO time (`started_at`, microseconds) and, only with `--log-bodies`, the text of the last
 user message. It records no monotonic offset, so the arrival gaps come from `started_at`
@@ -21,7 +21,7 @@ user message. It records no monotonic offset, so the arrival gaps come from `sta
 
 Only the originals that ended ok are replayed (the others are counted). The log is a sweep
 log of one level (`llmtop report` renders it); the comparison with the originals uses
-compare's ratio test and verdict (analysis/compare_stats.py) over the ok pairs.
+compare's ratio test and verdict (analysis/compare/stats.py) over the ok pairs.
 """
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from llmtop.engines.connection import Connection
-from llmtop.sessions.analysis.compare_spec import METRICS
-from llmtop.sessions.analysis.compare_stats import MetricComparison, judge
+from llmtop.sessions.analysis.compare.stats import MetricComparison, judge
+from llmtop.sessions.measure.metrics import METRICS
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import CalibrationRecord, RequestRecord, RunLog
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
-from llmtop.sessions.runners.load import LoadRunner
-from llmtop.sessions.runners.load_config import LoadConfig
-from llmtop.sessions.runners.load_loops import Prepared, Prompt, closed_loop, open_loop
-from llmtop.sessions.runners.load_progress import LoadProgress
+from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.runners.load.loops import Prepared, Prompt, closed_loop, open_loop
+from llmtop.sessions.runners.load.progress import LoadProgress
+from llmtop.sessions.runners.load.runner import LoadRunner
 
 COMPARED = ("ttft", "decode", "e2e")  # compare's metrics the replay judges
 OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_predict",

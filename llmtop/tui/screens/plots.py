@@ -27,7 +27,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
-from llmtop.sessions.analysis.compare import run_analysis
 from llmtop.sessions.analysis.context import (
     CachePair,
     PrefillSweep,
@@ -36,6 +35,7 @@ from llmtop.sessions.analysis.context import (
     conversation,
     prefill_sweep,
 )
+from llmtop.sessions.analysis.run import analyze_run
 from llmtop.sessions.analysis.series import SizeSeries, run_series
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.tui.state.plot_axes import (
@@ -117,7 +117,7 @@ class PlotsScreen(Screen[None]):
         except LogError as exc:
             self.problem = str(exc)
         else:
-            analysis = run_analysis(log)
+            analysis = analyze_run(log)
             self.series = run_series(analysis)
             self.sweep = prefill_sweep(analysis)
             self.pairs = cache_pairs(log.requests)

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from llmtop.sessions.analysis.catalog import SessionEntry, catalogue
-from llmtop.sessions.analysis.compare import compare_logs
+from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.reports.compare import markdown as compare_markdown
 from llmtop.sessions.reports.formats import render

@@ -15,7 +15,7 @@ from rich.text import Text
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.load_verdict import verdict_line
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.sessions.runners.load import LoadProgress
+from llmtop.sessions.runners.load.progress import LoadProgress
 
 PLOT_HEIGHT = 8
 PLOT_WIDTH = 48

@@ -6,8 +6,8 @@ and scipy's Mann-Whitney U test. A difference is *significant* when the interval
 and the test's p-value is under ALPHA: both must agree, so equal runs read "no significant
 difference" at least 1 − ALPHA of the time (tests/unit/test_compare.py checks it over seeded
 trials). `judge` puts one metric's test in words ("B is 1.31× faster …") and says whether
-it is a regression. compare.py compares whole runs with these; compare_runs.py and
-energy_compare.py reuse the test's constants and types.
+it is a regression. compare.py compares whole runs with these; analysis/compare/runs.py and
+analysis/compare/energy.py reuse the test's constants and types.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmtop.sessions.analysis.compare_spec import DEFAULT_THRESHOLD_PCT, MetricSpec
+from llmtop.sessions.measure.metrics import DEFAULT_THRESHOLD_PCT, MetricSpec
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,7 +18,7 @@ from llmtop.sessions.analysis.search import MAX_REPEATS, SearchResult, SloSearch
 from llmtop.sessions.measure.prompts import PromptGenerator
 
 if TYPE_CHECKING:
-    from llmtop.sessions.runners.load import LoadRunner
+    from llmtop.sessions.runners.load.runner import LoadRunner
 
 
 async def run_search(runner: LoadRunner, words: int, generator: PromptGenerator) -> SearchResult:

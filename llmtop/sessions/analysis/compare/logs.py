@@ -14,9 +14,9 @@ baseline measured the same way, so runs that were not measured the same way are 
 Bench, load and TUI session logs all read the same way: requests grouped by prompt size
 (`prompt_tokens_target`), relay path and, in a load log, level.
 
-This module holds the whole comparison (`Comparison`, `compare_logs`); its parts are
-compare_stats.py (the test and one metric's verdict), compare_groups.py (the groups of
-requests) and compare_checks.py (comparability, distrust), re-exported here.
+This module holds the whole comparison (`Comparison`, `compare_logs`); its parts sit beside
+it: stats.py (the test and one metric's verdict), groups.py (the groups of requests) and
+checks.py (comparability, distrust).
 """
 
 from __future__ import annotations
@@ -25,62 +25,25 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from llmtop.sessions.analysis.compare_checks import NOISY_SHARE, Checks, comparability, distrust
-from llmtop.sessions.analysis.compare_groups import (
-    Group,
+from llmtop.sessions.analysis.compare.checks import Checks, comparability, distrust
+from llmtop.sessions.analysis.compare.groups import (
     baseline_values,
     common_groups,
     groups,
-    run_analysis,
 )
-from llmtop.sessions.analysis.compare_runs import runs_ratio_test
-from llmtop.sessions.analysis.compare_spec import (
+from llmtop.sessions.analysis.compare.runs import runs_ratio_test
+from llmtop.sessions.analysis.compare.stats import (
+    DEFAULT_SEED,
+    MetricComparison,
+    judge,
+)
+from llmtop.sessions.analysis.run import analyze_run
+from llmtop.sessions.measure.metrics import (
     DEFAULT_METRICS,
     DEFAULT_THRESHOLD_PCT,
     METRICS,
-    OPTION_KEYS,
-    MetricSpec,
-)
-from llmtop.sessions.analysis.compare_stats import (
-    ALPHA,
-    CONFIDENCE,
-    DEFAULT_SEED,
-    MIN_OK,
-    N_RESAMPLES,
-    MetricComparison,
-    RatioTest,
-    judge,
-    ratio_test,
 )
 from llmtop.sessions.records.schema import RunLog
-
-__all__ = [  # this module's own names, its parts' and compare_spec's
-    "ALPHA",
-    "CONFIDENCE",
-    "DEFAULT_METRICS",
-    "DEFAULT_SEED",
-    "DEFAULT_THRESHOLD_PCT",
-    "METRICS",
-    "MIN_OK",
-    "NOISY_SHARE",
-    "N_RESAMPLES",
-    "OPTION_KEYS",
-    "Checks",
-    "Comparison",
-    "Group",
-    "MetricComparison",
-    "MetricSpec",
-    "RatioTest",
-    "baseline_values",
-    "common_groups",
-    "comparability",
-    "compare_logs",
-    "distrust",
-    "groups",
-    "judge",
-    "ratio_test",
-    "run_analysis",
-]
 
 
 @dataclass(frozen=True)
@@ -124,7 +87,7 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
     runs"."""
     specs = [METRICS[m] for m in metrics]
     keys = [s.key for s in specs]
-    ga, gb = groups(run_analysis(a), keys), groups(run_analysis(b), keys)
+    ga, gb = groups(analyze_run(a), keys), groups(analyze_run(b), keys)
     unpaired: list[str] = []
     if a.header.kind == b.header.kind == "watch":  # pair the callers and models both saw
         ga, gb, unpaired = common_groups(ga, gb)
@@ -132,8 +95,8 @@ def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
     checks.warnings.extend(unpaired)
     set_a, set_b = list(runs[0]) or [a], list(runs[1]) or [b]
     by_run = max(len(set_a), len(set_b)) > 1
-    ra = [baseline_values(run_analysis(log), keys) for log in set_a] if by_run else []
-    rb = [baseline_values(run_analysis(log), keys) for log in set_b] if by_run else []
+    ra = [baseline_values(analyze_run(log), keys) for log in set_a] if by_run else []
+    rb = [baseline_values(analyze_run(log), keys) for log in set_b] if by_run else []
     rows: list[MetricComparison] = []
     if not checks.problems:
         for x, y in zip(ga, gb, strict=False):

@@ -1,6 +1,6 @@
 """What `llmtop compare` compares and may be told to vary, apart from the comparison itself
 (scipy, the log's schema) so that the CLI declares `compare`'s flags without importing them
-(bench/cli_start.py). Re-exported by analysis/compare.py."""
+(bench/cli_start.py). Re-exported by analysis/compare/logs.py."""
 
 from __future__ import annotations
 

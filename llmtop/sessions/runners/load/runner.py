@@ -5,11 +5,11 @@ Order of a run (the bench protocol where it applies, docs/method.md, "The bench 
 2. an optional preflight, one load request (the model's load lands there), calibration of the
    prompt size against the server's token counts (calibration.py), and one warm-up round of
    concurrent requests (kept in the log, in no level);
-3. per level (or, with `search`, per point of the SLO search: load_search.py): closed
+3. per level (or, with `search`, per point of the SLO search: runners/load/search.py): closed
    loop (N workers, each sends its next request when its last one ends) or open loop
    (requests leave on a seeded timetable; each is also timed from its *scheduled* send, so
    a generator that falls behind cannot hide queueing: coordinated omission, Gil Tene,
-   "How NOT to Measure Latency"; both in load_loops.py). Every request is a fresh
+   "How NOT to Measure Latency"; both in runners/load/loops.py). Every request is a fresh
    calibrated prompt, streamed and classified by `run_request` like any bench request, and
    logged with its level. An open-loop level stops early once its latency grows without
    bound (analysis/saturation.py): nothing more is sent and the requests in flight are
@@ -54,12 +54,12 @@ from llmtop.sessions.runners.environment import (
     environment_record,
     preflight_record,
 )
-from llmtop.sessions.runners.load_config import LoadConfig
-from llmtop.sessions.runners.load_loops import LEAD_NS, Prepared, Prompt, closed_loop, open_loop
-from llmtop.sessions.runners.load_progress import LoadOutcome, LoadProgress, pooled_engine
-from llmtop.sessions.runners.load_search import run_search
+from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.runners.load.loops import LEAD_NS, Prepared, Prompt, closed_loop, open_loop
+from llmtop.sessions.runners.load.progress import LoadOutcome, LoadProgress, pooled_engine
+from llmtop.sessions.runners.load.search import run_search
+from llmtop.sessions.runners.load.server_metrics import ServerWatch
 from llmtop.sessions.runners.recorder import SessionRecorder
-from llmtop.sessions.runners.server_watch import ServerWatch
 from llmtop.stamping.stamps import released_at
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
@@ -269,7 +269,7 @@ class LoadRunner:
         an end record with its wall time, the loop thread's CPU time, its repeats and its
         over-saturation stop; then report its LevelResult (analysed from the log, as a report
         would) and return it. repeat(batches run so far): whether to run another batch of the
-        level's requests (the SLO search's rule, load_search.py); None runs one."""
+        level's requests (the SLO search's rule, runners/load/search.py); None runs one."""
         cfg = self.config
         total = cfg.requests
         if total is None and cfg.mode == "rate":
@@ -293,7 +293,7 @@ class LoadRunner:
         cpu0, wall_ns, repeats = thread_time_ns(), 0, 0
         while True:
             repeats += 1
-            # an open loop's first request starts LEAD_NS early (load_loops.py): its
+            # an open loop's first request starts LEAD_NS early (runners/load/loops.py): its
             # schedule begins then, so its first send is not late by its own preparation
             t0 = perf_counter_ns() + (LEAD_NS if cfg.mode == "rate" else 0)
             await self._batch(value, total, repeats, t0, numbers, fields,

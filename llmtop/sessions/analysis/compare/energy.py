@@ -1,8 +1,8 @@
-"""Does B use less energy per output token than A? (compare_stats.py's machinery.)
+"""Does B use less energy per output token than A? (analysis/compare/stats.py's machinery.)
 
 Per energy source both runs read (the CPU packages summed as "rapl:cpu", a GPU, …): the
 per-request J per output token (decode J / output tokens, analysis/energy.py) of the
-measured ok requests whose windows were not coarse, compared as compare_stats.py compares a
+measured ok requests whose windows were not coarse, compared as analysis/compare/stats.py compares a
 latency: the ratio median(B) / median(A) with its bootstrap interval and the Mann-Whitney
 U test (`ratio_test`), significant when both agree. In words: "B uses 23 % less energy per
 output token (95 % CI 18–27 %)", with 23 = 100 × (1 − ratio) and the interval's ends
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.sessions.analysis.compare_stats import (
+from llmtop.sessions.analysis.compare.stats import (
     CONFIDENCE,
     DEFAULT_SEED,
     MIN_OK,

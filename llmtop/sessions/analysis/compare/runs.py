@@ -18,7 +18,7 @@ every slow episode, run.SizeAnalysis.baseline), and:
 * the test is Welch's t test on the run medians (scipy.stats.ttest_ind, equal_var False)
   when both sides have 2 runs or more, else the one-sample t test of the side with runs
   against the other's median (scipy.stats.ttest_1samp);
-* significant, as in compare_stats.py: the interval excludes 1 and p < ALPHA.
+* significant, as in analysis/compare/stats.py: the interval excludes 1 and p < ALPHA.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmtop.sessions.analysis.compare_stats import ALPHA, N_RESAMPLES, RatioTest
+from llmtop.sessions.analysis.compare.stats import ALPHA, N_RESAMPLES, RatioTest
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import RunLog
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from llmtop.sessions.analysis.compare_engines import config_differences, model_warning
-from llmtop.sessions.analysis.compare_groups import Group, run_analysis
-from llmtop.sessions.analysis.compare_spec import OPTION_KEYS
-from llmtop.sessions.analysis.run import noisy_samples
+from llmtop.sessions.analysis.compare.engines import config_differences, model_warning
+from llmtop.sessions.analysis.compare.groups import Group
+from llmtop.sessions.analysis.run import analyze_run, noisy_samples
+from llmtop.sessions.measure.metrics import OPTION_KEYS
 from llmtop.sessions.records.schema import RunLog
 
 
@@ -101,7 +101,7 @@ def distrust(name: str, log: RunLog) -> str | None:
     verdict is CONTAMINATED (with the verdict's first reason), or NOISY_SHARE or more of the
     probe samples taken during the requests it is compared by (the measured ones outside its
     episodes, as the verdict counts them) were NOISY; None when neither. name: "A" or "B"."""
-    analysis = run_analysis(log)
+    analysis = analyze_run(log)
     judgement = analysis.judgement
     if judgement.contaminated:
         why = f": {judgement.reasons[0]}" if judgement.reasons else ""
@@ -114,7 +114,7 @@ def distrust(name: str, log: RunLog) -> str | None:
 
 def _run_warnings(name: str, log: RunLog) -> list[str]:
     out = []
-    analysis = run_analysis(log)
+    analysis = analyze_run(log)
     judgement = analysis.judgement
     if judgement.contaminated:
         out.append(f"{name}'s verdict is CONTAMINATED: " + "; ".join(judgement.reasons)

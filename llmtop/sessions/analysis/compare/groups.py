@@ -5,7 +5,7 @@ requests outside every slow episode: analysis/run.py's `SizeAnalysis.baseline`, 
 the bench report's medians are of) grouped by prompt size (`prompt_tokens_target`), relay
 path and, in a load log, level; a watch log's by caller and model (analysis/watch.py's
 `group_key`). `baseline_values` is what a run of a `bench --runs` set contributes
-(compare_runs.py). The analysis read is analysis/run.py's `analyze_log`, the one the report
+(analysis/compare/runs.py). The analysis read is analysis/run.py's `analyze_run`, the one the report
 and the verdict use, so a comparison's medians and n are the report's.
 """
 
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import Analysis, analyze_log
+from llmtop.sessions.analysis.run import Analysis
 from llmtop.sessions.analysis.watch import group_key
-from llmtop.sessions.records.schema import RunLog
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,6 @@ class Group:
     target: int | None
     label: str
     values: dict[str, list[float]]
-
-
-def run_analysis(log: RunLog) -> Analysis:
-    """A log's bench analysis (analysis.analyze_log: the one the report and the verdict
-    use)."""
-    return analyze_log(log)
 
 
 def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:

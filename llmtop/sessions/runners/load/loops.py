@@ -2,7 +2,7 @@
 
 Closed loop: N workers, each sends its next request when its last one ended, until the
 batch's count or time is up. Open loop: requests leave on a seeded timetable
-(load_config.py's `arrival_offsets`) whatever is in flight, each timed from its *scheduled*
+(runners/load/config.py's `arrival_offsets`) whatever is in flight, each timed from its *scheduled*
 send too, so a generator that falls behind cannot hide queueing (coordinated omission, Gil
 Tene, "How NOT to Measure Latency"). Both send through the runner's `Send` (it streams,
 classifies and logs a request); neither knows the runner itself.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any, Protocol
 
-from llmtop.sessions.runners.load_config import arrival_offsets
+from llmtop.sessions.runners.load.config import arrival_offsets
 
 # How early an open loop's request starts: its work before the socket (the ollama or openai
 # client's and httpx's request building, the pool) takes 0.4–1.0 ms median on a quiet 2-core

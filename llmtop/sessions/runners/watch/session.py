@@ -44,7 +44,7 @@ from llmtop.sessions.records.log import SessionLog, default_log_path
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.runners.environment import environment
 from llmtop.sessions.runners.recorder import IDLE_AFTER_NS, IDLE_PROBE_PERIOD_NS
-from llmtop.sessions.runners.watch_prometheus import PrometheusFile
+from llmtop.sessions.runners.watch.prometheus import PrometheusFile
 
 LIVE_EVERY_NS = 250_000_000  # a streaming request's progress lines: 4 a second at most
 TEXT_TAIL = 2000  # characters of the answer a live line carries with show_text
