@@ -329,6 +329,21 @@ def group(
             # (a neighbour's llmtop at 60 % read as this one: "llmtop 60 %")
             key = (OTHER_SELF_APP, ident.category)
         groups.setdefault(key, []).append(reading)
+    return ProcessSample(
+        apps=_apps(groups, cpus),
+        self_cpu_percent=_sum_known(self_cpu),
+        engine_cpu_percent=_sum_known(engine_cpu) if engine_pids else None,
+        warming_up=warming_up,
+        n_procs=n,
+        logical_cpus=cpus,
+        engine_identified=engine_seen,
+    )
+
+
+def _apps(groups: dict[tuple[str, Category], list[ProcReading]], cpus: float
+          ) -> tuple[AppUsage, ...]:
+    """One `AppUsage` per (app, category) group of readings, in `ProcessSample.apps`'s
+    order; cpus: the logical CPU count that divides a CPU % into the machine's."""
     apps = []
     for (app, category), members in groups.items():
         cpu = _sum_known(r.cpu_percent for r in members)
@@ -345,15 +360,7 @@ def group(
             )
         )
     apps.sort(key=_sort_key)
-    return ProcessSample(
-        apps=tuple(apps),
-        self_cpu_percent=_sum_known(self_cpu),
-        engine_cpu_percent=_sum_known(engine_cpu) if engine_pids else None,
-        warming_up=warming_up,
-        n_procs=n,
-        logical_cpus=cpus,
-        engine_identified=engine_seen,
-    )
+    return tuple(apps)
 
 
 def _sort_key(a: AppUsage) -> tuple[bool, float, int, str]:

@@ -105,18 +105,7 @@ def _covers(name: str, parent: str | None) -> tuple[Role, str]:
 def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> list[RaplSource]:
     """Every RAPL zone under `root` as a source (readable or with the reason it is not);
     empty when there is none (see `absent_reason`). Never raises."""
-    zones: list[tuple[tuple[int, int, int, int], Path, re.Match[str]]] = []
-    try:
-        entries = list(root.iterdir()) if root.is_dir() else []
-    except OSError:
-        entries = []
-    for entry in entries:
-        m = _ZONE.match(entry.name)
-        if m:
-            mmio = 0 if m["type"] == "intel-rapl" else 1  # MSR zones first: they are kept
-            key = (mmio, int(m["zone"]), -1 if m["sub"] is None else int(m["sub"]), 0)
-            zones.append((key, entry, m))
-    zones.sort(key=lambda z: (z[0], z[1].name))
+    zones = _zones(root)
     kept: dict[tuple[str, str | None], str] = {}  # (zone name, parent) → readable source
     used: set[str] = set()
     sources: list[RaplSource] = []
@@ -130,18 +119,8 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
         role, covers = _covers(zone_name, parent)
         wrap = _number(_safe(read, path / "max_energy_range_uj"))
         energy = path / "energy_uj"
-        readable, reason, value = True, None, None
-        try:
-            value = int(read(energy))
-        except PermissionError:
-            readable, reason = False, f"{energy}: {permission_advice(root)}"
-        except NotRegularFile as exc:  # a sysfs attribute is a regular file; this is not one
-            readable, reason = False, f"{exc}: not a sysfs counter"
-        except (OSError, ValueError) as exc:
-            readable, reason = False, f"{energy}: {type(exc).__name__}: {exc}"
-        implausible = None if value is None else _implausible(value, wrap)
-        if implausible is not None:
-            readable, reason = False, f"{energy}: {implausible}"
+        value, reason = _first_reading(read, energy, root, wrap)
+        readable = reason is None
         name = f"rapl:{parent}/{zone_name}" if parent else f"rapl:{zone_name}"
         if name in used:  # the same zone through another interface (MMIO after MSR)
             name = f"{name}@{path.name}"
@@ -165,6 +144,43 @@ def discover_rapl(root: Path = POWERCAP_ROOT, read: ReadText = read_text) -> lis
         )
         sources.append(RaplSource(info, energy, read))
     return sources
+
+
+def _zones(root: Path) -> list[tuple[tuple[int, int, int, int], Path, re.Match[str]]]:
+    """The RAPL zone folders under `root` with their name's match, in the order they are
+    read: MSR zones before MMIO ones (a zone and its MMIO twin: the MSR one is kept), then
+    by zone and subzone number (a parent before its subzones); empty when `root` cannot be
+    listed."""
+    zones: list[tuple[tuple[int, int, int, int], Path, re.Match[str]]] = []
+    try:
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError:
+        entries = []
+    for entry in entries:
+        m = _ZONE.match(entry.name)
+        if m:
+            mmio = 0 if m["type"] == "intel-rapl" else 1  # MSR zones first: they are kept
+            key = (mmio, int(m["zone"]), -1 if m["sub"] is None else int(m["sub"]), 0)
+            zones.append((key, entry, m))
+    zones.sort(key=lambda z: (z[0], z[1].name))
+    return zones
+
+
+def _first_reading(read: ReadText, energy: Path, root: Path, wrap: float | None
+                   ) -> tuple[int | None, str | None]:
+    """(the counter now in µJ, None when it cannot be read; why the zone is unreadable, None
+    when it is readable): unreadable when denied (with `permission_advice`), not a regular
+    file, failing to read or parse, or holding a value no counter can (`_implausible`)."""
+    try:
+        value = int(read(energy))
+    except PermissionError:
+        return None, f"{energy}: {permission_advice(root)}"
+    except NotRegularFile as exc:  # a sysfs attribute is a regular file; this is not one
+        return None, f"{exc}: not a sysfs counter"
+    except (OSError, ValueError) as exc:
+        return None, f"{energy}: {type(exc).__name__}: {exc}"
+    implausible = _implausible(value, wrap)
+    return value, None if implausible is None else f"{energy}: {implausible}"
 
 
 def absent_reason(root: Path = POWERCAP_ROOT) -> str:

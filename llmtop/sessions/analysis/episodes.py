@@ -487,22 +487,8 @@ def find_episodes(
     for key, values in series.items():
         if len(values) != len(numbers):
             raise ValueError(f"series {key!r} has {len(values)} values for {len(numbers)} requests")
-        present = [
-            (n, float(v))
-            for n, v in zip(numbers, values, strict=True)
-            if v is not None and math.isfinite(v) and v > 0
-        ]
-        shape = shape_of(
-            [v for _, v in present],
-            higher_is_better=higher_is_better[key],
-            threshold_pct=threshold_pct,
-            floor=floors.get(key, 0.0),
-        )
-        shapes[key] = shape
-        flagged[key] = {present[i][0] for s in shape.spans for i in range(s.start, s.stop)}
-        better[key] = {present[i][0] for s in shape.spans if not s.worse
-                       for i in range(s.start, s.stop)}
-        spikes[key] = [present[i][0] for i in shape.outliers]
+        shapes[key], flagged[key], better[key], spikes[key] = _judge_series(
+            numbers, values, higher_is_better[key], threshold_pct, floors.get(key, 0.0))
     trends = {k: s.trend_pct for k, s in shapes.items()
               if s.shape == Shape.TREND and s.trend_pct is not None}
     inside = set().union(*flagged.values()) if flagged else set()
@@ -510,14 +496,7 @@ def find_episodes(
     # faster, in a fast one: the two never merge (a run of faster requests next to slower
     # ones is two episodes, not one that is both)
     worse = {n for k in flagged for n in flagged[k] - better[k]}
-    runs: list[list[int]] = []
-    for n in numbers:
-        if n not in inside:
-            runs.append([])
-        elif runs and runs[-1] and (runs[-1][-1] in worse) == (n in worse):
-            runs[-1].append(n)
-        else:
-            runs.append([n])
+    runs = _runs(numbers, inside, worse)
     position = {n: i for i, n in enumerate(numbers)}
     bases = {}
     for key, values in series.items():
@@ -529,6 +508,46 @@ def find_episodes(
     outliers = {k: tuple(n for n in v if n not in inside) for k, v in spikes.items()}
     return Episodes(shapes, tuple(episodes), trends, tuple(numbers),
                     {k: v for k, v in outliers.items() if v})
+
+
+def _judge_series(
+    numbers: Sequence[int],
+    values: Sequence[float | None],
+    higher_is_better: bool,
+    threshold_pct: float,
+    floor: float,
+) -> tuple[SeriesShape, set[int], set[int], list[int]]:
+    """One series judged (`shape_of` over its present values: not None, finite, positive):
+    its shape, the request numbers its episodes hold, those of them at a better level than
+    its baseline, and its outliers' request numbers."""
+    present = [
+        (n, float(v))
+        for n, v in zip(numbers, values, strict=True)
+        if v is not None and math.isfinite(v) and v > 0
+    ]
+    shape = shape_of(
+        [v for _, v in present],
+        higher_is_better=higher_is_better,
+        threshold_pct=threshold_pct,
+        floor=floor,
+    )
+    flagged = {present[i][0] for s in shape.spans for i in range(s.start, s.stop)}
+    better = {present[i][0] for s in shape.spans if not s.worse for i in range(s.start, s.stop)}
+    return shape, flagged, better, [present[i][0] for i in shape.outliers]
+
+
+def _runs(numbers: Sequence[int], inside: set[int], worse: set[int]) -> list[list[int]]:
+    """The request numbers in episodes, cut into runs of neighbours in `numbers` that are
+    all slower (in `worse`) or all only faster; an empty run marks each request outside."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if n not in inside:
+            runs.append([])
+        elif runs and runs[-1] and (runs[-1][-1] in worse) == (n in worse):
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return runs
 
 
 def _episode(

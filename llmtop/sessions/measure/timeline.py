@@ -356,20 +356,13 @@ def compute_metrics(
     """
     if stats is None:
         stats = next((e.stats for e in reversed(events) if e.stats is not None), None)
-    impossible = impossible_counts(events, stats)
-    if impossible is not None:  # set aside: every figure from the client's stamps alone
-        stats = None
-    contradicted = contradicted_durations(sent_ns, events, stats)
-    if stats is not None and contradicted is not None:  # llmtop's clock wins (telemetry.py)
-        stats, impossible = without_durations(stats), contradicted
+    stats, impossible = _trusted_stats(sent_ns, events, stats)
     text_stamps = [e.t_ns for e in events if e.has_text]
     content_stamp = next((e.t_ns for e in events if e.content), None)
     done_event = next((e for e in reversed(events) if e.done and e.failure is None), None)
 
     ttft = ns_to_ms(text_stamps[0] - sent_ns) if text_stamps else None
     e2e = ns_to_ms(done_event.t_ns - sent_ns) if done_event is not None else None
-    itl = tuple((b - a) / NS_PER_MS for a, b in pairwise(text_stamps))
-
     eval_count = stats.eval_count if stats is not None else None
     if eval_count is not None:
         tokens, basis = eval_count, "eval_count"
@@ -377,30 +370,14 @@ def compute_metrics(
         tokens, basis = len(text_stamps), "chunks"
     else:
         tokens, basis = None, None
-
-    buffered = buffering(text_stamps, stats)
-    tpot = tpot_ms(ttft, e2e, tokens) if buffered is None else None
-    if buffered is None:
-        text = [e for e in events if e.has_text]
-        buffered = blocks(text, stats, 1000.0 / tpot if tpot else None)
-        tpot = tpot if buffered is None else None
+    tpot, buffered = _client_tpot(events, text_stamps, stats, ttft, e2e, tokens)
     load = ns_to_ms(stats.load_duration) if stats else None
     prompt_eval = ns_to_ms(stats.prompt_eval_duration) if stats else None
-    if load is None and stats is not None and stats.source is not None:
-        load_part: float | None = 0.0  # an OpenAI-compatible server loads at its own start
-    else:
-        load_part = load
-    overhead = None
-    if ttft is not None and load_part is not None and prompt_eval is not None and buffered is None:
-        overhead = ttft - (load_part + prompt_eval)
-        if overhead < 0:  # within telemetry.CLOCK_SLACK_MS: the clocks agree, no overhead seen
-            overhead = None
-
     return RequestMetrics(
         ttft_ms=ttft,
         ttft_content_ms=ns_to_ms(content_stamp - sent_ns) if content_stamp is not None else None,
         e2e_ms=e2e,
-        itl_ms=itl,
+        itl_ms=tuple((b - a) / NS_PER_MS for a, b in pairwise(text_stamps)),
         itl_token_ms=per_token_itl(events),
         output_tokens=tokens,
         tokens_basis=basis,
@@ -413,8 +390,51 @@ def compute_metrics(
         prompt_eval_ms=prompt_eval,
         eval_ms=ns_to_ms(stats.eval_duration) if stats else None,
         total_ms=ns_to_ms(stats.total_duration) if stats else None,
-        overhead_ms=overhead,
+        overhead_ms=None if buffered is not None else _overhead(ttft, stats, load, prompt_eval),
         buffered=buffered,
         impossible=impossible,
     )
+
+
+def _trusted_stats(sent_ns: int, events: Sequence[StreamEvent], stats: ServerStats | None
+                   ) -> tuple[ServerStats | None, str | None]:
+    """The server's stats as far as they can be believed, and why the rest was set aside
+    (None when nothing was): counts no text can hold drop the stats whole (every figure then
+    comes from the client's stamps alone); durations over llmtop's own clock drop the
+    durations, keeping the counts (llmtop's clock wins: telemetry.py)."""
+    impossible = impossible_counts(events, stats)
+    if impossible is not None:
+        return None, impossible
+    contradicted = contradicted_durations(sent_ns, events, stats)
+    if stats is not None and contradicted is not None:
+        return without_durations(stats), contradicted
+    return stats, None
+
+
+def _client_tpot(events: Sequence[StreamEvent], text_stamps: list[int],
+                 stats: ServerStats | None, ttft: float | None, e2e: float | None,
+                 tokens: int | None) -> tuple[float | None, str | None]:
+    """(client TPOT in ms/token, why the stream is buffered): TPOT is None when the stream
+    was held back (`buffering`) or delivered in `blocks`, the reason then set."""
+    buffered = buffering(text_stamps, stats)
+    if buffered is not None:
+        return None, buffered
+    tpot = tpot_ms(ttft, e2e, tokens)
+    text = [e for e in events if e.has_text]
+    buffered = blocks(text, stats, 1000.0 / tpot if tpot else None)
+    return (tpot, None) if buffered is None else (None, buffered)
+
+
+def _overhead(ttft: float | None, stats: ServerStats | None, load: float | None,
+              prompt_eval: float | None) -> float | None:
+    """TTFT − (load + prompt eval), ms (module docstring, "Overhead"); None when a part is
+    n/a or the result is below zero (within telemetry.CLOCK_SLACK_MS the clocks agree: no
+    overhead seen). An OpenAI-compatible server loads its model at its own start: its n/a
+    load counts 0."""
+    if load is None and stats is not None and stats.source is not None:
+        load = 0.0
+    if ttft is None or load is None or prompt_eval is None:
+        return None
+    overhead = ttft - (load + prompt_eval)
+    return None if overhead < 0 else overhead
 
