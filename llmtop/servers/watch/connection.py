@@ -38,22 +38,25 @@ connection instead of filling memory. A request line and headers past MAX_HEAD_B
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from time import perf_counter_ns
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote
 
 import httptools
 import httpx
 
 from llmtop.engines.events import StreamEvent
-from llmtop.engines.http import failure_for_transport
-from llmtop.servers.watch.exchange import Exchange
+from llmtop.engines.http import Peer, failure_for_transport
+from llmtop.servers.guard import Guard
+from llmtop.servers.watch.exchange import Exchange, Watcher
 from llmtop.servers.watch.meter import Meter, endpoint_of
 from llmtop.servers.watch.wire import (
     CONTINUE,
     MAX_HEAD_BYTES,
     MAX_MEASURED_BODY,
+    Upstream,
     chunk,
     framing_refusal,
     header,
@@ -67,8 +70,41 @@ LINGER_S = 2.0  # after a reply of its own, the app's bytes are read and dropped
 # half-sent heads (slowloris) need to be worth anything
 HEAD_TIMEOUT_S = 10.0
 
-if TYPE_CHECKING:
-    from llmtop.servers.watch.proxy import WatchProxy
+
+
+class ConnectionOwner(Protocol):
+    """What a client connection needs of the watch that serves it (proxy.WatchProxy has it):
+    the engine's address (`upstream`, its `wire` form, `tls` for https, `peer` for failures,
+    `connect_timeout_s`), the listening address as text, the Host/Origin `guard` and the
+    token rules (`guarded`, `refusal`, `drop_for`), the `watcher` told about measured
+    requests, and the calls a connection makes as it lives. A protocol, so this module needs
+    nothing of proxy.py, which imports it."""
+
+    upstream: str
+    wire: Upstream
+    tls: ssl.SSLContext | None
+    peer: Peer
+    connect_timeout_s: float
+    listen_text: str
+    guard: Guard
+    watcher: Watcher
+
+    @property
+    def guarded(self) -> bool: ...
+
+    def refusal(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None: ...
+
+    def drop_for(self, headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]: ...
+
+    def accepted(self, side: ClientSide) -> None: ...
+
+    def checked(self, side: ClientSide) -> None: ...
+
+    def left(self, side: ClientSide) -> None: ...
+
+    def look_up_caller(self, exchange: Exchange) -> None: ...
+
+    def finish(self, exchange: Exchange) -> None: ...
 
 
 class Pending:
@@ -106,7 +142,7 @@ class ClientSide(asyncio.Protocol):
     """The app's connection: parses its requests, forwards them on its `UpstreamSide`, keeps
     their answers in order (`queue`), and ends what it measured when the app leaves."""
 
-    def __init__(self, proxy: WatchProxy) -> None:
+    def __init__(self, proxy: ConnectionOwner) -> None:
         self.proxy = proxy
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
