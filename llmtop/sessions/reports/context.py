@@ -91,6 +91,16 @@ def sweep_markdown(sweep: PrefillSweep | None) -> list[str]:
         ]
     if sweep.ttft is not None:
         lines += ["", f"TTFT (client): {_fit_line(sweep.ttft)}"]
+    lines += ["", *_sweep_table(sweep)]
+    if sweep.prior_checks:
+        lines += ["", f"Checked against {sweep.prior_label}:", ""]
+        lines += [f"- {c.sentence('it')}" for c in sweep.prior_checks]
+    return lines
+
+
+def _sweep_table(sweep: PrefillSweep) -> list[str]:
+    """The sweep's table: per size, the server's T, the measured and predicted prefill and
+    TTFT (ms), the residual and the decode rate after T."""
     rows = [
         (
             f"{r.target} tok",
@@ -110,27 +120,20 @@ def sweep_markdown(sweep: PrefillSweep | None) -> list[str]:
         )
         for r in sweep.rows
     ]
-    lines += [
-        "",
-        *md_table(
-            (
-                "prompt",
-                "T (server)",
-                "n",
-                "prefill ms (median)",
-                "curve ms",
-                "residual ms",
-                "TTFT ms (median)",
-                "TTFT curve ms",
-                "decode tok/s after T",
-            ),
-            rows,
+    return md_table(
+        (
+            "prompt",
+            "T (server)",
+            "n",
+            "prefill ms (median)",
+            "curve ms",
+            "residual ms",
+            "TTFT ms (median)",
+            "TTFT curve ms",
+            "decode tok/s after T",
         ),
-    ]
-    if sweep.prior_checks:
-        lines += ["", f"Checked against {sweep.prior_label}:", ""]
-        lines += [f"- {c.sentence('it')}" for c in sweep.prior_checks]
-    return lines
+        rows,
+    )
 
 
 def pairs_markdown(pairs: Sequence[CachePair]) -> list[str]:

@@ -378,6 +378,17 @@ class _Start:
     kept: dict[int, CalibrationPoint] = field(default_factory=dict)
 
 
+def _wanted(targets: Iterable[int], tolerance: float) -> list[int]:
+    """The targets to calibrate, sorted once each. Raises ValueError for none, one that is
+    not a positive int, or a tolerance outside (0, 1)."""
+    wanted = sorted(set(targets))
+    if not wanted or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in wanted):
+        raise ValueError(f"calibration targets must be positive token counts, got {wanted!r}")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be between 0 and 1, got {tolerance!r}")
+    return wanted
+
+
 async def calibrate(
     engine: Engine,
     model: str,
@@ -408,11 +419,7 @@ async def calibrate(
     truncates (names num_ctx), a target below the fixed template cost, or no hit in
     `max_rounds`. ValueError for no targets or a non-positive one.
     """
-    wanted = sorted(set(targets))
-    if not wanted or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in wanted):
-        raise ValueError(f"calibration targets must be positive token counts, got {wanted!r}")
-    if not 0 < tolerance < 1:
-        raise ValueError(f"tolerance must be between 0 and 1, got {tolerance!r}")
+    wanted = _wanted(targets, tolerance)
     probe_options = {**dict(options), "num_predict": 1}
     key = calibration_key(engine.name, model, digest=digest, think=think)
     prober = _Prober(engine, model, probe_options, think, PromptGenerator(seed, salt="calibration"))
@@ -421,14 +428,9 @@ async def calibrate(
     points = dict(start.points)
     for target in wanted:
         if target not in points:
-            points[target] = await _search(
-                prober,
-                target,
-                slope0=start.slope,
-                tolerance=tolerance,
-                max_rounds=max_rounds,
-                options=probe_options,
-            )
+            points[target] = await _search(prober, target, slope0=start.slope,
+                                           tolerance=tolerance, max_rounds=max_rounds,
+                                           options=probe_options)
     result = Calibration(
         engine_host=engine.host,
         model=model,
