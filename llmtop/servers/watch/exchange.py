@@ -1,6 +1,6 @@
 """One measured request as it passes `llmtop watch` (`Exchange`), and what the proxy tells
-about it (`Watcher`): the types servers/watch/proxy.py fills and sessions/runners/watch.py
-reads."""
+about it (`Watcher`): the types servers/watch/proxy.py fills and
+sessions/runners/watch/session.py reads."""
 
 from __future__ import annotations
 
