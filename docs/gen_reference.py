@@ -1,10 +1,12 @@
 """Write the generated reference pages: the CLI (docs/reference/cli.md, from llmtop's own
 argparse parser, as the shell completion is) and the config file's keys
-(docs/reference/config-keys.md, from `probes.verdict.Thresholds`).
+(docs/reference/config-keys.md, from `probes.verdict.Thresholds`); and the exit codes' table
+in README.md and docs/reference/files.md (from llmtop/exitcodes.py's docstrings).
 
     .venv/bin/python docs/gen_reference.py
 
-tests/unit/test_docs.py fails when a committed page differs from what this writes.
+tests/unit/test_docs.py fails when a committed page differs from what this writes,
+tests/unit/test_exit_codes.py when an exit codes' table does.
 """
 
 from __future__ import annotations
@@ -52,12 +54,41 @@ def config_keys() -> str:
 
 PAGES = {"reference/cli.md": cli_reference, "reference/config-keys.md": config_keys}
 
+# A generated section of a hand-written page: the lines between its two markers.
+EXIT_CODES = ("<!-- exit codes: rendered from llmtop/exitcodes.py by docs/gen_reference.py -->",
+              "<!-- end of the exit codes -->")
+# the pages (from the repository's root) that show the exit codes' table
+EXIT_CODE_PAGES = ("README.md", "docs/reference/files.md")
+
+
+def exit_codes() -> str:
+    """The exit codes' table: each code's meaning is its docstring in llmtop/exitcodes.py."""
+    from llmtop.exitcodes import markdown_table
+
+    return markdown_table()
+
+
+def with_section(text: str, markers: tuple[str, str], body: str) -> str:
+    """`text` with the lines between the two markers replaced by `body`. Raises ValueError
+    when a marker is missing."""
+    begin, end = markers
+    head, found, rest = text.partition(begin + "\n")
+    _, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"no {begin!r} ... {end!r} section")
+    return f"{head}{begin}\n\n{body}\n{end}{tail}"  # blank lines: a table, not HTML
+
 
 def main() -> int:
-    """Write every generated page; returns 0."""
+    """Write every generated page and section; returns 0."""
     for name, make in PAGES.items():
         (DOCS / name).write_text(make(), encoding="utf-8")
         print(f"wrote docs/{name}", file=sys.stderr)
+    for name in EXIT_CODE_PAGES:
+        path = DOCS.parent / name
+        path.write_text(with_section(path.read_text(encoding="utf-8"), EXIT_CODES, exit_codes()),
+                        encoding="utf-8")
+        print(f"wrote {name}'s exit codes", file=sys.stderr)
     return 0
 
 
