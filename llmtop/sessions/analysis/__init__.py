@@ -1,3 +1,14 @@
-"""From records to figures, pure over a log read back: a run's statistics and drift (run), a
-sweep's levels and knee (load), two runs compared (compare), who slowed a request
-(attribution, machine), per-request series (series) and the catalogue of logs (catalog)."""
+"""From a session log's records to figures and verdicts, pure over the records read back
+(records/), so a report is reproducible from the log alone.
+
+A bench run: per-request status, statistics per prompt size and drift (run), slow episodes
+(episodes) and what each cost and who caused it (episode_causes), the one-word verdict
+(verdict), decode against memory bandwidth (bandwidth), the engine's placement claim against
+the machine (offload), the spread over `--runs K` (repeat), the context phases (context),
+the prefill curve (prefill) and the energy figures (energy). A load sweep: its levels and
+knee (load), its verdict (load_verdict), over-saturation (saturation) and the SLO search's
+rule (search). Two runs compared: compare/. Who was busy while requests were slow
+(attribution), the machine's own series beside the engine's (machine), per-request series
+for pictures (series), a run in another tool's definitions (peers), a watch log by caller and
+model (watch), and the saved logs' list (catalog).
+"""

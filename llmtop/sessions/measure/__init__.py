@@ -1,3 +1,7 @@
-"""The measuring core: one request streamed and stamped (request), its metrics (timeline), the
-statistics (stats), cache-busting prompts (prompts) and the options every request sends with
-the bench's and the sweep's shared workload (options). Pure but for the stream."""
+"""The measuring core, below every other wing: one request streamed and stamped (request), its
+metrics (timeline) and the server's durations checked against llmtop's clock (telemetry),
+the statistics (stats), cache-busting prompts (prompts), the options every request sends
+(options), a user's own requests (dataset), the latency target (slo), what a bench, sweep or
+watch was set up to do (config) and the metric table every view reads (metrics). Pure but for
+the stream.
+"""

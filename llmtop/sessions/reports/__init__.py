@@ -1,3 +1,7 @@
-"""Rendering only: one `render(subject, fmt)` (formats) over the run, load and compare
-renderers (run, load, compare), the HTML pages and their plots (html, plots), and the plain
-text rules they share (text)."""
+"""Rendering only, over an analysis: one `render(subject, fmt)` (formats) over the renderers of
+a run (run: the `Report`; run_markdown; run_data: CSV and JSON; run_environment: the
+machine's sections; context: the context phases), of a sweep (load), of a comparison
+(compare), of a watch log (watch) and of a run in another tool's definitions (peers); the
+HTML pages and their plots (html, plots), and the plain-text rules and CSV cells they share
+(text, csvcells).
+"""

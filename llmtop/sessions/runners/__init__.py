@@ -1,3 +1,7 @@
-"""Making measurements: the session recorder with the one request choreography (recorder),
-prompt calibration (calibration), the bench protocol (bench), the load sweep (load,
-load_config) and what a run records about where it ran (environment)."""
+"""Making measurements and logging them: the recorder, which owns one session log and runs the
+one request choreography (recorder); warming the model (warmup), prompt calibration
+(calibration), the bench protocol (bench) with its context phases (context) and saved
+prefill curves (curves); the load sweep (load/) and a watch log replayed against an engine
+(replay); `llmtop watch`'s session (watch/); energy sampled alongside a run (energy) and
+what a run records about where it ran (environment).
+"""
