@@ -1,9 +1,10 @@
 """What every engine is: the `Engine` protocol, the model details it reports, its error.
 
 Every token producer (the Ollama-API client, the relay client, the test fakes) has this shape,
-so the session runner, the calibration and the composition root (`llmtop.connect`) never
-depend on which engine they drive. A stream never raises for a server's misbehaviour: it ends
-with a `StreamEvent(done=True, failure=...)`. Metadata calls raise `EngineError`.
+so the runners (`sessions/runners/`), the calibration and the composition root
+(`llmtop.connect`) never depend on which engine they drive. A stream never raises for a
+server's misbehaviour: it ends with a `StreamEvent(done=True, failure=...)`. Metadata calls
+raise `EngineError`.
 """
 
 from __future__ import annotations

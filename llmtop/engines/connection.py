@@ -1,4 +1,4 @@
-"""A connected engine, as the session runner, the recorder and the TUI see it.
+"""A connected engine, as the runners, the recorder and the TUI see it.
 
 Plain data: which client streams the requests, which model, what the engine said about it,
 the child processes llmtop started for it (closed with it), and how to find the measured

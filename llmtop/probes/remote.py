@@ -329,10 +329,11 @@ def make_sampler(
     engine_threads: Callable[[], int | None] | None = None,
     thread_setting: Callable[[], str | None] | None = None,
 ) -> ProbeSampler | AgentSampler:
-    """The sampler a session uses: the agent's (`--probes`) when `agent` is given, else this
-    machine's `ProbeSampler` (engine_pids: the measured engine's local pids; energy: this
-    machine's energy reader, sampled with the probes; an agent's machine is not read;
-    thread_setting: how a remedy gives this engine N threads, `Connection.thread_setting`)."""
+    """The sampler a TUI session or a run uses: the agent's (`--probes`) when `agent` is
+    given, else this machine's `ProbeSampler` (engine_pids: the measured engine's local pids;
+    energy: this machine's energy reader, sampled with the probes; an agent's machine is not
+    read; thread_setting: how a remedy gives this engine N threads,
+    `Connection.thread_setting`)."""
     if agent is not None:
         return AgentSampler(agent, interval_s, on_sample, thresholds=thresholds, on_state=on_state)
     return ProbeSampler(interval_s, on_sample, engine_pids=engine_pids, thresholds=thresholds,
