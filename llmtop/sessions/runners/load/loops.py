@@ -1,4 +1,4 @@
-"""How a level's requests leave in `llmtop load` (load.py's `LoadRunner` runs them).
+"""How a level's requests leave in `llmtop load` (runner.py's `LoadRunner` runs them).
 
 Closed loop: N workers, each sends its next request when its last one ended, until the
 batch's count or time is up. Open loop: requests leave on a seeded timetable
