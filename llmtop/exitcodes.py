@@ -99,7 +99,6 @@ def signal_exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
-
 class UsageError(Exception):
     """A command line or an input the command cannot use (ExitCode.USAGE: nothing was
     measured). Raised by flag checks and config types anywhere below the CLI; `cli.main`

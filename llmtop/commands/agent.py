@@ -12,21 +12,39 @@ import argparse
 import signal
 import sys
 
-import uvicorn
-
+from llmtop.commands.flags import pid_number, port_number
 from llmtop.commands.tokens import MIN_TOKEN_CHARS, is_loopback, read_token
 from llmtop.engines.hosts import HostError, resolve_host
-from llmtop.exitcodes import ExitCode
+from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.files import readable_by_others
-from llmtop.servers.agent.server import Agent, create_app
-from llmtop.servers.child import port_problem, watch_parent
 
 PROG = "llmtop agent"
 __all__ = ["MIN_TOKEN_CHARS", "check", "is_loopback", "main", "read_token"]
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop agent`'s flags: where it listens, its token, the engine on this machine."""
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; any other needs --token-file)")
+    p.add_argument("--port", type=port_number, default=11500, help="port (default 11500)")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--engine-host", metavar="URL", help="the engine on this machine "
+                   "(default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   help="a pid of the engine (repeatable) when it cannot be identified")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="seconds between samples (default 0.5)")
+    p.add_argument("--share-cmdlines", action="store_true",
+                   help="send the busiest apps' command lines (they can hold secrets)")
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--clock-offset-ns", type=int, default=0, help=argparse.SUPPRESS)
+
+
 def check(args: argparse.Namespace) -> tuple[str | None, str]:
     """(token, "") when the agent may start as asked, else (None, why not)."""
+    from llmtop.servers.child import port_problem
+
     try:
         token = read_token(args.token_file)
     except ValueError as exc:
@@ -45,19 +63,23 @@ def check(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def main(args: argparse.Namespace) -> int:
     """Serve until stopped. Returns an ExitCode: OK after SIGTERM or Ctrl+C, USAGE when it
-    refuses to start (no token off loopback, bad token file, port taken, bad --engine-host)."""
+    refuses to start (UsageError: no token off loopback, bad token file, port taken, bad
+    --engine-host)."""
+    import uvicorn
+
+    from llmtop.servers.agent.server import Agent, create_app
+    from llmtop.servers.child import watch_parent
+
     token, why = check(args)
     if why:
-        print(f"{PROG}: {why}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(why)
     loose = readable_by_others(args.token_file) if args.token_file else None
     if loose is not None:
         print(f"{PROG}: warning: {loose}", file=sys.stderr)
     try:
         engine_host = resolve_host(args.engine_host)
     except HostError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc)) from None
     if args.parent_pid:
         watch_parent(args.parent_pid)
     agent = Agent(engine_host, args.interval, engine_pids=tuple(args.engine_pid or ()),

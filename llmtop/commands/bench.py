@@ -3,34 +3,140 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.datasets import dataset_from_flags
-from llmtop.commands.output import emit, out_refused
+from llmtop.commands.flags import INT32_MAX, engine_flags, finite_number, parse_sizes, whole_number
+from llmtop.commands.output import emit, refuse_out
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.connection import Connection
-from llmtop.exitcodes import ExitCode
-from llmtop.probes.config import ConfigError
-from llmtop.probes.remote import probes_note
-from llmtop.sessions.analysis.repeat import SizeSpread, repeatability
-from llmtop.sessions.records.log import LogError, default_log_path
-from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.run import build
-from llmtop.sessions.reports.run_markdown import repeat_markdown
-from llmtop.sessions.runners.bench import (
-    BenchOutcome,
-    BenchProgress,
-    BenchRunner,
-    NoisyMachine,
-)
-from llmtop.sessions.runners.bench_config import BenchConfig
-from llmtop.sessions.runners.calibration import CalibrationError
-from llmtop.sessions.runners.context import SUFFIX_WORDS
+from llmtop.exitcodes import ExitCode, UsageError
+from llmtop.sessions.measure.config import BenchConfig
+
+if TYPE_CHECKING:
+    from llmtop.engines.connection import Connection
+    from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress, BenchRunner
+
+# What running the protocol needs (httpx, pydantic, numpy and scipy through the sessions) is
+# imported inside the functions that run it, so `llmtop bench --help` declares these flags
+# in tens of ms (commands/__init__.py).
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop bench`'s flags: the engine's and generation's, the protocol's (sizes, counts,
+    the drift rule, re-measuring, repeats, the inputs), and where the report goes. Defaults
+    are BenchConfig's."""
+    bench = BenchConfig()
+    engine_flags(p, top=False, num_predict=False)
+    b = p.add_argument_group("protocol")
+    _sweep_flags(b, bench)
+    _remeasure_flags(b, bench)
+    _input_flags(b, bench)
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--format", choices=("md", "json", "html"), default=None,
+                   help="the report's format (default md; --json is --format json); html: one "
+                   "self-contained file with plots")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the report to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
+
+
+def _sweep_flags(b: argparse._ArgumentGroup, bench: BenchConfig) -> None:
+    """The sweep's counts and sizes, the cache pairs and turns after it, the drift rule."""
+    b.add_argument("--requests", type=whole_number(1, 1_000_000), default=bench.requests,
+                   help=f"measured requests per prompt size (default {bench.requests})")
+    b.add_argument("--warmup", type=whole_number(0, 1_000_000), default=bench.warmup,
+                   help=f"warm-up requests per size, kept apart (default {bench.warmup})")
+    b.add_argument("--prompt-tokens", type=parse_sizes, default=bench.prompt_tokens,
+                   metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
+                   f"server (default {','.join(map(str, bench.prompt_tokens))})")
+    b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=bench.max_tokens,
+                   help=f"num_predict of every request (default {bench.max_tokens})")
+    b.add_argument("--cache-pairs", type=whole_number(0, 10_000), default=bench.cache_pairs,
+                   metavar="N", help="after the sweep, N prefix-cache pairs (a fresh prefix of "
+                   "the largest size, then the same prefix with a new suffix): cached tokens and "
+                   "the prefill saved per cached token (default 0)")
+    b.add_argument("--turns", type=whole_number(0, 10_000), default=bench.turns, metavar="N",
+                   help="after the sweep, an N-turn conversation (each turn sends the whole "
+                   "history; messages of the smallest size): TTFT and prefill per turn against "
+                   "the curve, then the same turns replayed with the engine's cache defeated "
+                   "(default 0)")
+    b.add_argument("--no-cold-turns", action="store_true",
+                   help="with --turns, skip the replay with the cache defeated (half the "
+                   "requests; no cache saving per turn)")
+    b.add_argument("--no-save-curve", action="store_true",
+                   help="do not save this sweep's prefill curve as this model's (the TUI's "
+                   "prefill prediction and the next bench's check read it)")
+    b.add_argument(
+        "--think", choices=("on", "off"), help="send think true/false (default: not sent)"
+    )
+    b.add_argument(
+        "--drift-threshold",
+        type=finite_number(0.0, above_low=True),
+        default=bench.drift_threshold_pct,
+        help="%% change first-5 → last-5 baseline requests, either way, that marks the run "
+        "contaminated; also the smallest slow episode "
+        f"(default {bench.drift_threshold_pct:g})",
+    )
+
+
+def _remeasure_flags(b: argparse._ArgumentGroup, bench: BenchConfig) -> None:
+    """Re-measuring around slow episodes, and the repeated runs of --runs."""
+    b.add_argument(
+        "--remeasure-budget",
+        type=whole_number(0, 1_000_000),
+        default=None,
+        metavar="N",
+        help="extra requests per prompt size to re-measure around slow episodes (default: "
+        "--requests, twice the protocol's count in all; 0 turns re-measuring off)",
+    )
+    b.add_argument("--no-remeasure", action="store_true",
+                   help="never re-measure: episodes leave the baseline short (CONTAMINATED)")
+    b.add_argument(
+        "--remeasure-pause",
+        type=finite_number(0.0, 3600.0),
+        default=bench.remeasure_pause_s,
+        metavar="S",
+        help=f"seconds to wait before re-measuring (default {bench.remeasure_pause_s:g})",
+    )
+    b.add_argument("--runs", type=whole_number(1, 1000), default=1, metavar="K",
+                   help="K independent runs, a cool-down between them, the engine kept loaded: "
+                   "the spread of their baseline medians and a 95 %% confidence interval "
+                   "(default 1)")
+    b.add_argument("--cool-down", type=finite_number(0.0, 3600.0), default=30.0, metavar="S",
+                   help="seconds between runs of --runs (default 30)")
+
+
+def _input_flags(b: argparse._ArgumentGroup, bench: BenchConfig) -> None:
+    """What is sent (calibrated prompts, a dataset, the relay beside), and the preflight."""
+    b.add_argument(
+        "--compare-relay",
+        action="store_true",
+        help="interleave direct and relayed requests and report the relay's TTFT overhead",
+    )
+    b.add_argument("--no-cache", action="store_true",
+                   help="recalibrate even when a cached calibration exists")
+    b.add_argument("--dataset", metavar="FILE",
+                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
+                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
+                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
+                   "is skipped and named; each request starts with a tag of its own so no "
+                   "prefix cache serves it")
+    b.add_argument("--measure-cache", action="store_true",
+                   help="with --dataset, send the requests as they are: a prefix cache may "
+                   "serve them")
+    b.add_argument("--require-quiet", action="store_true",
+                   help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
+    b.add_argument(
+        "--preflight-duration",
+        type=finite_number(0.0, 86_400.0),
+        default=bench.preflight_s,
+        help=f"seconds of machine sampling before the run (default {bench.preflight_s:g}; "
+        "0 skips it)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -82,6 +188,14 @@ async def _one_run(
     args: argparse.Namespace, conn: Connection, config: BenchConfig, k: int, runs: int
 ) -> tuple[BenchRunner, BenchOutcome] | int:
     """Run k (0-based) of `runs`: its runner and outcome, or the ExitCode it failed with."""
+    import asyncio
+
+    from llmtop.probes.config import ConfigError
+    from llmtop.probes.remote import probes_note
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.runners.bench import BenchRunner, NoisyMachine
+    from llmtop.sessions.runners.calibration import CalibrationError
+
     if k:
         print(f"llmtop bench: run {k} of {runs} done; cooling down {args.cool_down:g} s "
               "(the engine stays loaded)", file=sys.stderr, flush=True)
@@ -95,8 +209,7 @@ async def _one_run(
                              token_timeout_s=args.token_timeout,
                              dataset=getattr(args, "dataset_read", None))
     except LogError as exc:
-        print(f"llmtop: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc), label="llmtop") from None
     print(
         f"llmtop bench: {conn.engine.name} at {conn.engine.host} · {conn.model} · log "
         f"{runner.log_path}" + (f" (run {k + 1} of {runs})" if runs > 1 else ""),
@@ -114,8 +227,7 @@ async def _one_run(
         print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
     except ConfigError as exc:
-        print(f"llmtop bench: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc)) from None
     except NoisyMachine as exc:
         print(
             f"llmtop bench: not started ({exc}); --require-quiet was given. Log: "
@@ -130,6 +242,13 @@ async def _one_run(
 
 
 async def _bench(args: argparse.Namespace) -> int:
+    from llmtop.commands.connecting import connect_from_flags
+    from llmtop.sessions.analysis.repeat import repeatability
+    from llmtop.sessions.records.log import default_log_path
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import Repeatability, build
+    from llmtop.sessions.reports.run_markdown import repeat_markdown
+
     config = config_from_args(args)
     conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
     if isinstance(conn, int):
@@ -150,12 +269,12 @@ async def _bench(args: argparse.Namespace) -> int:
     finally:
         await conn.close()
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
-    text = render(build(outcome.log), fmt)
     spreads = repeatability([o.analysis for o in outcomes]) if runs > 1 else []
-    if spreads:
-        text = with_repeatability(text, fmt, spreads, [o.log_path for o in outcomes])
-    if not emit(text, getattr(args, "out", None), "llmtop bench"):
-        return ExitCode.USAGE
+    spread = Repeatability(spreads, [o.log_path for o in outcomes]) if spreads else None
+    text = render(build(outcome.log, outcome.analysis, spread), fmt)  # analysed once: the run's
+    if spread is not None and fmt == "csv":  # a CSV table has no place for the section
+        print("\n".join(repeat_markdown(spread.sizes, spread.logs)) + "\n", file=sys.stderr)
+    emit(text, getattr(args, "out", None), "llmtop bench")
     if any(sp.disagree for size in spreads for sp in size.spreads) or any(
             o.analysis.contaminated for o in outcomes[:-1]):
         print("llmtop bench: the runs do not agree (see \"Repeatability\"), or an earlier "
@@ -193,20 +312,6 @@ def run_log(log: str | None, k: int, runs: int) -> str | None:
     return str(path.with_name(f"{path.stem}-run{k + 1}{path.suffix}"))
 
 
-def with_repeatability(text: str, fmt: str, spreads: list[SizeSpread], logs: list[str]) -> str:
-    """The last run's report with the runs' repeatability: a markdown section, a JSON key
-    "repeatability"; an HTML page is left as it is (the section goes to stderr)."""
-    if fmt == "json":
-        data = json.loads(text)
-        data["repeatability"] = {"logs": logs, "sizes": [asdict(s) for s in spreads]}
-        return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
-    section = "\n".join(repeat_markdown(spreads, logs)) + "\n"
-    if fmt == "md":
-        return text + section
-    print(section, file=sys.stderr)
-    return text
-
-
 # Below this many output tokens a request's decode rate rests on too few gaps for the drift
 # rule's ±5 % (--max-tokens 10: 9 gaps, and "decode is a trend (+11 %)" of noise)
 SHORT_DECODE_TOKENS = 32
@@ -216,28 +321,9 @@ def main(args: argparse.Namespace) -> int:
     """`llmtop bench`: check the flags, run the protocol, print the report; returns an
     ExitCode (0 clean, clean after re-measuring or inconclusive, 1 contaminated or refused
     as noisy, 5 nothing ok), or
-    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`)."""
-    if out_refused(args, [args.log], "llmtop bench"):  # before the minutes of measuring
-        return ExitCode.USAGE
-    if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
-        print("llmtop bench: --requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
-              "--preflight-duration >= 0", file=sys.stderr)
-        return ExitCode.USAGE
-    # a cache pair's prompt is the largest size plus a suffix of SUFFIX_WORDS words (and the
-    # closing instruction's 7): 2 tokens a word bounds it for the tokenizers seen
-    suffix = 2 * (SUFFIX_WORDS + 7) if args.cache_pairs else 0
-    needed = max(args.prompt_tokens) + suffix + args.max_tokens
-    if needed > args.num_ctx:
-        print(
-            f"llmtop bench: a {max(args.prompt_tokens) + suffix}-token prompt plus "
-            f"{args.max_tokens} output "
-            "tokens needs "
-            f"{needed} tokens of context, more than --num-ctx {args.num_ctx}: raise --num-ctx (up "
-            "to the "
-            "model's training context) or use smaller --prompt-tokens",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+    128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`). Raises
+    UsageError for flags that cannot run (`check_flags`)."""
+    check_flags(args)
     if args.max_tokens < SHORT_DECODE_TOKENS:  # said, not refused: a quick look is allowed
         print(f"llmtop bench: note: --max-tokens {args.max_tokens} gives each decode rate "
               f"{args.max_tokens - 1} gaps: the drift and trend rules on decode may call a "
@@ -245,22 +331,34 @@ def main(args: argparse.Namespace) -> int:
               "judge decode", file=sys.stderr)
     if getattr(args, "dataset", None) is not None:
         if args.cache_pairs or args.turns or args.compare_relay:
-            print("llmtop bench: --dataset sends the file's requests; --cache-pairs, --turns "
-                  "and --compare-relay need calibrated prompts: run them without --dataset",
-                  file=sys.stderr)
-            return ExitCode.USAGE
-        dataset = dataset_from_flags(args, "llmtop bench")
-        if isinstance(dataset, int):
-            return dataset
-        args.dataset_read = dataset
+            raise UsageError("--dataset sends the file's requests; --cache-pairs, --turns and "
+                             "--compare-relay need calibrated prompts: run them without "
+                             "--dataset")
+        args.dataset_read = dataset_from_flags(args, "llmtop bench")
     elif getattr(args, "measure_cache", False):
-        print("llmtop bench: --measure-cache applies to --dataset's requests (llmtop's own "
-              "prompts are always cache-busted)", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError("--measure-cache applies to --dataset's requests (llmtop's own "
+                         "prompts are always cache-busted)")
     if args.require_quiet and args.preflight_duration == 0:
-        print(
-            "llmtop bench: --require-quiet needs a preflight check (--preflight-duration > 0)",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+        raise UsageError("--require-quiet needs a preflight check (--preflight-duration > 0)")
     return run_stoppable(_bench(args), "llmtop bench")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Raise UsageError, before the minutes of measuring, for an --out that must not be
+    written, counts out of range, or sizes that do not fit the context (--num-ctx)."""
+    from llmtop.sessions.runners.context import SUFFIX_WORDS
+
+    refuse_out(args, [args.log])
+    if args.requests < 1 or args.warmup < 0 or args.max_tokens < 2 or args.preflight_duration < 0:
+        raise UsageError("--requests must be >= 1, --warmup >= 0, --max-tokens >= 2 and "
+                         "--preflight-duration >= 0")
+    # a cache pair's prompt is the largest size plus a suffix of SUFFIX_WORDS words (and the
+    # closing instruction's 7): 2 tokens a word bounds it for the tokenizers seen
+    suffix = 2 * (SUFFIX_WORDS + 7) if args.cache_pairs else 0
+    needed = max(args.prompt_tokens) + suffix + args.max_tokens
+    if needed > args.num_ctx:
+        raise UsageError(
+            f"a {max(args.prompt_tokens) + suffix}-token prompt plus {args.max_tokens} output "
+            f"tokens needs {needed} tokens of context, more than --num-ctx {args.num_ctx}: "
+            "raise --num-ctx (up to the model's training context) or use smaller "
+            "--prompt-tokens")

@@ -5,24 +5,21 @@ sockets of known engine processes (`probes.listening`), all probed at once."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from llmtop.commands.flags import port_list
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.discovery import (
-    KNOWN_PORTS,
-    Discovery,
-    FoundEngine,
-    Hint,
-    discover,
-    others_line,
-)
 from llmtop.exitcodes import ExitCode
-from llmtop.probes import listening
 from llmtop.safetext import one_line
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from llmtop.engines.discovery import Discovery, FoundEngine, Hint
 
 HEADERS = ("kind", "version", "address", "models", "process")
 SHOWN_NAMES = 3  # model names in a table cell; the rest are counted
@@ -32,9 +29,20 @@ SHOWN_NAMES = 3  # model names in a table cell; the rest are counted
 OTHERS_WAIT_S = 0.3
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop engines`' flags: more ports to probe, --json."""
+    p.add_argument("--ports", type=port_list, default=[], metavar="LIST",
+                   help="more ports to probe on loopback, comma-separated (an engine started "
+                   "on a port of its own; the usual ports are always probed)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
 def socket_hints() -> tuple[list[Hint], str | None]:
     """The OS's listening sockets as discovery hints, and what could not be seen
     (`probes.listening.scan`; blocking, ~10-50 ms)."""
+    from llmtop.engines.discovery import Hint
+    from llmtop.probes import listening
+
     found = listening.scan()
     return ([Hint(s.address, s.port, s.pid, s.process, s.engine, s.how)
              for s in found.listeners], found.note)
@@ -43,6 +51,8 @@ def socket_hints() -> tuple[list[Hint], str | None]:
 async def find_engines(extra_ports: Sequence[int] = (), sockets: bool = True) -> Discovery:
     """The engines on the usual ports and `extra_ports`, and (with `sockets`) on the ports
     of known engine processes' listening sockets."""
+    from llmtop.engines.discovery import KNOWN_PORTS, discover
+
     return await discover([*KNOWN_PORTS, *extra_ports], scan=socket_hints if sockets else None)
 
 
@@ -54,6 +64,8 @@ def others_task(args: argparse.Namespace) -> asyncio.Task[Discovery] | None:
             or os.environ.get("OLLAMA_HOST", "").strip() or getattr(args, "relay", None)
             or getattr(args, "model_path", None)):
         return None
+    import asyncio
+
     return asyncio.create_task(find_engines(sockets=False))
 
 
@@ -61,6 +73,10 @@ async def say_others(task: asyncio.Task[Discovery] | None, in_use: str | None) -
     """One stderr line naming the engines that answer besides the one in use (`in_use`: its
     URL; None when none was reached), with their flags; nothing when there are none or the
     search is not done OTHERS_WAIT_S after the connect (it is then given up)."""
+    import asyncio
+
+    from llmtop.engines.discovery import others_line
+
     if task is None:
         return
     done, _ = await asyncio.wait({task}, timeout=OTHERS_WAIT_S)

@@ -5,33 +5,78 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.datasets import dataset_from_flags
+from llmtop.commands.flags import checked, engine_flags, finite_number
 from llmtop.commands.stopping import run_stoppable
-from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.load import verdict
-from llmtop.sessions.analysis.load_verdict import verdict_line
-from llmtop.sessions.analysis.saturation import describe_stop
-from llmtop.sessions.records.log import LogError
-from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.load import level_row
-from llmtop.sessions.runners.calibration import CalibrationError
-from llmtop.sessions.runners.load.config import LoadConfig, Mode
-from llmtop.sessions.runners.load.progress import LoadProgress
-from llmtop.sessions.runners.load.runner import LoadRunner
-from llmtop.sessions.runners.replay import (
-    ReplayError,
-    ReplayRunner,
-    Trace,
-    as_json,
-    markdown,
-    read_trace,
-    run_replay,
-)
+from llmtop.exitcodes import ExitCode, UsageError
+from llmtop.sessions.measure.config import BenchConfig, LoadConfig, Mode
+from llmtop.sessions.measure.slo import Slo
+from llmtop.sessions.runners.load.config import parse_level_duration, parse_levels
+
+if TYPE_CHECKING:
+    from llmtop.sessions.runners.load.progress import LoadProgress
+    from llmtop.sessions.runners.replay import Trace
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_REQUESTS = 40
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop load`'s flags: the engine's, the sweep's (levels, sizes, SLO), --replay's."""
+    BENCH = BenchConfig()
+    engine_flags(p, top=False, num_predict=False)
+    s = p.add_argument_group("sweep (closed loop by --concurrency, or open loop by --rate)")
+    levels = s.add_mutually_exclusive_group()
+    levels.add_argument("--concurrency", type=checked(lambda t: parse_levels(t, True)),
+                        metavar="N[,N...]",
+                        help="closed loop: N users, each sends when its last request ends "
+                        "(default 1,2,4,8)")
+    levels.add_argument("--rate", type=checked(lambda t: parse_levels(t, False)),
+                        metavar="R[,R...]",
+                        help="open loop: requests/s on a timetable, whatever the engine does")
+    s.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson",
+                   help="open loop's timetable (default poisson, seeded by --seed)")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, help="requests per level (default 40)")
+    size.add_argument("--duration", type=checked(parse_level_duration),
+                      metavar="TIME", help="time per level instead, e.g. 60s or 2m (at most 24h)")
+    s.add_argument("--prompt-tokens", type=int, default=BENCH.prompt_tokens[0],
+                   help=f"calibrated prompt size (default {BENCH.prompt_tokens[0]})")
+    s.add_argument("--max-tokens", type=int, default=BENCH.max_tokens,
+                   help=f"num_predict of every request (default {BENCH.max_tokens})")
+    s.add_argument("--slo", type=checked(Slo.parse), default=Slo(), metavar="TERMS",
+                   help="latency target for goodput, e.g. ttft=500ms,tpot=50ms,e2e=10s")
+    s.add_argument("--search", action="store_true",
+                   help="SLO search: bisect between the lowest and highest level for the "
+                   "highest one meeting --slo (each point repeated until its 95%% CI decides)")
+    s.add_argument("--no-early-stop", action="store_true",
+                   help="run an open-loop level to its end even once its latency grows "
+                   "without bound (default: stop it, and say so)")
+    s.add_argument("--think", choices=("on", "off"),
+                   help="send think true/false (default: not sent)")
+    s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
+    s.add_argument("--dataset", metavar="FILE",
+                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
+                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
+                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
+                   "is skipped and named; each request starts with a tag of its own so no "
+                   "prefix cache serves it")
+    s.add_argument("--measure-cache", action="store_true",
+                   help="with --dataset, send the requests as they are: a prefix cache may "
+                   "serve them")
+    s.add_argument("--replay", metavar="WATCH_LOG",
+                   help="send the requests a `llmtop watch` log recorded, at their recorded "
+                   "arrival gaps (open loop), and compare each with its original")
+    s.add_argument("--speed", type=finite_number(0.0, 1000.0, above_low=True), default=1.0,
+                   help="with --replay, play the recorded gaps this many times faster "
+                   "(default 1)")
+    s.add_argument("--back-to-back", action="store_true",
+                   help="with --replay, send each request when the one before it ended")
+    s.add_argument("--preflight-duration", type=float, default=0.0,
+                   help="seconds of machine sampling before the sweep (default 0: none)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
@@ -58,6 +103,10 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
 
 
 def _printer(quiet: bool, config: LoadConfig):
+    from llmtop.sessions.analysis.load import verdict
+    from llmtop.sessions.analysis.saturation import describe_stop
+    from llmtop.sessions.reports.load import level_row
+
     def show(p: LoadProgress) -> None:
         if quiet or p.phase == "request":
             return
@@ -82,6 +131,13 @@ def _printer(quiet: bool, config: LoadConfig):
 
 
 async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
+    from llmtop.commands.connecting import connect_from_flags
+    from llmtop.sessions.analysis.load_verdict import verdict_line
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.runners.calibration import CalibrationError
+    from llmtop.sessions.runners.load.runner import LoadRunner
+
     conn = await connect_from_flags(args)
     if isinstance(conn, int):
         return conn
@@ -91,8 +147,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
                                 token_timeout_s=args.token_timeout,
                                 dataset=getattr(args, "dataset_read", None))
         except LogError as exc:
-            print(f"llmtop: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
+            raise UsageError(str(exc), label="llmtop") from None
         print(
             f"llmtop load: {conn.engine.name} at {conn.engine.host} · {conn.model} · "
             f"log {runner.log_path}",
@@ -124,6 +179,11 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
 
 
 async def _replay(args: argparse.Namespace, trace: Trace) -> int:
+    from llmtop.commands.connecting import connect_from_flags
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.runners.calibration import CalibrationError
+    from llmtop.sessions.runners.replay import ReplayRunner, as_json, markdown, run_replay
+
     conn = await connect_from_flags(args)
     if isinstance(conn, int):
         return conn
@@ -134,8 +194,7 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
                                   on_progress=_printer(args.json, LoadConfig()),
                                   token_timeout_s=args.token_timeout)
         except LogError as exc:
-            print(f"llmtop: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
+            raise UsageError(str(exc), label="llmtop") from None
         print(f"llmtop load: replaying {len(trace.originals)} requests of {trace.path} on "
               f"{conn.engine.name} at {conn.engine.host} · {conn.model} · log {runner.log_path}",
               file=sys.stderr, flush=True)
@@ -157,62 +216,49 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
 
 
 def replay_main(args: argparse.Namespace) -> int:
-    """`llmtop load --replay WATCH_LOG`: read the trace, replay it, print the comparison."""
+    """`llmtop load --replay WATCH_LOG`: read the trace, replay it, print the comparison.
+    Raises UsageError for flags --replay does not take and a trace that cannot be read."""
+    from llmtop.sessions.runners.replay import ReplayError, read_trace
+
     if args.back_to_back and args.speed != 1.0:
-        print("llmtop load: --speed scales the recorded gaps; --back-to-back has none",
-              file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError("--speed scales the recorded gaps; --back-to-back has none")
     if getattr(args, "dataset", None) is not None:
-        print("llmtop load: --replay sends the watch log's requests; --dataset another file's: "
-              "give one", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError("--replay sends the watch log's requests; --dataset another file's: "
+                         "give one")
     try:
         trace = read_trace(args.replay)
     except ReplayError as exc:
-        print(f"llmtop load: --replay: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(f"--replay: {exc}") from None
     return run_stoppable(_replay(args, trace), "llmtop load")
 
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop load`: check the flags, run the sweep, print the report; returns an ExitCode
     (0 done, 2 bad flags, 3/4 engine or model missing, 5 no request completed, 6 the
-    log stops early; 128 + the signal after SIGTERM/SIGHUP, as run and bench)."""
+    log stops early; 128 + the signal after SIGTERM/SIGHUP, as run and bench); raises
+    UsageError for flags that do not go together."""
     if getattr(args, "replay", None) is not None:
         return replay_main(args)
     if getattr(args, "back_to_back", False) or getattr(args, "speed", 1.0) != 1.0:
-        print("llmtop load: --speed and --back-to-back apply to --replay", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError("--speed and --back-to-back apply to --replay")
     if (
         (args.requests is not None and args.requests < 1)
         or args.max_tokens < 2
         or args.prompt_tokens < 8
         or (args.duration is not None and args.duration <= 0)
     ):
-        print(
-            "llmtop load: --requests must be >= 1, --duration > 0, --max-tokens >= 2 and "
-            "--prompt-tokens >= 8",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+        raise UsageError("--requests must be >= 1, --duration > 0, --max-tokens >= 2 and "
+                         "--prompt-tokens >= 8")
     if args.prompt_tokens + args.max_tokens > args.num_ctx:
-        print(
-            f"llmtop load: {args.prompt_tokens} prompt + {args.max_tokens} output tokens need more "
-            f"than --num-ctx {args.num_ctx}: raise --num-ctx or lower the sizes",
-            file=sys.stderr,
-        )
-        return ExitCode.USAGE
+        raise UsageError(f"{args.prompt_tokens} prompt + {args.max_tokens} output tokens need "
+                         f"more than --num-ctx {args.num_ctx}: raise --num-ctx or lower the "
+                         "sizes")
     try:
         config = config_from_args(args)
     except ValueError as exc:
-        print(f"llmtop load: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc)) from None
     if getattr(args, "measure_cache", False) and getattr(args, "dataset", None) is None:
-        print("llmtop load: --measure-cache applies to --dataset's requests (llmtop's own "
-              "prompts are always cache-busted)", file=sys.stderr)
-        return ExitCode.USAGE
-    dataset = dataset_from_flags(args, "llmtop load")
-    if isinstance(dataset, int):
-        return dataset
-    args.dataset_read = dataset
+        raise UsageError("--measure-cache applies to --dataset's requests (llmtop's own "
+                         "prompts are always cache-busted)")
+    args.dataset_read = dataset_from_flags(args, "llmtop load")
     return run_stoppable(_load(args, config), "llmtop load")

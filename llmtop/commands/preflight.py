@@ -13,38 +13,58 @@ config file, bad
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import math
 import sys
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from llmtop.commands.flags import finite_number, pid_number, probes_flags
 from llmtop.engines.hosts import resolve_host
-from llmtop.engines.ollama import OllamaEngine, ollama_version
-from llmtop.probes.canary import check_against_last
 from llmtop.probes.catalogue import Category
-from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
-from llmtop.probes.engine_identity import identify_engine
-from llmtop.probes.engine_state import CouldNotCheck, engine_findings
-from llmtop.probes.preflight import (
-    DEFAULT_INTERVAL_S,
-    PreflightExit,
-    PreflightResult,
-    aggregate,
-    collect_samples,
-)
-from llmtop.probes.remote import AgentSampler
-from llmtop.probes.sampler import ProbeSampler
-from llmtop.probes.verdict import Finding
-from llmtop.sessions.runners.energy import EnergyMeter
+
+if TYPE_CHECKING:
+    from llmtop.probes.engine_identity import EngineIdentity
+    from llmtop.probes.preflight import PreflightResult
+    from llmtop.probes.remote import AgentSampler
+    from llmtop.probes.verdict import Finding, Thresholds
+    from llmtop.sessions.runners.energy import EnergyMeter
 
 PROG = "llmtop preflight"
 TOP_APPS = 5  # busiest apps listed in text mode
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop preflight`'s flags: how long to sample, --json, the engine to check, --probes."""
+    # Finite and at most a day here; > 0 is checked by the command (its "cannot check" JSON).
+    p.add_argument(
+        "--duration",
+        type=finite_number(-math.inf, 86_400.0),
+        default=3.0,
+        help="seconds to sample (default 3)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--host", default=argparse.SUPPRESS,
+                   help="Ollama's address (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    p.add_argument("--model", default=argparse.SUPPRESS,
+                   help="the model tag you will measure (for the engine checks)")
+    p.add_argument("--engine-pid", metavar="PID", type=pid_number, action="append",
+                   default=argparse.SUPPRESS, help="a pid of the measured engine (repeatable)")
+    probes_flags(p.add_argument_group("probes"), lambda _v: argparse.SUPPRESS)
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop preflight` from parsed arguments (`duration`, `json`, `host`, `model`; optional
     `interval`); print the result; return the exit code (`PreflightExit`)."""
+    import asyncio
+
+    from llmtop.engines.ollama import ollama_version
+    from llmtop.probes.canary import check_against_last
+    from llmtop.probes.config import ConfigError, config_path, load_engine_pids, load_thresholds
+    from llmtop.probes.engine_identity import identify_engine
+    from llmtop.probes.preflight import DEFAULT_INTERVAL_S
+    from llmtop.sessions.runners.energy import EnergyMeter
+
     as_json = bool(getattr(args, "json", False))
     duration = float(args.duration)
     interval = float(getattr(args, "interval", None) or DEFAULT_INTERVAL_S)
@@ -59,7 +79,6 @@ def main(args: argparse.Namespace) -> int:
     config = {"path": str(cfg_file), "loaded": cfg_file.is_file()}
 
     host = resolve_host(getattr(args, "host", None))
-    model = getattr(args, "model", None)
     version = asyncio.run(ollama_version(host))
     agent = getattr(args, "agent", None)
     # this machine's energy, sampled with the probes: its idle power over the window
@@ -67,7 +86,31 @@ def main(args: argparse.Namespace) -> int:
     print(f"{PROG}: {energy.line}", file=sys.stderr, flush=True)
     # With --probes the agent identifies the engine on its machine; here it is not local.
     identity = identify_engine(host, pinned) if version is not None and agent is None else None
-    engine_pids = set(identity.pids) if identity is not None else set()
+    sampled = _sample(agent, thresholds, duration, interval,
+                      set(identity.pids) if identity is not None else set(), energy, config)
+    if isinstance(sampled, str):
+        return _cannot_check(sampled, as_json)
+    result, idle = sampled
+    result, engine = _check_engine(result, host, getattr(args, "model", None), version,
+                                   identity)
+    canary = check_against_last()  # after sampling: its few hundred ms of CPU stay out of it
+    extra: dict[str, Any] = {"engine": engine, "config": config, "canary": canary.to_dict()}
+    if idle:  # only where a source was read: otherwise the output is unchanged
+        extra["idle_power"] = [{k: v for k, v in e.to_json().items() if k != "sources"}
+                               for e in idle]
+    return _print(_with_extra(result, extra), engine, config, idle, as_json)
+
+
+def _sample(agent: Any, thresholds: Thresholds, duration: float, interval: float,
+            engine_pids: set[int], energy: EnergyMeter, config: dict[str, Any]
+            ) -> tuple[PreflightResult, list[Any]] | str:
+    """Sample the machine (here, or through the agent of `--probes`) for `duration` seconds:
+    the aggregated result and the idle power readings, or why the machine could not be
+    sampled. An agent's summary is added to `config`."""
+    from llmtop.probes.preflight import aggregate, collect_samples
+    from llmtop.probes.remote import AgentSampler
+    from llmtop.probes.sampler import ProbeSampler
+
     sampler: AgentSampler | ProbeSampler = (
         AgentSampler(agent, thresholds=thresholds) if agent is not None
         else ProbeSampler(interval, engine_pids=engine_pids, energy=energy.reader))
@@ -76,32 +119,43 @@ def main(args: argparse.Namespace) -> int:
         samples, took = collect_samples(duration, interval, engine_pids, sampler=sampler)
         idle = energy.measure_idle(idle_from, energy.sample("end"))
     except Exception as exc:  # noqa: BLE001 - an unreadable machine state is "could not check"
-        return _cannot_check(f"could not sample the machine: {type(exc).__name__}: {exc}", as_json)
+        return f"could not sample the machine: {type(exc).__name__}: {exc}"
     if isinstance(sampler, AgentSampler):
         config["probes"] = _agent_summary(sampler)
     result = aggregate(
         samples, thresholds, duration_s=took, interval_s=interval, taken=len(samples) + 1
     )
+    return result, idle
+
+
+def _check_engine(result: PreflightResult, host: str, model: str | None, version: str | None,
+                  identity: EngineIdentity | None) -> tuple[PreflightResult, dict[str, Any]]:
+    """The result with the engine's findings (its identity, its loaded models from
+    `/api/ps`), and what was checked of it (the JSON's "engine")."""
+    import asyncio
+
     engine: dict[str, Any] = {"checked": False, "host": host, "version": version, "model": model}
     if identity is not None:
         result = result.with_findings([identity.finding()])
         engine.update(identity=identity.to_dict(), described=identity.describe())
     if version is None:
         engine["reason"] = f"no engine answers at {host}"
-    else:
-        state = asyncio.run(_engine_state(host, model, result.gpu_present))
-        if isinstance(state, str):
-            engine["reason"] = state
-            result = _with_error(result, f"could not check the engine: {state}")
-        else:
-            engine.update(checked=True, source="/api/ps", pids=sorted(engine_pids))
-            result = result.with_findings(state)
-    canary = check_against_last()  # after sampling: its few hundred ms of CPU stay out of it
-    extra: dict[str, Any] = {"engine": engine, "config": config, "canary": canary.to_dict()}
-    if idle:  # only where a source was read: otherwise the output is unchanged
-        extra["idle_power"] = [{k: v for k, v in e.to_json().items() if k != "sources"}
-                               for e in idle]
-    result = _with_extra(result, extra)
+        return result, engine
+    state = asyncio.run(_engine_state(host, model, result.gpu_present))
+    if isinstance(state, str):
+        engine["reason"] = state
+        return _with_error(result, f"could not check the engine: {state}"), engine
+    engine.update(checked=True, source="/api/ps",
+                  pids=sorted(set(identity.pids)) if identity is not None else [])
+    return result.with_findings(state), engine
+
+
+def _print(result: PreflightResult, engine: dict[str, Any], config: dict[str, Any],
+           idle: list[Any], as_json: bool) -> int:
+    """Print the result (one JSON object, or the text report and the idle power); returns
+    its exit code."""
+    from llmtop.probes.preflight import PreflightExit
+
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:
@@ -119,6 +173,9 @@ async def _engine_state(
     host: str, model: str | None, gpu_present: bool | None
 ) -> list[Finding] | str:
     """The engine findings, or the reason they could not be read."""
+    from llmtop.engines.ollama import OllamaEngine
+    from llmtop.probes.engine_state import CouldNotCheck, engine_findings
+
     engine = OllamaEngine(host, connect_timeout_s=2.0, read_timeout_s=5.0)
     try:
         found = await engine_findings(engine, model, gpu_present=gpu_present)
@@ -145,6 +202,8 @@ def _with_extra(result: PreflightResult, extra: dict[str, Any]) -> PreflightResu
 
 
 def _cannot_check(reason: str, as_json: bool) -> int:
+    from llmtop.probes.preflight import PreflightExit
+
     code = PreflightExit.CANNOT_CHECK
     if as_json:
         print(

@@ -4,24 +4,36 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from llmtop.commands.output import emit, out_refused
-from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.load import analyze_sweep
-from llmtop.sessions.analysis.run import analyze_run, noisy_samples
-from llmtop.sessions.analysis.watch import analyze_watch
-from llmtop.sessions.records.log import LogError, read_log
-from llmtop.sessions.records.schema import RunLog
-from llmtop.sessions.reports import peers
-from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.run import build
+from llmtop.commands.output import emit, refuse_out
+from llmtop.exitcodes import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from llmtop.sessions.records.schema import RunLog
 
 SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop report`'s flags: the log, the format, --as, --out and --force."""
+    p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
+    p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
+                   help="default md; html: one self-contained file with plots")
+    p.add_argument("--as", dest="as_tool", choices=("vllm", "aiperf", "guidellm", "llama-server"),
+                   help="show the run in another tool's metric definitions (md or json), "
+                   "beside llmtop's (docs/guide/peers.md)")
+    p.add_argument("--out", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file that is not an llmtop report")
 
 
 def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     """The run in `--as`'s definitions; raises ValueError for a format it has not (csv,
     html)."""
+    from llmtop.sessions.analysis.run import analyze_run, noisy_samples
+    from llmtop.sessions.reports import peers
+
     if args.format not in ("md", "json"):
         raise ValueError(f"--as renders md or json, not {args.format}: use --format md or json")
     render_as = peers.json_text if args.format == "json" else peers.markdown
@@ -38,9 +50,14 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
-    returns an ExitCode (USAGE for an unreadable log or an unwritable --out)."""
-    if out_refused(args, [args.log_file], "llmtop report"):
-        return ExitCode.USAGE
+    returns ExitCode.OK; UsageError for an unreadable log or an unwritable --out."""
+    from llmtop.sessions.analysis.load import analyze_sweep
+    from llmtop.sessions.analysis.watch import analyze_watch
+    from llmtop.sessions.records.log import LogError, read_log
+    from llmtop.sessions.reports.formats import render
+    from llmtop.sessions.reports.run import build
+
+    refuse_out(args, [args.log_file])
     try:
         # the markdown, CSV and JSON reports use no chunk: a long log is read in half the time
         lean = args.format in ("md", "csv", "json") and not getattr(args, "as_tool", None)
@@ -53,8 +70,7 @@ def main(args: argparse.Namespace) -> int:
                        if kind == "watch" else build(log))
             text = render(subject, args.format)
     except (LogError, ValueError) as exc:
-        print(f"llmtop report: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc)) from None
     for warning in log.warnings[:SHOWN_WARNINGS]:
         print(f"llmtop report: {args.log_file}: {warning}", file=sys.stderr)
     if len(log.warnings) > SHOWN_WARNINGS:
@@ -62,5 +78,6 @@ def main(args: argparse.Namespace) -> int:
               f"lines skipped ({len(log.warnings)} in all)", file=sys.stderr)
     # one way out for every command's report (output.emit): with --out it says "written to",
     # as compare and bench do (else report said nothing)
-    return ExitCode.OK if emit(text, args.out, "llmtop report") else ExitCode.USAGE
+    emit(text, args.out, "llmtop report")
+    return ExitCode.OK
 

@@ -3,32 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmtop.commands.connecting import connect_from_flags
 from llmtop.commands.engines import others_task, say_others
+from llmtop.commands.flags import engine_flags
 from llmtop.commands.stopping import run_stoppable
-from llmtop.engines.base import EngineError
-from llmtop.engines.connection import Connection
 from llmtop.engines.events import Status, StreamEvent, exit_code_for
-from llmtop.exitcodes import ExitCode
-from llmtop.probes.engine_identity import is_local_host
-from llmtop.probes.remote import make_sampler, probes_note
-from llmtop.sessions.analysis.offload import gpu_share, offload_finding
-from llmtop.sessions.analysis.run import cold_starts
+from llmtop.exitcodes import ExitCode, UsageError
+from llmtop.sessions.measure.metrics import (
+    E2E,
+    ITL,
+    ITL_TOKEN,
+    LOAD,
+    OVERHEAD,
+    PROMPT_EVAL,
+    SERVER_DECODE,
+    TPOT,
+    TTFT,
+)
 from llmtop.sessions.measure.options import GenerationOptions
-from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.measure.timeline import live_chunk_rate, prompt_cache_hit
-from llmtop.sessions.records.log import LogError, read_log
-from llmtop.sessions.records.schema import FindingRecord
-from llmtop.sessions.runners.energy import local_meter, request_line
-from llmtop.sessions.runners.recorder import SessionRecorder
-from llmtop.sessions.runners.warmup import started_engine, warm_up
+
+if TYPE_CHECKING:
+    from llmtop.engines.connection import Connection
+    from llmtop.probes.remote import AgentSampler
+    from llmtop.probes.sampler import ProbeSampler
+    from llmtop.sessions.measure.request import RequestResult
+    from llmtop.sessions.records.schema import FindingRecord
+    from llmtop.sessions.runners.energy import EnergyMeter
+    from llmtop.sessions.runners.recorder import SessionRecorder
 
 PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few seconds
 # The first probe sample identifies every process (~20-50 ms of CPU, bench/probe_cost.py
@@ -36,6 +42,14 @@ PROBE_INTERVAL_S = 0.5  # faster than the TUI's idle 1 Hz: a request lasts a few
 # bytes arrive and adds ~1 ms to TTFT (bench/clock_truth.py, `run` row). The request waits
 # for it, at most this long (a machine too slow for that must not hold the request up).
 FIRST_SAMPLE_WAIT_S = 2.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop run`'s flags: the engine's and generation's, the prompt, --json."""
+    engine_flags(p, top=False)
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
 
 def result_exit_code(result: RequestResult) -> ExitCode:
     """OK for a completed generation; otherwise the code that names what failed
@@ -50,6 +64,8 @@ def result_exit_code(result: RequestResult) -> ExitCode:
 def cold_start(result: RequestResult) -> bool:
     """An ok request that loaded the model (load over analysis.run.COLD_START_MS): a report
     calls it cold-start and the TUI's history too; its TTFT is not a warm figure."""
+    from llmtop.sessions.analysis.run import cold_starts
+
     return result.status == Status.OK and cold_starts([result.metrics.load_ms or 0.0])[0][0]
 
 
@@ -60,17 +76,17 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "status": str(result.status),
         "error": str(result.failure) if result.failure else None,
         "cold_start": cold_start(result),
-        "ttft_ms": m.ttft_ms,
-        "tpot_ms": m.tpot_ms,
-        "e2e_ms": m.e2e_ms,
+        TTFT.key: m.ttft_ms,
+        TPOT.key: m.tpot_ms,
+        E2E.key: m.e2e_ms,
         "output_tokens": m.output_tokens,
         "tokens_basis": m.tokens_basis,
         "decode_tps": m.client_decode_tps,
-        "server_decode_tps": m.server_decode_tps,
+        SERVER_DECODE.key: m.server_decode_tps,
         "prefill_tps": m.server_prefill_tps,
-        "load_ms": m.load_ms,
-        "prompt_eval_ms": m.prompt_eval_ms,
-        "overhead_ms": m.overhead_ms,
+        LOAD.key: m.load_ms,
+        PROMPT_EVAL.key: m.prompt_eval_ms,
+        OVERHEAD.key: m.overhead_ms,
         "buffered": m.buffered,
         "impossible": m.impossible,
         "prompt_eval_count": s.prompt_eval_count if s else None,
@@ -78,8 +94,8 @@ def result_json(result: RequestResult, conn: Connection, log_path: str) -> dict[
         "draft_count": s.draft_count if s else None,
         "draft_accepted_count": s.draft_accepted_count if s else None,
         "draft_acceptance": s.draft_acceptance if s else None,
-        "itl_ms": list(m.itl_ms),
-        "itl_token_ms": list(m.itl_token_ms),
+        ITL.key: list(m.itl_ms),
+        ITL_TOKEN.key: list(m.itl_token_ms),
         "new_connection": result.new_connection,
         "engine_config": conn.engine_config_short,
         "eval_count": s.eval_count if s else None,
@@ -111,6 +127,8 @@ def _fmt(value: float | None, unit: str, digits: int = 1) -> str:
 def cancelled_line(result: RequestResult) -> str:
     """What a request stopped by Ctrl+C had shown: "cancelled after 12 chunks: TTFT 85.1 ms ·
     11.9 chunk/s over 1.0 s (the client's chunks; no server counts)"."""
+    from llmtop.sessions.measure.timeline import live_chunk_rate
+
     stamps = [e.t_ns for e in result.events if e.has_text]
     ttft = result.metrics.ttft_ms
     if not stamps:
@@ -124,6 +142,8 @@ def cancelled_line(result: RequestResult) -> str:
 
 def print_metrics(result: RequestResult, out: Any = sys.stdout) -> None:
     """The human-readable metrics block printed after the streamed text."""
+    from llmtop.sessions.measure.timeline import prompt_cache_hit
+
     m, s = result.metrics, result.stats
     basis = (
         "" if m.tokens_basis != "chunks" else " (counted as chunks: no eval_count from the server)"
@@ -174,6 +194,8 @@ def request_noise(log_path: str, request_id: int) -> tuple[int, int, list[Findin
     """What the probes saw during request `request_id`, read back from its log: (NOISY
     samples, samples, each distinct WARN/FAIL finding once — the worst level of its code,
     FAIL first). (0, 0, []) when the log cannot be read back (its own error is said apart)."""
+    from llmtop.sessions.records.log import LogError, read_log
+
     try:
         probes = [p for p in read_log(log_path).probes if p.request_id == request_id]
     except LogError:
@@ -194,6 +216,11 @@ async def offload_check(conn: Connection, log_path: str, request_id: int,
     claim of the model's share in GPU memory, read from `/api/ps` as the request ended,
     against the probe samples taken during it; None when the engine claims no GPU share,
     cannot say, or the probes do not watch its machine."""
+    from llmtop.engines.base import EngineError
+    from llmtop.probes.engine_identity import is_local_host
+    from llmtop.sessions.analysis.offload import gpu_share, offload_finding
+    from llmtop.sessions.records.log import LogError, read_log
+
     if not agent and not is_local_host(conn.upstream.host):
         return None
     try:
@@ -220,6 +247,7 @@ def noise_lines(noisy: int, total: int, findings: list[FindingRecord]) -> list[s
 
 def _probe_state(recorder: SessionRecorder, quiet: bool) -> Callable[[str, str], None]:
     """An agent's state changes (`--probes`): logged, and said on stderr unless `quiet`."""
+    from llmtop.sessions.records.log import LogError
 
     def changed(state: str, detail: str) -> None:
         with contextlib.suppress(LogError):
@@ -235,6 +263,8 @@ class _FirstSample:
     built it `wait` for the first one (the sampler calls from its own thread)."""
 
     def __init__(self, record: Callable[[Any], None]) -> None:
+        import asyncio
+
         self._record = record
         self._loop = asyncio.get_running_loop()
         self._seen = asyncio.Event()
@@ -247,88 +277,127 @@ class _FirstSample:
 
     async def wait(self, limit_s: float) -> None:
         """Until the first sample has been recorded, or `limit_s` seconds."""
+        import asyncio
+
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit_s):
                 await self._seen.wait()
 
 
 async def _run(args: argparse.Namespace) -> int:
+    """Connect, stream the prompt with the probes sampling, report it; the exit code."""
+    from llmtop.commands.connecting import connect_from_flags
+
     others = others_task(args)  # with no engine flags: which other engines answer here
     conn = await connect_from_flags(args)
     await say_others(others, None if isinstance(conn, int) else conn.upstream.host)
     if isinstance(conn, int):
         return conn
     try:
-        agent = getattr(args, "agent", None)
-        energy = local_meter(conn.upstream.host, agent)
-        try:
-            recorder = SessionRecorder(
-                conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy,
-                token_timeout_s=args.token_timeout,
-            )
-        except LogError as exc:
-            print(f"llmtop: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
-        first_sample = _FirstSample(recorder.record_probe)
-        sampler = make_sampler(agent, PROBE_INTERVAL_S, first_sample,
-                               lambda: conn.engine_pids, args.thresholds,
-                               on_state=_probe_state(recorder, args.json),
-                               energy=energy.reader,
-                               engine_threads=lambda: conn.compute_threads(recorder.options),
-                               thread_setting=lambda: conn.thread_setting)
-        if not args.json:
-            info = conn.info
-            quant = f" {info.quantization}" if info and info.quantization else ""
-            config = f" · {conn.engine_config_short}" if conn.engine_config_short else ""
-            print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}{config}",
-                  file=sys.stderr)
-            note = probes_note(agent, conn.upstream.host)
-            if note:
-                print(f"# {note}", file=sys.stderr)
-            if info and info.remote:
-                print(f"# {remote_line(info.remote)}", file=sys.stderr)
-        print(f"# {energy.line}", file=sys.stderr)
-
-        def show(event: StreamEvent) -> None:
-            if not args.json and (event.content or event.thinking):
-                sys.stdout.write(event.thinking or event.content)
-                sys.stdout.flush()
-
-        try:  # from here a stop (even during the warm-up) still closes the log, `end` and all
-            warmup_ms = await warm_up(conn, recorder.options) if started_engine(conn) else None
-            if warmup_ms is not None and not args.json:
-                print(f"# warm-up: the engine this run started loaded the model in "
-                      f"{warmup_ms:.1f} ms before the measured request (a load-only request, "
-                      "not measured)", file=sys.stderr)
-            sampler.start()
-            if agent is None:  # an agent samples elsewhere; its thread here only reads
-                await first_sample.wait(FIRST_SAMPLE_WAIT_S)
-            ended: list[RequestResult] = []
-            try:
-                result, _ = await recorder.measure(args.prompt, show,
-                                                   on_end=lambda r, _rec: ended.append(r))
-            except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such
-                if ended and not args.json:
-                    print("\n\n" + cancelled_line(ended[0]), file=sys.stderr)
-                raise
-            if agent is None:  # one sample as it ended: a short request is judged too
-                recorder.record_end_probe(await asyncio.to_thread(sampler.sample_once),
-                                          recorder.requests)
-        finally:
-            sampler.stop()
-            recorder.close()
-        await _report(args, conn, recorder, result, warmup_ms, agent is not None)
-        for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
-            print(f"llmtop: note: {note}", file=sys.stderr)
-        if result.failure is not None and not args.json:
-            print(f"llmtop: {result.failure}", file=sys.stderr)
-        code = result_exit_code(result)
-        if recorder.log.incomplete is not None:
-            print(f"llmtop: {recorder.log.incomplete}", file=sys.stderr)
-            return ExitCode.LOG_INCOMPLETE if code == ExitCode.OK else code
-        return code
+        return await _stream(args, conn)
     finally:
         await conn.close()
+
+
+async def _stream(args: argparse.Namespace, conn: Connection) -> int:
+    """The request on an open connection, logged with its probe samples, then reported
+    (`_report`); the exit code (`result_exit_code`, or LOG_INCOMPLETE). Raises UsageError
+    when the log cannot be created."""
+    from llmtop.probes.remote import make_sampler
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.runners.energy import local_meter
+    from llmtop.sessions.runners.recorder import SessionRecorder
+
+    agent = getattr(args, "agent", None)
+    energy = local_meter(conn.upstream.host, agent)
+    try:
+        recorder = SessionRecorder(
+            conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy,
+            token_timeout_s=args.token_timeout,
+        )
+    except LogError as exc:
+        raise UsageError(str(exc), label="llmtop") from None
+    first_sample = _FirstSample(recorder.record_probe)
+    sampler = make_sampler(agent, PROBE_INTERVAL_S, first_sample,
+                           lambda: conn.engine_pids, args.thresholds,
+                           on_state=_probe_state(recorder, args.json),
+                           energy=energy.reader,
+                           engine_threads=lambda: conn.compute_threads(recorder.options),
+                           thread_setting=lambda: conn.thread_setting)
+    _say_engine(args, conn, agent, energy)
+    try:  # from here a stop (even during the warm-up) still closes the log, `end` and all
+        result, warmup_ms = await _measure(args, conn, recorder, sampler, first_sample)
+    finally:
+        sampler.stop()
+        recorder.close()
+    await _report(args, conn, recorder, result, warmup_ms, agent is not None)
+    for note in getattr(conn.engine, "notes", ()):  # options the engine could not send
+        print(f"llmtop: note: {note}", file=sys.stderr)
+    if result.failure is not None and not args.json:
+        print(f"llmtop: {result.failure}", file=sys.stderr)
+    code = result_exit_code(result)
+    if recorder.log.incomplete is not None:
+        print(f"llmtop: {recorder.log.incomplete}", file=sys.stderr)
+        return ExitCode.LOG_INCOMPLETE if code == ExitCode.OK else code
+    return code
+
+
+def _say_engine(args: argparse.Namespace, conn: Connection, agent: Any,
+                energy: EnergyMeter) -> None:
+    """The "# ollama at … · model" lines on stderr before the request (only the energy line
+    with --json)."""
+    from llmtop.probes.remote import probes_note
+
+    if not args.json:
+        info = conn.info
+        quant = f" {info.quantization}" if info and info.quantization else ""
+        config = f" · {conn.engine_config_short}" if conn.engine_config_short else ""
+        print(f"# {conn.engine.name} at {conn.engine.host} · {conn.model}{quant}{config}",
+              file=sys.stderr)
+        note = probes_note(agent, conn.upstream.host)
+        if note:
+            print(f"# {note}", file=sys.stderr)
+        if info and info.remote:
+            print(f"# {remote_line(info.remote)}", file=sys.stderr)
+    print(f"# {energy.line}", file=sys.stderr)
+
+
+async def _measure(args: argparse.Namespace, conn: Connection, recorder: SessionRecorder,
+                   sampler: ProbeSampler | AgentSampler, first_sample: _FirstSample
+                   ) -> tuple[RequestResult, float | None]:
+    """Warm up an engine this run started, start the sampler, stream the prompt (its text
+    to stdout unless --json); the result and the warm-up's load ms (None: none)."""
+    import asyncio
+
+    from llmtop.sessions.runners.warmup import started_engine, warm_up
+
+    agent = getattr(args, "agent", None)
+
+    def show(event: StreamEvent) -> None:
+        if not args.json and (event.content or event.thinking):
+            sys.stdout.write(event.thinking or event.content)
+            sys.stdout.flush()
+
+    warmup_ms = await warm_up(conn, recorder.options) if started_engine(conn) else None
+    if warmup_ms is not None and not args.json:
+        print(f"# warm-up: the engine this run started loaded the model in "
+              f"{warmup_ms:.1f} ms before the measured request (a load-only request, "
+              "not measured)", file=sys.stderr)
+    sampler.start()
+    if agent is None:  # an agent samples elsewhere; its thread here only reads
+        await first_sample.wait(FIRST_SAMPLE_WAIT_S)
+    ended: list[RequestResult] = []
+    try:
+        result, _ = await recorder.measure(args.prompt, show,
+                                           on_end=lambda r, _rec: ended.append(r))
+    except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such
+        if ended and not args.json:
+            print("\n\n" + cancelled_line(ended[0]), file=sys.stderr)
+        raise
+    if agent is None:  # one sample as it ended: a short request is judged too
+        recorder.record_end_probe(await asyncio.to_thread(sampler.sample_once),
+                                  recorder.requests)
+    return result, warmup_ms
 
 
 async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionRecorder,
@@ -336,6 +405,8 @@ async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionR
     """Print the finished request: its JSON (`--json`) or its metrics, energy, the probes'
     verdict over it and their findings (the engine's GPU claim set against the machine's
     first: `offload_check`)."""
+    from llmtop.sessions.runners.energy import request_line
+
     noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
     offload = await offload_check(conn, str(recorder.log.path), recorder.requests,
                                   result, agent)
@@ -372,9 +443,9 @@ async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionR
 def main(args: argparse.Namespace) -> int:
     """`llmtop run`: stream one prompt (args.prompt) and print it; returns an ExitCode, or
     128 + the signal's number after SIGTERM/SIGHUP (`stopping.run_stoppable`).
-    `args.thresholds` (the loaded config) is set by the CLI."""
+    `args.thresholds` (the loaded config) is set by the CLI. Raises UsageError for an empty
+    prompt."""
     if not args.prompt.strip():
-        print("llmtop run: --prompt is empty; give the text to send, e.g. --prompt 'Why is the "
-              "sky blue?'", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError("--prompt is empty; give the text to send, e.g. --prompt 'Why is the "
+                         "sky blue?'")
     return run_stoppable(_run(args), "llmtop run")

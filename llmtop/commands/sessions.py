@@ -8,12 +8,22 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmtop.exitcodes import ExitCode
-from llmtop.sessions.analysis.catalog import SessionEntry, catalogue, sessions_folder
+from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.sessions.reports.text import md_table
 
+if TYPE_CHECKING:
+    from llmtop.sessions.analysis.catalog import SessionEntry
+
 HEADERS = ("date", "engine", "model", "kind", "requests", "verdict", "log")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop sessions`' flags: the paths to list, --json."""
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="log files or folders (default: the user data dir's sessions folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of a table")
 
 
 def row(e: SessionEntry, folder: Path | None = None) -> tuple[str, ...]:
@@ -36,11 +46,12 @@ def columns(rows: list[tuple[str, ...]]) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     """List the logs in the folders or files given (default: the user data dir's
     sessions folder) as a markdown table or, with --json, a JSON array. Returns 0, or 2
-    when a path given does not exist."""
+    when a path given does not exist (UsageError)."""
+    from llmtop.sessions.analysis.catalog import catalogue, sessions_folder
+
     missing = [p for p in args.paths if not os.path.exists(p)]
     if missing:
-        print(f"llmtop sessions: no such file or folder: {', '.join(missing)}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
     entries = catalogue(args.paths)
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2, ensure_ascii=False))

@@ -16,7 +16,6 @@ kind, is ignored until the process has exited: the in-flight record is always wr
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import sys
 from collections.abc import Coroutine
@@ -32,6 +31,10 @@ def run_stoppable(coro: Coroutine[Any, Any, int], label: str) -> int:
     cancelled, "<label>: stopped by SIGTERM" is printed, and 128 + the signal's number is
     returned (also when the coroutine finished its cleanup normally); repeated signals during
     the cleanup are ignored (module docstring)."""
+    # asyncio (with ssl, sockets, threads: ~30 ms) only once a command runs: `llmtop run
+    # --help` imports this module (commands/__init__.py)
+    import asyncio
+
     received: list[int] = []
 
     async def main() -> int | None:

@@ -15,36 +15,57 @@ JSON lines unless `--log-bodies`; the screen shows it only with `--show-text`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
+from llmtop.commands.flags import INT32_MAX, whole_number
 from llmtop.commands.tokens import is_loopback, read_token
 from llmtop.engines.hosts import HostError
-from llmtop.exitcodes import ExitCode
-from llmtop.probes.callers import CallerCache
-from llmtop.servers.child import port_problem, watch_parent
-from llmtop.servers.watch.proxy import WatchServer, loop_factory
-from llmtop.sessions.records.log import LogError
-from llmtop.sessions.runners.watch.serving import (
-    Pair,
-    UpstreamEngines,
-    build_servers,
-    caller_pool,
-    pairs_of,
-    probe_sampler,
-    run_servers,
-)
-from llmtop.sessions.runners.watch.session import WatchSession
+from llmtop.exitcodes import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from llmtop.servers.watch.proxy import WatchServer
+    from llmtop.sessions.runners.watch.serving import Pair, UpstreamEngines
+    from llmtop.sessions.runners.watch.session import WatchSession
 
 PROG = "llmtop watch"
 PROBE_INTERVAL_S = 1.0
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`llmtop watch`'s flags: where the apps connect, the engines behind, what is kept."""
+    p.add_argument("--listen", metavar="HOST:PORT", action="append",
+                   help="where the apps connect (default 127.0.0.1:11435; repeatable, one per "
+                   "--upstream; any address but loopback needs --token-file)")
+    p.add_argument("--upstream", metavar="URL", action="append",
+                   help="the engine requests go on to (default: $OLLAMA_HOST or "
+                   "127.0.0.1:11434; repeatable: each gets its own --listen, or the next port)")
+    p.add_argument("--json", action="store_true",
+                   help="headless: one NDJSON line per finished request on standard output")
+    p.add_argument("--log", metavar="PATH", default=argparse.SUPPRESS,
+                   help="the session log (default: a new file in the user data dir)")
+    p.add_argument("--log-bodies", action="store_true",
+                   help="keep the prompts' and answers' text in the log and the JSON lines")
+    p.add_argument("--show-text", action="store_true",
+                   help="show the selected request's text on the screen (off: privacy)")
+    p.add_argument("--prometheus", metavar="PATH",
+                   help="rewrite a Prometheus textfile at PATH after each request")
+    p.add_argument("--token-file", metavar="PATH",
+                   help="a file holding the token every request must carry (Bearer)")
+    p.add_argument("--no-probes", dest="sample_probes", action="store_false",
+                   help="do not sample the machine (no verdict per request)")
+    p.add_argument("--live", action="store_true", help=argparse.SUPPRESS)  # the screen's feed
+    p.add_argument("--parent-pid", type=whole_number(1, INT32_MAX), help=argparse.SUPPRESS)
+
+
 def check(args: argparse.Namespace) -> tuple[list[Pair], str | None, str]:
     """(pairs, token, "") when the watch may start as asked, else ([], None, why not)."""
+    from llmtop.servers.child import port_problem
+    from llmtop.sessions.runners.watch.serving import pairs_of
+
     try:
         pairs = pairs_of(args.listen or (), args.upstream or ())
         token = read_token(args.token_file)
@@ -64,13 +85,14 @@ def check(args: argparse.Namespace) -> tuple[list[Pair], str | None, str]:
     return pairs, token, ""
 
 
-def prepare(args: argparse.Namespace) -> tuple[list[Pair], str | None] | int:
-    """The pairs and token to serve with, or ExitCode.USAGE after saying why not (a bad
-    --listen, no token off loopback, a port taken). Starts watching `--parent-pid`."""
+def prepare(args: argparse.Namespace) -> tuple[list[Pair], str | None]:
+    """The pairs and token to serve with; UsageError saying why not (a bad --listen, no
+    token off loopback, a port taken). Starts watching `--parent-pid`."""
+    from llmtop.servers.child import watch_parent
+
     pairs, token, why = check(args)
     if why:
-        print(f"{PROG}: {why}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(why)
     if args.parent_pid:
         watch_parent(args.parent_pid)
     return pairs, token
@@ -80,20 +102,21 @@ def main(args: argparse.Namespace) -> int:
     """Run the headless watch (`--json`) until stopped (SIGTERM, SIGHUP, Ctrl+C); the
     screen is tui/watch.py's, which the CLI starts after `prepare`.
 
-    Returns an ExitCode: OK after a stop, USAGE when it refuses to start (`prepare`, or a log
-    that cannot be created)."""
-    prepared = prepare(args)
-    if isinstance(prepared, int):
-        return prepared
-    pairs, token = prepared
+    Returns ExitCode.OK after a stop; raises UsageError when it refuses to start (`prepare`,
+    a log that cannot be created, an address taken since `check` looked)."""
+    from llmtop.probes.callers import CallerCache
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.runners.watch.serving import UpstreamEngines, build_servers, caller_pool
+    from llmtop.sessions.runners.watch.session import WatchSession
+
+    pairs, token = prepare(args)
     try:
         session = WatchSession([(p.listen, p.upstream) for p in pairs],
                                log_path=getattr(args, "log", None), bodies=args.log_bodies,
                                out=sys.stdout, prometheus=args.prometheus, live=args.live,
                                show_text=args.show_text)
     except LogError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(str(exc)) from None
     for p in pairs:
         print(f"{PROG}: http://{p.listen} → {p.upstream}", file=sys.stderr, flush=True)
     print(f"{PROG}: logging to {session.log.path}", file=sys.stderr, flush=True)
@@ -110,7 +133,13 @@ def main(args: argparse.Namespace) -> int:
 def headless(session: WatchSession, servers: Sequence[WatchServer],
              engines: UpstreamEngines | None) -> int:
     """Serve with the probes sampling (None: no probes, `--no-probes`), until a stop signal;
-    close the session after."""
+    close the session after. Returns ExitCode.OK; UsageError when an address was taken since
+    `check` looked."""
+    import asyncio
+
+    from llmtop.servers.watch.proxy import loop_factory
+    from llmtop.sessions.runners.watch.serving import probe_sampler, run_servers
+
     sampler = (probe_sampler(PROBE_INTERVAL_S, session.sampled, engines)
                if engines is not None else None)
 
@@ -126,8 +155,7 @@ def headless(session: WatchSession, servers: Sequence[WatchServer],
         with asyncio.Runner(loop_factory=loop_factory()) as runner:  # uvloop where installed
             runner.run(run_servers(servers))
     except OSError as exc:  # an address taken since `check` looked
-        print(f"{PROG}: cannot listen: {exc}; pick another --listen", file=sys.stderr)
-        return ExitCode.USAGE
+        raise UsageError(f"cannot listen: {exc}; pick another --listen") from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -138,6 +166,3 @@ def headless(session: WatchSession, servers: Sequence[WatchServer],
     print(f"{PROG}: stopped; {n} request{'s' if n != 1 else ''} logged to {session.log.path}",
           file=sys.stderr, flush=True)
     return ExitCode.OK
-
-
-__all__ = ["Pair", "build_servers", "check", "main", "pairs_of", "run_servers"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llmtop.cli import COMMANDS, build_parser, main, tui_settings
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.options import DEFAULT_OPTIONS, GenerationOptions
-from llmtop.sessions.runners.bench_config import BenchConfig
 
 
 def parse(*argv: str):
@@ -135,9 +135,8 @@ def test_completion_shells_are_shtabs_and_the_script_has_every_commands_flags():
 HEAVY = ("numpy", "scipy", "httpx", "pydantic", "psutil", "textual", "aiohttp", "plotly")
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"],
-                                  ["bench", "--help"], ["load", "--help"], ["compare", "--help"],
-                                  ["preflight", "--help"], ["sessions", "--help"]])
+@pytest.mark.parametrize("argv", [["--version"], ["--help"],
+                                  *([name, "--help"] for name in COMMANDS)])
 def test_starting_imports_nothing_heavy(argv):
     import subprocess
     import sys
@@ -180,7 +179,7 @@ def test_a_short_max_tokens_is_said_to_be_too_short_for_decode(capsys):
 def test_the_progress_numbers_a_re_measure_among_the_extra_requests():
     # new-user pass N14: "request 10/10", then "request 13 (re-measuring)": which extra
     # request, out of how many, is said now
-    from llmtop.sessions.runners.bench_config import BenchConfig
+    from llmtop.sessions.measure.config import BenchConfig
 
     cfg = BenchConfig(requests=10, warmup=1)
     assert cfg.position("warmup", 0) == "warm-up 1/1"
@@ -189,3 +188,29 @@ def test_the_progress_numbers_a_re_measure_among_the_extra_requests():
     assert cfg.position("measure", 13) == "request 13 (re-measure 3 of at most 10)"
     assert BenchConfig(requests=10, warmup=1, remeasure_budget=4).position("measure", 12) == (
         "request 12 (re-measure 2 of at most 4)")
+
+
+def test_each_command_declares_its_flags_beside_its_main():
+    import importlib
+
+    for name, command in COMMANDS.items():
+        module = importlib.import_module(command.module)
+        assert callable(module.add_arguments) and callable(module.main), name
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["sessions", "/no/such/llmtop/folder"],
+     "llmtop sessions: no such file or folder: /no/such/llmtop/folder"),
+    (["bench", "--measure-cache", "--preflight-duration", "0"],
+     "llmtop bench: --measure-cache applies to --dataset's requests (llmtop's own prompts are "
+     "always cache-busted)"),
+    (["load", "--speed", "2"], "llmtop load: --speed and --back-to-back apply to --replay"),
+    (["--host", "http://a b", "run", "--prompt", "x"], None),
+])
+def test_a_usage_error_is_said_once_and_exits_2(argv, line, capsys):
+    # a command raises exitcodes.UsageError; cli.main says it once, on stderr, and exits 2
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and captured.out == "", captured
+    assert line is None and err[0].startswith("llmtop: ") or err[0] == line

@@ -204,7 +204,7 @@ def test_config_pids_past_the_systems_largest_are_refused(tmp_path: Path, monkey
 def test_engine_pid_flag_past_the_systems_largest_is_refused() -> None:
     from argparse import ArgumentTypeError
 
-    from llmtop.cli import pid_number
+    from llmtop.commands.flags import pid_number
 
     limit = probe_config.PID_LIMIT
     assert pid_number(str(limit)) == limit

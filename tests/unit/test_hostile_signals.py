@@ -227,11 +227,11 @@ def test_a_stop_during_the_warm_up_still_closes_the_log(upstream, tmp_path):
     # the warm-up of an engine this run started (loading the model) is where a stop 2 s in
     # lands: the log must still end with its `end` record
     log = tmp_path / "warm.jsonl"
-    patch = ("import llmtop.commands.run as r\n"
+    patch = ("import llmtop.sessions.runners.warmup as w\n"
              "async def warm_up(conn, options):\n"
              "    os.kill(os.getpid(), signal.SIGTERM)\n"
              "    await asyncio.sleep(30)\n"
-             "r.warm_up = warm_up\nr.started_engine = lambda conn: True")
+             "w.warm_up = warm_up\nw.started_engine = lambda conn: True")
     done = patched_llmtop(patch, "--engine", "ollama", "--host", upstream.url, "--model",
                           "timed", "run", "--prompt", "hi", "--log", str(log))
     assert done.returncode == 143, done.stderr.decode()

@@ -45,7 +45,7 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
         calls.update(duration_s=duration_s, interval_s=interval_s, engine_pids=engine_pids)
         return window(calls["busy"]), duration_s
 
-    monkeypatch.setattr(command, "collect_samples", fake_collect)
+    monkeypatch.setattr("llmtop.probes.preflight.collect_samples", fake_collect)
     monkeypatch.delenv(config.ENV_VAR, raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     monkeypatch.setattr(config.platformdirs, "user_config_dir", lambda app: str(tmp_path / app))
