@@ -13,11 +13,11 @@ import pytest
 from llmtop import cli
 from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.analysis.compare.stats import MIN_OK, judge, ratio_test
-from llmtop.sessions.measure.metrics import METRICS
+from llmtop.sessions.measure.metrics import COMPARE_METRICS
 from llmtop.sessions.records.log import read_log
 from tests.unit.compare_logs import lognormal, write_log
 
-TTFT, DECODE = METRICS["ttft"], METRICS["decode"]
+TTFT, DECODE = COMPARE_METRICS["ttft"], COMPARE_METRICS["decode"]
 
 
 def test_ratio_of_medians_and_an_interval_around_it():

@@ -53,6 +53,7 @@ from enum import StrEnum
 from typing import Any
 
 from llmtop.engines.events import Status
+from llmtop.sessions.measure.metrics import SERVER_DECODE
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.sessions.records.schema import AppCpu, ProbeRecord, RequestRecord
 
@@ -328,7 +329,7 @@ def _culprit(per_app: tuple[AppContrast, ...], min_diff: float) -> tuple[str | N
 def attribute(
     requests: Sequence[RequestRecord],
     probes: Sequence[ProbeRecord],
-    metric: str = "server_decode_tps",
+    metric: str = SERVER_DECODE.key,
     higher_is_better: bool = True,
     *,
     slow_ids: Collection[int] | None = None,

@@ -30,11 +30,10 @@ from llmtop.sessions.analysis.attribution import (
 )
 from llmtop.sessions.analysis.episodes import Episode
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons
-from llmtop.sessions.analysis.run import ATTRIBUTION_ORDER, METRICS, SizeAnalysis
+from llmtop.sessions.analysis.run import ATTRIBUTION_ORDER, SizeAnalysis
+from llmtop.sessions.measure.metrics import METRICS, SERVER_DECODE
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, worse_p_value
 from llmtop.sessions.records.schema import ProbeRecord
-
-_LABELS = {k: (label, better) for k, label, _u, better in METRICS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +88,7 @@ def slowdown(episode: Episode) -> EngineSlowdown | None:
     key = next((k for k in ATTRIBUTION_ORDER if k in episode.changes), None)
     if key is None:
         return None
-    label, better = _LABELS[key]
+    label, better = METRICS[key].shown, METRICS[key].higher_is_better
     change = episode.changes[key] / 100.0
     slower = (1.0 / (1.0 + change) - 1.0 if change > -1 else float("inf")) if better else change
     return EngineSlowdown(key, label, 100.0 * slower)
@@ -148,8 +147,8 @@ def episode_causes(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> list[Ep
         requests = inside + base
         ids = {r.id for r in inside}
         engine = slowdown(episode)
-        key = engine.metric if engine else "server_decode_tps"
-        att = attribute(requests, probes, key, _LABELS[key][1], slow_ids=ids)
+        key = engine.metric if engine else SERVER_DECODE.key
+        att = attribute(requests, probes, key, METRICS[key].higher_is_better, slow_ids=ids)
         cause = None
         if engine is not None:
             cause = name_cause(

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from llmtop.sessions.measure.metrics import E2E, ITL, TPOT, TTFT
 from llmtop.sessions.records.schema import RequestRecord
 
 NS_PER_MS = 1e6
@@ -170,7 +171,7 @@ class PeerSummary:
     mean: dict[str, float | None]
 
 
-METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+METRICS = (TTFT, TPOT, ITL, E2E)  # what other tools define; PeerMetrics' fields by key
 
 
 def summarize(records: Iterable[RequestRecord], tool: str) -> PeerSummary:
@@ -180,10 +181,10 @@ def summarize(records: Iterable[RequestRecord], tool: str) -> PeerSummary:
     rows = [convert(r) for r in records if r.status == "ok" and r.measured]
     median: dict[str, float | None] = {}
     mean: dict[str, float | None] = {}
-    for name in METRICS:
-        xs = [v for row in rows if (v := getattr(row, name)) is not None]
-        median[name] = statistics.median(xs) if xs else None
-        mean[name] = statistics.fmean(xs) if xs else None
+    for metric in METRICS:
+        xs = [v for row in rows if (v := getattr(row, metric.key)) is not None]
+        median[metric.key] = statistics.median(xs) if xs else None
+        mean[metric.key] = statistics.fmean(xs) if xs else None
     return PeerSummary(tool, len(rows), median, mean)
 
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 
 from llmtop.sessions.analysis.attribution import K_SPREAD, MAD_SCALE
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis
+from llmtop.sessions.measure.metrics import SERVER_DECODE, TTFT
 
 CI_LEVEL = 0.95
-METRICS = (("ttft_ms", "TTFT", "ms"), ("server_decode_tps", "decode (server)", "tok/s"))
-HIGHER_IS_BETTER = {"server_decode_tps"}
+METRICS = (TTFT, SERVER_DECODE)  # what --runs K spreads over the runs
 CANARY_PARTS = (("canary_cpu_ms", "the canary's CPU loop"),
                 ("canary_mem_ms", "the canary's memory stride"),
                 ("canary_simd_ms", "the canary's SIMD part"))
@@ -145,11 +145,12 @@ def repeatability(runs: Sequence[Analysis]) -> list[SizeSpread]:
                     for s in sizes]
 
         spreads = []
-        for key, label, unit in METRICS:
-            found = spread(key, label, unit, medians(key), runs[0].drift_threshold_pct)
+        for metric in METRICS:
+            found = spread(metric.key, metric.label, metric.unit, medians(metric.key),
+                           runs[0].drift_threshold_pct)
             best = None
             for part, part_label in CANARY_PARTS:
-                hit = tracking(found.medians, medians(part), key in HIGHER_IS_BETTER)
+                hit = tracking(found.medians, medians(part), metric.higher_is_better)
                 if hit is not None and (best is None or abs(hit[0]) > abs(best.rho)):
                     best = Tracking(part_label, tuple(medians(part)), *hit)
             spreads.append(replace(found, machine=best))

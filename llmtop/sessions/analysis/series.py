@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 from llmtop.sessions.analysis.run import Analysis, BenchStatus, RequestVerdict, SizeAnalysis
+from llmtop.sessions.measure.metrics import SERVER_DECODE, TTFT
 from llmtop.sessions.records.schema import RequestRecord
 
 KINDS = ("ok", "warmup", "excluded")
@@ -54,8 +55,8 @@ def run_series(analysis: Analysis) -> list[SizeSeries]:
     for size in analysis.sizes:
         points: dict[str, list[tuple[int, float | None, float | None]]] = {k: [] for k in KINDS}
         for r in size.requests:
-            points[kind_of(r)].append((r.record.id, r.record.metric("ttft_ms"),
-                                       r.record.metric("server_decode_tps")))
+            points[kind_of(r)].append((r.record.id, r.record.metric(TTFT.key),
+                                       r.record.metric(SERVER_DECODE.key)))
         gaps = [g for r in size.ok for g in chunk_gaps_ms(r.record)]
         out.append(SizeSeries(size_label(size), points, gaps))
     return out

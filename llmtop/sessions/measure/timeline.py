@@ -128,11 +128,8 @@ class RequestMetrics:
     buffered: str | None = None  # why the stream was judged buffered (client rates n/a); None = not
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the ITL tuple becomes a list)."""
-        data = asdict(self)
-        data["itl_ms"] = list(self.itl_ms)
-        data["itl_token_ms"] = list(self.itl_token_ms)
-        return data
+        """A JSON-ready dict, by field name; the ITL tuples become lists."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def ns_to_ms(ns: int | None) -> float | None:

@@ -29,6 +29,7 @@ from llmtop.sessions.analysis.attribution import EXCLUDED_CATEGORIES
 from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn
 from llmtop.sessions.analysis.run import RequestVerdict, SizeAnalysis
 from llmtop.sessions.analysis.series import kind_of
+from llmtop.sessions.measure.metrics import PROMPT_EVAL, SERVER_DECODE, TTFT
 from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
 
 NOISY_FILL = "rgba(214, 39, 40, 0.12)"
@@ -126,8 +127,8 @@ def busiest_app(probes: Sequence[ProbeRecord]) -> str | None:
 
 
 def _series_traces(fig: go.Figure, size: SizeAnalysis, axis: TimeAxis) -> None:
-    for row, (key, label) in enumerate((("ttft_ms", "TTFT ms"),
-                                        ("server_decode_tps", "decode tok/s")), start=1):
+    for row, (key, label) in enumerate(((TTFT.key, TTFT.heading),
+                                        (SERVER_DECODE.key, "decode tok/s")), start=1):
         for kind, (symbol, colour) in MARKERS.items():
             picked = [r for r in size.requests if kind_of(r) == kind]
             if not picked:
@@ -316,9 +317,9 @@ def cache_pairs_figure(pairs: Sequence[CachePair]) -> go.Figure:
     """Cold against warm prefill and TTFT, one group of bars per pair."""
     fig = go.Figure()
     names = [f"pair {p.pair + 1}" for p in pairs]
-    for label, side, key in (("prefill cold", "cold", "prompt_eval_ms"),
-                             ("prefill warm", "warm", "prompt_eval_ms"),
-                             ("TTFT cold", "cold", "ttft_ms"), ("TTFT warm", "warm", "ttft_ms")):
+    for label, side, key in (("prefill cold", "cold", PROMPT_EVAL.key),
+                             ("prefill warm", "warm", PROMPT_EVAL.key),
+                             ("TTFT cold", "cold", TTFT.key), ("TTFT warm", "warm", TTFT.key)):
         values = [getattr(p, side).metric(key) for p in pairs]
         fig.add_trace(go.Bar(x=names, y=values, name=label))
     fig.update_layout(title="Prefix cache: cold against warm", barmode="group",

@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from llmtop.sessions.measure.metrics import E2E, ITL, LOAD, OVERHEAD, TPOT, TTFT
+
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send the prompt (a new prompt cancels the one still streaming)"),
     ("Ctrl+R", "send the last prompt again"),
@@ -36,18 +38,18 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 METRICS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "time to first token, ms: request sent → first chunk with text (client clock)"),
-    ("TPOT", "time per output token, ms: (E2E − TTFT) / (tokens − 1)"),
-    ("ITL", "inter-token latency, ms: gap between successive text chunks (the sparkline)"),
+    (TTFT.label, "time to first token, ms: request sent → first chunk with text (client clock)"),
+    (TPOT.label, "time per output token, ms: (E2E − TTFT) / (tokens − 1)"),
+    (ITL.label, "inter-token latency, ms: gap between successive text chunks (the sparkline)"),
     ("gaps", "token gaps: 1 token per chunk (server's count); else chunk gaps"),
     ("TTFT/req", "TTFT per request of the session, one cell each; ▲ on screen, ! NOISY"),
-    ("E2E", "end to end, ms: request sent → the server's done chunk"),
+    (E2E.label, "end to end, ms: request sent → the server's done chunk"),
     ("chunks", "text chunks received so far (tokens = the server's eval_count once done)"),
     ("decode", "live: chunks/s on the client; done: (tokens − 1) / (E2E − TTFT), tok/s"),
     ("prefill", "server: prompt_eval_count / prompt_eval_duration, tok/s"),
     ("srv decode", "server: eval_count / eval_duration, tok/s (Ollama's convention)"),
-    ("load", "server: time spent loading the model (cold start), ms"),
-    ("overhead", "TTFT − (load + prompt eval), ms: time outside the engine's own work"),
+    (LOAD.label, "server: time spent loading the model (cold start), ms"),
+    (OVERHEAD.label, "TTFT − (load + prompt eval), ms: time outside the engine's own work"),
     ("CPU %", "machine total 0–100 %; per app: % of one core (a busy app can pass 100)"),
     ("QUIET", "no finding at WARN or worse; NOISY lists what disturbs the measurement"),
     ("⚠ / !", "a probe sample taken while that request streamed was NOISY"),

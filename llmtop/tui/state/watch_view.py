@@ -16,6 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.safetext import one_line, visible
+from llmtop.sessions.measure.metrics import (
+    E2E,
+    LOAD,
+    PROMPT_EVAL,
+    SERVER_DECODE,
+    SERVER_PREFILL,
+    TPOT,
+    TTFT,
+)
 
 COLUMNS = ("#", "caller", "model", "prompt", "TTFT", "tok/s", "cached", "status")
 MAX_ROWS = 500  # the oldest rows go once there are more
@@ -53,8 +62,8 @@ class WatchRows:
         row.update({k: v for k, v in line.items() if v is not None or k not in row})
         if event == "finished":
             self.finished += 1
-            if isinstance(line.get("ttft_ms"), int | float):
-                self.ttft_ms = [*self.ttft_ms, float(line["ttft_ms"])][-SERIES_KEEP:]
+            if isinstance(ttft := line.get(TTFT.key), int | float):
+                self.ttft_ms = [*self.ttft_ms, float(ttft)][-SERIES_KEEP:]
             if isinstance(line.get("decode_tps"), int | float):
                 self.decode_tps = [*self.decode_tps, float(line["decode_tps"])][-SERIES_KEEP:]
         else:
@@ -74,7 +83,7 @@ def cells(row: Mapping[str, Any]) -> tuple[str, ...]:
         one_line(row.get("caller") or "?"),  # an app's process name, a client's model
         one_line(row.get("model") or "?"),  # name: text from outside (safetext)
         str(row["prompt_tokens"]) if isinstance(row.get("prompt_tokens"), int) else "–",
-        _ms(row.get("ttft_ms")),
+        _ms(row.get(TTFT.key)),
         _num(rate),
         f"{cached:.0f} %" if isinstance(cached, int | float) else "–",
         one_line(row.get("status") or "?"),
@@ -91,16 +100,16 @@ def detail_lines(row: Mapping[str, Any], show_text: bool) -> list[str]:
         (f"caller {row.get('caller') or 'unknown'}"
          + (f" (pid {row['caller_pid']})" if row.get("caller_pid") else "")),
         f"status {row.get('status')}" + (f": {row['error']}" if row.get("error") else ""),
-        (f"TTFT {_ms(row.get('ttft_ms'))}   TPOT {_num(row.get('tpot_ms'), 2)} ms   "
-         f"E2E {_ms(row.get('e2e_ms'))}   ITL max {_num(row.get('itl_ms_max'))} ms"),
-        (f"decode {_num(row.get('decode_tps'))} tok/s (server {_num(row.get('server_decode_tps'))}"
-         f")   prefill {_num(row.get('server_prefill_tps'))} tok/s"),
+        (f"TTFT {_ms(row.get(TTFT.key))}   TPOT {_num(row.get(TPOT.key), 2)} ms   "
+         f"E2E {_ms(row.get(E2E.key))}   ITL max {_num(row.get('itl_ms_max'))} ms"),
+        (f"decode {_num(row.get('decode_tps'))} tok/s (server {_num(row.get(SERVER_DECODE.key))}"
+         f")   prefill {_num(row.get(SERVER_PREFILL.key))} tok/s"),
         (f"prompt {row.get('prompt_tokens', '–')} tokens, cached "
          f"{'–' if cached is None else cached}"
          f"   output {row.get('output_tokens', '–')} ({row.get('tokens_basis') or '–'})"),
         (f"thinking chunks {row.get('thinking_chunks', '–')}   answer chunks "
          f"{row.get('answer_chunks', row.get('chunks', '–'))}"),
-        (f"load {_num(row.get('load_ms'))} ms   prompt eval {_num(row.get('prompt_eval_ms'))} ms"
+        (f"load {_num(row.get(LOAD.key))} ms   prompt eval {_num(row.get(PROMPT_EVAL.key))} ms"
          f"   done_reason {stats.get('done_reason') or '–'}"),
         (f"watch hop in {_num(row.get('hop_in_ms'), 3)} ms, out {_num(row.get('hop_out_ms'), 3)}"
          f" ms   verdict {row.get('verdict') or '–'}"

@@ -16,23 +16,20 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from textual.widget import Widget
 
+from llmtop.sessions.measure.metrics import PROMPT_EVAL, TTFT
 from llmtop.sessions.reports.text import num, spark_cell
 from llmtop.tui.state.bench_state import WARMUP, BenchRow, warm_note
 
 LABEL_WIDTH = 14
 SUFFIX_WIDTH = 32  # "  last 1,234.5 · med 1,234.5"
-SERIES: tuple[tuple[str, str], ...] = (
-    ("ttft_ms", "TTFT ms"),
-    ("prefill_ms", "prefill ms"),
-    ("decode_tps", "decode tok/s"),
+Value = Callable[[BenchRow], float | None]
+SERIES: tuple[tuple[Value, str], ...] = (  # each series' value of a row, and its label
+    (lambda row: row.ttft_ms, TTFT.heading),
+    (lambda row: row.prefill_ms, PROMPT_EVAL.heading),
+    (lambda row: row.decode_tps, "decode tok/s"),
 )
 LEGEND = "w warm-up, kept apart   ✗ does not count (see the report)   · counted"
 EPISODE_LEGEND = "   e episode (slow, or faster than the baseline)"
-
-
-def _value(row: BenchRow, key: str) -> float | None:
-    value: float | None = getattr(row, key)
-    return value
 
 
 def _mark(row: BenchRow) -> tuple[str, str]:
@@ -52,14 +49,14 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
     shown = list(rows)[-room:]
     clipped = len(rows) > len(shown)
     text = Text()
-    for key, label in SERIES:
-        counted = [v for r in rows if r.counts and (v := _value(r, key)) is not None]
-        scale = counted or [v for r in rows if (v := _value(r, key)) is not None]
+    for value, label in SERIES:
+        counted = [v for r in rows if r.counts and (v := value(r)) is not None]
+        scale = counted or [v for r in rows if (v := value(r)) is not None]
         lo, hi = (min(scale), max(scale)) if scale else (None, None)
         text.append_text(
-            _marks_row(label, shown, clipped, _series_mark(key, lo, hi), bold_row=False)
+            _marks_row(label, shown, clipped, _series_mark(value, lo, hi), bold_row=False)
         )
-        last = _value(rows[-1], key) if rows else None
+        last = value(rows[-1]) if rows else None
         med = statistics.median(counted) if counted else None
         text.append(f"  last {num(last)} · med {num(med)}\n", style="dim")
     text.append_text(_marks_row("status", shown, clipped, _mark))
@@ -76,7 +73,7 @@ def series_text(rows: Sequence[BenchRow], width: int) -> Text:
 
 
 def _series_mark(
-    key: str, lo: float | None, hi: float | None
+    value: Value, lo: float | None, hi: float | None
 ) -> Callable[[BenchRow], tuple[str, str]]:
     """One series' cell of a row: its value's block on the lo…hi scale (cyan, a warm-up dim),
     ✗ for a measured request that does not count."""
@@ -84,7 +81,7 @@ def _series_mark(
     def mark(row: BenchRow) -> tuple[str, str]:
         if row.phase != WARMUP and not row.counts:
             return "✗", "bold red"
-        cell = " " if lo is None or hi is None else spark_cell(_value(row, key), lo, hi)
+        cell = " " if lo is None or hi is None else spark_cell(value(row), lo, hi)
         if row.episode is not None:
             return cell, "magenta"
         return cell, "dim" if row.phase == WARMUP else "cyan"

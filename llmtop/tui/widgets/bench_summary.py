@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis
+from llmtop.sessions.measure.metrics import E2E, METRICS, PROMPT_EVAL, SERVER_DECODE, TTFT
 from llmtop.sessions.measure.stats import DRIFT_WINDOW
 from llmtop.tui.state import fmt
 from llmtop.tui.state.bench_state import BenchRow, warm_note
@@ -24,9 +25,6 @@ _BADGE = {
     CONTAMINATED: "bold white on red",
     NA: "bold black on yellow",
 }
-_LABEL = {key: f"{label} {unit}" for key, label, unit, _better in METRICS}
-
-
 _WORD = {"contaminated": CONTAMINATED, "clean": CLEAN, "inconclusive": NA,
          "clean after re-measuring": CLEAN_AFTER}
 
@@ -41,7 +39,7 @@ def drifting(size: SizeAnalysis) -> list[str]:
     """The metrics whose drift counts (`SizeAnalysis.drifted`: the drift rule, deciding
     metrics only), e.g. ["decode (server) tok/s -15.2 %"]."""
     return [
-        f"{_LABEL[key]} {d.change_pct:+.1f} %"
+        f"{METRICS[key].heading} {d.change_pct:+.1f} %"
         for key in size.drifted
         if (d := size.drifts[key]).change_pct is not None
     ]
@@ -81,21 +79,20 @@ def _size_lines(size: SizeAnalysis) -> Text:
     if size.excluded:
         first = size.excluded[0]
         text.append(f" (#{first.index}: {first.status} — {first.reason})", style="red")
-    labels = {key: label for key, label, _u, _b in METRICS}
     for e in size.episodes.episodes:
-        sizes = ", ".join(f"{labels[k]} {v:+.0f} %" for k, v in e.changes.items())
+        sizes = ", ".join(f"{METRICS[k].shown} {v:+.0f} %" for k, v in e.changes.items())
         kind = "faster episode" if e.faster else "slow episode"
         text.append(f"\n  {kind}: requests {e.requests} ({sizes}), left out of the "
                     "baseline", style="magenta")
     med = {key: s.median for key, s in size.summaries.items()}
     text.append("\n  medians  TTFT ")
-    text.append(fmt.ms(med["ttft_ms"]), style="bold")
+    text.append(fmt.ms(med[TTFT.key]), style="bold")
     text.append(" · prefill ")
-    text.append(fmt.ms(med["prompt_eval_ms"]), style="bold")
+    text.append(fmt.ms(med[PROMPT_EVAL.key]), style="bold")
     text.append(" · decode ")
-    text.append(fmt.rate(med["server_decode_tps"]), style="bold")
+    text.append(fmt.rate(med[SERVER_DECODE.key]), style="bold")
     text.append(" (server) · E2E ")
-    text.append(fmt.ms(med["e2e_ms"]), style="bold")
+    text.append(fmt.ms(med[E2E.key]), style="bold")
     return text
 
 

@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Static
 
 from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import BenchStatus
+from llmtop.sessions.measure.metrics import TPOT, TTFT
 from llmtop.tui.state import fmt
 from llmtop.tui.state.session_state import (
     COMPARED,
@@ -37,8 +38,8 @@ from llmtop.tui.state.session_state import (
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("n", "#"),
     ("time", "time"),
-    ("ttft", "TTFT ms"),
-    ("tpot", "TPOT ms"),
+    (TTFT.name, TTFT.heading),
+    (TPOT.name, TPOT.heading),
     ("decode", "decode cl/srv"),
     ("tokens", "tokens"),
     ("status", "status"),

@@ -39,9 +39,9 @@ from llmtop.sessions.analysis.compare.stats import (
 )
 from llmtop.sessions.analysis.run import analyze_run
 from llmtop.sessions.measure.metrics import (
-    DEFAULT_METRICS,
+    COMPARE_METRICS,
+    DEFAULT_COMPARE_METRICS,
     DEFAULT_THRESHOLD_PCT,
-    METRICS,
 )
 from llmtop.sessions.records.schema import RunLog
 
@@ -75,17 +75,17 @@ class Comparison:
 
 
 def compare_logs(a: RunLog, b: RunLog, names: tuple[str, str] = ("A", "B"),
-                 metrics: Sequence[str] = DEFAULT_METRICS, vary: Iterable[str] = (),
+                 metrics: Sequence[str] = DEFAULT_COMPARE_METRICS, vary: Iterable[str] = (),
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED,
                  on_row: Callable[[MetricComparison], None] | None = None,
                  runs: tuple[Sequence[RunLog], Sequence[RunLog]] = ((), ())) -> Comparison:
     """Compare run B with the baseline A (see the module docstring). Raises KeyError for a
-    metric not in METRICS. Groups pair by label, or in run order with --vary prompt.
+    metric not in COMPARE_METRICS. Groups pair by label, or in run order with --vary prompt.
     runs: the `bench --runs K` sets A and B belong to (compare_runs.run_set; empty or one
     log: a single run); when either has 2 runs or more, each row is
     compare_runs.runs_ratio_test over the runs' baselines, its verdict ending "over K / L
     runs"."""
-    specs = [METRICS[m] for m in metrics]
+    specs = [COMPARE_METRICS[m] for m in metrics]
     keys = [s.key for s in specs]
     ga, gb = groups(analyze_run(a), keys), groups(analyze_run(b), keys)
     unpaired: list[str] = []

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmtop.sessions.measure.metrics import DEFAULT_THRESHOLD_PCT, MetricSpec
+from llmtop.sessions.measure.metrics import DEFAULT_THRESHOLD_PCT, Metric
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,7 +102,7 @@ class MetricComparison:
     speedup: how many times faster B is (> 1 faster, < 1 slower; ms metrics are inverted so
     that faster is always > 1), with speedup_low / speedup_high its interval."""
 
-    metric: MetricSpec
+    metric: Metric
     group: str
     n_a: int
     n_b: int
@@ -119,7 +119,7 @@ class MetricComparison:
         return self.test is not None and self.test.significant
 
 
-def judge(metric: MetricSpec, group: str, a: Sequence[float], b: Sequence[float],
+def judge(metric: Metric, group: str, a: Sequence[float], b: Sequence[float],
           threshold_pct: float = DEFAULT_THRESHOLD_PCT, seed: int = DEFAULT_SEED,
           tester: Callable[[], RatioTest] | None = None) -> MetricComparison:
     """The comparison of one metric in one group, in words: "B is 1.31× faster (95 % CI
