@@ -23,14 +23,15 @@ from enum import StrEnum
 
 
 class Carrier(StrEnum):
-    """A record that carries a metric under its key."""
+    """A record that carries a metric: under its key, but where a comment says otherwise."""
 
     REQUEST = "request"  # timeline.RequestMetrics: each request record's "metrics"
     RECORD = "record"  # the request record itself (records/schema.RequestRecord)
     SERVER = "server"  # computed from the server's own stats (ServerStats): n/a without them
     BENCH = "bench"  # a bench size's summaries and drifts (analysis/run.py: SizeAnalysis)
-    LOAD = "load"  # a load level's percentiles (analysis/load.py: LoadLevel)
-    WATCH = "watch"  # the watch's line per request and its summary (analysis/watch.py)
+    LOAD = "load"  # a load level's percentiles, by name (analysis/load.py: LevelResult.ttft)
+    WATCH = "watch"  # the watch's line and its groups (analysis/watch.py); the client's decode
+    # rate there is "decode_tps"
     PEERS = "peers"  # `report --as TOOL`: the metrics other tools define (analysis/peers.py)
 
 
@@ -59,7 +60,7 @@ class Metric:
     @property
     def heading(self) -> str:
         """The short label and its unit, as a column or a plot names it: "TTFT ms"."""
-        return f"{self.short or self.label} {self.unit}"
+        return f"{self.shown} {self.unit}"
 
     @property
     def shown(self) -> str:
@@ -80,7 +81,8 @@ TTFT = Metric("ttft", "ttft_ms", "TTFT", MS, False, _CLIENT)
 TTFT_CONTENT = Metric("ttft-content", "ttft_content_ms", "TTFT (content)", MS, False,
                       _carriers(_REQUEST, _WATCH))
 E2E = Metric("e2e", "e2e_ms", "E2E", MS, False, _CLIENT)
-ITL = Metric("itl", "itl_ms", "ITL", MS, False, _carriers(_REQUEST, _PEERS), series=True)
+ITL = Metric("itl", "itl_ms", "ITL", MS, False, _carriers(_REQUEST, _LOAD, _PEERS),
+             series=True)
 ITL_TOKEN = Metric("itl-token", "itl_token_ms", "ITL per token", MS, False,
                    _carriers(_REQUEST, _SERVER), series=True)
 TPOT = Metric("tpot", "tpot_ms", "TPOT", MS, False, _CLIENT)
