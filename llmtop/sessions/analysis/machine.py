@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
 
-# (series key, label, unit, higher_is_better), like analysis.METRICS
+# The machine's series beside the request's metrics (measure/metrics.py): (series key, label,
+# unit, higher_is_better); they are no request's fields, so they stay out of the metric table.
 CANARY_METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("canary_cpu_ms", "canary: CPU loop", "ms", False),
     ("canary_mem_ms", "canary: memory stride", "ms", False),
