@@ -24,8 +24,8 @@ from textual import work
 
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.runners.watch.serving import Pair, UpstreamEngines, probe_sampler
+from llmtop.tui.base import LlmtopBaseApp
 from llmtop.tui.screens.watch import WatchScreen
-from llmtop.tui.widgets.scrollbars import LlmtopBaseApp
 
 PROBE_INTERVAL_S = 1.0
 STOP_WAIT_S = 5.0

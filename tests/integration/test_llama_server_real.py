@@ -212,14 +212,15 @@ async def test_tui_shows_the_servers_prompt_progress_before_the_first_token(one_
                                options={"temperature": 0.0, "seed": 42, "num_predict": 8},
                                log_path=str(tmp_path / "tui.jsonl"), probe_interval_s=0.5))
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: app.ready or app.connect_failure is not None, 60,
+        await wait_for(pilot, lambda: app.link.ready or app.link.connect_failure is not None, 60,
                        "the connection")
-        assert app.connect_failure is None, app.connect_failure
+        assert app.link.connect_failure is None, app.link.connect_failure
         await type_text(pilot, PROMPT)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.live is not None and app.live.result is not None,
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.live is not None and main.live.result is not None,
                        120, "the request")
-        live = app.live
+        live = app.main_screen.live
         result = live.result
         assert result.status == "ok", result.failure
         progress = [e for e in result.events if e.progress is not None]

@@ -167,14 +167,16 @@ async def test_tui_streams_from_llama_cpp_python(llama_cpp_server, tmp_path: Pat
                                options={"temperature": 0.0, "seed": 42, "num_predict": 12},
                                log_path=str(tmp_path / "tui.jsonl"), probe_interval_s=0.5))
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: app.ready or app.connect_failure is not None, 60,
+        await wait_for(pilot, lambda: app.link.ready or app.link.connect_failure is not None, 60,
                        "the connection")
-        assert app.connect_failure is None, app.connect_failure
-        assert app.conn is not None and app.conn.engine_pids  # the server's pid, by its port
+        assert app.link.connect_failure is None, app.link.connect_failure
+        conn = app.link.conn
+        assert conn is not None and conn.engine_pids  # the server's pid, by its port
         await type_text(pilot, PROMPT)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.live is not None and app.live.result is not None,
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.live is not None and main.live.result is not None,
                        120, "the request")
-        result = app.live.result
+        result = app.main_screen.live.result
         assert result.status == "ok", result.failure
         assert result.metrics.tokens_basis == "chunks" and result.metrics.output_tokens == 12

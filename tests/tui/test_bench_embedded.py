@@ -34,9 +34,10 @@ async def test_tiny_bench_on_the_embedded_engine(tmp_path: Path) -> None:
     app = make_app(settings)
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_for(
-            pilot, lambda: app.ready or app.connect_failure is not None, 120, "the embedded engine"
+            pilot, lambda: app.link.ready or app.link.connect_failure is not None, 120,
+            "the embedded engine"
         )
-        assert app.connect_failure is None, app.connect_failure
+        assert app.link.connect_failure is None, app.link.connect_failure
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
         screen = app.screen

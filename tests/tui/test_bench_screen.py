@@ -54,7 +54,7 @@ def build(
 
 async def open_bench(pilot, app: LlmtopApp) -> BenchScreen:  # type: ignore[no-untyped-def]
     """Ctrl+B once the engine is ready; the bench screen it opens."""
-    await wait_for(pilot, lambda: app.ready, what="connection")
+    await wait_for(pilot, lambda: app.link.ready, what="connection")
     await pilot.press("ctrl+b")
     await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
     screen = app.screen
@@ -247,7 +247,7 @@ async def test_bad_form_value_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
 
     app = build(tmp_path, FakeEngine(), monkeypatch)
     async with app.run_test(size=(160, 45), message_hook=hook) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
         screen = app.screen
@@ -268,16 +268,17 @@ async def test_ctrl_b_stops_the_streaming_request_first(
 ) -> None:
     app = build(tmp_path, FakeEngine(), monkeypatch)
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        app.send("slow")  # first chunk, then hangs
-        await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
+        app.main_screen.send("slow")  # first chunk, then hangs
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.live is not None and main.live.chunks == 1, what="chunk")
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
-        assert app.live is not None and app.live.result is not None
-        assert app.live.result.status == "cancelled"
-        app.send("hello")  # refused while the bench screen is open
+        assert app.main_screen.live is not None and app.main_screen.live.result is not None
+        assert app.main_screen.live.result.status == "cancelled"
+        app.main_screen.send("hello")  # refused while the bench screen is open
         await pilot.pause(0.1)
-        assert app.live.prompt == "slow"
+        assert app.main_screen.live.prompt == "slow"
     (req,) = read_log(tmp_path / "s.jsonl").requests
     assert req.status == "cancelled"
 
@@ -304,7 +305,7 @@ async def test_narrow_terminal_shows_a_badge_instead_of_the_panel(
 ) -> None:
     app = build(tmp_path, FakeEngine(), monkeypatch)
     async with app.run_test(size=(110, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench screen")
         screen = app.screen

@@ -35,7 +35,7 @@ async def test_tui_exits_usage_for_a_bad_model_path(tmp_path: Path) -> None:
     )
     app = make_app(settings)
     async with app.run_test() as pilot:
-        await wait_for(pilot, lambda: app.connect_failure is not None, 60.0, "the failure")
+        await wait_for(pilot, lambda: app.link.connect_failure is not None, 60.0, "the failure")
         await pilot.press("ctrl+q")
     # README, "Exit codes": a bad model file is bad input (2), as in `llmtop run`
     assert app.exit_code == app.return_value == ExitCode.USAGE == 2  # what main() returns
@@ -81,7 +81,7 @@ async def test_a_missing_model_is_not_called_unreachable(tmp_path: Path) -> None
         )
         app = make_app(settings)
         async with app.run_test() as pilot:
-            await wait_for(pilot, lambda: app.connect_failure is not None, 30.0, "the failure")
+            await wait_for(pilot, lambda: app.link.connect_failure is not None, 30.0, "the failure")
             await pilot.pause()
             text = app.query_one(TokenPane).text.plain
             header = str(app.query_one("#hdr-engine", Static).content)

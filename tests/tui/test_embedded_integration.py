@@ -32,25 +32,27 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
     )
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_for(
-            pilot, lambda: app.ready or app.connect_failure is not None, 120, "the embedded engine"
+            pilot, lambda: app.link.ready or app.link.connect_failure is not None, 120,
+            "the embedded engine"
         )
-        assert app.connect_failure is None, app.connect_failure
-        engine_pids = set(app.conn.engine_pids)  # type: ignore[union-attr]
+        assert app.link.connect_failure is None, app.link.connect_failure
+        engine_pids = set(app.link.conn.engine_pids)  # type: ignore[union-attr]
         assert engine_pids
         await type_text(pilot, PROMPT)
         await pilot.press("enter")
         await wait_for(
-            pilot, lambda: app.live is not None and app.live.result is not None, 120, "the request"
+            pilot, lambda: app.main_screen.live is not None
+            and app.main_screen.live.result is not None, 120, "the request"
         )
         await pilot.pause(0.2)  # the render tick after done
-        assert app.live is not None and app.live.result is not None
-        result = app.live.result
+        assert app.main_screen.live is not None and app.main_screen.live.result is not None
+        result = app.main_screen.live.result
         assert result.status == "ok", result.failure
         # new-user pass N41: the engine the TUI started loaded the model before request 1
         # (a load-only request), so the first figure is a warm one, not a cold TTFT said ok
         assert result.metrics.load_ms is not None and result.metrics.load_ms < 50, (
             result.metrics.load_ms)
-        assert app.session.row(1).status == "ok"
+        assert app.main_screen.session.row(1).status == "ok"
         answer = app.query_one(TokenPane).text.plain.split(PROMPT, 1)[1].strip()
         assert answer and answer == result.content.strip()
         ttft = shown(app, "#ttft")
@@ -64,9 +66,10 @@ async def test_stream_a_prompt_on_the_embedded_engine(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: len(ttfts.data or ()) == 1, 10, "one TTFT bar")
         assert tuple(ttfts.data or ()) == (result.metrics.ttft_ms,)
         await pilot.press("ctrl+r")  # the same prompt again: a second bar
-        await wait_for(pilot, lambda: len(app.session.requests) == 2, 120, "the second request")
+        await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 2, 120,
+                       "the second request")
         await wait_for(pilot, lambda: len(ttfts.data or ()) == 2, 10, "two TTFT bars")
-        second = app.session.requests[1].result
+        second = app.main_screen.session.requests[1].result
         assert second is not None and second.status == "ok", second
         assert tuple(ttfts.data or ()) == (result.metrics.ttft_ms, second.metrics.ttft_ms)
     log = read_log(log_path)

@@ -88,16 +88,17 @@ def app_on(
     monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
     settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection(engine))
-    app.energy = meter  # what on_mount builds with the probes on, over the fake tree
+    app.link.energy = meter  # what on_mount builds with the probes on, over the fake tree
     return app
 
 
 async def send_hello(pilot: Any, app: Any) -> None:
-    await wait_for(pilot, lambda: app.ready, what="connection")
+    await wait_for(pilot, lambda: app.link.ready, what="connection")
     app.query_one("#prompt", Input).focus()
     await type_text(pilot, "hello")
     await pilot.press("enter")
-    await wait_for(pilot, lambda: len(app.session.requests) == 1, what="request 1 ended")
+    await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 1,
+                   what="request 1 ended")
     await wait_for(pilot, lambda: app.query_one("#client", Static).content != "", what="drawn")
     await pilot.pause(0.2)
 

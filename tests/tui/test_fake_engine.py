@@ -39,21 +39,21 @@ def build(tmp_path: Path, conn: Connection | None = None,
 
 def done(app: LlmtopApp, n: int = 1) -> bool:
     return (
-        app.recorder is not None
-        and app.recorder.requests >= n
-        and app.live is not None
-        and not app.live.streaming
+        app.link.recorder is not None
+        and app.link.recorder.requests >= n
+        and app.main_screen.live is not None
+        and not app.main_screen.live.streaming
     )
 
 
 def drawn(app: LlmtopApp, n: int = 1) -> bool:
     """`done`, and the render timer drew its end (text and numbers)."""
-    live = app.live
+    live = app.main_screen.live
     return done(app, n) and live is not None and not (live.dirty or live.numbers_dirty)
 
 
 async def send(pilot, app: LlmtopApp, prompt: str) -> None:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: app.ready, what="connection")
+    await wait_for(pilot, lambda: app.link.ready, what="connection")
     app.query_one("#prompt", Input).focus()
     await type_text(pilot, prompt)
     await pilot.press("enter")
@@ -64,8 +64,8 @@ async def test_exact_numbers_header_and_log(tmp_path: Path) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
-        assert app.live is not None and app.live.result is not None
-        texts = {wid: str(text) for wid, text in result_texts(app.live.result).items()}
+        assert app.main_screen.live is not None and app.main_screen.live.result is not None
+        texts = {wid: str(text) for wid, text in result_texts(app.main_screen.live.result).items()}
         assert texts["ttft"] == "TTFT 123.4 ms"
         assert texts["count"] == "tokens 3"
         # client decode = (3 − 1) / (200 − 123.4 ms) = 26.1 tok/s
@@ -112,8 +112,8 @@ async def test_failure_message_and_remedy(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         pane = app.query_one(TokenPane).text.plain
         assert "partial" in pane and "the runner crashed" in pane and "restart the engine" in pane
-        assert app.live is not None and app.live.result is not None
-        texts = result_texts(app.live.result)
+        assert app.main_screen.live is not None and app.main_screen.live.result is not None
+        texts = result_texts(app.main_screen.live.result)
         assert str(texts["failure"]) == "✗ the runner crashed\n→ restart the engine"
         assert str(texts["client"]).startswith(" error ")
         assert shown(app, "#failure") == str(texts["failure"])
@@ -125,12 +125,14 @@ async def test_new_prompt_cancels_running_one(tmp_path: Path) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "slow")
         await wait_for(
-            pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
+            pilot, lambda: app.main_screen.live is not None and app.main_screen.live.chunks == 1,
+            what="first chunk"
         )
         await send(pilot, app, "hello")
         await wait_for(
             pilot,
-            lambda: done(app, 2) and app.live is not None and app.live.prompt == "hello",
+            lambda: done(app, 2) and app.main_screen.live is not None
+            and app.main_screen.live.prompt == "hello",
             what="second request",
         )
         assert conn.engine.prompts == ["slow", "hello"]
@@ -147,21 +149,24 @@ async def test_escape_cancels_and_quit_records_cancelled(tmp_path: Path) -> None
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "slow")
         await wait_for(
-            pilot, lambda: app.live is not None and app.live.chunks == 1, what="first chunk"
+            pilot, lambda: app.main_screen.live is not None and app.main_screen.live.chunks == 1,
+            what="first chunk"
         )
         await pilot.press("escape")
         await wait_for(pilot, lambda: drawn(app), what="cancelled and drawn")
         assert "[cancelled]" in app.query_one(TokenPane).text.plain
         await send(pilot, app, "slow")  # Ctrl+C stops it too (new-user pass N28)
         await wait_for(
-            pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
+            pilot, lambda: (live := app.main_screen.live) is not None and live.streaming
+            and live.chunks == 1
         )
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: drawn(app, 2), what="cancelled by Ctrl+C")
         assert app.is_running
         await send(pilot, app, "slow")
         await wait_for(
-            pilot, lambda: app.live is not None and app.live.streaming and app.live.chunks == 1
+            pilot, lambda: (live := app.main_screen.live) is not None and live.streaming
+            and live.chunks == 1
         )
         await pilot.press("ctrl+q")
     reqs = read_log(tmp_path / "s.jsonl").requests
@@ -181,7 +186,7 @@ async def test_ctrl_r_repeats_last_prompt(tmp_path: Path) -> None:
 async def test_help_opens_and_keys_still_type_in_prompt(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready)
+        await wait_for(pilot, lambda: app.link.ready)
         prompt = app.query_one("#prompt", Input)
         assert prompt.has_focus
         await pilot.press("question_mark")  # empty prompt: help
@@ -223,7 +228,7 @@ async def test_render_is_throttled(tmp_path: Path) -> None:
     # without done would end the stream: sessions/measure/request.py, chunk_limit)
     app, _ = build(tmp_path, fake_connection(FakeEngine({"many": many})), num_predict=300)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready)
+        await wait_for(pilot, lambda: app.link.ready)
         pane = app.query_one(TokenPane)
         calls = 0
         original = pane.show_live
@@ -237,8 +242,9 @@ async def test_render_is_throttled(tmp_path: Path) -> None:
         await send(pilot, app, "many")
         await wait_for(pilot, lambda: drawn(app), what="request done and drawn")
         assert "t299" in pane.text.plain
-        assert app.live is not None and app.live.result is not None
-        assert str(result_texts(app.live.result)["count"]) == "chunks 300"  # no eval_count
+        assert app.main_screen.live is not None and app.main_screen.live.result is not None
+        result = app.main_screen.live.result
+        assert str(result_texts(result)["count"]) == "chunks 300"  # no eval_count
         assert shown(app, "#count") == "chunks 300"
         assert 1 <= calls < 30, calls
 
@@ -251,11 +257,11 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
         await gate.wait()
         return conn
 
-    app._injected = None
-    import llmtop.tui.app as app_module
+    app.link.injected = None
+    import llmtop.tui.link as link_module
 
-    original = app_module.connect
-    app_module.connect = slow_connect  # type: ignore[assignment]
+    original = link_module.connect
+    link_module.connect = slow_connect  # type: ignore[assignment]
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.05)
@@ -266,7 +272,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
             await wait_for(pilot, lambda: done(app), what="queued request")
             assert conn.engine.prompts == ["hello"]
     finally:
-        app_module.connect = original  # type: ignore[assignment]
+        link_module.connect = original  # type: ignore[assignment]
 
 
 async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> None:
@@ -280,9 +286,9 @@ async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> No
     )
     app = make_app(settings)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.connect_failure is not None, what="connect failure")
+        await wait_for(pilot, lambda: app.link.connect_failure is not None, what="connect failure")
         await pilot.pause(0.1)
-        failure = app.connect_failure.failure  # type: ignore[union-attr]
+        failure = app.link.connect_failure.failure  # type: ignore[union-attr]
         pane = app.query_one(TokenPane).text.plain
         assert failure.message in pane and failure.remedy and failure.remedy in pane
         assert shown(app, "#hdr-engine") == "llmtop · no engine"
@@ -302,7 +308,7 @@ async def test_burst_typing_keeps_question_mark_in_prompt(tmp_path: Path) -> Non
 
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready)
+        await wait_for(pilot, lambda: app.link.ready)
         for c in "Why? ok":
             app.post_message(events.Key(_character_to_key(c), c))
         await pilot.pause(0.1)
@@ -315,7 +321,7 @@ async def test_a_burst_typed_after_esc_is_sent_whole(tmp_path: Path) -> None:
     # tmux send-keys) typed the text and lost the Enter: nothing was sent
     app, conn = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("escape")  # idle: the response pane takes the focus
         prompt = app.query_one("#prompt", Input)
         assert not prompt.has_focus
@@ -333,7 +339,7 @@ async def test_typing_with_the_machine_panel_focused_goes_to_the_prompt(tmp_path
 
     app, conn = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         app.query_one(ProbePanel).focus()
         await pilot.pause()
         await type_text(pilot, "hello")

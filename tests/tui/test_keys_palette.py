@@ -64,7 +64,7 @@ def test_readme_keys_line_names_every_footer_key() -> None:
 async def test_footer_shows_the_screen_keys(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:  # all of them, even at 80 columns
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.pause()
         cells = screen_cells(app)
         footer = "".join(cells[(x, 23)] for x in range(80))
@@ -111,7 +111,7 @@ async def test_screenshot_is_saved_beside_the_log_or_says_why_not(tmp_path: Path
     app, _ = build(folder)
     notes: list[str] = []
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
         app.action_save_screenshot()
         saved = list(folder.glob("*.svg"))
@@ -149,28 +149,28 @@ async def test_keys_on_the_load_screen_stay_on_it(tmp_path: Path) -> None:
         box.value = ""
         await type_text(pilot, "1,2")
         await pilot.press("ctrl+k", "ctrl+r")
-        assert box.value == "1,2" and not app.keep_history
+        assert box.value == "1,2" and not app.main_screen.keep_history
         await pilot.press("enter")  # starts the sweep (its own requests, not the session's)
         await pilot.pause(0.2)
         assert box.value == "1,2"  # not cleared as a sent prompt is
-        assert app.last_prompt == "hello"
-        assert app.recorder is not None and app.recorder.requests == 1
+        assert app.main_screen.last_prompt == "hello"
+        assert app.link.recorder is not None and app.link.recorder.requests == 1
 
 
 async def test_a_conversation_is_said_on_the_prompt_box_while_it_lasts(tmp_path: Path) -> None:
     # new-user pass D16: only a toast said Ctrl+K had started a conversation
     app, _ = build(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         prompt = app.query_one("#prompt", Input)
         assert not prompt.border_title
         await pilot.press("ctrl+k")
         await pilot.pause()
-        assert app.keep_history and prompt.border_title == (
+        assert app.main_screen.keep_history and prompt.border_title == (
             "conversation: each prompt follows the whole history · Ctrl+K ends it")
         await pilot.press("ctrl+k")
         await pilot.pause()
-        assert not app.keep_history and not prompt.border_title
+        assert not app.main_screen.keep_history and not prompt.border_title
 
 
 async def test_quitting_says_where_the_session_log_is(tmp_path: Path) -> None:

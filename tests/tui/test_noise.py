@@ -10,7 +10,8 @@ import pytest
 from llmtop.probes.processes import ProcessSample
 from llmtop.probes.sampler import ProbeSampler
 from llmtop.probes.system import SystemSample
-from llmtop.tui.app import END_SAMPLE_S, LlmtopApp
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.link import END_SAMPLE_S
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.state.noise import NoiseTracker, noisy_message
 
@@ -54,7 +55,7 @@ async def post(pilot, app: LlmtopApp, t_ms: float, noisy: str | None) -> None:  
 
 async def numbers_drawn(pilot, app: LlmtopApp) -> None:  # type: ignore[no-untyped-def]
     """Wait until the render timer drew the request's numbers (its NOISY mark included)."""
-    live = app.live
+    live = app.main_screen.live
     await wait_for(pilot, lambda: live is None or not live.numbers_dirty, what="numbers drawn")
 
 
@@ -72,7 +73,8 @@ async def test_noisy_sample_during_the_request_is_shown_with_its_figures(tmp_pat
         await send(pilot, app, "think")  # sent at SENT_NS too, but done at +70 ms
         await wait_for(pilot, lambda: done(app, 2), what="second request")
         await numbers_drawn(pilot, app)
-        assert app.live is not None and app.live.noisy is None  # +100 and +500 ms: after it
+        live = app.main_screen.live
+        assert live is not None and live.noisy is None  # +100 and +500 ms: after it
         assert shown(app, "#noise") == ""
 
 
@@ -80,13 +82,15 @@ async def test_noisy_sample_while_streaming_marks_at_once(tmp_path: Path) -> Non
     app, _ = build(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "slow")  # first chunk at +10 ms, then hangs
-        await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 1, what="chunk")
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.live is not None and main.live.chunks == 1, what="chunk")
         await post(pilot, app, 20.0, NOISE)
         assert shown(app, "#noise") == f"⚠ NOISY while it ran: {NOISE}"
         await pilot.press("escape")  # cancel: the mark stays with the cancelled request
         await wait_for(pilot, lambda: done(app), what="cancelled")
         await numbers_drawn(pilot, app)
-        assert app.live is not None and app.live.noisy is None  # ended at +10 ms, sample at +20
+        live = app.main_screen.live
+        assert live is not None and live.noisy is None  # ended at +10 ms, sample at +20
         assert shown(app, "#noise") == ""
 
 
@@ -108,16 +112,16 @@ async def test_the_sample_taken_as_a_request_ends_counts_for_it(tmp_path: Path) 
     which counts for that request (taken on the real clock, long after the request's stamps
     on the scripted one, so no other sample can), then the idle interval is back."""
     app, _ = build(tmp_path)
-    sampler = ProbeSampler(2.0, app._on_probe_thread, system_probe=Machine(),  # type: ignore[arg-type]
+    sampler = ProbeSampler(2.0, app.link._on_probe_thread, system_probe=Machine(),  # type: ignore[arg-type]
                            process_probe=BusyApps(), gpu=False)  # type: ignore[arg-type]
     async with app.run_test(size=(140, 40)) as pilot:
-        app.sampler = sampler
+        app.link.sampler = sampler
         sampler.start()  # a first sample at once, before the request
         await wait_for(pilot, lambda: app.latest_probe is not None, what="a first sample")
         first = app.latest_probe
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: done(app), what="request done")
-        live = app.live
+        live = app.main_screen.live
         assert live is not None
         await wait_for(pilot, lambda: live.noisy is not None, what="the end sample's mark")
         assert first is not None and live.noisy == noisy_message(first.verdict) != ""

@@ -53,15 +53,15 @@ async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> N
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready and app.render_paused, what="idle")
+        await wait_for(pilot, lambda: app.link.ready and app.main_screen.render_paused, what="idle")
         ticks: list[int] = []
-        render = app._render_widgets
+        render = app.main_screen._render_widgets
 
         def counting() -> None:
             ticks.append(1)
             render()
 
-        app._render_widgets = counting  # type: ignore[method-assign]
+        app.main_screen._render_widgets = counting  # type: ignore[method-assign]
         await pilot.pause(0.5)  # 5 ticks at RENDER_HZ if the timer ran
         assert ticks == []
         sample = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
@@ -70,7 +70,7 @@ async def test_idle_app_does_not_tick_and_a_sample_wakes_it(tmp_path: Path) -> N
         await wait_for(pilot, lambda: panel.sample is sample, what="the sample drawn")
         woken = len(ticks)
         assert woken >= 1
-        assert app.render_paused  # again, once the sample was drawn
+        assert app.main_screen.render_paused  # again, once the sample was drawn
         await pilot.pause(0.5)
         assert len(ticks) == woken
 
@@ -95,10 +95,11 @@ async def test_probes_every_2_s_idle_and_every_second_during_a_request(tmp_path:
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
         log = IntervalLog()
-        app.sampler = log  # type: ignore[assignment]
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        app.send("hello")
-        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="the request")
+        app.link.sampler = log  # type: ignore[assignment]
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
+        app.main_screen.send("hello")
+        await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 1,
+                       what="the request")
         assert log.intervals == [1.0, 2.0]  # from its start, back to idle at its end
 
 
@@ -109,11 +110,11 @@ async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path)
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await type_text(pilot, "hello")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.session.requests) == 1, what="request 1")
-        await wait_for(pilot, lambda: app.render_paused, what="request 1 drawn")
+        await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 1, what="request 1")
+        await wait_for(pilot, lambda: app.main_screen.render_paused, what="request 1 drawn")
         screen = app.screen
         laid_out: list[str] = []
         refresh_layout = screen._refresh_layout
@@ -125,8 +126,8 @@ async def test_a_request_that_fits_lays_out_only_the_session_row(tmp_path: Path)
         screen._refresh_layout = counting  # type: ignore[method-assign]
         await type_text(pilot, "hello")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.session.requests) == 2, what="request 2")
-        await wait_for(pilot, lambda: app.render_paused, what="request 2 drawn")
+        await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 2, what="request 2")
+        await wait_for(pilot, lambda: app.main_screen.render_paused, what="request 2 drawn")
         await pilot.pause()  # the messages already posted (the session row's layout) handled
         assert set(laid_out) == {"session-row"}, laid_out  # was also the prompt (each key),
         # the metrics rows and the token pane (new text, trimmed text): 8 layouts in all
@@ -146,13 +147,14 @@ async def test_idle_reuses_the_engine_pids_a_request_asks_each_sample(tmp_path: 
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=conn)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready and app.render_paused, what="idle")
-        assert app._engine_pids() == app._engine_pids() == {4242}  # as the sampler asks
+        await wait_for(pilot, lambda: app.link.ready and app.main_screen.render_paused, what="idle")
+        assert app.link._engine_pids() == app.link._engine_pids() == {4242}  # as the sampler asks
         assert len(asked) == 1
-        app.send("slow")  # its first chunk, then no end: streaming until stopped
-        await wait_for(pilot, lambda: app.streaming and not app.render_paused, what="stream")
-        app._engine_pids()
-        app._engine_pids()
+        app.main_screen.send("slow")  # its first chunk, then no end: streaming until stopped
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.streaming and not main.render_paused, what="stream")
+        app.link._engine_pids()
+        app.link._engine_pids()
         assert len(asked) == 3
         await pilot.press("escape")
 
@@ -196,13 +198,13 @@ async def test_the_panel_says_no_engine_when_none_answered(tmp_path: Path) -> No
     )
     app = make_app(settings)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.connect_failure is not None, 30.0, "the failure")
+        await wait_for(pilot, lambda: app.link.connect_failure is not None, 30.0, "the failure")
         assert app.query_one(ProbePanel).engine_unknown == "n/a (no engine)"
     app = make_app(
         TuiSettings(log_path=str(tmp_path / "t.jsonl"), probes=False), connection=fake_connection()
     )
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         assert app.query_one(ProbePanel).engine_unknown == ENGINE_UNKNOWN
 
 
@@ -216,10 +218,10 @@ def test_while_connecting_llmtops_own_children_are_the_engine(tmp_path: Path) ->
     from llmtop.tui.state.settings import TuiSettings
 
     app = make_app(TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False))
-    assert app.conn is None  # not connected: nothing has run yet
+    assert app.link.conn is None  # not connected: nothing has run yet
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert child.pid in app._engine_pids()
+        assert child.pid in app.link._engine_pids()
     finally:
         child.kill()
         child.wait()

@@ -106,7 +106,7 @@ async def test_ctrl_g_and_ctrl_o_open_the_screens_from_the_app(tmp_path):
     settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection(FakeEngine()))
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("ctrl+g")
         await wait_for(pilot, lambda: isinstance(app.screen, PlotsScreen), what="plots")
         assert app.screen.log_path == str(tmp_path / "s.jsonl")

@@ -48,8 +48,8 @@ async def test_the_strip_shows_the_prediction_while_the_prompt_waits(
     )
     app = make_app(settings, connection=fake_connection(engine))
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
-        app.send(PROMPT)
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
+        app.main_screen.send(PROMPT)
         head = "prefill ≈ 1.6 s expected for ~2,000 tokens"
         await wait_for(pilot, lambda: shown(app, "#client").startswith(head), what="prediction")
         assert shown(app, "#client").endswith("(your curve from 2026-12-01)")
@@ -78,19 +78,19 @@ async def test_ctrl_k_keeps_the_history_until_pressed_again(tmp_path: Path) -> N
 
     def done(n: int) -> bool:
         return (
-            app.recorder is not None
-            and app.recorder.requests >= n
-            and not (app.live is not None and app.live.streaming)
+            app.link.recorder is not None
+            and app.link.recorder.requests >= n
+            and not (app.main_screen.live is not None and app.main_screen.live.streaming)
         )
 
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("ctrl+k")
         for n, prompt in enumerate(("hello", "think", "hello"), start=1):
-            app.send(prompt)
+            app.main_screen.send(prompt)
             await wait_for(pilot, lambda n=n: done(n), what=f"request {n}")
         await pilot.press("ctrl+k")  # the conversation ends: a single prompt again
-        app.send("hello")
+        app.main_screen.send("hello")
         await wait_for(pilot, lambda: done(4), what="request 4")
     # the scripts answer "Hello world!" to hello and "Answer." to think (fakes.SCRIPTS)
     assert [len(m) for m in engine.sent] == [1, 3, 5, 1]
@@ -111,8 +111,8 @@ async def test_the_plots_screen_draws_the_context_of_a_bench(tmp_path: Path, mon
     from textual_plotext import PlotextPlot
 
     from llmtop.connect import connect
+    from llmtop.sessions.measure.config import BenchConfig
     from llmtop.sessions.runners.bench import BenchRunner
-    from llmtop.sessions.runners.bench_config import BenchConfig
     from llmtop.testing.context import ContextUpstream, Prefill
     from llmtop.tui.screens.plots import PlotsScreen
 

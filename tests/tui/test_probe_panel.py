@@ -94,7 +94,7 @@ async def test_samples_coalesce_and_the_latest_is_drawn(tmp_path: Path) -> None:
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40), message_hook=hook) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         busy = Verdict.of([browser_busy()])
         samples = [machine_sample(t, 40.0, busy_apps(), busy, 3.2) for t in (1, 2, 3)]
         for sample in samples:  # no await in between: all three wait in the queue
@@ -277,7 +277,7 @@ async def test_a_long_noisy_verdict_leaves_the_apps_their_room(tmp_path: Path) -
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         sample = machine_sample(1, 40.0, busy_apps(), Verdict.of(findings), 3.2)
         app.post_message(ProbeSampled(sample))
         panel = app.query_one(ProbePanel)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from llmtop.probes.remote import AgentSampler, AgentTarget, RemoteSample, SampleSource
 from llmtop.probes.verdict import Verdict
-from llmtop.tui.app import machine_label, make_app
+from llmtop.tui.app import make_app
+from llmtop.tui.link import machine_label
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.probe_panel import STALE_AFTER_S, ProbePanel
@@ -54,7 +55,7 @@ def _connect_agent(app: object) -> AgentSampler:
     samples are posted to the app directly)."""
     agent = AgentSampler(AgentTarget("http://gpu-box:11500"))
     agent.state, agent.info = "connected", {"machine": "gpu-box"}
-    app.sampler = agent  # type: ignore[attr-defined]
+    app.link.sampler = agent  # type: ignore[attr-defined]
     return agent
 
 
@@ -73,9 +74,9 @@ async def test_an_agents_state_change_relabels_an_idle_panel(tmp_path: Path) -> 
         agent = _connect_agent(app)
         app.post_message(ProbeSampled(machine_sample(1, 10.0, busy_apps(), Verdict.of([]), 1.0)))
         await wait_for(pilot, lambda: panel.border_title == "engine's machine: gpu-box (agent)")
-        await wait_for(pilot, lambda: app.render_paused, what="idle")
+        await wait_for(pilot, lambda: app.main_screen.render_paused, what="idle")
         agent.state = "reconnecting"
-        thread = threading.Thread(target=app._on_probe_state_thread, args=("reconnecting", ""))
+        thread = threading.Thread(target=app.link._on_probe_state_thread, args=("reconnecting", ""))
         thread.start()
         thread.join()
         title = "agent http://gpu-box:11500: reconnecting"

@@ -132,7 +132,7 @@ async def test_report_box_scrolls_without_stray_bars(tmp_path: Path) -> None:
     app, _ = build(tmp_path)
     report = "\n\n".join(f"paragraph {i} of the report" for i in range(80))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await app.push_screen(ReportScreen(report, "r.jsonl"))
         await pilot.pause()
         box = app.screen.query_one("#report-box")
@@ -251,7 +251,7 @@ async def test_the_bench_form_fits_80_columns(tmp_path: Path) -> None:
 
     app, _ = build(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: isinstance(app.screen, BenchScreen), what="bench")
         await pilot.pause()

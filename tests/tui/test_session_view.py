@@ -76,14 +76,14 @@ def session_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmtopApp:
 
 async def send_and_draw(pilot: Pilot[Any], app: LlmtopApp, prompt: str, n: int) -> None:
     """Type `prompt`, send it, wait until request `n` ended, joined the session and is drawn."""
-    await wait_for(pilot, lambda: app.ready, what="connection")
+    await wait_for(pilot, lambda: app.link.ready, what="connection")
     app.query_one("#prompt", Input).focus()
     await type_text(pilot, prompt)
     await pilot.press("enter")
     strip = app.query_one("#session-ttft", SparkBars)
     await wait_for(
         pilot,
-        lambda: len(app.session.requests) == n and len(strip.data or ()) == n,
+        lambda: len(app.main_screen.session.requests) == n and len(strip.data or ()) == n,
         what=f"request {n} in the session and drawn",
     )
 
@@ -93,7 +93,8 @@ async def run_three(pilot: Pilot[Any], app: LlmtopApp) -> None:
     for n, prompt in enumerate(PROMPTS, 1):
         await send_and_draw(pilot, app, prompt, n)
         if n == 2:
-            await wait_for(pilot, lambda: app.session.requests[1].noisy is not None, what="NOISY")
+            await wait_for(pilot, lambda: app.main_screen.session.requests[1].noisy is not None,
+                           what="NOISY")
 
 
 def spark(app: LlmtopApp, wid: str) -> tuple[float, ...]:
@@ -144,8 +145,8 @@ async def test_three_requests_sparkline_history_and_compare(
         )
 
         await pilot.press("up", "up", "enter")  # the 1st request back on screen
-        first = app.session.requests[0]
-        await wait_for(pilot, lambda: app.shown is first and not first.numbers_dirty)
+        first = app.main_screen.session.requests[0]
+        await wait_for(pilot, lambda: app.main_screen.shown is first and not first.numbers_dirty)
         await wait_for(pilot, lambda: shown(app, "#session-marks") == "▲! ", what="marks")
         assert app.query_one(TokenPane).text.plain.startswith("› one")
         assert shown(app, "#ttft") == "TTFT 17.0 ms"
@@ -169,18 +170,19 @@ async def test_ttft_sparkline_grows_at_the_first_chunk(
         await type_text(pilot, HANGING)
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(spark(app, "session-ttft")) == 4, what="4th TTFT")
-        assert app.streaming and len(app.session.requests) == 3
+        assert app.main_screen.streaming and len(app.main_screen.session.requests) == 3
         assert spark(app, "session-ttft") == (17.0, 17.5, 18.0, 18.5)
         assert shown(app, "#session-marks") == " ! ▲"
         assert shown(app, "#itl-label") == "chunk gaps ms  TPOT n/a · n/a · prev 20.14 ms/tok"
         # a NOISY sample taken during the 3rd request, received only now: the 3rd is marked
-        third_sent, _ = app.session.requests[2].span_ns
+        third_sent, _ = app.main_screen.session.requests[2].span_ns
         app.post_message(ProbeSampled(probe_sample(third_sent + 50 * MS, noisy=BROWSER_BUSY)))
         await wait_for(pilot, lambda: shown(app, "#session-marks") == " !!▲", what="late mark")
-        assert app.live is not None and app.live.noisy is None
+        assert app.main_screen.live is not None and app.main_screen.live.noisy is None
         await pilot.press("escape")  # cancelled: it joins the history with its TTFT
-        await wait_for(pilot, lambda: len(app.session.requests) == 4, what="cancelled")
-        assert app.session.row(4).status == "cancelled" and app.session.row(4).ttft_ms == 18.5
+        await wait_for(pilot, lambda: len(app.main_screen.session.requests) == 4, what="cancelled")
+        row = app.main_screen.session.row(4)
+        assert row.status == "cancelled" and row.ttft_ms == 18.5
 
 
 async def test_session_views_redraw_only_when_they_change(
@@ -199,7 +201,8 @@ async def test_session_views_redraw_only_when_they_change(
     settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection(FakeEngine({"many": many})))
     async with app.run_test(size=(140, 44)) as pilot:
-        await wait_for(pilot, lambda: app.ready and app.render_paused)  # the empty session drawn
+        # the empty session drawn
+        await wait_for(pilot, lambda: app.link.ready and app.main_screen.render_paused)
         strip = app.query_one(SessionStrip)
         syncs: list[bool] = []
         draws = 0

@@ -140,7 +140,7 @@ def test_main_screen_with_a_session(snap_compare: Snap, monkeypatch: pytest.Monk
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_three(pilot, app)
-        live = app.live
+        live = app.main_screen.live
         await wait_for(pilot, lambda: live is not None and not live.numbers_dirty, what="drawn")
         quiet = machine_sample(SENT_NS + 10**12, 12.0, busy_apps()[1:], Verdict.of([]), 3.2)
         await show_probe(pilot, app, quiet)
@@ -156,7 +156,7 @@ def test_help_screen(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> Non
     app = main_app(monkeypatch)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
 
     assert snap_compare(app, press=["f1"], terminal_size=HELP_SIZE, run_before=run_before)
 
@@ -267,7 +267,7 @@ def test_report_overlay_at_120x40(snap_compare: Snap, monkeypatch: pytest.Monkey
     report = "\n\n".join(f"paragraph {i} of the report" for i in range(40))
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         await app.push_screen(ReportScreen(report, "s.jsonl"))
         await pilot.pause()
 

@@ -57,7 +57,7 @@ async def test_the_strip_is_rendered_once_per_change_of_values(tmp_path: Path) -
         TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
     )
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         bars = app.query_one("#itl", SparkBars)
         rendered: list[int] = []
         render = bars._render_strip
@@ -88,7 +88,7 @@ async def test_the_gap_bars_carry_their_scale(tmp_path: Path) -> None:
         TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False), connection=fake_connection()
     )
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         bars = app.query_one("#itl", SparkBars)
         width = bars.size.width
         bars.data = [10.0, 17.0, 24.0]

@@ -7,7 +7,9 @@ sleep), and py-spy put half of the TUI main thread's CPU while streaming in the 
 a render timer at 8 Hz added 8 wake-ups a second of its own. `StreamFrames` draws in the wake-up
 of the chunk that finds a frame due (`period_ns` since the last, or something urgent: the first
 chunk, the end), and keeps one fallback deadline `stall_ns` after the due time, for a stream
-that stalls with something still to draw; a frame cancels it. Pure asyncio: no Textual here.
+that stalls with something still to draw; a frame cancels it. `FrameClock` puts them beside
+the main screen's render timer, which draws the rest and is paused when nothing is left.
+Pure asyncio: no Textual here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 FRAME_PERIOD_NS = 500_000_000  # text and numbers twice a second: each frame a second costs
 # ~0.5 % of a core on 2 cores (bench/tui_cost.py: 7.0 % at 4 frames/s, 6.0 % at 2.2)
@@ -76,4 +79,77 @@ class StreamFrames:
             self._deadline = None
 
 
-__all__ = ["FRAME_PERIOD_NS", "STALL_NS", "StreamFrames"]
+class Pausable(Protocol):
+    """A timer that can be paused and resumed (Textual's `Timer`)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class FrameClock:
+    """When the main screen draws. While no request streams, a render timer draws what is
+    dirty, and is paused once nothing is left (`rest`): an idle screen spends nothing on
+    ticks until `wake`. While one streams, the timer is paused too (`hold`) and frames follow
+    the stream's chunks (`stream`, a `StreamFrames` calling `stream_frame(stalled)`). Ticks
+    are counted (`advance`), so that text and numbers are drawn every n-th (`due`); a stream
+    frame first `align`s the count so that its tick is one of those.
+
+    stream_frame: the screen's frame while a request streams; `start` hands over the render
+    timer once the screen has made it (until then, pausing and resuming do nothing).
+    """
+
+    def __init__(self, stream_frame: Callable[[bool], None]) -> None:
+        self.stream = StreamFrames(stream_frame)
+        self.ticks = 0  # frames drawn by the timer or the stream
+        self.paused = False  # idle with everything drawn: no ticks until `wake`
+        self._timer: Pausable | None = None
+        self._ticking = True  # the timer runs (a new Textual timer starts running)
+
+    def start(self, timer: Pausable) -> None:
+        """The render timer, running."""
+        self._timer = timer
+
+    def advance(self) -> None:
+        """One more tick (a frame is being drawn)."""
+        self.ticks += 1
+
+    def due(self, every: int) -> bool:
+        """True on every `every`-th tick."""
+        return self.ticks % every == 0
+
+    def align(self, every: int) -> None:
+        """Set the count so that the next tick (`advance`) is a multiple of `every`."""
+        self.ticks = (self.ticks // every + 1) * every - 1
+
+    def wake(self, streaming: bool, urgent: bool) -> None:
+        """Something changed that is to be drawn: while a request is `streaming`, the stream's
+        frames draw it (at once when `urgent`: the first chunk, the end); otherwise the timer
+        resumes (a paused Textual timer ticks at once)."""
+        self.paused = False
+        if streaming:
+            self.stream.changed(urgent)
+        else:
+            self.stream.cancel()
+            self._run(True)
+
+    def hold(self) -> None:
+        """A request streams: its frames follow its chunks, the timer waits."""
+        self._run(False)
+
+    def rest(self) -> None:
+        """Nothing is left to draw: no ticks until `wake`."""
+        self._run(False)
+        self.paused = True
+
+    def _run(self, on: bool) -> None:
+        """Resume (`on`) or pause the render timer, when it is not so already."""
+        if self._timer is not None and self._ticking != on:
+            self._ticking = on
+            if on:
+                self._timer.resume()
+            else:
+                self._timer.pause()
+
+
+__all__ = ["FRAME_PERIOD_NS", "STALL_NS", "FrameClock", "Pausable", "StreamFrames"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.engines.timeouts import TOKEN_TIMEOUT_S
-from llmtop.sessions.runners.bench_config import BenchConfig
+from llmtop.sessions.measure.config import BenchConfig
 
 # Idle, a probe sample every 2 s: a sample costs ~5 ms of CPU (+ ~20 ms for the engine's pids
 # every 5 s), the panel's redraw ~4 ms more, against an idle budget of 1 % of a core
@@ -25,7 +25,7 @@ class TuiSettings:
     options: the Ollama `options` sent with every request (temperature, seed, num_predict…).
     log_path: the session log (JSONL); None = a new file in the user data directory.
     probe_interval_s: seconds between probe samples while idle; while a request streams, every
-    1 s (`app.STREAM_PROBE_INTERVAL_S`) or this when faster, and one more as it ends.
+    1 s (`link.STREAM_PROBE_INTERVAL_S`) or this when faster, and one more as it ends.
     probes: False runs no probe sampler (tests post samples themselves).
     agent: `llmtop agent` to take the probe samples from (`--probes URL`); None = this machine.
     bench_*: the bench screen's (Ctrl+B) form defaults — measured requests per prompt size,

@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from textual.app import App
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
 WHOLE = [" "] * len(ScrollBarRender.VERTICAL_BARS)  # a blank end glyph: none is drawn
@@ -40,16 +39,4 @@ def use_whole_cell_scrollbars() -> None:
 SCROLLBARS_TCSS = Path(__file__).resolve().parent.parent / "scrollbars.tcss"
 
 
-class LlmtopBaseApp(App[int]):
-    """What every llmtop Textual app shares (the main app, `llmtop watch`'s): its scrollbars
-    one cell wide in whole cells (SCROLLBARS_TCSS first in its stylesheets, then the
-    subclass's CSS_PATH; `use_whole_cell_scrollbars`). Before the watch app shared it, its
-    probe panel showed the "▃▃" thumb ends that the main app had lost."""
-
-    def __init__(self) -> None:
-        own = self.CSS_PATH if isinstance(self.CSS_PATH, list) else [self.CSS_PATH]
-        super().__init__(css_path=[SCROLLBARS_TCSS, *(p for p in own if p)])
-        use_whole_cell_scrollbars()
-
-
-__all__ = ["SCROLLBARS_TCSS", "LlmtopBaseApp", "WholeCellScrollBar", "use_whole_cell_scrollbars"]
+__all__ = ["SCROLLBARS_TCSS", "WholeCellScrollBar", "use_whole_cell_scrollbars"]

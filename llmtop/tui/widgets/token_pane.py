@@ -73,14 +73,14 @@ def live_text(live: LiveRequest) -> Text:
 
 
 def forward_typing(widget: Widget, event: events.Key) -> None:
-    """Post a key meant for the prompt box as `TokenPane.TypedAhead` (the app types it
-    there): a printable key (not "/", the app's "back to the prompt"), Enter ("\r") and
+    """Post a key meant for the prompt box as `TokenPane.TypedAhead` (the main screen types
+    it there): a printable key (not "/", the app's "back to the prompt"), Enter ("\r") and
     Backspace ("\b"). For the main screen's focusable panes (the response, the machine
     panel): keys arrive in bursts (a paste, tmux, a fast typist), and an Enter read before
     the prompt had the focus was lost ("idle esc fast" + Enter
     typed the text and sent nothing; after Tab, letters vanished in the machine panel)."""
-    if not hasattr(widget.app, "on_token_pane_typed_ahead"):
-        return  # an app with no prompt box (`llmtop watch`): its keys are its own
+    if not hasattr(widget.screen, "on_token_pane_typed_ahead"):
+        return  # a screen with no prompt box (`llmtop watch`'s): its keys are its own
     if event.key in ("enter", "backspace"):
         character = "\r" if event.key == "enter" else "\b"
     elif event.is_printable and event.character and event.character != "/":
@@ -96,7 +96,7 @@ class TokenPane(ScrollView, can_focus=True):
     """Follows the text while the view is at the bottom; keeps the position otherwise.
 
     Focused (Esc when idle, to scroll the answer), a printable key is not lost: it posts
-    `TypedAhead` and the app types it into the prompt box (without it, after Esc the
+    `TypedAhead` and the main screen types it into the prompt box (without it, after Esc the
     letters of the next prompt vanished, "?" opened the help and "q" quit the app). "/" is
     the app's "back to the prompt" key and stays one.
     """

@@ -1,0 +1,259 @@
+"""The TUI's engine side, shared by every screen: the connection, the session log it writes,
+the probe sampler and this machine's energy meter.
+
+Probes are sampled in the `ProbeSampler` thread (every `settings.probe_interval_s`, 2 s, while
+idle; every STREAM_PROBE_INTERVAL_S from a request's start, and once more as it ends: that
+sample's figures cover the request's last stretch), logged there, and posted to the app as
+coalescing `ProbeSampled` messages. What a sample and a pid look-up cost, and so why the
+paces below, is in docs/performance.md ("The TUI's frames").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from textual.message import Message
+
+from llmtop.connect import connect, descendants
+from llmtop.engines.base import EngineError
+from llmtop.engines.connection import Connection
+from llmtop.probes.engine_identity import is_local_host
+from llmtop.probes.remote import AgentSampler, make_sampler
+from llmtop.probes.sampler import ProbeSample, ProbeSampler
+from llmtop.sessions.records.log import LogError
+from llmtop.sessions.records.schema import BenchMarkRecord
+from llmtop.sessions.runners.energy import EnergyMeter, no_sources
+from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
+from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
+from llmtop.tui.state.live import LiveRequest
+from llmtop.tui.state.settings import TuiSettings
+
+# While a request streams the probes sample this often (the NOISY marks come from these), and
+# once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample
+# costs a few ms of CPU, and a pid look-up ten times that: faster paces cost the sampler
+# thread a visible share of a core.
+STREAM_PROBE_INTERVAL_S = 1.0
+# The interval that makes the sampler thread sample at once: asked for as a request ends; the
+# sample's callback (`_on_probe_thread`) then sets the idle one back.
+END_SAMPLE_S = 0.001
+# Idle, the engine's pids are looked up at most this often: a look-up by socket owner costs
+# ~20 ms of CPU, which at the connection's own pace (every 5 s) was a third of the idle CPU.
+IDLE_PIDS_REUSE_NS = 30 * 10**9
+
+
+def machine_label(engine_host: str) -> str:
+    """The probe panel's title without an agent: "machine" when the engine at `engine_host`
+    runs here, else a plain statement that the panel shows this machine, not the engine's."""
+    if is_local_host(engine_host):
+        return "machine"
+    return f"this machine ({socket.gethostname()}), not the engine's ({engine_host})"
+
+
+class EngineLink:
+    """The connection to the engine and what lives as long as the app: the session log the
+    main screen's requests are recorded in, the probe sampler (its threads' callbacks, its
+    pace around requests and benches) and this machine's energy meter; closed once, in order.
+
+    settings: the TUI's settings; connection: an already-connected engine (tests inject a
+    scripted one), else `connect` connects per `settings.engine`; post: the app's thread-safe
+    `post_message`, which the sampler's threads post their samples with; idle: True while the
+    main screen has nothing left to draw (the engine's pids are then reused). Not a Textual
+    object: the app shows what it does.
+    """
+
+    def __init__(
+        self,
+        settings: TuiSettings,
+        connection: Connection | None,
+        post: Callable[[Message], object],
+        idle: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.injected = connection
+        self._post = post
+        self._idle = idle
+        self.conn: Connection | None = None
+        self.recorder: SessionRecorder | None = None
+        self.sampler: ProbeSampler | AgentSampler | None = None
+        self.energy: EnergyMeter | None = None  # this machine's sources (with the probes)
+        self.connect_failure: EngineError | LogError | None = None  # shown on the screen
+        self.closing = False  # set once as the app begins to close: nothing opens after it
+        self._end_sample_for: LiveRequest | None = None  # the request ended, its sample not in
+        self._pids: tuple[int, set[int]] | None = None  # (monotonic_ns, pids) last looked up
+
+    # ------------------------------------------------------------------ connection
+
+    async def connect(self) -> Connection | None:
+        """The injected connection, else one made per the settings (Ollama when it answers,
+        else the embedded engine started); None when the app began closing meanwhile (the
+        connection is closed then). Raises `EngineError` when no engine answers or one fails
+        to start; anything else unforeseen is the caller's to report."""
+        s = self.settings
+        conn = self.injected or await connect(
+            s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids
+        )
+        if self.closing:  # quit while the engine was starting
+            await conn.close()
+            return None
+        self.conn = conn
+        return conn
+
+    def open_log(self, conn: Connection) -> SessionRecorder:
+        """Open the session log for `conn` (`settings.log_path`); raises `LogError` when it
+        cannot be written."""
+        s = self.settings
+        self.recorder = SessionRecorder(conn, s.options, s.log_path,
+                                        energy=self._energy_for(conn),
+                                        token_timeout_s=s.token_timeout_s)
+        return self.recorder
+
+    def _energy_for(self, conn: Connection) -> EnergyMeter | None:
+        """The energy meter for a connection: the sampled one when the engine runs here,
+        else one that reads nothing and says why; None without probes."""
+        if self.energy is None:
+            return None
+        if self.settings.agent is None and is_local_host(conn.upstream.host):
+            return self.energy
+        return EnergyMeter(remote_host=conn.upstream.host)
+
+    @property
+    def ready(self) -> bool:
+        """True once connected and the session log is open, until the app closes."""
+        return self.recorder is not None and not self.closing
+
+    def mark(self, record: BenchMarkRecord) -> None:
+        """Write a bench's start or end into the session log (a log that cannot be written
+        already says so on screen)."""
+        if self.recorder is not None:
+            with contextlib.suppress(LogError):
+                self.recorder.log.write(record)
+
+    async def close(self) -> None:
+        """Stop the probes, close the log, close the connection (stopping the embedded
+        engine). The app cancels what still streams first."""
+        if self.sampler is not None:
+            await asyncio.to_thread(self.sampler.stop)
+        if self.recorder is not None:
+            with contextlib.suppress(LogError):
+                self.recorder.close()
+        if self.conn is not None:
+            await self.conn.close()
+
+    # ------------------------------------------------------------------ probes
+
+    def start_probes(self) -> None:
+        """With the probes on (`settings.probes`): this machine's energy sources, sampled
+        with the probes (an agent's machine: none; the session log records them, the metrics
+        strip shows a request's J/token), and the sampler thread, started."""
+        s = self.settings
+        if not s.probes:
+            return
+        self.energy = EnergyMeter(None if s.agent is None else no_sources())
+        self.sampler = make_sampler(
+            s.agent,
+            s.probe_interval_s,
+            self._on_probe_thread,
+            engine_pids=self._engine_pids,
+            thresholds=s.thresholds,
+            on_state=self._on_probe_state_thread,
+            energy=self.energy.reader,
+            engine_threads=self._engine_threads,
+            thread_setting=lambda: None if self.conn is None else self.conn.thread_setting,
+        )
+        self.sampler.start()
+
+    def set_probe_interval(self, streaming: bool) -> None:
+        """The probes' pace: STREAM_PROBE_INTERVAL_S (or the idle one, when faster) while a
+        request streams, the idle one otherwise."""
+        if streaming:
+            self._end_sample_for = None
+        if self.sampler is not None:
+            idle = self.settings.probe_interval_s
+            self.sampler.set_interval(min(idle, STREAM_PROBE_INTERVAL_S) if streaming else idle)
+
+    def sample_at_end(self, live: LiveRequest) -> None:
+        """The request ended: one probe sample now, which measures its last stretch (since
+        the sample before, ≤ STREAM_PROBE_INTERVAL_S) and counts for it (`ProbeSampled.ends`);
+        then the idle interval. An agent samples at its own pace: only the idle interval."""
+        if isinstance(self.sampler, ProbeSampler):
+            self._end_sample_for = live
+            self.sampler.set_interval(END_SAMPLE_S)  # wakes the thread: it samples at once
+        else:
+            self.set_probe_interval(streaming=False)
+
+    def probe_for_bench(self) -> None:
+        """A bench began: the probes sample as during a request (at the bench's pace when
+        the idle one is slower)."""
+        if self.sampler is not None:
+            self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
+
+    def probe_label(self) -> str:
+        """The probe panel's title: the agent's machine (`--probes`), or, when the engine is
+        on another machine and no agent is given, that this machine is not the engine's."""
+        sampler = self.sampler
+        if isinstance(sampler, AgentSampler):
+            if sampler.state == "connected":
+                return f"engine's machine: {sampler.machine} (agent)"
+            return f"agent {sampler.target.url}: {sampler.state}"
+        if self.conn is None or self.injected is not None:  # an injected one: a test's fake
+            return "machine"
+        return machine_label(self.conn.upstream.host)
+
+    def _engine_pids(self) -> set[int]:
+        """Runs in the sampler thread: the measured engine's pids (`Connection.engine_pids`),
+        which the probes leave out of the other apps. While the main screen idles (`idle`:
+        everything drawn) the last answer is reused for up to IDLE_PIDS_REUSE_NS; otherwise
+        — a request streaming, the bench or the load screen open — every sample asks the
+        connection (which looks them up at most every 5 s). Before the connection is made,
+        llmtop's own child processes: the engine (or relay) it is starting, whose start-up
+        turned the first frames NOISY as "python -m llmtop started since the last sample"."""
+        conn = self.conn
+        if conn is None:
+            return descendants([os.getpid()])
+        now = time.monotonic_ns()
+        last = self._pids
+        if last is None or not self._idle() or now - last[0] > IDLE_PIDS_REUSE_NS:
+            last = self._pids = (now, conn.engine_pids)
+        return last[1]
+
+    def _engine_threads(self) -> int | None:
+        """Runs in the sampler thread: the engine's compute threads (the requests' num_thread,
+        else the embedded engine's default; None before connecting or when unknown)."""
+        conn = self.conn
+        return None if conn is None else conn.compute_threads(self.settings.options)
+
+    def _on_probe_thread(self, sample: ProbeSample) -> None:
+        """Runs in the sampler thread: log the sample, then hand it to the event loop. The
+        sample asked for at a request's end (`sample_at_end`) is handed on as that request's
+        and sets the idle interval back, before the thread waits for its next sample."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(LogError):
+                recorder.record_probe(sample)
+        ends = self._end_sample_for
+        sampler = self.sampler
+        if ends is not None and sampler is not None and sampler.interval_s == END_SAMPLE_S:
+            self._end_sample_for = None
+            self.set_probe_interval(streaming=False)
+        else:
+            ends = None
+        with contextlib.suppress(RuntimeError):  # the loop may be closing
+            self._post(ProbeSampled(sample, ends))
+
+    def _on_probe_state_thread(self, state: str, detail: str) -> None:
+        """Runs in the agent reader's thread: log the change, relabel the panel."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(LogError):
+                recorder.record_probe_state(state, detail)
+        with contextlib.suppress(RuntimeError):  # the loop may be closing
+            self._post(ProbeStateChanged())
+
+
+__all__ = ["END_SAMPLE_S", "STREAM_PROBE_INTERVAL_S", "EngineLink", "machine_label"]
