@@ -1,11 +1,12 @@
 """StreamFrames: a frame in the chunk's own pass of the event loop when one is due, a fallback
-deadline when the stream stalls, never two frames queued at once."""
+deadline when the stream stalls, never two frames queued at once. FrameClock: the render timer
+paused while a request streams and once nothing is left to draw, resumed by a wake."""
 
 from __future__ import annotations
 
 import asyncio
 
-from llmtop.tui.state.frames import StreamFrames
+from llmtop.tui.state.frames import FrameClock, StreamFrames
 
 MS = 1_000_000
 
@@ -65,3 +66,45 @@ async def test_urgent_is_drawn_at_once_and_cancel_drops_the_deadline() -> None:
     frames.cancel()  # the request ended: the render timer takes over
     await asyncio.sleep(0.15)  # past the deadline: nothing (asserts no call, not a time)
     assert drawn == [False, False] and frames.frames == 2
+
+
+class Timer:
+    """A render timer that records what it was told (Textual's `Timer`: pause, resume)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+async def test_the_clock_pauses_the_timer_once_and_a_wake_resumes_it() -> None:
+    drawn: list[bool] = []
+    clock = FrameClock(drawn.append)
+    timer = Timer()
+    clock.hold()  # before the timer is handed over: nothing to pause
+    clock.start(timer)
+    clock.rest()  # nothing left to draw
+    clock.rest()  # already paused: the timer is not told twice
+    assert timer.calls == ["pause"] and clock.paused
+    clock.wake(streaming=False, urgent=False)
+    assert timer.calls == ["pause", "resume"] and not clock.paused
+    clock.hold()  # a request streams: its frames follow the chunks
+    clock.wake(streaming=True, urgent=True)  # the first chunk: a stream frame, no timer
+    await asyncio.sleep(0)
+    assert timer.calls == ["pause", "resume", "pause"] and drawn == [False]
+
+
+def test_ticks_are_counted_and_a_stream_frame_aligns_them() -> None:
+    clock = FrameClock(lambda _stalled: None)
+    clock.advance()
+    assert clock.ticks == 1 and not clock.due(2)
+    clock.align(2)  # the next tick is a text tick
+    clock.advance()
+    assert clock.due(2)
+    clock.align(2)  # already on one: the next multiple
+    clock.advance()
+    assert clock.ticks == 4 and clock.due(2)
