@@ -28,7 +28,8 @@ import psutil
 
 from llmtop.connect import connect
 from llmtop.sessions.analysis.load import LAG_WARN_MS, LevelResult
-from llmtop.sessions.runners.load.config import LoadConfig, parse_levels
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.runners.load.config import parse_levels
 from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 

@@ -49,8 +49,8 @@ PROBE_EVERY = 10
 def template_records(folder: Path) -> list[dict[str, Any]]:
     """The records of a real 3-request bench log (paced engine, virtual clock), as JSON."""
     import llmtop.sessions.measure.request as measure_request
+    from llmtop.sessions.measure.config import BenchConfig
     from llmtop.sessions.runners.bench import BenchRunner
-    from llmtop.sessions.runners.bench_config import BenchConfig
     from llmtop.testing.paced import PacedEngine, paced_connection
 
     engine = PacedEngine(factor=lambda _j: 1.0)

@@ -36,13 +36,13 @@ from locust.runners import WorkerRunner
 from llmtop.engines.http import Peer
 from llmtop.engines.timeouts import TOKEN_TIMEOUT_S, parse_token_timeout
 from llmtop.loadtest.stream import stream_chat
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.records.log import SessionLog
 from llmtop.sessions.records.schema import InterruptedRecord, LevelRecord, RequestRecord
 from llmtop.sessions.runners.environment import environment as machine_environment
-from llmtop.sessions.runners.load.config import LoadConfig
 from llmtop.stamping.blocking import arrival_transport
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
@@ -227,8 +227,8 @@ class LogSink:
         if len(self.records) < self.expected:  # cut short: --run-time, a stop, a lost worker
             self.log.write(InterruptedRecord(datetime.now().astimezone().isoformat()))
         if self.records:
-            wall = max(r.end_unix_ns or 0 for r in self.records) - min(
-                r.sent_unix_ns or 0 for r in self.records
+            wall = max(r.load.end_unix_ns or 0 for r in self.records) - min(
+                r.load.sent_unix_ns or 0 for r in self.records
             )
             users = self.environment.parsed_options.num_users
             self.log.write(LevelRecord("end", 0, users, wall_ns=wall))

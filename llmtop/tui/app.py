@@ -178,6 +178,7 @@ class LlmtopApp(LlmtopBaseApp):
             await self._open_session(conn)
 
     def _no_engine(self, exc: EngineError, code: ExitCode, header: str, title: str) -> None:
+        """No engine: the failure kept (prompts are refused), the exit code set, both shown."""
         self.link.connect_failure = exc
         self.exit_code = code
         self.main_screen.show_no_engine(exc.failure, header, title)
@@ -215,6 +216,8 @@ class LlmtopApp(LlmtopBaseApp):
     # ------------------------------------------------------------------ probes
 
     def on_probe_sampled(self, message: ProbeSampled) -> None:
+        """A sample from the sampler thread: the latest (every screen draws it), and the main
+        screen's to draw and to mark NOISY requests with."""
         self.latest_probe = message.sample
         self.main_screen.probe_sampled(message)
 

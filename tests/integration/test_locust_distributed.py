@@ -29,7 +29,7 @@ import pytest
 from llmtop.connect import connect
 from llmtop.servers.child import free_port
 from llmtop.sessions.analysis.load import analyze_load
-from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 

@@ -53,7 +53,7 @@ async def test_a_sweep_from_the_form(tmp_path, monkeypatch):
                 assert second.endswith("this engine serves 2 concurrent users within TTFT ≤ "
                                        "5000 ms.")
                 log = read_log(knee.splitlines()[2].removeprefix("log "))
-                assert log.header.load["max_tokens"] == 3  # the form's field reached the sweep
+                assert log.header.load.max_tokens == 3  # the form's field reached the sweep
                 assert [lv.value for lv in screen.live.levels] == [1, 2]
                 console = Console(width=140, record=True)
                 console.print(levels_table(screen.live.levels))  # what #load-table shows

@@ -12,11 +12,11 @@ from llmtop.engines.base import ModelInfo
 from llmtop.engines.connection import Connection
 from llmtop.probes import bandwidth as bw
 from llmtop.sessions.analysis.bandwidth import bandwidth_verdict
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.testing.paced import PacedEngine
 
 

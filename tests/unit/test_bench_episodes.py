@@ -16,12 +16,12 @@ import pytest
 
 from llmtop.sessions.analysis.compare.runs import run_set
 from llmtop.sessions.analysis.run import analyze, calibrated_tokens
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import SummaryRecord
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.testing.paced import Pace, PacedEngine, episodes, paced_connection, trend
 
 REQUESTS = 25
@@ -113,7 +113,8 @@ def test_without_re_measuring_the_baseline_is_short(tmp_path, monkeypatch):
     # and compare's run_set looks for run 2 beside it
     log, a = bench(tmp_path, monkeypatch, engine, "b-run1.jsonl", remeasure_budget=0, run=1,
                    runs=2)
-    assert (log.header.bench or {})["run"] == 1 and (log.header.bench or {})["runs"] == 2
+    assert log.header.bench is not None
+    assert log.header.bench.run == 1 and log.header.bench.runs == 2
     found, notes = run_set(str(tmp_path / "b-run1.jsonl"), log)
     assert found == [log] and notes[0].startswith("run 2 of 2 left out")
     assert sum(r.phase == "measure" for r in log.requests) == REQUESTS
@@ -155,3 +156,32 @@ def test_slow_for_its_first_sixty_percent_then_fast(tmp_path, monkeypatch):
     assert any("faster than the baseline during requests 16–25 (TTFT ms -23 %" in r
                for r in a.judgement.reasons)
     assert "| 16–25 (faster) |" in render(build(log), "md")
+
+
+def test_the_run_reads_no_file_and_analyses_once_per_decision(tmp_path, monkeypatch):
+    """The recorder keeps what it wrote: the outcome's log is the file's records exactly
+    (`read_log`'s own), the run never reads its file, and its analyses are one a
+    re-measuring decision plus one at the end, which the report takes as it is."""
+    import llmtop.sessions.runners.bench as bench_module
+
+    analysed = []
+    real = bench_module.analyze_run
+    monkeypatch.setattr(bench_module, "analyze_run", lambda log: analysed.append(log) or real(log))
+    monkeypatch.setattr("llmtop.sessions.records.log.read_log",
+                        lambda *_a, **_k: pytest.fail("the bench read its log back"))
+    engine = PacedEngine(factor=episodes((6, 10), (18, 21), slower=1.3))
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
+    monkeypatch.setattr(bench_module, "noisy_requests",
+                        lambda sizes, _probes: (0, len(sizes[0].requests)))
+    cfg = BenchConfig(requests=REQUESTS, warmup=1, prompt_tokens=(200,), max_tokens=50,
+                      preflight_s=0, use_cache=False, remeasure_pause_s=0)
+    runner = BenchRunner(paced_connection(engine), cfg, str(tmp_path / "b.jsonl"))
+    outcome = asyncio.run(runner.run())
+    monkeypatch.undo()
+    # a decision after the size's 25 requests (9 short), another after the 9: then the end
+    assert len(analysed) == 3
+    assert outcome.log == read_log(outcome.log_path)
+    assert outcome.log.ended_at is not None and outcome.log.summary is not None
+    for fmt in ("md", "json", "csv"):
+        assert render(build(outcome.log, outcome.analysis), fmt) == render(
+            build(read_log(outcome.log_path)), fmt)

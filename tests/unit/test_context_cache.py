@@ -11,10 +11,10 @@ import asyncio
 import pytest
 
 from llmtop.connect import connect
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.testing.context import ContextUpstream, Prefill
 
 TRUE = Prefill(20.0, 0.8, 4e-4)
@@ -232,12 +232,13 @@ def test_a_warm_count_a_token_smaller_is_the_suffixes_not_a_cache_report():
     from llmtop.engines.events import ServerStats
     from llmtop.sessions.analysis.context import _pair_of
     from llmtop.sessions.measure.timeline import RequestMetrics
-    from llmtop.sessions.records.schema import RequestRecord
+    from llmtop.sessions.records.schema import PlanTags, RequestRecord
 
     def record(phase: str, count: int, ms: float) -> RequestRecord:
         return RequestRecord(
-            id=1, status="ok", phase=phase, pair=0, prompt_tokens_target=2048,
-            prompt_words=2035, stats=ServerStats(prompt_eval_count=count),
+            id=1, status="ok", phase=phase,
+            plan=PlanTags(pair=0, prompt_tokens_target=2048, prompt_words=2035),
+            stats=ServerStats(prompt_eval_count=count),
             metrics=RequestMetrics(prompt_eval_ms=ms))  # type: ignore[arg-type]
 
     pair = _pair_of(0, record("cache-cold", 2069, 4318.171), record("cache-warm", 2068, 77.154))

@@ -123,13 +123,13 @@ def test_bench_from_a_20_line_jsonl(slotted, tmp_path, capsys):
     out = capsys.readouterr()
     assert rc in (ExitCode.OK, ExitCode.NOISY)  # NOISY: this shared machine's probes decide
     run = read_log(log)
-    dataset = run.header.bench["dataset"]
+    dataset = run.header.bench.dataset
     assert dataset["file"] == "chat.jsonl" and dataset["records"] == 20
     assert dataset["skipped"] == 0
     assert dataset["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
     assert dataset["bytes"] == data.stat().st_size
     measured = [r for r in run.requests if r.phase == "measure"]
-    assert [r.dataset_line for r in measured] == list(range(1, 21))
+    assert [r.plan.dataset_line for r in measured] == list(range(1, 21))
     salt = run.environment("start").body["prompt_salt"]
     for rec, row in zip(measured, rows, strict=True):
         messages = row.get("messages") or [{"role": "user", "content": row["prompt"]}]
@@ -156,13 +156,13 @@ def test_load_from_a_sharegpt_file_names_its_bad_element(slotted, tmp_path, caps
     assert ("--dataset sharegpt.json: skipped element 4, field conversations[1].from: "
             "'robot' is not human, gpt or system") in out.err
     run = read_log(log)
-    assert run.header.load["dataset"]["records"] == 9
-    assert run.header.load["dataset"]["skipped"] == 1
+    assert run.header.load.dataset["records"] == 9
+    assert run.header.load.dataset["skipped"] == 1
     measured = [r for r in run.requests if r.phase == "measure"]
-    assert sorted(r.dataset_line for r in measured) == [1, 2, 3, 5, 6, 7, 8, 9, 10]
+    assert sorted(r.plan.dataset_line for r in measured) == [1, 2, 3, 5, 6, 7, 8, 9, 10]
     salt = run.environment("start").body["prompt_salt"]
     for rec in measured:
-        first = convs[rec.dataset_line - 1]["conversations"][0]["value"]
+        first = convs[rec.plan.dataset_line - 1]["conversations"][0]["value"]
         assert rec.prompt.startswith(f"[{salt}-") and rec.prompt.endswith("] " + first)
         assert rec.stats.prompt_eval_count == len(first.split()) + 1 + TEMPLATE_TOKENS
     assert "from the dataset sharegpt.json (" in out.out

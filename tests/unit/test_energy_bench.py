@@ -20,11 +20,11 @@ from llmtop.connect import connect
 from llmtop.engines.events import Status
 from llmtop.probes.energy import discover_sources
 from llmtop.probes.energy.rapl import read_text
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.records.schema import EnergyRecord, RunLog
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.testing.slotted import MODEL, TEMPLATE_TOKENS, Service, SlottedUpstream
 
@@ -217,8 +217,8 @@ def test_load_gives_j_per_token_per_concurrency_level(tmp_path: Path) -> None:
     import asyncio
 
     from llmtop.sessions.analysis.load import analyze_sweep
+    from llmtop.sessions.measure.config import LoadConfig
     from llmtop.sessions.records.log import read_log
-    from llmtop.sessions.runners.load.config import LoadConfig
     from llmtop.sessions.runners.load.runner import LoadRunner
 
     async def run() -> str:

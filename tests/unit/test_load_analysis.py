@@ -11,7 +11,7 @@ from llmtop.sessions.analysis.load import (
     min_samples,
     probe_verdict,
 )
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.records.schema import ProbeRecord, RunLog
 from llmtop.sessions.reports.formats import render as render_load
 

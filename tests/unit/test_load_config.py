@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
-from llmtop.sessions.runners.load.config import LoadConfig, arrival_offsets, parse_levels
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.measure.slo import Slo, parse_duration_ms
+from llmtop.sessions.runners.load.config import arrival_offsets, parse_levels
 
 
 def test_slo_parses_units_and_judges_every_term():

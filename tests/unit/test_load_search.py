@@ -15,9 +15,9 @@ from llmtop.connect import connect
 from llmtop.sessions.analysis.load import analyze_load
 from llmtop.sessions.analysis.saturation import MIN_POINTS, over_saturated
 from llmtop.sessions.analysis.search import SloSearch, judge, wilson
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.reports.load import markdown
-from llmtop.sessions.runners.load.config import LoadConfig
 from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 

@@ -21,8 +21,8 @@ import itertools
 import pytest
 
 from llmtop.connect import connect
-from llmtop.sessions.analysis.slo import Slo
-from llmtop.sessions.runners.load.config import LoadConfig
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.testing.slotted import Service, SlottedProcess
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from llmtop.sessions.analysis.catalog import entry
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.reports.formats import render as render_load
 from llmtop.tui.state.load_view import finished_text
 from tests.unit.test_load_analysis import analyze_records, header, level_records, request

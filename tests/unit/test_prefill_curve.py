@@ -14,11 +14,11 @@ from scipy import stats
 from llmtop.connect import connect
 from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.analysis.prefill import Curve, CurveError, check_prediction, fit_curve
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key
 from llmtop.testing.context import ContextUpstream, Prefill
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from llmtop.engines.events import ServerStats, Status
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.timeline import RequestMetrics
 from llmtop.sessions.records.log import SessionLog, read_log
@@ -78,12 +79,12 @@ def test_every_record_type_round_trips_typed(tmp_path):
 
     h = log.header
     assert (h.kind, h.engine, h.load, h.generator, h.format) == (
-        "load", "embedded", {"mode": "rate"}, "locust", 1)
+        "load", "embedded", LoadConfig(mode="rate"), "locust", 1)
     (r,) = log.requests
-    assert (r.id, r.status, r.prompt, r.phase, r.level, r.lag_ms, r.client) == (
+    assert (r.id, r.status, r.prompt, r.phase, r.load.level, r.load.lag_ms, r.load.client) == (
         3, Status.OK, "hi", "measure", 1, 0.5, "box:1")
     assert r.metrics.ttft_ms == 12.5 and r.stats == ServerStats(eval_count=7)
-    assert r.client_prep_ms == 2.0 and r.sent_offset_ns == 10
+    assert r.client_prep_ms == 2.0 and r.load.sent_offset_ns == 10
     (p,) = log.probes
     assert (p.request_id, p.level, p.request_ids, p.t_ns, p.noisy) == (3, 1, (3, 4), 5, True)
     assert p.verdict is not None and p.verdict.findings[0].code == "app-busy"

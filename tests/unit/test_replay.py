@@ -99,19 +99,19 @@ def test_open_loop_replay_reproduces_the_gaps_and_pairs_each_request(slotted, tm
         assert pair["replay"]["output_tokens"] == 4  # num_predict = the original's 4
     run = read_log(tmp_path / "r.jsonl")
     measured = [r for r in run.requests if r.phase == "measure"]
-    assert sorted(r.replay_of for r in measured) == list(range(1, 13))
-    assert all(r.prompt == rows[r.replay_of - 1]["prompt"] for r in measured)
-    assert run.header.load["replay"]["requests"] == 12
+    assert sorted(r.load.replay_of for r in measured) == list(range(1, 13))
+    assert all(r.prompt == rows[r.load.replay_of - 1]["prompt"] for r in measured)
+    assert run.header.load.replay["requests"] == 12
     # at speed 2 the recorded gaps are halved: the timetable is exact to the ns (each send is
     # held to it); how late each send left is measured (lag_ms, the report's arrival errors),
     # not asserted: on a busy shared machine a send can leave milliseconds late
-    by_id = {r.replay_of: r for r in measured}
-    scheduled = [by_id[k].scheduled_offset_ns for k in range(1, 13)]
+    by_id = {r.load.replay_of: r for r in measured}
+    scheduled = [by_id[k].load.scheduled_offset_ns for k in range(1, 13)]
     halves = [g * 1_000_000 // 2 for g in GAPS_MS]  # ns
     gaps = [b - a for a, b in itertools.pairwise(scheduled)]
     assert [abs(g - h) <= 1 for g, h in zip(gaps, halves, strict=True)] == [True] * 11
     errors = report["arrival_errors_ms"]
-    sent = [by_id[k].sent_offset_ns for k in range(1, 13)]
+    sent = [by_id[k].load.sent_offset_ns for k in range(1, 13)]
     recorded = [sum(GAPS_MS[:k]) / 2 for k in range(12)]
     pairs = zip(sent, recorded, strict=True)
     assert errors == [round((s - sent[0]) / 1e6 - r, 4) for s, r in pairs]
@@ -130,4 +130,4 @@ def test_back_to_back_without_bodies_sizes_prompts_to_the_counts(slotted, tmp_pa
     run = read_log(tmp_path / "r.jsonl")
     measured = sorted((r for r in run.requests if r.phase == "measure"), key=lambda r: r.id)
     for a, b in itertools.pairwise(measured):  # one at a time: each after the last ended
-        assert b.sent_offset_ns >= a.sent_offset_ns + a.metrics.e2e_ms * 1e6 * 0.99
+        assert b.load.sent_offset_ns >= a.load.sent_offset_ns + a.metrics.e2e_ms * 1e6 * 0.99

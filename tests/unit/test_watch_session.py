@@ -21,6 +21,7 @@ import pytest
 from llmtop.engines.openai import OpenAIEngine
 from llmtop.servers.child import free_port
 from llmtop.servers.watch.proxy import WatchProxy
+from llmtop.sessions.measure.config import WatchPair
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.runners.watch.serving import pairs_of, split_listen
 from llmtop.sessions.runners.watch.session import WatchSession, line_fields
@@ -69,8 +70,8 @@ def test_session_logs_kind_watch_and_prints_one_line_per_request(tmp_path):
     assert "prompt" not in first  # no bodies unless asked
     run = read_log(log)
     assert run.header.kind == "watch"
-    assert run.header.watch["pairs"] == [{"listen": "127.0.0.1:1", "upstream": up.url}]
-    assert [r.endpoint for r in run.requests] == ["/api/chat", "/api/generate"]
+    assert run.header.watch.pairs == (WatchPair("127.0.0.1:1", up.url),)
+    assert [r.watch.endpoint for r in run.requests] == ["/api/chat", "/api/generate"]
     assert all(r.prompt == "" and r.content == "" for r in run.requests)
     assert run.requests[0].metrics.ttft_ms == pytest.approx(first["ttft_ms"])
     text = prom.read_text()
@@ -238,4 +239,4 @@ def test_two_upstreams_in_one_watch_each_on_its_own_port(tmp_path):
     assert {(x["listen"], x["upstream"], x["model"]) for x in lines} == {
         (f"127.0.0.1:{port}", ollama_up.url, "ok"),
         (f"127.0.0.1:{port2}", openai_up.url, "vllm")}
-    assert read_log(log).header.watch["pairs"][1]["listen"] == f"127.0.0.1:{port2}"
+    assert read_log(log).header.watch.pairs[1].listen == f"127.0.0.1:{port2}"

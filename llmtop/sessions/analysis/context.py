@@ -33,6 +33,7 @@ from llmtop.sessions.analysis.prefill import (
     fit_curve,
 )
 from llmtop.sessions.analysis.run import Analysis
+from llmtop.sessions.measure.metrics import PROMPT_EVAL, SERVER_DECODE, TTFT
 from llmtop.sessions.records.schema import RequestRecord
 
 INFERRED_MIN_SAVING = 0.10  # a warm prefill under 90 % of the cold one counts as a hit by time
@@ -124,11 +125,11 @@ def prefill_sweep(analysis: Analysis, prior: dict[str, Any] | None = None) -> Pr
             s.target,
             t,
             len(s.ok),
-            s.summaries["prompt_eval_ms"].median,
+            s.summaries[PROMPT_EVAL.key].median,
             prefill.predict(t) if prefill else None,
-            s.summaries["ttft_ms"].median,
+            s.summaries[TTFT.key].median,
             ttft.predict(t) if ttft else None,
-            s.summaries["server_decode_tps"].median,
+            s.summaries[SERVER_DECODE.key].median,
         )
         for s, t in per_size
         if t is not None
@@ -163,7 +164,7 @@ def curve_checks(baseline: Analysis, other: Analysis) -> list[PredictionCheck]:
             continue
         counts = [r.record.stats.prompt_eval_count for r in s.ok if r.record.stats]
         tokens = _median(float(c) for c in counts if c)
-        measured = s.summaries["prompt_eval_ms"].median
+        measured = s.summaries[PROMPT_EVAL.key].median
         if tokens and measured:
             out.append(check_prediction(sweep.prefill, tokens, measured))
     return out
@@ -204,11 +205,11 @@ def _pair_of(pair: int, cold: RequestRecord, warm: RequestRecord) -> CachePair:
         return CachePair(pair, cold, warm, extra, "reported")
     cc = cs.prompt_eval_count if cs else None
     wc = ws.prompt_eval_count if ws else None
-    if cc and wc and cc - wc > COUNT_DROP_MIN * (warm.prompt_tokens_target or 0):
+    if cc and wc and cc - wc > COUNT_DROP_MIN * (warm.plan.prompt_tokens_target or 0):
         return CachePair(pair, cold, warm, cc - wc, "prompt_eval_count")
     cp, wp = cold.metrics.prompt_eval_ms, warm.metrics.prompt_eval_ms
     if cp and wp is not None and wp < (1 - INFERRED_MIN_SAVING) * cp:
-        return CachePair(pair, cold, warm, warm.prompt_tokens_target, "inferred")
+        return CachePair(pair, cold, warm, warm.plan.prompt_tokens_target, "inferred")
     return CachePair(pair, cold, warm, None, "none")
 
 
@@ -218,12 +219,12 @@ def cache_pairs(records: Iterable[RequestRecord]) -> list[CachePair]:
     cold: dict[int, RequestRecord] = {}
     out = []
     for r in records:
-        if r.pair is None or r.status != "ok":
+        if r.plan.pair is None or r.status != "ok":
             continue
         if r.phase == "cache-cold":
-            cold[r.pair] = r
-        elif r.phase == "cache-warm" and r.pair in cold:
-            out.append(_pair_of(r.pair, cold.pop(r.pair), r))
+            cold[r.plan.pair] = r
+        elif r.phase == "cache-warm" and r.plan.pair in cold:
+            out.append(_pair_of(r.plan.pair, cold.pop(r.plan.pair), r))
     return out
 
 
@@ -279,7 +280,7 @@ def conversation(
                 f"{prev[0]} + {prev[1]} answered: it cut or shifted the context"
             )
         predicted = curve.predict(context) if curve and context is not None else None
-        turns.append(Turn((r.index or 0) + 1, r, context, evaluated, cached, predicted, full))
+        turns.append(Turn((r.plan.index or 0) + 1, r, context, evaluated, cached, predicted, full))
         if context is not None:
             prev = (context, out)
     return turns

@@ -38,8 +38,10 @@ from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.load_verdict import judge_sweep, knee_line
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.analysis.search import PointVerdict, SearchResult, judge, replay
-from llmtop.sessions.analysis.slo import ATTAINMENT, Slo
 from llmtop.sessions.analysis.verdict import RunVerdict
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.measure.metrics import E2E, TPOT, TTFT
+from llmtop.sessions.measure.slo import ATTAINMENT, Slo
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
 from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
@@ -103,7 +105,7 @@ class LevelResult:
     queue_ms: the engine's own queueing (None cells when it reports no durations).
     verdict: "QUIET", "NOISY: codes…" or "no samples". generator_cpu_share: the event loop's
     CPU time / wall time (1.0 = a whole core). server: llama-server's own figures over the
-    level (runners/server_watch.summarize: peak slots busy and requests deferred, token
+    level (runners/load/server_metrics.summarize: peak slots busy and requests deferred, token
     counters' growth), None without its `/metrics`.
     """
 
@@ -207,7 +209,7 @@ class LoadAnalysis:
     @property
     def knee_line(self) -> str:
         """The knee as every view states it, "not trusted" when a level ran NOISY."""
-        return knee_line(self.knee, self.verdict)
+        return knee_line(self.knee.sentence, self.verdict)
 
 
 def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
@@ -217,17 +219,17 @@ def analyze_load(path: str | os.PathLike[str]) -> LoadAnalysis:
 
 def analyze_sweep(log: RunLog) -> LoadAnalysis:
     """Analyse a load log read back (its typed records, file order)."""
-    config = log.header.load or {}
-    mode = config.get("mode", "concurrency")
-    slo = Slo.from_dict(config.get("slo"))
-    expected = _expected_tokens(log, config.get("prompt_tokens"))
+    config = log.header.load
+    mode = "concurrency" if config is None else config.mode
+    slo = Slo() if config is None else config.slo
+    expected = _expected_tokens(log, None if config is None else config.prompt_tokens)
     marks = list(log.of_type(LevelRecord))
     ends = {r.level: r for r in marks if r.phase == "end"}
     starts = {r.level: r for r in marks if r.phase == "start"}
     levels = []
     short: list[str] = []
     for index, start in sorted(starts.items()):
-        requests = [r for r in log.requests if r.level == index and r.phase == "measure"]
+        requests = [r for r in log.requests if r.load.level == index and r.phase == "measure"]
         if start.requests and len(requests) < start.requests:
             short.append(f"level {index + 1} ({start.value:g}): {len(requests)} of the "
                          f"{start.requests} planned requests were recorded: the run was cut "
@@ -251,16 +253,16 @@ def analyze_sweep(log: RunLog) -> LoadAnalysis:
         summarize_energy(log),
         _search(config, mode, slo, levels),
         infer_parallelism(levels, mode),
-        len({r.dataset_line for r in log.requests if r.dataset_line is not None}),
+        len({r.plan.dataset_line for r in log.requests if r.plan.dataset_line is not None}),
     )
 
 
-def _search(config: dict[str, Any], mode: str, slo: Slo,
+def _search(config: LoadConfig | None, mode: str, slo: Slo,
             levels: Sequence[LevelResult]) -> SearchResult | None:
     """The SLO search replayed from its levels (in the order run), as the runner judged them;
     None when the sweep was not a search."""
-    bounds = config.get("levels") or []
-    if not config.get("search") or slo.empty or len(bounds) < 2:
+    bounds = () if config is None else config.levels
+    if config is None or not config.search or slo.empty or len(bounds) < 2:
         return None
     verdicts = [verdict(lv) for lv in levels if lv.requests]
     return replay(mode, min(bounds), max(bounds), verdicts).result(slo)
@@ -271,7 +273,7 @@ def verdict(lv: LevelResult) -> PointVerdict:
     return judge(lv.value, lv.slo_met or 0, lv.requests, lv.repeats, lv.stopped is not None)
 
 
-def _expected_tokens(log: RunLog, target: Any) -> float | None:
+def _expected_tokens(log: RunLog, target: int | None) -> float | None:
     calibration = log.calibration
     if calibration is None or target is None:
         return None
@@ -304,19 +306,13 @@ def level_result(
 ) -> LevelResult:
     """One level's figures from its request, probe and end records (end None: a level still
     running, as the SLO search judges it between repeats)."""
-    statuses: dict[str, int] = {}
-    ok = []
-    for r in requests:
-        status = str(first_pass_status(r, expected)[0])
-        statuses[status] = statuses.get(status, 0) + 1
-        if status == BenchStatus.OK:
-            ok.append(r)
+    statuses, ok = _statuses(requests, expected)
     wall_s = end.wall_ns / 1e9 if end and end.wall_ns else None
     open_loop = mode == "rate"
-    lags = [r.lag_ms or 0.0 for r in ok]
-    ttft = [r.metric("ttft_ms") for r in ok]
-    e2e = [r.metric("e2e_ms") for r in ok]
-    tpot = [r.metric("tpot_ms") for r in ok]
+    lags = [r.load.lag_ms or 0.0 for r in ok]
+    ttft = [r.metric(TTFT.key) for r in ok]
+    e2e = [r.metric(E2E.key) for r in ok]
+    tpot = [r.metric(TPOT.key) for r in ok]
     ttft_s = [None if t is None else t + lag for t, lag in zip(ttft, lags, strict=True)]
     e2e_s = [None if t is None else t + lag for t, lag in zip(e2e, lags, strict=True)]
     judged_ttft, judged_e2e = (ttft_s, e2e_s) if open_loop else (ttft, e2e)
@@ -353,6 +349,20 @@ def level_result(
         stopped=end.stopped if end else None,
         server=end.server_metrics if end else None,
     )
+
+
+def _statuses(requests: list[RequestRecord], expected: float | None
+              ) -> tuple[dict[str, int], list[RequestRecord]]:
+    """(how many requests had each status, the ok ones in order): bench's per-request status
+    (run.first_pass_status), `expected` the calibrated output tokens (None: uncalibrated)."""
+    statuses: dict[str, int] = {}
+    ok = []
+    for r in requests:
+        status = str(first_pass_status(r, expected)[0])
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == BenchStatus.OK:
+            ok.append(r)
+    return statuses, ok
 
 
 def probe_verdict(probes: Sequence[ProbeRecord]) -> str:

@@ -31,6 +31,18 @@ from llmtop.sessions.analysis.attribution import (
 from llmtop.sessions.analysis.episodes import Episodes, find_episodes
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
 from llmtop.sessions.analysis.verdict import RunVerdict, SizeEvidence, judge
+from llmtop.sessions.measure.metrics import (
+    CLIENT_DECODE,
+    E2E,
+    METRICS,
+    OVERHEAD,
+    PROMPT_EVAL,
+    SERVER_DECODE,
+    SERVER_PREFILL,
+    TPOT,
+    TTFT,
+    Metric,
+)
 from llmtop.sessions.measure.stats import (
     DRIFT_ALPHA,
     DRIFT_FLOOR_MS,
@@ -50,26 +62,19 @@ from llmtop.sessions.records.schema import (
     RunLog,
 )
 
-# (key in the request's "metrics", label, unit, higher_is_better)
-METRICS: tuple[tuple[str, str, str, bool], ...] = (
-    ("ttft_ms", "TTFT", "ms", False),
-    ("e2e_ms", "E2E", "ms", False),
-    ("prompt_eval_ms", "prefill", "ms", False),
-    ("server_prefill_tps", "prefill", "tok/s", True),
-    ("client_decode_tps", "decode (client)", "tok/s", True),
-    ("server_decode_tps", "decode (server)", "tok/s", True),
-    ("tpot_ms", "TPOT", "ms", False),
-    ("overhead_ms", "overhead", "ms", False),
+# What a bench size summarises (the table's Carrier.BENCH), in the order its reports list them.
+BENCH_METRICS: tuple[Metric, ...] = (
+    TTFT, E2E, PROMPT_EVAL, SERVER_PREFILL, CLIENT_DECODE, SERVER_DECODE, TPOT, OVERHEAD,
 )
 # Derived small quantities: their drift is shown but never decides the verdict alone
 # (docs/method.md, "The drift rule"). TPOT is 1000 / client decode rate, which decides in its
 # stead; overhead is TTFT − (load + prefill), a small difference of two measurements whose
 # few-ms wobble is a large percentage.
-DERIVED_METRICS = frozenset({"tpot_ms", "overhead_ms"})
+DERIVED_METRICS = frozenset({TPOT.key, OVERHEAD.key})
 # The series searched for slow episodes (TTFT, prefill, decode rate, E2E); the
 # client's decode rate stands in for the server's when the server reports none (an
 # OpenAI-compatible server without timings).
-EPISODE_METRICS = ("ttft_ms", "prompt_eval_ms", "server_decode_tps", "e2e_ms")
+EPISODE_METRICS = (TTFT.key, PROMPT_EVAL.key, SERVER_DECODE.key, E2E.key)
 
 
 def drift_floor(unit: str) -> float:
@@ -196,11 +201,11 @@ class RequestVerdict:
 class SizeAnalysis:
     """Everything about one prompt size: requests, statistics of the OK ones, drift.
 
-    summaries / drifts / series are keyed by METRICS keys and by machine.CANARY_METRICS and
+    summaries / drifts / series are keyed by BENCH_METRICS keys and by machine.CANARY_METRICS and
     machine.READINGS keys (the machine's series beside the engine's; all None in a log
     without them). series: every ok request's values (the pictures, the episode finder);
     base_series, summaries and drifts: the baseline's (ok requests outside every episode).
-    episodes: what the finder saw (EPISODE_METRICS). Only METRICS outside DERIVED_METRICS
+    episodes: what the finder saw (EPISODE_METRICS). Only BENCH_METRICS outside DERIVED_METRICS
     decide `contaminated`.
     """
 
@@ -265,16 +270,16 @@ class SizeAnalysis:
 
     @property
     def drifted(self) -> list[str]:
-        """The deciding metrics whose baseline drift counts, worse or improved, in METRICS
-        order."""
-        return [k for k, *_ in METRICS if k not in DERIVED_METRICS
-                and (self.drifts[k].worse or self.drifts[k].improved)]
+        """The deciding metrics' keys whose baseline drift counts, worse or improved, in
+        BENCH_METRICS order."""
+        return [m.key for m in BENCH_METRICS if m.key not in DERIVED_METRICS
+                and (self.drifts[m.key].worse or self.drifts[m.key].improved)]
 
     def evidence(self, required: int | None) -> SizeEvidence:
         """This size as the verdict reads it (verdict.SizeEvidence); required: the protocol's
         request count (None: not a bench, or an older log: its own measured requests, so
         episodes that were not re-measured leave it short)."""
-        labels = {k: f"{label} {unit}" for k, label, unit, _b in METRICS}
+        labels = {m.key: m.heading for m in BENCH_METRICS}
         drifted = tuple(f"{labels[k]} {d.change_pct:+.1f} %" for k in self.drifted
                         if (d := self.drifts[k]).change_pct is not None)
         judged = self.unjudged is None and (self.episodes.judged or any(
@@ -382,7 +387,7 @@ def analyze(
             continue
         if rec.phase in CONTEXT_PHASES:  # cache pairs and turns: analysis/context.py
             continue
-        target = rec.prompt_tokens_target
+        target = rec.plan.prompt_tokens_target
         status, reason = first_pass_status(rec, expected_tokens.get(target) if target else None)
         verdict = RequestVerdict(
             index=rec.position,
@@ -405,10 +410,10 @@ def analyze(
 def analyze_run(log: RunLog) -> Analysis:
     """`analyze` a log read back: its requests, calibration, drift threshold, canaries,
     probe samples and (a bench's) request count."""
-    requests = (log.header.bench or {}).get("requests")
+    bench = log.header.bench
     return analyze(log.requests, calibrated_tokens(log.calibration),
                    log.header.drift_threshold_pct, log.canaries, probes=log.probes,
-                   required=requests if isinstance(requests, int) else None)
+                   required=None if bench is None else bench.requests)
 
 
 def calibrated_tokens(calibration: CalibrationRecord | None) -> dict[int, float]:
@@ -428,7 +433,7 @@ def _analyze_size(
     _mark_cold_starts(measured)
     _mark_cached(measured)
     ok = [r for r in measured if r.status == BenchStatus.OK]
-    series = {key: [r.record.metric(key) for r in ok] for key, *_ in METRICS}
+    series = {m.key: [r.record.metric(m.key) for r in ok] for m in BENCH_METRICS}
     series.update(machine_series([r.record for r in ok], canaries))
     counts = [c for r in ok if r.record.stats and (c := r.record.stats.prompt_eval_count)]
     if target is None and counts and max(counts) > SIMILAR_COUNT * min(counts):
@@ -470,11 +475,13 @@ def _analyze_size(
 def _drifts(series: Mapping[str, list[float | None]], threshold: float) -> dict[str, Drift]:
     """stats.drift of each engine, canary and reading series (first 5 vs last 5)."""
     # The canary is timed around pure computation, not an event loop: no absolute floor.
-    floors = {key: drift_floor(unit) for key, _l, unit, _b in METRICS}
+    floors = {m.key: drift_floor(m.unit) for m in BENCH_METRICS}
+    directions = [(m.key, m.higher_is_better) for m in BENCH_METRICS]
+    directions += [(key, better) for key, _l, _u, better in CANARY_METRICS + READINGS]
     return {
         key: drift(series[key], higher_is_better=better, threshold_pct=threshold,
                    floor=floors.get(key, 0.0))
-        for key, _l, _unit, better in METRICS + CANARY_METRICS + READINGS
+        for key, better in directions
     }
 
 
@@ -484,13 +491,12 @@ def _find_episodes(
     """The episode finder on EPISODE_METRICS of the ok requests (the client's decode rate
     when the server's is n/a throughout)."""
     keys = list(EPISODE_METRICS)
-    if all(v is None for v in series["server_decode_tps"]):
-        keys[keys.index("server_decode_tps")] = "client_decode_tps"
-    units = {k: (unit, better) for k, _l, unit, better in METRICS}
+    if all(v is None for v in series[SERVER_DECODE.key]):
+        keys[keys.index(SERVER_DECODE.key)] = CLIENT_DECODE.key
     return find_episodes(
         [r.number or 0 for r in ok], {k: series[k] for k in keys},
-        {k: units[k][1] for k in keys}, threshold_pct=threshold,
-        floors={k: drift_floor(units[k][0]) for k in keys})
+        {k: METRICS[k].higher_is_better for k in keys}, threshold_pct=threshold,
+        floors={k: drift_floor(METRICS[k].unit) for k in keys})
 
 
 def others_median(loads: Sequence[float]) -> list[float | None]:
@@ -583,10 +589,8 @@ def _cached(r: RequestVerdict, value: float, against: float, what: str) -> None:
 
 # Which drifted metric decides "slow" for attribution, most telling first: decode rate is
 # where the source's browser showed (−30.8 %). Derived metrics never decide (DERIVED_METRICS).
-ATTRIBUTION_ORDER = (
-    "server_decode_tps", "client_decode_tps", "ttft_ms", "prompt_eval_ms",
-    "server_prefill_tps", "e2e_ms",
-)
+ATTRIBUTION_ORDER = tuple(
+    m.key for m in (SERVER_DECODE, CLIENT_DECODE, TTFT, PROMPT_EVAL, SERVER_PREFILL, E2E))
 SLOW_MARGIN = 0.05  # slower than the first-5 median by over 5 %: the drift threshold's default
 
 
@@ -604,7 +608,7 @@ def slow_by_drift(size: SizeAnalysis) -> tuple[str, bool, set[int]] | None:
     if not drifted:
         return None
     key = drifted[0]
-    better = next(b for k, _l, _u, b in METRICS if k == key)
+    better = METRICS[key].higher_is_better
     base = size.drifts[key].first_median
     if base is None:
         return None
@@ -627,7 +631,7 @@ def engine_slowdown(size: SizeAnalysis) -> EngineSlowdown | None:
     if key is None:
         return None
     d = size.drifts[key]
-    label, better = next((lab, b) for k, lab, _u, b in METRICS if k == key)
+    label, better = METRICS[key].shown, METRICS[key].higher_is_better
     if d.first_median is None or d.last_median is None or d.change_pct is None:
         return None
     slower = d.first_median / d.last_median - 1 if better and d.last_median else d.change_pct / 100
@@ -709,7 +713,7 @@ class RelayComparison:
 
 def _ttft_by_pair(size: SizeAnalysis) -> dict[int, float]:
     return {
-        r.record.pair if r.record.pair is not None else r.index: ttft
+        r.record.plan.pair if r.record.plan.pair is not None else r.index: ttft
         for r in size.ok
         if (ttft := r.record.metrics.ttft_ms) is not None
     }
@@ -730,10 +734,10 @@ def relay_comparisons(analysis: Analysis) -> list[RelayComparison]:
             ttft_diff_median=statistics.median(diffs) if diffs else None,
             ttft_diff_p25=percentile(diffs, 25) if diffs else None,
             ttft_diff_p75=percentile(diffs, 75) if diffs else None,
-            overhead_direct=direct.summaries["overhead_ms"].median,
-            overhead_relay=relay.summaries["overhead_ms"].median,
-            decode_direct=direct.summaries["client_decode_tps"].median,
-            decode_relay=relay.summaries["client_decode_tps"].median,
+            overhead_direct=direct.summaries[OVERHEAD.key].median,
+            overhead_relay=relay.summaries[OVERHEAD.key].median,
+            decode_direct=direct.summaries[CLIENT_DECODE.key].median,
+            decode_relay=relay.summaries[CLIENT_DECODE.key].median,
         ))
     return out
 

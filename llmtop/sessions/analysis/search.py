@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from scipy.stats import binomtest
 
-from llmtop.sessions.analysis.slo import ATTAINMENT, Slo
+from llmtop.sessions.measure.slo import ATTAINMENT, Slo
 
 CONFIDENCE = 0.95
 MAX_REPEATS = 5  # batches per point before it is called undecided

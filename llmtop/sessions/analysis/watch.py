@@ -18,6 +18,15 @@ from typing import Any
 
 from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import cold_starts
+from llmtop.sessions.measure.metrics import (
+    CLIENT_DECODE,
+    E2E,
+    SERVER_DECODE,
+    SERVER_PREFILL,
+    TPOT,
+    TTFT,
+    Metric,
+)
 from llmtop.sessions.measure.stats import Summary, summarize
 from llmtop.sessions.records.schema import RequestRecord, RunLog
 
@@ -51,10 +60,10 @@ class WatchGroup:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {"caller": self.caller, "model": self.model, "requests": self.requests,
-                "statuses": self.statuses, "ttft_ms": self.ttft.to_dict(),
-                "tpot_ms": self.tpot.to_dict(), "e2e_ms": self.e2e.to_dict(),
-                "decode_tps": self.decode_tps, "server_decode_tps": self.server_decode_tps,
-                "server_prefill_tps": self.server_prefill_tps,
+                "statuses": self.statuses, TTFT.key: self.ttft.to_dict(),
+                TPOT.key: self.tpot.to_dict(), E2E.key: self.e2e.to_dict(),
+                "decode_tps": self.decode_tps, SERVER_DECODE.key: self.server_decode_tps,
+                SERVER_PREFILL.key: self.server_prefill_tps,
                 "prompt_tokens": self.prompt_tokens, "cached_pct": self.cached_pct,
                 "noisy": self.noisy, "endpoints": list(self.endpoints)}
 
@@ -69,7 +78,7 @@ class WatchAnalysis:
 
 def group_key(record: RequestRecord) -> tuple[str, str]:
     """(caller, model) of a watched request ("unknown caller", "?" when absent)."""
-    return record.caller or UNKNOWN_CALLER, record.model or "?"
+    return record.watch.caller or UNKNOWN_CALLER, record.model or "?"
 
 
 def _median(values: list[float]) -> float | None:
@@ -87,8 +96,8 @@ def group(records: list[RequestRecord], caller: str, model: str) -> WatchGroup:
             if is_cold}
     ok = [r for r in answered if id(r) not in cold]
 
-    def values(name: str) -> list[float]:
-        return [v for r in ok if (v := r.metric(name)) is not None]
+    def values(metric: Metric) -> list[float]:
+        return [v for r in ok if (v := r.metric(metric.key)) is not None]
 
     both = [(r.stats.prompt_cached_count, r.stats.prompt_eval_count) for r in records
             if r.stats is not None and r.stats.prompt_cached_count is not None
@@ -99,12 +108,12 @@ def group(records: list[RequestRecord], caller: str, model: str) -> WatchGroup:
     return WatchGroup(
         caller, model, len(records),
         dict(Counter("cold-start" if id(r) in cold else str(r.status) for r in records)),
-        summarize(values("ttft_ms")), summarize(values("tpot_ms")), summarize(values("e2e_ms")),
-        _median(values("client_decode_tps")), _median(values("server_decode_tps")),
-        _median(values("server_prefill_tps")), _median(prompts),
+        summarize(values(TTFT)), summarize(values(TPOT)), summarize(values(E2E)),
+        _median(values(CLIENT_DECODE)), _median(values(SERVER_DECODE)),
+        _median(values(SERVER_PREFILL)), _median(prompts),
         None if cached is None else round(cached, 1),
-        sum(1 for r in records if r.probe_verdict == "NOISY"),
-        tuple(sorted({r.endpoint for r in records if r.endpoint})))
+        sum(1 for r in records if r.watch.probe_verdict == "NOISY"),
+        tuple(sorted({r.watch.endpoint for r in records if r.watch.endpoint})))
 
 
 def analyze_watch(log: RunLog) -> WatchAnalysis:

@@ -1,6 +1,7 @@
 """The session log's schema: every record type, written and read through the same types.
 
-This module owns the format (FORMAT_VERSION and its history). Each record type is a frozen
+This module owns the format (FORMAT_VERSION); which field appeared when, and the older shapes
+still read, are docs/reference/session-log.md's "Version history". Each record type is a frozen
 dataclass with a `TYPE` (the record's `type` field), `to_json()` (the JSON object written as
 one line; log.SessionLog.write takes the record) and `from_json()` (the typed record read
 back; log.read_log returns them). Analysis, attribution and reports read attributes
@@ -9,8 +10,12 @@ in mypy rather than reading as "n/a".
 
 `from_json` checks every field a type declares against its type with pydantic in strict JSON
 mode (an int where a string belongs, "5" where a number belongs, an unknown status are
-errors; an int is a valid float). Declared fields missing from the JSON take their defaults,
-so logs written by older llmtop versions (fewer fields) still read.
+errors; an int is a valid float). A declared field missing from the JSON takes its default
+(None, empty, or the value the field means when unsaid), so a log that lacks a field reads;
+fields a type does not declare are ignored, so a newer writer's log reads too.
+
+A request record is typed in parts (RequestRecord: the common fields, then what a bench's or
+sweep's plan, a sweep or a watch added), and written flat, one JSON object, as RequestLine.
 
 Two kinds of record:
 * closed records (request, canary, header, calibration's points, level, summary, interrupted,
@@ -38,6 +43,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from llmtop.engines.events import FailureKind, ServerStats, Status
 from llmtop.safetext import may_hold_surrogate, without_surrogates
+from llmtop.sessions.measure.config import BenchConfig, LoadConfig, WatchSetup, config_json
+from llmtop.sessions.measure.metrics import (
+    CLIENT_PREP,
+    MS,
+    OVERHEAD,
+    TOK_S,
+    Carrier,
+    carried_by,
+)
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -314,9 +328,8 @@ class CanaryRecord(Record):
     """One machine-speed canary run (`type: "canary"`; probes.canary), taken between requests.
 
     before_request: the id of the request that ran next (None: not tied to a request).
-    cpu_ms / mem_ms / simd_ms: the median of `repeats` timings of each part (simd_ms None in
-    logs written before that part existed); threads: the simd part's threads. t_ns:
-    perf_counter_ns when it began.
+    cpu_ms / mem_ms / simd_ms: the median of `repeats` timings of each part, ms (simd_ms None:
+    not timed); threads: the simd part's threads. t_ns: perf_counter_ns when it began.
     """
 
     TYPE: ClassVar[str] = "canary"
@@ -335,44 +348,198 @@ class CanaryRecord(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class PlanTags:
+    """Where a request stands in the plan of the bench or sweep that sent it (its phase is
+    the record's own: RequestRecord.phase).
+
+    index: its position within its prompt size (bench: 0-based, warm-ups first) or its level
+    (sweep). prompt_tokens_target / prompt_words: the calibrated prompt size, tokens, and the
+    words that make it. pair: a `--compare-relay` pair's number (its direct and relayed
+    request share it), or a cache pair's (`bench --cache-pairs`). dataset_line: the line of
+    the `--dataset` file whose request this is (a JSON array: the element's index).
+    """
+
+    index: int | None = None
+    prompt_tokens_target: int | None = None
+    prompt_words: int | None = None
+    pair: int | None = None
+    dataset_line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTags:
+    """When a sweep's request left, within its level (`llmtop load`, the Locust user class).
+
+    level: the sweep level's index. sent_offset_ns: its send from the level's start, ns.
+    scheduled_offset_ns / lag_ms: an open loop's timetable (ns from the level's start) and how
+    far the send lagged it (ms). sent_unix_ns / end_unix_ns / client: a Locust worker's wall
+    clock (ns since the epoch) at send and end, and the worker's name. replay_of: the id, in
+    the watch log a `load --replay` sends again, of the request this one repeats.
+    """
+
+    level: int | None = None
+    sent_offset_ns: int | None = None
+    scheduled_offset_ns: int | None = None
+    lag_ms: float | None = None
+    sent_unix_ns: int | None = None
+    end_unix_ns: int | None = None
+    client: str | None = None
+    replay_of: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTags:
+    """Another app's request that `llmtop watch` saw passing.
+
+    endpoint: the path it was sent to ("/api/chat", "/v1/chat/completions"). upstream /
+    listen: the engine's URL and the watch's "host:port". caller / caller_category /
+    caller_pid: the app that sent it (probes/callers.py; None when not local or not visible).
+    http_status: the engine's. hop_in_ms / hop_out_ms: the watch's own time on the way in
+    (request received → sent on) and out (first text arrived → handed on), ms.
+    pipeline_wait_ms: how long a request pipelined on its connection waited, written, for the
+    answer before it to end, ms (TTFT and E2E count from that end, when the engine could take
+    it up; None when it did not wait). probe_verdict ("QUIET" / "NOISY"; None without a
+    sample) and probe_findings (the codes of its WARN/FAIL findings) over the request's span.
+    """
+
+    endpoint: str | None = None
+    upstream: str | None = None
+    listen: str | None = None
+    caller: str | None = None
+    caller_category: str | None = None
+    caller_pid: int | None = None
+    http_status: int | None = None
+    hop_in_ms: float | None = None
+    hop_out_ms: float | None = None
+    pipeline_wait_ms: float | None = None
+    probe_verdict: str | None = None
+    probe_findings: tuple[str, ...] = ()
+
+
+NO_PLAN, NO_LOAD, NO_WATCH = PlanTags(), LoadTags(), WatchTags()
+"""The parts of a request that no bench, sweep or watch sent: every field unset."""
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord(Record):
     """One request as logged (`type: "request"`; `RequestRecord.of` builds it from a result).
 
-    id: the session's request number (from 1). status: how the stream ended. error /
-    error_kind: the failure's text and kind, None when it did not fail. stats: the server's
-    own statistics (Ollama names, ns, tokens), None when it sent none. metrics: derived
-    (timeline.RequestMetrics: ms, tokens/s). chunks: arrival offsets and text.
-    Bench fields (None in an interactive session): phase; index, the position within its
-    prompt size (0-based, warm-ups first); prompt_tokens_target and prompt_words, the
-    calibrated prompt size; path ("direct" / "relay") and pair, in a --compare-relay run.
-    client_prep_ms: the client's own time from asking for the request until its body was on
-    the socket (ms; outside TTFT since the send stamp is that socket write); None in older
-    logs and from engines that cannot stamp the write; an open loop's hold of a prepared
-    request until its scheduled moment is not counted (stamping/stamps.py). new_connection:
-    the request opened a new TCP connection (the previous one was not reusable: a server that
-    closes it after each response; inside client_prep_ms, not TTFT); None when unknown.
-    machine: the machine's speed readings over a bench request (None in older logs).
-    Load fields (`llmtop load`, the Locust user class): level, the sweep level's index;
-    sent_offset_ns, its send from the level's start; scheduled_offset_ns and lag_ms, an open
-    loop's timetable and how far the send lagged it; sent_unix_ns / end_unix_ns / client,
-    a Locust worker's wall clock and name.
-    Watch fields (`llmtop watch`: another app's request seen passing): endpoint, the path
-    it was sent to ("/api/chat", "/v1/chat/completions"); upstream / listen, the engine's
-    URL and the watch's "host:port"; caller, caller_category and caller_pid, the app that
-    sent it (probes/callers.py; None when not local or not visible); http_status, the
-    engine's; hop_in_ms / hop_out_ms, the watch's own time on the way in (request received →
-    sent on) and out (first text arrived → handed on); pipeline_wait_ms, how long a request
-    pipelined on its connection waited, written, for the answer before it to end (TTFT and
-    E2E count from that end, when the engine could take it up; None when it did not wait);
-    probe_verdict ("QUIET" / "NOISY",
-    None without a sample) and probe_findings (the codes of its WARN/FAIL findings) over the
-    request's span.
-    dataset_line: the line (a JSON array: the element) of the `--dataset` file whose request
-    this is; replay_of: the id, in the watch log replayed (`load --replay`), of the request
-    this one sends again; None otherwise.
+    id: the session's request number (from 1). status: how the stream ended. prompt / model /
+    started_at (wall clock) / options (the Ollama options sent). error / error_kind: the
+    failure's text and kind, None when it did not fail. stats: the server's own statistics
+    (Ollama names, ns, tokens), None when it sent none. metrics: derived
+    (timeline.RequestMetrics: ms, tokens/s). content / thinking: the answer's text. chunks:
+    arrival offsets and text. phase: a bench's or sweep's request's (Phase), None for a
+    request no run planned (an interactive session's, `run`'s, a watched one). path: the route
+    to the engine in a `--compare-relay` run, "direct" or "relay"; None otherwise.
+    client_prep_ms: the client's own time from asking for the
+    request until its body was on the socket (ms; outside TTFT since the send stamp is that
+    socket write; None from engines that cannot stamp the write; an open loop's hold of a
+    prepared request until its scheduled moment is not counted: stamping/stamps.py).
+    new_connection: the request opened a new TCP connection (the previous one was not
+    reusable: a server that closes it after each response; inside client_prep_ms, not
+    TTFT); None when unknown. machine: the machine's speed readings over a bench request.
+
+    The mode that sent it fills its part: plan (a bench's or a sweep's request), load (a
+    sweep's), watch (a request another app sent through `llmtop watch`); a part of another
+    mode has every field unset (None, or empty), so a reader asks `r.watch.caller` of any
+    record. On disk the record is one flat JSON object (RequestLine): the parts' fields stand
+    beside the common ones.
     """
 
     TYPE: ClassVar[str] = "request"
+    id: int
+    status: Status
+    prompt: str = ""
+    model: str | None = None
+    started_at: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    error_kind: FailureKind | None = None
+    stats: ServerStats | None = None
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    content: str = ""
+    thinking: str = ""
+    chunks: tuple[Chunk, ...] = ()
+    phase: Phase | None = None
+    path: str | None = None
+    client_prep_ms: float | None = None
+    new_connection: bool | None = None
+    machine: MachineRecord | None = None
+    plan: PlanTags = NO_PLAN
+    load: LoadTags = NO_LOAD
+    watch: WatchTags = NO_WATCH
+
+    @classmethod
+    def of(cls, result: RequestResult, **fields: Any) -> RequestRecord:
+        """The record of one finished (or cancelled) request, with the caller's `fields` by
+        their names on disk (RequestLine: phase, index, level, ...), validated as it will read
+        back; chunk stamps become offsets from the send, ns. Raises RecordError for a field
+        of the wrong type."""
+        return cls.from_json({
+            "id": result.request_id,
+            "started_at": result.wall_start,
+            "model": result.model,
+            "prompt": result.prompt,
+            "options": result.options,
+            "status": str(result.status),
+            "error": str(result.failure) if result.failure else None,
+            "error_kind": str(result.failure.kind) if result.failure else None,
+            "stats": result.stats.to_dict() if result.stats else None,
+            "metrics": result.metrics.to_dict(),
+            CLIENT_PREP.key: None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
+            "new_connection": result.new_connection,
+            "content": result.content,
+            "thinking": result.thinking,
+            "chunks": [
+                [e.t_ns - result.sent_ns, e.content, e.thinking]
+                for e in result.events
+                if (not e.done or e.has_text) and e.progress is None
+            ],
+            **fields,
+        })
+
+    @classmethod
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> RequestRecord:
+        """Validate one request line (the flat RequestLine: see `parse`) into its typed parts;
+        raises RecordError naming the first bad field by its name on disk."""
+        return parse(RequestLine, cls.TYPE, data).record()
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat JSON object one log line holds (`type` first, then RequestLine's fields in
+        their order, every one written, unset ones as null or [])."""
+        body: dict[str, Any] = _adapter(RequestLine).dump_python(RequestLine.of(self),
+                                                                  mode="json")
+        return {"type": self.TYPE, **body}
+
+    @property
+    def measured(self) -> bool:
+        """A measured request: phase "measure", or no phase (an interactive session)."""
+        return self.phase in (None, "measure")
+
+    def metric(self, name: str) -> float | None:
+        """One derived metric by its key (measure/metrics.py: `TTFT.key`, its field in
+        timeline.RequestMetrics), as a float; None when n/a. Raises AttributeError for a name
+        that is not a field."""
+        value = getattr(self.metrics, name)
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def position(self) -> int:
+        """Its 0-based position: the index within its prompt size (bench), else (an
+        interactive session or `run`, which number requests by id from 1) its id − 1, so a
+        report's "#n" (position + 1) is the number the TUI showed."""
+        return self.id - 1 if self.plan.index is None else self.plan.index
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLine:
+    """A request record as one log line holds it: flat, its fields in the order written (the
+    format: users' scripts and every older log read this shape; `without_chunks` relies on
+    `phase` following `chunks`). Fields as RequestRecord and its parts document them. Read
+    and written only through RequestRecord (`record`, `of`): pydantic validates a line into
+    this type straight from its text, in Rust, and `record` groups the parts in one pass."""
+
     id: int
     status: Status
     prompt: str = ""
@@ -417,51 +584,50 @@ class RequestRecord(Record):
     dataset_line: int | None = None
     replay_of: int | None = None
 
+    def record(self) -> RequestRecord:
+        """The typed record, in one pass: a part none of whose fields is set is the shared
+        unset one (NO_PLAN, NO_LOAD, NO_WATCH)."""
+        plan, load, watch = NO_PLAN, NO_LOAD, NO_WATCH
+        if (self.index is not None or self.prompt_tokens_target is not None
+                or self.prompt_words is not None or self.pair is not None
+                or self.dataset_line is not None):
+            plan = PlanTags(self.index, self.prompt_tokens_target, self.prompt_words, self.pair,
+                            self.dataset_line)
+        if (self.level is not None or self.sent_offset_ns is not None
+                or self.scheduled_offset_ns is not None or self.lag_ms is not None
+                or self.sent_unix_ns is not None or self.end_unix_ns is not None
+                or self.client is not None or self.replay_of is not None):
+            load = LoadTags(self.level, self.sent_offset_ns, self.scheduled_offset_ns,
+                            self.lag_ms, self.sent_unix_ns, self.end_unix_ns, self.client,
+                            self.replay_of)
+        if (self.endpoint is not None or self.upstream is not None or self.listen is not None
+                or self.caller is not None or self.caller_category is not None
+                or self.caller_pid is not None or self.http_status is not None
+                or self.hop_in_ms is not None or self.hop_out_ms is not None
+                or self.pipeline_wait_ms is not None or self.probe_verdict is not None
+                or self.probe_findings):
+            watch = WatchTags(self.endpoint, self.upstream, self.listen, self.caller,
+                              self.caller_category, self.caller_pid, self.http_status,
+                              self.hop_in_ms, self.hop_out_ms, self.pipeline_wait_ms,
+                              self.probe_verdict, self.probe_findings)
+        return RequestRecord(self.id, self.status, self.prompt, self.model, self.started_at,
+                             self.options, self.error, self.error_kind, self.stats, self.metrics,
+                             self.content, self.thinking, self.chunks, self.phase, self.path,
+                             self.client_prep_ms, self.new_connection, self.machine, plan, load,
+                             watch)
+
     @classmethod
-    def of(cls, result: RequestResult, **fields: Any) -> RequestRecord:
-        """The record of one finished (or cancelled) request, with the caller's `fields`
-        (bench phase, index, level...), validated as it will read back; chunk stamps become
-        offsets from the send, ns. Raises RecordError for a field of the wrong type."""
-        return cls.from_json({
-            "id": result.request_id,
-            "started_at": result.wall_start,
-            "model": result.model,
-            "prompt": result.prompt,
-            "options": result.options,
-            "status": str(result.status),
-            "error": str(result.failure) if result.failure else None,
-            "error_kind": str(result.failure.kind) if result.failure else None,
-            "stats": result.stats.to_dict() if result.stats else None,
-            "metrics": result.metrics.to_dict(),
-            "client_prep_ms": None if result.prep_ns is None else round(result.prep_ns / 1e6, 3),
-            "new_connection": result.new_connection,
-            "content": result.content,
-            "thinking": result.thinking,
-            "chunks": [
-                [e.t_ns - result.sent_ns, e.content, e.thinking]
-                for e in result.events
-                if (not e.done or e.has_text) and e.progress is None
-            ],
-            **fields,
-        })
-
-    @property
-    def measured(self) -> bool:
-        """A measured request: phase "measure", or no phase (an interactive session)."""
-        return self.phase in (None, "measure")
-
-    def metric(self, name: str) -> float | None:
-        """One derived metric by its field name in timeline.RequestMetrics ("ttft_ms"); None
-        when n/a. Raises AttributeError for a name that is not a metric."""
-        value = getattr(self.metrics, name)
-        return float(value) if isinstance(value, int | float) else None
-
-    @property
-    def position(self) -> int:
-        """Its 0-based position: the index within its prompt size (bench), else (an
-        interactive session or `run`, which number requests by id from 1) its id − 1, so a
-        report's "#n" (position + 1) is the number the TUI showed."""
-        return self.id - 1 if self.index is None else self.index
+    def of(cls, r: RequestRecord) -> RequestLine:
+        """The line of a typed record: its parts' fields flat."""
+        p, ld, w = r.plan, r.load, r.watch
+        return cls(r.id, r.status, r.prompt, r.model, r.started_at, r.options, r.error,
+                   r.error_kind, r.stats, r.metrics, r.content, r.thinking, r.chunks,
+                   r.phase, p.index, p.prompt_tokens_target, p.prompt_words, r.path, p.pair,
+                   r.client_prep_ms, r.new_connection, r.machine, ld.level, ld.sent_offset_ns,
+                   ld.scheduled_offset_ns, ld.lag_ms, ld.sent_unix_ns, ld.end_unix_ns,
+                   ld.client, w.endpoint, w.upstream, w.listen, w.caller, w.caller_category,
+                   w.caller_pid, w.http_status, w.hop_in_ms, w.hop_out_ms, w.pipeline_wait_ms,
+                   w.probe_verdict, w.probe_findings, p.dataset_line, ld.replay_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,8 +654,7 @@ class GpuDeviceRecord:
     """One GPU in a probe sample, any vendor (probes.gpu.GpuDevice): busy % (util_reason:
     why none), memory used and total in bytes, board power in W (power_from: which
     reading), energy_j: the board's cumulative counter in J; vendor / driver / source
-    ("nvml", "sysfs") / card: which GPU and who read it. Older logs (NVML only) lack all
-    but the first four."""
+    ("nvml", "sysfs") / card: which GPU and who read it; None: not read."""
 
     name: str | None = None
     util_percent: float | None = None
@@ -558,9 +723,9 @@ class ProbeRecord(OpenRecord):
 
     request_id: the request it overlapped (None between requests); in a load sweep, level
     and request_ids: the level running and the ids in flight. t_ns: perf_counter_ns
-    when sampling began. processes / gpu / verdict: None when that probe failed (or, for an
-    older log, was not written). cost_ms: the sampling thread's CPU time, ms. source: where
-    it was taken (None in logs written before llmtop recorded it: this machine).
+    when sampling began. processes / gpu / verdict: None when that probe failed or was not
+    written. cost_ms: the sampling thread's CPU time, ms. source: where it was taken (None:
+    this machine).
     """
 
     request_id: int | None = None
@@ -586,23 +751,18 @@ class ProbeRecord(OpenRecord):
 class Header(Record):
     """A session log's first record (`type: "header"`).
 
-    format: the session-log format (log.FORMAT_VERSION). kind: "session", "bench", "load"
-    or "watch".
-    engine / engine_version / host / model: what was measured; engine_config: the embedded
-    engine's llama.cpp configuration (servers/embedded/llama_config.Choice.to_dict), else None;
-    via: "direct" or "relay",
-    upstream: the engine behind the relay; proxy: the HTTP proxy requests to the engine went
-    through (None: direct; never for a loopback engine). model_details: /api/show's summary.
-    options: the
-    Ollama options sent with every request. token_timeout_s: the time without a token after
-    which a request ended stalled (`--token-timeout`, s; None in logs before it).
-    environment: the machine
-    (sessions.environment). bench: a bench's BenchConfig.to_dict(), else None. machine:
-    only in bench logs written before the machine record moved into `environment` (it held
-    the GPU and power there); read both through `machine_environment`. load: a sweep's
-    LoadConfig.to_dict(); generator: what sent a sweep's requests ("locust"; None: llmtop).
-    watch: `llmtop watch`'s setup — {"pairs": [{"listen": "host:port", "upstream": url}],
-    "bodies_logged": bool}; None for other kinds.
+    format: the session-log format (FORMAT_VERSION). kind: "session", "bench", "load" or
+    "watch". engine / engine_version / host / model: what was measured; engine_config: the
+    embedded engine's or llama-server's configuration (servers/embedded/llama_config.py
+    `Choice.to_dict`), else None. via: "direct", "relay" or "watch"; upstream: the engine
+    behind the relay or the watch; proxy: the HTTP proxy requests to the engine went through
+    (None: direct; never for a loopback engine). model_details: /api/show's summary.
+    options: the Ollama options sent with every request. token_timeout_s: the time without a
+    token after which a request ended stalled (`--token-timeout`, s). environment: the
+    machine (OS, CPU, RAM, GPU, power: runners/environment.py); machine: where bench logs
+    once kept the machine, read through `machine_environment`. bench / load / watch: what a
+    bench, a sweep or a watch was set up to do (measure/config.py), None for other kinds;
+    generator: what sent a sweep's requests ("locust"; None: llmtop).
     """
 
     TYPE: ClassVar[str] = "header"
@@ -623,11 +783,20 @@ class Header(Record):
     options: dict[str, Any] | None = None
     token_timeout_s: float | None = None
     environment: dict[str, Any] = field(default_factory=dict)
-    bench: dict[str, Any] | None = None
+    bench: BenchConfig | None = None
     machine: dict[str, Any] | None = None
-    load: dict[str, Any] | None = None
+    load: LoadConfig | None = None
     generator: str | None = None
-    watch: dict[str, Any] | None = None
+    watch: WatchSetup | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The header's JSON object; a config's keys that are unset and written only when set
+        (config.WRITTEN_WHEN_SET) are left out, as its `to_dict` leaves them."""
+        data = Record.to_json(self)
+        for part in ("bench", "load"):
+            if data.get(part) is not None:
+                data[part] = config_json(data[part])
+        return data
 
     @property
     def machine_environment(self) -> dict[str, Any]:
@@ -637,8 +806,7 @@ class Header(Record):
     @property
     def drift_threshold_pct(self) -> float:
         """A bench's drift threshold, % (stats.DRIFT_THRESHOLD_PCT when not a bench)."""
-        value = (self.bench or {}).get("drift_threshold_pct")
-        return float(value) if isinstance(value, int | float) else DRIFT_THRESHOLD_PCT
+        return DRIFT_THRESHOLD_PCT if self.bench is None else self.bench.drift_threshold_pct
 
 
 @dataclass(frozen=True, slots=True)
@@ -665,7 +833,7 @@ class SummaryRecord(Record):
     "inconclusive"); episodes: the slow episodes, each {"prompt_tokens_target", "path",
     "first", "last" (request numbers within the size, 1 = the first measured), "request_ids"
     (the request records' `id`s in it), "changes_pct" (per series key)}: every request's
-    episode tag. None in logs written before them."""
+    episode tag. None: not written."""
 
     TYPE: ClassVar[str] = "summary"
     contaminated: bool | None = None
@@ -908,7 +1076,7 @@ _FAST_PREFIX = '{"type": "'  # how every record llmtop writes begins (json_line'
 
 
 _CHUNKS_OPEN = '"chunks": ['
-_CHUNKS_CLOSE = '], "phase": '  # RequestRecord's field after `chunks`, as json_line writes it
+_CHUNKS_CLOSE = '], "phase": '  # RequestLine's field after `chunks`, as json_line writes it
 
 
 def without_chunks(line: str) -> str:
@@ -956,10 +1124,12 @@ def fast_decode(line: str, chunks: bool = True) -> AnyRecord | None:
         return None
     if suspect(line) or may_hold_surrogate(line):
         return None
-    if not chunks and cls is RequestRecord:
-        line = without_chunks(line)
     try:
-        record: AnyRecord = _adapter(cls).validate_json(line, strict=True)
+        if cls is RequestRecord:
+            text = line if chunks else without_chunks(line)
+            record: AnyRecord = _adapter(RequestLine).validate_json(text, strict=True).record()
+        else:
+            record = _adapter(cls).validate_json(line, strict=True)
     except ValidationError:
         return None
     if isinstance(record, RequestRecord) and _request_problem(record) is not None:
@@ -967,10 +1137,13 @@ def fast_decode(line: str, chunks: bool = True) -> AnyRecord | None:
     return record
 
 
-_DURATIONS_MS = ("ttft_ms", "ttft_content_ms", "e2e_ms", "tpot_ms", "load_ms", "prompt_eval_ms",
-                 "eval_ms", "total_ms")
-_SERIES_MS = ("itl_ms", "itl_token_ms")
-_RATES = ("client_decode_tps", "server_prefill_tps", "server_decode_tps")
+# What check_request bounds among a request's metrics, read from the metric table so that a new
+# metric is bounded too: every duration (overhead apart: a server that over-reports its own
+# time makes it negative, so only its size is bounded), each ITL series, every rate.
+_DURATIONS_MS = tuple(m.key for m in carried_by(Carrier.REQUEST)
+                      if m.unit == MS and not m.series and m is not OVERHEAD)
+_SERIES_MS = tuple(m.key for m in carried_by(Carrier.REQUEST) if m.series)
+_RATES = tuple(m.key for m in carried_by(Carrier.REQUEST) if m.unit == TOK_S)
 _STATS_COUNTS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
                  "eval_count", "eval_duration", "prompt_cached_count", "draft_count",
                  "draft_accepted_count")
@@ -1001,8 +1174,8 @@ def _request_problem(record: RequestRecord) -> tuple[str, str] | None:
                 why = _duration_problem(value)
                 if why is not None:
                     return f"metrics.{name}[{i}]", why
-    for name, value in (("client_prep_ms", record.client_prep_ms),
-                        ("metrics.overhead_ms", None if m.overhead_ms is None
+    for name, value in ((CLIENT_PREP.key, record.client_prep_ms),
+                        (f"metrics.{OVERHEAD.key}", None if m.overhead_ms is None
                          else abs(m.overhead_ms))):  # overhead may be below 0: a server's lie
         why = None if value is None else _duration_problem(value)
         if why is not None:
@@ -1040,8 +1213,8 @@ def check_request(record: RequestRecord) -> None:
 class RunLog:
     """A whole session log read back (log.read_log).
 
-    requests / probes / canaries: the typed records in file order (no canaries in logs written
-    before llmtop had the canary). records: every other record, typed, in file order.
+    requests / probes / canaries: the typed records in file order. records: every other
+    record, typed, in file order.
     warnings: one line per record that was skipped (torn, unreadable, or with a field of the
     wrong type), "line N: …".
     """
@@ -1108,7 +1281,7 @@ class RunLog:
 
     @property
     def energy(self) -> tuple[EnergyRecord, ...]:
-        """The run's energy records in file order (none in logs written before them)."""
+        """The run's energy records in file order."""
         return tuple(self.of_type(EnergyRecord))
 
     @property

@@ -18,6 +18,7 @@ from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.load_verdict import knee_head, verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.dataset import describe
 from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.text import md_table
@@ -87,37 +88,12 @@ TABLE_HEAD = [
 def markdown(a: LoadAnalysis) -> str:
     """The markdown report."""
     h = a.header
-    cfg = h.load or {}
-    loop = (
-        "closed loop (each user sends its next request when the last one ends)"
-        if a.mode == "concurrency"
-        else f"open loop, {cfg.get('arrivals', 'poisson')} arrivals "
-        "(latencies from the scheduled send)"
-    )
-    per_level = (
-        f"{cfg['requests']} {'request' if cfg['requests'] == 1 else 'requests'}"
-        if cfg.get("requests") is not None
-        else f"{cfg.get('duration_s')} s"
-    )
-    prompt = (
-        f"~{cfg['prompt_tokens']} tokens"
-        if cfg.get("prompt_tokens")
-        else f"{cfg.get('prompt_words', '?')} words"
-    )
-    if isinstance(cfg.get("dataset"), dict):  # the user's file, not calibrated prompts
-        prompt = f"from the dataset {describe(cfg['dataset'], a.dataset_used)}"
-        prompt += " (as sent: a prefix cache may serve them)" if cfg.get("measure_cache") \
-            else " (each cache-busted)"
-
     lines = [
         # the embedded engine's address is a port llmtop picked and closed: not a title's
         f"# llmtop load — {h.model or '?'} on {h.engine or '?'}"
         + ("" if h.engine == "embedded" else f" ({h.host or '?'})"),
         "",
-        (
-            f"{loop}; {per_level} per level; prompt {prompt}, "
-            f"max {cfg.get('max_tokens')} output tokens; SLO: {a.slo.describe()}"
-        ),
+        _how_line(a),
         "",
         f"**Verdict:** {verdict_line(a.verdict)}",
         "",
@@ -145,6 +121,35 @@ def markdown(a: LoadAnalysis) -> str:
     if a.warnings:
         lines += ["", "## Warnings", *[f"- {w}" for w in a.warnings]]
     return "\n".join(lines) + "\n"
+
+
+def _how_line(a: LoadAnalysis) -> str:
+    """How the sweep ran: its loop, what each level sent, the prompts, the output tokens
+    and the SLO."""
+    # a load log's header has its config; LoadConfig(): a hand-made log's
+    cfg = a.header.load or LoadConfig()
+    loop = (
+        "closed loop (each user sends its next request when the last one ends)"
+        if a.mode == "concurrency"
+        else f"open loop, {cfg.arrivals} arrivals "
+        "(latencies from the scheduled send)"
+    )
+    per_level = (
+        f"{cfg.requests} {'request' if cfg.requests == 1 else 'requests'}"
+        if cfg.requests is not None
+        else f"{cfg.duration_s} s"
+    )
+    prompt = (
+        f"~{cfg.prompt_tokens} tokens"
+        if cfg.prompt_tokens
+        else f"{'?' if cfg.prompt_words is None else cfg.prompt_words} words"
+    )
+    if cfg.dataset is not None:  # the user's file, not calibrated prompts
+        prompt = f"from the dataset {describe(cfg.dataset, a.dataset_used)}"
+        prompt += " (as sent: a prefix cache may serve them)" if cfg.measure_cache \
+            else " (each cache-busted)"
+    return (f"{loop}; {per_level} per level; prompt {prompt}, "
+            f"max {cfg.max_tokens} output tokens; SLO: {a.slo.describe()}")
 
 
 def parallelism_lines(a: LoadAnalysis) -> list[str]:

@@ -12,8 +12,6 @@ from llmtop.sessions.analysis.peers import DEFINITIONS, METRICS, compare
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.reports.text import md_table
 
-LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
-
 
 def _n(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.2f}"
@@ -54,7 +52,7 @@ def by_size(records: Sequence[RequestRecord]) -> list[tuple[int | None, list[Req
     groups: dict[int | None, list[RequestRecord]] = {}
     for r in records:
         if r.status == "ok" and r.measured:  # what the tables count (analysis.peers)
-            groups.setdefault(r.prompt_tokens_target, []).append(r)
+            groups.setdefault(r.plan.prompt_tokens_target, []).append(r)
     return sorted(groups.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))
 
 
@@ -65,8 +63,8 @@ def _size_title(target: int | None) -> str:
 def _table(records: Sequence[RequestRecord], tool: str) -> tuple[int, list[str]]:
     theirs, ours = compare(records, tool)
     rows = [
-        (LABELS[m], _n(theirs.median[m]), _n(theirs.mean[m]), _n(ours.median[m]),
-         _diff(theirs.median[m], ours.median[m]), DEFINITIONS[tool][LABELS[m]])
+        (m.label, _n(theirs.median[m.key]), _n(theirs.mean[m.key]), _n(ours.median[m.key]),
+         _diff(theirs.median[m.key], ours.median[m.key]), DEFINITIONS[tool][m.label])
         for m in METRICS
     ]
     return theirs.n, md_table(("metric (ms)", f"{tool} p50", f"{tool} mean", "llmtop p50",

@@ -3,10 +3,11 @@
 `build(log)` gathers a log's analysis (analysis/run.py: statistics, drift, attribution,
 relay comparison, probe figures; analysis/episode_causes.py: the slow episodes' causes;
 analysis/context.py: the prefill sweep, cache pairs and turns; analysis/energy.py) into a
-`Report`, computed from the log alone. Rendering is elsewhere: run_markdown.py writes the
-markdown (the source's form, docs/method.md, "Result table"), run_data.py the CSV and JSON,
-run_environment.py the machine's and energy's sections they share; formats.render picks
-one, or the HTML page.
+`Report`, computed from the log alone; a bench hands over the analysis it already made of
+the same records, so one run is analysed once; `bench --runs K` adds its runs'
+repeatability. Rendering is elsewhere: run_markdown.py writes the markdown (the source's
+form, docs/method.md, "Result table"), run_data.py the CSV and JSON, run_environment.py the
+machine's and energy's sections they share; formats.render picks one, or the HTML page.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llmtop.sessions.analysis.context import (
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
+from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import (
     Analysis,
     GpuUsage,
@@ -41,6 +43,7 @@ from llmtop.sessions.analysis.run import (
     size_key,
     whole_run,
 )
+from llmtop.sessions.measure.metrics import CLIENT_DECODE, SERVER_DECODE
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     EnvironmentRecord,
@@ -51,11 +54,20 @@ from llmtop.sessions.records.schema import (
 )
 
 
+@dataclass(frozen=True)
+class Repeatability:
+    """`bench --runs K`: per prompt size, the spreads of the runs' baseline medians
+    (analysis/repeat.py), and the runs' logs in run order."""
+
+    sizes: list[SizeSpread]
+    logs: list[str]
+
+
 @dataclass
 class Report:
     """A log's analysis plus what a report shows beside it, all computed in sessions/analysis/.
 
-    attributions: per prompt size (`analysis.size_key`), which application likely slowed
+    attributions: per prompt size (`analysis.run.size_key`), which application likely slowed
     the slow requests, or that none stands out. noisy: (NOISY probe samples, all probe
     samples) taken during requests. relay: the --compare-relay pairs (empty otherwise).
     causes: per drifted prompt size, who slowed it (an app, the machine, or unexplained):
@@ -66,6 +78,8 @@ class Report:
     sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
     and the conversation's turns (analysis/context.py; None / empty when the run had none);
     cold_turns: the conversation replayed with the cache defeated (bench --turns).
+    repeatability: the spread of `bench --runs K`'s runs, this log being the last (None for
+    one run, and for `llmtop report`, which reads one log).
     """
 
     log: RunLog
@@ -95,6 +109,7 @@ class Report:
     episodes: dict[int | str | None, list[EpisodeCause]] = field(default_factory=dict)
     bandwidth: BandwidthVerdict | None = None
     offload: FindingRecord | None = None
+    repeatability: Repeatability | None = None
 
 
 def _episode_cost(found: EpisodeCause) -> float:
@@ -102,10 +117,13 @@ def _episode_cost(found: EpisodeCause) -> float:
     return found.slowdown.slower_pct if found.slowdown else 0.0
 
 
-def build(log: RunLog) -> Report:
-    """Analyse a log read back (bench or interactive session)."""
+def build(log: RunLog, analysis: Analysis | None = None,
+          repeatability: Repeatability | None = None) -> Report:
+    """The report of a log (bench or interactive session). analysis: `analyze_run(log)`
+    when the caller made it already (a bench's outcome: the report then analyses nothing
+    again); None: made here. repeatability: `bench --runs`' spread, for its last run."""
     calibration = log.calibration
-    analysis = analyze_run(log)
+    analysis = analysis if analysis is not None else analyze_run(log)
     episodes = {size_key(s): episode_causes(s, log.probes) for s in analysis.sizes}
     attributions = {size_key(s): attribute_size(s, log.probes) for s in analysis.sizes}
     causes = {size_key(s): c for s in analysis.sizes
@@ -125,7 +143,7 @@ def build(log: RunLog) -> Report:
             whole_att = attribute_size(whole, log.probes)
             if (c := cause_of(whole, whole_att)) is not None:
                 attributions[key], causes[key] = whole_att, c
-    sweep = prefill_sweep(analysis, (log.header.bench or {}).get("prior_curve"))
+    sweep = prefill_sweep(analysis, log.header.bench.prior_curve if log.header.bench else None)
     num_ctx = (log.header.options or {}).get("num_ctx")
     return Report(
         log=log,
@@ -151,6 +169,7 @@ def build(log: RunLog) -> Report:
         episodes=episodes,
         bandwidth=run_bandwidth(analysis, log.environment("end")),
         offload=run_offload(log, analysis),
+        repeatability=repeatability,
     )
 
 
@@ -167,8 +186,7 @@ def run_offload(log: RunLog, analysis: Analysis) -> FindingRecord | None:
     size = max(analysis.sizes, key=lambda s: len(s.ok), default=None)
     decode = None
     if size is not None:
-        found = size.summaries.get("server_decode_tps") or size.summaries.get(
-            "client_decode_tps")
+        found = size.summaries.get(SERVER_DECODE.key) or size.summaries.get(CLIENT_DECODE.key)
         decode = found.median if found is not None else None
     config = end.body.get("engine_config") if end is not None else None
     engine = "llama-server" if isinstance(config, dict) and \
@@ -194,7 +212,7 @@ def run_bandwidth(analysis: Analysis, end: EnvironmentRecord | None) -> Bandwidt
     size = max(analysis.sizes, key=lambda s: len(s.ok), default=None)
     decode = None
     if size is not None:
-        for key in ("server_decode_tps", "client_decode_tps"):
+        for key in (SERVER_DECODE.key, CLIENT_DECODE.key):
             if (found := size.summaries.get(key)) is not None and found.median:
                 decode = found.median
                 break

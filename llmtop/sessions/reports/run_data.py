@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from llmtop.sessions.analysis.run import CONTEXT_PHASES, SizeAnalysis
+from llmtop.sessions.analysis.run import BENCH_METRICS, CONTEXT_PHASES, SizeAnalysis
+from llmtop.sessions.measure.metrics import LOAD
 from llmtop.sessions.records.schema import (
     AnyRecord,
     EnergyRecord,
@@ -29,8 +30,7 @@ from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import preflight_held
 
-CSV_METRICS = ("ttft_ms", "e2e_ms", "prompt_eval_ms", "server_prefill_tps", "client_decode_tps",
-               "server_decode_tps", "tpot_ms", "overhead_ms", "load_ms")
+CSV_METRICS = (*(m.key for m in BENCH_METRICS), LOAD.key)  # each request's, by key
 # noisy: a NOISY probe sample was taken during the request (true / false; empty: no sample
 # saw it), so a sheet made from the CSV keeps the noise
 CSV_COLUMNS = ("prompt_tokens_target", "index", "phase", "status", "reason", *CSV_METRICS,
@@ -48,12 +48,12 @@ def _csv_row(rec: RequestRecord, index: int, phase: str | None, status: str, rea
              noisy: dict[int, bool] | None = None) -> dict[str, Any]:
     return {
         "noisy": (noisy or {}).get(rec.id),
-        "prompt_tokens_target": rec.prompt_tokens_target, "index": index, "phase": phase,
+        "prompt_tokens_target": rec.plan.prompt_tokens_target, "index": index, "phase": phase,
         "status": status, "reason": reason,
         **{k: getattr(rec.metrics, k) for k in CSV_METRICS},
         "prompt_eval_count": rec.stats.prompt_eval_count if rec.stats else None,
         "eval_count": rec.stats.eval_count if rec.stats else None,
-        "prompt_words": rec.prompt_words, "started_at": rec.started_at, "episode": episode,
+        "prompt_words": rec.plan.prompt_words, "started_at": rec.started_at, "episode": episode,
         **{f"{f}[{src}]": getattr(e, f) for src, e in energy.get(rec.id, {}).items()
            for f in CSV_ENERGY},
     }
@@ -72,7 +72,7 @@ def csv_text(report: Report) -> str:
     rows = [_csv_row(r.record, r.index + 1, r.phase, r.status, r.reason, energy, r.episode,
                      noisy)
             for s in report.analysis.sizes for r in s.requests]
-    rows += [_csv_row(rec, (rec.index or 0) + 1, rec.phase, rec.status, "", energy,
+    rows += [_csv_row(rec, (rec.plan.index or 0) + 1, rec.phase, rec.status, "", energy,
                       noisy=noisy)
              for rec in report.log.requests if rec.phase in CONTEXT_PHASES]
     out = io.StringIO()
@@ -136,7 +136,16 @@ def _json(report: Report) -> dict[str, Any]:
         "offload": asdict(report.offload) if report.offload else None,
         **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
         "warnings": list(report.log.warnings),
+        **_json_repeatability(report),
     }
+
+
+def _json_repeatability(report: Report) -> dict[str, Any]:
+    """`bench --runs K`' key, last ({} for one run)."""
+    found = report.repeatability
+    if found is None:
+        return {}
+    return {"repeatability": {"logs": found.logs, "sizes": [asdict(s) for s in found.sizes]}}
 
 
 def _json_size(s: SizeAnalysis) -> dict[str, Any]:

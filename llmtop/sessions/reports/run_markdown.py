@@ -1,4 +1,4 @@
-"""The markdown report of a run (`markdown`) and `bench --runs`' repeatability section.
+"""The markdown report of a run (`markdown`), with `bench --runs`' repeatability section.
 
 The markdown follows the source's form (docs/method.md, "Result table"): the verdict and
 its warnings, a row per prompt size with every cell filled from measurements (or saying why
@@ -18,8 +18,15 @@ from collections.abc import Sequence
 from llmtop.sessions.analysis.attribution import noisy_busiest
 from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, noisy_findings
 from llmtop.sessions.analysis.repeat import SizeSpread
-from llmtop.sessions.analysis.run import METRICS, Analysis, SizeAnalysis, size_key, warmup_load_ms
+from llmtop.sessions.analysis.run import (
+    BENCH_METRICS,
+    Analysis,
+    SizeAnalysis,
+    size_key,
+    warmup_load_ms,
+)
 from llmtop.sessions.measure.dataset import describe
+from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, SERVER_PREFILL, TTFT
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord, RequestRecord
 from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
@@ -90,13 +97,13 @@ def _warmup_load(size: SizeAnalysis, analysis: Analysis) -> str:
 
 def _notes(size: SizeAnalysis) -> str:
     notes = []
-    worse = [f"{label} {d.change_pct:+.1f} %" for key, label, _unit, _ in METRICS
-             if key in size.drifted and (d := size.drifts[key]).change_pct is not None]
-    shown = [f"{label} {d.change_pct:+.1f} % (does not decide)" for key, label, _u, _ in METRICS
-             if key not in size.drifted and (d := size.drifts[key]).worse
+    worse = [f"{m.shown} {d.change_pct:+.1f} %" for m in BENCH_METRICS
+             if m.key in size.drifted and (d := size.drifts[m.key]).change_pct is not None]
+    shown = [f"{m.shown} {d.change_pct:+.1f} % (does not decide)" for m in BENCH_METRICS
+             if m.key not in size.drifted and (d := size.drifts[m.key]).worse
              and d.change_pct is not None]
-    judged = any(size.drifts[key].change_pct is not None for key, *_ in METRICS
-                 if key in size.drifts)
+    judged = any(size.drifts[m.key].change_pct is not None for m in BENCH_METRICS
+                 if m.key in size.drifts)
     if worse:
         notes.append("drifted: " + ", ".join(worse))
     else:  # "drift clean" only where drift was judged
@@ -116,55 +123,16 @@ def _notes(size: SizeAnalysis) -> str:
 
 
 def markdown(report: Report) -> str:
-    """The markdown report (the source's form: docs/method.md, "Result table")."""
-    h, a = report.log.header, report.analysis
-    lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
-    dataset = (h.bench or {}).get("dataset")
-    if isinstance(dataset, dict):  # the user's requests, not calibrated prompts
-        used = len({r.dataset_line for r in report.log.requests if r.dataset_line is not None})
-        cache = ("as sent: a prefix cache may serve them"
-                 if (h.bench or {}).get("measure_cache") else "each cache-busted")
-        said = (f"Requests from the dataset {describe(dataset, used)} ({cache}); prompt "
-                "sizes are the server's counts; the statistics mix the file's sizes.")
-        lines += [said, ""]
-    j = a.judgement
-    why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
-    reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
-    # the verdict in one line; how it is reached under the results table (once,
-    # every verdict carried the method's paragraph)
-    lines.append(
-        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons}. "
-        f"{(n := sum(len(s.baseline) for s in a.sizes))} {'request' if n == 1 else 'requests'} "
-        "in the statistics."
-    )
+    """The markdown report (the source's form: docs/method.md, "Result table"), with
+    `bench --runs`' repeatability section last when the report has one."""
+    a = report.analysis
     method = (
         "*How the verdict is made:* slow episodes are change points in the ordered TTFT, "
         "prefill, decode and E2E series, beyond their own noise; drift is judged at "
         f"±{a.drift_threshold_pct:g} %, either way, between the medians of the first and last "
         f"5 baseline requests, counted when over {DRIFT_FLOOR_MS:g} ms for times and the two "
         f"groups differ by a one-sided rank test at p < {DRIFT_ALPHA:g}.")
-    noisy, total = report.noisy
-    if noisy:
-        lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
-                     "requests: see \"Was the machine quiet?\" before trusting these numbers.")
-    buffered = [r for r in report.log.requests if r.metrics.buffered]
-    if buffered:
-        lines.append(
-            f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
-            f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
-            f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
-            "n/a and left out of the statistics; their TTFT includes the wait while the text "
-            "was held back (for the whole answer, or for the first block).")
-    if report.log.warnings:
-        lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
-    if report.interrupted:
-        lines.append("**The run was interrupted**: the statistics cover the requests that "
-                     "finished.")
-    for s in a.sizes:
-        cause = report.causes.get(size_key(s))
-        if cause is not None:
-            lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
-                         f"{cause.summary}.")
+    lines = _markdown_head(report)
     lines += ["", "## Results", "", *_results_table(report), "", method]
     for s in a.sizes:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
@@ -182,13 +150,71 @@ def markdown(report: Report) -> str:
     if report.bandwidth is not None:  # bench measured this machine's memory bandwidth
         lines += ["", "## Decode and memory bandwidth", "", report.bandwidth.sentence + "."]
     lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)
+    if report.repeatability is not None:
+        lines += repeat_markdown(report.repeatability.sizes, report.repeatability.logs)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_head(report: Report) -> list[str]:
+    """The title, what was sent (a dataset's requests), the verdict in one line, then what
+    to know before reading the numbers: a NOISY machine, buffered streams, log problems, an
+    interruption, each size's cause."""
+    h, a = report.log.header, report.analysis
+    lines = [f"# llmtop {h.kind} report — {h.model} on {h.engine}", ""]
+    # the user's requests, not calibrated prompts
+    if h.bench is not None and h.bench.dataset is not None:
+        used = len({r.plan.dataset_line for r in report.log.requests
+                    if r.plan.dataset_line is not None})
+        cache = ("as sent: a prefix cache may serve them"
+                 if h.bench.measure_cache else "each cache-busted")
+        said = (f"Requests from the dataset {describe(h.bench.dataset, used)} ({cache}); prompt "
+                "sizes are the server's counts; the statistics mix the file's sizes.")
+        lines += [said, ""]
+    j = a.judgement
+    why = {"inconclusive": " — too few ok requests to judge drift (it needs 10 per prompt size)"}
+    reasons = "" if j.word == "inconclusive" or not j.reasons else " — " + "; ".join(j.reasons)
+    # the verdict in one line; how it is reached under the results table (once,
+    # every verdict carried the method's paragraph)
+    lines.append(
+        f"**Verdict: {j.label}**{why.get(a.verdict, '')}{reasons}. "
+        f"{(n := sum(len(s.baseline) for s in a.sizes))} {'request' if n == 1 else 'requests'} "
+        "in the statistics."
+    )
+    noisy, total = report.noisy
+    if noisy:
+        lines.append(f"**The machine was NOISY** in {noisy} of {total} probe samples taken during "
+                     "requests: see \"Was the machine quiet?\" before trusting these numbers.")
+    lines += _buffered(report.log.requests)
+    if report.log.warnings:
+        lines.append("**Log problems**: " + "; ".join(report.log.warnings) + ".")
+    if report.interrupted:
+        lines.append("**The run was interrupted**: the statistics cover the requests that "
+                     "finished.")
+    for s in a.sizes:
+        cause = report.causes.get(size_key(s))
+        if cause is not None:
+            lines.append(f"**Cause ({_size_label(s, report.calibration)}): {cause.kind}** — "
+                         f"{cause.summary}.")
+    return lines
+
+
+def _buffered(requests: Sequence[RequestRecord]) -> list[str]:
+    """The line on buffered streams, when any request was one."""
+    buffered = [r for r in requests if r.metrics.buffered]
+    if not buffered:
+        return []
+    return [(
+        f"**{len(buffered)} request{'s were' if len(buffered) != 1 else ' was a'} buffered "
+        f"stream{'s' if len(buffered) != 1 else ''}** (e.g. request {buffered[0].id}: "
+        f"{buffered[0].metrics.buffered}): their client TPOT, decode rate and overhead are "
+        "n/a and left out of the statistics; their TTFT includes the wait while the text "
+        "was held back (for the whole answer, or for the first block).")]
 
 
 def _markdown_episodes(report: Report) -> list[str]:
     """Every slow episode, its size, its cost and cause; what was re-measured."""
     lines = ["", "## Slow episodes", ""]
-    labels = {k: label for k, label, _u, _b in METRICS}
+    labels = {m.key: m.shown for m in BENCH_METRICS}
     required = report.analysis.required
     rows = []
     for s in report.analysis.sizes:
@@ -243,12 +269,12 @@ def _results_table(report: Report) -> list[str]:
                "VRAM (tool)", "notes")
     rows = []
     for s in report.analysis.sizes:
-        t, e = s.summaries["ttft_ms"], s.summaries["e2e_ms"]
+        t, e = s.summaries[TTFT.key], s.summaries[E2E.key]
         p95 = _num(t.p95) if t.p95 is not None else (t.p95_note or "n/a")
         rows.append((
             _size_label(s, report.calibration), len(s.baseline), f"{_num(t.median)} / {p95} ms",
-            f"{_num(e.median)} ms", _num(s.summaries["server_prefill_tps"].median),
-            _num(s.summaries["server_decode_tps"].median), _warmup_load(s, report.analysis),
+            f"{_num(e.median)} ms", _num(s.summaries[SERVER_PREFILL.key].median),
+            _num(s.summaries[SERVER_DECODE.key].median), _warmup_load(s, report.analysis),
             util, vram, _notes(s),
         ))
     return md_table(headers, rows)
@@ -259,8 +285,10 @@ def _stats_table(s: SizeAnalysis) -> list[str]:
     headers = ("metric", "unit", "n", "median", "min", "max", "p95", "first 5 → last 5", "drift",
                "series")
     rows = []
-    machine = [m for m in CANARY_METRICS + READINGS if s.summaries[m[0]].n]
-    for key, label, unit, _better in METRICS + tuple(machine):
+    shown = [(m.key, m.shown, m.unit) for m in BENCH_METRICS]
+    shown += [(k, label, unit) for k, label, unit, _b in CANARY_METRICS + READINGS
+              if s.summaries[k].n]
+    for key, label, unit in shown:
         m, d = s.summaries[key], s.drifts[key]
         p95 = _num(m.p95, 2) if m.p95 is not None else (m.p95_note or "n/a")
         if d.change_pct is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import asdict
 
 from llmtop.sessions.analysis.watch import WatchAnalysis, WatchGroup
 from llmtop.sessions.reports.csvcells import CsvWriter
@@ -34,11 +35,11 @@ def row(g: WatchGroup) -> tuple[str, ...]:
 def markdown(a: WatchAnalysis) -> str:
     """The markdown report: the routes watched, then one row per caller and model."""
     h = a.log.header
-    pairs = (h.watch or {}).get("pairs") or []
+    pairs = h.watch.pairs if h.watch else ()
     n = sum(g.requests for g in a.groups)
     lines = ["# llmtop watch report", "",
              f"{n} request{'s' if n != 1 else ''} seen, started {h.started_at or '?'}; "
-             "routes: " + (", ".join(f"{p.get('listen')} → {p.get('upstream')}" for p in pairs)
+             "routes: " + (", ".join(f"{p.listen} → {p.upstream}" for p in pairs)
                            or "?") + ".", "",
              NOTE, "",
              "## By caller and model", "", *md_table(HEADERS, [row(g) for g in a.groups])]
@@ -46,7 +47,7 @@ def markdown(a: WatchAnalysis) -> str:
     if errors:
         lines += ["", "## Failed requests", "",
                   *md_table(("#", "caller", "model", "status", "error"),
-                            [(str(r.id), r.caller or "?", r.model or "?", str(r.status),
+                            [(str(r.id), r.watch.caller or "?", r.model or "?", str(r.status),
                               r.error or "") for r in errors[:50]])]
     if a.log.warnings:
         lines += ["", "**Log problems**: " + "; ".join(a.log.warnings) + "."]
@@ -64,6 +65,6 @@ def csv_text(a: WatchAnalysis) -> str:
 
 def json_text(a: WatchAnalysis) -> str:
     """{"kind": "watch", "pairs": [...], "groups": [WatchGroup.to_dict(), ...]}."""
-    pairs = (a.log.header.watch or {}).get("pairs") or []
+    pairs = [asdict(p) for p in a.log.header.watch.pairs] if a.log.header.watch else []
     return json.dumps({"kind": "watch", "pairs": pairs,
                        "groups": [g.to_dict() for g in a.groups]}, indent=2) + "\n"

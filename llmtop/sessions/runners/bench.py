@@ -12,16 +12,21 @@ Order of a run (docs/method.md, "The bench run"):
    first, idle power over the preflight window, each request's joules (prefill, decode,
    J/token; `SessionRecorder.measure` samples its edges) and the run's all-in J/token;
 5. re-measure around slow episodes (docs/guide/bench.md, "Slow episodes"): after a size's
-   requests, the log so far is analysed; while it has episodes (analysis/episodes.py) and
-   its baseline is short (`remeasure_shortfall`: fewer than `requests` ok requests outside
-   them, under half of the run, or the run ending in a faster episode), the runner pauses
-   `remeasure_pause_s` and measures the shortfall again, until the baseline is complete or
-   `remeasure_budget` extra
-   requests are spent (default: `requests` more, twice the protocol's count in all; 0 is
+   requests, the log so far (the records the recorder kept in memory) is analysed; while
+   it has episodes (analysis/episodes.py) and its baseline is short (`remeasure_shortfall`:
+   fewer than `requests` ok requests outside them, under half of the run, or the run
+   ending in a faster episode), the runner pauses `remeasure_pause_s` and measures the
+   shortfall again, until the baseline is complete or `remeasure_budget` extra requests
+   are spent (default: `requests` more, twice the protocol's count in all; 0 is
    off). Extra requests are phase "measure", their index continuing the size's;
 6. analyse from the log's records alone (analysis/run.py): statuses, episodes, the
    baseline's n/median/min/max/p95, drift, the verdict;
 7. append the summary (with the verdict's word). Everything is flushed record by record.
+
+`BenchRunner.run` is these phases by name (`_start`, `_measure`, `_finish`). The recorder
+keeps every record it writes, as the reader would read it back (recorder.KeptLog), so the
+run never reads its own file: the outcome carries the log and its one analysis, which the
+report takes as they are (reports/run.build); the file stays what `llmtop report` reads.
 
 Progress goes to an `on_progress(BenchProgress)` callback and token events to `on_event`, so
 the CLI and the TUI drive the same runner.
@@ -32,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from llmtop.engines.base import Engine
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
 from llmtop.probes.bandwidth import machine_bandwidth
@@ -45,14 +51,15 @@ from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.machine_speed import MachineReader, interval
 from llmtop.probes.remote import AgentTarget, make_sampler
+from llmtop.probes.sampler import SamplerState
 from llmtop.sessions.analysis.context import prefill_sweep
 from llmtop.sessions.analysis.machine import canary_medians
 from llmtop.sessions.analysis.run import Analysis, SizeAnalysis, analyze_run, noisy_requests
 from llmtop.sessions.analysis.verdict import mostly_noisy
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
-from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     CanaryRecord,
@@ -62,7 +69,6 @@ from llmtop.sessions.records.schema import (
     RunLog,
     SummaryRecord,
 )
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.calibration import Calibration, CalibrationCache, calibrate
 from llmtop.sessions.runners.context import run_cache_pairs, run_conversation
 from llmtop.sessions.runners.curves import CurveStore, SavedCurve, curve_key, curve_label
@@ -72,7 +78,7 @@ from llmtop.sessions.runners.environment import (
     environment_record,
     preflight_record,
 )
-from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
 
 
 @dataclass(frozen=True)
@@ -92,14 +98,14 @@ class BenchProgress:
 
 @dataclass
 class BenchOutcome:
-    """A finished run: its analysis, calibration, log path and the log read back."""
+    """A finished run: its analysis (of `log`: hand it to the report, which then analyses
+    nothing again), calibration, log path and the log as written (the records the recorder
+    kept, end record included: what `read_log(log_path)` gives)."""
 
     analysis: Analysis
     calibration: Calibration | None  # None: a --dataset run (no calibrated sizes)
     log_path: str
     log: RunLog
-    interrupted: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 class NoisyMachine(Exception):
@@ -183,7 +189,7 @@ class BenchRunner:
         self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(
             conn, config.options(), log_path, kind="bench", extra_header=header,
-            think=config.think, energy=self.energy, token_timeout_s=token_timeout_s,
+            think=config.think, energy=self.energy, token_timeout_s=token_timeout_s, keep=True,
         )
         self.canary = Canary()
         self.machine = MachineReader(lambda: conn.engine_pids)
@@ -208,74 +214,104 @@ class BenchRunner:
         return {"memory_bandwidth": found.to_dict()} if found is not None else {}
 
     async def run(self) -> BenchOutcome:
-        """Run the whole protocol; the log is closed when this returns or raises."""
-        cfg = self.config
-        interrupted = False  # an interrupt raises: an outcome is never interrupted here
-        # Probe samples are logged with the request they overlap (docs/method.md, "Quiet machine").
-        sampler = make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
-                               lambda: self.conn.engine_pids, load_thresholds(),
-                               on_state=self.recorder.record_probe_state,
-                               energy=self.energy.reader,
-                               engine_threads=lambda: self.conn.compute_threads(
-                                   self.recorder.options),
-                               thread_setting=lambda: self.conn.thread_setting)
+        """Run the whole protocol (the module's doc): start (environment, preflight),
+        measure (the load request, then a dataset's requests or the calibrated sizes and the
+        context phases), finish (energy, the end environment, the one analysis, the
+        summary). The log is closed when this returns or raises; the outcome's log and
+        analysis come from memory (the recorder kept its records). Raises NoisyMachine,
+        CalibrationError, LogError, and CancelledError when cancelled (after logging it)."""
+        sampler = self._sampler()
         sampler.start()
         try:
-            self.on_progress(
-                BenchProgress("environment", message="reading the engine's environment")
-            )
-            salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
-            self.recorder.log.write(await environment_record(self.conn, "start",
-                                                             prompt_salt=salt))
-            if cfg.preflight_s > 0:
-                self.on_progress(
-                    BenchProgress(
-                        "preflight",
-                        message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
-                    )
-                )
-                idle_from = self.energy.sample()
-                preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
-                idle_to = self.energy.sample("end")
-                self.recorder.log.write(preflight)
-                for record in self.energy.measure_idle(idle_from, idle_to):
-                    self.recorder.log.write(record)
-                verdict = f"preflight {preflight.verdict}" + "".join(
-                    f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
-                )
-                self.on_progress(BenchProgress("preflight", message=verdict))
-                if cfg.require_quiet and not preflight.quiet:
-                    raise NoisyMachine(preflight)
-            self.on_progress(
-                BenchProgress("warmup", message="first request (pays the model load, if any)")
-            )
-            await self._load_request()
-            calibration: Calibration | None = None
-            if self.dataset is not None:
-                await self._run_dataset(self.dataset, salt)
-            else:
-                calibration = await self._calibrated_sizes(salt)
-            self._write_run_energy()
-            self.recorder.log.write(await environment_record(self.conn, "end",
-                                                             **await self._bandwidth()))
-            log = read_log(self.recorder.log.path)
-            analysis = analyze_run(log)
-            self._remember_canary(log)
-            if calibration is not None:
-                self._save_curve(log, analysis, calibration)
-            self.recorder.log.write(
-                SummaryRecord(analysis.contaminated, analysis.ok_count, cfg.drift_threshold_pct,
-                              analysis.verdict, episode_tags(analysis))
-            )
+            salt = await self._start()
+            calibration = await self._measure(salt)
+            analysis = await self._finish(calibration)
         finally:
             sampler.stop()
             self.canary.close()
             self.recorder.close()
-        outcome = BenchOutcome(
-            analysis, calibration, self.log_path, read_log(self.log_path), interrupted
-        )
+        outcome = BenchOutcome(analysis, calibration, self.log_path, self.recorder.kept())
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
+
+    def _sampler(self) -> SamplerState:
+        """The probe sampler of the run, logging each sample with the request it overlaps
+        (docs/method.md, "Quiet machine")."""
+        return make_sampler(self.agent, PROBE_INTERVAL_S, self.recorder.record_probe,
+                            lambda: self.conn.engine_pids, load_thresholds(),
+                            on_state=self.recorder.record_probe_state,
+                            energy=self.energy.reader,
+                            engine_threads=lambda: self.conn.compute_threads(
+                                self.recorder.options),
+                            thread_setting=lambda: self.conn.thread_setting)
+
+    async def _start(self) -> str:
+        """The start environment record, then the preflight (when `preflight_s`); returns
+        the run's prompt salt. Raises NoisyMachine (`require_quiet` and a NOISY machine)."""
+        self.on_progress(
+            BenchProgress("environment", message="reading the engine's environment")
+        )
+        salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
+        self.recorder.log.write(await environment_record(self.conn, "start",
+                                                         prompt_salt=salt))
+        if self.config.preflight_s > 0:
+            await self._preflight()
+        return salt
+
+    async def _preflight(self) -> None:
+        """Sample the machine for `preflight_s` (its idle power too) and log the verdict."""
+        cfg = self.config
+        self.on_progress(
+            BenchProgress(
+                "preflight",
+                message=f"preflight: sampling the machine for {cfg.preflight_s:g} s",
+            )
+        )
+        idle_from = self.energy.sample()
+        preflight = await preflight_record(self.conn, cfg.preflight_s, self.agent)
+        idle_to = self.energy.sample("end")
+        self.recorder.log.write(preflight)
+        for record in self.energy.measure_idle(idle_from, idle_to):
+            self.recorder.log.write(record)
+        verdict = f"preflight {preflight.verdict}" + "".join(
+            f"\n  {f.level.upper()} {f.message} — {f.remedy}" for f in preflight.problems
+        )
+        self.on_progress(BenchProgress("preflight", message=verdict))
+        if cfg.require_quiet and not preflight.quiet:
+            raise NoisyMachine(preflight)
+
+    async def _measure(self, salt: str) -> Calibration | None:
+        """The load request, then the dataset's requests or the calibrated sizes and the
+        context phases; returns the calibration (None for a dataset)."""
+        self.on_progress(
+            BenchProgress("warmup", message="first request (pays the model load, if any)")
+        )
+        await self._load_request()
+        if self.dataset is not None:
+            await self._run_dataset(self.dataset, salt)
+            return None
+        return await self._calibrated_sizes(salt)
+
+    async def _finish(self, calibration: Calibration | None) -> Analysis:
+        """The run's energy and end environment, then the one analysis of the log kept in
+        memory, the canary medians and the prefill curve it keeps, and the summary record;
+        returns the analysis. What the log gets after it (the summary, the end record, probe
+        samples between requests) changes no figure of it: analyze_run reads the requests,
+        the calibration, the canaries and the probe samples taken during requests."""
+        self._write_run_energy()
+        self.recorder.log.write(await environment_record(self.conn, "end",
+                                                         **await self._bandwidth()))
+        log = self.recorder.kept()
+        analysis = analyze_run(log)
+        self._remember_canary(log)
+        if calibration is not None:
+            self._save_curve(log, analysis, calibration)
+        self.recorder.log.write(
+            SummaryRecord(analysis.contaminated, analysis.ok_count,
+                          self.config.drift_threshold_pct, analysis.verdict,
+                          episode_tags(analysis))
+        )
+        return analysis
 
     async def _calibrated_sizes(self, salt: str) -> Calibration:
         """Calibrate the prompt sizes, then run each size and the context phases."""
@@ -339,10 +375,9 @@ class BenchRunner:
                 options = {**self.recorder.options, **record.options}
                 if record.max_tokens is not None:
                     options["num_predict"] = record.max_tokens
-                await self._one(None, None, i, total, phase, messages[-1]["content"],
-                                self.conn.engine, {"history": list(messages[:-1]),
-                                                   "options": options,
-                                                   "dataset_line": record.line})
+                fields = RequestFields(phase=phase, index=i, dataset_line=record.line)
+                await self._one(fields, total, messages[-1]["content"], self.conn.engine,
+                                history=list(messages[:-1]), options=options)
 
     def _write_run_energy(self) -> None:
         """The "run" energy records: the measured ok requests' own windows summed, all-in J
@@ -401,8 +436,8 @@ class BenchRunner:
         """One short request before anything else, so the model's load lands in a request of
         its own (phase "load": kept in the log and the report's load column, never a sample)."""
         options = {**self.config.options(), "num_predict": 2}  # num_predict does not force a reload
-        await self.recorder.measure("Hello", options=options, phase="load", index=0,
-                                    prompt_tokens_target=None, prompt_words=1)
+        await self.recorder.measure("Hello", options=options,
+                                    fields=RequestFields(phase="load", index=0, prompt_words=1))
 
     async def _run_size(
         self, target: int, calibration: Calibration, generator: PromptGenerator
@@ -447,7 +482,7 @@ class BenchRunner:
     def _size_so_far(self, target: int) -> tuple[SizeAnalysis, tuple[int, int]] | None:
         """The analysis of one prompt size from the log written so far, with (its measured
         requests a NOISY probe sample overlapped, its measured requests)."""
-        log = read_log(self.recorder.log.path)
+        log = self.recorder.kept()
         analysis = analyze_run(log)
         size = next((s for s in analysis.sizes if s.target == target and s.path is None), None)
         return None if size is None else (size, noisy_requests([size], log.probes))
@@ -457,50 +492,44 @@ class BenchRunner:
     ) -> None:
         cfg = self.config
         for i in indexes:
-            phase = "warmup" if i < cfg.warmup else "measure"
+            fields = RequestFields(phase="warmup" if i < cfg.warmup else "measure", index=i,
+                                   prompt_tokens_target=target, prompt_words=words)
             if not cfg.compare_relay:
-                await self._one(
-                    target, words, i, total, phase, generator.make(words), self.conn.engine, {}
-                )
+                await self._one(fields, total, generator.make(words), self.conn.engine)
                 continue
             # Paired run: both paths per index, alternating which goes first; each request has a
             # fresh prompt of the same calibrated size (never the same prompt twice: caches).
             paths = [("direct", self.conn.upstream), ("relay", self.conn.engine)]
             for path, engine in paths if i % 2 == 0 else reversed(paths):
-                await self._one(
-                    target,
-                    words,
-                    i,
-                    total,
-                    phase,
-                    generator.make(words),
-                    engine,
-                    {"path": path, "pair": i},
-                )
+                await self._one(replace(fields, path=path, pair=i), total,
+                                generator.make(words), engine)
 
     async def _one(
         self,
-        target: int | None,
-        words: int | None,
-        i: int,
+        fields: RequestFields,
         total: int,
-        phase: str,
         prompt: str,
-        engine: Any,
-        extra: dict[str, Any],
+        engine: Engine,
+        *,
+        history: list[Mapping[str, Any]] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
+        """Measure one request of the sizes or the dataset (`fields`: its phase, index,
+        size...; `total`: the size's requests, for the progress line) on `engine`, after a
+        canary when it is measured; a dataset's request has its `history` and `options`."""
+        phase, i, target = fields.phase or "measure", fields.index or 0, fields.prompt_tokens_target
         if phase == "measure":  # between requests, never during one (nor tagged as in one)
             await self._canary(self.recorder.requests + 1)
-        label = f" {extra['path']}" if "path" in extra else ""
+        label = f" {fields.path}" if fields.path is not None else ""
         self.on_progress(
             BenchProgress(phase, target, i, total,
                           message=f"{self.config.position(phase, i)}{label}")
         )
         before = self.machine.read()
         result, record = await self.recorder.measure(
-            prompt, self.on_event, engine=engine,
-            late=lambda _: {"machine": asdict(interval(before, self.machine.read()))},
-            phase=phase, index=i, prompt_tokens_target=target, prompt_words=words, **extra,
+            prompt, self.on_event, engine=engine, options=options, history=history or (),
+            late=lambda _: RequestFields(machine=asdict(interval(before, self.machine.read()))),
+            fields=fields,
         )
         if phase == "measure" and result.status == "ok":
             self._measured.append(result)

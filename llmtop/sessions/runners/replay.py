@@ -35,18 +35,18 @@ from typing import Any
 
 from llmtop.engines.connection import Connection
 from llmtop.sessions.analysis.compare.stats import MetricComparison, judge
-from llmtop.sessions.measure.metrics import METRICS
+from llmtop.sessions.measure.config import LoadConfig
+from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, TTFT
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.records.schema import CalibrationRecord, RequestRecord, RunLog
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
-from llmtop.sessions.runners.load.config import LoadConfig
 from llmtop.sessions.runners.load.loops import Prepared, Prompt, closed_loop, open_loop
 from llmtop.sessions.runners.load.progress import LoadProgress
 from llmtop.sessions.runners.load.runner import LoadRunner
 
-COMPARED = ("ttft", "decode", "e2e")  # compare's metrics the replay judges
+COMPARED = (TTFT, SERVER_DECODE, E2E)  # compare's metrics the replay judges and shows
 OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_predict",
                     "temperature": "temperature", "top_p": "top_p", "seed": "seed",
                     "stop": "stop"}
@@ -96,7 +96,7 @@ def read_trace(path: str) -> Trace:
                           "counts to replay")
     timed.sort(key=lambda t: t[0])
     first = timed[0][0]
-    bodies = bool((log.header.watch or {}).get("bodies_logged"))
+    bodies = log.header.watch is not None and log.header.watch.bodies_logged
     # exact: whole microseconds between the ISO times (a float POSIX time of today holds
     # about 0.2 µs, which would blur the recorded gaps)
     offsets = tuple((t - first) // timedelta(microseconds=1) / 1e6 for t, _ in timed)
@@ -117,7 +117,7 @@ def _wall(text: str | None) -> datetime | None:
 def replay_options(rec: RequestRecord) -> dict[str, Any]:
     """The original's options in Ollama's names, num_predict its output token count."""
     options: dict[str, Any] = {}
-    openai = (rec.endpoint or "").startswith("/v1/")
+    openai = (rec.watch.endpoint or "").startswith("/v1/")
     for key, value in rec.options.items():
         if openai:
             if key in OPENAI_TO_OLLAMA:
@@ -242,19 +242,18 @@ def compare_replay(trace: Trace, log: RunLog, speed: float = 1.0,
                    back_to_back: bool = False) -> ReplayComparison:
     """Pair each original with its replay (`replay_of`) and judge TTFT, decode and E2E with
     compare's test over the pairs where both ended ok."""
-    replayed = {r.replay_of: r for r in log.requests if r.replay_of is not None
+    replayed = {r.load.replay_of: r for r in log.requests if r.load.replay_of is not None
                 and r.phase == "measure"}
     pairs = tuple(Pair(o, replayed.get(o.id)) for o in trace.originals)
     both = [p for p in pairs if p.replay is not None and p.replay.status == "ok"]
     metrics = []
-    for name in COMPARED:
-        spec = METRICS[name]
+    for spec in COMPARED:
         a = [v for p in both if (v := p.original.metric(spec.key)) is not None]
         b = [v for p in both if p.replay and (v := p.replay.metric(spec.key)) is not None]
         metrics.append(judge(spec, "replay", a, b))
     errors = None
-    sent = [(o, p.replay.sent_offset_ns) for o, p in zip(trace.offsets_s, pairs, strict=True)
-            if p.replay is not None and p.replay.sent_offset_ns is not None]
+    sent = [(o, p.replay.load.sent_offset_ns) for o, p in zip(trace.offsets_s, pairs, strict=True)
+            if p.replay is not None and p.replay.load.sent_offset_ns is not None]
     if not back_to_back and sent:
         o0, s0 = sent[0]
         errors = tuple(round((s - s0) / 1e6 - (o - o0) / speed * 1e3, 4) for o, s in sent)
@@ -289,8 +288,9 @@ def markdown(c: ReplayComparison) -> str:
     for k, p in enumerate(c.pairs, 1):
         o, r = p.original, p.replay
         row = [str(k), str(o.id), str(r.status) if r else "not sent"]
-        for key in ("ttft_ms", "server_decode_tps", "e2e_ms"):
-            row.append(f"{_cell(o.metric(key))} → {_cell(r.metric(key) if r else None)}")
+        for spec in COMPARED:
+            a_value, b_value = o.metric(spec.key), r.metric(spec.key) if r else None
+            row.append(f"{_cell(a_value)} → {_cell(b_value)}")
         for which in ("prompt_eval_count", "eval_count"):
             a, b = _tokens(o, which), _tokens(r, which)
             row.append(f"{'n/a' if a is None else a} → {'n/a' if b is None else b}")
@@ -305,8 +305,8 @@ def as_json(c: ReplayComparison) -> dict[str, Any]:
     def figures(rec: RequestRecord | None) -> Mapping[str, Any] | None:
         if rec is None:
             return None
-        return {"id": rec.id, "status": str(rec.status), "ttft_ms": rec.metric("ttft_ms"),
-                "decode_tps": rec.metric("server_decode_tps"), "e2e_ms": rec.metric("e2e_ms"),
+        return {"id": rec.id, "status": str(rec.status), TTFT.key: rec.metric(TTFT.key),
+                "decode_tps": rec.metric(SERVER_DECODE.key), E2E.key: rec.metric(E2E.key),
                 "prompt_tokens": _tokens(rec, "prompt_eval_count"),
                 "output_tokens": _tokens(rec, "eval_count")}
     return {"trace": c.trace.identity(), "max_arrival_error_ms": c.max_arrival_error_ms,

@@ -28,11 +28,11 @@ from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from llmtop.sessions.runners.bench import BenchRunner
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.tui.screens.report import ReportScreen
 from llmtop.tui.state.bench_config import (
@@ -196,7 +196,8 @@ class BenchScreen(Screen[None]):
             self.query_one("#bench-log", PathLabel).set_path(runner.log_path)
             self.host.bench_started(runner.log_path, config)
             outcome = await runner.run()
-            report = await asyncio.to_thread(lambda: render(build(outcome.log), "md"))
+            report = await asyncio.to_thread(
+                lambda: render(build(outcome.log, outcome.analysis), "md"))
             state.finish(outcome, report)
             how = verdict(outcome.analysis)
         except asyncio.CancelledError:

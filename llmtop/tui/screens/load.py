@@ -22,11 +22,12 @@ from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
-from llmtop.sessions.analysis.slo import Slo
+from llmtop.sessions.measure.config import LoadConfig, Mode
 from llmtop.sessions.measure.options import Workload
+from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
-from llmtop.sessions.runners.load.config import LoadConfig, Mode, parse_levels
+from llmtop.sessions.runners.load.config import parse_levels
 from llmtop.sessions.runners.load.runner import LoadRunner
 from llmtop.tui.state.bench_config import MIN_MAX_TOKENS
 from llmtop.tui.state.load_view import LoadLive, curve, finished_text, levels_table

@@ -11,7 +11,7 @@ import dataclasses
 from datetime import datetime
 from pathlib import Path
 
-from llmtop.sessions.runners.bench_config import BenchConfig
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.tui.state.settings import TuiSettings
 
 MIN_MAX_TOKENS = 2  # a decode rate needs two output tokens (as `llmtop bench`)

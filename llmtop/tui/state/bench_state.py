@@ -18,9 +18,9 @@ from llmtop.sessions.analysis.run import (
     BenchStatus,
     first_pass_status,
 )
+from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress
-from llmtop.sessions.runners.bench_config import BenchConfig
 from llmtop.tui.state.live import LiveRequest, request_span_ns
 from llmtop.tui.state.noise import NoiseTracker
 

@@ -44,12 +44,12 @@ def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
     for size in analysis.sizes:
         # a watched app's request counts when it ended ok: a prefix-cache hit (no prompt
         # evaluation time) is what apps' traffic is made of, not a bench's flaw
-        ok = [r for r in size.requests if r.record.endpoint is not None
+        ok = [r for r in size.requests if r.record.watch.endpoint is not None
               and r.record.status == Status.OK] or size.baseline
         for r in ok:
-            level = getattr(r.record, "level", None)
+            level = r.record.load.level
             key: tuple[Any, ...] = (size.target, size.path, level)
-            if r.record.endpoint is not None:  # a watched app's request: by caller and model
+            if r.record.watch.endpoint is not None:  # a watched app's request: by caller and model
                 caller, model = group_key(r.record)
                 key = ("watch", caller, model)
                 if key not in out:

@@ -1,10 +1,10 @@
-"""What `llmtop load` sweeps and when requests leave (pure; no I/O). The latency target it
-judges against, `Slo`, is the analysis's (analysis/slo.py).
+"""When a sweep's requests leave and how far it may go (pure; no I/O): the runner's part of
+`llmtop load`'s configuration. What the sweep was set up to do, `LoadConfig`, is carried by the
+log's header and lives with the measuring core (measure/config.py).
 
-* `LoadConfig`: closed loop (`mode="concurrency"`: N workers, each sends its next request
-  when its last one ends) or open loop (`mode="rate"`: requests leave on a timetable, Poisson
-  or constant, whatever the server does).
 * `arrival_offsets`: the open loop's timetable, seeded, so a run can be repeated.
+* `max_users`, `parse_levels`, `parse_level_duration`: the command line's levels and their
+  limits on this machine.
 """
 
 from __future__ import annotations
@@ -12,70 +12,8 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
 
-from llmtop.sessions.analysis.slo import Slo, parse_duration_ms
-from llmtop.sessions.measure.options import Workload
-
-Mode = Literal["concurrency", "rate"]
-
-
-@dataclass(frozen=True)
-class LoadConfig(Workload):
-    """A sweep's fixed parameters: the workload (options.Workload) and the sweep's own.
-
-    mode/levels: "concurrency" with worker counts (ints ≥ 1), or "rate" with requests/s (> 0).
-    requests: requests per level; or duration_s: seconds per level (closed loop: no request
-    starts after it; open loop: rate × duration requests are scheduled). Exactly one is set.
-    arrivals: open loop's timetable, "poisson" (exponential gaps, seeded) or "constant".
-    prompt_tokens: the calibrated prompt size of every request.
-    preflight_s: seconds of machine sampling before the sweep (0 skips it).
-    search: an SLO search (analysis/search.py) between the lowest and the highest level
-    instead of a sweep of every level; needs an SLO and two levels.
-    early_stop: stop an open-loop level once it is over-saturated (analysis/saturation.py).
-    measure_cache: with a dataset (measure/dataset.py), send its requests as they are, so a
-    prefix cache may serve them (default: each starts with a tag of its own).
-    """
-
-    mode: Mode = "concurrency"
-    levels: tuple[float, ...] = (1, 2, 4, 8)
-    requests: int | None = 40
-    duration_s: float | None = None
-    arrivals: Literal["poisson", "constant"] = "poisson"
-    prompt_tokens: int = 200
-    slo: Slo = field(default_factory=Slo)
-    preflight_s: float = 0.0
-    search: bool = False
-    early_stop: bool = True
-    measure_cache: bool = False  # a --dataset's requests sent as they are, not cache-busted
-
-    def __post_init__(self) -> None:
-        if (self.requests is None) == (self.duration_s is None):
-            raise ValueError("give either requests or duration_s per level, not both or neither")
-        if not self.levels or any(v <= 0 for v in self.levels):
-            raise ValueError("levels must be positive")
-        if self.mode == "concurrency" and any(v != int(v) for v in self.levels):
-            raise ValueError("concurrency levels must be whole numbers")
-        if self.search and self.slo.empty:
-            raise ValueError("--search finds the highest level meeting an SLO: give one with "
-                             "--slo, e.g. --slo ttft=500ms,tpot=50ms")
-        if self.search and len(set(self.levels)) < 2:
-            raise ValueError("--search needs a low and a high bound: two levels, e.g. "
-                             "--concurrency 1,16 or --rate 0.5,8")
-
-    def level_label(self, value: float) -> str:
-        """ "1 user", "4 users" or "2 req/s"."""
-        if self.mode != "concurrency":
-            return f"{value:g} req/s"
-        return f"{value:g} {'user' if value == 1 else 'users'}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the log header's "load" field)."""
-        data = asdict(self)
-        data["levels"] = list(self.levels)
-        data["slo"] = self.slo.to_dict()
-        return data
+from llmtop.sessions.measure.slo import parse_duration_ms
 
 
 def arrival_offsets(rate: float, count: int, arrivals: str, seed: int) -> list[float]:

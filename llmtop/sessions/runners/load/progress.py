@@ -1,5 +1,5 @@
 """What a load sweep reports as it runs and when it ends (`LoadProgress`, `LoadOutcome`), and
-the client it streams through (`pooled_engine`); the runner is load.py."""
+the client it streams through (`pooled_engine`); the runner is runner.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from llmtop.engines.base import Engine
 from llmtop.engines.connection import Connection
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.records.schema import RequestRecord
-from llmtop.sessions.runners.load.config import LoadConfig
 
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
 

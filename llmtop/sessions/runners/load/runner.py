@@ -36,6 +36,7 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.load import LevelResult, analyze_load
 from llmtop.sessions.analysis.saturation import over_saturated
 from llmtop.sessions.analysis.search import SearchResult
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
@@ -54,12 +55,11 @@ from llmtop.sessions.runners.environment import (
     environment_record,
     preflight_record,
 )
-from llmtop.sessions.runners.load.config import LoadConfig
 from llmtop.sessions.runners.load.loops import LEAD_NS, Prepared, Prompt, closed_loop, open_loop
 from llmtop.sessions.runners.load.progress import LoadOutcome, LoadProgress, pooled_engine
 from llmtop.sessions.runners.load.search import run_search
 from llmtop.sessions.runners.load.server_metrics import ServerWatch
-from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.recorder import NO_FIELDS, RequestFields, SessionRecorder
 from llmtop.stamping.stamps import released_at
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
@@ -197,22 +197,25 @@ class LoadRunner:
         cfg = self.config
         if self.dataset is not None:
             return 0
+        target = cfg.prompt_tokens
+        if target is None:  # sized in words: the Locust user class's config, not this runner's
+            raise ValueError("a sweep llmtop sends sizes its prompts in tokens (prompt_tokens)")
         self.on_progress(LoadProgress("calibrating", message="calibrating the prompt size"))
         calibration = await calibrate(
             self.conn.engine,
             self.conn.model,
-            [cfg.prompt_tokens],
+            [target],
             {**cfg.options(), "num_predict": 1},
             seed=cfg.seed,
             cache=CalibrationCache() if cfg.use_cache else None,
             think=cfg.think,
         )
         self.recorder.log.write(CalibrationRecord.of(calibration.to_dict()))
-        point = calibration.targets[cfg.prompt_tokens]
+        point = calibration.targets[target]
         self.on_progress(
             LoadProgress(
                 "calibrating",
-                message=f"calibration: {cfg.prompt_tokens} tok → "
+                message=f"calibration: {target} tok → "
                 f"{point.words} words ({point.tokens})",
             )
         )
@@ -360,14 +363,14 @@ class LoadRunner:
         """Stream one request, log it with `fields` plus its send offset from t0 (and its
         scheduled offset and lag, open loop)."""
 
-        def late(result: RequestResult) -> dict[str, Any]:
+        def late(result: RequestResult) -> RequestFields:
             if t0 is None:
-                return {}
+                return NO_FIELDS
             if scheduled_ns is None:
-                return {"sent_offset_ns": result.sent_ns - t0}
-            return {"sent_offset_ns": result.sent_ns - t0,
-                    "scheduled_offset_ns": scheduled_ns - t0,
-                    "lag_ms": (result.sent_ns - scheduled_ns) / 1e6}
+                return RequestFields(sent_offset_ns=result.sent_ns - t0)
+            return RequestFields(sent_offset_ns=result.sent_ns - t0,
+                                 scheduled_offset_ns=scheduled_ns - t0,
+                                 lag_ms=(result.sent_ns - scheduled_ns) / 1e6)
 
         measured = fields.get("phase") == "measure"
         if measured and self.stopped is not None:
@@ -381,7 +384,7 @@ class LoadRunner:
         with released_at(scheduled_ns):  # an open loop's send leaves at its scheduled moment
             result, record = await self.recorder.measure(
                 prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
-                late=late, history=history, **fields,
+                late=late, history=history, fields=RequestFields(**fields),
             )
         if measured:
             self.level_records.append(record)
@@ -400,7 +403,7 @@ class LoadRunner:
         (analysis/saturation.py); a closed loop's latency is bounded, so never there."""
         if not open_loop or not self.config.early_stop or self.stopped is not None:
             return
-        points = [(r.index or 0, ttft + (r.lag_ms or 0.0)) for r in self.level_records
+        points = [(r.plan.index or 0, ttft + (r.load.lag_ms or 0.0)) for r in self.level_records
                   if r.status == "ok" and (ttft := r.metrics.ttft_ms) is not None]
         stop = over_saturated(points, self._sent)
         if stop is not None:

@@ -11,17 +11,39 @@ over-saturation rule stopped is a miss at once (no repeat).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from llmtop.sessions.analysis.load import level_result, verdict
+from llmtop.sessions.analysis.load import LevelResult, level_result, verdict
 from llmtop.sessions.analysis.search import MAX_REPEATS, SearchResult, SloSearch, judge
+from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.prompts import PromptGenerator
-
-if TYPE_CHECKING:
-    from llmtop.sessions.runners.load.runner import LoadRunner
+from llmtop.sessions.records.schema import RequestRecord
 
 
-async def run_search(runner: LoadRunner, words: int, generator: PromptGenerator) -> SearchResult:
+class LevelRunner(Protocol):
+    """What the search needs of the sweep's runner (runner.LoadRunner has it): the config
+    (mode, levels, SLO), the current level's request records as logged and the calibrated
+    prompt's token count (None: uncalibrated), and a way to run one level. A protocol, so
+    this module needs nothing of runner.py, which imports it."""
+
+    @property
+    def config(self) -> LoadConfig: ...
+
+    @property
+    def level_records(self) -> list[RequestRecord]: ...
+
+    @property
+    def expected_tokens(self) -> float | None: ...
+
+    async def run_level(
+        self, index: int, value: float, words: int, generator: PromptGenerator,
+        repeat: Callable[[int], bool] | None = None,
+    ) -> LevelResult | None: ...
+
+
+async def run_search(runner: LevelRunner, words: int, generator: PromptGenerator
+                     ) -> SearchResult:
     """Bisect between the config's lowest and highest level, running each point on `runner`
     (`LoadRunner.run_level`); returns the answer (also what `analyze_load` replays from the
     log). Raises what run_level raises (CancelledError when stopped)."""

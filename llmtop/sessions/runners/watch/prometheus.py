@@ -52,7 +52,7 @@ class PrometheusFile:
 
     def add(self, record: RequestRecord) -> None:
         """Count one finished request and rewrite the file."""
-        labels = (record.model or "unknown", record.caller or "unknown")
+        labels = (record.model or "unknown", record.watch.caller or "unknown")
         self.requests.labels(*labels, str(record.status)).inc()
         m, stats = record.metrics, record.stats
         if m.ttft_ms is not None:

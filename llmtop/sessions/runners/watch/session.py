@@ -39,6 +39,16 @@ from typing import Any, TextIO
 from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Level
 from llmtop.servers.watch.proxy import Exchange
+from llmtop.sessions.measure.metrics import (
+    E2E,
+    LOAD,
+    PROMPT_EVAL,
+    SERVER_DECODE,
+    SERVER_PREFILL,
+    TPOT,
+    TTFT,
+    TTFT_CONTENT,
+)
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import SessionLog, default_log_path
 from llmtop.sessions.records.schema import RequestRecord
@@ -265,7 +275,7 @@ def live_fields(exchange: Exchange, now_ns: int, show_text: bool) -> dict[str, A
     line: dict[str, Any] = {
         "event": "progress", "id": exchange.id, "model": exchange.facts.model,
         "caller": exchange.caller.app if exchange.caller else None,
-        "ttft_ms": None if ttft is None else round(ttft, 3), "chunks": len(texts),
+        TTFT.key: None if ttft is None else round(ttft, 3), "chunks": len(texts),
         "live_tps": round((len(texts) - 1) / span, 1) if span > 0 else None,
         "elapsed_ms": round((now_ns - exchange.received_ns) / NS_PER_MS, 1),
     }
@@ -292,25 +302,25 @@ def line_fields(watched: Watched) -> dict[str, Any]:
     prompt_n = stats.prompt_eval_count if stats else None
     cached = stats.prompt_cached_count if stats else None
     line: dict[str, Any] = {
-        "id": rec.id, "started_at": rec.started_at, "listen": rec.listen,
-        "upstream": rec.upstream, "endpoint": rec.endpoint, "model": rec.model or None,
-        "caller": rec.caller, "caller_pid": rec.caller_pid, "status": str(rec.status),
-        "http_status": rec.http_status, "error": rec.error,
+        "id": rec.id, "started_at": rec.started_at, "listen": rec.watch.listen,
+        "upstream": rec.watch.upstream, "endpoint": rec.watch.endpoint, "model": rec.model or None,
+        "caller": rec.watch.caller, "caller_pid": rec.watch.caller_pid, "status": str(rec.status),
+        "http_status": rec.watch.http_status, "error": rec.error,
         "error_kind": str(rec.error_kind) if rec.error_kind else None,
-        "ttft_ms": m.ttft_ms, "ttft_content_ms": m.ttft_content_ms, "tpot_ms": m.tpot_ms,
-        "e2e_ms": m.e2e_ms, "itl_ms_max": max(m.itl_ms) if m.itl_ms else None,
-        "decode_tps": m.client_decode_tps, "server_prefill_tps": m.server_prefill_tps,
-        "server_decode_tps": m.server_decode_tps, "load_ms": m.load_ms,
-        "prompt_eval_ms": m.prompt_eval_ms, "prompt_tokens": prompt_n,
+        TTFT.key: m.ttft_ms, TTFT_CONTENT.key: m.ttft_content_ms, TPOT.key: m.tpot_ms,
+        E2E.key: m.e2e_ms, "itl_ms_max": max(m.itl_ms) if m.itl_ms else None,
+        "decode_tps": m.client_decode_tps, SERVER_PREFILL.key: m.server_prefill_tps,
+        SERVER_DECODE.key: m.server_decode_tps, LOAD.key: m.load_ms,
+        PROMPT_EVAL.key: m.prompt_eval_ms, "prompt_tokens": prompt_n,
         "cached_prompt_tokens": cached,
         "cached_pct": round(100 * cached / prompt_n, 1) if cached is not None and prompt_n
         else None,
         "output_tokens": m.output_tokens, "tokens_basis": m.tokens_basis,
         "thinking_chunks": sum(1 for e in result.events if e.thinking),
         "answer_chunks": sum(1 for e in result.events if e.content),
-        "buffered": m.buffered, "hop_in_ms": rec.hop_in_ms, "hop_out_ms": rec.hop_out_ms,
-        "pipeline_wait_ms": rec.pipeline_wait_ms,
-        "verdict": rec.probe_verdict, "findings": list(rec.probe_findings),
+        "buffered": m.buffered, "hop_in_ms": rec.watch.hop_in_ms,
+        "hop_out_ms": rec.watch.hop_out_ms, "pipeline_wait_ms": rec.watch.pipeline_wait_ms,
+        "verdict": rec.watch.probe_verdict, "findings": list(rec.watch.probe_findings),
         "stats": stats.to_dict() if stats else None,
     }
     if rec.prompt or rec.content or rec.thinking:

@@ -2,9 +2,10 @@
 
 `Slo`: "ttft=500ms,tpot=50ms,e2e=10s" → per-request limits in ms; a request meets the SLO
 when it completed ok and every given term holds (goodput, as in DistServe and
-`vllm bench serve --goodput`: requests/s that meet every term). Its own module, below the
-sweep's analysis (load.py) that judges against it, so the sweep's configuration
-(runners/load/config.py), the CLI and the TUI's form parse one without the analysis.
+`vllm bench serve --goodput`: requests/s that meet every term). It stands with the measuring
+core, below the sweep's analysis (analysis/load.py) that judges against it, because the
+sweep's configuration (measure/config.py) carries one into the log's header, and the CLI and
+the TUI's form parse one without the analysis.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SLO_TERMS = ("ttft", "tpot", "e2e")
+from llmtop.sessions.measure.metrics import E2E, TPOT, TTFT
+
+_LIMITED = (TTFT, TPOT, E2E)  # the metrics an SLO limits, in its fields' order
+SLO_TERMS = tuple(m.name for m in _LIMITED)  # "ttft", "tpot", "e2e"
 ATTAINMENT = 0.90  # share of requests that must meet every term: the knee's and the search's
 # rule (DistServe's SLO attainment target of 90 %)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -76,9 +80,9 @@ class Slo:
         terms = [
             f"{name} ≤ {limit:g} ms"
             for name, limit in (
-                ("TTFT", self.ttft_ms),
-                ("TPOT", self.tpot_ms),
-                ("E2E", self.e2e_ms),
+                (TTFT.label, self.ttft_ms),
+                (TPOT.label, self.tpot_ms),
+                (E2E.label, self.e2e_ms),
             )
             if limit is not None
         ]
@@ -92,4 +96,4 @@ class Slo:
     def from_dict(cls, data: dict[str, Any] | None) -> Slo:
         """Back from `to_dict()` (None → no SLO)."""
         data = data or {}
-        return cls(data.get("ttft_ms"), data.get("tpot_ms"), data.get("e2e_ms"))
+        return cls(*(data.get(m.key) for m in _LIMITED))
