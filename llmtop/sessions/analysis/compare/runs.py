@@ -39,10 +39,10 @@ def run_set(path: str, log: RunLog) -> tuple[list[RunLog], list[str]]:
     order, and a note per run that could not be read; ([log], []) for a log that is not
     one of a set. The set's logs are named as `bench` names them (commands/bench.py,
     `run_log`): "<stem>-run<k>.jsonl" beside it; the header's bench config says run k of K."""
-    bench = log.header.bench or {}
-    runs, run = bench.get("runs"), bench.get("run")
-    if not isinstance(runs, int) or not isinstance(run, int) or runs < 2:
+    bench = log.header.bench
+    if bench is None or bench.runs < 2:
         return [log], []
+    runs, run = bench.runs, bench.run
     p = Path(path)
     stem = p.stem.removesuffix(f"-run{run}")
     logs, notes = [], []
