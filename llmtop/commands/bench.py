@@ -247,7 +247,6 @@ async def _bench(args: argparse.Namespace) -> int:
     from llmtop.sessions.records.log import default_log_path
     from llmtop.sessions.reports.formats import render
     from llmtop.sessions.reports.run import Repeatability, build
-    from llmtop.sessions.reports.run_markdown import repeat_markdown
 
     config = config_from_args(args)
     conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
@@ -271,9 +270,9 @@ async def _bench(args: argparse.Namespace) -> int:
     fmt = getattr(args, "format", None) or ("json" if args.json else "md")
     spreads = repeatability([o.analysis for o in outcomes]) if runs > 1 else []
     spread = Repeatability(spreads, [o.log_path for o in outcomes]) if spreads else None
-    text = render(build(outcome.log, outcome.analysis, spread), fmt)  # analysed once: the run's
-    if spread is not None and fmt == "csv":  # a CSV table has no place for the section
-        print("\n".join(repeat_markdown(spread.sizes, spread.logs)) + "\n", file=sys.stderr)
+    # the run's own analysis: the report analyses nothing again; the runs' spread is a
+    # section of the markdown and the page, a key of the JSON
+    text = render(build(outcome.log, outcome.analysis, spread), fmt)
     emit(text, getattr(args, "out", None), "llmtop bench")
     if any(sp.disagree for size in spreads for sp in size.spreads) or any(
             o.analysis.contaminated for o in outcomes[:-1]):

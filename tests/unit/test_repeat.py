@@ -7,8 +7,13 @@ import pytest
 from llmtop.commands.bench import run_log
 from llmtop.sessions.analysis.repeat import repeatability, spread
 from llmtop.sessions.analysis.run import analyze
+from llmtop.sessions.reports.formats import render
+from llmtop.sessions.reports.run import Repeatability, build
 from llmtop.sessions.reports.run_markdown import repeat_markdown
+from tests.unit.test_analysis_report import bench_log as bench_log_fixture
 from tests.unit.test_analysis_report import record
+
+bench_log = bench_log_fixture  # the contaminated run's log, read back
 
 
 def flat_run(decode: float):
@@ -47,17 +52,23 @@ def test_each_run_has_its_own_log():
     assert run_log(None, 2, 3) is None
 
 
-def test_the_report_gets_the_runs_section_or_key():
+def test_the_report_carries_the_runs_repeatability(bench_log):
+    """The runs' spread is a field of the report: the markdown's last section, the JSON's
+    last key, a section of the HTML page; the rest of the report is as for one run."""
     import json
 
-    from llmtop.commands.bench import with_repeatability
-
     spreads = repeatability([flat_run(21.9), flat_run(22.0)])
-    data = json.loads(with_repeatability('{"verdict": "clean"}', "json", spreads, ["a", "b"]))
-    assert data["verdict"] == "clean" and data["repeatability"]["logs"] == ["a", "b"]
+    one = build(bench_log)
+    runs = build(bench_log, one.analysis, Repeatability(spreads, ["a", "b"]))
+    data = json.loads(render(runs, "json"))
+    assert list(data)[-1] == "repeatability" and data["repeatability"]["logs"] == ["a", "b"]
     assert data["repeatability"]["sizes"][0]["spreads"][1]["medians"] == [21.9, 22.0]
-    md = with_repeatability("# report\n", "md", spreads, ["a", "b"])
-    assert md.startswith("# report\n") and "## Repeatability across 2 runs" in md
+    assert {k: v for k, v in data.items() if k != "repeatability"} == json.loads(
+        render(one, "json"))
+    section = "\n".join(repeat_markdown(spreads, ["a", "b"])) + "\n"
+    assert render(runs, "md") == render(one, "md") + section
+    assert "## Repeatability across 2 runs" in section
+    assert "Repeatability across 2 runs" in render(runs, "html")
 
 
 def canary_run(ttft: float, cpu_ms: float, mem_ms: float = 2.5):

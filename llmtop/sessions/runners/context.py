@@ -32,7 +32,7 @@ from llmtop.sessions.measure.prompts import SEPARATOR, PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import RequestRecord
 from llmtop.sessions.runners.calibration import Calibration
-from llmtop.sessions.runners.recorder import SessionRecorder
+from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
 
 SUFFIX_WORDS = 12  # a cache pair's suffix: short, so the prefix is most of the prompt
 COLD_NONCE_WORDS = 4  # the cold replay's opening: random words no prompt began with
@@ -64,11 +64,9 @@ async def run_cache_pairs(
             result, record = await recorder.measure(
                 prompt,
                 on_event,
-                phase=phase,
-                pair=pair,
-                index=pair,
-                prompt_tokens_target=target,
-                prompt_words=words + SUFFIX_WORDS,
+                fields=RequestFields(phase=phase, pair=pair, index=pair,
+                                     prompt_tokens_target=target,
+                                     prompt_words=words + SUFFIX_WORDS),
             )
             on_progress(phase, pair + 1, pairs, result, record)
 
@@ -95,10 +93,8 @@ async def run_conversation(
             prompt,
             on_event,
             history=tuple(history),
-            phase="turn",
-            index=turn,
-            prompt_tokens_target=target,
-            prompt_words=words,
+            fields=RequestFields(phase="turn", index=turn, prompt_tokens_target=target,
+                                 prompt_words=words),
         )
         on_progress("turn", turn + 1, turns, result, record)
         if record.status != "ok":
@@ -135,10 +131,8 @@ async def _replay_cold(
             prompt,
             on_event,
             history=history,
-            phase="turn-cold",
-            index=turn,
-            prompt_tokens_target=target,
-            prompt_words=words,
+            fields=RequestFields(phase="turn-cold", index=turn, prompt_tokens_target=target,
+                                 prompt_words=words),
         )
         on_progress("turn-cold", turn + 1, len(sent), result, record)
         if record.status != "ok":

@@ -4,19 +4,29 @@ Shared by the TUI, `llmtop run`, bench and load so all record the same things th
 `SessionRecorder.measure` is the one choreography of a request (a new numbered request →
 stream it → record it; a cancelled one is recorded with what arrived, then the cancel goes
 on).
+
+A bench keeps what it writes (`keep=True`): the log's records as they read back, in memory,
+so the runner decides its next step and the report analyses the run without reading its own
+file again (`SessionRecorder.kept`); the file on disk stays the source of `llmtop report`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from llmtop.engines.base import Engine
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import StreamEvent
+from llmtop.probes.sampler import ProbeSample
+from llmtop.safetext import json_line
 from llmtop.sessions.measure.request import (
     TOKEN_TIMEOUT_S,
     RequestCollector,
@@ -25,7 +35,17 @@ from llmtop.sessions.measure.request import (
     run_request,
 )
 from llmtop.sessions.records.log import SessionLog, default_log_path
-from llmtop.sessions.records.schema import EnergyRecord, ProbeSourceRecord, RequestRecord
+from llmtop.sessions.records.schema import (
+    AnyRecord,
+    EnergyRecord,
+    Header,
+    ProbeSourceRecord,
+    RecordError,
+    RequestRecord,
+    RunLog,
+    decode,
+    fast_decode,
+)
 from llmtop.sessions.runners.energy import EnergyMeter
 from llmtop.sessions.runners.environment import environment
 
@@ -36,6 +56,81 @@ LOCAL_SOURCE = {"kind": "local", "machine": socket.gethostname()}  # a sample fr
 # noisy, or another set of finding codes), so nothing the probes said is lost.
 IDLE_AFTER_NS = 5 * 10**9
 IDLE_PROBE_PERIOD_NS = 10 * 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFields:
+    """The fields of a request record that the mode sending it sets, beside what the request
+    measured, by their names in the log's line (schema.RequestLine, which RequestRecord.of
+    takes): a bench's or a sweep's plan (phase, index, prompt size, relay path and pair,
+    dataset line: schema.PlanTags), a sweep's level, send offsets and replayed request
+    (schema.LoadTags), a bench request's machine readings (RequestRecord.machine). A field
+    left None is written as the record's default, so a mode sets only its own."""
+
+    phase: str | None = None
+    index: int | None = None
+    prompt_tokens_target: int | None = None
+    prompt_words: int | None = None
+    path: str | None = None
+    pair: int | None = None
+    level: int | None = None
+    dataset_line: int | None = None
+    replay_of: int | None = None
+    machine: Mapping[str, Any] | None = None
+    sent_offset_ns: int | None = None
+    scheduled_offset_ns: int | None = None
+    lag_ms: float | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The fields set (not None), by their record names."""
+        return {f.name: value for f in dataclasses.fields(self)
+                if (value := getattr(self, f.name)) is not None}
+
+
+NO_FIELDS = RequestFields()
+
+
+class KeptLog(SessionLog):
+    """A SessionLog that keeps what it wrote: each line, as it is written, read back into its
+    typed record by the reader's own rule (schema.fast_decode, else schema.decode: a record
+    that would not read back is left out with the reader's warning, "line N: …; skipped"),
+    so `kept()` is what `read_log` would give for the file so far without reading it. One
+    lock orders the keeping as the file (the sampler thread writes probe records)."""
+
+    def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any]) -> None:
+        self._order = threading.Lock()
+        self._first: Header | None = None
+        self._records: list[AnyRecord] = []
+        self._warnings: list[str] = []
+        super().__init__(path, header)
+
+    def write_raw(self, record: Mapping[str, Any], *, sync: bool = True) -> bool:
+        """SessionLog.write_raw, keeping the record when it reached the file."""
+        with self._order:
+            if not super().write_raw(record, sync=sync):
+                return False
+            self._keep(json_line(record))
+        return True
+
+    def _keep(self, line: str) -> None:
+        if self._first is None:  # the header, as log._read_header reads it
+            self._first = Header.from_json(line)
+            return
+        kept = fast_decode(line)
+        if kept is None:
+            try:
+                kept = decode(line)
+            except RecordError as exc:
+                self._warnings.append(f"line {self.written}: {exc}; skipped")
+                return
+        self._records.append(kept)
+
+    def kept(self) -> RunLog:
+        """The log written so far as typed records (schema.RunLog)."""
+        with self._order:
+            records, warnings = list(self._records), list(self._warnings)
+        assert self._first is not None  # __init__ wrote the header or raised
+        return RunLog.of(self._first, records, warnings)
 
 
 class Measured(NamedTuple):
@@ -73,6 +168,9 @@ class SessionRecorder:
     share the machine: their energy is measured per level, not per request).
     token_timeout_s: a request with no token for this long ends stalled (`run_request`,
     `--token-timeout`), seconds; written in the header as `token_timeout_s`.
+    keep: the log keeps its records in memory (KeptLog; `kept()`), for a run that decides
+    its next step and its report from what it wrote (a bench); off for the sessions that
+    run for hours (the TUI, a sweep of thousands of requests), whose records would only grow.
     Raises LogError when the log cannot be created.
     """
 
@@ -89,13 +187,16 @@ class SessionRecorder:
         energy: EnergyMeter | None = None,
         energy_per_request: bool = True,
         token_timeout_s: float = TOKEN_TIMEOUT_S,
+        keep: bool = False,
     ) -> None:
         self.conn = conn
         self.token_timeout_s = token_timeout_s
         self.options = dict(options)
         self.think = think
         header = {"kind": kind, **self.header(), **(extra_header or {})}
-        self.log = SessionLog(log_path or default_log_path(kind), header)
+        path = log_path or default_log_path(kind)
+        self._keeping = KeptLog(path, header) if keep else None
+        self.log: SessionLog = self._keeping or SessionLog(path, header)
         self.requests = 0
         self.in_flight: int | None = None  # id of the request being streamed, for probe records
         self.streaming: set[int] = set()
@@ -106,7 +207,8 @@ class SessionRecorder:
         self.energy_per_request = energy_per_request and energy is not None and energy.active
         self.last_energy: list[EnergyRecord] = []  # the last measured request's figures
         self.active_ns = time.perf_counter_ns()  # when a request last started or ended
-        self._last_probe: tuple[int, Any] | None = None  # (t_ns, verdict key) last logged
+        # (t_ns, verdict key: quiet and its findings' codes) of the sample logged last
+        self._last_probe: tuple[int, tuple[bool, tuple[str, ...]]] | None = None
         self.probes_thinned = 0  # idle samples not logged (IDLE_PROBE_PERIOD_NS)
         if energy is not None:
             self.log.write(energy.sources_record())
@@ -140,7 +242,15 @@ class SessionRecorder:
         return RequestCollector(prompt=prompt, options=options or self.options,
                                 model=self.conn.model, request_id=self.requests)
 
-    def stream(self, prompt: str, engine: Any = None, options: dict[str, Any] | None = None,
+    def kept(self) -> RunLog:
+        """The records written so far, as `read_log` would read them (needs `keep`; raises
+        ValueError without it)."""
+        if self._keeping is None:
+            raise ValueError("this session's log keeps no records (SessionRecorder keep=False)")
+        return self._keeping.kept()
+
+    def stream(self, prompt: str, engine: Engine | None = None,
+               options: dict[str, Any] | None = None,
                history: Sequence[Mapping[str, Any]] = ()) -> AsyncGenerator[StreamEvent, None]:
         """The lazy event stream for a chat ending with `prompt` after the messages of
         `history` (a conversation's earlier turns; none: a single turn), on `engine` (default
@@ -156,23 +266,24 @@ class SessionRecorder:
         prompt: str,
         on_event: Callable[[StreamEvent], None] | None = None,
         *,
-        engine: Any = None,
+        engine: Engine | None = None,
         options: dict[str, Any] | None = None,
         on_start: Callable[[RequestCollector], None] | None = None,
         on_end: Callable[[RequestResult, RequestRecord], None] | None = None,
-        late: Callable[[RequestResult], Mapping[str, Any]] | None = None,
+        late: Callable[[RequestResult], RequestFields] | None = None,
         history: Sequence[Mapping[str, Any]] = (),
-        **fields: Any,
+        fields: RequestFields = NO_FIELDS,
     ) -> Measured:
         """Measure one request: a new numbered request for `prompt`, streamed on `engine` with
         `options` (defaults: the connection's, the session's) after the chat messages of
-        `history` (a conversation's earlier turns), recorded with `fields` (bench
-        phase, index...) plus `late(result)` (fields known only after it: the machine's
-        readings, a sweep's send offset). on_event: each event as it arrives (keep it cheap);
-        on_start: the collector before the stream starts (a live view); on_end: the result
-        and its record, once it is logged. A cancelled request (CancelledError) is recorded
-        with what arrived (status "cancelled", without `late`), on_end is called, and the
-        cancel goes on. Raises RecordError for a field of the wrong type."""
+        `history` (a conversation's earlier turns), recorded with its mode's `fields` (a
+        bench's phase, index...) plus `late(result)` (those known only after it: the
+        machine's readings, a sweep's send offset). on_event: each event as it arrives
+        (keep it cheap); on_start: the collector before the stream starts (a live view);
+        on_end: the result and its record, once it is logged. A cancelled request
+        (CancelledError) is recorded with what arrived (status "cancelled", without `late`),
+        on_end is called, and the cancel goes on. Raises RecordError for a field of the
+        wrong type."""
         if self.energy_per_request and self.energy is not None:
             energy_start, on_event = self.energy.hooks(on_event)
             on_start = _both(energy_start, on_start)
@@ -186,12 +297,12 @@ class SessionRecorder:
             )
         except asyncio.CancelledError:
             cancelled = collector.finish(cancelled=True)
-            record = self.record(cancelled, behind=False, **fields)
+            record = self.record(cancelled, fields, behind=False)
             if on_end is not None:
                 on_end(cancelled, record)
             raise
         self.last_energy = self._energy(result)
-        record = self.record(result, **fields, **(late(result) if late else {}))
+        record = self.record(result, fields, late(result) if late else NO_FIELDS)
         for energy in self.last_energy:
             self.log.write(energy)
         if on_end is not None:
@@ -206,16 +317,17 @@ class SessionRecorder:
         self.energy.sample("end")
         return self.energy.request(result)
 
-    def record(self, result: RequestResult, *, behind: bool | None = None,
-               **extra: Any) -> RequestRecord:
-        """Append a finished (or cancelled) request to the log, with `extra` fields (bench
-        phase, index...); returns the record as it will read back (records.RequestRecord).
+    def record(self, result: RequestResult, fields: RequestFields = NO_FIELDS,
+               late: RequestFields = NO_FIELDS, *, behind: bool | None = None) -> RequestRecord:
+        """Append a finished (or cancelled) request to the log, with its mode's `fields`
+        (bench phase, index...) and the `late` ones known once it ended (a field set in both
+        is `late`'s); returns the record as it will read back (records.schema.RequestRecord).
         behind: write it in a thread (default `write_behind`; needs a running event loop).
-        Raises RecordError when an `extra` field has the wrong type (nothing is written)."""
+        Raises RecordError when a field has the wrong type (nothing is written)."""
         self.in_flight = None
         self.active_ns = time.perf_counter_ns()
         self.streaming.discard(result.request_id)
-        record = RequestRecord.of(result, **extra)
+        record = RequestRecord.of(result, **{**fields.given(), **late.given()})
         if self.write_behind if behind is None else behind:
             write = asyncio.create_task(asyncio.to_thread(self.log.write, record))
             self._writes.add(write)
@@ -228,9 +340,10 @@ class SessionRecorder:
         """Wait for the records written behind so far."""
         await asyncio.gather(*self._writes)
 
-    def record_probe(self, sample: Any) -> None:
-        """Append a probe sample (a ProbeSample); safe to call from the sampler thread. Its
-        `source` says where it was taken: LOCAL_SOURCE, or the agent's (probes.remote)."""
+    def record_probe(self, sample: ProbeSample) -> None:
+        """Append a probe sample (this machine's, or an agent's RemoteSample); safe to call
+        from the sampler thread. Its `source` says where it was taken: LOCAL_SOURCE, or the
+        agent's (probes.remote)."""
         if not self._keep_probe(sample):
             self.probes_thinned += 1
             return
@@ -239,7 +352,7 @@ class SessionRecorder:
             record["source"] = LOCAL_SOURCE
         self.log.write_probe(record, self.in_flight)
 
-    def record_end_probe(self, sample: Any, request_id: int) -> None:
+    def record_end_probe(self, sample: ProbeSample, request_id: int) -> None:
         """Append a probe sample taken as request `request_id` ended, tagged with it: its
         figures are over the stretch since the sample before, which the request's end
         closes, so a request shorter than the sampling period still has one sample."""
@@ -248,13 +361,12 @@ class SessionRecorder:
             record["source"] = LOCAL_SOURCE
         self.log.write_probe(record, request_id)
 
-    def _keep_probe(self, sample: Any) -> bool:
+    def _keep_probe(self, sample: ProbeSample) -> bool:
         """Whether to log `sample`: always while a request runs and for IDLE_AFTER_NS after
         one; idle, one every IDLE_PROBE_PERIOD_NS and every change of the verdict."""
-        verdict = getattr(sample, "verdict", None)
-        key = (getattr(verdict, "quiet", None),
-               tuple(sorted(getattr(f, "code", "") for f in getattr(verdict, "findings", ()))))
-        t_ns: int = getattr(sample, "t_ns", None) or time.perf_counter_ns()
+        verdict = sample.verdict
+        key = (verdict.quiet, tuple(sorted(f.code for f in verdict.findings)))
+        t_ns = sample.t_ns or time.perf_counter_ns()
         idle = (self.in_flight is None and not self.streaming
                 and t_ns - self.active_ns > IDLE_AFTER_NS)
         last = self._last_probe
