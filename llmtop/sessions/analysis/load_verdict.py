@@ -20,23 +20,39 @@ codes"); the figures are still printed and logged.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from llmtop.sessions.analysis.verdict import RunVerdict, Word
-
-if TYPE_CHECKING:
-    from llmtop.sessions.analysis.load import Knee, LevelResult
 
 NOT_TRUSTED = "not trusted"
 
 
-def noisy_levels(levels: Sequence[LevelResult]) -> list[LevelResult]:
+class SampledLevel(Protocol):
+    """The part of a sweep's level the verdict reads (load.LevelResult has it): its value
+    (users or req/s), its label ("4 users") and its probe verdict ("QUIET", "NOISY: codes…"
+    or "no samples", load.probe_verdict). A protocol, so this module needs nothing of load.py,
+    which imports it."""
+
+    @property
+    def value(self) -> float: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+
+Level = TypeVar("Level", bound=SampledLevel)
+
+
+def noisy_levels(levels: Sequence[Level]) -> list[Level]:
     """The levels that ran NOISY (their probe verdict), lowest level first."""
     return [lv for lv in sorted(levels, key=lambda lv: lv.value)
             if lv.verdict.startswith("NOISY")]
 
 
-def judge_sweep(levels: Sequence[LevelResult]) -> RunVerdict:
+def judge_sweep(levels: Sequence[SampledLevel]) -> RunVerdict:
     """The sweep's verdict from its levels' probe verdicts (rules in the module docstring);
     each reason names a NOISY level and its findings' codes ("2 users: NOISY: background-cpu,
     cpu-steal"), in level order."""
@@ -70,7 +86,7 @@ def knee_head(verdict: RunVerdict) -> str:
     return f"Knee ({NOT_TRUSTED}: {which} ran NOISY; re-run on a quiet machine)"
 
 
-def knee_line(knee: Knee, verdict: RunVerdict) -> str:
-    """The knee's sentence as every view states it: "Knee: this engine serves 2 concurrent
-    users within …." (knee_head says when it is not trusted)."""
-    return f"{knee_head(verdict)}: {knee.sentence}."
+def knee_line(sentence: str, verdict: RunVerdict) -> str:
+    """The knee's sentence (load.Knee.sentence) as every view states it: "Knee: this engine
+    serves 2 concurrent users within …." (knee_head says when it is not trusted)."""
+    return f"{knee_head(verdict)}: {sentence}."
