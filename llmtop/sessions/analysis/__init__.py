@@ -11,4 +11,7 @@ rule (search). Two runs compared: compare/. Who was busy while requests were slo
 (attribution), the machine's own series beside the engine's (machine), per-request series
 for pictures (series), a run in another tool's definitions (peers), a watch log by caller and
 model (watch), and the saved logs' list (catalog).
+
+The doors: `run.analyze_run`, `load.analyze_sweep` (`analyze_load` from a path),
+`watch.analyze_watch` and `compare.logs.compare_logs`.
 """

@@ -4,4 +4,7 @@ the statistics (stats), cache-busting prompts (prompts), the options every reque
 (options), a user's own requests (dataset), the latency target (slo), what a bench, sweep or
 watch was set up to do (config) and the metric table every view reads (metrics). Pure but for
 the stream.
+
+The doors: `request.run_request` (one request, measured) and `timeline.compute_metrics`
+(its metrics from its stamps).
 """

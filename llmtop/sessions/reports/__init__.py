@@ -4,4 +4,6 @@ machine's sections; context: the context phases), of a sweep (load), of a compar
 (compare), of a watch log (watch) and of a run in another tool's definitions (peers); the
 HTML pages and their plots (html, plots), and the plain-text rules and CSV cells they share
 (text, csvcells).
+
+The doors: `run.build` (a run's `Report`) and `formats.render` (any subject, any format).
 """

@@ -4,4 +4,7 @@ one request choreography (recorder); warming the model (warmup), prompt calibrat
 prefill curves (curves); the load sweep (load/) and a watch log replayed against an engine
 (replay); `llmtop watch`'s session (watch/); energy sampled alongside a run (energy) and
 what a run records about where it ran (environment).
+
+The doors: `recorder.SessionRecorder` (a TUI session's and `llmtop run`'s requests),
+`bench.BenchRunner`, `load.runner.LoadRunner` and `watch.session.WatchSession`.
 """
