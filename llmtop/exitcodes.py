@@ -3,12 +3,14 @@
 A shared basic: it imports nothing of llmtop, so every layer may use it. The one map from a
 failure to an exit code is `llmtop.engines.events.exit_code_for`.
 
-Each code's meaning is written once, as its member's docstring below. README.md's "Exit
-codes" table and docs/reference/files.md's are rendered from them (`markdown_table`, written
-by docs/gen_reference.py; tests/unit/test_exit_codes.py fails when a copy differs).
+Each code's meaning is written once, as its member's docstring below, and what a stop signal
+does as `ExitCode`'s. README.md's "Exit codes" and docs/reference/files.md's are rendered
+from them (`markdown_table`, written by docs/gen_reference.py; tests/unit/test_exit_codes.py
+fails when a copy differs).
 """
 
 import ast
+import inspect
 import signal
 from enum import IntEnum
 from itertools import pairwise
@@ -17,7 +19,15 @@ from pathlib import Path
 
 class ExitCode(IntEnum):
     """What an llmtop process tells its caller through its exit status (the meaning of each:
-    its docstring)."""
+    its docstring).
+
+    On SIGINT, SIGTERM or SIGHUP the request in flight is written to the log as cancelled,
+    child engines and relays are stopped and one line names the signal (`llmtop run: stopped
+    by SIGTERM`). The servers exit 0 when stopped, their normal end: `llmtop engine` and
+    `llmtop relay` on any of the three, mid-generation too, within a second on an idle
+    machine and a few seconds on a saturated one (2–4 s seen at a load average of 6);
+    `llmtop watch` on any of the three; `llmtop agent` on SIGTERM or Ctrl+C.
+    """
 
     OK = 0
     """The command did what was asked: the request completed, the machine is quiet."""
@@ -82,11 +92,13 @@ def meanings() -> dict[ExitCode, str]:
 
 
 def markdown_table() -> str:
-    """The exit codes as a Markdown table (code, name, meaning), by code; what README.md and
+    """The exit codes as a Markdown table (code, name, meaning), by code, then what a stop
+    signal does (`ExitCode`'s docstring after its first paragraph): what README.md and
     docs/reference/files.md show under "Exit codes"."""
     rows = [f"| {code.value} | {code.name} | {text.replace('|', chr(92) + '|')} |"
             for code, text in sorted(meanings().items())]
-    return "\n".join(["| code | name | meaning |", "|---|---|---|", *rows]) + "\n"
+    stops = inspect.cleandoc(ExitCode.__doc__ or "").split("\n\n", 1)[1]
+    return "\n".join(["| code | name | meaning |", "|---|---|---|", *rows, "", stops]) + "\n"
 
 
 # The signals that end `run`, `bench` and the TUI the way Ctrl+C does.

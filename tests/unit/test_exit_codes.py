@@ -1,7 +1,7 @@
 """One exit-code table: each code's meaning is written once, as its member's docstring in
-llmtop/exitcodes.py, and README.md and docs/reference/files.md show the table rendered from
-them (docs/gen_reference.py writes it). A copy edited by hand, or a code added without its
-meaning, fails here."""
+llmtop/exitcodes.py (and what a stop signal does as `ExitCode`'s), and README.md and
+docs/reference/files.md show the table rendered from them (docs/gen_reference.py writes it).
+A copy edited by hand, or a code added without its meaning, fails here."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ def gen_reference() -> ModuleType:
 
 
 def test_every_code_has_its_meaning_in_one_row() -> None:
-    table = markdown_table().splitlines()
+    table, stops = markdown_table().split("\n\n")
+    lines = table.splitlines()
     assert set(meanings()) == set(ExitCode)
-    assert table[:2] == ["| code | name | meaning |", "|---|---|---|"]
-    rows = [row.split(" | ")[:2] for row in table[2:]]
+    assert lines[:2] == ["| code | name | meaning |", "|---|---|---|"]
+    rows = [row.split(" | ")[:2] for row in lines[2:]]
     assert rows == [[f"| {c.value}", c.name] for c in sorted(ExitCode)]
     assert all("\n" not in text and text.endswith(".") for text in meanings().values())
+    assert stops.startswith("On SIGINT, SIGTERM or SIGHUP") and "llmtop agent" in stops
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/reference/files.md"])
