@@ -65,7 +65,7 @@ async def test_f3_lists_the_apps_and_the_selected_ones_processes(tmp_path) -> No
     me = AppUsage("pytest-itself", Category.OTHER, 12.0, 2**20, 1, (os.getpid(),), False)
     app, _ = build(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         sample = machine_sample(1, 40.0, (me,), Verdict.of([]), 3.2)
         app.post_message(ProbeSampled(sample))
         await wait_for(pilot, lambda: app.latest_probe is sample, what="the sample")
@@ -96,7 +96,7 @@ async def test_at_80_columns_the_figures_are_whole(tmp_path) -> None:
     engine = AppUsage("llama-server", Category.INFERENCE, 180.5, 663 * 2**20, 3, (9,), False)
     app, _ = build(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         sample = machine_sample(1, 40.0, (engine, SELF), Verdict.of([]), 2.0)
         app.post_message(ProbeSampled(sample))
         await wait_for(pilot, lambda: app.latest_probe is sample, what="the sample")

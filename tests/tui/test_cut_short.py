@@ -26,7 +26,8 @@ async def test_escape_keeps_the_chunk_figures(
     app, _ = build(tmp_path, fake_connection(FakeEngine(extra={"stalls": STALLS})))
     async with app.run_test(size=(140, 40)) as pilot:
         await send(pilot, app, "stalls")
-        await wait_for(pilot, lambda: app.live is not None and app.live.chunks == 4, what="4")
+        main = app.main_screen
+        await wait_for(pilot, lambda: main.live is not None and main.live.chunks == 4, what="4")
         await pilot.press("escape")
         await wait_for(pilot, lambda: drawn(app), what="cancelled and drawn")
         assert shown(app, "#count") == "chunks 4"

@@ -138,7 +138,7 @@ async def test_the_form_is_labelled_fits_and_shows_the_machine(tmp_path, width):
 
     app, _ = build(tmp_path)
     async with app.run_test(size=(width, 30)) as pilot:
-        await wait_for(pilot, lambda: app.ready, what="connection")
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         noisy = machine_sample(1, 40.0, busy_apps(), Verdict.of([browser_busy()]), 3.2)
         app.post_message(ProbeSampled(noisy))
         await wait_for(pilot, lambda: app.latest_probe is noisy, what="the sample")
