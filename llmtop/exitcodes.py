@@ -111,12 +111,15 @@ def signal_exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """A command line or an input the command cannot use (ExitCode.USAGE: nothing was
     measured). Raised by flag checks and config types anywhere below the CLI; `cli.main`
     reports it once, as "<label>: <message>" on stderr, and exits 2, as argparse does with
     its own errors. `label` is "llmtop <command>" unless the raise names another (a log that
-    cannot be opened says "llmtop"). The message says what was wrong and what to do."""
+    cannot be opened says "llmtop"). The message says what was wrong and what to do.
+
+    A ValueError: a config type's refusal reaches the TUI's forms (which catch ValueError and
+    show it beside the field) as it reaches the CLI."""
 
     def __init__(self, message: str, label: str | None = None) -> None:
         super().__init__(message)

@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
-    """The LoadConfig a command line asks for. Raises ValueError for an impossible one."""
+    """The LoadConfig a command line asks for. Raises UsageError (LoadConfig's) for an
+    impossible one."""
     mode: Mode = "rate" if args.rate else "concurrency"
     requests = args.requests if args.requests is not None or args.duration else DEFAULT_REQUESTS
     levels = args.rate or args.concurrency or DEFAULT_CONCURRENCY
@@ -253,10 +254,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.prompt_tokens} prompt + {args.max_tokens} output tokens need "
                          f"more than --num-ctx {args.num_ctx}: raise --num-ctx or lower the "
                          "sizes")
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    config = config_from_args(args)
     if getattr(args, "measure_cache", False) and getattr(args, "dataset", None) is None:
         raise UsageError("--measure-cache applies to --dataset's requests (llmtop's own "
                          "prompts are always cache-busted)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from llmtop.exitcodes import UsageError
 from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
@@ -114,7 +115,8 @@ class LoadConfig(Workload):
     dataset: the `--dataset` file's identity (as BenchConfig's); replay: the watch log a
     `load --replay` sends again (runners/replay.py: its identity, `speed`, `back_to_back`).
     Levels keep the number they were given as (int or float): a header says `[1, 2, 4]`.
-    Raises ValueError for a sweep that cannot run (the rules in `__post_init__`).
+    Raises exitcodes.UsageError for a sweep that cannot run (the rules in
+    `__post_init__`).
     """
 
     mode: Mode = "concurrency"
@@ -134,16 +136,16 @@ class LoadConfig(Workload):
 
     def __post_init__(self) -> None:
         if (self.requests is None) == (self.duration_s is None):
-            raise ValueError("give either requests or duration_s per level, not both or neither")
+            raise UsageError("give either requests or duration_s per level, not both or neither")
         if not self.levels or any(v <= 0 for v in self.levels):
-            raise ValueError("levels must be positive")
+            raise UsageError("levels must be positive")
         if self.mode == "concurrency" and any(v != int(v) for v in self.levels):
-            raise ValueError("concurrency levels must be whole numbers")
+            raise UsageError("concurrency levels must be whole numbers")
         if self.search and self.slo.empty:
-            raise ValueError("--search finds the highest level meeting an SLO: give one with "
+            raise UsageError("--search finds the highest level meeting an SLO: give one with "
                              "--slo, e.g. --slo ttft=500ms,tpot=50ms")
         if self.search and len(set(self.levels)) < 2:
-            raise ValueError("--search needs a low and a high bound: two levels, e.g. "
+            raise UsageError("--search needs a low and a high bound: two levels, e.g. "
                              "--concurrency 1,16 or --rate 0.5,8")
 
     def level_label(self, value: float) -> str:
