@@ -13,13 +13,12 @@ import signal
 import sys
 
 from llmtop.commands.flags import pid_number, port_number
-from llmtop.commands.tokens import MIN_TOKEN_CHARS, is_loopback, read_token
+from llmtop.commands.tokens import is_loopback, read_token
 from llmtop.engines.hosts import HostError, resolve_host
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.files import readable_by_others
 
 PROG = "llmtop agent"
-__all__ = ["MIN_TOKEN_CHARS", "check", "is_loopback", "main", "read_token"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

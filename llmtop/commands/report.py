@@ -29,13 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
-    """The run in `--as`'s definitions; raises ValueError for a format it has not (csv,
+    """The run in `--as`'s definitions; raises UsageError for a format it has not (csv,
     html)."""
     from llmtop.sessions.analysis.run import analyze_run, noisy_samples
     from llmtop.sessions.reports import peers
 
     if args.format not in ("md", "json"):
-        raise ValueError(f"--as renders md or json, not {args.format}: use --format md or json")
+        raise UsageError(f"--as renders md or json, not {args.format}: use --format md or json")
     render_as = peers.json_text if args.format == "json" else peers.markdown
     analysis = analyze_run(log)
     judgement = analysis.judgement

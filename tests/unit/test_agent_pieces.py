@@ -13,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from llmtop.commands.agent import MIN_TOKEN_CHARS, check, is_loopback, read_token
+from llmtop.commands.agent import check
+from llmtop.commands.tokens import MIN_TOKEN_CHARS, is_loopback, read_token
 from llmtop.probes import wire
 from llmtop.probes.agent_clock import ClockEstimate, estimate_offset
 from llmtop.probes.catalogue import Category
