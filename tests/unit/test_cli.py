@@ -202,8 +202,8 @@ def test_each_command_declares_its_flags_beside_its_main():
     (["sessions", "/no/such/llmtop/folder"],
      "llmtop sessions: no such file or folder: /no/such/llmtop/folder"),
     (["bench", "--measure-cache", "--preflight-duration", "0"],
-     "llmtop bench: --measure-cache applies to --dataset's requests (llmtop's own prompts are "
-     "always cache-busted)"),
+     ("llmtop bench: --measure-cache applies to --dataset's requests (llmtop's own prompts "
+      "are always cache-busted)")),
     (["load", "--speed", "2"], "llmtop load: --speed and --back-to-back apply to --replay"),
     (["--host", "http://a b", "run", "--prompt", "x"], None),
 ])
