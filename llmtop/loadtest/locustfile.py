@@ -41,7 +41,8 @@ from llmtop.sessions.measure.options import GenerationOptions
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.records.log import SessionLog
-from llmtop.sessions.records.schema import InterruptedRecord, LevelRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import InterruptedRecord, LevelRecord
 from llmtop.sessions.runners.environment import environment as machine_environment
 from llmtop.stamping.blocking import arrival_transport
 

@@ -10,7 +10,7 @@ import pytest
 from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import BenchStatus, analyze, analyze_run, first_pass_status
 from llmtop.sessions.records.log import SessionLog, read_log
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import Report, build
 from llmtop.sessions.reports.text import md_table

@@ -12,7 +12,8 @@ from llmtop.sessions.analysis.attribution import (
     attribute,
     robust_slow,
 )
-from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import ProbeRecord
 
 # 23 measured requests, ids 1..23. Slow: 8-12 and 19-22 (9 requests, decode 14.0-17.5 tok/s,
 # values from the source's contaminated run); fast: the other 14 (21.9 / 22.0 / 22.1 cycled).

@@ -180,7 +180,7 @@ def test_a_cache_pair_that_cannot_fit_num_ctx_is_refused_before_anything_is_sent
 def _record(
     rid: int, phase: str, count: int, cached: int | None, prefill_ms: float, **fields: object
 ):  # type: ignore[no-untyped-def]
-    from llmtop.sessions.records.schema import RequestRecord
+    from llmtop.sessions.records.request import RequestRecord
 
     stats = {
         "prompt_eval_count": count,
@@ -232,7 +232,7 @@ def test_a_warm_count_a_token_smaller_is_the_suffixes_not_a_cache_report():
     from llmtop.engines.events import ServerStats
     from llmtop.sessions.analysis.context import _pair_of
     from llmtop.sessions.measure.timeline import RequestMetrics
-    from llmtop.sessions.records.schema import PlanTags, RequestRecord
+    from llmtop.sessions.records.request import PlanTags, RequestRecord
 
     def record(phase: str, count: int, ms: float) -> RequestRecord:
         return RequestRecord(

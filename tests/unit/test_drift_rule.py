@@ -9,7 +9,8 @@ from llmtop.sessions.analysis.episode_causes import slowdown
 from llmtop.sessions.analysis.run import analyze
 from llmtop.sessions.measure.stats import DRIFT_FLOOR_MS, drift, worse_p_value
 from llmtop.sessions.records.log import SessionLog, read_log
-from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord
 from llmtop.sessions.reports.formats import render
 from llmtop.sessions.reports.run import build
 from tests.unit.test_analysis_report import record_json

@@ -141,7 +141,7 @@ def test_a_series_of_fewer_than_3_values_is_no_sparkline():
 
 
 def test_a_cancelled_request_is_as_wide_as_its_chunks(tmp_path):
-    from llmtop.sessions.records.schema import RequestRecord
+    from llmtop.sessions.records.request import RequestRecord
     from tests.unit.compare_logs import request
 
     rec = request(1, 400.0, 20.0)  # started at +1 s; chunks at 400-440 ms after the send

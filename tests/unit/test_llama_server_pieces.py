@@ -17,7 +17,7 @@ from llmtop.engines.openai_server import ServerKind
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
 from llmtop.sessions.measure.timeline import compute_metrics, per_token_itl, server_prefill_tps
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.load.server_metrics import ServerWatch, summarize
 from llmtop.testing.scripted_openai import ScriptedOpenAI
 from llmtop.tui.state.live import LiveRequest

@@ -7,7 +7,7 @@ import pytest
 from llmtop.engines.events import ServerStats, Status, StreamEvent
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import FORMAT_VERSION, LogError, SessionLog, read_log
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 MS = 1_000_000
 
@@ -191,7 +191,7 @@ def test_typed_records_are_read_through_their_own_lists(tmp_path):
 
 
 def test_a_report_reader_can_leave_the_chunks_out_and_nothing_else(tmp_path):
-    from llmtop.sessions.records.schema import without_chunks
+    from llmtop.sessions.records.request import without_chunks
 
     # the array ends at the first unescaped `], "phase": `: a chunk's text holding that very
     # text is escaped in JSON (`], \"phase\": `), so it is kept inside the array and cut

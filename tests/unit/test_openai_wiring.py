@@ -15,7 +15,7 @@ from llmtop.engines.events import FailureKind
 from llmtop.probes.catalogue import Category, classify
 from llmtop.sessions.analysis.run import BenchStatus, first_pass_status
 from llmtop.sessions.measure.timeline import RequestMetrics
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.calibration import CalibrationPoint, calibrate
 from llmtop.testing.scripted import ScriptedUpstream
 from llmtop.testing.scripted_openai import ScriptedOpenAI

@@ -11,12 +11,8 @@ import pytest
 from llmtop.engines.connection import Connection
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.records.log import read_log
-from llmtop.sessions.records.schema import (
-    CalibrationRecord,
-    EnvironmentRecord,
-    RequestRecord,
-    SummaryRecord,
-)
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CalibrationRecord, EnvironmentRecord, SummaryRecord
 from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
 from tests.unit.test_analysis_report import record_json
 

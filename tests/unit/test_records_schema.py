@@ -9,6 +9,7 @@ from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.timeline import RequestMetrics
 from llmtop.sessions.records.log import SessionLog, read_log
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import (
     RECORD_TYPES,
     BenchMarkRecord,
@@ -22,7 +23,6 @@ from llmtop.sessions.records.schema import (
     LevelRecord,
     PreflightRecord,
     ProbeSourceRecord,
-    RequestRecord,
     SummaryRecord,
     UnknownRecord,
     decode,

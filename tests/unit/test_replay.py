@@ -12,7 +12,7 @@ import pytest
 from llmtop.cli import main
 from llmtop.exitcodes import ExitCode
 from llmtop.sessions.records.log import SessionLog, read_log
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.replay import ReplayError, read_trace, replay_options
 from llmtop.testing.slotted import TEMPLATE_TOKENS, Service, SlottedUpstream
 

@@ -18,7 +18,7 @@ from llmtop.exitcodes import ExitCode
 from llmtop.sessions.analysis.peers import as_aiperf, as_guidellm, as_llama_server, as_vllm
 from llmtop.sessions.measure.request import RequestCollector
 from llmtop.sessions.records.log import SessionLog
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 MS = 1_000_000
 SENT = 1_000 * MS  # any clock origin: offsets are what count

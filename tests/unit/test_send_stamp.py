@@ -11,7 +11,7 @@ import pytest
 
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.measure.request import RequestCollector, chat_messages, run_request
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.stamping.stamps import SendStamp, hold, released_at, stamping
 from llmtop.testing.scripted import ScriptedUpstream
 

@@ -9,7 +9,7 @@ import json
 from llmtop.sessions.analysis.compare.logs import compare_logs
 from llmtop.sessions.analysis.watch import analyze_watch
 from llmtop.sessions.records.log import SessionLog, read_log
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.reports.formats import render
 
 

@@ -55,7 +55,8 @@ from typing import Any
 from llmtop.engines.events import Status
 from llmtop.sessions.measure.metrics import SERVER_DECODE
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
-from llmtop.sessions.records.schema import AppCpu, ProbeRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import AppCpu, ProbeRecord
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality
 K_SPREAD = 2.0

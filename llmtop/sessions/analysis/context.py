@@ -34,7 +34,7 @@ from llmtop.sessions.analysis.prefill import (
 )
 from llmtop.sessions.analysis.run import Analysis
 from llmtop.sessions.measure.metrics import PROMPT_EVAL, SERVER_DECODE, TTFT
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 INFERRED_MIN_SAVING = 0.10  # a warm prefill under 90 % of the cold one counts as a hit by time
 # A server that leaves cached tokens out of prompt_eval_count (Ollama) reports a warm count

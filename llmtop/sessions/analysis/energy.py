@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.sessions.measure.stats import Summary, summarize
-from llmtop.sessions.records.schema import EnergyRecord, RequestRecord, RunLog
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import EnergyRecord, RunLog
 
 NOT_RECORDED = "energy: n/a — not recorded (a log written before llmtop measured energy)"
 PER_REQUEST_FIELDS = (

@@ -44,14 +44,8 @@ from llmtop.sessions.measure.metrics import E2E, TPOT, TTFT
 from llmtop.sessions.measure.slo import ATTAINMENT, Slo
 from llmtop.sessions.measure.stats import P95_MIN_SAMPLES, percentile
 from llmtop.sessions.records.log import read_log
-from llmtop.sessions.records.schema import (
-    Header,
-    LevelRecord,
-    ProbeRecord,
-    RequestRecord,
-    RunLog,
-    SaturationStop,
-)
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import Header, LevelRecord, ProbeRecord, RunLog, SaturationStop
 
 KNEE_SHARE = ATTAINMENT  # goodput share stays ≥ 90 % (slo.py)
 KNEE_GAIN = 0.10  # throughput "stops rising": the next level adds under 10 %

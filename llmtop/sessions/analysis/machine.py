@@ -14,7 +14,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord
 
 # The machine's series beside the request's metrics (measure/metrics.py): (series key, label,
 # unit, higher_is_better); they are no request's fields, so they stay out of the metric table.

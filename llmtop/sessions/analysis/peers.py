@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from llmtop.sessions.measure.metrics import E2E, ITL, TPOT, TTFT
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 NS_PER_MS = 1e6
 

@@ -54,13 +54,8 @@ from llmtop.sessions.measure.stats import (
     percentile,
     summarize,
 )
-from llmtop.sessions.records.schema import (
-    CalibrationRecord,
-    CanaryRecord,
-    ProbeRecord,
-    RequestRecord,
-    RunLog,
-)
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CalibrationRecord, CanaryRecord, ProbeRecord, RunLog
 
 # What a bench size summarises (the table's Carrier.BENCH), in the order its reports list them.
 BENCH_METRICS: tuple[Metric, ...] = (

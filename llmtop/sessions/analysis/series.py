@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from llmtop.sessions.analysis.run import Analysis, BenchStatus, RequestVerdict, SizeAnalysis
 from llmtop.sessions.measure.metrics import SERVER_DECODE, TTFT
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 KINDS = ("ok", "warmup", "excluded")
 

@@ -28,7 +28,8 @@ from llmtop.sessions.measure.metrics import (
     Metric,
 )
 from llmtop.sessions.measure.stats import Summary, summarize
-from llmtop.sessions.records.schema import RequestRecord, RunLog
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import RunLog
 
 UNKNOWN_CALLER = "unknown caller"
 

@@ -4,7 +4,7 @@ and the CLI, so that a renamed field or a new label is one edit here. No other m
 metric's field name out (tests/unit/test_metric_table.py scans the source for it).
 
 A metric's `key` is its field in timeline.RequestMetrics (the request record's "metrics"),
-or, for CLIENT_PREP, in records/schema.RequestRecord itself; the same key names it in every
+or, for CLIENT_PREP, in records/request.py's RequestRecord itself; the same key names it in every
 record that carries it (a bench size's summaries, a load level's, the watch's line and its
 summary, the CSV and JSON reports). Counts and annotations of a request (output_tokens,
 tokens_basis, text_chunks, impossible, buffered) are RequestMetrics fields but no metrics:
@@ -26,7 +26,7 @@ class Carrier(StrEnum):
     """A record that carries a metric: under its key, but where a comment says otherwise."""
 
     REQUEST = "request"  # timeline.RequestMetrics: each request record's "metrics"
-    RECORD = "record"  # the request record itself (records/schema.RequestRecord)
+    RECORD = "record"  # the request record itself (records/request.py: RequestRecord)
     SERVER = "server"  # computed from the server's own stats (ServerStats): n/a without them
     BENCH = "bench"  # a bench size's summaries and drifts (analysis/run.py: SizeAnalysis)
     LOAD = "load"  # a load level's percentiles, by name (analysis/load.py: LevelResult.ttft)

@@ -1,7 +1,8 @@
 """The session log: versioned JSONL, one record per line, flushed as each record is written.
 
-The record types, the format version and its history are the schema's (schema.py): every
-writer hands `SessionLog.write` a typed record, and `read_log` gives typed records back.
+The record types and the format version are the schema's (schema.py; the format's history:
+docs/reference/session-log.md): every writer hands `SessionLog.write` a typed record, and
+`read_log` gives typed records back.
 The main ones (field `type`):
 * "header": first line. `format` (FORMAT_VERSION), `llmtop_version`, `engine`, `host`, `model`,
   `model_details`, `options`, `environment` (OS/CPU/RAM), `started_at` (wall-clock label).
@@ -26,7 +27,8 @@ its result.
 A record that holds a number no measurement can be (NaN, ±Infinity, 1e400, a magnitude of
 2^64 or more, an integer of thousands of digits) or, for a request, a duration that is
 negative or over a year, a negative count, an E2E before its TTFT, is skipped with a warning
-naming its line and field (schema.decode: check_numbers, check_request); the rest is read.
+naming its line and field (schema.decode: base.check_numbers, request.check_request); the rest
+is read.
 
 Reading is bounded: a line over MAX_LINE_BYTES (an endless line, `/dev/zero`) is skipped, and
 a file that never ends a line within MAX_SKIP_BYTES stops being read, with a warning. `read_log`
@@ -49,6 +51,7 @@ import platformdirs
 from llmtop import DISTRIBUTION, __version__
 from llmtop.files import LOG_START, not_regular
 from llmtop.safetext import json_line
+from llmtop.sessions.records.base import RecordError, loads
 from llmtop.sessions.records.schema import (
     FORMAT_VERSION,
     SUPPORTED_FORMATS,
@@ -56,11 +59,9 @@ from llmtop.sessions.records.schema import (
     EndRecord,
     Header,
     ProbeRecord,
-    RecordError,
     RunLog,
     decode,
     fast_decode,
-    loads,
 )
 
 __all__ = ["FORMAT_VERSION", "LogError", "SessionLog", "default_log_path", "read_log"]
@@ -197,7 +198,7 @@ def read_log(path: str | os.PathLike[str], chunks: bool = True) -> RunLog:
     is not an llmtop log, or a format version this llmtop cannot read (naming the version it
     needs). A torn or corrupt line, or a record with a field of the wrong type, is skipped and
     reported in `warnings` ("line N: …"), never fatal. chunks: False leaves the requests'
-    `chunks` empty where the line allows (schema.without_chunks), for a reader that uses none:
+    `chunks` empty where the line allows (request.without_chunks), for a reader that uses none:
     half the reading of a long log."""
     p = Path(path)
     warnings: list[str] = []

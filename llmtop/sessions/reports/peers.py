@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.peers import DEFINITIONS, METRICS, compare
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.reports.text import md_table
 
 

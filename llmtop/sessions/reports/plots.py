@@ -30,7 +30,8 @@ from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn
 from llmtop.sessions.analysis.run import RequestVerdict, SizeAnalysis
 from llmtop.sessions.analysis.series import kind_of
 from llmtop.sessions.measure.metrics import PROMPT_EVAL, SERVER_DECODE, TTFT
-from llmtop.sessions.records.schema import ProbeRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import ProbeRecord
 
 NOISY_FILL = "rgba(214, 39, 40, 0.12)"
 EPISODE_FILL = "rgba(148, 103, 189, 0.18)"  # a slow episode (purple: neither ok nor NOISY)

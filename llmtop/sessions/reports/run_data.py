@@ -18,13 +18,8 @@ from typing import Any
 
 from llmtop.sessions.analysis.run import BENCH_METRICS, CONTEXT_PHASES, SizeAnalysis
 from llmtop.sessions.measure.metrics import LOAD
-from llmtop.sessions.records.schema import (
-    AnyRecord,
-    EnergyRecord,
-    ProbeRecord,
-    RequestRecord,
-    RunLog,
-)
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import AnyRecord, EnergyRecord, ProbeRecord, RunLog
 from llmtop.sessions.reports.context import context_json
 from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.run import Report

@@ -28,7 +28,8 @@ from llmtop.sessions.analysis.run import (
 from llmtop.sessions.measure.dataset import describe
 from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, SERVER_PREFILL, TTFT
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
-from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord, RequestRecord
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord
 from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import (

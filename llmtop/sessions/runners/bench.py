@@ -60,12 +60,12 @@ from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import INSTRUCTION, PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     CanaryRecord,
     InterruptedRecord,
     PreflightRecord,
-    RequestRecord,
     RunLog,
     SummaryRecord,
 )

@@ -30,7 +30,7 @@ from typing import Any
 from llmtop.engines.events import StreamEvent
 from llmtop.sessions.measure.prompts import SEPARATOR, PromptGenerator
 from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.calibration import Calibration
 from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
 

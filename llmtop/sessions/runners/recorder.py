@@ -34,14 +34,14 @@ from llmtop.sessions.measure.request import (
     chat_messages,
     run_request,
 )
+from llmtop.sessions.records.base import RecordError
 from llmtop.sessions.records.log import SessionLog, default_log_path
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import (
     AnyRecord,
     EnergyRecord,
     Header,
     ProbeSourceRecord,
-    RecordError,
-    RequestRecord,
     RunLog,
     decode,
     fast_decode,
@@ -321,7 +321,7 @@ class SessionRecorder:
                late: RequestFields = NO_FIELDS, *, behind: bool | None = None) -> RequestRecord:
         """Append a finished (or cancelled) request to the log, with its mode's `fields`
         (bench phase, index...) and the `late` ones known once it ended (a field set in both
-        is `late`'s); returns the record as it will read back (records.schema.RequestRecord).
+        is `late`'s); returns the record as it will read back (records.request.RequestRecord).
         behind: write it in a thread (default `write_behind`; needs a running event loop).
         Raises RecordError when a field has the wrong type (nothing is written)."""
         self.in_flight = None

@@ -40,7 +40,8 @@ from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, TTFT
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S
 from llmtop.sessions.records.log import LogError, read_log
-from llmtop.sessions.records.schema import CalibrationRecord, RequestRecord, RunLog
+from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.schema import CalibrationRecord, RunLog
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
 from llmtop.sessions.runners.load.loops import Prepared, Prompt, closed_loop, open_loop
 from llmtop.sessions.runners.load.progress import LoadProgress

@@ -42,7 +42,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled

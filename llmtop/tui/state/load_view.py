@@ -14,7 +14,7 @@ from rich.text import Text
 
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.load_verdict import verdict_line
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.load.progress import LoadProgress
 
 PLOT_HEIGHT = 8

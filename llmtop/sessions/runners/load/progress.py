@@ -12,7 +12,7 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis
 from llmtop.sessions.measure.config import LoadConfig
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 OPEN_LOOP_KEEPALIVE = 256  # idle connections an open loop keeps for reuse (no cap on open ones)
 

@@ -40,11 +40,11 @@ from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.dataset import Dataset
 from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S, RequestResult
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
     InterruptedRecord,
     LevelRecord,
-    RequestRecord,
     SaturationStop,
 )
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate

@@ -18,7 +18,7 @@ from llmtop.sessions.analysis.load import LevelResult, level_result, verdict
 from llmtop.sessions.analysis.search import MAX_REPEATS, SearchResult, SloSearch, judge
 from llmtop.sessions.measure.config import LoadConfig
 from llmtop.sessions.measure.prompts import PromptGenerator
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 
 class LevelRunner(Protocol):

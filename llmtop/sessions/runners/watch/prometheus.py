@@ -22,7 +22,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, write_to_textfile
 
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 
 BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LABELS = ("model", "caller")

@@ -51,7 +51,7 @@ from llmtop.sessions.measure.metrics import (
 )
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.records.log import SessionLog, default_log_path
-from llmtop.sessions.records.schema import RequestRecord
+from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.environment import environment
 from llmtop.sessions.runners.recorder import IDLE_AFTER_NS, IDLE_PROBE_PERIOD_NS
 from llmtop.sessions.runners.watch.prometheus import PrometheusFile
