@@ -4,11 +4,12 @@ and the CLI, so that a renamed field or a new label is one edit here. No other m
 metric's field name out (tests/unit/test_metric_table.py scans the source for it).
 
 A metric's `key` is its field in timeline.RequestMetrics (the request record's "metrics"),
-or, for CLIENT_PREP, in records/request.py's RequestRecord itself; the same key names it in every
-record that carries it (a bench size's summaries, a load level's, the watch's line and its
-summary, the CSV and JSON reports). Counts and annotations of a request (output_tokens,
-tokens_basis, text_chunks, impossible, buffered) are RequestMetrics fields but no metrics:
-they have no direction, and nothing compares or summarises them by name.
+or, for CLIENT_PREP, in records/request.py's RequestRecord itself; the same key names it in
+the records that carry it (a bench size's summaries, the watch's line and its groups, the CSV
+and JSON reports; a load level names its figures by the metric's `name`: Carrier). Counts
+and annotations of a request (output_tokens, tokens_basis, text_chunks, impossible,
+buffered) are RequestMetrics fields but no metrics: they have no direction, and nothing
+compares or summarises them by name.
 
 Also `compare`'s view of the table (the metrics it may be told to compare, by name) and its
 other flags' choices, kept here, apart from the comparison itself (scipy, the log's schema),
