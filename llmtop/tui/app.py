@@ -370,7 +370,7 @@ class LlmtopApp(LlmtopBaseApp):
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
-        self.link.mark(BenchMarkRecord("start", log_path, bench=config.to_dict()))
+        self.link.mark(BenchMarkRecord("start", log_path, bench=config))
         self.link.probe_for_bench()
 
     def bench_ended(self, log_path: str, how: str) -> None:

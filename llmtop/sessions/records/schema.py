@@ -421,14 +421,22 @@ class ProbeSourceRecord(Record):
 @dataclass(frozen=True, slots=True)
 class BenchMarkRecord(Record):
     """A bench started or ended from the TUI (`type: "bench"`, in the interactive session's
-    log): phase "start" (with the BenchConfig.to_dict()) or "end" (with its outcome), and the
+    log): phase "start" (with its configuration) or "end" (with its outcome), and the
     bench's own log."""
 
     TYPE: ClassVar[str] = "bench"
     phase: str
     log: str
-    bench: dict[str, Any] | None = None
+    bench: BenchConfig | None = None
     outcome: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object, its config written as the header writes one
+        (config.config_json)."""
+        data = Record.to_json(self)
+        if data.get("bench") is not None:
+            data["bench"] = config_json(data["bench"])
+        return data
 
 
 EnergyScope = Literal["sources", "idle", "request", "run", "level"]
