@@ -188,11 +188,12 @@ class LogSink:
         config = LoadConfig(
             levels=(users,),
             requests=self.expected,
-            prompt_tokens=0,
+            prompt_tokens=None,  # sized in words: the workers send prompt_words words
+            prompt_words=opts.llmtop_prompt_words,
             max_tokens=opts.llmtop_max_tokens,
             seed=opts.llmtop_seed,
         )
-        load = config.to_dict() | {"prompt_tokens": None, "prompt_words": opts.llmtop_prompt_words}
+        load = config.to_dict()
         header = {
             "kind": "load",
             "generator": "locust",

@@ -178,13 +178,12 @@ class BenchRunner:
         if config.prior_curve is None:
             prior = CurveStore().load(self.curve_key)
             config = replace(config, prior_curve=prior.to_entry() if prior else None)
+        if dataset is not None:  # which traffic was measured: the file's name, size, digest
+            config = replace(config, dataset=dataset.identity())
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.on_event = on_event
-        bench = config.to_dict()
-        if dataset is not None:  # which traffic was measured: the file's name, size, digest
-            bench["dataset"] = dataset.identity()
-        header = {"bench": bench, **(extra_header or {})}
+        header = {"bench": config.to_dict(), **(extra_header or {})}
         # this machine's energy sources (none read when the probes watch another machine)
         self.energy = energy or local_meter(conn.upstream.host, agent)
         self.recorder = SessionRecorder(

@@ -143,9 +143,10 @@ class ReplayRunner(LoadRunner):
         rate = (n - 1) / span * speed if span > 0 else 1.0
         config = LoadConfig(mode="concurrency" if back_to_back else "rate",
                             levels=(1,) if back_to_back else (rate,), requests=n,
-                            max_tokens=max_tokens, early_stop=False)
-        extra = {"replay": {**trace.identity(), "speed": speed, "back_to_back": back_to_back}}
-        super().__init__(conn, config, log_path, on_progress, extra_header=extra,
+                            max_tokens=max_tokens, early_stop=False,
+                            replay={**trace.identity(), "speed": speed,
+                                    "back_to_back": back_to_back})
+        super().__init__(conn, config, log_path, on_progress,
                          token_timeout_s=token_timeout_s or TOKEN_TIMEOUT_S)
         self.trace, self.speed, self.back_to_back = trace, speed, back_to_back
         self._fit: tuple[float, float] | None = None  # (template tokens, tokens per word)

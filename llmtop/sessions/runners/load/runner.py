@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
@@ -88,16 +89,13 @@ class LoadRunner:
         energy: EnergyMeter | None = None,
         token_timeout_s: float = TOKEN_TIMEOUT_S,
         dataset: Dataset | None = None,
-        extra_header: dict[str, Any] | None = None,
     ) -> None:
+        if dataset is not None:  # which traffic was measured: the file's name, size, digest
+            config = replace(config, dataset=dataset.identity())
         self.conn = conn
         self.config = config
         self.dataset = dataset
         self._tags = 0  # dataset requests tagged so far (each send's tag is its own)
-        load = config.to_dict()
-        if dataset is not None:  # which traffic was measured: the file's name, size, digest
-            load["dataset"] = dataset.identity()
-        load.update(extra_header or {})
         self.on_progress = on_progress or (lambda _p: None)
         # this machine's energy: per level, since concurrent requests share the machine
         self.energy = energy or local_meter(conn.upstream.host)
@@ -107,7 +105,7 @@ class LoadRunner:
             config.options(),
             log_path,
             kind="load",
-            extra_header={"load": load},
+            extra_header={"load": config.to_dict()},
             think=config.think,
             write_behind=True,  # fsync'd in a thread: a worker sends its next request at once
             energy=self.energy,
