@@ -6,7 +6,7 @@ from 20 requests: stats.summarize) of TTFT, TPOT and E2E, the median client and 
 decode rates and the server's prefill rate, the prompt tokens' median, the share of prompt
 tokens the engine served from its cache (Σ cached / Σ prompt over the requests that report
 both: llama.cpp's cache_n, OpenAI's cached_tokens; Ollama reports none), and how many ran
-while the machine was NOISY (the request's own verdict, sessions/runners/watch.py).
+while the machine was NOISY (the request's own verdict, sessions/runners/watch/session.py).
 Groups are ordered by their request count, most first.
 """
 

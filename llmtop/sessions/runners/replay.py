@@ -52,7 +52,7 @@ OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_p
                     "temperature": "temperature", "top_p": "top_p", "seed": "seed",
                     "stop": "stop"}
 START_S = 0.1  # s: when the replay's first request leaves, from the level's start
-WARM_UP = 4  # the pool's connections opened before the replay (load.OPEN_LOOP_WARMUP)
+WARM_UP = 4  # the pool's connections opened before the replay (load/runner.OPEN_LOOP_WARMUP)
 CLOCK = "started_at (wall clock, µs; the watch records no monotonic offset)"
 
 
