@@ -1,5 +1,5 @@
 """What the watch screen shows (no Textual): one row per request from `llmtop watch --live`'s
-lines (sessions/runners/watch.py: "started", "progress", "finished"), the session's series
+lines (sessions/runners/watch/session.py: "started", "progress", "finished"), the session's series
 over the finished requests, and the selected request's detail.
 
 A row's cells: #, caller, model, prompt tokens, TTFT, tok/s, cached %, status. While a
