@@ -133,7 +133,9 @@ def _samples(log: Path, n: int) -> list[dict]:
 
 def test_in_front_of_a_users_llmtop_engine(tmp_path, console_engine):
     url, pid = console_engine
-    assert_booked_to_the_engine(_watch_and_check(tmp_path, url, pid))
+    engine_apps = _watch_and_check(tmp_path, url, pid)
+    assert engine_apps, "the watch's probes named none of the engine's processes"
+    assert_booked_to_the_engine(engine_apps)
 
 
 def test_in_front_of_the_embedded_engine(tmp_path):
