@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmtop.commands.datasets import dataset_from_flags
-from llmtop.commands.flags import INT32_MAX, engine_flags, finite_number, parse_sizes, whole_number
+from llmtop.commands.flags import (
+    INT32_MAX,
+    dataset_flags,
+    engine_flags,
+    finite_number,
+    parse_sizes,
+    whole_number,
+)
 from llmtop.commands.output import emit, refuse_out
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode, UsageError
@@ -119,15 +126,7 @@ def _input_flags(b: argparse._ArgumentGroup, bench: BenchConfig) -> None:
     )
     b.add_argument("--no-cache", action="store_true",
                    help="recalibrate even when a cached calibration exists")
-    b.add_argument("--dataset", metavar="FILE",
-                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
-                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
-                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
-                   "is skipped and named; each request starts with a tag of its own so no "
-                   "prefix cache serves it")
-    b.add_argument("--measure-cache", action="store_true",
-                   help="with --dataset, send the requests as they are: a prefix cache may "
-                   "serve them")
+    dataset_flags(b)
     b.add_argument("--require-quiet", action="store_true",
                    help="refuse to start when the preflight check finds the machine NOISY (exit 1)")
     b.add_argument(

@@ -198,6 +198,20 @@ def generation_flags(parser: argparse.ArgumentParser, d: Callable[[object], obje
                    "chooses); on few cores, one fewer than the cores leaves one for llmtop")
 
 
+def dataset_flags(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--dataset FILE` and `--measure-cache`, the same for bench and load (the file's shapes:
+    commands/datasets.py)."""
+    g.add_argument("--dataset", metavar="FILE",
+                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
+                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
+                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
+                   "is skipped and named; each request starts with a tag of its own so no "
+                   "prefix cache serves it")
+    g.add_argument("--measure-cache", action="store_true",
+                   help="with --dataset, send the requests as they are: a prefix cache may "
+                   "serve them")
+
+
 def probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> None:
     """`--probes URL` and its token: probe samples from `llmtop agent` on the engine's machine."""
     g.add_argument("--probes", metavar="URL", default=d(None),

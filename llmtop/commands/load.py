@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from llmtop.commands.datasets import dataset_from_flags
-from llmtop.commands.flags import checked, engine_flags, finite_number
+from llmtop.commands.flags import checked, dataset_flags, engine_flags, finite_number
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.sessions.measure.config import BenchConfig, LoadConfig, Mode
@@ -57,15 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--think", choices=("on", "off"),
                    help="send think true/false (default: not sent)")
     s.add_argument("--no-cache", action="store_true", help="recalibrate even when cached")
-    s.add_argument("--dataset", metavar="FILE",
-                   help="send the requests of FILE instead of calibrated prompts: JSONL, one "
-                   "{\"prompt\"} or {\"messages\"} a line (optional max_tokens, options), or "
-                   "ShareGPT {\"conversations\"} (a line each, or one JSON array); a bad line "
-                   "is skipped and named; each request starts with a tag of its own so no "
-                   "prefix cache serves it")
-    s.add_argument("--measure-cache", action="store_true",
-                   help="with --dataset, send the requests as they are: a prefix cache may "
-                   "serve them")
+    dataset_flags(s)
     s.add_argument("--replay", metavar="WATCH_LOG",
                    help="send the requests a `llmtop watch` log recorded, at their recorded "
                    "arrival gaps (open loop), and compare each with its original")
