@@ -27,6 +27,13 @@ log = logging.getLogger(__name__)
 
 _thread_ns: Callable[[], int] = getattr(time, "thread_time_ns", time.process_time_ns)
 STOP_WAIT_S = 0.5  # quitting must stay under 1 s even while a probe read hangs
+# While nothing is measured (`ProbeSampler.set_measuring(False)`: the TUI open, no request or
+# bench running) the GPU and the energy sources are read at most this often, seconds. Every
+# NVML call or amdgpu/i915 attribute read can keep a GPU out of its deepest idle state: a
+# monitor polling once a second doubled a laptop GPU's idle power (nvtop #230) and held a
+# board at 60 W instead of 15 W (ComfyUI-Crystools #280). Between beats a sample carries the
+# last beat's GPU reading (at most this old). During a request the GPU is read every sample.
+IDLE_GPU_BEAT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +174,10 @@ class ProbeSampler(SamplerState):
     energy: an `EnergyReader` sampled first in every sample (a few sysfs reads or NVML calls,
     stamped on the perf_counter_ns clock), so request windows can be integrated; its cost is
     in `cost_ms`.
+    measuring: True (the default) reads the GPU and the energy sources in every sample; False
+    (`set_measuring`) reads them at most every IDLE_GPU_BEAT_S, reusing the last GPU reading
+    in between, so an idle monitor does not keep the GPU awake.
+    clock: the stamp clock in ns (default `time.perf_counter_ns`; tests pass their own).
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
     """
@@ -188,8 +199,13 @@ class ProbeSampler(SamplerState):
         energy: EnergyReader | None = None,
         engine_threads: Callable[[], int | None] | None = None,
         thread_setting: Callable[[], str | None] | None = None,
+        measuring: bool = True,
+        clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self._interval = self._check(interval_s)
+        self._measuring = measuring
+        self._clock = clock
+        self._gpu_read: tuple[int, GpuSample | None] | None = None  # (clock ns, last reading)
         self._engine_threads = engine_threads
         self._thread_setting = thread_setting or (lambda: None)
         self._energy = energy
@@ -217,18 +233,44 @@ class ProbeSampler(SamplerState):
         self._interval = self._check(interval_s)
         self._wake.set()
 
+    def set_measuring(self, measuring: bool) -> None:
+        """True while a request or a bench is measured: the GPU and the energy sources are
+        read in every sample; False: at most every IDLE_GPU_BEAT_S (see the constant)."""
+        self._measuring = measuring
+
+    @property
+    def measuring(self) -> bool:
+        """Whether every sample reads the GPU (see `set_measuring`)."""
+        return self._measuring
+
+    def _gpu_due(self, now_ns: int) -> bool:
+        """Whether this sample reads the GPU and the energy sources: always while measuring,
+        else when the last reading is IDLE_GPU_BEAT_S old or more (or there is none)."""
+        last = self._gpu_read
+        return (self._measuring or last is None
+                or now_ns - last[0] >= IDLE_GPU_BEAT_S * 1e9)
+
+    def _read_gpu(self, now_ns: int, errors: list[Finding]) -> GpuSample | None:
+        """The GPU reading for a sample taken at `now_ns`: a fresh one when due (energy read
+        with it), else the last beat's."""
+        if not self._gpu_due(now_ns):
+            return self._gpu_read[1] if self._gpu_read is not None else None
+        if self._energy is not None:
+            self._guard("energy", self._energy.sample, errors)
+        gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
+        self._gpu_read = (now_ns, gpu)
+        return gpu
+
     def sample_once(self) -> ProbeSample:
         """Take one sample synchronously (also updates `latest`; no callback). Never raises."""
         with self._lock:
-            t_ns = time.perf_counter_ns()
+            t_ns = self._clock()
             c0 = _thread_ns()
             wall = datetime.now().astimezone().isoformat(timespec="milliseconds")
             errors: list[Finding] = []
-            if self._energy is not None:
-                self._guard("energy", self._energy.sample, errors)
+            gpu = self._read_gpu(t_ns, errors)
             system = self._guard("system", self._system.sample, errors)
             processes = self._guard("process", self._processes.sample, errors)
-            gpu = self._guard("gpu", self._gpu.sample, errors) if self._gpu else None
             if system is not None and processes is not None:
                 verdict = self._guard(
                     "verdict", lambda: evaluate(system, processes, self._thresholds,

@@ -4,8 +4,10 @@ the probe sampler and this machine's energy meter.
 Probes are sampled in the `ProbeSampler` thread (every `settings.probe_interval_s`, 2 s, while
 idle; every STREAM_PROBE_INTERVAL_S from a request's start, and once more as it ends: that
 sample's figures cover the request's last stretch), logged there, and posted to the app as
-coalescing `ProbeSampled` messages. What a sample and a pid look-up cost, and so why the
-paces below, is in docs/performance.md ("The TUI's frames").
+coalescing `ProbeSampled` messages. While idle the GPU and the energy sources are read only
+on the sampler's slow beat (every IDLE_GPU_BEAT_S, 5 s, probes/sampler.py). What a sample
+and a pid look-up cost, and so why the paces below, is in docs/performance.md ("The TUI's
+frames").
 """
 
 from __future__ import annotations
@@ -166,13 +168,23 @@ class EngineLink:
             engine_threads=self._engine_threads,
             thread_setting=lambda: None if self.conn is None else self.conn.thread_setting,
         )
+        self._measuring(False)  # nothing measured yet: the GPU on the sampler's slow beat
         self.sampler.start()
+
+    def _measuring(self, on: bool) -> None:
+        """Whether the sampler reads the GPU (and the energy sources) in every sample: on
+        from a request's or a bench's start until its end sample, else at the slow beat
+        (sampler.IDLE_GPU_BEAT_S), so an open TUI does not keep an idle GPU awake. An
+        agent's sampler paces its own machine."""
+        if isinstance(self.sampler, ProbeSampler):
+            self.sampler.set_measuring(on)
 
     def set_probe_interval(self, streaming: bool) -> None:
         """The probes' pace: STREAM_PROBE_INTERVAL_S (or the idle one, when faster) while a
         request streams, the idle one otherwise."""
         if streaming:
             self._end_sample_for = None
+        self._measuring(streaming)
         if self.sampler is not None:
             idle = self.settings.probe_interval_s
             self.sampler.set_interval(min(idle, STREAM_PROBE_INTERVAL_S) if streaming else idle)
@@ -190,6 +202,7 @@ class EngineLink:
     def probe_for_bench(self) -> None:
         """A bench began: the probes sample as during a request (at the bench's pace when
         the idle one is slower)."""
+        self._measuring(True)
         if self.sampler is not None:
             self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
 
