@@ -227,7 +227,8 @@ class AppleSample:
                 "gpu_busy", "ioreg gave no Device Utilization %"),
             power_from=(f"IOReport GPU Energy over {self.window_s:.3f} s"
                         if gpu_w is not None and self.window_s else None),
-            notes=tuple(n for n in extra if n) + self.notes)
+            notes=tuple(n for n in extra if n) + self.notes, thermal_state=self.thermal_state,
+            rails_w={rail: w for rail, w in self.power_w.items() if w is not None} or None)
 
 
 class AppleProbe(GpuProbe):

@@ -73,6 +73,10 @@ class GpuDevice:
     "AMD", "Intel"; driver: the kernel driver ("nvidia", "amdgpu", "i915", "xe"); source:
     "nvml" or "sysfs"; card: the DRM card ("card1") for sysfs devices. asleep: the device was
     runtime-suspended and not woken to read it. notes: why figures are missing or set aside.
+    thermal_state: the machine's thermal pressure in NSProcessInfo.thermalState's words
+    ("nominal", "fair", "serious", "critical"; Apple Silicon, whose GPU shares the SoC's
+    heat); rails_w: the SoC's power per rail in W ({"cpu": 6.0, "gpu": 12.0, "dram": 2.0};
+    Apple Silicon's IOReport energy over the real window); None where not read.
     """
 
     index: int
@@ -98,6 +102,8 @@ class GpuDevice:
     energy_j: float | None = None
     asleep: bool = False
     notes: tuple[str, ...] = ()
+    thermal_state: str | None = None
+    rails_w: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +329,8 @@ class GpuProbe:
 def device_dict(d: GpuDevice) -> dict[str, Any]:
     """One GPU as a JSON-ready dict in the vendor-neutral shape (`preflight --json`'s `gpus`,
     `--version -v`): busy_percent with busy_reason when null, VRAM in bytes, power in W
-    (power_from: which reading), energy_j (the board's counter, J), temp_c, clocks in MHz."""
+    (power_from: which reading), energy_j (the board's counter, J), temp_c, clocks in MHz,
+    thermal_state and rails_w (W per SoC rail; Apple Silicon, None elsewhere)."""
     return {
         "index": d.index, "card": d.card, "name": d.name, "vendor": d.vendor,
         "driver": d.driver, "source": d.source,
@@ -332,7 +339,8 @@ def device_dict(d: GpuDevice) -> dict[str, Any]:
         "power_w": None if d.power_w is None else round(d.power_w, 3),
         "power_from": d.power_from, "energy_j": d.energy_j, "temp_c": d.temperature_c,
         "clock_graphics_mhz": d.clock_graphics_mhz, "clock_memory_mhz": d.clock_memory_mhz,
-        "asleep": d.asleep, "notes": list(d.notes),
+        "asleep": d.asleep, "notes": list(d.notes), "thermal_state": d.thermal_state,
+        "rails_w": None if d.rails_w is None else {k: round(v, 3) for k, v in d.rails_w.items()},
     }
 
 

@@ -174,6 +174,7 @@ def test_preflight_lists_every_gpu_in_one_shape(tmp_path: Path) -> None:
         "vram_used_bytes": 4 * GIB, "vram_total_bytes": 24 * GIB, "power_w": 85.0,
         "power_from": "power1_average", "energy_j": None, "temp_c": 52.0,
         "clock_graphics_mhz": 1900, "clock_memory_mhz": 1249, "asleep": False, "notes": [],
+        "thermal_state": None, "rails_w": None,
     }
     assert (gpus[0]["vendor"], gpus[0]["busy_percent"], gpus[0]["busy_reason"],
             gpus[0]["energy_j"]) == ("Intel", None, INTEL_BUSY_REASON, 123_456.789012)

@@ -115,7 +115,9 @@ class GpuDeviceRecord:
     """One GPU in a probe sample, any vendor (probes.gpu.GpuDevice): busy % (util_reason:
     why none), memory used and total in bytes, board power in W (power_from: which
     reading), energy_j: the board's cumulative counter in J; vendor / driver / source
-    ("nvml", "sysfs") / card: which GPU and who read it; None: not read."""
+    ("nvml", "sysfs", "apple") / card: which GPU and who read it; thermal_state: the machine's
+    thermal pressure ("nominal", "fair", "serious", "critical") and rails_w: W per SoC rail
+    ("cpu", "gpu", "ane", "dram"), both Apple Silicon's; None: not read."""
 
     name: str | None = None
     util_percent: float | None = None
@@ -129,6 +131,8 @@ class GpuDeviceRecord:
     driver: str | None = None
     source: str | None = None
     card: str | None = None
+    thermal_state: str | None = None
+    rails_w: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +443,33 @@ class BenchMarkRecord(Record):
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class EngineStateRecord(OpenRecord):
+    """The engine's own figures, read live (`type: "engine_state"`; an open record whose body
+    is engines.live_state.EngineState.to_dict plus `request_id`), written by the TUI's engine
+    panel when a reading differs from the one before.
+
+    kind: "llama-server", "vllm" or "ollama"; url: the engine's root. processing / waiting:
+    requests it runs / queues; kv_pct: KV cache in use, %; tokens_per_s: tokens it generated
+    per second since the reading before; decode_tok_s: its own decode rate over requests
+    that finished since then. request_id: the request streaming in the TUI as it was read
+    (None: between requests). t_ns: perf_counter_ns of the reading. None: not published.
+    """
+
+    kind: str
+    url: str = ""
+    t_ns: int | None = None
+    wall_time: str | None = None
+    processing: float | None = None
+    waiting: float | None = None
+    kv_pct: float | None = None
+    tokens_per_s: float | None = None
+    decode_tok_s: float | None = None
+    request_id: int | None = None
+    body: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    TYPE: ClassVar[str] = "engine_state"
+
+
 EnergyScope = Literal["sources", "idle", "request", "run", "level"]
 """What an energy record covers: the machine's sources (once, at the start), the idle power
 (preflight's window), one request, a bench run, or one sweep level."""
@@ -508,7 +539,8 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (Header, RequestRecord, ProbeRecord, CanaryRecord, CalibrationRecord,
                 EnvironmentRecord, PreflightRecord, SummaryRecord, InterruptedRecord, EndRecord,
-                LevelRecord, ProbeSourceRecord, BenchMarkRecord, EnergyRecord)
+                LevelRecord, ProbeSourceRecord, BenchMarkRecord, EnergyRecord,
+                EngineStateRecord)
 }
 """Every record type of the session log, by its `type` field."""
 

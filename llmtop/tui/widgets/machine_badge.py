@@ -16,8 +16,8 @@ STARTING = "machine: probes starting…"
 
 def badge_text(sample: ProbeSample | None, cpu: bool = True) -> Text:
     """The badge: " QUIET  CPU 12.0 %" or " NOISY  <the worst finding's message> · CPU
-    99.0 %" (`cpu`: with the machine's CPU %, of all cores); STARTING before the first
-    sample."""
+    99.0 %" (`cpu`: with the machine's CPU %, of all cores, and the first GPU's `gpu_badge`);
+    STARTING before the first sample."""
     if sample is None:
         return Text(STARTING, style="dim")
     quiet = sample.verdict.quiet
@@ -30,7 +30,22 @@ def badge_text(sample: ProbeSample | None, cpu: bool = True) -> Text:
         text.append(
             f"{' ' if quiet else ' · '}CPU {fmt.pct(sample.system.cpu_percent)}", style="dim"
         )
+        text.append(gpu_badge(sample), style="dim")
     return text
+
+
+def gpu_badge(sample: ProbeSample) -> str:
+    """The first GPU in a few words after the CPU: " · GPU 42 % 12.0 W · thermal serious"
+    (busy %, its power, the machine's thermal pressure where read); "" without a GPU."""
+    gpu = sample.gpu
+    if gpu is None or not gpu.available or not gpu.devices:
+        return ""
+    d = gpu.devices[0]
+    words = [f"GPU {d.util_percent:.0f} %" if d.util_percent is not None else "GPU n/a"]
+    if d.power_w is not None:
+        words.append(f"{d.power_w:.1f} W")
+    out = " · " + " ".join(words)
+    return out + (f" · thermal {d.thermal_state}" if d.thermal_state is not None else "")
 
 
 class MachineBadge(QuietStatic):

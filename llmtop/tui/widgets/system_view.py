@@ -56,19 +56,46 @@ def system_text(system: SystemSample | None, gpu: GpuSample | None = None) -> Te
     if gpu is not None and gpu.available:
         for d in gpu.devices:
             text.append("\n" + gpu_line(d))
+            soc_lines(text, d)
     return text
+
+
+RAIL_NAMES = {"cpu": "CPU", "gpu": "GPU", "ane": "ANE", "dram": "DRAM"}
+THERMAL_STYLES = {"nominal": "green", "fair": "yellow", "serious": "red", "critical": "bold red"}
+
+
+def soc_lines(text: Text, d: GpuDevice) -> None:
+    """A system-on-chip's own lines under its GPU's (Apple Silicon: the GPU shares the SoC's
+    power and heat): "power CPU 6.0 GPU 12.0 DRAM 2.0 W" (W per rail over the real
+    window) and "thermal serious" (NSProcessInfo's words, coloured by how far from nominal).
+    Nothing for a figure not read."""
+    if d.rails_w:
+        rails = " ".join(f"{RAIL_NAMES.get(r, r)} {w:.1f}" for r, w in d.rails_w.items())
+        text.append(f"\npower {rails} W")
+    if d.thermal_state is not None:
+        text.append("\nthermal ")
+        text.append(d.thermal_state, style=THERMAL_STYLES.get(d.thermal_state, ""))
 
 
 def gpu_line(d: GpuDevice) -> str:
     """One GPU's line, any vendor: "GPU0 42 % · 2.0 GiB / 141.0 GiB (NVML)"; a card read
     from the kernel's files names its card and driver and adds its power:
     "card1 AMD 37 % · 4.0 GiB / 24.0 GiB · 85 W (amdgpu)"; busy % n/a when not counted
-    (Intel), "asleep" for a runtime-suspended GPU left asleep."""
+    (Intel), "asleep" for a runtime-suspended GPU left asleep; a GPU with no card (Apple
+    Silicon's) says the memory it holds of the machine's, and no total: "GPU Apple 42 % ·
+    1.2 GiB · 12.0 W (AGX)"."""
     util = ("asleep" if d.asleep else "n/a" if d.util_percent is None
             else f"{d.util_percent:.0f} %")
     if d.source == SOURCE:
         vram = f"{fmt.size(d.memory_used)} / {fmt.size(d.memory_total)}"
         return f"GPU{d.index} {util} · {vram} (NVML)"
+    if d.card is None:  # a GPU with no DRM card: Apple Silicon's, its memory the machine's
+        parts = [f"GPU {d.name or d.vendor or ''} {util}".replace("  ", " ")]
+        if d.memory_used is not None:
+            parts.append(fmt.size(d.memory_used))
+        if d.power_w is not None:
+            parts.append(f"{d.power_w:.1f} W")
+        return " · ".join(parts) + f" ({d.driver})"
     parts = [f"{d.card} {d.vendor or ''} {util}".replace("  ", " ")]
     if d.memory_total is not None:
         parts.append(f"{fmt.size(d.memory_used)} / {fmt.size(d.memory_total)}")
