@@ -17,18 +17,19 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from textual.message import Message
 
-from llmtop.connect import connect, descendants
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
+from llmtop.sessions.analysis.offload import gpu_share, offload_finding
+from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.records.schema import BenchMarkRecord
+from llmtop.sessions.records.schema import BenchMarkRecord, FindingRecord, ProbeRecord, decode
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
@@ -96,6 +97,8 @@ class EngineLink:
         else the embedded engine started); None when the app began closing meanwhile (the
         connection is closed then). Raises `EngineError` when no engine answers or one fails
         to start; anything else unforeseen is the caller's to report."""
+        from llmtop.connect import connect  # after the first frame: see `preload`
+
         s = self.settings
         conn = self.injected or await connect(
             s.engine, s.host, s.model, s.model_path, s.via, s.relay_url, s.engine_pids
@@ -218,6 +221,38 @@ class EngineLink:
             return "machine"
         return machine_label(self.conn.upstream.host)
 
+    def _probes_watch_engine(self, conn: Connection) -> bool:
+        """Whether the probe samples are of the engine's machine: an agent's (`--probes`), or
+        this machine when the engine runs here (an injected connection: a test's fake)."""
+        if isinstance(self.sampler, AgentSampler):
+            return True
+        return self.injected is not None or is_local_host(conn.upstream.host)
+
+    async def offload(self, samples: Sequence[ProbeSample],
+                      result: RequestResult) -> FindingRecord | None:
+        """The `offload-mismatch` finding of a request that ended (analysis/offload.py): the
+        engine's claim of the model's share in GPU memory against the probe `samples` taken
+        during it (its end sample included), named with its decode rate. The engine is asked
+        (`model_info`: Ollama's /api/ps) only when the samples would contradict a model all
+        on the GPU, so a request on an agreeing machine costs no call. None when the probes
+        do not watch the engine's machine, the engine cannot say, or nothing contradicts."""
+        conn = self.conn
+        if conn is None or not samples or not self._probes_watch_engine(conn):
+            return None
+        records = [r for s in samples
+                   if isinstance(r := decode({"type": "probe", **s.to_dict()}), ProbeRecord)]
+        m = result.metrics
+        rate = m.server_decode_tps or m.client_decode_tps
+        server = "llama-server" if (conn.engine_config or {}).get("server") == "llama-server" \
+            else "ollama"
+        if offload_finding(1.0, records, rate, server) is None:
+            return None  # even a claim of all on the GPU would agree: nothing to ask
+        try:
+            loaded = await conn.upstream.model_info(conn.model)
+        except EngineError:
+            return None
+        return offload_finding(gpu_share(loaded.size, loaded.size_vram), records, rate, server)
+
     def _engine_pids(self) -> set[int]:
         """Runs in the sampler thread: the measured engine's pids (`Connection.engine_pids`),
         which the probes leave out of the other apps. While the main screen idles (`idle`:
@@ -228,6 +263,8 @@ class EngineLink:
         turned the first frames NOISY as "python -m llmtop started since the last sample"."""
         conn = self.conn
         if conn is None:
+            from llmtop.connect import descendants
+
             return descendants([os.getpid()])
         now = time.monotonic_ns()
         last = self._pids

@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from textual.app import ComposeResult, ScreenStackError
 from textual.containers import Horizontal, Vertical
@@ -46,7 +47,6 @@ from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled
-from llmtop.tui.screens.bench import BenchScreen
 from llmtop.tui.state.frames import FrameClock
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
@@ -62,6 +62,9 @@ from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
+if TYPE_CHECKING:  # the bench screen's module is imported when it opens
+    from llmtop.tui.screens.bench import BenchScreen
+
 # Frame rates: each frame a second costs ~0.5 % of a core on 2 cores, so text and numbers
 # share their frames, twice a second while a request streams (docs/performance.md, "The
 # TUI's frames").
@@ -72,6 +75,9 @@ NUMBERS_EVERY = 2  # live numbers, sparklines, history: every 2nd tick, so in ev
 # frame (a multiple of TEXT_EVERY: numbers and text share a frame)
 PANEL_MIN_NS = 1_000_000_000  # the probe panel: at most once a second, however fast the
 # probes sample: drawing the panel costs more than taking the sample
+# The latest probe samples kept for a request's offload check (at the streaming pace of one
+# a second, a request's last four minutes; a median over them is its figure)
+RECENT_SAMPLES = 256
 SHUTDOWN_WAIT_S = 5.0  # how long a cancelled request may take to be recorded
 
 
@@ -110,6 +116,7 @@ class MainScreen(Screen[None]):
         self._stream_lock = asyncio.Lock()  # one request at a time, even across cancellation
         self._stream_worker: Worker[None] | None = None
         self._probe_dirty = False
+        self._recent: deque[ProbeSample] = deque(maxlen=RECENT_SAMPLES)  # for `_check_offload`
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self.clock = FrameClock(self._stream_frame)
 
@@ -311,6 +318,9 @@ class MainScreen(Screen[None]):
         self._wake()
         live = self.live
         ends = message.ends if isinstance(message.ends, LiveRequest) else None
+        self._recent.append(message.sample)
+        if ends is not None:
+            self._check_offload(ends, message.sample)
         noise = self.host.noise
         if not noise.add(message.sample, ends.span_ns[0] if ends else None):
             return
@@ -319,6 +329,26 @@ class MainScreen(Screen[None]):
         recent = {id(r): r for r in (live, *self.session.requests[-1:], ends) if r is not None}
         for request in recent.values():
             self.session.mark_noisy(request, noise.first_during(*request.span_ns))
+
+    def _check_offload(self, live: LiveRequest, end: ProbeSample) -> None:
+        """A request's end sample came: its samples (those taken in its span, and `end`) are
+        set against the engine's GPU claim in a worker (`EngineLink.offload`); a finding is
+        drawn under its figures, as its NOISY mark is."""
+        result = live.result
+        if result is None:
+            return
+        start, stop = live.span_ns
+        samples = [s for s in self._recent
+                   if s is not end and start <= s.t_ns <= (stop or s.t_ns)] + [end]
+
+        async def check() -> None:
+            finding = await self.host.link.offload(samples, result)
+            if finding is not None:
+                live.offload = finding
+                live.numbers_dirty = True
+                self._wake()
+
+        self.app.run_worker(check(), name="offload", group="offload")
 
     def probes_changed(self) -> None:
         """The panel's title changed (an agent's state, the bench's end): redraw the panel."""

@@ -14,7 +14,7 @@ from llmtop.engines.events import Failure, PromptProgress, Status, StreamEvent
 from llmtop.safetext import visible
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
-from llmtop.sessions.records.schema import EnergyRecord
+from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 from llmtop.tui.state.prefill import PrefillExpectation, progress_text, waiting_text
 
 THINKING = "thinking"
@@ -35,6 +35,9 @@ class LiveRequest:
     noisy: the first finding of a NOISY probe sample taken while it streamed (see
     `llmtop.tui.state.noise`); None when every sample in its span was QUIET (or none was taken).
     energy: its energy records once it ended (runners/energy.py; empty without a source).
+    offload: the `offload-mismatch` finding of the request once its end sample came
+    (analysis/offload.py: the engine said the model was all on the GPU, the machine showed
+    otherwise); None when the claim and the machine agreed or could not be set side by side.
     expected: the saved curve's prefill prediction for this prompt (None: no curve);
     waited_ms: how long it has waited for its first chunk, set by the app's clock while it
     waits (None before the send). progress: the server's last prompt-processing progress
@@ -54,6 +57,7 @@ class LiveRequest:
     urgent: bool = True
     noisy: str | None = None
     energy: tuple[EnergyRecord, ...] = ()
+    offload: FindingRecord | None = None
     expected: PrefillExpectation | None = None
     waited_ms: float | None = None
     progress: PromptProgress | None = None

@@ -26,7 +26,7 @@ from textual.widgets import Static
 from llmtop.engines.events import Status
 from llmtop.sessions.analysis.run import BenchStatus
 from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.records.schema import EnergyRecord
+from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 from llmtop.tui.state import fmt
 from llmtop.tui.state.live import CutShort, LiveRequest, cut_short
 from llmtop.tui.state.session_state import GapsView, gaps_view
@@ -34,7 +34,7 @@ from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text
 
-_HIDE_EMPTY = frozenset({"failure", "noise", "energy"})
+_HIDE_EMPTY = frozenset({"failure", "noise", "offload", "energy"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
 NOISY_PREFIX = "⚠ NOISY while it ran: "  # the request; the badge is the machine now
@@ -45,6 +45,16 @@ def noise_text(message: str | None) -> Text | str:
     if not message:
         return ""
     return Text.assemble((NOISY_PREFIX, "bold yellow"), (message, "yellow"))
+
+
+def offload_text(finding: FindingRecord | None) -> Text | str:
+    """A request's `offload-mismatch` finding (analysis/offload.py): "⚠ GPU: " and its
+    message, the likely causes under it; "" when none."""
+    if finding is None:
+        return ""
+    style = "red" if finding.level == "fail" else "yellow"
+    return Text.assemble(("⚠ GPU: ", f"bold {style}"), (finding.message, style),
+                         ("\n  → " + finding.remedy, "dim"))
 
 
 def server_text(result: RequestResult) -> Text:
@@ -188,6 +198,7 @@ class MetricsStrip(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._shown: object = None  # the request (or result) the rows below show
         self._noise_shown: str | None = None
+        self._offload_shown: FindingRecord | None = None
         self._word_shown = ""
 
     def compose(self) -> ComposeResult:
@@ -201,6 +212,7 @@ class MetricsStrip(Vertical):
         yield QuietStatic("", id="server")
         yield QuietStatic("", id="failure")
         yield QuietStatic("", id="noise")
+        yield QuietStatic("", id="offload")
         yield QuietStatic("", id="energy")
 
     def on_mount(self) -> None:
@@ -245,6 +257,9 @@ class MetricsStrip(Vertical):
         if live.noisy != self._noise_shown:
             self._noise_shown = live.noisy
             self._put("noise", noise_text(live.noisy))
+        if live.offload is not self._offload_shown:
+            self._offload_shown = live.offload
+            self._put("offload", offload_text(live.offload))
         view = gaps_view(live, previous)
         head = gaps_text(view)
         label = self._static("itl-label")
