@@ -24,9 +24,10 @@ from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 
 Mode = Literal["concurrency", "rate"]
 
-WRITTEN_WHEN_SET = ("dataset", "replay", "prompt_words")
+WRITTEN_WHEN_SET = ("dataset", "replay", "prompt_words", "depths")
 """A config's keys that a log's header holds only when they are set (the run used a
-`--dataset`, replayed a watch log, or sized its prompts in words): a header without them
+`--dataset`, replayed a watch log, sized its prompts in words, or swept context depths): a
+header without them
 reads as before they existed, and a header with them reads the same in any llmtop."""
 
 
@@ -44,7 +45,9 @@ class BenchConfig(Workload):
     Defaults follow the source's protocol: 25 requests, 1 warm-up, ~200-token prompts,
     100 output tokens, num_ctx 8192, temperature 0, seed 42. dataset: the `--dataset` file's
     identity (measure/dataset.py `Dataset.identity`: file, path, bytes, sha256, shape,
-    records, skipped, not_read), None when the prompts were llmtop's own.
+    records, skipped, not_read), None when the prompts were llmtop's own. depths: a context
+    depth sweep's depths, tokens (`bench --depths`, measure/depths.py): then `prompt_tokens`
+    are the same sizes and each request records its depth; None for a prompt-size sweep.
     """
 
     requests: int = 25
@@ -65,6 +68,7 @@ class BenchConfig(Workload):
     runs: int = 1  # the runs of the set; `compare` reads its siblings' logs (compare/runs.py)
     measure_cache: bool = False  # a --dataset's requests sent as they are, not cache-busted
     dataset: dict[str, Any] | None = None
+    depths: tuple[int, ...] | None = None
 
     @property
     def extra_budget(self) -> int:
@@ -79,6 +83,8 @@ class BenchConfig(Workload):
         """JSON-ready dict (the log header's "bench" field)."""
         data = asdict(self)
         data["prompt_tokens"] = list(self.prompt_tokens)
+        if self.depths is not None:
+            data["depths"] = list(self.depths)
         return config_json(data)
 
     def position(self, phase: str, i: int) -> str:

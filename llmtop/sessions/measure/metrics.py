@@ -34,6 +34,7 @@ class Carrier(StrEnum):
     WATCH = "watch"  # the watch's line and its groups (analysis/watch.py); the client's decode
     # rate there is "decode_tps"
     PEERS = "peers"  # `report --as TOOL`: the metrics other tools define (analysis/peers.py)
+    DEPTH = "depth"  # a depth sweep's rows, each with its interval (analysis/depth.py)
 
 
 MS = "ms"
@@ -75,10 +76,11 @@ def _carriers(*carriers: Carrier) -> frozenset[Carrier]:
 
 _REQUEST, _RECORD, _SERVER = Carrier.REQUEST, Carrier.RECORD, Carrier.SERVER
 _BENCH, _LOAD, _WATCH, _PEERS = Carrier.BENCH, Carrier.LOAD, Carrier.WATCH, Carrier.PEERS
+_DEPTH = Carrier.DEPTH
 _CLIENT = _carriers(_REQUEST, _BENCH, _LOAD, _WATCH, _PEERS)  # the client's main three
 
 # In RequestMetrics' order (timeline.py), so that a view filtering the table keeps it.
-TTFT = Metric("ttft", "ttft_ms", "TTFT", MS, False, _CLIENT)
+TTFT = Metric("ttft", "ttft_ms", "TTFT", MS, False, _CLIENT | {_DEPTH})
 TTFT_CONTENT = Metric("ttft-content", "ttft_content_ms", "TTFT (content)", MS, False,
                       _carriers(_REQUEST, _WATCH))
 E2E = Metric("e2e", "e2e_ms", "E2E", MS, False, _CLIENT)
@@ -86,13 +88,13 @@ ITL = Metric("itl", "itl_ms", "ITL", MS, False, _carriers(_REQUEST, _LOAD, _PEER
              series=True)
 ITL_TOKEN = Metric("itl-token", "itl_token_ms", "ITL per token", MS, False,
                    _carriers(_REQUEST, _SERVER), series=True)
-TPOT = Metric("tpot", "tpot_ms", "TPOT", MS, False, _CLIENT)
+TPOT = Metric("tpot", "tpot_ms", "TPOT", MS, False, _CLIENT | {_DEPTH})
 CLIENT_DECODE = Metric("decode-client", "client_decode_tps", "decode (client)", TOK_S, True,
                        _carriers(_REQUEST, _BENCH, _WATCH))
 SERVER_PREFILL = Metric("prefill", "server_prefill_tps", "prefill (server)", TOK_S, True,
-                        _carriers(_REQUEST, _SERVER, _BENCH, _WATCH), short="prefill")
+                        _carriers(_REQUEST, _SERVER, _BENCH, _WATCH, _DEPTH), short="prefill")
 SERVER_DECODE = Metric("decode", "server_decode_tps", "decode (server)", TOK_S, True,
-                       _carriers(_REQUEST, _SERVER, _BENCH, _WATCH))
+                       _carriers(_REQUEST, _SERVER, _BENCH, _WATCH, _DEPTH))
 LOAD = Metric("load", "load_ms", "load", MS, False, _carriers(_REQUEST, _SERVER, _WATCH))
 PROMPT_EVAL = Metric("prompt-eval", "prompt_eval_ms", "prefill", MS, False,
                      _carriers(_REQUEST, _SERVER, _BENCH, _WATCH))

@@ -115,6 +115,28 @@ def summarize(values: Sequence[float | None]) -> Summary:
     return Summary(n, statistics.median(xs), min(xs), max(xs), percentile(xs, 95), None)
 
 
+MEDIAN_CONFIDENCE = 0.95
+
+
+def median_interval(values: Sequence[float | None], confidence: float = MEDIAN_CONFIDENCE
+                    ) -> tuple[float, float] | None:
+    """A distribution-free `confidence` interval of the median: the order statistics
+    (x₍ₖ₎, x₍ₙ₋ₖ₊₁₎) with the largest k whose coverage, 1 − 2·P(Binomial(n, ½) ≤ k − 1),
+    is at least `confidence` (the sign test's interval: it assumes no shape of the values,
+    only that the requests are independent). None with too few values for any k: at 95 %
+    n ≥ 6 (n = 5 covers 1 − 2/32 = 93.75 % with its min and max). None and non-finite
+    values are skipped, as in `summarize`."""
+    xs = sorted(_clean(values))
+    n = len(xs)
+    tail, found = 0.0, None
+    for k in range(1, n // 2 + 1):
+        tail += math.comb(n, k - 1) / 2**n  # P(Binomial(n, ½) ≤ k − 1)
+        if 1 - 2 * tail < confidence:
+            break
+        found = k
+    return None if found is None else (xs[found - 1], xs[n - found])
+
+
 def drift(
     values: Sequence[float | None],
     *,

@@ -70,7 +70,10 @@ class PlanTags:
     (sweep). prompt_tokens_target / prompt_words: the calibrated prompt size, tokens, and the
     words that make it. pair: a `--compare-relay` pair's number (its direct and relayed
     request share it), or a cache pair's (`bench --cache-pairs`). dataset_line: the line of
-    the `--dataset` file whose request this is (a JSON array: the element's index).
+    the `--dataset` file whose request this is (a JSON array: the element's index). depth:
+    a context-depth sweep's depth, tokens (`bench --depths`): the context asked for, which
+    the prompt of `prompt_tokens_target` tokens fills; the server's own count of it is the
+    request's `stats.prompt_eval_count`.
     """
 
     index: int | None = None
@@ -78,6 +81,7 @@ class PlanTags:
     prompt_words: int | None = None
     pair: int | None = None
     dataset_line: int | None = None
+    depth: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +301,7 @@ class RequestLine:
     probe_findings: tuple[str, ...] = ()
     dataset_line: int | None = None
     replay_of: int | None = None
+    depth: int | None = None
 
     def record(self) -> RequestRecord:
         """The typed record, in one pass: a part none of whose fields is set is the shared
@@ -304,9 +309,9 @@ class RequestLine:
         plan, load, watch = NO_PLAN, NO_LOAD, NO_WATCH
         if (self.index is not None or self.prompt_tokens_target is not None
                 or self.prompt_words is not None or self.pair is not None
-                or self.dataset_line is not None):
+                or self.dataset_line is not None or self.depth is not None):
             plan = PlanTags(self.index, self.prompt_tokens_target, self.prompt_words, self.pair,
-                            self.dataset_line)
+                            self.dataset_line, self.depth)
         if (self.level is not None or self.sent_offset_ns is not None
                 or self.scheduled_offset_ns is not None or self.lag_ms is not None
                 or self.sent_unix_ns is not None or self.end_unix_ns is not None
@@ -341,7 +346,7 @@ class RequestLine:
                    ld.scheduled_offset_ns, ld.lag_ms, ld.sent_unix_ns, ld.end_unix_ns,
                    ld.client, w.endpoint, w.upstream, w.listen, w.caller, w.caller_category,
                    w.caller_pid, w.http_status, w.hop_in_ms, w.hop_out_ms, w.pipeline_wait_ms,
-                   w.probe_verdict, w.probe_findings, p.dataset_line, ld.replay_of)
+                   w.probe_verdict, w.probe_findings, p.dataset_line, ld.replay_of, p.depth)
 
 
 _CHUNKS_OPEN = '"chunks": ['

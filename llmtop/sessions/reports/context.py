@@ -1,6 +1,7 @@
-"""The context sections of a bench report: the prefill curve, the prefix cache pairs and the
-conversation (analysis/context.py computes them; this module only writes them out), as
-markdown lines and as JSON-ready dicts.
+"""The context sections of a bench report: the prefill curve, the prefix cache pairs, the
+conversation (analysis/context.py computes them) and a context-depth sweep
+(analysis/depth.py); this module only writes them out, as markdown lines and as JSON-ready
+dicts.
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmtop.sessions.analysis.context import CachePair, PrefillSweep, Turn, cache_saving
+from llmtop.sessions.analysis.depth import DEPTH_METRICS, DepthRow, Estimate
 from llmtop.sessions.analysis.prefill import CONFIDENCE, QUADRATIC_SHARE, Curve, coef_text
+from llmtop.sessions.measure.depths import depth_label
+from llmtop.sessions.measure.metrics import MS, SERVER_DECODE
+from llmtop.sessions.measure.stats import MEDIAN_CONFIDENCE
 from llmtop.sessions.reports.text import md_table
 from llmtop.sessions.reports.text import num as _num
 
@@ -302,3 +307,43 @@ def _turns_json(turns: Sequence[Turn], saved: dict[int, float]) -> list[dict[str
             }
             for t in turns
     ]
+
+
+def _estimate_cell(e: Estimate, unit: str) -> str:
+    """"812.4 [790.1–830.0]": the median and its interval, n/a where absent; one decimal for
+    rates, two for times under 100 ms (a TPOT of 8.37 ms)."""
+    digits = 2 if unit == MS and e.median is not None and e.median < 100 else 1
+    if e.median is None:
+        return _num(None)
+    if e.low is None or e.high is None:
+        return f"{_num(e.median, digits)} (n={e.n})"
+    return f"{_num(e.median, digits)} [{_num(e.low, digits)}–{_num(e.high, digits)}]"
+
+
+# Beside "prefill", the server's decode rate is named as short (both are the server's)
+_DEPTH_HEADS = {SERVER_DECODE.key: "decode"}
+
+
+def depth_markdown(rows: Sequence[DepthRow]) -> list[str]:
+    """The "Context depth" section: one row per depth, each metric's median with its
+    interval (nothing when the run swept no depths)."""
+    if not rows:
+        return []
+    headers = ("depth", "server tokens", "n",
+               *(f"{_DEPTH_HEADS.get(m.key, m.shown)} {m.unit}" for m in DEPTH_METRICS))
+    table = [(depth_label(r.depth), _num(r.tokens, 0),
+              max((e.n for e in r.estimates.values()), default=0),
+              *(_estimate_cell(r.estimates[m.key], m.unit) for m in DEPTH_METRICS))
+             for r in rows]
+    notes = sorted({e.note for r in rows for e in r.estimates.values() if e.note})
+    how = (f"Per depth: the median of the baseline requests and its {MEDIAN_CONFIDENCE:.0%} "
+           "interval in brackets (the sign test's order statistics: no shape assumed); "
+           "prefill and decode are the server's own rates, decode after the depth's "
+           "context; server tokens is its count of the context (prompt_eval_count).")
+    return ["", "## Context depth", "", how, "",
+            *md_table(headers, table), *([""] + [f"*{n}*" for n in notes] if notes else [])]
+
+
+def depth_json(rows: Sequence[DepthRow]) -> dict[str, Any]:
+    """{"context_depth": [row, …]}: each depth's row (DepthRow.to_dict), [] when none."""
+    return {"context_depth": [r.to_dict() for r in rows]}

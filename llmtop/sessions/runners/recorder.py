@@ -63,9 +63,10 @@ class RequestFields:
     """The fields of a request record that the mode sending it sets, beside what the request
     measured, by their names in the log's line (schema.RequestLine, which RequestRecord.of
     takes): a bench's or a sweep's plan (phase, index, prompt size, relay path and pair,
-    dataset line: schema.PlanTags), a sweep's level, send offsets and replayed request
-    (schema.LoadTags), a bench request's machine readings (RequestRecord.machine). A field
-    left None is written as the record's default, so a mode sets only its own."""
+    dataset line, context depth: schema.PlanTags), a sweep's level, send offsets and
+    replayed request (schema.LoadTags), a bench request's machine readings
+    (RequestRecord.machine). A field left None is written as the record's default, so a mode
+    sets only its own."""
 
     phase: str | None = None
     index: int | None = None
@@ -76,6 +77,7 @@ class RequestFields:
     level: int | None = None
     dataset_line: int | None = None
     replay_of: int | None = None
+    depth: int | None = None
     machine: Mapping[str, Any] | None = None
     sent_offset_ns: int | None = None
     scheduled_offset_ns: int | None = None

@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import Analysis
+from llmtop.sessions.analysis.run import Analysis, SizeAnalysis
 from llmtop.sessions.analysis.watch import group_key
+from llmtop.sessions.measure.depths import depth_label
 
 
 @dataclass(frozen=True)
 class Group:
     """The ok requests of one prompt size (and relay path, and load level) of one run.
 
-    label: "200 tok", "200 tok · relay", "200 tok · level 3", "interactive". values: the
+    label: "200 tok", "200 tok · relay", "200 tok · level 3", "depth 4k", "interactive". values: the
     metric field name → the ok requests' values, in request order (n/a ones left out)."""
 
     target: int | None
@@ -55,8 +56,7 @@ def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
                 if key not in out:
                     out[key] = Group(None, f"{caller} · {model}", {k: [] for k in keys})
             if key not in out:
-                label = "interactive" if size.target is None else f"{size.target} tok"
-                label += f" · {size.path}" if size.path else ""
+                label = size_label(size)
                 label += f" · level {level}" if level is not None else ""
                 out[key] = Group(size.target, label, {k: [] for k in keys})
             for k in keys:
@@ -64,6 +64,19 @@ def groups(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
                 if value is not None and math.isfinite(value):
                     out[key].values[k].append(value)
     return list(out.values())
+
+
+def size_label(size: SizeAnalysis) -> str:
+    """A size's group as a comparison names it: "200 tok", "depth 4k" (a context-depth sweep's
+    size: its requests carry `depth`, so two depth sweeps pair depth by depth), "interactive",
+    and " · relay" / " · direct" after it in a --compare-relay run."""
+    depth = next((r.record.plan.depth for r in size.requests
+                  if r.record.plan.depth is not None), None)
+    if depth is not None:
+        label = f"depth {depth_label(depth)}"
+    else:
+        label = "interactive" if size.target is None else f"{size.target} tok"
+    return label + (f" · {size.path}" if size.path else "")
 
 
 def common_groups(ga: Sequence[Group], gb: Sequence[Group]
@@ -85,8 +98,7 @@ def baseline_values(analysis: Analysis, keys: Iterable[str]) -> list[Group]:
     keys = list(keys)
     out = []
     for size in analysis.sizes:
-        label = "interactive" if size.target is None else f"{size.target} tok"
-        label += f" · {size.path}" if size.path else ""
+        label = size_label(size)
         values = {k: [v for r in size.baseline if (v := r.record.metric(k)) is not None
                       and math.isfinite(v)] for k in keys}
         out.append(Group(size.target, label, values))
