@@ -28,9 +28,11 @@ reason, never an exception.
 
 from __future__ import annotations
 
+import platform
 import plistlib
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -347,6 +349,44 @@ class AppleProbe(GpuProbe):
         else:
             out["zeus_apple_silicon"] = f"n/a: {self._energy_reason}"
         return out
+
+
+CHIP = ("sysctl", "machdep.cpu.brand_string", "hw.model")
+# What IOReport's channel map (energy.apple.rail_of) was checked against. The names are
+# matched, never the order, so a reordered list (macOS 26 → 27) reads the same.
+CHANNEL_MAP_CHECKED = (
+    "IOReport Energy Model channels matched by name; checked against recorded channel lists "
+    "of an M1 Ultra (lablup/all-smi #424) and an M2 Ultra (vladkens/macmon #17), whose macOS "
+    "versions were not stated, and the macOS 26 → 27 reorder rebuilt from them; not yet run "
+    "on a Mac")
+
+
+def parse_chip(text: str) -> dict[str, str | None]:
+    """`sysctl machdep.cpu.brand_string hw.model` → {"chip": "Apple M1", "model":
+    "MacBookPro18,2"}; None where a line is missing or empty."""
+    out: dict[str, str | None] = {"chip": None, "model": None}
+    for key, name in (("chip", "machdep.cpu.brand_string"), ("model", "hw.model")):
+        found = re.search(rf"^{re.escape(name)}:[ \t]*(.*?)\s*$", text, re.MULTILINE)
+        out[key] = found.group(1)[:200] if found and found.group(1) else None
+    return out
+
+
+def mac_environment(system: str = sys.platform, run: Runner = run_command,
+                    mac_ver: Callable[[], tuple[str, Any, str]] = platform.mac_ver,
+                    ) -> dict[str, Any] | None:
+    """A Mac's part of the environment record: macos_version (platform.mac_ver, "15.1"),
+    arch ("arm64"), chip (machdep.cpu.brand_string, "Apple M4") and model (hw.model,
+    "Mac16,10"), each None where not given (with `notes` saying why), and
+    energy_channel_map: what the IOReport channel map was checked on (CHANNEL_MAP_CHECKED).
+    None off macOS (nothing is run there)."""
+    if system != "darwin":
+        return None
+    version, _, arch = mac_ver()
+    out, why = run(CHIP)
+    chip = parse_chip(out) if out is not None else {"chip": None, "model": None}
+    notes = [] if out is not None else [f"chip and model: {why}"]
+    return {"macos_version": version or None, "arch": arch or None, **chip,
+            "energy_channel_map": CHANNEL_MAP_CHECKED, "notes": notes}
 
 
 def gpu_probe() -> GpuProbe:

@@ -25,6 +25,7 @@ from llmtop.sessions.analysis.context import (
     conversation,
     prefill_sweep,
 )
+from llmtop.sessions.analysis.depth import DepthRow, depth_sweep
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
 from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
@@ -43,6 +44,7 @@ from llmtop.sessions.analysis.run import (
     size_key,
     whole_run,
 )
+from llmtop.sessions.analysis.soc import soc_findings
 from llmtop.sessions.measure.metrics import CLIENT_DECODE, SERVER_DECODE
 from llmtop.sessions.records.schema import (
     CalibrationRecord,
@@ -78,6 +80,9 @@ class Report:
     sweep / pairs / turns: the prefill curve of a sweep of 2+ sizes, the prefix-cache pairs
     and the conversation's turns (analysis/context.py; None / empty when the run had none);
     cold_turns: the conversation replayed with the cache defeated (bench --turns).
+    depths: a context-depth sweep's rows (analysis/depth.py; empty when the run had none).
+    soc: a system on chip's heat and memory findings over the measured requests
+    (analysis/soc.py: thermal-pressure, memory-bandwidth-contender; empty when none).
     repeatability: the spread of `bench --runs K`'s runs, this log being the last (None for
     one run, and for `llmtop report`, which reads one log).
     """
@@ -110,6 +115,8 @@ class Report:
     bandwidth: BandwidthVerdict | None = None
     offload: FindingRecord | None = None
     repeatability: Repeatability | None = None
+    soc: tuple[FindingRecord, ...] = ()
+    depths: list[DepthRow] = field(default_factory=list)
 
 
 def _episode_cost(found: EpisodeCause) -> float:
@@ -169,7 +176,9 @@ def build(log: RunLog, analysis: Analysis | None = None,
         episodes=episodes,
         bandwidth=run_bandwidth(analysis, log.environment("end")),
         offload=run_offload(log, analysis),
+        soc=soc_findings([r.record for s in analysis.sizes for r in s.ok], log.probes),
         repeatability=repeatability,
+        depths=depth_sweep(analysis),
     )
 
 

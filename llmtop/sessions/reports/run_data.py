@@ -20,7 +20,7 @@ from llmtop.sessions.analysis.run import BENCH_METRICS, CONTEXT_PHASES, SizeAnal
 from llmtop.sessions.measure.metrics import LOAD
 from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import AnyRecord, EnergyRecord, ProbeRecord, RunLog
-from llmtop.sessions.reports.context import context_json
+from llmtop.sessions.reports.context import context_json, depth_json
 from llmtop.sessions.reports.csvcells import CsvWriter
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import preflight_held
@@ -129,7 +129,9 @@ def _json(report: Report) -> dict[str, Any]:
         "energy": report.energy.to_dict() if report.energy else None,
         "bandwidth": report.bandwidth.to_dict() if report.bandwidth else None,
         "offload": asdict(report.offload) if report.offload else None,
+        "soc_findings": [asdict(f) for f in report.soc],
         **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
+        **depth_json(report.depths),
         "warnings": list(report.log.warnings),
         **_json_repeatability(report),
     }

@@ -135,6 +135,14 @@ def preflight_held(report: Report) -> dict[str, Any] | None:
     return {"preflight": pf.verdict, "episodes": count, "changed": changed, "sentence": sentence}
 
 
+def mac_line(mac: dict[str, Any]) -> str:
+    """A Mac's row: "macOS 15.1 · Apple M4 · Mac16,10 · energy channels: <what they were
+    checked on>" (n/a where not read)."""
+    return (f"macOS {mac.get('macos_version') or 'n/a'} · {mac.get('chip') or 'chip n/a'} · "
+            f"{mac.get('model') or 'model n/a'} · energy channels: "
+            f"{mac.get('energy_channel_map') or 'n/a'}")
+
+
 def environment_markdown(report: Report) -> list[str]:
     """The "Environment" section: llmtop, the engine and its configuration, the model and
     /api/ps's view of it, the options, and the machine (OS, CPU, RAM, GPU, power, container,
@@ -167,6 +175,7 @@ def environment_markdown(report: Report) -> list[str]:
          f"size {_bytes(loaded.get('size'))}, size_vram {_bytes(loaded.get('size_vram'))}{note}"),
         ("options", json.dumps(h.options)),
         ("OS", m.get("os")),
+        *([("Mac", mac_line(mac))] if isinstance(mac := m.get("mac"), dict) else []),
         ("CPU", cpu_line(m)),
         ("RAM", _bytes(m.get("ram_bytes"))),
         ("GPU", gpus + (f" · driver {d}" if (d := gpu.get("driver_version")) else "")),

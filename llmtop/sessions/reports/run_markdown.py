@@ -30,7 +30,12 @@ from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, SERVER_PREFILL, 
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, DRIFT_FLOOR_MS
 from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.records.schema import CalibrationRecord, FindingRecord
-from llmtop.sessions.reports.context import pairs_markdown, sweep_markdown, turns_markdown
+from llmtop.sessions.reports.context import (
+    depth_markdown,
+    pairs_markdown,
+    sweep_markdown,
+    turns_markdown,
+)
 from llmtop.sessions.reports.run import Report
 from llmtop.sessions.reports.run_environment import (
     environment_markdown,
@@ -139,6 +144,7 @@ def markdown(report: Report) -> str:
         title = f"## Statistics — {_size_label(s, report.calibration)}"
         lines += ["", title, "", *_stats_table(s)]
     lines += _markdown_episodes(report)
+    lines += depth_markdown(report.depths)
     lines += sweep_markdown(report.sweep) + pairs_markdown(report.pairs)
     lines += turns_markdown(report.turns, report.cold_turns)
     lines += _markdown_relay(report)
@@ -148,6 +154,10 @@ def markdown(report: Report) -> str:
         f = report.offload
         lines += ["", "## The engine's GPU claim", "",
                   f"**{f.level.upper()}** {f.message} — {f.remedy}."]
+    if report.soc:  # a system on chip's heat, or a neighbour on its one memory
+        lines += ["", "## Heat and memory contention", ""]
+        lines += [f"- **{f.level.upper()}** {f.code}: {f.message} — {f.remedy}."
+                  for f in report.soc]
     if report.bandwidth is not None:  # bench measured this machine's memory bandwidth
         lines += ["", "## Decode and memory bandwidth", "", report.bandwidth.sentence + "."]
     lines += _markdown_requests(a) + _markdown_calibration(report) + environment_markdown(report)

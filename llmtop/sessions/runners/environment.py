@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from llmtop.engines.connection import Connection
-from llmtop.probes.apple import gpu_probe
+from llmtop.probes.apple import gpu_probe, mac_environment
 from llmtop.probes.config import load_thresholds
 from llmtop.probes.engine_state import CouldNotCheck, EngineLike, engine_findings
 from llmtop.probes.preflight import run_preflight
@@ -51,8 +51,10 @@ def cpu_model() -> str:
 
 def environment() -> dict[str, Any]:
     """OS, CPU model and core counts, RAM (bytes), Python version, GPU (NVML when present, with
-    the tool named), power source and container limits (`container_record`), as a JSON-ready
-    dict (every session log's header)."""
+    the tool named), power source and container limits (`container_record`), and on a Mac its
+    macOS version, chip, model and what the energy channel map was checked on
+    (`probes.apple.mac_environment`, key "mac"), as a JSON-ready dict (every session log's
+    header)."""
     gpu = gpu_probe().sample()  # on a Mac, Apple Silicon's GPU
     battery = SystemProbe().sample().on_battery
     limits = container_limits()
@@ -81,6 +83,7 @@ def environment() -> dict[str, Any]:
         if battery
         else ("mains" if battery is False else "unknown (no battery found)"),
         "container": container_record(limits, host_cores),
+        **({"mac": mac} if (mac := mac_environment()) is not None else {}),
     }
 
 
