@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.engines.base import Engine, ModelInfo, Stoppable
-from llmtop.engines.llama_props import describe
 
 
 @dataclass
@@ -103,6 +102,10 @@ def describe_config(cfg: Any) -> str | None:
     then the default thread count when the engine gives it ("… · 2 threads");
     llama-server's `llama_props.describe` line; None for another engine."""
     if isinstance(cfg, dict) and cfg.get("server") == "llama-server":
+        # llama_props reads the server with httpx: imported here, so a module that only names
+        # a Connection (the TUI's widgets, before its first frame) starts without httpx
+        from llmtop.engines.llama_props import describe
+
         return describe(cfg)
     if not isinstance(cfg, dict) or "use_extra_bufts" not in cfg:
         return None

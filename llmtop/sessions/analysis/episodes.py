@@ -129,9 +129,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-import numpy as np
-import ruptures as rpt
+# numpy (and ruptures) are imported by the functions that compute: a module that only names
+# an episode (the TUI's session strip, before its first frame) starts without them
+if TYPE_CHECKING:
+    import numpy as np
 
 MAD_SCALE = 1.4826  # MAD → standard deviation under normality (as attribution.MAD_SCALE)
 SIGMA_FLOOR = 0.01  # σ is at least 1 % of the median level (attribution.SPREAD_FLOOR)
@@ -200,6 +203,8 @@ class SeriesShape:
 def noise(levels: Sequence[float] | np.ndarray) -> float:
     """σ of a series already divided by its median: 1.4826 × MAD of the first differences
     / √2, at least SIGMA_FLOOR (module docstring). Needs 2 values or more."""
+    import numpy as np
+
     d = np.diff(np.asarray(levels, dtype=float))
     mad = float(np.median(np.abs(d - np.median(d))))
     return max(MAD_SCALE * mad / math.sqrt(2), SIGMA_FLOOR)
@@ -210,6 +215,8 @@ def _sse(z: np.ndarray, bounds: Sequence[tuple[int, int]]) -> float:
 
 
 def _line(z: np.ndarray) -> tuple[float, np.ndarray]:
+    import numpy as np
+
     t = np.arange(len(z), dtype=float)
     slope, intercept = np.polyfit(t, z, 1)
     fitted = slope * t + intercept
@@ -245,6 +252,12 @@ def _change_points(z: np.ndarray, pen: float) -> list[int]:
     the segment's mean, so the search is the exact one restricted to block ends (sizes b
     and b + 1 make it an approximation within 1/b). Its ends are block ends; the episodes'
     own rule (`_episode_runs`) then places each end on the requests themselves."""
+    import numpy as np
+
+    # ruptures pulls in scipy.stats and scipy.spatial (over a second of imports on 2 cores):
+    # imported when a series is judged, not by every module that names an episode
+    import ruptures as rpt
+
     n = len(z)
     if n <= EXACT_POINTS:
         return [int(e) for e in rpt.KernelCPD(kernel="linear", min_size=MIN_SIZE, jump=1)
@@ -271,6 +284,8 @@ def _episode_runs(
     run of at least MIN_SIZE consecutive candidates off on one side, grown over the values
     next to it that are off on that side (a change point placed at a block end, or a
     request early or late); the off candidates of a shorter run are outliers."""
+    import numpy as np
+
     side = np.where(dev > off, 1, np.where(dev < -off, -1, 0))
     marked = np.where(candidate, side, 0)
     n = len(dev)
@@ -312,6 +327,8 @@ def _candidates(
     diluted by the requests of its blocks outside that change (20 requests at 1.5 × in a
     block of 50 have a median at the baseline's and a mean 20 % above it; split over two
     blocks, 10 % each); the episode rule then keeps only its off requests."""
+    import numpy as np
+
     n = len(y)
     exact = n <= EXACT_POINTS
     levels = [float(np.median(y[a:b]) if exact else np.mean(y[a:b])) for a, b in bounds]
@@ -339,6 +356,8 @@ def shape_of(
     threshold_pct: the run's relative threshold, %; floor: the smallest absolute level
     difference that counts, in the values' unit. Raises ValueError for a non-finite value
     or a median ≤ 0 (a time or a rate is positive). O(n) beyond EXACT_POINTS values."""
+    import numpy as np
+
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < MIN_POINTS:

@@ -19,9 +19,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-from scipy import stats
-
 CONFIDENCE = 0.95  # the coefficients' confidence level
 QUADRATIC_SHARE = 0.10  # the quadratic term "matters" once it adds 10 % to the linear term
 POOR_FIT_SHARE = 0.10  # a size's median missed by over 10 %: the curve does not hold
@@ -195,6 +192,11 @@ def fit_curve(
     Raises CurveError for mismatched lengths, non-finite values, fewer than 3 prompt sizes
     (`prompt_sizes`) or fewer than 4 points (the interval needs n − 3 ≥ 1).
     """
+    # numpy and scipy.stats (~1 s of imports on 2 cores) only when a curve is fitted: the
+    # TUI reads saved curves before its first frame and fits none
+    import numpy as np
+    from scipy import stats
+
     if len(tokens) != len(ms):
         raise CurveError(f"{len(tokens)} token counts but {len(ms)} times")
     t = np.asarray(tokens, dtype=float)

@@ -1,0 +1,219 @@
+"""How long the TUI takes to show its prompt, and its first token, from exec, as a user sees it.
+
+    python bench/tui_start.py [--runs 7] [--compare ROOT] [--json FILE]
+
+The TUI is the real `llmtop` (no command) in a pseudo-terminal (120×40, xterm-256color)
+against a scripted Ollama-API server already answering (`llmtop.testing.scripted`, its own
+process, the "timed" model: first chunk "t0" after 1 ms). It is started the way a user starts
+it with an address and nothing else (`llmtop --host URL --model timed`): the engine kind is
+decided by llmtop (engine "auto"), so the rows include that decision. A thread reads the
+terminal's bytes as they come and stamps each read with `perf_counter_ns` (the monotonic
+clock the exec was stamped on); the text is the bytes with the terminal's control sequences
+(CSI, OSC, other ESC pairs) taken out, which is what the screen shows, in the order it is
+drawn. Two moments per run:
+
+- first frame: the prompt box's placeholder ("Enter sends") is in the output: the screen
+  the user types into is drawn. Target ≤ TARGET_FIRST_FRAME_MS (a "top" opens in well under a
+  second);
+- first token: the prompt "hi" and Enter are typed the moment the prompt is seen (as a user
+  who typed ahead would); the first chunk's text ("t0") is on screen (counted from exec, so
+  the connection, the session log's opening and the request are all in it). No target.
+
+Each run is a fresh process; the first run warms the page cache and is not counted. With
+`--compare ROOT` (another checkout of llmtop, e.g. a `git worktree` of an older commit) the
+runs alternate between that llmtop and this one, run by run, so a machine whose load drifts
+does not favour either; each gets its rows, medians over `--runs` runs. The load average is
+printed with the rows: on a shared 2-core machine the other processes' CPU is in every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import pty
+import re
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+THIS_ROOT = str(HERE.parent)
+TARGET_FIRST_FRAME_MS = 500.0
+PROMPT_TEXT = "Enter sends"  # in the prompt box's placeholder (tui/screens/main.py)
+TOKEN_TEXT = "t0"  # the scripted "timed" reply's first chunk (llmtop/testing/scripted.py)
+TIMEOUT_S = 30.0
+# CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \), DCS/APC strings, then any other ESC pair
+CONTROL = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+                     rb"|\x1b[P_^][^\x1b]*\x1b\\|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class Screen:
+    """The terminal's output read by a thread: `text` is what was drawn so far (control
+    sequences out), `stamps` the perf_counter_ns of each read with the text's length then."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.raw = bytearray()
+        self.stamps: list[tuple[int, int]] = []  # (ns, len(text) after that read)
+        self.text = ""
+        self.changed = threading.Condition()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            now = time.perf_counter_ns()
+            with self.changed:
+                self.raw += data
+                self.text = CONTROL.sub(b"", bytes(self.raw)).decode("utf-8", "replace")
+                self.stamps.append((now, len(self.text)))
+                self.changed.notify_all()
+        with self.changed:
+            self.stamps.append((-1, -1))  # closed
+            self.changed.notify_all()
+
+    def wait_for(self, needle: str, after: int = 0, timeout_s: float = TIMEOUT_S) -> int:
+        """The perf_counter_ns of the read that put `needle` on screen past text offset
+        `after`; raises TimeoutError naming what was drawn when it does not come."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                at = self.text.find(needle, after)
+                if at >= 0:
+                    end = at + len(needle)
+                    return next(ns for ns, length in self.stamps if length >= end)
+                if self.stamps and self.stamps[-1][0] == -1:
+                    raise TimeoutError(f"the TUI exited before {needle!r}: {self.text[-400:]!r}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no {needle!r} after {timeout_s:g} s: "
+                                       f"{self.text[-400:]!r}")
+                self.changed.wait(left)
+
+
+def one_run(root: str, url: str, folder: str) -> tuple[float, float]:
+    """(exec → prompt on screen ms, exec → first token on screen ms) for the llmtop at `root`."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=root,
+               NO_PROXY="127.0.0.1")
+    env.pop("OLLAMA_HOST", None)
+    argv = [sys.executable, "-m", "llmtop", "--host", url, "--model", "timed",
+            "--log", os.path.join(folder, f"tui-{time.perf_counter_ns()}.jsonl")]
+    t0 = time.perf_counter_ns()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=root,
+                            start_new_session=True, close_fds=True)
+    os.close(slave)
+    screen = Screen(master)
+    try:
+        prompt_ns = screen.wait_for(PROMPT_TEXT)
+        typed_at = len(screen.text)
+        os.write(master, b"hi\r")
+        token_ns = screen.wait_for(TOKEN_TEXT, after=typed_at)
+    finally:
+        os.write(master, b"\x11")  # Ctrl+Q
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        os.close(master)
+    return (prompt_ns - t0) / 1e6, (token_ns - t0) / 1e6
+
+
+def scripted_engine() -> tuple[subprocess.Popen[bytes], str]:
+    """The scripted Ollama-API server in its own process, answering; (process, its URL)."""
+    sys.path.insert(0, THIS_ROOT)
+    from llmtop.servers.child import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llmtop.testing.scripted", "--port",
+                             str(port), "--first-ms", "1", "--chunks", "20", "--gap-ms", "1"],
+                            cwd=THIS_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/api/version", timeout=1):
+                return proc, url
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("the scripted engine did not start") from None
+            time.sleep(0.05)
+
+
+def rows_for(label: str, frames: list[float], tokens: list[float]) -> list[dict[str, Any]]:
+    """The two rows of one llmtop: medians, with the runs' range in the metric's name."""
+    first = statistics.median(frames)
+    return [
+        {"metric": f"TUI{label}: exec → first frame with the prompt (median of {len(frames)}, "
+                   f"{min(frames):.0f}–{max(frames):.0f} ms)",
+         "measured": first, "unit": "ms", "target": TARGET_FIRST_FRAME_MS,
+         "met": first <= TARGET_FIRST_FRAME_MS},
+        {"metric": f"TUI{label}: exec → first token on screen (median of {len(tokens)}, "
+                   f"{min(tokens):.0f}–{max(tokens):.0f} ms)",
+         "measured": statistics.median(tokens), "unit": "ms", "target": None, "met": None},
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the rows (and write them as JSON); exit 0."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--compare", metavar="ROOT", help="another llmtop checkout, alternated")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    roots = {"": THIS_ROOT}
+    if args.compare:
+        roots = {f" ({Path(args.compare).name})": str(Path(args.compare).resolve()),
+                 " (this checkout)": THIS_ROOT}
+    results: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in roots}
+    engine, url = scripted_engine()
+    loads = [os.getloadavg()[0]]
+    try:
+        with tempfile.TemporaryDirectory(prefix="llmtop-tui-start-") as folder:
+            for root in roots.values():
+                one_run(root, url, folder)  # the page cache warmed, not counted
+            for i in range(args.runs):
+                order = list(roots) if i % 2 == 0 else list(reversed(roots))
+                for label in order:
+                    frame, token = one_run(roots[label], url, folder)
+                    results[label][0].append(frame)
+                    results[label][1].append(token)
+                    print(f"run {i + 1}{label}: first frame {frame:.0f} ms, first token "
+                          f"{token:.0f} ms", flush=True)
+    finally:
+        engine.terminate()
+        engine.wait(10)
+    loads.append(os.getloadavg()[0])
+    rows = [row for label, (f, t) in results.items() for row in rows_for(label, f, t)]
+    for r in rows:
+        target = "" if r["target"] is None else f"  (target ≤ {r['target']:g} ms)"
+        print(f"{r['metric']:<90} {r['measured']:8.1f} ms{target}")
+    print(f"load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end; "
+          f"{os.cpu_count()} logical CPUs")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
