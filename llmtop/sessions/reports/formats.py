@@ -2,9 +2,10 @@
 
 A subject is what a command has to show: a run's `Report` (run.build: a bench or an
 interactive session), a sweep's `LoadAnalysis` (analysis/load.py), a watch log's
-`WatchAnalysis` (analysis/watch.py) or `Comparisons` (`llmtop compare`). Each has its
-text renderers here, by format; "html" is every subject's
-self-contained page (html.py), imported here and only here, when a page is asked for, since
+`WatchAnalysis` (analysis/watch.py), `Comparisons` (`llmtop compare`) or a `SetAnalysis`
+(`llmtop bench --engines`: analysis/engine_set.py). Each has its
+text renderers here, by format; "html" is the self-contained page (html.py) of every
+subject but the engine set, imported here and only here, when a page is asked for, since
 plotly's import costs a second that a markdown report should not pay. A new format is one
 entry in `TEXT` (or one page function in html.py).
 """
@@ -16,14 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from llmtop.safetext import visible
+from llmtop.sessions.analysis.engine_set import SetAnalysis
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.watch import WatchAnalysis
-from llmtop.sessions.reports import compare, load, run_data, run_markdown, watch
+from llmtop.sessions.reports import compare, engine_set, load, run_data, run_markdown, watch
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.run import Report
 
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
-Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis
+Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis | SetAnalysis
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
     Report: {"md": run_markdown.markdown, "csv": run_data.csv_text, "json": run_data.json_text},
@@ -31,6 +33,7 @@ TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
     Comparisons: {"md": lambda c: compare.markdown(c.comparisons, c.energy, c.logs),
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},
     WatchAnalysis: {"md": watch.markdown, "csv": watch.csv_text, "json": watch.json_text},
+    SetAnalysis: {"md": engine_set.markdown, "json": engine_set.json_text},
 }
 """The text renderers of each subject type, by format name."""
 
@@ -38,14 +41,14 @@ TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
 def formats(kind: type) -> tuple[str, ...]:
     """The formats a subject type renders to ("md", …, "html"). Raises KeyError for a type
     that is not a subject."""
-    return (*TEXT[kind], "html")
+    return (*TEXT[kind], *(() if kind is SetAnalysis else ("html",)))
 
 
 def render(subject: Subject, fmt: str) -> str:
     """`subject` as text in `fmt` (one of `formats(type(subject))`). Raises ValueError
     naming the formats there are for anything else."""
     kind = type(subject)
-    if fmt == "html":
+    if fmt == "html" and "html" in formats(kind):
         from llmtop.sessions.reports import html  # plotly: only when a page is asked for
 
         pages: dict[type, Callable[[Any], str]] = {

@@ -219,16 +219,28 @@ class BenchRunner:
         summary). The log is closed when this returns or raises; the outcome's log and
         analysis come from memory (the recorder kept its records). Raises NoisyMachine,
         CalibrationError, LogError, and CancelledError when cancelled (after logging it)."""
-        sampler = self._sampler()
-        sampler.start()
-        try:
+        with self.measuring():
             salt = await self._start()
             calibration = await self._measure(salt)
             analysis = await self._finish(calibration)
+        return self.outcome(analysis, calibration)
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[None]:
+        """The probe sampler running inside the block; the canary and the log closed when it
+        ends, however it ends: what `run` holds around its phases, and what a driver that runs
+        the phases itself holds around them (runners/engines.py)."""
+        sampler = self._sampler()
+        sampler.start()
+        try:
+            yield
         finally:
             sampler.stop()
             self.canary.close()
             self.recorder.close()
+
+    def outcome(self, analysis: Analysis, calibration: Calibration | None) -> BenchOutcome:
+        """The finished run (after `finish`, the log closed), its "done" progress said."""
         outcome = BenchOutcome(analysis, calibration, self.log_path, self.recorder.kept())
         self.on_progress(BenchProgress("done", message="done"))
         return outcome
@@ -244,13 +256,15 @@ class BenchRunner:
                                 self.recorder.options),
                             thread_setting=lambda: self.conn.thread_setting)
 
-    async def _start(self) -> str:
+    async def _start(self, salt: str | None = None) -> str:
         """The start environment record, then the preflight (when `preflight_s`); returns
-        the run's prompt salt. Raises NoisyMachine (`require_quiet` and a NOISY machine)."""
+        the run's prompt salt (`salt`, else a new one: several engines measured together
+        share one, so they are sent the same prompts). Raises NoisyMachine (`require_quiet`
+        and a NOISY machine)."""
         self.on_progress(
             BenchProgress("environment", message="reading the engine's environment")
         )
-        salt = run_salt()  # new prompts in every run: a server's prompt cache outlives it
+        salt = salt or run_salt()  # new prompts in every run: a server's prompt cache outlives it
         self.recorder.log.write(await environment_record(self.conn, "start",
                                                          prompt_salt=salt))
         if self.config.preflight_s > 0:
@@ -314,6 +328,17 @@ class BenchRunner:
 
     async def _calibrated_sizes(self, salt: str) -> Calibration:
         """Calibrate the prompt sizes, then run each size and the context phases."""
+        calibration = await self.calibrate()
+        generator = PromptGenerator(self.config.seed, salt=salt)
+        with self._interrupt_logged():
+            for target in self.config.prompt_tokens:
+                await self._run_size(target, calibration, generator)
+            await self._run_context(calibration, generator)
+        return calibration
+
+    async def calibrate(self) -> Calibration:
+        """Calibrate the prompt sizes against the server (the cache's, re-checked, unless
+        `use_cache` is off) and log the calibration record. Raises CalibrationError."""
         cfg = self.config
         self.on_progress(BenchProgress("calibrating", message="calibrating prompt sizes"))
         cache = CalibrationCache() if cfg.use_cache else None
@@ -336,12 +361,28 @@ class BenchRunner:
             f"{t} tok → {p.words} words ({p.tokens})" for t, p in calibration.targets.items()
         )
         self.on_progress(BenchProgress("calibrating", message=f"calibration {how}: {table}"))
-        generator = PromptGenerator(cfg.seed, salt=salt)
-        with self._interrupt_logged():
-            for target in cfg.prompt_tokens:
-                await self._run_size(target, calibration, generator)
-            await self._run_context(calibration, generator)
         return calibration
+
+    async def start(self, salt: str) -> None:
+        """The phases before the prompt sizes, for a driver that interleaves several runners'
+        requests (runners/engines.py): the start environment (with `salt`), the preflight,
+        the load request. Raises NoisyMachine."""
+        await self._start(salt)
+        await self._load_request()
+
+    async def measure_one(self, fields: RequestFields, total: int, prompt: str) -> None:
+        """One calibrated-size request of `prompt` (phase, index, size in `fields`; `total`:
+        the size's requests), a canary before it when it is measured; logged as the
+        cancel's "interrupted" record when cancelled."""
+        with self._interrupt_logged():
+            await self._one(fields, total, prompt, self.conn.engine)
+
+    async def finish(self, calibration: Calibration) -> BenchOutcome:
+        """The phases after the requests (`_finish`: energy, the end environment, the one
+        analysis, the summary), the log closed, the outcome made."""
+        analysis = await self._finish(calibration)
+        self.recorder.close()
+        return self.outcome(analysis, calibration)
 
     @contextlib.contextmanager
     def _interrupt_logged(self) -> Iterator[None]:
@@ -491,8 +532,10 @@ class BenchRunner:
     ) -> None:
         cfg = self.config
         for i in indexes:
+            # a depth sweep's sizes are its depths: each request says so (PlanTags.depth)
+            depth = target if cfg.depths is not None else None
             fields = RequestFields(phase="warmup" if i < cfg.warmup else "measure", index=i,
-                                   prompt_tokens_target=target, prompt_words=words)
+                                   prompt_tokens_target=target, prompt_words=words, depth=depth)
             if not cfg.compare_relay:
                 await self._one(fields, total, generator.make(words), self.conn.engine)
                 continue

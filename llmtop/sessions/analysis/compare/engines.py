@@ -53,6 +53,21 @@ def parameter_count(text: Any) -> tuple[float, float] | None:
     return float(match.group(1)) * scale, scale / 10**decimals
 
 
+_SIZES = {"SMALL": "S", "MEDIUM": "M", "LARGE": "L"}
+
+
+def quantization_name(text: str) -> str:
+    """A quantization by Ollama's name for it, upper case: llama.cpp's file-type names
+    (llama-server's `/props`: "Q4_K - Medium", "IQ2_XS - 2.3125 bpw") and Ollama's
+    ("Q4_K_M", "IQ2_XS") name one file type two ways, so one GGUF served by both would read
+    as two models. "Q4_K - Medium" → "Q4_K_M"; "IQ2_XS - 2.3125 bpw" → "IQ2_XS"; any other
+    name upper-cased as it is."""
+    name, sep, size = text.strip().upper().partition(" - ")
+    if not sep:
+        return name
+    return f"{name}_{_SIZES[size]}" if size in _SIZES else name
+
+
 def model_identity(h: Header) -> dict[str, Any]:
     """What a header records of the model file, by engine-neutral keys: "digest", "params"
     ((count, resolution, as written): `parameter_count`), "quantization" (upper case), "file" (the
@@ -66,7 +81,7 @@ def model_identity(h: Header) -> dict[str, Any]:
     if (params := parameter_count(details.get("parameter_size"))) is not None:
         out["params"] = (*params, details["parameter_size"].strip())
     if isinstance(details.get("quantization"), str) and details["quantization"]:
-        out["quantization"] = details["quantization"].upper()
+        out["quantization"] = quantization_name(details["quantization"])
     if isinstance(config.get("model_path"), str) and config["model_path"]:
         out["file"] = os.path.basename(config["model_path"].replace("\\", "/"))
     if isinstance(details.get("size"), int) and details["size"] > 0:
