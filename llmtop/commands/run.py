@@ -309,7 +309,7 @@ async def _stream(args: argparse.Namespace, conn: Connection) -> int:
     from llmtop.sessions.runners.recorder import SessionRecorder
 
     agent = getattr(args, "agent", None)
-    energy = local_meter(conn.upstream.host, agent)
+    energy = local_meter(conn.upstream.host, agent, lambda: conn.engine_pids)
     try:
         recorder = SessionRecorder(
             conn, GenerationOptions.from_flags(args).to_ollama(), args.log, energy=energy,

@@ -185,7 +185,8 @@ class BenchRunner:
         self.on_event = on_event
         header = {"bench": config.to_dict(), **(extra_header or {})}
         # this machine's energy sources (none read when the probes watch another machine)
-        self.energy = energy or local_meter(conn.upstream.host, agent)
+        self.energy = energy or local_meter(conn.upstream.host, agent,
+                                            lambda: conn.engine_pids)
         self.recorder = SessionRecorder(
             conn, config.options(), log_path, kind="bench", extra_header=header,
             think=config.think, energy=self.energy, token_timeout_s=token_timeout_s, keep=True,

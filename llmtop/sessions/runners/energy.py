@@ -41,6 +41,7 @@ from llmtop.probes.energy import (
     discover_sources,
     run_from_window,
 )
+from llmtop.probes.energy.process import engine_source
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.schema import EnergyRecord
@@ -95,6 +96,9 @@ class EnergyMeter:
     clock: the reader's stamp function (default time.perf_counter_ns).
     inline_max_ns: the edge reads' threshold (default `EDGE_INLINE_MAX_NS`; a test passes -1
     to send every edge read to the worker).
+    engine_pids: the measured engine's pids now (`Connection.engine_pids`): on macOS its
+    processes' own energy is one more figure ("apple:engine", probes/energy/process.py);
+    elsewhere nothing is read.
     `line`: the one line every command prints once ("energy: …" or "energy: n/a — …").
     """
 
@@ -105,11 +109,14 @@ class EnergyMeter:
         remote_host: str | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         inline_max_ns: int = EDGE_INLINE_MAX_NS,
+        engine_pids: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         if discovery is not None:
             found = discovery
         else:  # an engine elsewhere: this machine's sources are not looked for
             found = discover_sources() if remote_host is None else no_sources()
+        if engine_pids is not None and remote_host is None:
+            found = with_engine_source(found, engine_pids)
         self.summary = describe_sources(found)
         self.line = self.summary.line if remote_host is None else remote_line(remote_host)
         readable = found.readable if remote_host is None else ()
@@ -361,11 +368,23 @@ def span_record(scope: str, e: RunEnergy, covers: str, level: int | None = None)
     )
 
 
-def local_meter(engine_host: str, agent: object | None = None) -> EnergyMeter:
+def local_meter(engine_host: str, agent: object | None = None,
+                engine_pids: Callable[[], Iterable[int]] | None = None) -> EnergyMeter:
     """The meter a command uses: this machine's sources when the engine runs here and the
-    probes watch this machine, else none (the line says the engine is elsewhere)."""
+    probes watch this machine, else none (the line says the engine is elsewhere);
+    engine_pids: as EnergyMeter takes them (the engine's own energy on macOS)."""
     here = agent is None and is_local_host(engine_host)
-    return EnergyMeter(remote_host=None if here else engine_host)
+    return EnergyMeter(remote_host=None if here else engine_host, engine_pids=engine_pids)
+
+
+def with_engine_source(found: Discovery,
+                       engine_pids: Callable[[], Iterable[int]]) -> Discovery:
+    """`found` and, on macOS, the engine's processes' energy source (probes/energy/
+    process.py); `found` unchanged elsewhere (libproc is never loaded there)."""
+    source, _why = engine_source(engine_pids)
+    if source is None:
+        return found
+    return Discovery((*found.sources, source), found.absent)
 
 
 def request_line(e: EnergyRecord) -> str:
