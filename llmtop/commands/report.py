@@ -17,7 +17,8 @@ SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`llmtop report`'s flags: the log, the format, --as, --out and --force."""
-    p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop")
+    p.add_argument("log_file", metavar="LOG", help="a session log (JSONL) written by llmtop, "
+                   "or the .engines.json file of `bench --engines` (its engines compared)")
     p.add_argument("--format", choices=("md", "csv", "json", "html"), default="md",
                    help="default md; html: one self-contained file with plots")
     p.add_argument("--as", dest="as_tool", choices=("vllm", "aiperf", "guidellm", "llama-server"),
@@ -48,16 +49,39 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
     return render_as(records, args.as_tool, str(args.log_file), trust)
 
 
+def _engine_set(args: argparse.Namespace) -> str:
+    """An engine set's comparison (records/engine_set.py: the set's file, then each engine's
+    log) in md or json; raises UsageError for another format, an unreadable set or log."""
+    from llmtop.sessions.analysis.engine_set import analyze_set
+    from llmtop.sessions.records.engine_set import read_set
+    from llmtop.sessions.records.log import LogError, read_log
+    from llmtop.sessions.reports.formats import render
+
+    if args.format not in ("md", "json") or getattr(args, "as_tool", None):
+        raise UsageError("an engine set's report is md or json (no --as): use --format md or "
+                         "json, or `llmtop report` each engine's log")
+    try:
+        engine_set = read_set(args.log_file)
+        logs = [read_log(engine_set.log_path(e), chunks=False) for e in engine_set.engines]
+    except LogError as exc:
+        raise UsageError(str(exc)) from None
+    return render(analyze_set(engine_set, logs), args.format)
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
     returns ExitCode.OK; UsageError for an unreadable log or an unwritable --out."""
     from llmtop.sessions.analysis.load import analyze_sweep
     from llmtop.sessions.analysis.watch import analyze_watch
+    from llmtop.sessions.records.engine_set import is_set_file
     from llmtop.sessions.records.log import LogError, read_log
     from llmtop.sessions.reports.formats import render
     from llmtop.sessions.reports.run import build
 
     refuse_out(args, [args.log_file])
+    if is_set_file(args.log_file):  # `bench --engines`' set: its one comparison
+        emit(_engine_set(args), args.out, "llmtop report")
+        return ExitCode.OK
     try:
         # the markdown, CSV and JSON reports use no chunk: a long log is read in half the time
         lean = args.format in ("md", "csv", "json") and not getattr(args, "as_tool", None)

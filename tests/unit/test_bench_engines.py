@@ -1,0 +1,263 @@
+"""`llmtop bench --engines`: the rounds' order, the interleaving driver (with stand-in
+runners that record what each is sent), the model matching, the items, the set's file and
+its one comparison (from logs written with the real SessionLog)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from llmtop.commands.bench_engines import (
+    check_engine_flags,
+    engine_items,
+    label_of,
+    log_paths,
+)
+from llmtop.engines.discovery import FoundEngine
+from llmtop.exitcodes import UsageError
+from llmtop.sessions.analysis.compare.engines import quantization_name
+from llmtop.sessions.analysis.engine_set import analyze_set, match_models
+from llmtop.sessions.measure.config import BenchConfig
+from llmtop.sessions.records.engine_set import (
+    EngineSet,
+    ModelFile,
+    SetEngine,
+    read_set,
+    write_set,
+)
+from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.reports import engine_set as report
+from llmtop.sessions.runners.engines import InterleavedBench, round_order
+from tests.unit.compare_logs import write_log
+
+# --- the rounds' order ---------------------------------------------------------------------
+
+
+def test_round_order_rotates_one_engine_each_round():
+    # by hand: three engines, rotated left by the round's index
+    assert [round_order(3, r) for r in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    assert [round_order(2, r) for r in range(3)] == [[0, 1], [1, 0], [0, 1]]
+    assert round_order(1, 5) == [0]
+
+
+def test_over_n_rounds_each_engine_holds_each_position_once():
+    for n in (2, 3, 4):
+        orders = [round_order(n, r) for r in range(n)]
+        for position in range(n):
+            assert sorted(order[position] for order in orders) == list(range(n))
+
+
+@pytest.mark.parametrize(("engines", "index"), [(0, 0), (2, -1)])
+def test_round_order_refuses_no_engine_or_a_negative_round(engines, index):
+    with pytest.raises(ValueError, match="a round needs"):
+        round_order(engines, index)
+
+
+# --- the driver, with stand-in runners ----------------------------------------------------
+
+
+@dataclass
+class Point:
+    words: int
+
+
+@dataclass
+class Cal:
+    targets: dict[int, Point]
+
+
+class StandIn:
+    """Records, in one shared list, every call the driver makes (label, what, detail)."""
+
+    def __init__(self, label: str, calls: list, config: BenchConfig, words: int) -> None:
+        self.label, self.calls, self.config, self.words = label, calls, config, words
+
+    @contextlib.contextmanager
+    def measuring(self):
+        yield
+        self.calls.append((self.label, "closed", None))
+
+    async def start(self, salt):
+        self.calls.append((self.label, "start", salt))
+
+    async def calibrate(self):
+        return Cal({t: Point(self.words) for t in self.config.prompt_tokens})
+
+    async def measure_one(self, fields, total, prompt):
+        self.calls.append((self.label, "request", (fields.phase, fields.index,
+                                                    fields.prompt_tokens_target, prompt)))
+
+    async def finish(self, calibration):
+        self.calls.append((self.label, "finish", None))
+        return self.label
+
+
+def test_every_round_sends_one_prompt_to_every_engine_in_the_rotated_order():
+    config = BenchConfig(requests=3, warmup=1, prompt_tokens=(64, 128))
+    calls: list = []
+    runners = [StandIn(x, calls, config, 40) for x in ("a", "b", "c")]
+    runners[2].words = 41  # another tokenizer: said, the prompts stay a's
+    done = asyncio.run(InterleavedBench(runners, ["a", "b", "c"]).run())
+    requests = [(label, detail) for label, what, detail in calls if what == "request"]
+    # 2 sizes × (1 warm-up + 3) rounds × 3 engines
+    assert len(requests) == 24 and len(done.rounds) == 8
+    for k, r in enumerate(done.rounds):
+        sent = requests[3 * k: 3 * k + 3]
+        assert tuple(label for label, _ in sent) == r.order
+        assert r.order == tuple("abc"[i] for i in round_order(3, k))
+        assert len({detail[3] for _, detail in sent}) == 1  # the same prompt to all three
+        assert {detail[:3] for _, detail in sent} == {(r.phase, r.index, r.target)}
+    # rounds 1-4 are 64 tok (index 0 the warm-up), 5-8 are 128 tok
+    assert [(r.target, r.phase, r.index) for r in done.rounds[:5]] == [
+        (64, "warmup", 0), (64, "measure", 1), (64, "measure", 2), (64, "measure", 3),
+        (128, "warmup", 0)]
+    prompts = [detail[3] for _, detail in requests[::3]]
+    assert len(set(prompts)) == 8  # a new prompt every round: never one twice to an engine
+    assert len({salt for _, what, salt in calls if what == "start"}) == 1
+    assert done.notes == ["c: 64 tok → 41 words; the prompts have 40 (a's calibration)",
+                          "c: 128 tok → 41 words; the prompts have 40 (a's calibration)"]
+    assert done.outcomes == ["a", "b", "c"]
+    assert [label for label, what, _ in calls if what == "closed"] == ["c", "b", "a"]
+
+
+# --- the model matched --------------------------------------------------------------------
+
+
+def test_one_file_on_every_engine_matches_by_file():
+    f = ModelFile("/m/gemma.gguf", 253113024, "a5fd" * 16)
+    match = match_models(["x", "y"], ["gemma3:270m", "/m/gemma.gguf"], [f, f])
+    assert match.how == "file" and not match.refused
+    assert "253113024 bytes, sha256 a5fda5fda5fda5fd…" in match.said
+
+
+def test_files_that_differ_refuse_the_set():
+    a = ModelFile("/m/q4.gguf", 100, "aa" * 32)
+    b = ModelFile("/m/q8.gguf", 100, "bb" * 32)
+    match = match_models(["x", "y"], ["m", "m"], [a, b])
+    assert match.refused and match.how == "file"
+    assert "x: /m/q4.gguf" in match.said and "y: /m/q8.gguf" in match.said
+
+
+def test_without_every_file_the_names_decide():
+    f = ModelFile("/m/gemma-3-270m.gguf", 1, "cc" * 32)
+    same = match_models(["x", "y"], ["/m/gemma-3-270m.gguf", "Gemma-3-270M"], [f, None])
+    assert same.how == "name" and not same.refused
+    assert same.said.endswith("the model file was not readable here for y")
+    other = match_models(["x", "y"], ["gemma3:270m", "llama3:8b"], [None, None])
+    assert other.how == "none" and not other.refused and other.said.startswith("WARNING")
+    assert "x: gemma3:270m, y: llama3:8b" in other.said
+
+
+@pytest.mark.parametrize(("given", "name"), [
+    ("Q4_K - Medium", "Q4_K_M"), ("Q3_K - Small", "Q3_K_S"), ("Q5_K - Large", "Q5_K_L"),
+    ("IQ2_XS - 2.3125 bpw", "IQ2_XS"), ("q8_0", "Q8_0"), ("Q4_K_M", "Q4_K_M")])
+def test_llama_cpp_and_ollama_name_a_quantization_alike(given, name):
+    assert quantization_name(given) == name
+
+
+# --- the items and the flags --------------------------------------------------------------
+
+
+def test_items_are_kinds_kind_at_port_or_urls():
+    assert engine_items("llama-server@8080, llmtop-embedded,http://10.0.0.5:11434") == (
+        "llama-server@8080", "llmtop-embedded", "http://10.0.0.5:11434")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("llama-server", "two or more different engines"),
+    ("ollama,ollama", "two or more different engines"),
+    ("ollama,Llama Server", "is not an engine"),
+    ("ollama,http://:80", "a URL without a host"),
+])
+def test_bad_items_are_refused_naming_them(text, said):
+    with pytest.raises(argparse.ArgumentTypeError, match=said):
+        engine_items(text)
+
+
+def test_a_single_engine_protocol_is_refused_with_engines():
+    args = argparse.Namespace(runs=2, engine="auto", via="direct")
+    with pytest.raises(UsageError, match="--runs measures one engine"):
+        check_engine_flags(args)
+    with pytest.raises(UsageError, match="leave out --engine"):
+        check_engine_flags(argparse.Namespace(engine="openai"))
+
+
+def test_labels_and_paths():
+    assert label_of(FoundEngine("llama-server", "http://127.0.0.1:8080")) == "llama-server@8080"
+    assert label_of(FoundEngine("ollama", "http://10.0.0.5:11434")) == "ollama@10.0.0.5:11434"
+    set_file, logs = log_paths("/r/x.jsonl", ["llama-server@8080", "ollama@10.0.0.5:11434"])
+    assert str(set_file) == "/r/x.engines.json"
+    assert [str(p) for p in logs] == ["/r/x-llama-server-8080.jsonl",
+                                      "/r/x-ollama-10.0.0.5-11434.jsonl"]
+
+
+# --- the set's file and its one comparison -------------------------------------------------
+
+A_TTFT = [100.0, 102.0, 98.0, 101.0, 99.0, 103.0, 97.0, 100.5]
+B_TTFT = [200.0, 204.0, 196.0, 202.0, 198.0, 206.0, 194.0, 201.0]
+
+
+def _set(tmp_path):
+    logs = [write_log(tmp_path / "s-a.jsonl", A_TTFT, engine="embedded"),
+            write_log(tmp_path / "s-b.jsonl", B_TTFT, engine="openai: llama-server")]
+    engines = [SetEngine("a@1", "llmtop-embedded", "http://127.0.0.1:1", "0.1", "gemma3:270m",
+                         str(logs[0])),
+               SetEngine("b@2", "llama-server", "http://127.0.0.1:2", "b1", "g.gguf",
+                         str(logs[1]), ModelFile("/m/g.gguf", 5, "dd" * 32))]
+    rounds = [{"round": k + 1, "target": 200, "phase": "measure", "index": k,
+               "order": ["a@1", "b@2"][k % 2:] + ["a@1", "b@2"][:k % 2]} for k in range(8)]
+    path = tmp_path / "s.engines.json"
+    write_set(EngineSet(engines, {"how": "name", "said": "by name"}, rounds), path)
+    return path
+
+
+def test_the_set_file_reads_back_with_its_logs_beside_it(tmp_path):
+    path = _set(tmp_path)
+    written = json.loads(path.read_text())
+    assert written["type"] == "llmtop-engine-set"
+    assert [e["log"] for e in written["engines"]] == ["s-a.jsonl", "s-b.jsonl"]  # relative
+    back = read_set(path)
+    assert [back.log_path(e) for e in back.engines] == [tmp_path / "s-a.jsonl",
+                                                        tmp_path / "s-b.jsonl"]
+    assert back.engines[1].model_file == ModelFile("/m/g.gguf", 5, "dd" * 32)
+    assert back.rounds[1]["order"] == ["b@2", "a@1"]
+
+
+def test_a_file_that_is_no_set_is_refused(tmp_path):
+    other = tmp_path / "x.engines.json"
+    other.write_text('{"type": "something else"}')
+    with pytest.raises(LogError, match="is not an engine set"):
+        read_set(other)
+    other.write_text("not json")
+    with pytest.raises(LogError, match="is not JSON"):
+        read_set(other)
+
+
+def test_one_table_per_metric_with_a_row_per_engine_and_the_pairs_verdict(tmp_path):
+    back = read_set(_set(tmp_path))
+    analysis = analyze_set(back, [read_log(back.log_path(e)) for e in back.engines])
+    ttft = next(t for t in analysis.tables if t.metric.name == "ttft")
+    assert [r.label for r in ttft.rows] == ["a@1", "b@2"]
+    # by hand: A sorted 97 98 99 100 100.5 101 102 103, median (100 + 100.5) / 2; n = 8:
+    # k = 1 (P(Bin(8, ½) <= 1) = 9/256 = 3.5 % > 2.5 %), so the interval is min to max
+    a, b = ttft.rows
+    assert (a.n, a.median, a.low, a.high) == (8, 100.25, 97.0, 103.0)
+    assert (b.n, b.median, b.low, b.high) == (8, 200.5, 194.0, 206.0)
+    assert {t.metric.name for t in analysis.tables} == {"ttft", "tpot", "decode", "prefill",
+                                                        "e2e"}
+    (pair,) = analysis.pairs
+    assert (pair.name_a, pair.name_b) == ("a@1", "b@2") and not pair.refused
+    row = next(r for r in pair.rows if r.metric.name == "ttft")
+    assert row.verdict.startswith("B is 2.00× slower")
+    text = report.markdown(analysis)
+    assert "| a@1 | 8 | 100.2 | 97.0–103.0 |" in text
+    assert "| 2 | 200 tok | measure | b@2 → a@1 |" in text
+    data = json.loads(report.json_text(analysis))
+    assert data["tables"][0]["rows"][1] == {"engine": "b@2", "n": 8, "median": 200.5,
+                                            "ci_low": 194.0, "ci_high": 206.0}
+    assert data["pairs"][0]["a"] == "a@1" and len(data["rounds"]) == 8
