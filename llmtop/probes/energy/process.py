@@ -25,6 +25,7 @@ that pid's baseline.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -89,10 +90,11 @@ def load_libproc(system: str = sys.platform) -> tuple[Callable[[int], int | None
 class EngineEnergySource:
     """The engine's processes' cumulative energy (nJ), an energy-reader COUNTER source.
 
-    pids: the measured engine's pids now (e.g. `Connection.engine_pids`; asked at most every
-    PIDS_REFRESH_NS); energy_nj: one pid's ri_energy_nj or None (`load_libproc`'s; tests pass
-    a fake replaying recorded values); clock: perf_counter ns. `read()` gives (running total
-    nJ, None), or None when no pid could be read (a gap)."""
+    pids: the measured engine's pids now (e.g. `Connection.engine_pids`, which names the relay
+    in the path too; asked at most every PIDS_REFRESH_NS; this process's own pid is left
+    out); energy_nj: one pid's ri_energy_nj or None (`load_libproc`'s; tests pass a fake
+    replaying recorded values); clock: perf_counter ns. `read()` gives (running total nJ,
+    None), or None when no pid could be read (a gap)."""
 
     def __init__(self, pids: Callable[[], Iterable[int]], energy_nj: EnergyNj,
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
@@ -111,7 +113,8 @@ class EngineEnergySource:
     def _current_pids(self) -> tuple[int, ...]:
         now = self._clock()
         if self._known is None or now - self._known[0] >= PIDS_REFRESH_NS:
-            self._known = (now, tuple(sorted(set(self._pids()))))
+            # llmtop's own process is never the engine's (its probes' cost is not the engine's)
+            self._known = (now, tuple(sorted(set(self._pids()) - {os.getpid()})))
         return self._known[1]
 
     def read(self) -> tuple[float, float | None] | None:
