@@ -16,6 +16,7 @@ import contextlib
 import difflib
 import os
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
@@ -28,14 +29,9 @@ from llmtop.engines.events import Failure, FailureKind
 from llmtop.engines.hosts import resolve_host
 from llmtop.engines.http import DEFAULT_CONNECT_TIMEOUT_S
 from llmtop.engines.llama_props import flags_from_argv
-from llmtop.engines.ollama import (
-    OLLAMA_PROBE_TIMEOUT_S,
-    OllamaEngine,
-    ollama_version,
-    version_info,
-)
+from llmtop.engines.ollama import OLLAMA_PROBE_TIMEOUT_S, OllamaEngine, ollama_version, version_info
 from llmtop.engines.openai import OpenAIEngine, api_base
-from llmtop.engines.openai_server import openai_models
+from llmtop.engines.openai_server import openai_models, server_root
 from llmtop.engines.relay import RelayEngine
 from llmtop.probes.engine_state import local_engine_pids
 from llmtop.servers.child import EmbeddedProcess, autopsy
@@ -75,14 +71,15 @@ async def connect(
         raise EngineError(Failure(FailureKind.BAD_REQUEST, f"unknown engine {engine!r}",
                                   "use auto, ollama, embedded or openai"))
     async with contextlib.AsyncExitStack() as undo:
-        found = await _reach_openai(engine, host, api_key, undo)
-        client, version, child = found or await _reach(engine, host, model_path, undo)
+        answered = await look(engine, host, api_key)
+        found = await _reach_openai(engine, host, api_key, answered, undo)
+        client, version, child = found or await _reach(engine, host, model_path, answered, undo)
         chosen = await _choose_model(client, model)
         info = await client.model_info(chosen)
         conn = Connection(engine=client, model=chosen, info=info, version=version,
                           children=[child] if child else [],
                           engine_config=child.llama_config if child else
-                          await _engine_config(client))
+                          await _engine_config(client, answered))
         if child is not None:  # a request that breaks asks whether the engine died, and how
             client.autopsy = autopsy([child])
         if via == "relay":
@@ -96,23 +93,61 @@ async def connect(
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises or returns
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What the engine's address answered to the one look `connect` takes before it chooses
+    (`look`): ollama, the object of Ollama's `GET /api/version` (llmtop's embedded engine
+    adds `llama_config`); openai, the model ids of an OpenAI-compatible `GET /v1/models`.
+    None: not asked, or no such answer."""
+
+    ollama: dict[str, Any] | None = None
+    openai: list[str] | None = None
+
+    @property
+    def version(self) -> str | None:
+        """The Ollama-API server's version ("unknown" when its answer names none)."""
+        return None if self.ollama is None else str(self.ollama.get("version", "unknown"))
+
+
+async def look(engine: str, host: str | None, api_key: str | None = None) -> Answered:
+    """Ask the engine's address, each question once and all at the same time, what `engine`
+    needs to choose: "auto" asks Ollama's /api/version (within `_look_s`) and /v1/models
+    (within openai_server.PROBE_TIMEOUT_S) together, so a missing one costs one timeout, not
+    two in a row; "ollama", and "embedded" at a given address, /api/version; "openai" and
+    "embedded" without an address nothing (the OpenAI client's `version()` is its question;
+    llmtop starts its own embedded engine). Never raises: no answer is None."""
+    target = resolve_host(host)
+    if engine == "auto":
+        ollama, openai = await asyncio.gather(version_info(target, _look_s(engine, host)),
+                                              openai_models(api_base(target), api_key))
+        return Answered(ollama, openai)
+    if engine == "ollama":
+        return Answered(await version_info(target, _look_s(engine, host)))
+    if engine == "embedded" and host:
+        return Answered(await version_info(target, timeout_s=5.0))
+    return Answered()
+
+
 async def _reach_openai(
-    engine: str, host: str | None, api_key: str | None, undo: contextlib.AsyncExitStack
+    engine: str, host: str | None, api_key: str | None, answered: Answered,
+    undo: contextlib.AsyncExitStack,
 ) -> tuple[OpenAIEngine, str | None, None] | None:
     """The OpenAI engine when `engine` is "openai", or "auto" found no Ollama at `host` but an
-    OpenAI-compatible server listing models at `{host}/v1/models`; else None. The engine's
-    name says what answered ("openai: llama-server", "auto → openai: vllm")."""
+    OpenAI-compatible server listing models at `{host}/v1/models` (`answered`); else None.
+    The engine's name says what answered ("openai: llama-server", "auto → openai: vllm")."""
     if engine not in ("openai", "auto"):
         return None
-    base = api_base(resolve_host(host))
-    if engine == "auto" and (await ollama_version(resolve_host(host), _look_s(engine, host))
-                             is not None
-                             or await openai_models(base, api_key) is None):
+    target = resolve_host(host)
+    base = api_base(target)
+    if engine == "auto" and (answered.ollama is not None or answered.openai is None):
         return None
     client = OpenAIEngine(base, api_key=api_key)
     undo.push_async_callback(client.aclose)
+    # the look asked the server's root for Ollama's /api/version: not asked again
+    known = ({"/api/version": answered.ollama}
+             if engine == "auto" and server_root(target) == target.rstrip("/") else None)
     try:
-        version = await client.version()
+        version = await client.version(known)
     except EngineError as exc:
         if exc.failure.kind != FailureKind.UNREACHABLE:
             if engine == "openai" and await ollama_version(resolve_host(host), 2.0):
@@ -132,16 +167,15 @@ async def _reach_openai(
 
 
 async def _reach(
-    engine: str, host: str | None, model_path: str | None, undo: contextlib.AsyncExitStack
+    engine: str, host: str | None, model_path: str | None, answered: Answered,
+    undo: contextlib.AsyncExitStack,
 ) -> tuple[OllamaEngine, str | None, EmbeddedProcess | None]:
-    """The client, the version it reports, and the embedded child when one was started;
-    each registered on `undo` so a later failure closes it."""
+    """The client, the version it reported (`answered`), and the embedded child when one was
+    started; each registered on `undo` so a later failure closes it."""
     target = resolve_host(host)
-    version = None
-    if engine in ("auto", "ollama"):
-        version = await ollama_version(target, _look_s(engine, host))
-        if version is None and engine == "ollama":
-            raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
+    version = answered.version
+    if version is None and engine == "ollama":
+        raise EngineError(OllamaEngine(target).unreachable("no answer to /api/version"))
     child = None
     given = _given_host(host)
     if version is None and engine == "auto" and given is not None:
@@ -164,10 +198,7 @@ async def _reach(
             f"no engine answers at {what}",
             f"start your engine there or correct {given}; {instead}",
         ))
-    if version is not None:
-        client = OllamaEngine(target, name="ollama")
-    elif engine == "embedded" and host:  # one that is already running: use it, start nothing
-        version = await ollama_version(target, timeout_s=5.0)
+    if engine == "embedded" and host:  # one that is already running: use it, start nothing
         if version is None:
             raise EngineError(Failure(
                 FailureKind.UNREACHABLE,
@@ -175,6 +206,8 @@ async def _reach(
                 "start one with `llmtop engine --port PORT`, or drop --host to let llmtop start it",
             ))
         client = OllamaEngine(target, name="embedded")
+    elif version is not None:
+        client = OllamaEngine(target, name="ollama")
     else:
         EmbeddedProcess.require(model_path, tried=target if engine == "auto" else None)
         child = EmbeddedProcess(model_path=model_path)
@@ -186,16 +219,16 @@ async def _reach(
     return client, version, child
 
 
-async def _engine_config(client: OllamaEngine | OpenAIEngine) -> dict[str, Any] | None:
-    """The embedded engine's llama.cpp configuration (its `/api/version`'s `llama_config`),
-    llama-server's (its `/props` and `/slots`: `engines.llama_props`), None for any other
-    engine."""
+async def _engine_config(client: OllamaEngine | OpenAIEngine, answered: Answered
+                         ) -> dict[str, Any] | None:
+    """The embedded engine's llama.cpp configuration (its `/api/version`'s `llama_config`, as
+    `look` read it), llama-server's (its `/props` and `/slots`: `engines.llama_props`), None
+    for any other engine."""
     if isinstance(client, OpenAIEngine):
         return await client.server_config()
     if client.name != "embedded":
         return None
-    found = await version_info(client.host, timeout_s=5.0)
-    config = (found or {}).get("llama_config")
+    config = (answered.ollama or {}).get("llama_config")
     return config if isinstance(config, dict) else None
 
 

@@ -280,12 +280,13 @@ class OpenAIEngine:
                                   f"model '{model}' not served at {self.host} (served: {listing})",
                                   "pick a served one with --model"))
 
-    async def version(self) -> str:
-        """What the server is and its version, e.g. "llama-server b6500-0c1e570" (`identify`).
-        Raises EngineError when it does not answer `{base}/models`."""
+    async def version(self, known: Mapping[str, Any] | None = None) -> str:
+        """What the server is and its version, e.g. "llama-server b6500-0c1e570" (`identify`;
+        `known`: its routes' answers already read, not asked again). Raises EngineError when
+        it does not answer `{base}/models`."""
         if self.kind is None:
             await self._models()
-            self.kind = await identify(self._client, self.host)
+            self.kind = await identify(self._client, self.host, known)
             if self.kind.kind == "vllm":  # the baseline its per-request figures start from
                 self._metrics = await scrape(self._client, self.root)
         return self.kind.describe()

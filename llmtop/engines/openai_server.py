@@ -1,7 +1,8 @@
 """Which OpenAI-compatible server answers, and what its model listing says.
 
 `identify` asks the server's root for the routes only one kind of server has (docs/protocols.md,
-"OpenAI-compatible servers"), in this order, each with a short timeout:
+"OpenAI-compatible servers"), all at once, each once and with a short timeout, and reads
+their answers in this order (the first that matches decides):
 
 | route                        | answer                                       | kind              |
 |------------------------------|----------------------------------------------|-------------------|
@@ -17,6 +18,8 @@ Anything else is "OpenAI-compatible" (kind unknown). `openai_models` is the quic
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +29,7 @@ from llmtop.engines.base import ModelInfo
 from llmtop.engines.hosts import proxy_for
 
 PROBE_TIMEOUT_S = 0.5  # a local server answers these in milliseconds
+IDENTITY_ROUTES = ("/api/version", "/props", "/version", "/openapi.json", "/api/v0/models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,24 +65,32 @@ async def get_json(client: httpx.AsyncClient, url: str,
         return None
 
 
-async def identify(client: httpx.AsyncClient, base: str) -> ServerKind:
-    """The kind of server at `base` (an API base URL), by the routes in the module table.
-    Never raises: a server that answers none of them is "openai-compatible"."""
+async def identify(client: httpx.AsyncClient, base: str,
+                   known: Mapping[str, Any] | None = None) -> ServerKind:
+    """The kind of server at `base` (an API base URL), by the routes in the module table,
+    asked together (a server that answers none costs one timeout, not five in a row).
+    known: answers already read (route → JSON, None for none), not asked again: `connect`'s
+    look has asked `/api/version`. Never raises: a server that answers none of them is
+    "openai-compatible"."""
     root = server_root(base)
-    found = await get_json(client, f"{root}/api/version")
+    answers = dict(known or {})
+    todo = [route for route in IDENTITY_ROUTES if route not in answers]
+    answers.update(zip(todo, await asyncio.gather(
+        *(get_json(client, f"{root}{route}") for route in todo)), strict=True))
+    found = answers["/api/version"]
     if isinstance(found, dict) and "version" in found:
         return ServerKind("ollama", str(found["version"]))
-    found = await get_json(client, f"{root}/props")
+    found = answers["/props"]
     if isinstance(found, dict) and "build_info" in found:
         return ServerKind("llama-server", str(found["build_info"]))
-    found = await get_json(client, f"{root}/version")
+    found = answers["/version"]
     if isinstance(found, dict) and "version" in found:
         return ServerKind("vllm", str(found["version"]))
-    found = await get_json(client, f"{root}/openapi.json")
+    found = answers["/openapi.json"]
     info = found.get("info") if isinstance(found, dict) else None
     if isinstance(info, dict) and "llama.cpp python" in str(info.get("title", "")).lower():
         return ServerKind("llama-cpp-python", str(info.get("version") or "") or None)
-    found = await get_json(client, f"{root}/api/v0/models")
+    found = answers["/api/v0/models"]
     if isinstance(found, dict) and isinstance(found.get("data"), list):
         return ServerKind("lm-studio")
     return ServerKind("openai-compatible")

@@ -160,3 +160,81 @@ def test_descendants_from_a_procfs_tree(tmp_path) -> None:
     task(15, 15, "")
     assert descendants([10], proc=str(tmp_path)) == {11, 13, 14, 15}
     assert descendants([99], proc=str(tmp_path)) == set()  # gone
+
+
+class Counted:
+    """ASGI middleware: how many GET requests each path got (`asked`); with `version` set,
+    `/api/version` answers that object instead of the app (an embedded engine's answer)."""
+
+    def __init__(self, app: object, version: dict[str, object] | None = None) -> None:
+        self.app = app
+        self.version = version
+        self.asked: dict[str, int] = {}
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope.get("type") == "http" and scope.get("method") == "GET":
+            self.asked[path] = self.asked.get(path, 0) + 1
+            if path == "/api/version" and self.version is not None:
+                from starlette.responses import JSONResponse
+
+                await JSONResponse(self.version)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)  # type: ignore[operator]
+
+
+async def test_auto_asks_an_ollama_its_version_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto at a given address decides from one look: /api/version and /v1/models asked
+    together, each once (it was /api/version twice in a row: once to rule out an
+    OpenAI-compatible server, once more to choose Ollama)."""
+    from llmtop.connect import connect
+    from llmtop.testing.scripted import VERSION, ServeInThread, create_scripted_app
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    app = Counted(create_scripted_app())
+    with ServeInThread(app) as url:
+        conn = await connect("auto", host=url, model="ok")
+        try:
+            assert (conn.engine.name, conn.version) == ("ollama", VERSION)
+            assert app.asked["/api/version"] == 1
+            assert app.asked.get("/v1/models", 0) <= 1
+        finally:
+            await conn.close()
+
+
+async def test_an_embedded_engine_at_an_address_is_asked_once_for_version_and_config() -> None:
+    """engine embedded at a running engine's address: its `/api/version` answer gives both
+    the version and the llama.cpp configuration (it was asked twice, once for each)."""
+    from llmtop.connect import connect
+    from llmtop.testing.scripted import ServeInThread, create_scripted_app
+
+    config = {"use_extra_bufts": True, "n_threads": 2}
+    app = Counted(create_scripted_app(), version={"version": "0.1.0", "engine": "llmtop-embedded",
+                                                  "llama_config": config})
+    with ServeInThread(app) as url:
+        conn = await connect("embedded", host=url, model="ok")
+        try:
+            assert (conn.engine.name, conn.version) == ("embedded", "0.1.0")
+            assert conn.engine_config == config
+            assert app.asked["/api/version"] == 1
+        finally:
+            await conn.close()
+
+
+async def test_auto_finds_an_openai_server_with_one_version_question(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto at an OpenAI-compatible server: Ollama's route asked once (a 404), the server
+    chosen from the same look."""
+    from llmtop.connect import connect
+    from llmtop.testing.scripted import ServeInThread
+    from llmtop.testing.scripted_openai import create_openai_app
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    app = Counted(create_openai_app("llama-server"))
+    with ServeInThread(app) as url:
+        conn = await connect("auto", host=url, model="llama-server")
+        try:
+            assert conn.engine.name == "auto → openai: llama-server"
+            assert app.asked["/api/version"] == 1
+        finally:
+            await conn.close()
