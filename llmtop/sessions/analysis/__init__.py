@@ -4,8 +4,10 @@
 A bench run: per-request status, statistics per prompt size and drift (run), slow episodes
 (episodes) and what each cost and who caused it (episode_causes), the one-word verdict
 (verdict), decode against memory bandwidth (bandwidth), the engine's placement claim against
-the machine (offload), the spread over `--runs K` (repeat), the context phases (context),
-the prefill curve (prefill) and the energy figures (energy). A load sweep: its levels and
+the machine (offload), a system on chip's heat and memory contention (soc), the spread over
+`--runs K` (repeat), the context phases (context),
+the prefill curve (prefill), a context-depth sweep's rows (depth) and the energy figures
+(energy). A load sweep: its levels and
 knee (load), its verdict (load_verdict), over-saturation (saturation) and the SLO search's
 rule (search). Two runs compared: compare/. Who was busy while requests were slow
 (attribution), the machine's own series beside the engine's (machine), per-request series
