@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 PACE_S = 1.0  # one reading a second while the panel is shown: a reading costs ~2 ms of CPU
 READ_TIMEOUT_S = 0.8  # a route's whole answer; below the pace, so readings never pile up
@@ -231,6 +230,9 @@ def prometheus_samples(text: str) -> dict[str, float]:
     """Every sample of a Prometheus text, by sample name, summed over label sets (one per
     served model), NaN and infinities left out. Raises ValueError for text that is not
     Prometheus'."""
+    # imported on the first reading: the TUI's first frame does not wait for it (~15 ms)
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

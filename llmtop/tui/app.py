@@ -20,7 +20,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import SystemCommand
@@ -28,35 +28,31 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from llmtop.engines.base import EngineError
-from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, FailureKind, exit_code_for
 from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
-from llmtop.probes.sampler import ProbeSample
-from llmtop.sessions.measure.config import BenchConfig
-from llmtop.sessions.records.log import LogError, read_log
-from llmtop.sessions.records.schema import BenchMarkRecord
-from llmtop.sessions.reports.formats import render
-from llmtop.sessions.reports.run import build
-from llmtop.sessions.runners.warmup import started_engine, warm_up
-from llmtop.stamping.rxstamps import use_reader_threads
 from llmtop.tui.base import LlmtopBaseApp
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
-from llmtop.tui.screens.apps import AppsScreen
-from llmtop.tui.screens.bench import BenchScreen, LastBench
-from llmtop.tui.screens.help import HelpScreen
-from llmtop.tui.screens.load import LoadScreen
 from llmtop.tui.screens.main import MainScreen
-from llmtop.tui.screens.plots import PlotsScreen
-from llmtop.tui.screens.report import ReportScreen
-from llmtop.tui.screens.sessions import SessionsScreen
 from llmtop.tui.state.connect_failure import connect_failure_view
-from llmtop.tui.state.fmt import saved_where
 from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.settings import TuiSettings
 
+if TYPE_CHECKING:
+    from llmtop.engines.connection import Connection
+    from llmtop.engines.discovery import FoundEngine
+    from llmtop.probes.sampler import ProbeSample
+    from llmtop.sessions.measure.config import BenchConfig
+    from llmtop.tui.screens.bench import BenchScreen, LastBench
+
+# The first frame (the prompt drawn) waits for nothing it does not show: the other screens,
+# the reports (numpy, scipy, ruptures: seconds of imports on 2 cores) and the session log's
+# records are imported where they are first used, the connection's modules by the link after
+# that frame (bench/tui_start.py measures it; docs/performance.md, "The TUI's first frame").
+
 TERMINAL_CHECK_S = 1.0  # how often the app checks that its terminal is still there
-MAIN_SCREEN_ACTIONS = frozenset({"history", "keep_history", "repeat"})  # see check_action
+MAIN_SCREEN_ACTIONS = frozenset({"history", "keep_history", "repeat", "engine_panel",
+                                 "pick_engine"})  # see check_action
 # The screen at every size: below NARROW_BELOW columns the response and its figures
 # get the width and the probe panel gives way to a one-line badge (`MachineBadge`; at 80
 # columns the 46-column panel left the answer 32); from WIDE_FROM the panel widens (a quarter
@@ -102,6 +98,9 @@ class LlmtopApp(LlmtopBaseApp):
         Binding("f1", "help", "Help"),
         Binding("f2", "history", "History"),
         Binding("f3", "apps", "Apps"),
+        # off the footer (full at 80 columns); the help and the palette name them
+        Binding("f4", "engine_panel", "Engine", show=False),
+        Binding("f5", "pick_engine", "Engines", show=False),
         Binding("escape", "stop", "Stop", show=False),
         Binding("slash", "focus_prompt", "Prompt", show=False),
         # no plain "q": every printable key is the prompt's (TokenPane.TypedAhead), so a
@@ -132,6 +131,10 @@ class LlmtopApp(LlmtopBaseApp):
         # The terminal app sets it (`main`); tests, which build many apps in one process, do
         # not.
         self.freeze_gc_when_ready = False
+        # the engines answering here (`_find_other_engines`; None: not searched yet)
+        self.other_engines: tuple[FoundEngine, ...] | None = None
+        self._others_said = False  # the notice naming them was shown
+        self._switches = 0  # engines picked in the picker (F5) so far
 
     def on_mount(self) -> None:
         # A terminal that went away (its window closed without a SIGHUP reaching llmtop: tmux
@@ -141,6 +144,20 @@ class LlmtopApp(LlmtopBaseApp):
         self._tty_fd = stdin.fileno() if stdin is not None and stdin.isatty() else None
         if self._tty_fd is not None:
             self.set_interval(TERMINAL_CHECK_S, self._check_terminal, name="terminal")
+
+    def on_ready(self) -> None:
+        """The first frame is on the terminal (Textual's Ready): only now the engine side
+        starts (`_start_engine_side`), so the prompt is drawn without waiting for it."""
+        self._start_engine_side()
+
+    @work(group="start")
+    async def _start_engine_side(self) -> None:
+        """Import the connection's and the probes' modules in a thread (the prompt takes keys
+        meanwhile: a prompt typed now is sent once connected), then start the probes and
+        connect (`_connect`)."""
+        await asyncio.to_thread(preload)
+        if self.link.closing:
+            return
         self.link.start_probes()
         self.main_screen.label_probes()
         self._connect()
@@ -160,6 +177,7 @@ class LlmtopApp(LlmtopBaseApp):
         """Connect (or start the embedded engine) without blocking the UI; then open the
         session (`_open_session`). A failure is shown and sets the exit code; the app stays
         usable to quit."""
+        self._find_other_engines()  # beside the connect, as `run` does
         try:
             conn = await self.link.connect()
         except EngineError as exc:
@@ -182,12 +200,17 @@ class LlmtopApp(LlmtopBaseApp):
         self.link.connect_failure = exc
         self.exit_code = code
         self.main_screen.show_no_engine(exc.failure, header, title)
+        self._show_other_engines()
 
     async def _open_session(self, conn: Connection) -> None:
         """Connected: load the model of a fresh embedded engine (not measured), open the
         session log, then send a prompt typed meanwhile."""
+        from llmtop.sessions.records.log import LogError
+        from llmtop.sessions.runners.warmup import started_engine, warm_up
+
         main = self.main_screen
         main.show_connected(conn)
+        self._show_other_engines()
         warmup_ms = None
         if started_engine(conn):  # a fresh embedded engine: load the model before request 1
             main.show_message("loading the model (a load-only request, not measured)…")
@@ -272,6 +295,10 @@ class LlmtopApp(LlmtopBaseApp):
         yield SystemCommand("Sessions", "Ctrl+O: the saved session logs", self.action_sessions)
         yield SystemCommand("Load", "Ctrl+L: a concurrency or rate sweep", self.action_load)
         yield SystemCommand("Report", "this session's report so far", self.action_report)
+        yield SystemCommand("Engine", "F4: the engine's own figures, read live",
+                            self.action_engine_panel)
+        yield SystemCommand("Engines", "F5: the engines answering here; pick one",
+                            self.action_pick_engine)
         for command in super().get_system_commands(screen):
             if command.title != "Screenshot":
                 yield command
@@ -286,6 +313,8 @@ class LlmtopApp(LlmtopBaseApp):
     def action_save_screenshot(self) -> None:
         """Save an SVG of the screen in the session log's folder (the working directory before
         there is a log), and say where — or why it could not be written."""
+        from llmtop.tui.state.fmt import saved_where
+
         recorder = self.link.recorder
         folder = Path.cwd() if recorder is None else recorder.log.path.parent
         try:
@@ -306,6 +335,11 @@ class LlmtopApp(LlmtopBaseApp):
         if self.link.recorder is None:
             self.notify("no session log yet")
             return
+        from llmtop.sessions.records.log import LogError, read_log
+        from llmtop.sessions.reports.formats import render
+        from llmtop.sessions.reports.run import build
+        from llmtop.tui.screens.report import ReportScreen
+
         path = str(self.link.recorder.log.path)
         try:
             text = render(build(read_log(path)), "md")
@@ -316,18 +350,26 @@ class LlmtopApp(LlmtopBaseApp):
 
     def action_apps(self) -> None:
         """F3: every app of the latest probe sample, the selected one's processes."""
+        from llmtop.tui.screens.apps import AppsScreen
+
         if not isinstance(self.screen, AppsScreen):
             self.push_screen(AppsScreen(self.latest_probe))
 
     def action_help(self) -> None:
         """Show the keys and metric definitions."""
+        from llmtop.tui.screens.help import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     @property
     def bench_screen(self) -> BenchScreen | None:
-        """The bench screen when it is open (it may be under a help screen)."""
-        return next((s for s in self.screen_stack if isinstance(s, BenchScreen)), None)
+        """The bench screen when it is open (it may be under a help screen); its module is
+        looked up, not imported: none of its screens is open before it is."""
+        bench = sys.modules.get("llmtop.tui.screens.bench")
+        if bench is None:
+            return None
+        return next((s for s in self.screen_stack if isinstance(s, bench.BenchScreen)), None)
 
     async def action_bench(self) -> None:
         """Ctrl+B: stop the request streaming here, then open the bench screen."""
@@ -340,6 +382,8 @@ class LlmtopApp(LlmtopBaseApp):
         if not link.ready or link.conn is None or link.recorder is None:
             self.notify("the engine is still starting; try again when it is ready")
             return
+        from llmtop.tui.screens.bench import BenchScreen
+
         self.main_screen.pending = None
         await self.main_screen.cancel_stream()  # recorded as cancelled, as Esc would
         await self.push_screen(BenchScreen(self, link.conn, str(link.recorder.log.path)))
@@ -349,10 +393,14 @@ class LlmtopApp(LlmtopBaseApp):
         if self.link.recorder is None:
             self.notify("no session log yet")
             return
+        from llmtop.tui.screens.plots import PlotsScreen
+
         self.push_screen(PlotsScreen(str(self.link.recorder.log.path)))
 
     def action_sessions(self) -> None:
         """The saved logs, in the folder of this session's log (else the default one)."""
+        from llmtop.tui.screens.sessions import SessionsScreen
+
         recorder = self.link.recorder
         folder = () if recorder is None else (str(recorder.log.path.parent),)
         self.push_screen(SessionsScreen(folder))
@@ -366,18 +414,105 @@ class LlmtopApp(LlmtopBaseApp):
         if self.main_screen.stream_running:
             self.notify("a request is streaming: Esc stops it first")
             return
+        from llmtop.tui.screens.load import LoadScreen
+
         await self.push_screen(LoadScreen(link.conn, self.settings))
 
     def bench_started(self, log_path: str, config: BenchConfig) -> None:
         """A bench began: point the session log at its log; probe as during a request."""
+        from llmtop.sessions.records.schema import BenchMarkRecord
+
         self.link.mark(BenchMarkRecord("start", log_path, bench=config))
         self.link.probe_for_bench()
 
     def bench_ended(self, log_path: str, how: str) -> None:
         """A bench ended (`how`: its verdict, "cancelled" or "failed")."""
+        from llmtop.sessions.records.schema import BenchMarkRecord
+
         self.link.mark(BenchMarkRecord("end", log_path, outcome=how))
         self.link.set_probe_interval(streaming=False)
         self.main_screen.probes_changed()  # the main panel was not drawn meanwhile
+
+    # ------------------------------------------------------------------ other engines
+
+    def action_engine_panel(self) -> None:
+        """F4: the engine's own figures, read live (`EnginePanel`), shown or hidden."""
+        self.main_screen.toggle_engine_panel()
+
+    @work(group="discover", exclusive=True)
+    async def _find_other_engines(self) -> None:
+        """The engines answering on the usual ports (`engines.discovery`), when llmtop chose
+        the engine (no engine flags: `auto_chosen`); the main screen names those besides the
+        one in use and F5 offers them. In the background: the first frame never waits."""
+        if not auto_chosen(self.settings) or self.link.injected is not None:
+            return
+        from llmtop.engines.discovery import discover
+
+        self.other_engines = (await discover()).engines
+        self._show_other_engines()
+
+    def _show_other_engines(self) -> None:
+        """Once both the search and the connection (or its failure) are done: the engines
+        answering besides the one in use, on the main screen and, the first time there are
+        any, in a notice."""
+        link = self.link
+        if self.other_engines is None or (link.conn is None and link.connect_failure is None):
+            return
+        in_use = engine_root(link.conn) if link.conn is not None else None
+        others = [e for e in self.other_engines if e.url != in_use]
+        self.main_screen.show_other_engines(others)
+        if others and not self._others_said:
+            self._others_said = True
+            named = ", ".join(f"{e.kind} at {e.url}" for e in others[:3])
+            self.notify(f"also answering here: {named} — F5 picks one, F4 shows the engine's "
+                        "own figures", title="other engines", timeout=8, markup=False)
+
+    async def action_pick_engine(self) -> None:
+        """F5: the engines answering here (searched now when they were not yet); the one
+        picked replaces the engine in use (`switch_engine`)."""
+        if self.screen is not self.main_screen:
+            return
+        from llmtop.engines.discovery import discover
+        from llmtop.tui.screens.engine_picker import EnginePicker
+
+        if self.other_engines is None:
+            self.notify("looking for engines on the usual ports…", timeout=3)
+            self.other_engines = (await discover()).engines
+        if not self.other_engines:
+            self.notify("no engine answers on the usual ports (`llmtop engines --ports` "
+                        "searches others)", timeout=8, markup=False)
+            return
+        in_use = engine_root(self.link.conn) if self.link.conn is not None else None
+        self.push_screen(EnginePicker(self.other_engines, in_use), callback=self._picked)
+
+    async def _picked(self, found: FoundEngine | None) -> None:
+        if found is not None:
+            await self.switch_engine(found)
+
+    async def switch_engine(self, found: FoundEngine) -> None:
+        """Measure `found` from now on, as if llmtop had been started with its flags
+        (`--engine`, `--host`, `--model`): the request streaming is cancelled (recorded),
+        the probes stopped, the session log closed and the engine llmtop started, if any,
+        stopped; then a new link connects and opens a new session log (the request history
+        on screen stays)."""
+        from dataclasses import replace
+
+        from llmtop.tui.screens.engine_picker import engine_flag
+
+        await self.main_screen.cancel_stream()
+        self.link.closing = True
+        await self.link.close()
+        self._switches += 1
+        self.settings = replace(self.settings, engine=engine_flag(found), host=found.host,
+                                model=found.model, model_path=None,
+                                log_path=next_log(self.settings.log_path, self._switches))
+        self.link = EngineLink(self.settings, None, post=self.post_message,
+                               idle=lambda: self.main_screen.render_paused)
+        self.exit_code = ExitCode.OK
+        self.main_screen.show_switching(f"{found.kind} at {found.url}")
+        self.link.start_probes()
+        self.main_screen.label_probes()
+        self._connect()
 
     # ------------------------------------------------------------------ shutdown
 
@@ -402,6 +537,40 @@ class LlmtopApp(LlmtopBaseApp):
         await self._close_session()
 
 
+def auto_chosen(settings: TuiSettings) -> bool:
+    """Whether llmtop chose the engine (no `--engine`, `--host`, `$OLLAMA_HOST`, relay or
+    GGUF given): then, and only then, the TUI searches the other engines by itself."""
+    return (settings.engine == "auto" and not settings.host and not settings.model_path
+            and not settings.relay_url and not os.environ.get("OLLAMA_HOST", "").strip())
+
+
+def next_log(log_path: str | None, n: int) -> str | None:
+    """The session log after the `n`-th engine picked: beside the one given with --log
+    ("s.jsonl" → "s.2.jsonl" for n = 1: the engine's second log), else a new file in the
+    default folder (None)."""
+    if log_path is None:
+        return None
+    path = Path(log_path)
+    return str(path.with_name(f"{path.stem}.{n + 1}{path.suffix}"))
+
+
+def engine_root(conn: Connection) -> str:
+    """The root URL of the engine `conn` measures ("http://127.0.0.1:8080"), as discovery
+    names engines."""
+    upstream = conn.upstream
+    root = getattr(upstream, "root", None) or upstream.host
+    return str(root).rstrip("/").removesuffix("/v1").replace("://localhost:", "://127.0.0.1:")
+
+
+def preload() -> None:
+    """Import what connecting and sampling need (the engines' clients, the probes, the
+    session log's writer: ~0.5 s on 2 cores); run in a thread after the first frame."""
+    import llmtop.connect
+    import llmtop.probes.remote
+    import llmtop.sessions.runners.recorder
+    import llmtop.sessions.runners.warmup  # noqa: F401 - imported for its side: loaded
+
+
 def make_app(settings: TuiSettings, connection: Connection | None = None) -> LlmtopApp:
     """Build the TUI from plain settings (the CLI and tests).
 
@@ -423,6 +592,8 @@ def main(settings: TuiSettings) -> int:
         return int(ExitCode.USAGE)
     # the app's loop spends 5-15 ms per frame: sockets are read by threads of their own, or a
     # first chunk read late is dated at the next one (stamping/rxstamps.py, "Who reads")
+    from llmtop.stamping.rxstamps import use_reader_threads
+
     use_reader_threads()
     app = make_app(settings)
     app.freeze_gc_when_ready = True

@@ -31,3 +31,30 @@ def test_the_parts_that_stay_are_cut_only_when_nothing_else_can_go() -> None:
     # "llmtop · embedded · gemma3:270m" is 31 cells: in 30 it ends with "…"
     assert fit_parts(PARTS, 30) == "llmtop · embedded · gemma3:27…"
     assert fit_parts(PARTS, 0) == ""
+
+
+def test_a_models_path_is_named_by_its_base_name() -> None:
+    from llmtop.tui.widgets.header_line import model_label
+
+    # llama-server's /v1/models id for `--model /root/.cache/llmtop/models/…gguf`
+    assert model_label("/root/.cache/llmtop/models/gemma-3-270m-q4_k_m.gguf") == (
+        "gemma-3-270m-q4_k_m.gguf")
+    assert model_label("C:\\models\\qwen3-8b.gguf") == "qwen3-8b.gguf"
+    assert model_label("models/tiny.GGUF") == "tiny.GGUF"
+    for name in ("gemma3:270m", "hf.co/unsloth/Qwen3-8B-GGUF:Q4_K_M",
+                 "Qwen/Qwen2.5-0.5B-Instruct"):
+        assert model_label(name) == name  # names, not paths
+
+
+def test_llama_servers_configuration_in_the_header() -> None:
+    from llmtop.tui.widgets.header_line import llama_server_parts
+
+    config = {"server": "llama-server", "total_slots": 4, "n_ctx_per_slot": 1024,
+              "flags": {"threads": "2", "parallel": "4", "cache_type_k": "q8_0",
+                        "source": "command line of pid 9"}}
+    assert llama_server_parts(config) == [
+        (2, "4 slots × 1024 ctx"), (3, "2 threads"), (4, "flash-attn auto · KV q8_0/f16")]
+    # the command line not read: only what /props says
+    unread = {**config, "flags": {"source": "not read: remote"}}
+    assert llama_server_parts(unread) == [(2, "4 slots × 1024 ctx")]
+    assert llama_server_parts({"use_extra_bufts": True}) is None  # the embedded engine's

@@ -89,8 +89,8 @@ async def test_palette_opens_llmtops_screens(tmp_path: Path) -> None:
         await send(pilot, app, "hello")
         await wait_for(pilot, lambda: drawn(app), what="request drawn")
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert titles[:9] == ["Bench", "History", "Apps", "Conversation", "Help", "Plots",
-                              "Sessions", "Load", "Report"]
+        assert titles[:11] == ["Bench", "History", "Apps", "Conversation", "Help", "Plots",
+                               "Sessions", "Load", "Report", "Engine", "Engines"]
         assert titles.count("Screenshot") == 1
         await pilot.press("ctrl+p")
         await pilot.pause()

@@ -17,6 +17,7 @@ from llmtop.sessions.records.schema import (
     CanaryRecord,
     EndRecord,
     EnergyRecord,
+    EngineStateRecord,
     EnvironmentRecord,
     Header,
     InterruptedRecord,
@@ -66,6 +67,9 @@ def write_every_type(path) -> SessionLog:
     log.write(EnergyRecord("request", "rapl:cpu", "CPU package 0", request_id=3, energy_j=1.5,
                            prefill_j=0.5, decode_j=1.0, output_tokens=7,
                            output_j_per_token=1.0 / 7, coarse=True, reason="too coarse"))
+    log.write(EngineStateRecord.of({"kind": "llama-server", "url": "http://127.0.0.1:8080",
+                                    "processing": 1.0, "kv_pct": 1.9, "request_id": 3,
+                                    "slots": [{"id": 0, "processing": True, "tokens": 38}]}))
     return log
 
 
@@ -110,6 +114,10 @@ def test_every_record_type_round_trips_typed(tmp_path):
     assert (e.scope, e.source, e.request_id, e.energy_j, e.output_tokens, e.coarse) == (
         "request", "rapl:cpu", 3, 1.5, 7, True)
     assert e.output_j_per_token == 1.0 / 7 and e.prompt_j_per_token is None
+    state = log.first(EngineStateRecord)
+    assert state is not None and (state.kind, state.processing, state.kv_pct,
+                                  state.request_id) == ("llama-server", 1.0, 1.9, 3)
+    assert state.tokens_per_s is None and state.body["slots"][0]["tokens"] == 38
     assert log.ended_at is not None and log.first(EndRecord) is not None
 
 

@@ -25,6 +25,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("  Enter", "history: put the picked request's tokens and figures on screen"),
     ("  c", "history: each figure of the picked request ÷ the request before it"),
     ("F3", "apps: every app of the latest probe sample; ↑/↓ shows one's processes"),
+    ("F4", "engine panel: its own slots, queue, KV cache, tok/s (every 1 s)"),
+    ("F5", "other engines answering here: pick one to measure it instead"),
     ("Ctrl+G", "plots of this session: TTFT and decode per request, histograms"),
     ("Ctrl+O", "saved sessions: report (Enter), plots (p), compare two (c, c)"),
     ("Ctrl+L", "load: concurrency or request-rate sweep on this engine, the knee"),

@@ -53,6 +53,7 @@ from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.prefill import PrefillExpectation, expectation_for
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
+from llmtop.tui.widgets.engine_panel import EnginePanel
 from llmtop.tui.widgets.header_line import HeaderLine
 from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
@@ -63,6 +64,10 @@ from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 if TYPE_CHECKING:  # the bench screen's module is imported when it opens
+    from collections.abc import Sequence
+
+    from llmtop.engines.discovery import FoundEngine
+    from llmtop.engines.live_state import EngineState
     from llmtop.tui.screens.bench import BenchScreen
 
 # Frame rates: each frame a second costs ~0.5 % of a core on 2 cores, so text and numbers
@@ -129,6 +134,7 @@ class MainScreen(Screen[None]):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
+                yield EnginePanel(self._record_engine_state, id="engine")  # F4
                 yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
             yield ProbePanel(id="probes")
         yield RequestHistory(id="history")  # the whole width: every figure and the prompt
@@ -159,6 +165,7 @@ class MainScreen(Screen[None]):
         """No engine: the failure in the response pane, `header` in the header line."""
         self.query_one(HeaderLine).show_failed(header)
         self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
+        self.query_one(EnginePanel).attach(None)
         self.query_one(TokenPane).show_failure(failure, title)
 
     def show_connected(self, conn: Connection) -> None:
@@ -168,6 +175,14 @@ class MainScreen(Screen[None]):
         self._probe_dirty = True
         self.label_probes()
         self.query_one(HeaderLine).show_connection(conn)
+        self.query_one(EnginePanel).attach(conn)
+
+    def show_switching(self, what: str) -> None:
+        """The engine picked in the picker (F5) is being connected: `what` in the header and
+        the response pane; the engine panel reads nothing until it is."""
+        self.query_one(HeaderLine).show_starting(what)
+        self.query_one(EnginePanel).attach(None)
+        self.query_one(TokenPane).show_message(f"connecting to {what}…")
 
     def show_message(self, text: str, style: str = "dim") -> None:
         """A line in the response pane (a start-up step, or why the session cannot start)."""
@@ -282,6 +297,8 @@ class MainScreen(Screen[None]):
         (the numbers are still shown) rather than ending the app."""
         live.finish(result)
         live.mark_noisy(self.host.noise.first_during(*live.span_ns))
+        decode = result.metrics.client_decode_tps if result.status == "ok" else None
+        self.query_one(EnginePanel).request_ended(decode)
         self.session.add(live)
         self._wake()
         assert self.host.link.recorder is not None
@@ -486,6 +503,29 @@ class MainScreen(Screen[None]):
         self.viewing = None if picked is self.live else picked
         picked.dirty = picked.numbers_dirty = picked.urgent = True
         self._wake()
+
+    def toggle_engine_panel(self) -> None:
+        """F4: show the engine's own figures (read every second while shown) or hide them."""
+        self.query_one(EnginePanel).toggle()
+
+    def show_other_engines(self, others: Sequence[FoundEngine]) -> None:
+        """The other engines that answer here (the picker, F5, offers them)."""
+        self.query_one(EnginePanel).set_others(others)
+
+    def _record_engine_state(self, state: EngineState) -> None:
+        """A reading of the engine's figures that changed: into the session log, with the
+        request streaming as it was read (a log that cannot be written already says so)."""
+        recorder = self.host.link.recorder
+        if recorder is None:
+            return
+        from llmtop.sessions.records.log import LogError
+        from llmtop.sessions.records.schema import EngineStateRecord
+
+        live = self.live
+        request_id = live.collector.request_id if live is not None and live.streaming else None
+        with contextlib.suppress(LogError):
+            recorder.log.write(EngineStateRecord.of({**state.to_dict(),
+                                                     "request_id": request_id}), sync=False)
 
     def toggle_conversation(self) -> None:
         """Ctrl+K: start a conversation (each prompt is sent after the whole history, so the

