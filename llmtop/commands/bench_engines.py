@@ -107,6 +107,8 @@ async def resolve(items: Sequence[str]) -> list[FoundEngine]:
         kind, _, port = item.partition("@")
         matches = [e for e in found if e.kind == kind
                    and (not port or urlsplit(e.url).port == int(port))]
+        if not matches and port:
+            matches = _named_generic(found, kind, int(port))
         if not matches:
             seen = ", ".join(f"{e.kind}@{urlsplit(e.url).port}" for e in found) or "none"
             raise UsageError(f"no {kind} engine answers here{' on port ' + port if port else ''}"
@@ -118,6 +120,20 @@ async def resolve(items: Sequence[str]) -> list[FoundEngine]:
     if len({e.url for e in out}) != len(out):
         raise UsageError("two items name the same engine: give each engine once")
     return out
+
+
+def _named_generic(found: Sequence[FoundEngine], kind: str, port: int) -> list[FoundEngine]:
+    """The engine on `port` that answered only as "openai-compatible" (its own signature
+    route unread: llama-cpp-python's /openapi.json can take longer than a probe's timeout
+    while the server warms up), taken as the `kind` the user named it; [] when there is
+    none, or the kind needs another API than OpenAI's (Ollama's)."""
+    from llmtop.engines.discovery import OLLAMA_API
+
+    if kind in OLLAMA_API:
+        return []
+    return [replace(e, kind=kind, found_by=f"{e.found_by}; named {kind} by --engines (it "
+                    "answered as an OpenAI-compatible server)")
+            for e in found if e.kind == "openai-compatible" and urlsplit(e.url).port == port]
 
 
 def label_of(engine: FoundEngine) -> str:
