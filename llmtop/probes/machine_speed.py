@@ -2,7 +2,9 @@
 
 Taken right before and right after each bench request (outside its timed span): CPU steal
 (`system.steal_seconds`), each core's clock (`system.core_frequencies`), cgroup CPU
-throttling (`cgroup.read_throttling`), GPU clocks and throttle reasons (`GpuProbe.clocks`).
+throttling (`cgroup.read_throttling`), GPU clocks and throttle reasons (`GpuProbe.clocks`),
+and the throttles seen (`thermal.Throttle`: NVML's power and thermal reasons, thermal zones
+at a trip point, hwmon temperatures at their limit).
 `interval(before, after)` turns two readings into the figures of the span between them.
 A reading the platform cannot give is None or empty, never a made-up 0.
 """
@@ -16,18 +18,20 @@ from dataclasses import dataclass
 from llmtop.probes.cgroup import Throttling, read_throttling
 from llmtop.probes.gpu import GpuClocks, GpuProbe
 from llmtop.probes.system import core_frequencies, steal_seconds
+from llmtop.probes.thermal import ThermalReader, Throttle, gpu_throttles
 
 
 @dataclass(frozen=True, slots=True)
 class MachineReading:
     """One reading: t_ns (`perf_counter_ns`), steal / total CPU seconds since boot, each
-    core's clock (MHz), cgroup throttling counters, GPU clocks."""
+    core's clock (MHz), cgroup throttling counters, GPU clocks, the throttles seen."""
 
     t_ns: int
     steal: tuple[float, float] | None
     freq_mhz: tuple[float | None, ...]
     throttling: Throttling | None
     gpu: tuple[GpuClocks, ...]
+    throttles: tuple[Throttle, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,8 @@ class MachineInterval:
     guests, 0–100 % (None: no steal counter or no CPU time passed). freq_mhz: each core's
     clock at the end. throttled_ms / throttled_periods: how long and in how many periods the
     cgroups' CPU quota held tasks back (None: no cpu.stat). gpu: clocks at the end.
+    throttle: the throttles seen at either end (a power cap or a thermal limit; empty: none
+    seen, or nothing to read them from).
     """
 
     seconds: float
@@ -46,30 +52,36 @@ class MachineInterval:
     throttled_ms: float | None
     throttled_periods: int | None
     gpu: tuple[GpuClocks, ...]
+    throttle: tuple[Throttle, ...] = ()
 
 
 class MachineReader:
     """Takes `MachineReading`s. pids: the engine's process ids (its cgroup's throttling is
     read too), a collection or a callable returning one. gpu: the probe for GPU clocks
-    (None: a fresh `GpuProbe`). Never raises from `read()`."""
+    (None: a fresh `GpuProbe`). thermal: the thermal zones' and hwmon sensors' reader (None:
+    a fresh `ThermalReader` of /sys/class). Never raises from `read()`."""
 
     def __init__(
         self,
         pids: Collection[int] | Callable[[], Collection[int]] = (),
         gpu: GpuProbe | None = None,
+        thermal: ThermalReader | None = None,
     ) -> None:
         self._pids = pids
         self._gpu = gpu or GpuProbe()
+        self._thermal = thermal or ThermalReader()
 
     def read(self) -> MachineReading:
         """Read everything now (a few file reads and NVML calls: about a millisecond)."""
         pids = self._pids() if callable(self._pids) else self._pids
+        clocks = self._gpu.clocks()
         return MachineReading(
             t_ns=time.perf_counter_ns(),
             steal=steal_seconds(),
             freq_mhz=core_frequencies(),
             throttling=read_throttling(tuple(sorted(pids))),
-            gpu=self._gpu.clocks(),
+            gpu=clocks,
+            throttles=gpu_throttles(clocks) + self._thermal.read(),
         )
 
 
@@ -95,4 +107,15 @@ def interval(before: MachineReading, after: MachineReading) -> MachineInterval:
         throttled_ms=ms,
         throttled_periods=periods,
         gpu=after.gpu,
+        throttle=merge_throttles(before.throttles + after.throttles),
     )
+
+
+def merge_throttles(seen: tuple[Throttle, ...]) -> tuple[Throttle, ...]:
+    """One throttle per sensor (and per NVML reason) in order of first sight, the later
+    reading's figure kept: a zone past its trip at both ends is one throttle, at its end
+    temperature."""
+    merged: dict[tuple[str, str, str], Throttle] = {}
+    for t in seen:
+        merged[(t.source, t.device, t.detail if t.source == "nvml" else "")] = t
+    return tuple(merged.values())

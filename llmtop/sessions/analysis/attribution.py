@@ -425,13 +425,17 @@ class MachineEvidence:
     canary: every canary part the log has (empty: no canary in the log). readings: per
     machine.READINGS key, (first-5 median, last-5 median), None where unknown. gpu_reasons:
     GPU throttle reasons seen in the last 5 requests but not the first 5. threshold_pct: the
-    run's drift threshold, % (a canary part within ± it held steady).
+    run's drift threshold, % (a canary part within ± it held steady). throttles: the thermal
+    limits and power caps the slow requests saw and the fast ones did not, as (phrase, where)
+    ("the CPU was at its thermal limit", "thermal_zone1 x86_pkg_temp: 97.0 °C >= passive
+    trip 95.0 °C"), NVML's reasons left to `gpu_reasons`.
     """
 
     canary: tuple[CanaryPart, ...] = ()
     readings: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     gpu_reasons: tuple[str, ...] = ()
     threshold_pct: float = DRIFT_THRESHOLD_PCT
+    throttles: tuple[tuple[str, str], ...] = ()
 
     @property
     def canary_slowed(self) -> CanaryPart | None:
@@ -477,6 +481,7 @@ def _moved(machine: MachineEvidence) -> list[str]:
         clocks = f" {gpu[0]:.0f} → {gpu[1]:.0f} MHz" if gpu else ""
         why = f" ({', '.join(machine.gpu_reasons)})" if machine.gpu_reasons else ""
         out.append(f"the GPU's clocks fell{clocks}{why}")
+    out += [f"{phrase} ({where})" for phrase, where in machine.throttles]
     return out
 
 

@@ -29,7 +29,7 @@ from llmtop.sessions.analysis.attribution import (
     name_cause,
 )
 from llmtop.sessions.analysis.episodes import Episode
-from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons
+from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, new_throttles
 from llmtop.sessions.analysis.run import ATTRIBUTION_ORDER, SizeAnalysis
 from llmtop.sessions.measure.metrics import METRICS, SERVER_DECODE
 from llmtop.sessions.measure.stats import DRIFT_ALPHA, worse_p_value
@@ -39,13 +39,16 @@ from llmtop.sessions.records.schema import ProbeRecord
 @dataclass(frozen=True, slots=True)
 class EpisodeCause:
     """One episode with its cost and its cause. slowdown: the engine's, % of time (None
-    when no series of ATTRIBUTION_ORDER found it); sentence: the user's line ("Chromium was
-    busy during requests 7–12; decode (server) ran 31 % slower then")."""
+    when no series of ATTRIBUTION_ORDER found it); throttled: how the throttles its requests
+    saw and the baseline's did not are said ("the GPU was power-capped"; machine.throttles);
+    sentence: the user's line ("Chromium was busy during requests 7–12; decode (server) ran
+    31 % slower then", "the GPU was power-capped during requests 8–13; …")."""
 
     episode: Episode
     attribution: Attribution
     cause: Cause | None
     slowdown: EngineSlowdown | None
+    throttled: tuple[str, ...] = ()
 
     @property
     def sentence(self) -> str:
@@ -63,6 +66,8 @@ class EpisodeCause:
         culprit = self.attribution.culprit
         if culprit is not None:
             return f"{culprit} was busy during {when}{cost}"
+        if self.throttled:  # a power cap or a thermal limit the baseline did not have
+            return f"{' and '.join(self.throttled)} during {when}{cost}"
         if self.cause is not None and self.cause.kind == "machine":
             return f"the machine itself slowed during {when}{cost}"
         return f"nothing the probes saw explains {when}{cost}"
@@ -77,6 +82,7 @@ class EpisodeCause:
             "faster": list(self.episode.faster),
             "slower_pct": None if self.slowdown is None else round(self.slowdown.slower_pct, 2),
             "culprit": self.attribution.culprit,
+            "throttled": list(self.throttled),
             "cause": None if self.cause is None else self.cause.to_dict(),
             "sentence": self.sentence,
         }
@@ -134,7 +140,8 @@ def machine_during(size: SizeAnalysis, episode: Episode) -> MachineEvidence:
     recs_in = [r.record for r in size.ok if r.number in members]
     recs_out = [r.record for r in size.baseline]
     new = gpu_reasons(recs_in) - gpu_reasons(recs_out)
-    return MachineEvidence(tuple(parts), readings, tuple(sorted(new)), t)
+    return MachineEvidence(tuple(parts), readings, tuple(sorted(new)), t,
+                           new_throttles(recs_in, recs_out, nvml=False))
 
 
 def episode_causes(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> list[EpisodeCause]:
@@ -157,5 +164,6 @@ def episode_causes(size: SizeAnalysis, probes: Sequence[ProbeRecord]) -> list[Ep
                 machine_during(size, episode),
                 when=f"during requests {episode.requests}",
             )
-        out.append(EpisodeCause(episode, att, cause, engine))
+        throttled = tuple(phrase for phrase, _ in new_throttles(inside, base))
+        out.append(EpisodeCause(episode, att, cause, engine, throttled))
     return out

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from llmtop.sessions.records.request import RequestRecord
+from llmtop.sessions.records.request import RequestRecord, ThrottleRecord
 from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord
 
 # The machine's series beside the request's metrics (measure/metrics.py): (series key, label,
@@ -64,6 +64,27 @@ def gpu_reasons(recs: Sequence[RequestRecord]) -> set[str]:
         for reason in g.throttle_reasons or ()
         if reason != "gpu_idle"
     }
+
+
+def throttles(recs: Sequence[RequestRecord]) -> dict[str, ThrottleRecord]:
+    """Every throttle the requests saw at their edges, by how it is said ("the GPU was
+    power-capped") → the first one seen; NVML's reasons included. Keyed by the phrase, so a
+    slow stretch names a throttle only when the fast requests did not have it too."""
+    out: dict[str, ThrottleRecord] = {}
+    for r in recs:
+        for t in r.machine.throttle if r.machine is not None else ():
+            out.setdefault(t.phrase, t)
+    return out
+
+
+def new_throttles(slow: Sequence[RequestRecord], fast: Sequence[RequestRecord],
+                  nvml: bool = True) -> tuple[tuple[str, str], ...]:
+    """The throttles of the `slow` requests that the `fast` ones did not have, by phrase, as
+    (phrase, where: "thermal_zone1 x86_pkg_temp: 97.0 °C >= passive trip 95.0 °C"); nvml
+    False leaves out those NVML's reasons gave (`gpu_reasons` names them already)."""
+    seen, before = throttles(slow), throttles(fast)
+    return tuple((phrase, f"{t.device}: {t.detail}") for phrase, t in sorted(seen.items())
+                 if phrase not in before and (nvml or t.source != "nvml"))
 
 
 def machine_series(

@@ -29,7 +29,13 @@ from llmtop.sessions.analysis.attribution import (
     name_cause,
 )
 from llmtop.sessions.analysis.episodes import Episodes, find_episodes
-from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, gpu_reasons, machine_series
+from llmtop.sessions.analysis.machine import (
+    CANARY_METRICS,
+    READINGS,
+    gpu_reasons,
+    machine_series,
+    new_throttles,
+)
 from llmtop.sessions.analysis.verdict import RunVerdict, SizeEvidence, judge
 from llmtop.sessions.measure.metrics import (
     CLIENT_DECODE,
@@ -642,7 +648,8 @@ def machine_evidence(size: SizeAnalysis) -> MachineEvidence:
     readings = {k: (size.drifts[k].first_median, size.drifts[k].last_median) for k, *_ in READINGS}
     recs = [r.record for r in size.ok]
     new_reasons = gpu_reasons(recs[-5:]) - gpu_reasons(recs[:5])
-    return MachineEvidence(canary, readings, tuple(sorted(new_reasons)), size.threshold_pct)
+    return MachineEvidence(canary, readings, tuple(sorted(new_reasons)), size.threshold_pct,
+                           new_throttles(recs[-5:], recs[:5], nvml=False))
 
 
 def _differ(size: SizeAnalysis, key: str, d: Drift) -> bool:

@@ -48,10 +48,38 @@ class GpuClocksRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ThrottleRecord:
+    """A throttle seen at a request's edges (probes.thermal.Throttle): part held back ("GPU",
+    "CPU", "machine"), cause ("power", "thermal", "slowdown"), source ("nvml",
+    "thermal_zone", "hwmon"), device ("gpu0", "thermal_zone0 x86_pkg_temp") and detail
+    ("sw_power_cap", "97.0 °C >= passive trip 95.0 °C")."""
+
+    part: str = ""
+    cause: str = ""
+    source: str = ""
+    device: str = ""
+    detail: str = ""
+
+    @property
+    def phrase(self) -> str:
+        """"the GPU was power-capped", "the CPU was at its thermal limit"."""
+        return f"the {self.part} was {THROTTLE_WORDS.get(self.cause, self.cause)}"
+
+
+# how a throttle's cause is said: "power" a power cap (NVML sw_power_cap,
+# hw_power_brake_slowdown), "thermal" a temperature limit or trip point reached, "slowdown"
+# NVML's hw_slowdown (heat, power brake or power supply: it does not say which)
+THROTTLE_WORDS = {"power": "power-capped", "thermal": "at its thermal limit",
+                  "slowdown": "slowed down by its hardware (heat or power)"}
+
+
+@dataclass(frozen=True, slots=True)
 class MachineRecord:
     """The machine over one bench request (probes.machine_speed.MachineInterval, read right
     before and right after it): seconds spanned; CPU steal, 0–100 %; each core's clock at
-    the end, MHz; cgroup CPU throttling, ms and periods; GPU clocks. None: not readable."""
+    the end, MHz; cgroup CPU throttling, ms and periods; GPU clocks; throttle: the power caps
+    and thermal limits seen at either edge (empty: none seen; a log from before they were
+    read has none either). None: not readable."""
 
     seconds: float | None = None
     steal_percent: float | None = None
@@ -59,6 +87,7 @@ class MachineRecord:
     throttled_ms: float | None = None
     throttled_periods: int | None = None
     gpu: tuple[GpuClocksRecord, ...] = ()
+    throttle: tuple[ThrottleRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,207 @@
+"""Throttling per request: thermal zones at a trip point, hwmon temperatures at their limit and
+NVML's power and thermal reasons (probes/thermal.py), carried by each bench request's
+`machine.throttle`. Fake /sys/class trees with the files and units the kernel documents
+(thermal zones: type, temp and trip_point_K_type/_temp in m°C; hwmon: name, tempK_input,
+tempK_max/_crit, tempK_label in m°C), read by the reader and, with the tree mounted over
+/sys/class in a private mount namespace, by the real MachineReader with its default roots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from llmtop.probes.gpu import GpuClocks
+from llmtop.probes.machine_speed import MachineReading, interval
+from llmtop.probes.thermal import ThermalReader, Throttle, find_zones, gpu_throttles
+from tests.unit.test_gpu_sysfs import _write, needs_namespace
+
+
+def laptop(cls: Path, pkg_mc: int = 97_000, edge_mc: int = 60_000) -> None:
+    """A laptop's /sys/class: the CPU package zone (x86_pkg_temp) with a passive trip at
+    95 °C and a critical one at 105 °C, an ACPI zone at 40 °C (trips active 70, critical
+    110), a disabled zone, coretemp at 80 °C against max 100 °C, and an amdgpu whose edge
+    sensor has crit 100 °C."""
+    _write(cls / "thermal" / "thermal_zone0", {
+        "type": "acpitz\n", "temp": "40000\n", "mode": "enabled\n",
+        "trip_point_0_type": "active\n", "trip_point_0_temp": "70000\n",
+        "trip_point_1_type": "critical\n", "trip_point_1_temp": "110000\n"})
+    _write(cls / "thermal" / "thermal_zone1", {
+        "type": "x86_pkg_temp\n", "temp": f"{pkg_mc}\n",
+        "trip_point_0_type": "critical\n", "trip_point_0_temp": "105000\n",
+        "trip_point_1_type": "passive\n", "trip_point_1_temp": "95000\n"})
+    _write(cls / "thermal" / "thermal_zone2", {
+        "type": "iwlwifi_1\n", "temp": "200000\n", "mode": "disabled\n",
+        "trip_point_0_type": "passive\n", "trip_point_0_temp": "50000\n"})
+    (cls / "thermal" / "cooling_device0").mkdir(parents=True)  # not a zone
+    _write(cls / "hwmon" / "hwmon1", {
+        "name": "coretemp\n", "temp1_input": "80000\n", "temp1_max": "100000\n",
+        "temp1_crit": "100000\n", "temp1_label": "Package id 0\n"})
+    _write(cls / "hwmon" / "hwmon4", {
+        "name": "amdgpu\n", "temp1_input": f"{edge_mc}\n", "temp1_crit": "100000\n",
+        "temp1_label": "edge\n", "device/power/runtime_status": "active\n"})
+
+
+def test_the_lowest_counted_trip_of_each_enabled_zone_is_watched(tmp_path: Path) -> None:
+    laptop(tmp_path)
+    zones = find_zones(tmp_path / "thermal")
+    # acpitz: its active trip starts a fan only, so its critical 110 °C is the limit;
+    # x86_pkg_temp: passive 95 °C is below critical 105 °C; the disabled zone is skipped
+    assert [(z.device, z.limit_c, z.limit, z.part) for z in zones] == [
+        ("thermal_zone0 acpitz", 110.0, "critical trip", "machine"),
+        ("thermal_zone1 x86_pkg_temp", 95.0, "passive trip", "CPU"),
+    ]
+
+
+def test_a_zone_past_its_passive_trip_is_a_cpu_thermal_throttle(tmp_path: Path) -> None:
+    laptop(tmp_path)
+    reader = ThermalReader(tmp_path / "thermal", tmp_path / "hwmon")
+    # 97 °C >= passive 95 °C; acpitz 40 < 110, coretemp 80 < 100, amdgpu edge 60 < 100
+    assert reader.read() == (Throttle("CPU", "thermal", "thermal_zone",
+                                      "thermal_zone1 x86_pkg_temp",
+                                      "97.0 °C >= passive trip 95.0 °C"),)
+    _write(tmp_path / "thermal" / "thermal_zone1", {"temp": "94999\n"})
+    _write(tmp_path / "hwmon" / "hwmon4", {"temp1_input": "101000\n"})
+    # the zone cooled under its trip; the GPU's edge reached its crit limit
+    assert reader.read() == (Throttle("GPU", "thermal", "hwmon", "hwmon4 amdgpu edge",
+                                      "101.0 °C >= crit 100.0 °C"),)
+    _write(tmp_path / "hwmon" / "hwmon4", {"device/power/runtime_status": "suspended\n"})
+    assert reader.read() == ()  # an asleep GPU is not read (it would wake)
+
+
+def test_unreadable_or_absent_trees_give_no_throttle(tmp_path: Path) -> None:
+    assert ThermalReader(tmp_path / "none", tmp_path / "none").read() == ()
+    laptop(tmp_path)
+    _write(tmp_path / "thermal" / "thermal_zone1", {"temp": "n/a\n"})
+    assert ThermalReader(tmp_path / "thermal", tmp_path / "none").read() == ()
+
+
+def test_nvml_reasons_that_hold_a_gpu_back() -> None:
+    clocks = (GpuClocks(0, 1410, 1410, 2619, ("gpu_idle", "sw_power_cap")),
+              GpuClocks(1, 990, 990, 2619, ("hw_thermal_slowdown", "sync_boost")),
+              GpuClocks(2, None, None, None, None))
+    assert gpu_throttles(clocks) == (
+        Throttle("GPU", "power", "nvml", "gpu0", "sw_power_cap"),
+        Throttle("GPU", "thermal", "nvml", "gpu1", "hw_thermal_slowdown"),
+    )
+
+
+def _reading(t_ns: int, *throttles: Throttle) -> MachineReading:
+    return MachineReading(t_ns, None, (), None, (), throttles)
+
+
+def test_a_request_carries_what_either_edge_saw_once_per_sensor() -> None:
+    hot = Throttle("CPU", "thermal", "thermal_zone", "thermal_zone1 x86_pkg_temp",
+                   "96.0 °C >= passive trip 95.0 °C")
+    hotter = Throttle("CPU", "thermal", "thermal_zone", "thermal_zone1 x86_pkg_temp",
+                      "98.0 °C >= passive trip 95.0 °C")
+    cap = Throttle("GPU", "power", "nvml", "gpu0", "sw_power_cap")
+    got = interval(_reading(0, hot), _reading(10**9, cap, hotter)).throttle
+    assert got == (hotter, cap)  # the zone once, at its end temperature
+
+
+def test_the_record_keeps_the_throttles_typed() -> None:
+    from dataclasses import asdict
+
+    from llmtop.sessions.records.request import MachineRecord, ThrottleRecord
+    from llmtop.sessions.records.schema import decode, fast_decode
+
+    cap = Throttle("GPU", "power", "nvml", "gpu0", "sw_power_cap")
+    machine = asdict(interval(_reading(0), _reading(10**9, cap)))
+    line = json.dumps({"type": "request", "id": 1, "t_send_ns": 1, "prompt": "p",
+                       "status": "ok", "machine": machine})
+    for record in (decode(line), fast_decode(line)):
+        assert record is not None and record.machine is not None
+        assert record.machine.throttle == (ThrottleRecord("GPU", "power", "nvml", "gpu0",
+                                                          "sw_power_cap"),)
+        assert record.machine.throttle[0].phrase == "the GPU was power-capped"
+    old = json.dumps({"type": "request", "id": 1, "t_send_ns": 1, "prompt": "p",
+                      "status": "ok", "machine": {"seconds": 1.0}})
+    record = decode(old)  # a log from before throttles were read: none, not an error
+    assert record.machine == MachineRecord(seconds=1.0)
+
+
+@needs_namespace
+def test_machine_reader_sees_a_hot_package_through_sys_class(tmp_path: Path) -> None:
+    laptop(tmp_path / "class", pkg_mc=99_500)
+    code = ("from llmtop.probes.machine_speed import MachineReader\n"
+            "from llmtop.probes.gpu import GpuProbe\n"
+            "r = MachineReader((), GpuProbe(nvml=object(), drm_root=None)).read()\n"
+            "print([(t.part, t.cause, t.device, t.detail) for t in r.throttles])\n")
+    script = (f"mount --bind {tmp_path / 'class'} /sys/class && exec timeout -s KILL 60 "
+              f"{sys.executable} -c '{code}'")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, check=False, timeout=120, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([("CPU", "thermal", "thermal_zone1 x86_pkg_temp",
+                                        "99.5 °C >= passive trip 95.0 °C")])
+
+
+# --- the episode's cause names the throttle ----------------------------------------------
+
+PKG_HOT = {"part": "CPU", "cause": "thermal", "source": "thermal_zone",
+           "device": "thermal_zone1 x86_pkg_temp", "detail": "97.0 °C >= passive trip 95.0 °C"}
+GPU_CAP = {"part": "GPU", "cause": "power", "source": "nvml", "device": "gpu0",
+           "detail": "sw_power_cap"}
+
+
+def throttled_from_eleven(*throttle: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The drift tests' run (tests/unit/test_drift_rule.py): decode 22.0 tok/s for requests
+    1–10, 19.36 (−12 %) for 11–20, a steady 3 ms canary; requests 11–20 saw `throttle` at
+    their edges (NVML's reasons also in their GPU clocks, held at 1410 of 1980 MHz, as a
+    bench writes them)."""
+    from llmtop.sessions.records.request import RequestRecord
+    from llmtop.sessions.records.schema import CanaryRecord
+    from tests.unit.test_analysis_report import record_json
+    from tests.unit.test_drift_rule import ENGINE_FAST, ENGINE_SLOW, canary_json, wobbled
+
+    reqs = []
+    for i, tps in enumerate(wobbled(ENGINE_FAST, ENGINE_SLOW)):
+        rec = record_json(i, tps)
+        hot = list(throttle) if i >= 10 else []
+        reasons = [t["detail"] for t in hot if t["source"] == "nvml"]
+        rec["machine"] = {"seconds": 5.0, "throttle": hot, "gpu": [
+            {"index": 0, "graphics_mhz": 1410 if reasons else 1980,
+             "throttle_reasons": reasons}]}
+        reqs.append(RequestRecord.from_json(rec))
+    return reqs, [CanaryRecord.from_json(canary_json(i + 1, 3.0)) for i in range(20)]
+
+
+def test_an_episode_under_a_power_cap_says_the_gpu_was_power_capped() -> None:
+    from tests.unit.test_drift_rule import build_from
+
+    report = build_from(*throttled_from_eleven(GPU_CAP))
+    (episodes,) = report.episodes.values()
+    (episode,) = episodes
+    # decode 22.0 → 19.36 tok/s: 22.0 / 19.36 − 1 = 13.6 % slower in time
+    assert episode.sentence == ("the GPU was power-capped during requests 11–20; decode "
+                                "(server) ran 14 % slower then")
+    assert episode.to_dict()["throttled"] == ["the GPU was power-capped"]
+    (cause,) = report.causes.values()  # the drift's cause: NVML's reason, said once
+    assert cause.kind == "machine"
+    assert cause.summary.endswith("the GPU's clocks fell 1980 → 1410 MHz (sw_power_cap)")
+    assert "power-capped (" not in cause.summary
+
+
+def test_an_episode_at_a_thermal_trip_names_the_zone() -> None:
+    from tests.unit.test_drift_rule import build_from
+
+    report = build_from(*throttled_from_eleven(PKG_HOT))
+    (episode,) = next(iter(report.episodes.values()))
+    assert episode.sentence.startswith("the CPU was at its thermal limit during requests "
+                                       "11–20; decode (server) ran 14 % slower")
+    (cause,) = report.causes.values()
+    assert cause.kind == "machine"
+    assert cause.summary.endswith("the CPU was at its thermal limit (thermal_zone1 "
+                                  "x86_pkg_temp: 97.0 °C >= passive trip 95.0 °C)")
+
+
+def test_a_throttle_the_fast_requests_had_too_is_no_cause() -> None:
+    from llmtop.sessions.analysis.machine import new_throttles
+
+    reqs, _ = throttled_from_eleven(GPU_CAP)
+    slow, fast = reqs[10:], reqs[:10]
+    assert new_throttles(slow, fast) == (("the GPU was power-capped", "gpu0: sw_power_cap"),)
+    assert new_throttles(slow, fast, nvml=False) == ()
+    assert new_throttles(slow, slow[:3]) == ()  # seen by both groups: not what changed
