@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmtop.commands.bench_engines import engine_items
 from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.flags import (
     INT32_MAX,
@@ -21,6 +22,7 @@ from llmtop.commands.output import emit, refuse_out
 from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.sessions.measure.config import BenchConfig
+from llmtop.sessions.measure.depths import depth_label, parse_depths
 
 if TYPE_CHECKING:
     from llmtop.engines.connection import Connection
@@ -41,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _sweep_flags(b, bench)
     _remeasure_flags(b, bench)
     _input_flags(b, bench)
+    p.add_argument("--engines", type=engine_items, default=None, metavar="A,B[,...]",
+                   help="measure several engines in one run, their requests interleaved in "
+                   "rounds (the order rotated each round), the same prompts to each: kinds as "
+                   "`llmtop engines` prints them (llama-server, llmtop-embedded, ollama…), "
+                   "kind@port or URLs; one log per engine and one report comparing them "
+                   "(docs/guide/engines.md)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--format", choices=("md", "json", "html"), default=None,
                    help="the report's format (default md; --json is --format json); html: one "
@@ -57,9 +65,15 @@ def _sweep_flags(b: argparse._ArgumentGroup, bench: BenchConfig) -> None:
                    help=f"measured requests per prompt size (default {bench.requests})")
     b.add_argument("--warmup", type=whole_number(0, 1_000_000), default=bench.warmup,
                    help=f"warm-up requests per size, kept apart (default {bench.warmup})")
-    b.add_argument("--prompt-tokens", type=parse_sizes, default=bench.prompt_tokens,
-                   metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
-                   f"server (default {','.join(map(str, bench.prompt_tokens))})")
+    sizes = b.add_mutually_exclusive_group()
+    sizes.add_argument("--prompt-tokens", type=parse_sizes, default=bench.prompt_tokens,
+                       metavar="N[,N...]", help="prompt sizes in tokens, calibrated against the "
+                       f"server (default {','.join(map(str, bench.prompt_tokens))})")
+    sizes.add_argument("--depths", type=parse_depths, default=None, metavar="D[,D...]",
+                       help="a context-depth sweep: per depth, a fresh (cache-busted) context "
+                       "of D tokens, then prefill and decode measured after it, with "
+                       "intervals; tokens as llama-bench's -d, k = 1024 (1k,4k,16k); a depth "
+                       "must fit the engine's context (--num-ctx, llama-server's -c)")
     b.add_argument("--max-tokens", type=whole_number(2, INT32_MAX), default=bench.max_tokens,
                    help=f"num_predict of every request (default {bench.max_tokens})")
     b.add_argument("--cache-pairs", type=whole_number(0, 10_000), default=bench.cache_pairs,
@@ -144,7 +158,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         args,
         requests=args.requests,
         warmup=args.warmup,
-        prompt_tokens=args.prompt_tokens,
+        prompt_tokens=args.depths or args.prompt_tokens,
+        depths=args.depths,
         drift_threshold_pct=args.drift_threshold,
         preflight_s=args.preflight_duration,
         require_quiet=args.require_quiet,
@@ -167,7 +182,8 @@ def _progress_printer(quiet: bool, config: BenchConfig):
             m = p.result.metrics
             ttft = "n/a" if m.ttft_ms is None else f"{m.ttft_ms:.1f} ms"
             rate = "n/a" if m.server_decode_tps is None else f"{m.server_decode_tps:.1f} tok/s"
-            size = f"[{p.target} tok] " if p.target is not None else ""
+            size = "" if p.target is None else (
+                f"[depth {depth_label(p.target)}] " if config.depths else f"[{p.target} tok] ")
             # "warm-up 1/1", "request 3/10"; a cache pair's or a turn's own count
             where = (config.position(p.phase, p.done - 1) if p.phase in ("warmup", "measure")
                      else f"{p.phase} {p.done}/{p.total}")
@@ -251,6 +267,8 @@ async def _bench(args: argparse.Namespace) -> int:
     conn = await connect_from_flags(args, "relay" if args.compare_relay else None)
     if isinstance(conn, int):
         return conn
+    if getattr(args, "depths", None):
+        await refuse_depths(conn, args)
     runs: int = getattr(args, "runs", 1)
     if runs > 1 and args.log is None:  # one stem for the set, so `compare` finds its runs
         args.log = str(default_log_path("bench"))
@@ -328,6 +346,9 @@ def main(args: argparse.Namespace) -> int:
               f"steady engine CONTAMINATED; use --max-tokens {SHORT_DECODE_TOKENS} or more to "
               "judge decode", file=sys.stderr)
     if getattr(args, "dataset", None) is not None:
+        if getattr(args, "depths", None):
+            raise UsageError("--dataset sends the file's requests; --depths sends contexts "
+                             "of its own: give one of them")
         if args.cache_pairs or args.turns or args.compare_relay:
             raise UsageError("--dataset sends the file's requests; --cache-pairs, --turns and "
                              "--compare-relay need calibrated prompts: run them without "
@@ -338,6 +359,10 @@ def main(args: argparse.Namespace) -> int:
                          "prompts are always cache-busted)")
     if args.require_quiet and args.preflight_duration == 0:
         raise UsageError("--require-quiet needs a preflight check (--preflight-duration > 0)")
+    if getattr(args, "engines", None):
+        from llmtop.commands import bench_engines
+
+        return bench_engines.main(args)
     return run_stoppable(_bench(args), "llmtop bench")
 
 
@@ -353,6 +378,8 @@ def check_flags(args: argparse.Namespace) -> None:
     # a cache pair's prompt is the largest size plus a suffix of SUFFIX_WORDS words (and the
     # closing instruction's 7): 2 tokens a word bounds it for the tokenizers seen
     suffix = 2 * (SUFFIX_WORDS + 7) if args.cache_pairs else 0
+    if getattr(args, "depths", None):  # the engine's own context decides (refuse_depths)
+        return
     needed = max(args.prompt_tokens) + suffix + args.max_tokens
     if needed > args.num_ctx:
         raise UsageError(
@@ -360,3 +387,20 @@ def check_flags(args: argparse.Namespace) -> None:
             f"tokens needs {needed} tokens of context, more than --num-ctx {args.num_ctx}: "
             "raise --num-ctx (up to the model's training context) or use smaller "
             "--prompt-tokens")
+
+
+async def refuse_depths(conn: Connection, args: argparse.Namespace) -> None:
+    """Raise UsageError, after connecting and before any request, when the deepest of
+    --depths with --max-tokens after it does not fit the engine's context
+    (measure/depths.context_limit: llama-server's /props n_ctx, the model's context, or
+    --num-ctx capped by the model's training context); the connection is closed first."""
+    from llmtop.sessions.measure.depths import context_limit, depth_refusal
+
+    info = conn.info
+    limit = context_limit(conn.upstream.name, conn.engine_config,
+                          info.context_length if info else None,
+                          info.model_info if info else {}, args.num_ctx)
+    refusal = None if limit is None else depth_refusal(args.depths, args.max_tokens, limit)
+    if refusal is not None:
+        await conn.close()
+        raise UsageError(refusal)
