@@ -294,8 +294,9 @@ def aggregate(
         )
     system = median_system([s.system for s in usable if s.system is not None])
     processes = median_processes([s.processes for s in usable if s.processes is not None])
-    verdict = Verdict.of(evaluate(system, processes, thresholds, engine_threads).findings
-                         + errors + extra)
+    # the thermal state now, not a median: the last sample's (a Mac's SoC; None elsewhere)
+    verdict = Verdict.of(evaluate(system, processes, thresholds, engine_threads,
+                                  gpu=usable[-1].gpu).findings + errors + extra)
     return PreflightResult(
         quiet=verdict.quiet,
         findings=verdict.findings,

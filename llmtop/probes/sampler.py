@@ -274,7 +274,8 @@ class ProbeSampler(SamplerState):
             if system is not None and processes is not None:
                 verdict = self._guard(
                     "verdict", lambda: evaluate(system, processes, self._thresholds,
-                                                self._threads(), self._thread_setting()), errors
+                                                self._threads(), self._thread_setting(),
+                                                gpu), errors
                 )
             else:
                 verdict = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from llmtop.probes.catalogue import Category
+from llmtop.probes.gpu import GpuSample
 from llmtop.probes.processes import AppUsage, ProcessSample
 from llmtop.probes.system import SystemSample, machine_percent
 
@@ -128,6 +129,7 @@ REMEDY_UNIDENTIFIED = (
 def evaluate(
     system: SystemSample, processes: ProcessSample, thresholds: Thresholds = DEFAULT,
     engine_threads: int | None = None, thread_setting: str | None = None,
+    gpu: GpuSample | None = None,
 ) -> Verdict:
     """Apply every rule; QUIET when nothing is WARN or FAIL. engine_threads: the measured
     engine's compute threads when known (the embedded engine's, or the request's
@@ -135,6 +137,7 @@ def evaluate(
     thread_setting: how this engine is given N threads, a format string with {n} (None:
     llmtop's own `--num-thread {n}`, THREAD_FLAG; `llmtop watch` sends no request of its
     own and an OpenAI-API server takes no thread count, so they say their engine's way).
+    gpu: the sample's GPU reading, for the machine's thermal pressure (`_thermal`).
 
     While warming up (no CPU reading yet) CPU rules are skipped and an INFO "warming-up"
     finding says so, so a first sample is never judged on fake zeros.
@@ -158,6 +161,7 @@ def evaluate(
         findings += _busy_apps(processes, t)
     findings += _memory(system, t)
     findings += _battery(system)
+    findings += _thermal(gpu)
     findings += _frequency(system, t)
     findings += _vm_and_paging(system, t)
     findings += _other_engines(processes)
@@ -373,6 +377,24 @@ def _battery(system: SystemSample) -> list[Finding]:
             "plug in the power cable",
         )
     ]
+
+
+THERMAL_LEVELS = {"fair": Level.WARN, "serious": Level.FAIL, "critical": Level.FAIL}
+
+
+def _thermal(gpu: GpuSample | None) -> list[Finding]:
+    """The machine's thermal pressure where a GPU device reads it (Apple Silicon's SoC): fair
+    is a WARN (the OS starts to hold back), serious or critical a FAIL (clocks are cut, so a
+    request measures the cooling, not the engine). Nominal or unread: nothing."""
+    states = [d.thermal_state for d in (gpu.devices if gpu is not None else ())
+              if d.thermal_state in THERMAL_LEVELS]
+    if not states:
+        return []
+    worst = max(states, key=list(THERMAL_LEVELS).index)
+    return [Finding("thermal-pressure", THERMAL_LEVELS[worst], None, None, "",
+                    f"thermal pressure is {worst}: the chip is holding back its clocks to "
+                    "cool down", "let the machine cool before measuring; give it air (lid "
+                    "open, off soft surfaces)")]
 
 
 def _frequency(system: SystemSample, t: Thresholds) -> list[Finding]:

@@ -161,3 +161,29 @@ def test_version_lines_print_every_source_raw() -> None:
     assert names == ["ioreg", "thermal", "pmset", "sysctl", "zeus_apple_silicon"]
     assert "com.apple.system.thermalpressurelevel 2" in lines[1]
     assert "'cpu_total_mj': 200000" in lines[4]
+
+
+def test_the_panels_verdict_says_thermal_pressure() -> None:
+    # the recorded level 2 ("serious") makes the sample NOISY with a FAIL; fair is a WARN;
+    # nominal, or a GPU that reads no thermal state (NVIDIA, AMD), adds nothing
+    from llmtop.probes.verdict import Level, Verdict, evaluate
+    from tests.tui.fakes import machine_sample
+
+    probe, _ = probe_with_m4()
+    gpu = probe.sample()
+    base = machine_sample(0, 5.0, (), Verdict.of([]), 1.0)
+    assert base.system is not None and base.processes is not None
+    found = evaluate(base.system, base.processes, gpu=gpu)
+    thermal = [f for f in found.findings if f.code == "thermal-pressure"]
+    assert [(f.level, f.message) for f in thermal] == [
+        (Level.FAIL, ("thermal pressure is serious: the chip is holding back its clocks to "
+                      "cool down"))]
+    assert not found.quiet
+    fair = AppleProbe(lib=None, run=replay({**MAC, THERMAL: "com.apple.system."
+                                            "thermalpressurelevel 1"})).sample()
+    assert [f.level for f in evaluate(base.system, base.processes, gpu=fair).findings
+            if f.code == "thermal-pressure"] == [Level.WARN]
+    nominal = AppleProbe(lib=None, run=replay({**MAC, THERMAL: "com.apple.system."
+                                               "thermalpressurelevel 0"})).sample()
+    assert all(f.code != "thermal-pressure" for f in
+               evaluate(base.system, base.processes, gpu=nominal).findings)
