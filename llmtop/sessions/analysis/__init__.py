@@ -9,7 +9,8 @@ the machine (offload), a system on chip's heat and memory contention (soc), the 
 the prefill curve (prefill), a context-depth sweep's rows (depth) and the energy figures
 (energy). A load sweep: its levels and
 knee (load), its verdict (load_verdict), over-saturation (saturation) and the SLO search's
-rule (search). Two runs compared: compare/. Who was busy while requests were slow
+rule (search). Two runs compared: compare/; several engines benched together, their model
+matched and their metrics side by side (engine_set). Who was busy while requests were slow
 (attribution), the machine's own series beside the engine's (machine), per-request series
 for pictures (series), a run in another tool's definitions (peers), a watch log by caller and
 model (watch), and the saved logs' list (catalog).
