@@ -2,7 +2,7 @@
 through unchanged, and measure the generations (docs/guide/watch.md).
 
 Each `--upstream` gets its own listening address: the i-th `--listen` (default
-127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it. All of
+127.0.0.1:11436), and for upstreams past the last `--listen` the next ports after it. All of
 them run in one process and one event loop, feeding one session (`WatchSession`: one log of
 kind "watch", one screen). `--json` is headless: one NDJSON line per finished request on
 standard output, flushed. Without it the TUI's watch screen opens.
@@ -38,7 +38,7 @@ PROBE_INTERVAL_S = 1.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`llmtop watch`'s flags: where the apps connect, the engines behind, what is kept."""
     p.add_argument("--listen", metavar="HOST:PORT", action="append",
-                   help="where the apps connect (default 127.0.0.1:11435; repeatable, one per "
+                   help="where the apps connect (default 127.0.0.1:11436; repeatable, one per "
                    "--upstream; any address but loopback needs --token-file)")
     p.add_argument("--upstream", metavar="URL", action="append",
                    help="the engine requests go on to (default: $OLLAMA_HOST or "

@@ -5,7 +5,7 @@ the watch itself (`own_pids`). Shared by the headless command (commands/watch.py
 screen (tui/watch.py).
 
 Each `--upstream` gets its own listening address: the i-th `--listen` (default
-127.0.0.1:11435), and for upstreams past the last `--listen` the next ports after it.
+127.0.0.1:11436), and for upstreams past the last `--listen` the next ports after it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.servers.guard import Guard
 from llmtop.servers.watch.proxy import GRACE_S, Watcher, WatchProxy, WatchServer
 
-DEFAULT_LISTEN = "127.0.0.1:11435"
+# Not 11435, `llmtop engine`'s port: a watch and a user's engine started with their
+# defaults would take the same port; and not one of the ports `llmtop engines` probes
+# (engines/discovery.KNOWN_PORTS), where a watch in front of Ollama would be listed as a
+# second Ollama.
+DEFAULT_LISTEN = "127.0.0.1:11436"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +49,19 @@ class Pair:
 
     @property
     def listen(self) -> str:
-        """"host:port" ("[::1]:11435" for IPv6)."""
+        """"host:port" ("[::1]:11436" for IPv6)."""
         shown = f"[{self.host}]" if ":" in self.host else self.host
         return f"{shown}:{self.port}"
 
 
 def split_listen(text: str) -> tuple[str, int]:
-    """"127.0.0.1:11435" / "[::1]:11435" / ":11435" → (host, port); raises ValueError with
+    """"127.0.0.1:11436" / "[::1]:11436" / ":11436" → (host, port); raises ValueError with
     what was wrong."""
     text = text.strip()
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError(f"--listen {text!r} needs HOST:PORT with a port from 1 to 65535 "
-                         "(e.g. 127.0.0.1:11435)")
+                         "(e.g. 127.0.0.1:11436)")
     host = host.strip("[]") or "127.0.0.1"
     return host, int(port)
 
