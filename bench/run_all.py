@@ -48,6 +48,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--rounds", "9"],
         ["--rounds", "5"],
     ),
+    # exec → the TUI's prompt drawn, and its first token on screen (a pty, a scripted engine)
+    "tui-start": (
+        "tui_start.py",
+        ["--runs", "7"],
+        ["--runs", "3"],
+    ),
     "probe": (
         "probe_cost.py",
         ["-n", "40", "--interval", "0.1"],

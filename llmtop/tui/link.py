@@ -18,13 +18,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.probes.engine_identity import is_local_host
-from llmtop.probes.remote import AgentSampler, make_sampler
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
 from llmtop.sessions.measure.request import RequestResult
@@ -36,6 +36,9 @@ from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.settings import TuiSettings
+
+if TYPE_CHECKING:  # the agent's client (httpx, pydantic) is imported as the probes start
+    from llmtop.probes.remote import AgentSampler
 
 # While a request streams the probes sample this often (the NOISY marks come from these), and
 # once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample
@@ -160,6 +163,8 @@ class EngineLink:
         if not s.probes:
             return
         self.energy = EnergyMeter(None if s.agent is None else no_sources())
+        from llmtop.probes.remote import make_sampler
+
         self.sampler = make_sampler(
             s.agent,
             s.probe_interval_s,
@@ -212,6 +217,8 @@ class EngineLink:
     def probe_label(self) -> str:
         """The probe panel's title: the agent's machine (`--probes`), or, when the engine is
         on another machine and no agent is given, that this machine is not the engine's."""
+        from llmtop.probes.remote import AgentSampler
+
         sampler = self.sampler
         if isinstance(sampler, AgentSampler):
             if sampler.state == "connected":
@@ -224,6 +231,8 @@ class EngineLink:
     def _probes_watch_engine(self, conn: Connection) -> bool:
         """Whether the probe samples are of the engine's machine: an agent's (`--probes`), or
         this machine when the engine runs here (an injected connection: a test's fake)."""
+        from llmtop.probes.remote import AgentSampler
+
         if isinstance(self.sampler, AgentSampler):
             return True
         return self.injected is not None or is_local_host(conn.upstream.host)

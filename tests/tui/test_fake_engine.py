@@ -258,10 +258,11 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
         return conn
 
     app.link.injected = None
-    import llmtop.tui.link as link_module
+    # the link imports `connect` where it connects (after the first frame): replaced at home
+    import llmtop.connect as connect_module
 
-    original = link_module.connect
-    link_module.connect = slow_connect  # type: ignore[assignment]
+    original = connect_module.connect
+    connect_module.connect = slow_connect  # type: ignore[assignment]
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.05)
@@ -272,7 +273,7 @@ async def test_prompt_sent_while_connecting_is_queued(tmp_path: Path) -> None:
             await wait_for(pilot, lambda: done(app), what="queued request")
             assert conn.engine.prompts == ["hello"]
     finally:
-        link_module.connect = original  # type: ignore[assignment]
+        connect_module.connect = original  # type: ignore[assignment]
 
 
 async def test_engine_unreachable_shows_message_and_remedy(tmp_path: Path) -> None:
