@@ -392,9 +392,9 @@ def _thermal(gpu: GpuSample | None) -> list[Finding]:
         return []
     worst = max(states, key=list(THERMAL_LEVELS).index)
     return [Finding("thermal-pressure", THERMAL_LEVELS[worst], None, None, "",
-                    f"thermal pressure is {worst}: the chip is holding back its clocks to "
-                    "cool down", "let the machine cool before measuring; give it air (lid "
-                    "open, off soft surfaces)")]
+                    f"thermal pressure {worst}: clocks cut",
+                    "let the machine cool before measuring; give it air (lid open, off soft "
+                    "surfaces)")]
 
 
 def _frequency(system: SystemSample, t: Thresholds) -> list[Finding]:

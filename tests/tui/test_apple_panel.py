@@ -9,12 +9,15 @@ tests/fixtures/apple/m4_trace.json). Its figures, by hand from those fixtures:
   2018 mJ → 2.0 W; ANE 5000 → 5000: 0.0 W;
 * thermal pressure level 2: "serious".
 
-At 80×24 the panel gives way to the one-line badge, which carries them in a few words; at
-160×45 the panel shows the GPU's line, the rails and the thermal state.
+The sample is judged as the sampler judges it (with the GPU): "serious" is a FAIL, so the
+machine is NOISY with heat named. At 80×24 the panel gives way to the one-line badge, which
+carries them in a few words; at 160×45 the panel shows the finding, the GPU's line, the rails
+and the thermal state.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,7 +26,7 @@ from textual.pilot import Pilot
 from llmtop.probes.apple import AppleProbe
 from llmtop.probes.gpu import GpuSample
 from llmtop.probes.sampler import ProbeSample
-from llmtop.probes.verdict import Verdict
+from llmtop.probes.verdict import Verdict, evaluate
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.machine_badge import badge_text
 from llmtop.tui.widgets.system_view import system_text
@@ -50,10 +53,14 @@ def apple_gpu() -> GpuSample:
 
 
 def apple_sample(t_ns: int) -> ProbeSample:
-    """A QUIET machine sample with the Apple GPU probe's reading."""
+    """A machine sample with the Apple GPU probe's reading, judged as the sampler judges it
+    (`evaluate` with the GPU): the recorded thermal level 2 is a FAIL, thermal-pressure."""
     base = machine_sample(t_ns, 40.0, busy_apps(), Verdict.of([]), 3.2)
+    gpu = apple_gpu()
+    assert base.system is not None and base.processes is not None
+    verdict = evaluate(base.system, base.processes, gpu=gpu)
     return ProbeSample(t_ns=base.t_ns, wall_time=base.wall_time, system=base.system,
-                       processes=base.processes, gpu=apple_gpu(), verdict=base.verdict,
+                       processes=base.processes, gpu=gpu, verdict=verdict,
                        cost_ms=base.cost_ms)
 
 
@@ -67,8 +74,14 @@ def test_panel_lines_carry_gpu_power_and_thermal_state() -> None:
 
 
 def test_badge_carries_gpu_power_and_thermal_state() -> None:
+    # NOISY: the thermal FAIL is the worst finding (Chromium's 38 % is a WARN), and its
+    # message says the thermal state once, so the GPU's figures fit in 80 columns
     text = badge_text(apple_sample(SENT_NS)).plain
-    assert text == " QUIET  CPU 40.0 % · GPU 2 % 12.0 W · thermal serious"
+    assert text == (" NOISY  thermal pressure serious: clocks cut · CPU "
+                    "40.0 % · GPU 2 % 12.0 W")
+    assert len(text) <= 80
+    quiet = replace(apple_sample(SENT_NS), verdict=Verdict.of([]))
+    assert badge_text(quiet).plain == " QUIET  CPU 40.0 % · GPU 2 % 12.0 W · thermal serious"
 
 
 def after_a_request_with_apple_figures() -> RunBefore:
@@ -90,7 +103,7 @@ SIZES = [(80, 24), (160, 45)]
 def test_main_screen_with_apple_figures(
     snap_compare: Snap, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
 ) -> None:
-    """80×24: the badge "GPU 2 % 12.0 W · thermal serious"; 160×45: the panel's GPU line,
-    its rails and "thermal serious"."""
+    """80×24: the badge "NOISY thermal pressure serious … · GPU 2 % 12.0 W"; 160×45: the
+    panel's finding, GPU line, its rails and "thermal serious"."""
     app = main_app(monkeypatch)
     assert snap_compare(app, terminal_size=size, run_before=after_a_request_with_apple_figures())

@@ -30,13 +30,16 @@ def badge_text(sample: ProbeSample | None, cpu: bool = True) -> Text:
         text.append(
             f"{' ' if quiet else ' · '}CPU {fmt.pct(sample.system.cpu_percent)}", style="dim"
         )
-        text.append(gpu_badge(sample), style="dim")
+        said = noisy_message(sample.verdict).startswith("thermal pressure")
+        text.append(gpu_badge(sample, thermal=not said), style="dim")
     return text
 
 
-def gpu_badge(sample: ProbeSample) -> str:
+def gpu_badge(sample: ProbeSample, thermal: bool = True) -> str:
     """The first GPU in a few words after the CPU: " · GPU 42 % 12.0 W · thermal serious"
-    (busy %, its power, the machine's thermal pressure where read); "" without a GPU."""
+    (busy %, its power, the machine's thermal pressure where read: `thermal` False leaves it
+    to a NOISY message that already says it, so 80 columns hold the GPU's figures); "" without
+    a GPU."""
     gpu = sample.gpu
     if gpu is None or not gpu.available or not gpu.devices:
         return ""
@@ -45,7 +48,8 @@ def gpu_badge(sample: ProbeSample) -> str:
     if d.power_w is not None:
         words.append(f"{d.power_w:.1f} W")
     out = " · " + " ".join(words)
-    return out + (f" · thermal {d.thermal_state}" if d.thermal_state is not None else "")
+    shown = thermal and d.thermal_state is not None
+    return out + (f" · thermal {d.thermal_state}" if shown else "")
 
 
 class MachineBadge(QuietStatic):
