@@ -105,3 +105,23 @@ def test_a_counter_that_went_back_restarts_its_baseline() -> None:
     source, _ = engine_source(lambda: (9,), system="darwin", energy_nj=lambda pid: next(seq))
     assert source is not None
     assert [source.read() for _ in range(3)] == [(0.0, None), (0.0, None), (50.0, None)]
+
+
+def test_a_meter_on_a_mac_adds_the_engines_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # libproc stood in for: the meter given the engine's pids reads "apple:engine" beside
+    # the machine's sources, and says it in its sources record
+    from llmtop.probes.energy import process
+    from llmtop.sessions.runners import energy
+
+    clock = StepClock([0])
+    monkeypatch.setattr(energy, "engine_source", lambda pids: process.engine_source(
+        pids, system="darwin", energy_nj=Replay(clock), clock=clock))
+    meter = energy.EnergyMeter(Discovery(()), engine_pids=lambda: {101, 102})
+    assert meter.active and meter.reader is not None
+    assert [label for label, _ in meter.reader.groups()] == [NAME]
+    record = meter.sources_record()
+    assert [s["name"] for s in record.sources] == [NAME]
+    assert "proc_pid_rusage ri_energy_nj" in record.sources[0]["covers"]
+    # an engine elsewhere: nothing of this machine is read, the engine's processes neither
+    remote = energy.EnergyMeter(remote_host="10.0.0.2:11434", engine_pids=lambda: {101})
+    assert not remote.active
