@@ -261,3 +261,51 @@ def test_one_table_per_metric_with_a_row_per_engine_and_the_pairs_verdict(tmp_pa
     assert data["tables"][0]["rows"][1] == {"engine": "b@2", "n": 8, "median": 200.5,
                                             "ci_low": 194.0, "ci_high": 206.0}
     assert data["pairs"][0]["a"] == "a@1" and len(data["rounds"]) == 8
+
+
+# --- the items resolved against what `engines` finds ---------------------------------------
+
+FOUND = (FoundEngine("llama-server", "http://127.0.0.1:8080", loaded=("m.gguf",)),
+         FoundEngine("llama-server", "http://127.0.0.1:8081"),
+         FoundEngine("llmtop-embedded", "http://127.0.0.1:11435"),
+         FoundEngine("openai-compatible", "http://127.0.0.1:8000", found_by="port 8000"))
+
+
+@pytest.fixture
+def found_here(monkeypatch):
+    from llmtop.commands import engines
+    from llmtop.engines.discovery import Discovery
+
+    asked: list = []
+
+    async def find(extra_ports=(), sockets=True):
+        asked.append(list(extra_ports))
+        return Discovery(FOUND)
+
+    monkeypatch.setattr(engines, "find_engines", find)
+    return asked
+
+
+def test_a_kind_a_kind_at_port_and_a_generic_server_named_by_its_port(found_here):
+    from llmtop.commands.bench_engines import resolve
+
+    got = asyncio.run(resolve(["llmtop-embedded", "llama-server@8081",
+                               "llama-cpp-python@8000"]))
+    assert [(e.kind, e.url) for e in got] == [
+        ("llmtop-embedded", "http://127.0.0.1:11435"), ("llama-server", "http://127.0.0.1:8081"),
+        ("llama-cpp-python", "http://127.0.0.1:8000")]
+    assert "named llama-cpp-python by --engines" in got[2].found_by
+    assert found_here == [[8000, 8081]]  # the ports named are probed besides the usual
+
+
+@pytest.mark.parametrize(("items", "said"), [
+    (["llama-server", "llmtop-embedded"], "2 llama-server engines answer here"),
+    (["vllm", "llmtop-embedded"], "no vllm engine answers here"),
+    (["ollama@8000", "llmtop-embedded"], "no ollama engine answers here on port 8000"),
+    (["llmtop-embedded", "llmtop-embedded@11435"], "two items name the same engine"),
+])
+def test_items_no_single_engine_answers_for_are_refused(found_here, items, said):
+    from llmtop.commands.bench_engines import resolve
+
+    with pytest.raises(UsageError, match=said):
+        asyncio.run(resolve(items))
