@@ -231,7 +231,8 @@ def progress_printer(label: str, quiet: bool):
 async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
                    ) -> list[Connection]:
     """A connection to each engine (the model: --model, else the one it has loaded or lists
-    first). Raises UsageError naming the engine that could not be reached."""
+    first; its processes identified by its own address, since one --engine-pid cannot name
+    several engines'). Raises UsageError naming the engine that could not be reached."""
     from llmtop.connect import connect
     from llmtop.engines.base import EngineError
 
@@ -239,8 +240,7 @@ async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
     try:
         for engine in engines:
             flag = {"ollama": "ollama", "llmtop-embedded": "embedded"}.get(engine.kind, "openai")
-            conns.append(await connect(flag, engine.host, args.model or engine.model,
-                                       engine_pids=args.engine_pids))
+            conns.append(await connect(flag, engine.host, args.model or engine.model))
     except EngineError as exc:
         for conn in conns:
             await conn.close()
