@@ -11,10 +11,22 @@ What it checks, on the machine it runs on:
    figure, this script's own trapezoid over `nvmlDeviceGetPowerUsage` polled at the same
    rate; and the counter's update period as the samples show it.
 
+3. The monitor's own footprint on an idle GPU: the board's power and clocks with llmtop's TUI
+   open (against a scripted Ollama in this process, so nothing else touches the GPU) and
+   closed, --tui-idle seconds each (30), alternated over --tui-rounds rounds (2: open,
+   closed, closed, open), after --settle seconds (10) for the TUI to start or the board to
+   settle. In each window the only NVML calls are the board's energy counter at its two ends
+   (the mean power) and its clocks and performance state once at its end, the same in both
+   conditions, so the measurement does not itself keep the board awake; a board without an
+   energy counter has its power read every 5 s instead. The TUI reads the GPU every
+   sampler.IDLE_GPU_BEAT_S (5 s) while idle: these rows say what that costs the board.
+
 The load is bf16 matrix products through PyTorch when it is installed (else the GPU idles
 and only part 1 means much). Phases: idle, load, idle (seconds: --idle, --load).
 
     python bench/gpu_check.py [--idle 2] [--load 5] [--period-ms 10] [--json FILE]
+    python bench/gpu_check.py --tui-only [--tui-idle 30] [--tui-rounds 2] [--settle 10]
+    python bench/gpu_check.py --tui-only --dry-run   # the plan and the TUI's command, no GPU
 
 No target is asserted: it prints what it read, for the note and docs/guide/energy.md.
 """
@@ -22,12 +34,16 @@ No target is asserted: it prints what it read, for the note and docs/guide/energ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import statistics
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from llmtop.probes.energy import EnergyReader, discover_sources, observed_update_period
@@ -113,6 +129,131 @@ def _load(seconds: float, operands: tuple[Any, Any] | str, stop_at: list[int]) -
     return f"{products} bf16 8192³ products ({flops / seconds / 1e12:.0f} TFLOP/s)"
 
 
+POWER_POLL_S = 5.0  # a board without an energy counter: its power read this often
+
+
+def _board_now(lib: Any, h: Any) -> dict[str, Any]:
+    """The board's clocks (MHz) and performance state now (None where not supported)."""
+    def call(fn: str, *a: Any) -> Any:
+        try:
+            return getattr(lib, fn)(h, *a)
+        except Exception:  # noqa: BLE001 - a figure this board lacks
+            return None
+
+    return {"graphics_mhz": call("nvmlDeviceGetClockInfo", getattr(lib, "NVML_CLOCK_GRAPHICS", 0)),
+            "memory_mhz": call("nvmlDeviceGetClockInfo", getattr(lib, "NVML_CLOCK_MEM", 2)),
+            "pstate": call("nvmlDeviceGetPerformanceState")}
+
+
+def _energy_mj(lib: Any, h: Any) -> int | None:
+    try:
+        return int(lib.nvmlDeviceGetTotalEnergyConsumption(h))
+    except Exception:  # noqa: BLE001 - no energy counter on this board
+        return None
+
+
+def idle_window(lib: Any, h: Any, seconds: float) -> dict[str, Any]:
+    """One idle window on GPU handle `h` (module docstring, part 3): mean power in W from the
+    energy counter at its ends (else power every POWER_POLL_S), clocks and state at its
+    end. lib None (no NVML): the window is waited and its figures are None."""
+    if lib is None:
+        time.sleep(seconds)
+        return {"seconds": seconds, "power_w": None, "power_from": None}
+    t0, e0 = time.perf_counter_ns(), _energy_mj(lib, h)
+    watts: list[float] = []
+    if e0 is None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(min(POWER_POLL_S, max(0.0, end - time.monotonic())))
+            with contextlib.suppress(Exception):
+                watts.append(lib.nvmlDeviceGetPowerUsage(h) / 1000.0)
+    else:
+        time.sleep(seconds)
+    e1, t1 = _energy_mj(lib, h), time.perf_counter_ns()
+    span = (t1 - t0) / 1e9
+    if e0 is not None and e1 is not None and e1 >= e0:
+        power, source = (e1 - e0) / 1000.0 / span, "energy counter"
+    else:
+        power = statistics.mean(watts) if watts else None
+        source = f"power every {POWER_POLL_S:g} s" if watts else None
+    return {"seconds": round(span, 2), "power_w": power, "power_from": source,
+            **_board_now(lib, h)}
+
+
+def tui_plan(rounds: int) -> list[str]:
+    """The conditions in order: open, closed, then closed, open, ... (ABBA: a drift of the
+    board's temperature over the run weighs on both alike)."""
+    return [c for r in range(rounds) for c in (("open", "closed") if r % 2 == 0
+                                                else ("closed", "open"))]
+
+
+def tui_argv(url: str, log: str) -> list[str]:
+    """The TUI's command line against the scripted Ollama at `url`."""
+    return [sys.executable, "-m", "llmtop", "--engine", "ollama", "--host", url,
+            "--model", "timed", "--log", log]
+
+
+def tui_idle(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Part 3 (module docstring): one row per window, printed as it is measured."""
+    plan = tui_plan(args.tui_rounds)
+    print(f"idle GPU, llmtop's TUI open against closed: {args.tui_idle:g} s windows after "
+          f"{args.settle:g} s settling, in this order: {', '.join(plan)}")
+    if args.dry_run:
+        print("the TUI: " + " ".join(tui_argv("http://127.0.0.1:PORT", "LOG")))
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from tui_cost import PtyApp  # the TUI on a pseudo-terminal, its output drained
+
+    from llmtop.testing.scripted import ScriptedUpstream
+
+    lib = _load_pynvml()
+    h = None
+    if lib is not None:
+        try:
+            lib.nvmlInit()
+            h = lib.nvmlDeviceGetHandleByIndex(0)
+        except Exception as exc:  # noqa: BLE001 - no NVIDIA GPU: the windows still run
+            print(f"  NVML unavailable ({exc}): the figures are n/a")
+            lib = None
+    rows = []
+    with ScriptedUpstream() as up, tempfile.TemporaryDirectory() as tmp:
+        for i, condition in enumerate(plan):
+            app, log = None, Path(tmp) / f"tui-{i}.jsonl"
+            if condition == "open":
+                app = PtyApp(tui_argv(up.url, str(log)), cwd=tmp)
+            time.sleep(args.settle)
+            row = {"window": i + 1, "tui": condition,
+                   **idle_window(lib, h, args.tui_idle)}
+            if app is not None:
+                row["tui_alive"] = app.proc.poll() is None  # the TUI ran through the window
+                app.quit()
+                # its probe samples: the TUI was sampling (and reading the GPU on its beat)
+                row["tui_probes"] = sum('"type": "probe"' in line for line in
+                                        log.read_text(encoding="utf-8").splitlines()) \
+                    if log.exists() else 0
+            rows.append(row)
+            print("  " + _row_text(row))
+    for condition in ("open", "closed"):
+        got = [r["power_w"] for r in rows if r["tui"] == condition and r["power_w"] is not None]
+        print(f"TUI {condition}: median {statistics.median(got):.2f} W over {len(got)} windows"
+              if got else f"TUI {condition}: no power read")
+    return rows
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    def fig(key: str, unit: str, fmt: str = "{:.0f}") -> str:
+        value = row.get(key)
+        return "n/a" if value is None else fmt.format(value) + unit
+
+    alive = "" if row.get("tui_alive", True) else " (the TUI had exited!)"
+    if "tui_probes" in row:
+        alive += f"; the TUI logged {row['tui_probes']} probe samples (idle ones thinned)"
+    return (f"window {row['window']}: TUI {row['tui']:<6} {row['seconds']:g} s  "
+            f"{fig('power_w', ' W', '{:.2f}')} ({row.get('power_from') or 'n/a'})  graphics "
+            f"{fig('graphics_mhz', ' MHz')}  memory {fig('memory_mhz', ' MHz')}  "
+            f"P{row.get('pstate') if row.get('pstate') is not None else '?'}{alive}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--idle", type=float, default=2.0)
@@ -120,8 +261,20 @@ def main() -> None:
     ap.add_argument("--period-ms", type=float, default=10.0)
     ap.add_argument("-n", type=int, default=300)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--tui-idle", type=float, default=30.0,
+                    help="seconds of each idle window, TUI open or closed (0: skip part 3)")
+    ap.add_argument("--tui-rounds", type=int, default=2, help="open/closed pairs (ABBA)")
+    ap.add_argument("--settle", type=float, default=10.0,
+                    help="seconds before each window (the TUI starting, the board settling)")
+    ap.add_argument("--tui-only", action="store_true", help="part 3 only")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print part 3's plan and the TUI's command line; touch no GPU")
     args = ap.parse_args()
     out: dict[str, Any] = {}
+    if args.tui_only or args.dry_run:
+        out["tui_idle"] = tui_idle(args)
+        _save(out, args.json)
+        return
 
     probe = GpuProbe()
     first = probe.sample()
@@ -212,8 +365,14 @@ def main() -> None:
     out["pid_seen"] = os.getpid() in during.get("pids", [])
     print(f"counter update period (observed): {out['update_period_s']} s; during load: "
           f"{during}; own pid {os.getpid()} listed: {out['pid_seen']}; load: {out['work']}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+    if args.tui_idle > 0:
+        out["tui_idle"] = tui_idle(args)
+    _save(out, args.json)
+
+
+def _save(out: dict[str, Any], path: str | None) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=1, default=str)
 
 
