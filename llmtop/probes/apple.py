@@ -337,7 +337,7 @@ class AppleProbe(GpuProbe):
         """Every source's raw reading now, for a bug report (`llmtop --version -v`)."""
         out: dict[str, Any] = {}
         for name, argv in (("ioreg", IOREG), ("thermal", THERMAL), ("pmset", PMSET),
-                           ("sysctl", SYSCTL)):
+                           ("sysctl", SYSCTL), ("chip", CHIP)):
             text, why = self._run(argv)
             out[name] = text if text is not None else f"n/a: {why}"
         if self._energy is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmtop.probes.apple import (
+    CHIP,
     IOREG,
     PMSET,
     SYSCTL,
@@ -42,7 +43,8 @@ def replay(outputs: dict[tuple[str, ...], str | None]):  # type: ignore[no-untyp
 
 
 MAC = {IOREG: recorded("ioreg_agx_m1pro.plist"), THERMAL: recorded("notifyutil_thermal.txt"),
-       PMSET: recorded("pmset_therm_m1pro.txt"), SYSCTL: recorded("sysctl_loaded.txt")}
+       PMSET: recorded("pmset_therm_m1pro.txt"), SYSCTL: recorded("sysctl_loaded.txt"),
+       CHIP: recorded("sysctl_chip_m1max.txt")}
 
 
 def test_recorded_ioreg_plist_gives_gpu_busy_and_memory() -> None:
@@ -158,9 +160,11 @@ def test_version_lines_print_every_source_raw() -> None:
     probe, _ = probe_with_m4()
     lines = version_lines(probe)
     names = [line.split()[1] for line in lines]
-    assert names == ["ioreg", "thermal", "pmset", "sysctl", "zeus_apple_silicon"]
+    assert names == ["ioreg", "thermal", "pmset", "sysctl", "chip", "zeus_apple_silicon"]
     assert "com.apple.system.thermalpressurelevel 2" in lines[1]
-    assert "'cpu_total_mj': 200000" in lines[4]
+    assert lines[4].split(None, 2)[2] == ("machdep.cpu.brand_string: Apple M1 Max | hw.model: "
+                                          "MacBookPro18,2")
+    assert "'cpu_total_mj': 200000" in lines[5]
 
 
 def test_the_panels_verdict_says_thermal_pressure() -> None:
