@@ -19,7 +19,11 @@ drawn. Two moments per run:
   who typed ahead would); the first chunk's text ("t0") is on screen (counted from exec, so
   the connection, the session log's opening and the request are all in it). No target.
 
-Each run is a fresh process; the first run warms the page cache and is not counted. With
+Each run is a fresh process; the first run warms the page cache and is not counted. The
+child runs as an installed llmtop does, from bytecode (pip compiles it at install): its
+`.pyc` files go to a folder of the bench's own (PYTHONPYCACHEPREFIX, written by the first
+run; PYTHONDONTWRITEBYTECODE, which this project's shells set, is dropped for the child),
+else every start compiles llmtop's ~110 modules from source, ~0.25 s of CPU. With
 `--compare ROOT` (another checkout of llmtop, e.g. a `git worktree` of an older commit) the
 runs alternate between that llmtop and this one, run by run, so a machine whose load drifts
 does not favour either; each gets its rows, medians over `--runs` runs. The load average is
@@ -107,12 +111,14 @@ class Screen:
 
 
 def one_run(root: str, url: str, folder: str) -> tuple[float, float]:
-    """(exec → prompt on screen ms, exec → first token on screen ms) for the llmtop at `root`."""
+    """(exec → prompt on screen ms, exec → first token on screen ms) for the llmtop at `root`
+    (its bytecode cached under `folder`)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=root,
-               NO_PROXY="127.0.0.1")
+               NO_PROXY="127.0.0.1", PYTHONPYCACHEPREFIX=os.path.join(folder, "pycache"))
     env.pop("OLLAMA_HOST", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     argv = [sys.executable, "-m", "llmtop", "--host", url, "--model", "timed",
             "--log", os.path.join(folder, f"tui-{time.perf_counter_ns()}.jsonl")]
     t0 = time.perf_counter_ns()
