@@ -17,7 +17,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from textual.message import Message
@@ -27,9 +27,8 @@ from llmtop.engines.connection import Connection
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
-from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.records.log import LogError
-from llmtop.sessions.records.schema import BenchMarkRecord, FindingRecord, ProbeRecord, decode
+from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord, decode
 from llmtop.sessions.runners.energy import EnergyMeter, no_sources
 from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
 from llmtop.sessions.runners.recorder import SessionRecorder
@@ -237,30 +236,36 @@ class EngineLink:
             return True
         return self.injected is not None or is_local_host(conn.upstream.host)
 
-    async def offload(self, samples: Sequence[ProbeSample],
-                      result: RequestResult) -> FindingRecord | None:
-        """The `offload-mismatch` finding of a request that ended (analysis/offload.py): the
-        engine's claim of the model's share in GPU memory against the probe `samples` taken
-        during it (its end sample included), named with its decode rate. The engine is asked
-        (`model_info`: Ollama's /api/ps) only when the samples would contradict a model all
-        on the GPU, so a request on an agreeing machine costs no call. None when the probes
-        do not watch the engine's machine, the engine cannot say, or nothing contradicts."""
-        conn = self.conn
-        if conn is None or not samples or not self._probes_watch_engine(conn):
-            return None
-        records = [r for s in samples
+    async def offload(self, live: LiveRequest, recent: Iterable[ProbeSample],
+                      end: ProbeSample) -> bool:
+        """Set `live.offload`, the `offload-mismatch` finding of a request that ended
+        (analysis/offload.py): the engine's claim of the model's share in GPU memory against
+        the probe samples taken during it (those of `recent` in its span, and its end sample
+        `end`), named with its decode rate. The engine is asked (`model_info`: Ollama's
+        /api/ps) only when the samples would contradict a model all on the GPU, so a request
+        on an agreeing machine costs no call. True when a finding was set; False when the
+        probes do not watch the engine's machine, the engine cannot say, or nothing
+        contradicts."""
+        conn, result = self.conn, live.result
+        if conn is None or result is None or not self._probes_watch_engine(conn):
+            return False
+        start, stop = live.span_ns
+        samples = [s for s in recent if s is not end and start <= s.t_ns <= (stop or s.t_ns)]
+        records = [r for s in (*samples, end)
                    if isinstance(r := decode({"type": "probe", **s.to_dict()}), ProbeRecord)]
         m = result.metrics
         rate = m.server_decode_tps or m.client_decode_tps
         server = "llama-server" if (conn.engine_config or {}).get("server") == "llama-server" \
             else "ollama"
         if offload_finding(1.0, records, rate, server) is None:
-            return None  # even a claim of all on the GPU would agree: nothing to ask
+            return False  # even a claim of all on the GPU would agree: nothing to ask
         try:
             loaded = await conn.upstream.model_info(conn.model)
         except EngineError:
-            return None
-        return offload_finding(gpu_share(loaded.size, loaded.size_vram), records, rate, server)
+            return False
+        live.offload = offload_finding(gpu_share(loaded.size, loaded.size_vram), records, rate,
+                                       server)
+        return live.offload is not None
 
     def _engine_pids(self) -> set[int]:
         """Runs in the sampler thread: the measured engine's pids (`Connection.engine_pids`),

@@ -336,8 +336,8 @@ class MainScreen(Screen[None]):
         live = self.live
         ends = message.ends if isinstance(message.ends, LiveRequest) else None
         self._recent.append(message.sample)
-        if ends is not None:
-            self._check_offload(ends, message.sample)
+        if ends is not None and ends.result is not None:
+            self.app.run_worker(self._offload(ends, message.sample), group="offload")
         noise = self.host.noise
         if not noise.add(message.sample, ends.span_ns[0] if ends else None):
             return
@@ -347,25 +347,12 @@ class MainScreen(Screen[None]):
         for request in recent.values():
             self.session.mark_noisy(request, noise.first_during(*request.span_ns))
 
-    def _check_offload(self, live: LiveRequest, end: ProbeSample) -> None:
-        """A request's end sample came: its samples (those taken in its span, and `end`) are
-        set against the engine's GPU claim in a worker (`EngineLink.offload`); a finding is
-        drawn under its figures, as its NOISY mark is."""
-        result = live.result
-        if result is None:
-            return
-        start, stop = live.span_ns
-        samples = [s for s in self._recent
-                   if s is not end and start <= s.t_ns <= (stop or s.t_ns)] + [end]
-
-        async def check() -> None:
-            finding = await self.host.link.offload(samples, result)
-            if finding is not None:
-                live.offload = finding
-                live.numbers_dirty = True
-                self._wake()
-
-        self.app.run_worker(check(), name="offload", group="offload")
+    async def _offload(self, live: LiveRequest, end: ProbeSample) -> None:
+        """A request's end sample came: its samples against the engine's GPU claim
+        (`EngineLink.offload`); a finding is drawn under its figures, as its NOISY mark is."""
+        if await self.host.link.offload(live, self._recent, end):
+            live.numbers_dirty = True
+            self._wake()
 
     def probes_changed(self) -> None:
         """The panel's title changed (an agent's state, the bench's end): redraw the panel."""
