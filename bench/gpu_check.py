@@ -254,7 +254,7 @@ def _row_text(row: dict[str, Any]) -> str:
             f"P{row.get('pstate') if row.get('pstate') is not None else '?'}{alive}")
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--idle", type=float, default=2.0)
     ap.add_argument("--load", type=float, default=5.0)
@@ -269,13 +269,11 @@ def main() -> None:
     ap.add_argument("--tui-only", action="store_true", help="part 3 only")
     ap.add_argument("--dry-run", action="store_true",
                     help="print part 3's plan and the TUI's command line; touch no GPU")
-    args = ap.parse_args()
-    out: dict[str, Any] = {}
-    if args.tui_only or args.dry_run:
-        out["tui_idle"] = tui_idle(args)
-        _save(out, args.json)
-        return
+    return ap
 
+
+def probe_part(args: argparse.Namespace, out: dict[str, Any]) -> GpuProbe | None:
+    """Part 1: every field of a sample and what the calls cost; None without a GPU."""
     probe = GpuProbe()
     first = probe.sample()
     out["available"], out["reason"] = first.available, first.reason
@@ -283,8 +281,7 @@ def main() -> None:
     print(f"GpuProbe: available={first.available} reason={first.reason} "
           f"driver={first.driver_version}")
     if not first.available:
-        print(json.dumps(out))
-        return
+        return None
     for d in first.devices:
         print(f"  gpu{d.index}: {d.name}; mem {d.memory_used}/{d.memory_total} B; "
               f"util {d.util_percent} %; {d.temperature_c} °C; {d.power_w} W; clocks "
@@ -297,16 +294,15 @@ def main() -> None:
     out["cost_calls"] = _call_costs(args.n // 3)
     for fn, c in out["cost_calls"].items():
         print(f"  {fn}: {c}")
+    return probe
 
-    discovery = discover_sources()
-    print("energy sources:", [(i.name, i.kind.value, i.readable, i.reason)
-                              for i in discovery.infos])
-    reader = EnergyReader(discovery.readable)
-    names = [i.name for i in reader.infos if i.name.startswith("nvml:")]
-    if not names:
-        print(json.dumps(out))
-        return
-    name = names[0]
+
+def _loaded_window(args: argparse.Namespace, reader: EnergyReader, probe: GpuProbe,
+                   out: dict[str, Any]) -> tuple[list[tuple[int, float]], int, int,
+                                                 dict[str, Any]]:
+    """Idle, load, idle with the reader and this script's own power series polled every
+    --period-ms: (the power series, load start ns, load end ns, what the probe saw during
+    the load); the work done goes to out["work"]."""
     lib = _load_pynvml()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     power: list[tuple[int, float]] = []  # (perf_counter ns, W): this script's own series
@@ -340,10 +336,24 @@ def main() -> None:
     looker.start()
     out["work"] = _load(args.load, operands, ends)
     looker.join()
-    t_load1 = ends[0]
     time.sleep(args.idle)
     stop.set()
     poller.join()
+    return power, t_load0, ends[0], during
+
+
+def energy_part(args: argparse.Namespace, probe: GpuProbe, out: dict[str, Any]) -> bool:
+    """Part 2: the reader's joules against this script's power trapezoid; False when NVML
+    gives no energy source."""
+    discovery = discover_sources()
+    print("energy sources:", [(i.name, i.kind.value, i.readable, i.reason)
+                              for i in discovery.infos])
+    reader = EnergyReader(discovery.readable)
+    names = [i.name for i in reader.infos if i.name.startswith("nvml:")]
+    if not names:
+        return False
+    name = names[0]
+    power, t_load0, t_load1, during = _loaded_window(args, reader, probe, out)
     t_all0, t_all1 = t_load0 - int(args.idle * 0.9e9), t_load1 + int(args.idle * 0.9e9)
 
     def trapezoid(a_ns: int, b_ns: int) -> float:
@@ -365,6 +375,20 @@ def main() -> None:
     out["pid_seen"] = os.getpid() in during.get("pids", [])
     print(f"counter update period (observed): {out['update_period_s']} s; during load: "
           f"{during}; own pid {os.getpid()} listed: {out['pid_seen']}; load: {out['work']}")
+    return True
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    out: dict[str, Any] = {}
+    if args.tui_only or args.dry_run:
+        out["tui_idle"] = tui_idle(args)
+        _save(out, args.json)
+        return
+    probe = probe_part(args, out)
+    if probe is None or not energy_part(args, probe, out):
+        print(json.dumps(out))
+        return
     if args.tui_idle > 0:
         out["tui_idle"] = tui_idle(args)
     _save(out, args.json)
