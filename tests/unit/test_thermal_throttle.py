@@ -205,3 +205,25 @@ def test_a_throttle_the_fast_requests_had_too_is_no_cause() -> None:
     assert new_throttles(slow, fast) == (("the GPU was power-capped", "gpu0: sw_power_cap"),)
     assert new_throttles(slow, fast, nvml=False) == ()
     assert new_throttles(slow, slow[:3]) == ()  # seen by both groups: not what changed
+
+
+def test_request_numbers_read_as_ranges() -> None:
+    from llmtop.sessions.analysis.machine import number_ranges
+
+    assert number_ranges([13, 8, 9, 10, 10]) == "8–10, 13"
+    assert number_ranges([4]) == "4" and number_ranges([]) == ""
+
+
+def test_the_report_says_which_requests_saw_each_throttle() -> None:
+    from llmtop.sessions.reports.formats import render
+    from tests.unit.test_drift_rule import build_from
+
+    report = build_from(*throttled_from_eleven(PKG_HOT, GPU_CAP))
+    said = ["the CPU was at its thermal limit during requests 11–20 (thermal_zone1 "
+            "x86_pkg_temp: 97.0 °C >= passive trip 95.0 °C)",
+            "the GPU was power-capped during requests 11–20 (gpu0: sw_power_cap)"]
+    md = render(report, "md")
+    section = md[md.index("## Was the machine quiet?"):].split("\n## ", 1)[0]
+    assert [line.split(": ", 1)[1] for line in section.splitlines()
+            if "during requests 11–20 (" in line] == said
+    assert json.loads(render(report, "json"))["sizes"][0]["throttles"] == said

@@ -87,6 +87,32 @@ def new_throttles(slow: Sequence[RequestRecord], fast: Sequence[RequestRecord],
                  if phrase not in before and (nvml or t.source != "nvml"))
 
 
+def number_ranges(numbers: Iterable[int]) -> str:
+    """Request numbers as ranges: [8, 9, 10, 13] → "8–10, 13"."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n != run[-1] + 1:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}")
+            run = []
+        run.append(n)
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}")
+    return ", ".join(out)
+
+
+def throttle_sentences(numbered: Iterable[tuple[int, RequestRecord]]) -> list[str]:
+    """One sentence per throttle the (number, request) pairs saw at their edges, in order of
+    first sight: "the GPU was power-capped during requests 8–13, 15 (gpu0: sw_power_cap)",
+    where the figure is the first one seen. [] when none saw one (or none was read)."""
+    seen: dict[str, tuple[list[int], ThrottleRecord]] = {}
+    for number, r in numbered:
+        for t in r.machine.throttle if r.machine is not None else ():
+            seen.setdefault(t.phrase, ([], t))[0].append(number)
+    return [f"{phrase} during requests {number_ranges(ns)} ({t.device}: {t.detail})"
+            for phrase, (ns, t) in seen.items()]
+
+
 def machine_series(
     requests: Sequence[RequestRecord], canaries: Sequence[CanaryRecord]
 ) -> dict[str, list[float | None]]:

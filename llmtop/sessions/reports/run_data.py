@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
+from llmtop.sessions.analysis.machine import throttle_sentences
 from llmtop.sessions.analysis.run import BENCH_METRICS, CONTEXT_PHASES, SizeAnalysis
 from llmtop.sessions.measure.metrics import LOAD
 from llmtop.sessions.records.request import RequestRecord
@@ -157,6 +158,8 @@ def _json_size(s: SizeAnalysis) -> dict[str, Any]:
         "summaries": {k: v.to_dict() for k, v in s.summaries.items()},
         "drift": {k: v.to_dict() for k, v in s.drifts.items()},
         "series": s.series,
+        "throttles": throttle_sentences((r.number, r.record) for r in s.ok
+                                        if r.number is not None),
         "requests": [
             {"index": r.index + 1, "number": r.number, "episode": r.episode,
              "phase": r.phase, "status": r.status, "reason": r.reason,

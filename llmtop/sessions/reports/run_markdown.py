@@ -16,7 +16,12 @@ import statistics
 from collections.abc import Sequence
 
 from llmtop.sessions.analysis.attribution import noisy_busiest
-from llmtop.sessions.analysis.machine import CANARY_METRICS, READINGS, noisy_findings
+from llmtop.sessions.analysis.machine import (
+    CANARY_METRICS,
+    READINGS,
+    noisy_findings,
+    throttle_sentences,
+)
 from llmtop.sessions.analysis.repeat import SizeSpread
 from llmtop.sessions.analysis.run import (
     BENCH_METRICS,
@@ -356,6 +361,9 @@ def _markdown_machine(report: Report) -> list[str]:
         if att is not None:
             who = f"likely culprit **{att.culprit}**: " if att.culprit else ""
             lines.append(f"- {_size_label(s, report.calibration)}: {who}{att.evidence}")
+        # power caps and thermal limits seen at the measured requests' edges
+        lines += [f"- {_size_label(s, report.calibration)}: {t}" for t in throttle_sentences(
+            (r.number, r.record) for r in s.ok if r.number is not None)]
     return lines
 
 
