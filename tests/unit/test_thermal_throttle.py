@@ -219,11 +219,46 @@ def test_the_report_says_which_requests_saw_each_throttle() -> None:
     from tests.unit.test_drift_rule import build_from
 
     report = build_from(*throttled_from_eleven(PKG_HOT, GPU_CAP))
-    said = ["the CPU was at its thermal limit during requests 11–20 (thermal_zone1 "
-            "x86_pkg_temp: 97.0 °C >= passive trip 95.0 °C)",
+    said = [("the CPU was at its thermal limit during requests 11–20 (thermal_zone1 "
+             "x86_pkg_temp: 97.0 °C >= passive trip 95.0 °C)"),
             "the GPU was power-capped during requests 11–20 (gpu0: sw_power_cap)"]
     md = render(report, "md")
     section = md[md.index("## Was the machine quiet?"):].split("\n## ", 1)[0]
     assert [line.split(": ", 1)[1] for line in section.splitlines()
             if "during requests 11–20 (" in line] == said
     assert json.loads(render(report, "json"))["sizes"][0]["throttles"] == said
+
+
+@needs_namespace
+def test_a_bench_under_a_hot_package_records_it_per_request(tmp_path: Path) -> None:
+    """The real bench, its /sys/class the fake laptop's with the package at 99.5 °C (past
+    its 95 °C passive trip): every measured request's record carries the CPU's thermal
+    throttle, and the report says which requests saw it."""
+    import os
+
+    from llmtop.sessions.records.log import read_log
+    from llmtop.sessions.records.request import ThrottleRecord
+    from llmtop.testing.scripted import ScriptedUpstream, Timing
+
+    laptop(tmp_path / "class", pkg_mc=99_500)
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(3)))
+    log = tmp_path / "bench.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    with ScriptedUpstream(Timing(first_s=0.02, chunks=5, gap_s=0.01)) as up:
+        script = (f"mount --bind {tmp_path / 'class'} /sys/class && exec timeout -s KILL 200 "
+                  f"{sys.executable} -m llmtop --engine ollama --host {up.url} --model timed "
+                  f"bench --dataset {data} --max-tokens 5 --preflight-duration 0 "
+                  f"--no-remeasure --no-save-curve --log {log}")
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                              text=True, check=False, timeout=300, cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode in (0, 1), done.stderr  # 1: this shared machine made it NOISY
+    measured = [r for r in read_log(log).requests if r.phase == "measure"]
+    hot = ThrottleRecord("CPU", "thermal", "thermal_zone", "thermal_zone1 x86_pkg_temp",
+                         "99.5 °C >= passive trip 95.0 °C")
+    assert measured and all(r.machine is not None and r.machine.throttle == (hot,)
+                            for r in measured)
+    numbers = f"1–{len(measured)}" if len(measured) > 1 else "1"
+    assert (f"the CPU was at its thermal limit during requests {numbers} (thermal_zone1 "
+            "x86_pkg_temp: 99.5 °C >= passive trip 95.0 °C)") in done.stdout
