@@ -22,6 +22,7 @@ import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmtop.sessions.analysis.compare.engines import engine_settings
 from llmtop.sessions.analysis.compare.groups import groups
@@ -131,7 +132,7 @@ class SetAnalysis:
 
     engines: list[SetSide]
     match: dict[str, str]
-    rounds: list[dict[str, object]]
+    rounds: list[dict[str, Any]]
     tables: list[MetricTable]
     pairs: list[Comparison]
     notes: list[str] = field(default_factory=list)
