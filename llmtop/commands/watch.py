@@ -140,7 +140,10 @@ def headless(session: WatchSession, servers: Sequence[WatchServer],
     from llmtop.servers.watch.proxy import loop_factory
     from llmtop.sessions.runners.watch.serving import probe_sampler, run_servers
 
-    sampler = (probe_sampler(PROBE_INTERVAL_S, session.sampled, engines)
+    # the GPU read in every sample only while a request streams through (the sampler's slow
+    # beat between them: a watch is left running for hours)
+    sampler = (probe_sampler(PROBE_INTERVAL_S, session.sampled, engines,
+                             measuring=lambda: bool(session.streaming))
                if engines is not None else None)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:

@@ -176,7 +176,8 @@ class ProbeSampler(SamplerState):
     in `cost_ms`.
     measuring: True (the default) reads the GPU and the energy sources in every sample; False
     (`set_measuring`) reads them at most every IDLE_GPU_BEAT_S, reusing the last GPU reading
-    in between, so an idle monitor does not keep the GPU awake.
+    in between, so an idle monitor does not keep the GPU awake; a callable is asked at each
+    sample (the watch: whether a request is streaming through it now).
     clock: the stamp clock in ns (default `time.perf_counter_ns`; tests pass their own).
     Never raises out of the thread: a failing probe becomes a "probe-error" finding, a
     failing callback is logged, and the loop continues.
@@ -199,7 +200,7 @@ class ProbeSampler(SamplerState):
         energy: EnergyReader | None = None,
         engine_threads: Callable[[], int | None] | None = None,
         thread_setting: Callable[[], str | None] | None = None,
-        measuring: bool = True,
+        measuring: bool | Callable[[], bool] = True,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self._interval = self._check(interval_s)
@@ -233,21 +234,22 @@ class ProbeSampler(SamplerState):
         self._interval = self._check(interval_s)
         self._wake.set()
 
-    def set_measuring(self, measuring: bool) -> None:
+    def set_measuring(self, measuring: bool | Callable[[], bool]) -> None:
         """True while a request or a bench is measured: the GPU and the energy sources are
-        read in every sample; False: at most every IDLE_GPU_BEAT_S (see the constant)."""
+        read in every sample; False: at most every IDLE_GPU_BEAT_S (see the constant); a
+        callable: asked at each sample."""
         self._measuring = measuring
 
     @property
     def measuring(self) -> bool:
-        """Whether every sample reads the GPU (see `set_measuring`)."""
-        return self._measuring
+        """Whether the next sample reads the GPU whatever the beat (see `set_measuring`)."""
+        return self._measuring() if callable(self._measuring) else self._measuring
 
     def _gpu_due(self, now_ns: int) -> bool:
         """Whether this sample reads the GPU and the energy sources: always while measuring,
         else when the last reading is IDLE_GPU_BEAT_S old or more (or there is none)."""
         last = self._gpu_read
-        return (self._measuring or last is None
+        return (self.measuring or last is None
                 or now_ns - last[0] >= IDLE_GPU_BEAT_S * 1e9)
 
     def _read_gpu(self, now_ns: int, errors: list[Finding]) -> GpuSample | None:

@@ -90,3 +90,26 @@ def test_the_tuis_link_measures_from_a_request_to_its_end_sample() -> None:
     assert sampler.measuring is False
     link.probe_for_bench()
     assert sampler.measuring is True
+
+
+def test_a_watch_reads_the_gpu_while_a_request_streams_through_it() -> None:
+    # the watch asks at each sample whether a request is streaming (commands/watch.py:
+    # bool(session.streaming)); one sample a second for 12 s, a request streaming in 4..7 s
+    nvml, energy, now = CountingNvml(), CountingEnergy(), [0]
+    streaming: dict[int, object] = {}
+    sampler = _sampler(nvml, energy, now)
+    sampler.set_measuring(lambda: bool(streaming))
+    read_at = []
+    for second in range(12):
+        now[0] = second * S
+        if second == 4:
+            streaming[1] = object()
+        if second == 8:
+            streaming.clear()
+        before = nvml.util_reads
+        sampler.sample_once()
+        if nvml.util_reads > before:
+            read_at.append(second)
+    # idle beat at 0; every sample 4..7 (streaming); then the beat from the last read (7 s)
+    # is due at 12 s, outside the run
+    assert read_at == [0, 4, 5, 6, 7]

@@ -232,14 +232,17 @@ class UpstreamEngines:
 
 
 def probe_sampler(interval_s: float, on_sample: Callable[[ProbeSample], None],
-                  engines: UpstreamEngines) -> ProbeSampler:
+                  engines: UpstreamEngines,
+                  measuring: bool | Callable[[], bool] = True) -> ProbeSampler:
     """The watch's probes: the upstreams' engine processes counted as the engine (found by
     their listening sockets, `engines`), this process and its children (the worker that
     names callers, the watch process under its screen) as llmtop, and a remedy's thread
     advice in the engine's own terms (`UpstreamEngines.thread_setting`). An engine that is
-    a child of this process (a test's) stays the engine: llmtop's own pids leave it out."""
+    a child of this process (a test's) stays the engine: llmtop's own pids leave it out.
+    measuring: whether a request streams through the watch now (asked at each sample; the
+    GPU is read on the sampler's slow beat otherwise: probes/sampler.py IDLE_GPU_BEAT_S)."""
     return ProbeSampler(interval_s, on_sample, lambda: own_pids() - engines(), engines,
-                        thread_setting=engines.thread_setting)
+                        thread_setting=engines.thread_setting, measuring=measuring)
 
 
 def own_pids() -> set[int]:
