@@ -56,7 +56,8 @@ def markdown(s: SetAnalysis) -> str:
                         " → ".join(map(str, r.get("order", ())))) for r in shown])
     if len(s.rounds) > len(shown):
         lines.append(f"… {len(s.rounds) - len(shown)} more rounds (the JSON lists them all)")
-    lines += ["", *(f"Note: {n}" for n in s.notes), "## Metrics", ""]
+    lines += [""] + [f"Note: {n}" for n in s.notes] + ([""] if s.notes else [])
+    lines += ["## Metrics", ""]
     for t in s.tables:
         lines += _table(t)
     lines += ["## Each pair (compare's verdict)", ""]

@@ -135,5 +135,6 @@ class InterleavedBench:
                 if target in first and point.words != first[target].words:
                     notes.append(f"{label}: {target} tok → {point.words} words; the prompts "
                                  f"have {first[target].words} ({self.labels[0]}'s "
-                                 "calibration)")
+                                 "calibration), so they are as many words there, not as many "
+                                 "tokens (its requests record the server's count)")
         return notes
