@@ -115,3 +115,39 @@ async def test_the_picker_reconnects_to_the_engine_picked(tmp_path):
             header = read_log(str(tmp_path / "s.2.jsonl")).header
             assert header.engine == "ollama" and header.host == up.url
     assert read_log(str(tmp_path / "s.jsonl")).ended_at is not None
+
+
+def test_when_the_tui_searches_and_where_a_picked_engines_log_goes(monkeypatch):
+    from llmtop.tui.app import auto_chosen, next_log
+    from llmtop.tui.state.settings import TuiSettings
+
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    assert auto_chosen(TuiSettings())
+    for given in (TuiSettings(engine="openai"), TuiSettings(host="http://127.0.0.1:8080"),
+                  TuiSettings(model_path="m.gguf"), TuiSettings(relay_url="http://r:1")):
+        assert not auto_chosen(given)
+    monkeypatch.setenv("OLLAMA_HOST", "127.0.0.1:9")
+    assert not auto_chosen(TuiSettings())  # an address the user gave is never replaced
+    assert next_log("/logs/s.jsonl", 1) == "/logs/s.2.jsonl"
+    assert next_log("/logs/s.jsonl", 2) == "/logs/s.3.jsonl"
+    assert next_log(None, 1) is None
+
+
+async def test_the_other_engines_are_named_once_connected(tmp_path):
+    app, conn = build(tmp_path)
+    conn.engine.host = "http://127.0.0.1:11434"  # the fake stands for Ollama on its port
+    ours = FoundEngine("ollama", "http://127.0.0.1:11434", "0.9.0")
+    other = FoundEngine("llama-server", "http://127.0.0.1:8080", "b0-unknown",
+                        loaded=("gemma.gguf",))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
+        app.other_engines = (ours, other)
+        app._show_other_engines()
+        panel = app.query_one(EnginePanel)
+        assert panel.others == (other,)  # the one in use is not offered
+        await pilot.press("f4")
+        await pilot.pause()
+        assert ("also answering: llama-server at http://127.0.0.1:8080 — F5 picks one"
+                in panel_text(app))
+        notices = [n.message for n in app._notifications]
+        assert any("llama-server at http://127.0.0.1:8080" in m for m in notices)
