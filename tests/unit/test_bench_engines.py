@@ -23,6 +23,7 @@ from llmtop.exitcodes import UsageError
 from llmtop.sessions.analysis.compare.engines import quantization_name
 from llmtop.sessions.analysis.engine_set import analyze_set, match_models
 from llmtop.sessions.measure.config import BenchConfig
+from llmtop.sessions.measure.prompts import INSTRUCTION, SEPARATOR, PromptGenerator
 from llmtop.sessions.records.engine_set import (
     EngineSet,
     ModelFile,
@@ -32,7 +33,7 @@ from llmtop.sessions.records.engine_set import (
 )
 from llmtop.sessions.records.log import LogError, read_log
 from llmtop.sessions.reports import engine_set as report
-from llmtop.sessions.runners.engines import InterleavedBench, round_order
+from llmtop.sessions.runners.engines import InterleavedBench, cut, round_order
 from tests.unit.compare_logs import write_log
 
 # --- the rounds' order ---------------------------------------------------------------------
@@ -90,7 +91,8 @@ class StandIn:
 
     async def measure_one(self, fields, total, prompt):
         self.calls.append((self.label, "request", (fields.phase, fields.index,
-                                                    fields.prompt_tokens_target, prompt)))
+                                                    fields.prompt_tokens_target, prompt,
+                                                    fields.prompt_words)))
 
     async def finish(self, calibration):
         self.calls.append((self.label, "finish", None))
@@ -101,29 +103,40 @@ def test_every_round_sends_one_prompt_to_every_engine_in_the_rotated_order():
     config = BenchConfig(requests=3, warmup=1, prompt_tokens=(64, 128))
     calls: list = []
     runners = [StandIn(x, calls, config, 40) for x in ("a", "b", "c")]
-    runners[2].words = 41  # another tokenizer: said, the prompts stay a's
+    runners[2].words = 42  # another template: c gets the round's words cut to its own 42
     done = asyncio.run(InterleavedBench(runners, ["a", "b", "c"]).run())
     requests = [(label, detail) for label, what, detail in calls if what == "request"]
     # 2 sizes × (1 warm-up + 3) rounds × 3 engines
     assert len(requests) == 24 and len(done.rounds) == 8
     for k, r in enumerate(done.rounds):
-        sent = requests[3 * k: 3 * k + 3]
-        assert tuple(label for label, _ in sent) == r.order
+        sent = dict(requests[3 * k: 3 * k + 3])
+        assert tuple(label for label, _ in requests[3 * k: 3 * k + 3]) == r.order
         assert r.order == tuple("abc"[i] for i in round_order(3, k))
-        assert len({detail[3] for _, detail in sent}) == 1  # the same prompt to all three
-        assert {detail[:3] for _, detail in sent} == {(r.phase, r.index, r.target)}
+        assert {d[:3] for d in sent.values()} == {(r.phase, r.index, r.target)}
+        assert [sent[x][4] for x in "abc"] == [40, 40, 42]
+        words = {x: sent[x][3].removesuffix(SEPARATOR + INSTRUCTION).split(" ") for x in "abc"}
+        assert sent["a"][3] == sent["b"][3] and len(words["a"]) == 40  # the same prompt
+        assert words["c"][:40] == words["a"] and len(words["c"]) == 42  # the same words, more
     # rounds 1-4 are 64 tok (index 0 the warm-up), 5-8 are 128 tok
     assert [(r.target, r.phase, r.index) for r in done.rounds[:5]] == [
         (64, "warmup", 0), (64, "measure", 1), (64, "measure", 2), (64, "measure", 3),
         (128, "warmup", 0)]
-    prompts = [detail[3] for _, detail in requests[::3]]
+    prompts = [detail[3] for label, detail in requests if label == "a"]
     assert len(set(prompts)) == 8  # a new prompt every round: never one twice to an engine
     assert len({salt for _, what, salt in calls if what == "start"}) == 1
-    assert [n.split(", so")[0] for n in done.notes] == [
-        "c: 64 tok → 41 words; the prompts have 40 (a's calibration)",
-        "c: 128 tok → 41 words; the prompts have 40 (a's calibration)"]
+    assert [n.split(" (")[0] for n in done.notes] == ["c: 64 tok is 42 words there, 40 on a",
+                                                      "c: 128 tok is 42 words there, 40 on a"]
     assert done.outcomes == ["a", "b", "c"]
     assert [label for label, what, _ in calls if what == "closed"] == ["c", "b", "a"]
+
+
+def test_a_prompt_cut_keeps_its_first_words_and_the_instruction():
+    prompt = PromptGenerator(1).make(5)
+    words = prompt.removesuffix(SEPARATOR + INSTRUCTION).split(" ")
+    assert cut(prompt, 5) == prompt
+    assert cut(prompt, 2) == " ".join(words[:2]) + SEPARATOR + INSTRUCTION
+    with pytest.raises(ValueError, match="cannot cut a 5-word prompt to 6 words"):
+        cut(prompt, 6)
 
 
 # --- the model matched --------------------------------------------------------------------

@@ -6,11 +6,14 @@ its header records that engine's version, configuration and model, so `llmtop re
 `llmtop compare` read it as any bench log). This driver runs their phases side by side:
 
 1. every runner's start (environment, preflight, the load request), in the engines' order;
-2. every runner's calibration (each engine's own record; the prompts are sized by the first
-   engine's calibration, so every engine is sent the same text);
-3. per prompt size, per request index: one round; the round's prompt (one per round, from the
-   shared salt: new to every engine, the same for all) goes to every engine in the round's
-   order, `round_order`: rotated by one engine per round, so over n rounds each engine is
+2. every runner's calibration (each engine's own record and word counts);
+3. per prompt size, per request index: one round; the round's text (one per round, from the
+   shared salt: new to every engine) goes to every engine cut to that engine's calibrated
+   word count (`cut`: the same words, as many as make the size in its own tokens: engines
+   that render a prompt differently, one with a chat template and one without, still get
+   the same size; for one model and template the counts, and so the prompts, are equal), in
+   the round's order, `round_order`: rotated by one engine per round, so over n rounds each
+   engine is
    measured first, second, … equally often, and a machine that drifts slower (or faster)
    over the run spreads its drift over the engines instead of favouring the one measured
    first;
@@ -28,10 +31,20 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmtop.sessions.measure.prompts import PromptGenerator, run_salt
+from llmtop.sessions.measure.prompts import INSTRUCTION, SEPARATOR, PromptGenerator, run_salt
 from llmtop.sessions.runners.bench import BenchOutcome, BenchRunner
 from llmtop.sessions.runners.calibration import Calibration
 from llmtop.sessions.runners.recorder import RequestFields
+
+
+def cut(prompt: str, words: int) -> str:
+    """`prompt` (PromptGenerator.make's: words, SEPARATOR, INSTRUCTION) with its first
+    `words` words only, the instruction kept. Raises ValueError for words < 1 or more words
+    than it has."""
+    body = prompt.removesuffix(SEPARATOR + INSTRUCTION).split(" ")
+    if not 1 <= words <= len(body):
+        raise ValueError(f"cannot cut a {len(body)}-word prompt to {words} words")
+    return " ".join(body[:words]) + SEPARATOR + INSTRUCTION
 
 
 def round_order(engines: int, round_index: int) -> list[int]:
@@ -66,8 +79,8 @@ class Round:
 @dataclass(frozen=True)
 class InterleavedOutcome:
     """The finished set: each engine's outcome (in the engines' order), the rounds as run,
-    and the calibrations' disagreements ("llama-server@8080: 64 tok → 41 words, the
-    prompts' 40": the prompts follow the first engine's)."""
+    and the calibrations' disagreements ("llama-server@8080: 64 tok is 31 words there, 53
+    on llmtop-embedded@11435 …": each is sent its own count of the round's words)."""
 
     outcomes: list[BenchOutcome]
     rounds: list[Round]
@@ -99,18 +112,19 @@ class InterleavedBench:
                 await runner.start(salt)
             calibrations = [await runner.calibrate() for runner in self.runners]
             notes = self._disagreements(calibrations)
-            rounds = await self._rounds(calibrations[0], PromptGenerator(self.config.seed,
-                                                                         salt=salt))
+            rounds = await self._rounds(calibrations, PromptGenerator(self.config.seed,
+                                                                      salt=salt))
             outcomes = [await runner.finish(calibration)
                         for runner, calibration in zip(self.runners, calibrations, strict=True)]
         return InterleavedOutcome(outcomes, rounds, notes)
 
-    async def _rounds(self, calibration: Calibration, generator: PromptGenerator) -> list[Round]:
+    async def _rounds(self, calibrations: Sequence[Calibration], generator: PromptGenerator
+                      ) -> list[Round]:
         cfg = self.config
         total = cfg.warmup + cfg.requests
         rounds: list[Round] = []
         for target in cfg.prompt_tokens:
-            words = calibration.targets[target].words
+            words = [c.targets[target].words for c in calibrations]
             for i in range(total):
                 phase = "warmup" if i < cfg.warmup else "measure"
                 order = round_order(len(self.runners), len(rounds))
@@ -118,23 +132,24 @@ class InterleavedBench:
                              tuple(self.labels[k] for k in order))
                 rounds.append(done)
                 self.on_round(done)
-                prompt = generator.make(words)
-                fields = RequestFields(phase=phase, index=i, prompt_tokens_target=target,
-                                       prompt_words=words)
+                prompt = generator.make(max(words))
                 for k in order:
-                    await self.runners[k].measure_one(fields, total, prompt)
+                    fields = RequestFields(phase=phase, index=i, prompt_tokens_target=target,
+                                           prompt_words=words[k])
+                    await self.runners[k].measure_one(fields, total, cut(prompt, words[k]))
         return rounds
 
     def _disagreements(self, calibrations: Sequence[Calibration]) -> list[str]:
         """Where an engine's calibration found another word count than the first engine's
-        (another tokenizer: another model, or a template that counts differently)."""
+        (another tokenizer: another model, or a template that counts differently): each is
+        sent the round's words cut to its own count, said here."""
         first = calibrations[0].targets
         notes = []
         for label, calibration in zip(self.labels[1:], calibrations[1:], strict=True):
             for target, point in calibration.targets.items():
                 if target in first and point.words != first[target].words:
-                    notes.append(f"{label}: {target} tok → {point.words} words; the prompts "
-                                 f"have {first[target].words} ({self.labels[0]}'s "
-                                 "calibration), so they are as many words there, not as many "
-                                 "tokens (its requests record the server's count)")
+                    notes.append(f"{label}: {target} tok is {point.words} words there, "
+                                 f"{first[target].words} on {self.labels[0]} (another chat "
+                                 "template or tokenizer): each engine is sent the round's "
+                                 "words cut to its own count, the same size in its tokens")
         return notes
