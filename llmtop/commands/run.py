@@ -389,7 +389,8 @@ async def _measure(args: argparse.Namespace, conn: Connection, recorder: Session
     ended: list[RequestResult] = []
     try:
         result, _ = await recorder.measure(args.prompt, show,
-                                           on_end=lambda r, _rec: ended.append(r))
+                                           on_end=lambda r, _rec: ended.append(r),
+                                           late=_throttle_edges(conn, agent))
     except asyncio.CancelledError:  # Ctrl+C: what arrived, said as such
         if ended and not args.json:
             print("\n\n" + cancelled_line(ended[0]), file=sys.stderr)
@@ -398,6 +399,40 @@ async def _measure(args: argparse.Namespace, conn: Connection, recorder: Session
         recorder.record_end_probe(await asyncio.to_thread(sampler.sample_once),
                                   recorder.requests)
     return result, warmup_ms
+
+
+def _throttle_edges(conn: Connection, agent: object) -> Callable[[RequestResult], Any] | None:
+    """When the engine runs on this machine: the throttles read now, before the request, and
+    a `late` hook that reads them again as it ends and gives the request's record its
+    `machine.throttle` (both edges, outside the timed span: probes/thermal.py). None for an
+    engine elsewhere, whose machine this one is not."""
+    from dataclasses import asdict
+
+    from llmtop.probes.engine_identity import is_local_host
+    from llmtop.probes.thermal import ThrottleWatch, merge_throttles
+    from llmtop.sessions.runners.recorder import RequestFields
+
+    if agent is not None or not is_local_host(conn.upstream.host):
+        return None
+    watch = ThrottleWatch()
+    before = watch.read()
+    return lambda _result: RequestFields(machine={"throttle": [
+        asdict(t) for t in merge_throttles(before + watch.read())]})
+
+
+def throttle_check(log_path: str, request_id: int) -> FindingRecord | None:
+    """The `throttled` WARN of request `request_id` (analysis/machine.throttle_finding), from
+    the throttles its record carries; None when it saw none or the log cannot be read."""
+    from llmtop.sessions.analysis.machine import throttle_finding
+    from llmtop.sessions.records.log import LogError, read_log
+
+    try:
+        record = next((r for r in read_log(log_path).requests if r.id == request_id), None)
+    except LogError:
+        return None
+    if record is None or record.machine is None:
+        return None
+    return throttle_finding(record.machine.throttle)
 
 
 async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionRecorder,
@@ -410,10 +445,11 @@ async def _report(args: argparse.Namespace, conn: Connection, recorder: SessionR
     noisy, samples, findings = request_noise(str(recorder.log.path), recorder.requests)
     offload = await offload_check(conn, str(recorder.log.path), recorder.requests,
                                   result, agent)
-    if offload is not None:
-        findings = [offload, *findings]
+    throttled = throttle_check(str(recorder.log.path), recorder.requests)
+    for said in (f for f in (throttled, offload) if f is not None):
+        findings = [said, *findings]
         if not args.json:
-            print(f"llmtop: {offload.level.upper()} {offload.message} — {offload.remedy}",
+            print(f"llmtop: {said.level.upper()} {said.message} — {said.remedy}",
                   file=sys.stderr)
     if args.json:
         data = result_json(result, conn, str(recorder.log.path))

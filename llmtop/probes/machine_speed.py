@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from llmtop.probes.cgroup import Throttling, read_throttling
 from llmtop.probes.gpu import GpuClocks, GpuProbe
 from llmtop.probes.system import core_frequencies, steal_seconds
-from llmtop.probes.thermal import ThermalReader, Throttle, gpu_throttles
+from llmtop.probes.thermal import ThermalReader, Throttle, gpu_throttles, merge_throttles
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +110,3 @@ def interval(before: MachineReading, after: MachineReading) -> MachineInterval:
         throttle=merge_throttles(before.throttles + after.throttles),
     )
 
-
-def merge_throttles(seen: tuple[Throttle, ...]) -> tuple[Throttle, ...]:
-    """One throttle per sensor (and per NVML reason) in order of first sight, the later
-    reading's figure kept: a zone past its trip at both ends is one throttle, at its end
-    temperature."""
-    merged: dict[tuple[str, str, str], Throttle] = {}
-    for t in seen:
-        merged[(t.source, t.device, t.detail if t.source == "nvml" else "")] = t
-    return tuple(merged.values())

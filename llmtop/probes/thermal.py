@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmtop.probes.gpu import GpuClocks
+from llmtop.probes.gpu import GpuClocks, GpuProbe
 from llmtop.probes.gpu_sysfs import read_attr
 
 THERMAL_ROOT = Path("/sys/class/thermal")
@@ -191,4 +191,29 @@ class ThermalReader:
         return tuple(out)
 
 
-__all__ = ["ThermalReader", "Throttle", "find_sensors", "find_zones", "gpu_throttles"]
+def merge_throttles(seen: tuple[Throttle, ...]) -> tuple[Throttle, ...]:
+    """One throttle per sensor (and per NVML reason) in order of first sight, the later
+    reading's figure kept: a zone past its trip at both edges of a request is one throttle,
+    at its end temperature."""
+    merged: dict[tuple[str, str, str], Throttle] = {}
+    for t in seen:
+        merged[(t.source, t.device, t.detail if t.source == "nvml" else "")] = t
+    return tuple(merged.values())
+
+
+class ThrottleWatch:
+    """The throttles now from every source, for a request's two edges (`llmtop run`): NVML's
+    reasons (`gpu`: a GpuProbe, its clocks: a few NVML calls) and the thermal zones' and
+    hwmon sensors' (`thermal`). Never raises from `read()`."""
+
+    def __init__(self, gpu: GpuProbe | None = None, thermal: ThermalReader | None = None) -> None:
+        self._gpu = gpu or GpuProbe()
+        self._thermal = thermal or ThermalReader()
+
+    def read(self) -> tuple[Throttle, ...]:
+        """Every throttle seen now (empty: none, or nothing to read them from)."""
+        return gpu_throttles(self._gpu.clocks()) + self._thermal.read()
+
+
+__all__ = ["ThermalReader", "Throttle", "ThrottleWatch", "find_sensors", "find_zones",
+           "gpu_throttles", "merge_throttles"]

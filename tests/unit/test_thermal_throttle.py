@@ -262,3 +262,44 @@ def test_a_bench_under_a_hot_package_records_it_per_request(tmp_path: Path) -> N
     numbers = f"1–{len(measured)}" if len(measured) > 1 else "1"
     assert (f"the CPU was at its thermal limit during requests {numbers} (thermal_zone1 "
             "x86_pkg_temp: 99.5 °C >= passive trip 95.0 °C)") in done.stdout
+
+
+def test_one_requests_throttles_are_one_warn() -> None:
+    from llmtop.sessions.analysis.machine import throttle_finding
+    from llmtop.sessions.records.request import ThrottleRecord
+
+    assert throttle_finding(()) is None
+    f = throttle_finding((ThrottleRecord(**GPU_CAP), ThrottleRecord(**PKG_HOT)))
+    assert f is not None and (f.code, f.level, f.value) == ("throttled", "warn", 2.0)
+    assert f.message == ("the GPU was power-capped (gpu0: sw_power_cap) and the CPU was at "
+                         "its thermal limit (thermal_zone1 x86_pkg_temp: 97.0 °C >= passive "
+                         "trip 95.0 °C) during the request")
+
+
+@needs_namespace
+def test_run_says_the_request_ran_at_a_thermal_limit(tmp_path: Path) -> None:
+    """`llmtop run` against a scripted Ollama here, /sys/class the hot laptop's: the record
+    carries the throttle and --json's findings have the WARN."""
+    import os
+
+    from llmtop.sessions.records.log import read_log
+    from llmtop.testing.scripted import ScriptedUpstream, Timing
+
+    laptop(tmp_path / "class", pkg_mc=99_500)
+    log = tmp_path / "run.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    with ScriptedUpstream(Timing(first_s=0.02, chunks=5, gap_s=0.01)) as up:
+        script = (f"mount --bind {tmp_path / 'class'} /sys/class && exec timeout -s KILL 100 "
+                  f"{sys.executable} -m llmtop --engine ollama --host {up.url} --model timed "
+                  f"run --json --prompt hi --log {log}")
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                              text=True, check=False, timeout=200, cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode in (0, 1), done.stderr
+    said = ("the CPU was at its thermal limit (thermal_zone1 x86_pkg_temp: 99.5 °C >= passive "
+            "trip 95.0 °C) during the request")
+    found = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "throttled"]
+    assert [(f["level"], f["message"]) for f in found] == [("warn", said)]
+    (request,) = read_log(log).requests
+    assert request.machine is not None and [t.device for t in request.machine.throttle] == [
+        "thermal_zone1 x86_pkg_temp"]

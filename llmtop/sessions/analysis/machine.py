@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from llmtop.sessions.records.request import RequestRecord, ThrottleRecord
-from llmtop.sessions.records.schema import CanaryRecord, ProbeRecord
+from llmtop.sessions.records.schema import CanaryRecord, FindingRecord, ProbeRecord
 
 # The machine's series beside the request's metrics (measure/metrics.py): (series key, label,
 # unit, higher_is_better); they are no request's fields, so they stay out of the metric table.
@@ -111,6 +111,23 @@ def throttle_sentences(numbered: Iterable[tuple[int, RequestRecord]]) -> list[st
             seen.setdefault(t.phrase, ([], t))[0].append(number)
     return [f"{phrase} during requests {number_ranges(ns)} ({t.device}: {t.detail})"
             for phrase, (ns, t) in seen.items()]
+
+
+THROTTLED_REMEDY = ("a request measured under a power cap or at a thermal limit measures "
+                    "the machine's cooling or power setting as much as the engine: let it "
+                    "cool, check its power mode (a laptop on battery or in a quiet profile; "
+                    "nvidia-smi -q -d PERFORMANCE for a GPU's reasons) and measure again")
+
+
+def throttle_finding(throttle: Sequence[ThrottleRecord]) -> FindingRecord | None:
+    """The `throttled` WARN of one request that saw power caps or thermal limits at its
+    edges: "the GPU was power-capped during the request (gpu0: sw_power_cap)", each
+    throttle with where it was seen, joined by "and"; None for none."""
+    if not throttle:
+        return None
+    said = " and ".join(f"{t.phrase} ({t.device}: {t.detail})" for t in throttle)
+    return FindingRecord("throttled", "warn", f"{said} during the request",
+                         THROTTLED_REMEDY, float(len(throttle)), 0.0, "throttles")
 
 
 def machine_series(
