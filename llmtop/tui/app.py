@@ -31,6 +31,7 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.events import Failure, FailureKind, exit_code_for
 from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.tui.base import LlmtopBaseApp
+from llmtop.tui.chooser import EngineChooser
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.screens.main import MainScreen
@@ -40,7 +41,6 @@ from llmtop.tui.state.settings import TuiSettings
 
 if TYPE_CHECKING:
     from llmtop.engines.connection import Connection
-    from llmtop.engines.discovery import FoundEngine
     from llmtop.probes.sampler import ProbeSample
     from llmtop.sessions.measure.config import BenchConfig
     from llmtop.tui.screens.bench import BenchScreen, LastBench
@@ -131,10 +131,7 @@ class LlmtopApp(LlmtopBaseApp):
         # The terminal app sets it (`main`); tests, which build many apps in one process, do
         # not.
         self.freeze_gc_when_ready = False
-        # the engines answering here (`_find_other_engines`; None: not searched yet)
-        self.other_engines: tuple[FoundEngine, ...] | None = None
-        self._others_said = False  # the notice naming them was shown
-        self._switches = 0  # engines picked in the picker (F5) so far
+        self.chooser = EngineChooser(self)  # the other engines answering here (F5)
 
     def on_mount(self) -> None:
         # A terminal that went away (its window closed without a SIGHUP reaching llmtop: tmux
@@ -177,7 +174,7 @@ class LlmtopApp(LlmtopBaseApp):
         """Connect (or start the embedded engine) without blocking the UI; then open the
         session (`_open_session`). A failure is shown and sets the exit code; the app stays
         usable to quit."""
-        self._find_other_engines()  # beside the connect, as `run` does
+        self.chooser.search()  # beside the connect, as `run` does
         try:
             conn = await self.link.connect()
         except EngineError as exc:
@@ -200,7 +197,7 @@ class LlmtopApp(LlmtopBaseApp):
         self.link.connect_failure = exc
         self.exit_code = code
         self.main_screen.show_no_engine(exc.failure, header, title)
-        self._show_other_engines()
+        self.chooser.show()
 
     async def _open_session(self, conn: Connection) -> None:
         """Connected: load the model of a fresh embedded engine (not measured), open the
@@ -210,7 +207,7 @@ class LlmtopApp(LlmtopBaseApp):
 
         main = self.main_screen
         main.show_connected(conn)
-        self._show_other_engines()
+        self.chooser.show()
         warmup_ms = None
         if started_engine(conn):  # a fresh embedded engine: load the model before request 1
             main.show_message("loading the model (a load-only request, not measured)…")
@@ -439,77 +436,14 @@ class LlmtopApp(LlmtopBaseApp):
         """F4: the engine's own figures, read live (`EnginePanel`), shown or hidden."""
         self.main_screen.toggle_engine_panel()
 
-    @work(group="discover", exclusive=True)
-    async def _find_other_engines(self) -> None:
-        """The engines answering on the usual ports (`engines.discovery`), when llmtop chose
-        the engine (no engine flags: `auto_chosen`); the main screen names those besides the
-        one in use and F5 offers them. In the background: the first frame never waits."""
-        if not auto_chosen(self.settings) or self.link.injected is not None:
-            return
-        from llmtop.engines.discovery import discover
-
-        self.other_engines = (await discover()).engines
-        self._show_other_engines()
-
-    def _show_other_engines(self) -> None:
-        """Once both the search and the connection (or its failure) are done: the engines
-        answering besides the one in use, on the main screen and, the first time there are
-        any, in a notice."""
-        link = self.link
-        if self.other_engines is None or (link.conn is None and link.connect_failure is None):
-            return
-        in_use = engine_root(link.conn) if link.conn is not None else None
-        others = [e for e in self.other_engines if e.url != in_use]
-        self.main_screen.show_other_engines(others)
-        if others and not self._others_said:
-            self._others_said = True
-            named = ", ".join(f"{e.kind} at {e.url}" for e in others[:3])
-            self.notify(f"also answering here: {named} — F5 picks one, F4 shows the engine's "
-                        "own figures", title="other engines", timeout=8, markup=False)
-
     async def action_pick_engine(self) -> None:
-        """F5: the engines answering here (searched now when they were not yet); the one
-        picked replaces the engine in use (`switch_engine`)."""
-        if self.screen is not self.main_screen:
-            return
-        from llmtop.engines.discovery import discover
-        from llmtop.tui.screens.engine_picker import EnginePicker
+        """F5: the engines answering here; the one picked is measured instead
+        (`EngineChooser.pick`)."""
+        if self.screen is self.main_screen:
+            await self.chooser.pick()
 
-        if self.other_engines is None:
-            self.notify("looking for engines on the usual ports…", timeout=3)
-            self.other_engines = (await discover()).engines
-        if not self.other_engines:
-            self.notify("no engine answers on the usual ports (`llmtop engines --ports` "
-                        "searches others)", timeout=8, markup=False)
-            return
-        in_use = engine_root(self.link.conn) if self.link.conn is not None else None
-        self.push_screen(EnginePicker(self.other_engines, in_use), callback=self._picked)
-
-    async def _picked(self, found: FoundEngine | None) -> None:
-        if found is not None:
-            await self.switch_engine(found)
-
-    async def switch_engine(self, found: FoundEngine) -> None:
-        """Measure `found` from now on, as if llmtop had been started with its flags
-        (`--engine`, `--host`, `--model`): the request streaming is cancelled (recorded),
-        the probes stopped, the session log closed and the engine llmtop started, if any,
-        stopped; then a new link connects and opens a new session log (the request history
-        on screen stays)."""
-        from dataclasses import replace
-
-        from llmtop.tui.screens.engine_picker import engine_flag
-
-        await self.main_screen.cancel_stream()
-        self.link.closing = True
-        await self.link.close()
-        self._switches += 1
-        self.settings = replace(self.settings, engine=engine_flag(found), host=found.host,
-                                model=found.model, model_path=None,
-                                log_path=next_log(self.settings.log_path, self._switches))
-        self.link = EngineLink(self.settings, None, post=self.post_message,
-                               idle=lambda: self.main_screen.render_paused)
-        self.exit_code = ExitCode.OK
-        self.main_screen.show_switching(f"{found.kind} at {found.url}")
+    def reconnect(self) -> None:
+        """Start the (new) link's probes and connect it: the engine picked with F5."""
         self.link.start_probes()
         self.main_screen.label_probes()
         self._connect()
@@ -535,31 +469,6 @@ class LlmtopApp(LlmtopBaseApp):
 
     async def on_unmount(self) -> None:
         await self._close_session()
-
-
-def auto_chosen(settings: TuiSettings) -> bool:
-    """Whether llmtop chose the engine (no `--engine`, `--host`, `$OLLAMA_HOST`, relay or
-    GGUF given): then, and only then, the TUI searches the other engines by itself."""
-    return (settings.engine == "auto" and not settings.host and not settings.model_path
-            and not settings.relay_url and not os.environ.get("OLLAMA_HOST", "").strip())
-
-
-def next_log(log_path: str | None, n: int) -> str | None:
-    """The session log after the `n`-th engine picked: beside the one given with --log
-    ("s.jsonl" → "s.2.jsonl" for n = 1: the engine's second log), else a new file in the
-    default folder (None)."""
-    if log_path is None:
-        return None
-    path = Path(log_path)
-    return str(path.with_name(f"{path.stem}.{n + 1}{path.suffix}"))
-
-
-def engine_root(conn: Connection) -> str:
-    """The root URL of the engine `conn` measures ("http://127.0.0.1:8080"), as discovery
-    names engines."""
-    upstream = conn.upstream
-    root = getattr(upstream, "root", None) or upstream.host
-    return str(root).rstrip("/").removesuffix("/v1").replace("://localhost:", "://127.0.0.1:")
 
 
 def preload() -> None:

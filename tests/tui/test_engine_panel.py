@@ -103,7 +103,7 @@ async def test_the_picker_reconnects_to_the_engine_picked(tmp_path):
             await wait_for(pilot, lambda: app.link.ready, what="connection")
             found = FoundEngine("ollama", up.url, "0.9.0-scripted", loaded=("ok",),
                                 found_by="port (scripted)")
-            app.other_engines = (found,)
+            app.chooser.found = (found,)
             await pilot.press("f5")
             await wait_for(pilot, lambda: isinstance(app.screen, EnginePicker), what="picker")
             await pilot.press("enter")
@@ -118,7 +118,7 @@ async def test_the_picker_reconnects_to_the_engine_picked(tmp_path):
 
 
 def test_when_the_tui_searches_and_where_a_picked_engines_log_goes(monkeypatch):
-    from llmtop.tui.app import auto_chosen, next_log
+    from llmtop.tui.chooser import auto_chosen, next_log
     from llmtop.tui.state.settings import TuiSettings
 
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
@@ -141,8 +141,8 @@ async def test_the_other_engines_are_named_once_connected(tmp_path):
                         loaded=("gemma.gguf",))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.link.ready, what="connection")
-        app.other_engines = (ours, other)
-        app._show_other_engines()
+        app.chooser.found = (ours, other)
+        app.chooser.show()
         panel = app.query_one(EnginePanel)
         assert panel.others == (other,)  # the one in use is not offered
         await pilot.press("f4")
