@@ -1,7 +1,7 @@
 """The engine picker (F5): the engines that answer on this machine (`engines.discovery`, found
 in the background after the first frame), one per line with its version, address and model;
-Enter on one returns it (the app then reconnects to it: `LlmtopApp.switch_engine`), Esc keeps
-the engine in use."""
+Enter on one returns it (the app then reconnects to it: `tui.chooser.EngineChooser.switch`),
+Esc keeps the engine in use."""
 
 from __future__ import annotations
 
