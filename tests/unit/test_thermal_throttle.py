@@ -303,3 +303,15 @@ def test_run_says_the_request_ran_at_a_thermal_limit(tmp_path: Path) -> None:
     (request,) = read_log(log).requests
     assert request.machine is not None and [t.device for t in request.machine.throttle] == [
         "thermal_zone1 x86_pkg_temp"]
+
+
+def test_a_hot_package_on_every_cores_sensor_is_said_once() -> None:
+    from llmtop.sessions.analysis.machine import throttle_finding
+    from llmtop.sessions.records.request import ThrottleRecord
+
+    cores = [ThrottleRecord("CPU", "thermal", "hwmon", f"hwmon1 coretemp Core {i}",
+                            "100.0 °C >= max 100.0 °C") for i in range(4)]
+    f = throttle_finding((ThrottleRecord(**PKG_HOT), *cores))
+    assert f is not None and f.value == 5.0  # 1 zone + 4 core sensors
+    assert f.message == ("the CPU was at its thermal limit (thermal_zone1 x86_pkg_temp: "
+                         "97.0 °C >= passive trip 95.0 °C; 4 more sensors) during the request")

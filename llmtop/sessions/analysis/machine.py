@@ -121,11 +121,19 @@ THROTTLED_REMEDY = ("a request measured under a power cap or at a thermal limit 
 
 def throttle_finding(throttle: Sequence[ThrottleRecord]) -> FindingRecord | None:
     """The `throttled` WARN of one request that saw power caps or thermal limits at its
-    edges: "the GPU was power-capped during the request (gpu0: sw_power_cap)", each
-    throttle with where it was seen, joined by "and"; None for none."""
+    edges: "the GPU was power-capped (gpu0: sw_power_cap) during the request", one phrase
+    per kind of throttle with the first sensor that showed it ("; 7 more sensors": a hot
+    package is past its limit on every core's sensor too), joined by "and"; value: the
+    throttles counted. None for none."""
     if not throttle:
         return None
-    said = " and ".join(f"{t.phrase} ({t.device}: {t.detail})" for t in throttle)
+    by_phrase: dict[str, list[ThrottleRecord]] = {}
+    for t in throttle:
+        by_phrase.setdefault(t.phrase, []).append(t)
+    said = " and ".join(
+        f"{phrase} ({ts[0].device}: {ts[0].detail}"
+        + (f"; {len(ts) - 1} more sensor{'s' if len(ts) > 2 else ''})" if len(ts) > 1 else ")")
+        for phrase, ts in by_phrase.items())
     return FindingRecord("throttled", "warn", f"{said} during the request",
                          THROTTLED_REMEDY, float(len(throttle)), 0.0, "throttles")
 
