@@ -29,15 +29,15 @@ from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord, decode
-from llmtop.sessions.runners.energy import EnergyMeter, no_sources
-from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
-from llmtop.sessions.runners.recorder import SessionRecorder
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.settings import TuiSettings
 
-if TYPE_CHECKING:  # the agent's client (httpx, pydantic) is imported as the probes start
+if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log's writer:
+    # imported as the probes start and the log opens, after the first frame
     from llmtop.probes.remote import AgentSampler
+    from llmtop.sessions.runners.energy import EnergyMeter
+    from llmtop.sessions.runners.recorder import SessionRecorder
 
 # While a request streams the probes sample this often (the NOISY marks come from these), and
 # once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample
@@ -114,6 +114,8 @@ class EngineLink:
     def open_log(self, conn: Connection) -> SessionRecorder:
         """Open the session log for `conn` (`settings.log_path`); raises `LogError` when it
         cannot be written."""
+        from llmtop.sessions.runners.recorder import SessionRecorder
+
         s = self.settings
         self.recorder = SessionRecorder(conn, s.options, s.log_path,
                                         energy=self._energy_for(conn),
@@ -127,6 +129,8 @@ class EngineLink:
             return None
         if self.settings.agent is None and is_local_host(conn.upstream.host):
             return self.energy
+        from llmtop.sessions.runners.energy import EnergyMeter
+
         return EnergyMeter(remote_host=conn.upstream.host)
 
     @property
@@ -161,6 +165,8 @@ class EngineLink:
         s = self.settings
         if not s.probes:
             return
+        from llmtop.sessions.runners.energy import EnergyMeter, no_sources
+
         self.energy = EnergyMeter(None if s.agent is None else no_sources())
         from llmtop.probes.remote import make_sampler
 
@@ -210,6 +216,8 @@ class EngineLink:
         """A bench began: the probes sample as during a request (at the bench's pace when
         the idle one is slower)."""
         self._measuring(True)
+        from llmtop.sessions.runners.environment import PROBE_INTERVAL_S as BENCH_PROBE_INTERVAL_S
+
         if self.sampler is not None:
             self.sampler.set_interval(min(self.settings.probe_interval_s, BENCH_PROBE_INTERVAL_S))
 

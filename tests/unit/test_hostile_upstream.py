@@ -24,9 +24,10 @@ from starlette.routing import Route
 from llmtop.engines.events import FailureKind, ServerStats, Status, StreamEvent
 from llmtop.engines.ollama import OllamaEngine
 from llmtop.engines.openai import OpenAIEngine
-from llmtop.sessions.measure.request import RequestCollector, chunk_limit, run_request
+from llmtop.sessions.measure.request import RequestCollector, run_request
 from llmtop.sessions.measure.timeline import compute_metrics
 from llmtop.stamping import bounds
+from llmtop.stamping.bounds import chunk_limit
 from llmtop.testing.scripted import STATS, ServeInThread, chunk
 
 MiB = 2**20

@@ -16,14 +16,18 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtop.engines import timeouts
 from llmtop.engines.events import Failure, FailureKind, ServerStats, Status, StreamEvent
-from llmtop.engines.http import failure_past_predict
 from llmtop.sessions.measure.timeline import RequestMetrics, compute_metrics
-from llmtop.stamping import bounds
-from llmtop.stamping.stamps import SendStamp, stamping
+
+if TYPE_CHECKING:
+    from llmtop.stamping.stamps import SendStamp
+
+# The wire's modules (httpx under them) are imported where a request runs: the TUI draws its
+# first frame with this module's types loaded and no HTTP client (docs/performance.md, "The
+# TUI's first frame").
 
 
 class EventText:
@@ -141,8 +145,6 @@ StreamFactory = Callable[[], AsyncGenerator[StreamEvent, None]]
 # the read timeout and yield nothing, cannot reset it. `--token-timeout` sets it, up to
 # engines/timeouts.py's MAX_TOKEN_TIMEOUT_S (which says why).
 TOKEN_TIMEOUT_S = timeouts.TOKEN_TIMEOUT_S
-# The most text chunks read for a num_predict (stamping/bounds.py, shared with the relay).
-chunk_limit = bounds.chunk_limit
 
 
 def stalled(limit_s: float, chunks: int) -> Failure:
@@ -157,6 +159,8 @@ def stalled(limit_s: float, chunks: int) -> Failure:
 def past_predict(chunks: int, options: Mapping[str, Any]) -> Failure:
     """The failure of a stream read `chunks` text chunks, past its num_predict, without done
     (engines/http.py, `failure_past_predict`)."""
+    from llmtop.engines.http import failure_past_predict
+
     return failure_past_predict(chunks, options.get("num_predict"))
 
 
@@ -173,9 +177,13 @@ async def run_request(
     marks itself dirty here; rendering happens on its own capped timer).
     token_timeout_s: the longest wait for the next event (TOKEN_TIMEOUT_S); past it the
     request ends `stalled` (FailureKind.STALLED). A stream that sends more text chunks than
-    `chunk_limit(collector.options)` without its done chunk ends with a PROTOCOL failure.
-    Cancellation (CancelledError) propagates; call `collector.finish(cancelled=True)` then.
+    `stamping.bounds.chunk_limit(collector.options)` (shared with the relay) without its done
+    chunk ends with a PROTOCOL failure. Cancellation (CancelledError) propagates; call
+    `collector.finish(cancelled=True)` then.
     """
+    from llmtop.stamping.bounds import chunk_limit
+    from llmtop.stamping.stamps import stamping
+
     stream = start_stream()  # lazy: nothing is built or sent before the first iteration
     most = chunk_limit(collector.options)
     chunks = 0

@@ -12,6 +12,7 @@ bench/tui_cost.py.) The panel's virtual height is at least its own height, so it
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 
@@ -23,7 +24,6 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from llmtop.probes.remote import RemoteSample
 from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.state import fmt
 from llmtop.tui.state.wrap import visible_text, wrap_lines
@@ -46,6 +46,13 @@ STARTUP_GRACE_NS = 10 * 10**9
 STARTED_NS = time.perf_counter_ns()  # this module is imported as the TUI starts
 HISTORY_KEEP = 240  # CPU readings kept for it (2 min at a sample a second while streaming)
 
+
+def from_agent(sample: object) -> bool:
+    """Whether `sample` is an agent's (`probes.remote.RemoteSample`). The agent's module
+    (httpx under it) is looked up, not imported: no agent's sample exists before it is
+    loaded, and the panel is drawn in the first frame, before anything else loads it."""
+    remote = sys.modules.get("llmtop.probes.remote")
+    return remote is not None and isinstance(sample, remote.RemoteSample)
 
 class ProbePanel(ScrollView):
     """Verdict, system and apps of one sample; `show` renders one sample into the three.
@@ -102,7 +109,7 @@ class ProbePanel(ScrollView):
         """Render one sample (called by the app's capped render timer)."""
         self.sample = sample
         self._shown_ns = time.perf_counter_ns()
-        if isinstance(sample, RemoteSample):
+        if from_agent(sample):
             self._shown_ns = min(self._shown_ns, sample.t_ns)
         self._set_title(self.label)
         if sample.processes is not None:
@@ -234,7 +241,7 @@ class ProbePanel(ScrollView):
         title = self.label
         if age > STALE_AFTER_S:
             title = f"{self.label} — stale, {age:.0f} s old"
-        elif age > SLOW_AFTER_S and isinstance(self.sample, RemoteSample):
+        elif age > SLOW_AFTER_S and from_agent(self.sample):
             title = f"{self.label} — {age:.0f} s old"
         self._set_title(title)
         return age
