@@ -323,3 +323,25 @@ def test_items_no_single_engine_answers_for_are_refused(found_here, items, said)
 
     with pytest.raises(UsageError, match=said):
         asyncio.run(resolve(items))
+
+
+def test_a_url_is_identified_at_its_own_address(found_here, monkeypatch):
+    from llmtop.commands.bench_engines import resolve
+    from llmtop.engines import discovery
+
+    asked: list = []
+
+    async def discover(ports, *, addresses, **_):
+        asked.append((list(ports), list(addresses)))
+        if addresses == ["10.0.0.5"]:
+            return discovery.Discovery((FoundEngine("ollama", "http://10.0.0.5:11434"),))
+        return discovery.Discovery()
+
+    monkeypatch.setattr(discovery, "discover", discover)
+    got = asyncio.run(resolve(["http://10.0.0.5:11434/", "llmtop-embedded"]))
+    assert [(e.kind, e.url, e.found_by) for e in got] == [
+        ("ollama", "http://10.0.0.5:11434", "URL given"),
+        ("llmtop-embedded", "http://127.0.0.1:11435", "")]
+    assert asked == [([11434], ["10.0.0.5"])]
+    with pytest.raises(UsageError, match="no LLM engine answers at http://10.0.0.6:8080"):
+        asyncio.run(resolve(["http://10.0.0.6:8080", "llmtop-embedded"]))
