@@ -229,12 +229,14 @@ def progress_printer(label: str, quiet: bool):
 
 
 async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
-                   ) -> list[Connection]:
+                   ) -> list[Connection] | int:
     """A connection to each engine (the model: --model, else the one it has loaded or lists
     first; its processes identified by its own address, since one --engine-pid cannot name
-    several engines'). Raises UsageError naming the engine that could not be reached."""
+    several engines'), or, when one fails, the failure's exit code (`llmtop: <label>:
+    <failure>` said on stderr; the connections made are closed)."""
     from llmtop.connect import connect
     from llmtop.engines.base import EngineError
+    from llmtop.engines.events import exit_code_for
 
     conns: list[Connection] = []
     try:
@@ -244,7 +246,8 @@ async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
     except EngineError as exc:
         for conn in conns:
             await conn.close()
-        raise UsageError(f"{label_of(engines[len(conns)])}: {exc.failure}") from None
+        print(f"llmtop: {label_of(engines[len(conns)])}: {exc.failure}", file=sys.stderr)
+        return exit_code_for(exc.failure.kind)
     return conns
 
 
@@ -262,6 +265,8 @@ async def run_set(args: argparse.Namespace) -> int:
     labels = [label_of(e) for e in engines]
     started = datetime.now().astimezone().isoformat()
     conns = await _connect(args, engines)
+    if isinstance(conns, int):
+        return conns
     async with contextlib.AsyncExitStack() as stack:
         for conn in conns:
             stack.push_async_callback(conn.close)
