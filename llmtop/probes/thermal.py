@@ -16,11 +16,13 @@ Sources, and where the kernel documents them:
   "high" limit: coretemp's is where the package starts throttling, PROCHOT) or else
   `tempK_crit`, with `tempK_label` ("Package id 0", "edge", "junction") naming the sensor.
   AMD's GPUs: amdgpu's hwmon gives edge/junction/mem temperatures with their `_crit`
-  limits, read here; its binary `device/gpu_metrics` table also carries a
-  `throttle_status` bit mask, but at an offset that changes with the table's format and
-  content revision (drivers/gpu/drm/amd/include/kgd_pp_interface.h, gpu_metrics_v1_0 to
-  v3_0), so it is not decoded: the temperatures against their limits stand for it. A GPU
-  whose `device/power/runtime_status` is "suspended" is not read (reading would wake it).
+  limits, read here, and `power1_average` against `power1_cap` (µW; Documentation/gpu/
+  amdgpu/thermal.rst): an average within POWER_CAP_SHARE of the cap is a power cap. Its
+  binary `device/gpu_metrics` table also carries a `throttle_status` bit mask, but at an
+  offset that changes with the table's format and content revision
+  (drivers/gpu/drm/amd/include/kgd_pp_interface.h, gpu_metrics_v1_0 to v3_0), so it is not
+  decoded: the temperatures and the power against their limits stand for it. A GPU whose
+  `device/power/runtime_status` is "suspended" is not read (reading would wake it).
 * NVIDIA: NVML's clocks-event reasons (`GpuProbe.clocks`, probes/gpu.py): sw_power_cap and
   hw_power_brake_slowdown are a power cap, sw_/hw_thermal_slowdown a thermal limit,
   hw_slowdown either (NVML: "high temperature, power brake or power supply"); the others
@@ -57,6 +59,9 @@ NVML_CAUSES = {"sw_power_cap": "power", "hw_power_brake_slowdown": "power",
 _GPU_DRIVERS = ("amdgpu", "radeon", "nouveau", "i915", "xe")
 _CPU_SENSORS = ("coretemp", "k10temp", "zenpower", "cpu_thermal", "cpu-thermal")
 _TEMP_INPUT = re.compile(r"temp(\d+)_input")
+# A board whose average power is within this share of its cap is held at the cap (the
+# firmware's control loop settles a few % under it; a board far under its cap is not capped)
+POWER_CAP_SHARE = 0.97
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +94,22 @@ class _Watched:
     part: str
     source: str
     device: str
-    temp: Path
-    limit_c: float
-    limit: str  # "passive trip", "max", "crit"...
+    path: Path  # the figure read at each reading
+    limit_value: float  # °C, or W for a power cap
+    limit: str  # "passive trip", "max", "crit", "power1_cap"...
     awake: Path | None = None  # a GPU's runtime_status: not read while "suspended"
+    cause: str = "thermal"
+    scale: float = 1000.0  # the file's unit per shown unit: m°C per °C, µW per W
+    unit: str = "°C"
+    share: float = 1.0  # the share of the limit at which it counts
 
 
-def _milli(path: Path) -> float | None:
+def _milli(path: Path, scale: float = 1000.0) -> float | None:
+    """A decimal integer attribute divided by `scale` (m°C → °C; µW → W with 1e6)."""
     text, _ = read_attr(path)
-    if text is None or not re.fullmatch(r"-?\d{1,9}", text):
+    if text is None or not re.fullmatch(r"-?\d{1,12}", text):
         return None
-    return int(text) / 1000.0
+    return int(text) / scale
 
 
 def _part(name: str) -> str:
@@ -141,8 +151,24 @@ def find_zones(root: Path = THERMAL_ROOT) -> list[_Watched]:
     return out
 
 
+def _power_cap(hw: Path, name: str, files: set[str], awake: Path | None) -> list[_Watched]:
+    """A board's average power against its power cap (amdgpu: power1_average against
+    power1_cap, µW), when it has both: the GPU's firmware holds the average at the cap by
+    lowering its clocks, so an average within POWER_CAP_SHARE of it is a power cap holding
+    it back."""
+    reading = next((f for f in ("power1_average", "power1_input") if f in files), None)
+    if reading is None or "power1_cap" not in files:
+        return []
+    cap = _milli(hw / "power1_cap", 1e6)
+    if cap is None or cap <= 0:
+        return []
+    return [_Watched(_part(name), "hwmon", f"{hw.name} {name} {reading}", hw / reading, cap,
+                     "power1_cap", awake, "power", 1e6, "W", POWER_CAP_SHARE)]
+
+
 def find_sensors(root: Path = HWMON_ROOT) -> list[_Watched]:
-    """Every hwmon temperature with a max (else crit) limit above 0 °C, never raises."""
+    """Every hwmon temperature with a max (else crit) limit above 0 °C, and a board's power
+    against its cap (`_power_cap`); never raises."""
     out = []
     for hw in _listed(root, "hwmon"):
         name = read_attr(hw / "name")[0] or "?"
@@ -152,6 +178,7 @@ def find_sensors(root: Path = HWMON_ROOT) -> list[_Watched]:
             continue
         part = _part(name)
         awake = hw / "device" / "power" / "runtime_status" if part == "GPU" else None
+        out += _power_cap(hw, name, files, awake)
         for f in sorted(files):
             m = _TEMP_INPUT.fullmatch(f)
             if not m:
@@ -177,17 +204,21 @@ class ThermalReader:
         self._watched: list[_Watched] | None = None
 
     def read(self) -> tuple[Throttle, ...]:
-        """The throttles now: each watched temperature at or past its limit. Never raises."""
+        """The throttles now: each watched figure at or past its limit (a power within
+        POWER_CAP_SHARE of its cap). Never raises."""
         if self._watched is None:
             self._watched = find_zones(self._roots[0]) + find_sensors(self._roots[1])
         out = []
         for w in self._watched:
             if w.awake is not None and read_attr(w.awake)[0] == "suspended":
-                continue  # an asleep GPU is cool, and reading it would wake it
-            temp = _milli(w.temp)
-            if temp is not None and temp >= w.limit_c:
-                out.append(Throttle(w.part, "thermal", w.source, w.device,
-                                    f"{temp:.1f} °C >= {w.limit} {w.limit_c:.1f} °C"))
+                continue  # an asleep GPU is cool and idle, and reading it would wake it
+            value = _milli(w.path, w.scale)
+            if value is None or value < w.limit_value * w.share:
+                continue
+            share = f"{w.share:.0%} of " if w.share < 1 else ""
+            out.append(Throttle(w.part, w.cause, w.source, w.device,
+                                f"{value:.1f} {w.unit} >= {share}{w.limit} "
+                                f"{w.limit_value:.1f} {w.unit}"))
         return tuple(out)
 
 

@@ -48,7 +48,7 @@ def test_the_lowest_counted_trip_of_each_enabled_zone_is_watched(tmp_path: Path)
     zones = find_zones(tmp_path / "thermal")
     # acpitz: its active trip starts a fan only, so its critical 110 °C is the limit;
     # x86_pkg_temp: passive 95 °C is below critical 105 °C; the disabled zone is skipped
-    assert [(z.device, z.limit_c, z.limit, z.part) for z in zones] == [
+    assert [(z.device, z.limit_value, z.limit, z.part) for z in zones] == [
         ("thermal_zone0 acpitz", 110.0, "critical trip", "machine"),
         ("thermal_zone1 x86_pkg_temp", 95.0, "passive trip", "CPU"),
     ]
@@ -315,3 +315,16 @@ def test_a_hot_package_on_every_cores_sensor_is_said_once() -> None:
     assert f is not None and f.value == 5.0  # 1 zone + 4 core sensors
     assert f.message == ("the CPU was at its thermal limit (thermal_zone1 x86_pkg_temp: "
                          "97.0 °C >= passive trip 95.0 °C; 4 more sensors) during the request")
+
+
+def test_an_amd_board_at_its_power_cap_is_power_capped(tmp_path: Path) -> None:
+    # amdgpu's hwmon: power1_average 218,000,000 µW = 218 W against power1_cap 220 W:
+    # 218 >= 0.97 × 220 = 213.4 W → capped; at 150 W it is not
+    laptop(tmp_path)
+    _write(tmp_path / "hwmon" / "hwmon4", {"power1_average": "218000000\n",
+                                           "power1_cap": "220000000\n"})
+    reader = ThermalReader(tmp_path / "none", tmp_path / "hwmon")
+    assert reader.read() == (Throttle("GPU", "power", "hwmon", "hwmon4 amdgpu power1_average",
+                                      "218.0 W >= 97% of power1_cap 220.0 W"),)
+    _write(tmp_path / "hwmon" / "hwmon4", {"power1_average": "150000000\n"})
+    assert reader.read() == ()
