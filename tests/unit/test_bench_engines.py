@@ -345,3 +345,28 @@ def test_a_url_is_identified_at_its_own_address(found_here, monkeypatch):
     assert asked == [([11434], ["10.0.0.5"])]
     with pytest.raises(UsageError, match="no LLM engine answers at http://10.0.0.6:8080"):
         asyncio.run(resolve(["http://10.0.0.6:8080", "llmtop-embedded"]))
+
+
+def test_an_engine_that_cannot_be_reached_gives_connects_exit_code(monkeypatch, capsys):
+    from llmtop import connect as connecting
+    from llmtop.commands.bench_engines import _connect
+    from llmtop.engines.base import EngineError
+    from llmtop.engines.events import Failure, FailureKind
+    from llmtop.exitcodes import ExitCode
+
+    closed: list = []
+
+    class Conn:
+        async def close(self):
+            closed.append(self)
+
+    async def connect(engine, host, model=None, *_args, **_kw):
+        if "8080" in host:
+            raise EngineError(Failure(FailureKind.MODEL_NOT_FOUND, "no model 'x'", "pull it"))
+        return Conn()
+
+    monkeypatch.setattr(connecting, "connect", connect)
+    engines = [FOUND[2], FOUND[0]]  # the embedded engine, then llama-server on 8080
+    code = asyncio.run(_connect(argparse.Namespace(model="x"), engines))
+    assert code == ExitCode.MODEL_NOT_FOUND and len(closed) == 1
+    assert "llmtop: llama-server@8080: no model 'x' — pull it" in capsys.readouterr().err
