@@ -18,6 +18,7 @@ from textual.widgets.option_list import Option
 
 from llmtop.engines.discovery import FoundEngine
 from llmtop.safetext import one_line
+from llmtop.tui.widgets.header_line import model_label
 
 
 def engine_flag(found: FoundEngine) -> str:
@@ -26,9 +27,11 @@ def engine_flag(found: FoundEngine) -> str:
 
 
 def option_text(found: FoundEngine, in_use: bool) -> Text:
-    """"llama-server b6500 · http://127.0.0.1:8080 · gemma-3-270m (in use)"."""
+    """"llama-server b6500 · http://127.0.0.1:8080 · gemma-3-270m.gguf (in use)": a model
+    listed as a file's path by its base name, as the header names it."""
+    model = model_label(found.model) if found.model else "no model listed"
     words = [found.kind + (f" {one_line(found.version, 40)}" if found.version else ""),
-             found.url, one_line(found.model or "no model listed", 60)]
+             found.url, one_line(model, 60)]
     text = Text(" · ".join(words))
     if in_use:
         text.append("  (in use)", style="dim")
