@@ -4,12 +4,12 @@ recorded thermal/pmset/sysctl outputs, and zeus-apple-silicon replaying the M4 t
 tests/fixtures/apple/m4_trace.json). Its figures, by hand from those fixtures:
 
 * GPU busy 2 % ("Device Utilization %" = 2), 340983808 B held = 325.2 MiB;
-* the second sample's rails over the trace's rows 1 → 2 (1.009 s): GPU (513117 − 501009) mJ
+* the rails over the trace's rows 1 → 2 (1.009 s): GPU (513117 − 501009) mJ
   = 12108 mJ → 12.0 W; CPU (209081 − 203027) = 6054 mJ → 6.0 W; DRAM (84036 − 82018) =
   2018 mJ → 2.0 W; ANE 5000 → 5000: 0.0 W;
 * thermal pressure level 2: "serious".
 
-The sample is judged as the sampler judges it (with the GPU): "serious" is a FAIL, so the
+The sample is the real ProbeSampler's, so its verdict is the sampler's own: "serious" is a FAIL, so the
 machine is NOISY with heat named. At 80×24 the panel gives way to the one-line badge, which
 carries them in a few words; at 160×45 the panel shows the finding, the GPU's line, the rails
 and the thermal state.
@@ -25,8 +25,8 @@ from textual.pilot import Pilot
 
 from llmtop.probes.apple import AppleProbe
 from llmtop.probes.gpu import GpuSample
-from llmtop.probes.sampler import ProbeSample
-from llmtop.probes.verdict import Verdict, evaluate
+from llmtop.probes.sampler import ProbeSample, ProbeSampler
+from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.machine_badge import badge_text
 from llmtop.tui.widgets.system_view import system_text
@@ -40,28 +40,45 @@ from .test_snapshots import RunBefore, Snap, in_tmp_dir, main_app, show_probe
 __all__ = ["in_tmp_dir"]  # the snapshot module's autouse fixture, used here too
 
 
-def apple_gpu() -> GpuSample:
-    """The adapter's second sample (rows 1 → 2 of the M4 trace, 1.009 s apart)."""
+def primed_probe() -> AppleProbe:
+    """AppleProbe on its fakes after two readings (rows 0 and 1 of the M4 trace); its next
+    reading takes row 2, 1.009 s after row 1."""
     stamps, rows = m4_rows()
     at = {"i": 0}
     probe = AppleProbe(lib=fake_library(rows), run=replay(MAC), clock=lambda: stamps[at["i"]])
     probe.sample()  # row 0: the first reading only starts the window
     at["i"] = 1
-    probe.sample()  # row 1
+    probe.sample()
     at["i"] = 2
-    return probe.sample()  # row 2: the window 1.009 s
+    return probe
+
+
+def apple_gpu() -> GpuSample:
+    """The adapter's reading over rows 1 → 2 of the M4 trace."""
+    return primed_probe().sample()
+
+
+class Fixed:
+    """A system or process probe that gives one fixed sample (tests/tui/fakes.py's)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def sample(self) -> object:
+        return self.value
 
 
 def apple_sample(t_ns: int) -> ProbeSample:
-    """A machine sample with the Apple GPU probe's reading, judged as the sampler judges it
-    (`evaluate` with the GPU): the recorded thermal level 2 is a FAIL, thermal-pressure."""
+    """One sample of the real ProbeSampler whose GPU probe is AppleProbe fed its fakes
+    (`primed_probe`: the reading over rows 1 → 2 of the M4 trace) and whose system and processes are the fakes'
+    fixed ones: the verdict is the sampler's own, so the recorded thermal level 2 is a FAIL
+    (thermal-pressure) above Chromium's WARN. Its stamp is `t_ns`, its cost the fakes' 2.5 ms."""
+    probe = primed_probe()
     base = machine_sample(t_ns, 40.0, busy_apps(), Verdict.of([]), 3.2)
-    gpu = apple_gpu()
-    assert base.system is not None and base.processes is not None
-    verdict = evaluate(base.system, base.processes, gpu=gpu)
-    return ProbeSample(t_ns=base.t_ns, wall_time=base.wall_time, system=base.system,
-                       processes=base.processes, gpu=gpu, verdict=verdict,
-                       cost_ms=base.cost_ms)
+    sampler = ProbeSampler(system_probe=Fixed(base.system),  # type: ignore[arg-type]
+                           process_probe=Fixed(base.processes),  # type: ignore[arg-type]
+                           gpu_probe=probe, clock=lambda: t_ns)
+    return replace(sampler.sample_once(), wall_time=base.wall_time, cost_ms=base.cost_ms)
 
 
 def test_panel_lines_carry_gpu_power_and_thermal_state() -> None:
