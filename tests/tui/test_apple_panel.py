@@ -9,10 +9,10 @@ tests/fixtures/apple/m4_trace.json). Its figures, by hand from those fixtures:
   2018 mJ → 2.0 W; ANE 5000 → 5000: 0.0 W;
 * thermal pressure level 2: "serious".
 
-The sample is the real ProbeSampler's, so its verdict is the sampler's own: "serious" is a FAIL, so the
-machine is NOISY with heat named. At 80×24 the panel gives way to the one-line badge, which
-carries them in a few words; at 160×45 the panel shows the finding, the GPU's line, the rails
-and the thermal state.
+The sample is the real ProbeSampler's, so its verdict is the sampler's own: "serious" is a
+FAIL, so the machine is NOISY with heat named. At 80×24 the panel gives way to the one-line
+badge, which carries them in a few words; at 160×45 the panel shows the finding, the GPU's
+line, the rails and the thermal state.
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ class Fixed:
 
 def apple_sample(t_ns: int) -> ProbeSample:
     """One sample of the real ProbeSampler whose GPU probe is AppleProbe fed its fakes
-    (`primed_probe`: the reading over rows 1 → 2 of the M4 trace) and whose system and processes are the fakes'
-    fixed ones: the verdict is the sampler's own, so the recorded thermal level 2 is a FAIL
-    (thermal-pressure) above Chromium's WARN. Its stamp is `t_ns`, its cost the fakes' 2.5 ms."""
+    (`primed_probe`: the reading over rows 1 → 2 of the M4 trace) and whose system and
+    processes are the fakes' fixed ones: the verdict is the sampler's own, so the recorded
+    thermal level 2 is a FAIL (thermal-pressure) above Chromium's WARN. Its stamp is `t_ns`,
+    its cost the fakes' 2.5 ms."""
     probe = primed_probe()
     base = machine_sample(t_ns, 40.0, busy_apps(), Verdict.of([]), 3.2)
     sampler = ProbeSampler(system_probe=Fixed(base.system),  # type: ignore[arg-type]
