@@ -40,7 +40,10 @@ from typing import Any
 
 import httpx
 
-PACE_S = 1.0  # one reading a second while the panel is shown: a reading costs ~2 ms of CPU
+# One reading a second while the panel is shown: a reading of llama-server's /slots and
+# /metrics cost 3.0 ms of CPU (median of 60; p90 3.7 ms) on a loaded 2-core VM, so 0.3 % of
+# a core; the panel's text is built in 0.03 ms and redrawn only when it changed.
+PACE_S = 1.0
 READ_TIMEOUT_S = 0.8  # a route's whole answer; below the pace, so readings never pile up
 MAX_SLOTS = 4096  # as llama_props.MAX_SLOTS: more entries are not believed
 MAX_MODELS = 64  # /api/ps entries kept (an engine holds a few models at once)
