@@ -171,3 +171,4 @@ def test_a_bench_report_says_both_in_markdown_and_json(tmp_path) -> None:  # typ
     data = json.loads(render(report, "json"))
     assert [f["code"] for f in data["soc_findings"]] == [
         "thermal-pressure", "memory-bandwidth-contender"]
+    assert "Heat and memory contention" in render(report, "html")  # the page carries it
