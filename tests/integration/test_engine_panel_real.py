@@ -79,6 +79,7 @@ async def test_the_tui_engine_panel_on_llama_server(two_slots, tmp_path):
     from llmtop.tui.app import make_app
     from llmtop.tui.state.settings import TuiSettings
     from llmtop.tui.widgets.engine_panel import EnginePanel
+    from llmtop.tui.widgets.header_line import identity_parts
     from tests.tui.fakes import type_text, wait_for
 
     log = tmp_path / "tui.jsonl"
@@ -89,6 +90,12 @@ async def test_the_tui_engine_panel_on_llama_server(two_slots, tmp_path):
         await wait_for(pilot, lambda: app.link.ready or app.link.connect_failure is not None, 60,
                        "the connection")
         assert app.link.connect_failure is None, app.link.connect_failure
+        # the header: the GGUF by its base name (llama-server lists its path) and the
+        # server's slots, threads, flash-attn and KV type (its /props and command line)
+        parts = [text for _, text in identity_parts(app.link.conn)]
+        assert "gemma-3-270m-q4_k_m.gguf" in parts and not any(p.startswith("/") for p in parts)
+        assert "2 slots × 2048 ctx" in parts and f"{two_slots.threads} threads" in parts
+        assert "flash-attn auto · KV f16" in parts
         panel = app.query_one(EnginePanel)
         await pilot.press("f4")
         await type_text(pilot, PROMPT)
