@@ -2,7 +2,8 @@
 the GPU probe reads a fake amdgpu tree (tests/unit/test_gpu_sysfs.py's `amd_card`: the files
 and units the kernel documents) through GpuProbe's `drm_root`, the folder it reads instead of
 /sys/class/drm; the same tree mounted over /sys/class in a private mount namespace gives the
-real CLI the same figures (test_gpu_sysfs.py). By hand from the tree:
+real CLI (test_gpu_sysfs.py) and the TUI's own default sampler (the last test here) the same
+figures. By hand from the tree:
 
 * busy 37 % (gpu_busy_percent "37"), VRAM 4.0 GiB of 24.0 GiB (mem_info_vram_used
   4294967296 B, mem_info_vram_total 25769803776 B), 85 W (power1_average 85000000 µW):
@@ -14,6 +15,8 @@ real CLI the same figures (test_gpu_sysfs.py). By hand from the tree:
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from llmtop.probes.verdict import Verdict
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.widgets.system_view import gpu_line
-from tests.unit.test_gpu_sysfs import amd_card
+from tests.unit.test_gpu_sysfs import amd_card, needs_namespace
 
 from .fakes import MS, SENT_NS, app_usage, busy_apps, fake_connection, machine_sample, wait_for
 from .test_fake_engine import build, drawn, send
@@ -85,3 +88,22 @@ def test_main_screen_with_an_amd_card_and_the_offload_finding(
         await wait_for(pilot, lambda: drawn(app), what="the finding drawn")
 
     assert snap_compare(seeded(app), terminal_size=(160, 45), run_before=run_before)
+
+
+@needs_namespace
+def test_the_default_sampler_reads_the_card_over_sys_class(tmp_path: Path) -> None:
+    """No seam: the TUI's own sampler (ProbeSampler with its default probes) in a process
+    whose /sys/class is the fake tree's (unshare -m), its sample drawn as the panel draws
+    it: the AMD card's line is there."""
+    amd_card(tmp_path / "class" / "drm")
+    code = ("from llmtop.probes.sampler import ProbeSampler\n"
+            "from llmtop.tui.widgets.system_view import system_text\n"
+            "s = ProbeSampler().sample_once()\n"
+            "print(system_text(s.system, s.gpu).plain)\n")
+    script = (f"mount --bind {tmp_path / 'class'} /sys/class && exec timeout -s KILL 60 "
+              f"{sys.executable} -c '{code}'")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, check=False, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert AMD_LINE in done.stdout.splitlines()
