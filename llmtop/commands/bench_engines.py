@@ -64,7 +64,7 @@ def engine_items(text: str) -> tuple[str, ...]:
 
 def check_engine_flags(args: argparse.Namespace) -> None:
     """Raise UsageError for a flag `--engines` cannot honour (_SINGLE_ENGINE, --engine, the
-    relay path, an HTML report), before anything is probed."""
+    relay path), before anything is probed."""
     for name, default, flag in _SINGLE_ENGINE:
         if getattr(args, name, default) not in (default, None, False, 0, ()):
             raise UsageError(f"{flag} measures one engine: run it without --engines (each "
@@ -73,8 +73,6 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         raise UsageError("--engines names the engines; leave out --engine")
     if getattr(args, "via", "direct") != "direct":
         raise UsageError("--engines measures each engine directly; leave out --via")
-    if getattr(args, "format", None) == "html":
-        raise UsageError("an engine set's report is md or json; html is a single run's page")
 
 
 def _port(item: str) -> int | None:

@@ -51,18 +51,19 @@ def _as_tool(log: RunLog, args: argparse.Namespace) -> str:
 
 def _engine_set(args: argparse.Namespace) -> str:
     """An engine set's comparison (records/engine_set.py: the set's file, then each engine's
-    log) in md or json; raises UsageError for another format, an unreadable set or log."""
+    log) in md, json or html; raises UsageError for csv or --as, an unreadable set or log."""
     from llmtop.sessions.analysis.engine_set import analyze_set
     from llmtop.sessions.records.engine_set import read_set
     from llmtop.sessions.records.log import LogError, read_log
     from llmtop.sessions.reports.formats import render
 
-    if args.format not in ("md", "json") or getattr(args, "as_tool", None):
-        raise UsageError("an engine set's report is md or json (no --as): use --format md or "
-                         "json, or `llmtop report` each engine's log")
+    if args.format == "csv" or getattr(args, "as_tool", None):
+        raise UsageError("an engine set's report is md, json or html (no csv, no --as): "
+                         "`llmtop report` each engine's log for those")
     try:
         engine_set = read_set(args.log_file)
-        logs = [read_log(engine_set.log_path(e), chunks=False) for e in engine_set.engines]
+        logs = [read_log(engine_set.log_path(e), chunks=args.format == "html")
+                for e in engine_set.engines]
     except LogError as exc:
         raise UsageError(str(exc)) from None
     return render(analyze_set(engine_set, logs), args.format)

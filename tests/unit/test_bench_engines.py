@@ -370,3 +370,14 @@ def test_an_engine_that_cannot_be_reached_gives_connects_exit_code(monkeypatch, 
     code = asyncio.run(_connect(argparse.Namespace(model="x"), engines))
     assert code == ExitCode.MODEL_NOT_FOUND and len(closed) == 1
     assert "llmtop: llama-server@8080: no model 'x' — pull it" in capsys.readouterr().err
+
+
+def test_the_set_as_one_page(tmp_path):
+    from llmtop.sessions.reports.formats import render
+
+    back = read_set(_set(tmp_path))
+    page = render(analyze_set(back, [read_log(back.log_path(e)) for e in back.engines]), "html")
+    assert "<h1>llmtop bench --engines</h1>" in page
+    # one figure per metric table with a median (both engines have every metric here)
+    assert page.count('data-plot="engines-') == 5
+    assert '"arrayminus":[3.25,6.5]' in page  # TTFT: 100.25 − 97, 200.5 − 194

@@ -4,8 +4,8 @@ A subject is what a command has to show: a run's `Report` (run.build: a bench or
 interactive session), a sweep's `LoadAnalysis` (analysis/load.py), a watch log's
 `WatchAnalysis` (analysis/watch.py), `Comparisons` (`llmtop compare`) or a `SetAnalysis`
 (`llmtop bench --engines`: analysis/engine_set.py). Each has its
-text renderers here, by format; "html" is the self-contained page (html.py) of every
-subject but the engine set, imported here and only here, when a page is asked for, since
+text renderers here, by format; "html" is every subject's
+self-contained page (html.py), imported here and only here, when a page is asked for, since
 plotly's import costs a second that a markdown report should not pay. A new format is one
 entry in `TEXT` (or one page function in html.py).
 """
@@ -41,19 +41,19 @@ TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
 def formats(kind: type) -> tuple[str, ...]:
     """The formats a subject type renders to ("md", …, "html"). Raises KeyError for a type
     that is not a subject."""
-    return (*TEXT[kind], *(() if kind is SetAnalysis else ("html",)))
+    return (*TEXT[kind], "html")
 
 
 def render(subject: Subject, fmt: str) -> str:
     """`subject` as text in `fmt` (one of `formats(type(subject))`). Raises ValueError
     naming the formats there are for anything else."""
     kind = type(subject)
-    if fmt == "html" and "html" in formats(kind):
+    if fmt == "html":
         from llmtop.sessions.reports import html  # plotly: only when a page is asked for
 
         pages: dict[type, Callable[[Any], str]] = {
             Report: html.report_html, LoadAnalysis: html.load_html, Comparisons: html.compare_html,
-            WatchAnalysis: html.watch_html,
+            WatchAnalysis: html.watch_html, SetAnalysis: html.engine_set_html,
         }
         return pages[kind](subject)
     renderer = TEXT[kind].get(fmt)

@@ -25,10 +25,12 @@ from markdown_it import MarkdownIt
 
 from llmtop.safetext import visible
 from llmtop.sessions.analysis.compare.groups import groups
+from llmtop.sessions.analysis.engine_set import SetAnalysis
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.run import analyze_run, size_key
 from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
 from llmtop.sessions.analysis.watch import WatchAnalysis, group_key
+from llmtop.sessions.reports import engine_set as engine_set_report
 from llmtop.sessions.reports import load as load_report
 from llmtop.sessions.reports import watch as watch_report
 from llmtop.sessions.reports.compare import Comparisons
@@ -38,6 +40,7 @@ from llmtop.sessions.reports.plots import (
     TimeAxis,
     cache_pairs_figure,
     compare_figure,
+    engines_figure,
     figure_html,
     itl_figure,
     load_curve_figure,
@@ -234,3 +237,16 @@ def compare_html(subject: Comparisons) -> str:
                                  x.values, y.values)
             sections.append(_plot(figure_html(fig, f"compare-{next(counter)}")))
     return page("llmtop compare", sections)
+
+
+def engine_set_html(s: SetAnalysis) -> str:
+    """`bench --engines` as a page: the set's markdown (engines, model match, rounds, tables,
+    each pair's verdict), then per metric and prompt size each engine's median with its
+    95 % interval."""
+    sections = [markdown_html(engine_set_report.markdown(s))]
+    for k, t in enumerate(s.tables, start=1):
+        rows = [(r.label, r.median, r.low, r.high) for r in t.rows if r.median is not None]
+        if rows:
+            fig = engines_figure(f"{t.metric.label}, {t.group}", t.metric.unit, rows)
+            sections.append(_plot(figure_html(fig, f"engines-{k}")))
+    return page("llmtop bench --engines", sections)

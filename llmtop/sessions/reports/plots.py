@@ -8,6 +8,8 @@
 * `itl_figure`: inter-token latency distributions (gaps between streamed chunks).
 * `load_curve_figure`: throughput against latency per load level, with the SLO line.
 * `compare_figure`: the per-request values of A and B side by side for each metric.
+* `engines_figure`: several engines' medians of one metric with their 95 % intervals
+  (`bench --engines`).
 * `prefill_curve_figure`, `turns_figure`, `cache_pairs_figure`: a sweep's prefill curve with
   its residuals, a conversation's turns, the prefix cache's cold and warm requests.
 
@@ -249,6 +251,22 @@ def compare_figure(title: str, metrics: Sequence[tuple[str, str]],
                                  boxpoints="all", jitter=0.4, marker_color=colour,
                                  showlegend=False), row=1, col=col)
     fig.update_layout(title=html.escape(title), height=400)
+    return fig
+
+
+def engines_figure(title: str, unit: str,
+                   rows: Sequence[tuple[str, float, float | None, float | None]]) -> go.Figure:
+    """Each engine's median of one metric with its 95 % interval as an error bar (none when
+    the interval is n/a). rows: (engine, median, low, high), in the set's order; unit: the
+    metric's, on the axis."""
+    fig = go.Figure(go.Scatter(
+        x=[html.escape(r[0]) for r in rows], y=[r[1] for r in rows], mode="markers",
+        marker={"size": 10, "color": "#1f77b4"},
+        error_y={"type": "data", "symmetric": False,
+                 "array": [0 if r[3] is None else r[3] - r[1] for r in rows],
+                 "arrayminus": [0 if r[2] is None else r[1] - r[2] for r in rows]}))
+    fig.update_layout(title=html.escape(title), height=360, yaxis_title=unit,
+                      yaxis_rangemode="tozero")
     return fig
 
 
