@@ -328,3 +328,19 @@ def test_an_amd_board_at_its_power_cap_is_power_capped(tmp_path: Path) -> None:
                                       "218.0 W >= 97% of power1_cap 220.0 W"),)
     _write(tmp_path / "hwmon" / "hwmon4", {"power1_average": "150000000\n"})
     assert reader.read() == ()
+
+
+def test_hostile_files_are_no_throttle_and_never_block(tmp_path: Path) -> None:
+    import os
+
+    laptop(tmp_path)
+    zone = tmp_path / "thermal" / "thermal_zone1"
+    (zone / "temp").unlink()
+    os.mkfifo(zone / "temp")  # a FIFO would block a plain open(): refused, not read
+    _write(tmp_path / "hwmon" / "hwmon1", {"temp1_input": "9" * 40 + "\n"})  # not a number
+    _write(tmp_path / "thermal" / "thermal_zone0", {"trip_point_1_temp": "-5000\n"})
+    reader = ThermalReader(tmp_path / "thermal", tmp_path / "hwmon")
+    assert reader.read() == ()
+    # acpitz's only counted trip is now below 0 °C: not a limit, so the zone is not watched
+    assert [z.device for z in find_zones(tmp_path / "thermal")] == [
+        "thermal_zone1 x86_pkg_temp"]
