@@ -44,6 +44,10 @@ import httpx
 # /metrics cost 3.0 ms of CPU (median of 60; p90 3.7 ms) on a loaded 2-core VM, so 0.3 % of
 # a core; the panel's text is built in 0.03 ms and redrawn only when it changed.
 PACE_S = 1.0
+# An engine whose figures stayed the same for IDLE_AFTER readings (30 s at PACE_S: nobody is
+# using it) is read every IDLE_PACE_S until one changes, or a request starts in the TUI.
+IDLE_PACE_S = 5.0
+IDLE_AFTER = 30
 READ_TIMEOUT_S = 0.8  # a route's whole answer; below the pace, so readings never pile up
 MAX_SLOTS = 4096  # as llama_props.MAX_SLOTS: more entries are not believed
 MAX_MODELS = 64  # /api/ps entries kept (an engine holds a few models at once)
@@ -445,16 +449,26 @@ class StateReader:
 
 
 async def poll(reader: StateReader, on_state: Callable[[EngineState], Awaitable[None] | None],
-               pace_s: float = PACE_S) -> None:
+               pace_s: float = PACE_S, *, idle_pace_s: float = IDLE_PACE_S,
+               idle_after: int = IDLE_AFTER,
+               sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Read every `pace_s` seconds (from the start of one reading to the next: a slow answer
     shortens the wait, never piles readings up) and hand each to `on_state`, until
-    cancelled."""
+    cancelled; after `idle_after` readings in a row that changed nothing (`same_figures`:
+    an idle engine), every `idle_pace_s` until one changes. A caller that knows work is
+    starting (a request sent) starts a new poll rather than wait out the idle pace."""
+    last: EngineState | None = None
+    unchanged = 0
     while True:
         started = time.perf_counter()
-        result = on_state(await reader.read())
+        state = await reader.read()
+        unchanged = unchanged + 1 if state.same_figures(last) else 0
+        last = state
+        result = on_state(state)
         if result is not None:
             await result
-        await asyncio.sleep(max(0.05, pace_s - (time.perf_counter() - started)))
+        pace = idle_pace_s if unchanged >= idle_after else pace_s
+        await sleep(max(0.05, pace - (time.perf_counter() - started)))
 
 
 # llmtop's decode against the engine's: beyond this the two differ by more than how they

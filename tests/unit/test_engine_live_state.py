@@ -6,6 +6,7 @@ disagreement line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -182,3 +183,30 @@ async def test_reader_reads_a_server_and_logs_only_changes():
     assert third.processing == 1.0  # without /metrics, the busy slots say it
     assert json.dumps(third.to_dict())  # JSON-ready
     await client.aclose()
+
+
+async def test_poll_slows_down_once_nothing_changes_and_not_before():
+    """Readings that change nothing: the first `idle_after` waits are the pace less the
+    reading's time (a reading takes ~0 here), the ones after it the idle pace; a change
+    brings the pace back."""
+    from llmtop.engines.live_state import poll
+
+    figures = iter([0.0] * 5 + [1.0] + [1.0] * 4)
+
+    class Reader:
+        async def read(self) -> EngineState:
+            return EngineState("llama-server", "u", processing=next(figures))
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 10:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await poll(Reader(), lambda s: None, 1.0, idle_pace_s=5.0, idle_after=2,
+                   sleep=sleep)  # type: ignore[arg-type]
+    # readings 1-5 unchanged after the first: unchanged counts 0,1,2,3,4 → idle from the 3rd;
+    # the 6th changes (0), the 7th-10th unchanged again: 1,2,3,4
+    assert [round(w) for w in waits] == [1, 1, 5, 5, 5, 1, 1, 5, 5, 5]

@@ -252,6 +252,7 @@ class MainScreen(Screen[None]):
                 self.viewing = None
                 self._wake()  # frames follow the stream until it ended, then the timer draws
                 self.host.link.set_probe_interval(streaming=True)
+                self.query_one(EnginePanel).request_started()
 
             def on_event(event: StreamEvent) -> None:
                 assert live is not None

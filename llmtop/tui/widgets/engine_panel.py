@@ -3,11 +3,12 @@ queue, vLLM's queue and KV cache, Ollama's loaded models counting down to their 
 (`engines.live_state`; what is shown: `tui.state.engine_view`).
 
 Hidden until F4; while shown it reads the engine every `live_state.PACE_S` (1 s) in a worker
-of its own, between requests and during them, and stops reading when hidden again (a reading
-costs the engine an HTTP answer and llmtop ~3 ms of CPU, measured at `live_state.PACE_S`:
-nothing is read that nobody looks at). Each reading that changed a figure is handed to
-`record` (the session log's `engine_state` record). The text is redrawn in place
-(`QuietStatic`): a screen layout only when its number of lines changes.
+of its own, between requests and during them (every 5 s once the engine's figures stayed the
+same for 30 s, until they change or a request starts), and stops reading when hidden again
+(a reading costs the engine an HTTP answer and llmtop ~3 ms of CPU, measured at
+`live_state.PACE_S`: nothing is read that nobody looks at). Each reading that changed a
+figure is handed to `record` (the session log's `engine_state` record). The text is redrawn
+in place (`QuietStatic`): a screen layout only when its number of lines changes.
 """
 
 from __future__ import annotations
@@ -98,6 +99,13 @@ class EnginePanel(QuietStatic):
         """The other engines answering on this machine (shown under the figures)."""
         self.others = tuple(others)
         self._draw()
+
+    def request_started(self) -> None:
+        """A request was sent: read now, at the full pace again (the idle pace of an engine
+        nobody used, `live_state.poll`, would see its start up to 5 s late)."""
+        if self.reading:
+            self._stop()
+            self._start()
 
     def request_ended(self, client_decode: float | None) -> None:
         """A request ended with llmtop's decode rate `client_decode` (tok/s, None: n/a): the
