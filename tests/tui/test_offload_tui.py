@@ -95,3 +95,28 @@ async def test_an_agreeing_machine_asks_the_engine_nothing_and_shows_nothing(
         assert (engine.asked, live.offload) == (0, None)
         assert shown(app, "#offload") == ""
 
+
+
+class BrokenEngine(ClaimingEngine):
+    """An engine whose /api/ps answer cannot be read (any error, not only EngineError)."""
+
+    async def model_info(self, model: str) -> ModelInfo:
+        self.asked += 1
+        raise RuntimeError("connection reset mid-answer")
+
+
+async def test_an_engine_that_cannot_say_loses_the_finding_not_the_app(tmp_path: Path) -> None:
+    engine = BrokenEngine()
+    app, _ = build(tmp_path, fake_connection(engine))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await wait_for(pilot, lambda: done(app), what="request done")
+        live = app.main_screen.live
+        assert live is not None
+        app.post_message(ProbeSampled(engine_sample(900.0, 250.0), live))  # contradicts
+        await wait_for(pilot, lambda: engine.asked == 1, what="the engine asked")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.is_running and live.offload is None
+        await send(pilot, app, "think")  # the app still measures
+        await wait_for(pilot, lambda: done(app, 2), what="second request")
