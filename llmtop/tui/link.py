@@ -27,6 +27,7 @@ from llmtop.engines.connection import Connection
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
+from llmtop.sessions.records.base import RecordError
 from llmtop.sessions.records.log import LogError
 from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord, decode
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
@@ -259,8 +260,7 @@ class EngineLink:
             return False
         start, stop = live.span_ns
         samples = [s for s in recent if s is not end and start <= s.t_ns <= (stop or s.t_ns)]
-        records = [r for s in (*samples, end)
-                   if isinstance(r := decode({"type": "probe", **s.to_dict()}), ProbeRecord)]
+        records = [r for s in (*samples, end) if (r := _probe_record(s)) is not None]
         m = result.metrics
         rate = m.server_decode_tps or m.client_decode_tps
         server = "llama-server" if (conn.engine_config or {}).get("server") == "llama-server" \
@@ -326,6 +326,16 @@ class EngineLink:
                 recorder.record_probe_state(state, detail)
         with contextlib.suppress(RuntimeError):  # the loop may be closing
             self._post(ProbeStateChanged())
+
+
+def _probe_record(sample: ProbeSample) -> ProbeRecord | None:
+    """A sample as the session log reads it back (`decode`: the offload rule reads logged
+    probes); None for one the reader would refuse (a figure no measurement can be)."""
+    try:
+        record = decode({"type": "probe", **sample.to_dict()})
+    except RecordError:
+        return None
+    return record if isinstance(record, ProbeRecord) else None
 
 
 __all__ = ["END_SAMPLE_S", "STREAM_PROBE_INTERVAL_S", "EngineLink", "machine_label"]

@@ -120,3 +120,16 @@ async def test_an_engine_that_cannot_say_loses_the_finding_not_the_app(tmp_path:
         assert app.is_running and live.offload is None
         await send(pilot, app, "think")  # the app still measures
         await wait_for(pilot, lambda: done(app, 2), what="second request")
+
+
+def test_a_sample_the_log_reader_would_refuse_is_left_out() -> None:
+    from llmtop.tui.link import _probe_record
+
+    # a CPU figure of NaN: the session log's reader refuses the record (check_numbers), so
+    # the offload rule, which reads samples as the log gives them back, leaves it out
+    bad = machine_sample(SENT_NS, float("nan"), (), Verdict.of(()), 1.0)
+    good = engine_sample(100.0, 200.0)
+    assert _probe_record(bad) is None
+    record = _probe_record(good)
+    assert record is not None and record.processes is not None
+    assert [(a.app, a.cpu_percent) for a in record.processes.apps] == [("ollama", 200.0)]
