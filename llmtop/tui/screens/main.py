@@ -338,7 +338,8 @@ class MainScreen(Screen[None]):
         ends = message.ends if isinstance(message.ends, LiveRequest) else None
         self._recent.append(message.sample)
         if ends is not None and ends.result is not None:
-            self.app.run_worker(self._offload(ends, message.sample), group="offload")
+            self.app.run_worker(self._offload(ends, message.sample), group="offload",
+                                exit_on_error=False)  # a finding lost, never the app
         noise = self.host.noise
         if not noise.add(message.sample, ends.span_ns[0] if ends else None):
             return
