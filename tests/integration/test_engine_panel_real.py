@@ -56,18 +56,19 @@ async def test_busy_slots_and_kv_use_rise_and_the_servers_decode(two_slots):
     # two requests decoding: the tokens the slots hold grow from one reading to a later one
     assert busy[-1].kv_pct is not None and busy[0].kv_pct is not None
     assert busy[-1].kv_pct > busy[0].kv_pct > 0
-    assert all(r.processing == 2.0 for r in busy) and all(r.waiting == 0.0 for r in busy)
+    # /metrics is read beside /slots: its count may lag a slot's start or end by a moment
+    assert max(r.processing or 0 for r in busy) == 2.0 and all(r.waiting == 0.0 for r in busy)
     # tokens a busy slot holds: at least its decoded ones, at most its context
     for slot in busy[-1].slots or ():
         assert slot.decoded is not None and slot.tokens is not None
         assert slot.decoded <= slot.tokens <= 2048
-    # both ended: the predicted counters grew by 320 tokens over the two requests' own
-    # generation seconds; the server's rate is their mean as its `timings` give them
+    # both ended: the predicted counters grew by each request's tokens and its own
+    # generation seconds, so the server's rate over the first reading that saw one or both
+    # end lies between the two requests' own `timings` rates (n / predicted_ms)
     assert after.busy_slots == 0
     rates = [t["predicted_n"] / t["predicted_ms"] * 1000 for t in timings]
     server = next(r.decode_tok_s for r in (*readings, after) if r.decode_tok_s is not None)
-    total_s = sum(t["predicted_ms"] for t in timings) / 1000
-    assert server == pytest.approx(sum(t["predicted_n"] for t in timings) / total_s, rel=0.02)
+    assert min(rates) * 0.98 <= server <= max(rates) * 1.02
     print(f"KV {busy[0].kv_pct:.1f} % → {busy[-1].kv_pct:.1f} % over {len(busy)} busy readings;"
           f" server decode {server:.1f} tok/s (timings: {rates[0]:.1f}, {rates[1]:.1f})")
     await reader.aclose()
