@@ -37,10 +37,10 @@ from llmtop.sessions.measure.request import (
     RequestCollector,
     RequestResult,
     chat_messages,
-    chunk_limit,
     past_predict,
     stalled,
 )
+from llmtop.stamping.bounds import chunk_limit
 from llmtop.stamping.stamps import arrival_ns, stamping
 
 
