@@ -362,10 +362,13 @@ class StateReader:
     """Reads one engine's own figures (`read`), keeping the previous reading for the rates.
 
     kind: one of KINDS; url: the engine's root ("http://127.0.0.1:8080", no "/v1");
-    client: an httpx client to read with (None: one of its own, closed by `aclose`).
+    client: an httpx client to read with (None: one of its own, closed by `aclose`);
+    query: added to llama-server's routes: a router's "?model=…&autoload=false"
+    (`llama_props.model_query`), whose /slots and /metrics are its model's.
     """
 
-    def __init__(self, kind: str, url: str, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, kind: str, url: str, client: httpx.AsyncClient | None = None,
+                 query: str = "") -> None:
         if kind not in KINDS:
             raise ValueError(f"no live figures for a {kind!r} engine: only {', '.join(KINDS)}")
         self.kind = kind
@@ -373,6 +376,7 @@ class StateReader:
         self._own = client is None
         self._client = client or httpx.AsyncClient(trust_env=False)
         self.last: EngineState | None = None
+        self.query = query
 
     async def aclose(self) -> None:
         """Close the client it made (not one it was given)."""
@@ -401,8 +405,8 @@ class StateReader:
         elif self.kind == "vllm":
             state = self._vllm(await self._get("/metrics", False), notes)
         else:
-            slots, text = await asyncio.gather(self._get("/slots", True),
-                                               self._get("/metrics", False))
+            slots, text = await asyncio.gather(self._get(f"/slots{self.query}", True),
+                                               self._get(f"/metrics{self.query}", False))
             state = self._llama(slots, text, notes)
         wall = datetime.now(UTC).isoformat(timespec="milliseconds")
         state = replace(state, t_ns=time.perf_counter_ns(), wall_time=wall, notes=tuple(notes))

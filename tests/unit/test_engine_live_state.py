@@ -210,3 +210,24 @@ async def test_poll_slows_down_once_nothing_changes_and_not_before():
     # readings 1-5 unchanged after the first: unchanged counts 0,1,2,3,4 → idle from the 3rd;
     # the 6th changes (0), the 7th-10th unchanged again: 1,2,3,4
     assert [round(w) for w in waits] == [1, 1, 5, 5, 5, 1, 1, 5, 5, 5]
+
+
+async def test_a_routers_slots_are_its_models():
+    """A llama-server router answers /slots only for a model named in the query
+    (`llama_props.model_query`): the reader asks with it."""
+    from llmtop.engines.llama_props import model_query
+
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        if request.url.path == "/slots" and request.url.params.get("model") == "m":
+            return httpx.Response(200, json=[{"id": 0, "n_ctx": 2048, "is_processing": False}])
+        return httpx.Response(404)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    reader = StateReader("llama-server", "http://router:8080", client, query=model_query("m"))
+    state = await reader.read()
+    assert state.slots == (SlotState(0, False, 2048),) and state.processing == 0.0
+    assert "http://router:8080/slots?model=m&autoload=false" in asked
+    await client.aclose()

@@ -46,7 +46,11 @@ def reader_for(conn: Connection) -> tuple[StateReader | None, str | None]:
             return None, (f"{server or 'this OpenAI-compatible server'} publishes no live "
                           "figures llmtop reads (llama-server's /slots and /metrics, vLLM's "
                           "/metrics, Ollama's /api/ps)")
-        return StateReader(kind, upstream.root), None
+        from llmtop.engines.llama_props import model_query
+
+        # a llama-server router's /slots and /metrics are its model's, asked by name
+        query = model_query(upstream.model) if kind == "llama-server" and upstream.router else ""
+        return StateReader(kind, upstream.root, query=query), None
     return StateReader("ollama", upstream.host), None
 
 
