@@ -64,6 +64,11 @@ DRAIN_TIMEOUT_S = 0.05  # the body's end follows the done line at once on a sane
 # alone ends 0–1 ms late; `sleep_until` wakes this much early and sleeps the rest (under 1 ms)
 # in the loop's own thread, where nanosleep keeps ~0.1 ms.
 TIMER_EARLY_NS = 1_000_000
+# The last stretch of a wait woken earlier than TIMER_EARLY_NS (a replay's sends: `released_at`'s
+# early_ns) is spun, not slept: a thread woken from a sleep waits for a CPU again, and on a
+# machine whose cores the engine keeps busy that wait was measured at milliseconds, while a
+# spinning thread is already on one. Spinning costs its CPU, so only that stretch spins.
+SPIN_NS = 300_000
 
 
 @dataclass(slots=True)
@@ -81,6 +86,8 @@ class SendStamp:
         and on loopback the woken server may run first); None without a stamping stream.
     connected: httpcore opened a new TCP connection for this request (none could be reused).
     release_ns: the moment its first write may go (`released_at`); None: at once.
+    release_early_ns: how long before `release_ns` the hold leaves asyncio's timer for the
+        loop's own thread (`sleep_until`).
     held_ns: how long its first write was held for `release_ns` (ns); None when it was not
         (no release set, or no stamping stream wrote it).
     """
@@ -92,6 +99,7 @@ class SendStamp:
     connected: bool = False
     release_ns: int | None = None
     held_ns: int | None = None
+    release_early_ns: int = TIMER_EARLY_NS
 
     @property
     def prep_ns(self) -> int | None:
@@ -110,31 +118,37 @@ class SendStamp:
 _CURRENT: contextvars.ContextVar[SendStamp | None] = contextvars.ContextVar(
     "llmtop_send_stamp", default=None
 )
-_RELEASE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "llmtop_send_release", default=None
+_RELEASE: contextvars.ContextVar[tuple[int | None, int]] = contextvars.ContextVar(
+    "llmtop_send_release", default=(None, TIMER_EARLY_NS)
 )
 
 
 @contextmanager
-def released_at(t_ns: int | None) -> Iterator[None]:
+def released_at(t_ns: int | None, early_ns: int = TIMER_EARLY_NS) -> Iterator[None]:
     """Requests stamped inside this block (in this task) leave at `t_ns` (perf_counter_ns),
-    not before: their first write is held until then (`hold`). None: no hold."""
-    token = _RELEASE.set(t_ns)
+    not before: their first write is held until then (`hold`, waking `early_ns` before it:
+    `sleep_until`). None: no hold."""
+    token = _RELEASE.set((t_ns, early_ns))
     try:
         yield
     finally:
         _RELEASE.reset(token)
 
 
-async def sleep_until(t_ns: int) -> None:
-    """Return at `t_ns` (perf_counter_ns) or just after it: asyncio's timer until
-    TIMER_EARLY_NS before, then a blocking sleep of the rest (< 1 ms) in this thread."""
+async def sleep_until(t_ns: int, early_ns: int = TIMER_EARLY_NS) -> None:
+    """Return at `t_ns` (perf_counter_ns) or just after it: asyncio's timer until `early_ns`
+    before (at least TIMER_EARLY_NS: the timer is 0-1 ms late), then a blocking sleep of the
+    rest in this thread; woken earlier than TIMER_EARLY_NS, the last SPIN_NS are spun."""
+    early_ns = max(early_ns, TIMER_EARLY_NS)
     wait_ns = t_ns - perf_counter_ns()
-    if wait_ns > TIMER_EARLY_NS:
-        await asyncio.sleep((wait_ns - TIMER_EARLY_NS) / 1e9)
-    rest_ns = t_ns - perf_counter_ns()
-    if rest_ns > 0:  # < 1 ms; bytes arriving meanwhile keep their kernel receive stamps
-        sleep(rest_ns / 1e9)  # noqa: ASYNC251 (the loop's other work waits ≤ 1 ms)
+    if wait_ns > early_ns:
+        await asyncio.sleep((wait_ns - early_ns) / 1e9)
+    spin_ns = SPIN_NS if early_ns > TIMER_EARLY_NS else 0
+    rest_ns = t_ns - spin_ns - perf_counter_ns()
+    if rest_ns > 0:  # bytes arriving meanwhile keep their kernel receive stamps
+        sleep(rest_ns / 1e9)  # noqa: ASYNC251 (the loop's other work waits ≤ early_ns)
+    while perf_counter_ns() < t_ns:  # the spun stretch (none by default)
+        pass
 
 
 async def hold() -> None:
@@ -145,7 +159,7 @@ async def hold() -> None:
     if stamp is None or stamp.release_ns is None or stamp.held_ns is not None:
         return
     t_ns = perf_counter_ns()
-    await sleep_until(stamp.release_ns)
+    await sleep_until(stamp.release_ns, stamp.release_early_ns)
     stamp.held_ns = perf_counter_ns() - t_ns
 
 
@@ -153,8 +167,9 @@ async def hold() -> None:
 def stamping(prepare_ns: int | None = None) -> Iterator[SendStamp]:
     """Open a SendStamp for the request about to be made in this task (`prepare_ns`:
     perf_counter_ns when it was asked for; default now)."""
+    release_ns, early_ns = _RELEASE.get()
     stamp = SendStamp(perf_counter_ns() if prepare_ns is None else prepare_ns,
-                      release_ns=_RELEASE.get())
+                      release_ns=release_ns, release_early_ns=early_ns)
     token = _CURRENT.set(stamp)
     try:
         yield stamp

@@ -53,6 +53,19 @@ OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_p
                     "stop": "stop"}
 START_S = 0.1  # s: when the replay's first request leaves, from the level's start
 WARM_UP = 4  # the pool's connections opened before the replay (load/runner.OPEN_LOOP_WARMUP)
+WARM_UP_TOKENS = 2  # a warm-up's num_predict: it opens a connection, its answer is not used
+# How early a replayed request's task starts before its send (load/loops.LEAD_NS is 5 ms): a
+# server that closes every streamed response's connection (llama-server) makes each send
+# connect first, and on 2 cores shared with the engine that took 9-15 ms of 12 replayed
+# requests' preparation, which a 5 ms lead put into their lag. A request's task holds nothing
+# but its connection while it waits.
+LEAD_NS = 50_000_000
+# How early a replayed send's hold leaves asyncio's timer (stamps.sleep_until; a load sweep's
+# is 1 ms): a loop busy with other streams' chunks, or a process waiting for a core the engine
+# holds, woke 5-100 ms late from the timer on 2 cores; from 3 ms before, the loop's own thread
+# sleeps and then spins to the moment. The other streams wait at most that long, 12 times a
+# second here, and their chunks keep their kernel receive stamps meanwhile.
+SEND_EARLY_NS = 3_000_000
 CLOCK = "started_at (wall clock, µs; the watch records no monotonic offset)"
 
 
@@ -134,6 +147,8 @@ class ReplayRunner(LoadRunner):
     """A one-level sweep that sends a Trace's requests (module docstring); `speed` divides
     the recorded gaps; `back_to_back` sends each when the last ended."""
 
+    send_early_ns = SEND_EARLY_NS
+
     def __init__(self, conn: Connection, trace: Trace, *, speed: float = 1.0,
                  back_to_back: bool = False, max_tokens: int = 100, log_path: str | None = None,
                  on_progress: Callable[[LoadProgress], None] | None = None,
@@ -179,8 +194,10 @@ class ReplayRunner(LoadRunner):
         fields = {"phase": "warmup"}
         self.on_progress(LoadProgress("warmup", message=f"warm-up: {WARM_UP} concurrent "
                                       "requests of llmtop's own prompts, kept apart"))
+        options = {"num_predict": WARM_UP_TOKENS}
         await asyncio.gather(*(self._request(generator.make(max(words, 8)),
-                                             {**fields, "index": k}) for k in range(WARM_UP)))
+                                             {**fields, "index": k}, options=options)
+                               for k in range(WARM_UP)))
 
     def prompt_source(self, words: int, generator: PromptGenerator) -> Callable[[], Prompt]:
         """The originals in arrival order: their text, or random words of their size."""
@@ -211,7 +228,7 @@ class ReplayRunner(LoadRunner):
         # left 7 and 16 ms late on a busy 2-core machine, the rest 0.1-0.4 ms)
         offsets = [START_S + o / self.speed for o in self.trace.offsets_s]
         await open_loop(self._request, value, n, t0, "constant", fields, make_prompt, 0, 0,
-                        lambda: False, offsets=offsets)
+                        lambda: False, offsets=offsets, lead_ns=LEAD_NS)
 
 
 @dataclass(frozen=True)

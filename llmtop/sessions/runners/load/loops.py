@@ -95,10 +95,11 @@ async def open_loop(
     seed: int,
     stopped: Callable[[], bool],
     offsets: Sequence[float] | None = None,
+    lead_ns: int = LEAD_NS,
 ) -> None:
     """Send request first + k at t0 + offset_k (`arrival_offsets(rate, total, arrivals,
     seed)`, seconds, or the given `offsets`: a replayed trace's) whatever is in flight; each
-    runs in its own task, started LEAD_NS before (`send` holds it to `scheduled_ns`), and none
+    runs in its own task, started `lead_ns` before (`send` holds it to `scheduled_ns`), and none
     starts once stopped() (over-saturated). Cancelled, it cancels the requests in flight
     (each logged as "cancelled")."""
     if offsets is None:
@@ -108,7 +109,7 @@ async def open_loop(
         for k, offset in enumerate(offsets):
             scheduled = t0 + round(offset * 1e9)
             prompt = make_prompt()  # before the wait: off the send path (0.1 ms at 150 words)
-            wait_ns = scheduled - LEAD_NS - perf_counter_ns()
+            wait_ns = scheduled - lead_ns - perf_counter_ns()
             if wait_ns > 0:  # asyncio's timer is enough here: the send is held to the ns
                 await asyncio.sleep(wait_ns / 1e9)
             if stopped():  # over-saturated: nothing more leaves

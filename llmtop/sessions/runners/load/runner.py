@@ -61,7 +61,7 @@ from llmtop.sessions.runners.load.progress import LoadOutcome, LoadProgress, poo
 from llmtop.sessions.runners.load.search import run_search
 from llmtop.sessions.runners.load.server_metrics import ServerWatch
 from llmtop.sessions.runners.recorder import NO_FIELDS, RequestFields, SessionRecorder
-from llmtop.stamping.stamps import released_at
+from llmtop.stamping.stamps import TIMER_EARLY_NS, released_at
 
 OPEN_LOOP_WARMUP = 4  # concurrent warm-up requests before an open loop's first level
 
@@ -75,10 +75,14 @@ class LoadRunner:
     dataset: the user's requests (measure/dataset.py) in place of calibrated prompts (no
     calibration): the warm-up and each level take its records in file order from the first
     (from the start again past the last), each cache-busted unless `measure_cache`.
+    send_early_ns: how long before an open-loop send its hold leaves asyncio's timer
+    (stamps.sleep_until; a replay's is longer).
     Raises LogError (log not writable) and CalibrationError (prompt size unreachable). A
     preflight verdict is recorded, never a reason to refuse: a sweep on a NOISY machine says
     so per level (the probes' verdict column).
     """
+
+    send_early_ns = TIMER_EARLY_NS
 
     def __init__(
         self,
@@ -379,7 +383,8 @@ class LoadRunner:
             options = {**prompt.options, **(options or {})}
             fields = {**fields, **prompt.fields}
             history, prompt = prompt.history, prompt.prompt
-        with released_at(scheduled_ns):  # an open loop's send leaves at its scheduled moment
+        # an open loop's send leaves at its scheduled moment
+        with released_at(scheduled_ns, self.send_early_ns):
             result, record = await self.recorder.measure(
                 prompt, engine=self.engine, options={**self.recorder.options, **(options or {})},
                 late=late, history=history, fields=RequestFields(**fields),
