@@ -8,12 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmtop.commands.bench_engines import engine_items
 from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.flags import (
     INT32_MAX,
     dataset_flags,
     engine_flags,
+    engine_items,
     finite_number,
     parse_sizes,
     whole_number,
@@ -362,7 +362,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "engines", None):
         from llmtop.commands import bench_engines
 
-        return bench_engines.main(args)
+        return bench_engines.main(args, config_from_args(args))
     return run_stoppable(_bench(args), "llmtop bench")
 
 

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress
     from llmtop.sessions.runners.engines import InterleavedOutcome, Round
 
-_ITEM = re.compile(r"^[a-z][a-z0-9.-]*(@\d{1,5})?$")
 # What one set cannot run: each is a single-engine protocol, or sends one engine's requests
 # outside the rounds (flag, what it is) — refused rather than run on some engines only
 _SINGLE_ENGINE = (("runs", 1, "--runs"), ("compare_relay", False, "--compare-relay"),
@@ -42,24 +41,6 @@ _SINGLE_ENGINE = (("runs", 1, "--runs"), ("compare_relay", False, "--compare-rel
                   ("model_path", None, "--model-path"), ("host", None, "--host"),
                   ("depths", None, "--depths"))
 HASH_CHUNK = 2**20
-
-
-def engine_items(text: str) -> tuple[str, ...]:
-    """`--engines`' value: two or more comma-separated items, each a kind, kind@port or an
-    http(s) URL, none twice. Raises argparse.ArgumentTypeError naming the bad item."""
-    items = tuple(part.strip() for part in text.split(","))
-    for item in items:
-        if item.startswith(("http://", "https://")):
-            if not urlsplit(item).hostname:
-                raise argparse.ArgumentTypeError(f"{item!r} is a URL without a host")
-        elif not _ITEM.match(item):
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not an engine: give a kind as `llmtop engines` prints it "
-                "(llama-server, llmtop-embedded, ollama…), kind@port or a URL")
-    if len(items) < 2 or len(set(items)) != len(items):
-        raise argparse.ArgumentTypeError(
-            f"--engines needs two or more different engines, not {text!r}")
-    return items
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
@@ -249,14 +230,13 @@ async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
     return conns
 
 
-async def run_set(args: argparse.Namespace) -> int:
+async def run_set(args: argparse.Namespace, asked: BenchConfig) -> int:
     """Resolve, connect, match the model, run the rounds, write the set's file, print its
     report; returns `exit_code`'s code (USAGE-level refusals raise UsageError)."""
     import contextlib
     from datetime import datetime
 
     from llmtop import __version__
-    from llmtop.commands.bench import config_from_args
     from llmtop.sessions.analysis.engine_set import match_models
 
     engines = await resolve(args.engines)
@@ -274,7 +254,7 @@ async def run_set(args: argparse.Namespace) -> int:
         print(f"llmtop bench: model matched {match.how}: {match.said}", file=sys.stderr)
         if match.refused:
             raise UsageError(f"not measured: {match.said}")
-        config = replace(config_from_args(args), remeasure_budget=0)
+        config = replace(asked, remeasure_budget=0)
         set_file, logs = log_paths(args.log, labels)
         outcome = await _interleave(args, conns, labels, logs, config)
     if isinstance(outcome, int):
@@ -354,14 +334,15 @@ def _write_and_report(args: argparse.Namespace, engines: Sequence[FoundEngine],
     return exit_code(outcome.outcomes)
 
 
-def main(args: argparse.Namespace) -> int:
-    """`llmtop bench --engines`: check the flags, then run the set (`run_set`); returns an
+def main(args: argparse.Namespace, asked: BenchConfig) -> int:
+    """`llmtop bench --engines`: check the flags, then run the set (`run_set`) with the
+    BenchConfig the command line asked for (`asked`, built by commands.bench); returns an
     ExitCode (0 every engine measured clean or inconclusive, 1 one CONTAMINATED, 5 one with
     no ok request; 128 + the signal's number after SIGTERM/SIGHUP). Raises UsageError."""
     from llmtop.commands.stopping import run_stoppable
 
     check_engine_flags(args)
-    return run_stoppable(run_set(args), "llmtop bench")
+    return run_stoppable(run_set(args, asked), "llmtop bench")
 
 
 def exit_code(outcomes: Sequence[BenchOutcome]) -> int:

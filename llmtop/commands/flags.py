@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 from llmtop.engines.hosts import API_KEY_ENV
 from llmtop.engines.timeouts import TOKEN_TIMEOUT_S, parse_token_timeout
@@ -219,3 +221,25 @@ def probes_flags(g: argparse._ArgumentGroup, d: Callable[[object], object]) -> N
                    "machine) instead of this machine")
     g.add_argument("--probes-token-file", metavar="PATH", default=d(None),
                    help="the agent's token (default: $LLMTOP_AGENT_TOKEN)")
+
+
+# An engine as `llmtop engines` names it: a kind (lower-case words, dots, dashes), @port optional
+_ENGINE_ITEM = re.compile(r"^[a-z][a-z0-9.-]*(@\d{1,5})?$")
+
+
+def engine_items(text: str) -> tuple[str, ...]:
+    """`--engines`' value: two or more comma-separated items, each a kind, kind@port or an
+    http(s) URL, none twice. Raises argparse.ArgumentTypeError naming the bad item."""
+    items = tuple(part.strip() for part in text.split(","))
+    for item in items:
+        if item.startswith(("http://", "https://")):
+            if not urlsplit(item).hostname:
+                raise argparse.ArgumentTypeError(f"{item!r} is a URL without a host")
+        elif not _ENGINE_ITEM.match(item):
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not an engine: give a kind as `llmtop engines` prints it "
+                "(llama-server, llmtop-embedded, ollama…), kind@port or a URL")
+    if len(items) < 2 or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(
+            f"--engines needs two or more different engines, not {text!r}")
+    return items

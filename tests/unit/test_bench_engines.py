@@ -14,10 +14,10 @@ import pytest
 
 from llmtop.commands.bench_engines import (
     check_engine_flags,
-    engine_items,
     label_of,
     log_paths,
 )
+from llmtop.commands.flags import engine_items
 from llmtop.engines.discovery import FoundEngine
 from llmtop.exitcodes import UsageError
 from llmtop.sessions.analysis.compare.engines import quantization_name
