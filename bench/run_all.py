@@ -90,6 +90,13 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
         ["--tools", "llmtop,locust", "--rates", "25,50,100,200,400", "--seconds", "2"],
         ["--tools", "llmtop,locust", "--rates", "25,100,400", "--seconds", "1"],
     ),
+    # load --replay's arrival gaps against the real llama-server, the engine at nice 10 (the
+    # generator not queued behind its threads on the same cores), target 1 ms
+    "replay-gaps": (
+        "replay_gaps.py",
+        ["--replays", "5", "--engine-nice", "10"],
+        ["--replays", "2", "--engine-nice", "10"],
+    ),
     # informational: each llama.cpp configuration's rates, side by side (llama_config.py)
     "llama-configs": (
         "llama_configs.py",
