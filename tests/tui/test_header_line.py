@@ -58,3 +58,18 @@ def test_llama_servers_configuration_in_the_header() -> None:
     unread = {**config, "flags": {"source": "not read: remote"}}
     assert llama_server_parts(unread) == [(2, "4 slots × 1024 ctx")]
     assert llama_server_parts({"use_extra_bufts": True}) is None  # the embedded engine's
+
+
+def test_a_version_that_is_no_number_is_not_prefixed_with_v() -> None:
+    from types import SimpleNamespace
+
+    from llmtop.tui.widgets.header_line import identity_parts
+
+    def parts(version: str) -> list[str]:
+        conn = SimpleNamespace(info=None, engine=SimpleNamespace(name="e", host="h"),
+                               model="m", version=version, engine_config=None,
+                               engine_config_short=None)
+        return [text for _, text in identity_parts(conn)]  # type: ignore[arg-type]
+
+    assert parts("0.9.0")[-1] == "v0.9.0"
+    assert parts("llama-server b6500-0c1e570")[-1] == "llama-server b6500-0c1e570"

@@ -66,8 +66,9 @@ def identity_parts(conn: Connection) -> list[tuple[int, str]]:
         parts += [(rank, p) for rank, p in ((2, info.quantization), (3, info.parameter_size)) if p]
         if info.chat_template is False:  # it continues text rather than answering
             parts.append((0, "base model"))
-    if conn.version:
-        parts.append((6, f"v{conn.version}"))
+    if conn.version:  # "v0.9.0"; an OpenAI server's "llama-server b6500" as it is
+        version = conn.version
+        parts.append((6, f"v{version}" if version[:1].isdigit() else version))
     server = llama_server_parts(conn.engine_config or {})
     if server is not None:  # llama-server: its slots, threads, flash-attn and KV type
         parts += server
