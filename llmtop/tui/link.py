@@ -26,17 +26,15 @@ from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
 from llmtop.probes.engine_identity import is_local_host
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.analysis.offload import gpu_share, offload_finding
-from llmtop.sessions.records.base import RecordError
-from llmtop.sessions.records.log import LogError
-from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord, decode
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.settings import TuiSettings
 
-if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log's writer:
-    # imported as the probes start and the log opens, after the first frame
+if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log and its
+    # records (pydantic): imported as the probes start and the log opens, after the first frame
     from llmtop.probes.remote import AgentSampler
+    from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord
     from llmtop.sessions.runners.energy import EnergyMeter
     from llmtop.sessions.runners.recorder import SessionRecorder
 
@@ -143,7 +141,7 @@ class EngineLink:
         """Write a bench's start or end into the session log (a log that cannot be written
         already says so on screen)."""
         if self.recorder is not None:
-            with contextlib.suppress(LogError):
+            with contextlib.suppress(log_error()):
                 self.recorder.log.write(record)
 
     async def close(self) -> None:
@@ -152,7 +150,7 @@ class EngineLink:
         if self.sampler is not None:
             await asyncio.to_thread(self.sampler.stop)
         if self.recorder is not None:
-            with contextlib.suppress(LogError):
+            with contextlib.suppress(log_error()):
                 self.recorder.close()
         if self.conn is not None:
             await self.conn.close()
@@ -261,6 +259,8 @@ class EngineLink:
         start, stop = live.span_ns
         samples = [s for s in recent if s is not end and start <= s.t_ns <= (stop or s.t_ns)]
         records = [r for s in (*samples, end) if (r := _probe_record(s)) is not None]
+        from llmtop.sessions.analysis.offload import gpu_share, offload_finding
+
         m = result.metrics
         rate = m.server_decode_tps or m.client_decode_tps
         server = "llama-server" if (conn.engine_config or {}).get("server") == "llama-server" \
@@ -306,7 +306,7 @@ class EngineLink:
         and sets the idle interval back, before the thread waits for its next sample."""
         recorder = self.recorder
         if recorder is not None:
-            with contextlib.suppress(LogError):
+            with contextlib.suppress(log_error()):
                 recorder.record_probe(sample)
         ends = self._end_sample_for
         sampler = self.sampler
@@ -322,15 +322,26 @@ class EngineLink:
         """Runs in the agent reader's thread: log the change, relabel the panel."""
         recorder = self.recorder
         if recorder is not None:
-            with contextlib.suppress(LogError):
+            with contextlib.suppress(log_error()):
                 recorder.record_probe_state(state, detail)
         with contextlib.suppress(RuntimeError):  # the loop may be closing
             self._post(ProbeStateChanged())
 
 
+def log_error() -> type[Exception]:
+    """The session log's write error (`records.log.LogError`), imported when first needed:
+    the records (pydantic models) load after the first frame, with the log."""
+    from llmtop.sessions.records.log import LogError
+
+    return LogError
+
+
 def _probe_record(sample: ProbeSample) -> ProbeRecord | None:
     """A sample as the session log reads it back (`decode`: the offload rule reads logged
     probes); None for one the reader would refuse (a figure no measurement can be)."""
+    from llmtop.sessions.records.base import RecordError
+    from llmtop.sessions.records.schema import ProbeRecord, decode
+
     try:
         record = decode({"type": "probe", **sample.to_dict()})
     except RecordError:

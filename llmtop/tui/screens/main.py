@@ -43,7 +43,6 @@ from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.probes.sampler import ProbeSample
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
-from llmtop.sessions.records.request import RequestRecord
 from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled
@@ -68,6 +67,7 @@ if TYPE_CHECKING:  # the bench screen's module is imported when it opens
 
     from llmtop.engines.discovery import FoundEngine
     from llmtop.engines.live_state import EngineState
+    from llmtop.sessions.records.request import RequestRecord  # pydantic: with the log
     from llmtop.tui.screens.bench import BenchScreen
 
 # Frame rates: each frame a second costs ~0.5 % of a core on 2 cores, so text and numbers

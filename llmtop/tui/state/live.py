@@ -9,13 +9,16 @@ stamp, with the same formulas as `llmtop.sessions.measure.timeline` — the UI n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmtop.engines.events import Failure, PromptProgress, Status, StreamEvent
 from llmtop.safetext import visible
 from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
-from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 from llmtop.tui.state.prefill import PrefillExpectation, progress_text, waiting_text
+
+if TYPE_CHECKING:  # the records (pydantic) load after the first frame
+    from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 
 THINKING = "thinking"
 CONTENT = "content"

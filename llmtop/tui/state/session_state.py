@@ -25,13 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import (
-    CACHED_FRACTION,
-    CACHED_REPORTED_SHARE,
-    SIMILAR_COUNT,
-    BenchStatus,
-    cold_starts,
-)
 from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
@@ -212,6 +205,8 @@ def history_row(number: int, result: RequestResult, noisy: str | None,
     request's TPOT and decode are its
     chunks' (`live.cut_short`: it has no server counts), like the strip's "(chunks,
     cancelled)"."""
+    from llmtop.sessions.analysis.run import BenchStatus, cold_starts  # see `_cached_flags`
+
     m = result.metrics
     status = str(result.status)
     if cold is None:  # judged alone: the same rule with no other request to compare
@@ -252,6 +247,10 @@ def _cached_flags(requests: Sequence[LiveRequest]) -> list[bool]:
     cached."""
     results = [live.result if live.result is not None and live.result.status == Status.OK
                else None for live in requests]
+    # analysis.run (its records are pydantic models) is imported when requests are judged:
+    # the session strip is drawn in the first frame, before any request
+    from llmtop.sessions.analysis.run import CACHED_FRACTION, CACHED_REPORTED_SHARE, SIMILAR_COUNT
+
     per_token = [_per_token_ns(r) for r in results]
     counts = [r.stats.prompt_eval_count if r is not None and r.stats else None for r in results]
     known = [(v, c) for v, c in zip(per_token, counts, strict=True) if v is not None and c]
@@ -362,6 +361,8 @@ class SessionState:
         the other requests' loads (`analysis.run.cold_starts`), so the first of a session (826
         ms, the next ones 0.3) is one even under COLD_START_MS. Cached per request count."""
         if self._cold[0] != len(self.requests):  # results change only by an add
+            from llmtop.sessions.analysis.run import cold_starts  # see `_cached_flags`
+
             loads = [(live.result.metrics.load_ms or 0.0) if live.result else 0.0
                      for live in self.requests]
             self._cold = (len(self.requests), [cold for cold, _ in cold_starts(loads)])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -24,15 +25,16 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import BenchStatus
 from llmtop.sessions.measure.request import RequestResult
-from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 from llmtop.tui.state import fmt
 from llmtop.tui.state.live import CutShort, LiveRequest, cut_short
 from llmtop.tui.state.session_state import GapsView, gaps_view
 from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text
+
+if TYPE_CHECKING:  # the records (pydantic) load after the first frame
+    from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 
 _HIDE_EMPTY = frozenset({"failure", "noise", "offload", "energy"})
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
@@ -151,6 +153,9 @@ def result_texts(result: RequestResult, word: str = "") -> dict[str, Text | str]
     cancelled request keeps its client figures per chunk (`cut_short_texts`). `word`: the
     session's status for an ok request (`SessionState.word`): "cold-start" or "cached" reads
     so, as in the history and the report."""
+    # analysis.run (records, pydantic) when a result is drawn, not before the first frame
+    from llmtop.sessions.analysis.run import BenchStatus
+
     m = result.metrics
     # "chunks" when the server sent no eval_count: the count is the client's, not tokens
     label = "chunks " if m.tokens_basis == "chunks" else "tokens "

@@ -23,7 +23,6 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from llmtop.engines.events import Status
-from llmtop.sessions.analysis.run import BenchStatus
 from llmtop.sessions.measure.metrics import TPOT, TTFT
 from llmtop.tui.state import fmt
 from llmtop.tui.state.session_state import (
@@ -94,6 +93,9 @@ def row_cells(row: HistoryRow, prompt_chars: int = PROMPT_CHARS) -> tuple[str | 
 def comparable(status: str) -> bool:
     """A finished request whose figures a ratio can use: ok or cold-start (not cancelled,
     not failed: their figures stop where the request did)."""
+    # analysis.run (records, pydantic) when a row is compared, not before the first frame
+    from llmtop.sessions.analysis.run import BenchStatus
+
     return status in (Status.OK, BenchStatus.COLD_START)
 
 
