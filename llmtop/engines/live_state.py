@@ -131,7 +131,8 @@ class EngineState:
     the requests that finished since the previous reading (llama-server: predicted tokens
     over predicted seconds; None when none finished). prefix_hit_pct: vLLM's prefix-cache
     hits over queries since the previous reading. slots / models: llama-server's slots,
-    an Ollama engine's loaded models (None: not read). notes: what was set aside or off.
+    an Ollama engine's loaded models (None: not read). counters: the raw counters the next
+    reading's rates start from (not logged). notes: what was set aside or off.
     """
 
     kind: str
