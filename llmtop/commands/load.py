@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,8 +15,8 @@ from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.runners.load.config import parse_level_duration, parse_levels
 
 if TYPE_CHECKING:
+    from llmtop.sessions.analysis.replay import Trace
     from llmtop.sessions.runners.load.progress import LoadProgress
-    from llmtop.sessions.runners.replay import Trace
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8)
 DEFAULT_REQUESTS = 40
@@ -174,8 +173,9 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
 async def _replay(args: argparse.Namespace, trace: Trace) -> int:
     from llmtop.commands.connecting import connect_from_flags
     from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.reports.replay import json_text, markdown
     from llmtop.sessions.runners.calibration import CalibrationError
-    from llmtop.sessions.runners.replay import ReplayRunner, as_json, markdown, run_replay
+    from llmtop.sessions.runners.replay import ReplayRunner, run_replay
 
     conn = await connect_from_flags(args)
     if isinstance(conn, int):
@@ -199,7 +199,7 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
     finally:
         await conn.close()
     if args.json:
-        print(json.dumps(as_json(comparison), indent=2, ensure_ascii=False, default=str))
+        print(json_text(comparison), end="")
     else:
         print(markdown(comparison), end="")
     if not any(p.replay is not None and p.replay.status == "ok" for p in comparison.pairs):
@@ -211,7 +211,7 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
 def replay_main(args: argparse.Namespace) -> int:
     """`llmtop load --replay WATCH_LOG`: read the trace, replay it, print the comparison.
     Raises UsageError for flags --replay does not take and a trace that cannot be read."""
-    from llmtop.sessions.runners.replay import ReplayError, read_trace
+    from llmtop.sessions.analysis.replay import ReplayError, read_trace
 
     if args.back_to_back and args.speed != 1.0:
         raise UsageError("--speed scales the recorded gaps; --back-to-back has none")

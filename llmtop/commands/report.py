@@ -1,4 +1,5 @@
-"""`llmtop report`: render any session log again, from the log alone."""
+"""`llmtop report`: render any session log again, from the log alone (a replay's, from it and
+the watch log it replayed)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from llmtop.exitcodes import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from llmtop.sessions.records.schema import RunLog
+    from llmtop.sessions.reports.formats import Subject
 
 SHOWN_WARNINGS = 10  # bad lines named one by one; the rest are counted
 
@@ -69,15 +71,33 @@ def _engine_set(args: argparse.Namespace) -> str:
     return render(analyze_set(engine_set, logs), args.format)
 
 
+def _subject(log: RunLog) -> Subject:
+    """What a log's report shows: a run's Report, a sweep's LoadAnalysis (with, for a
+    `load --replay` log, the comparison with the watch log it replayed: ReplayReport), a
+    watch log's WatchAnalysis. Raises ValueError (ReplayError) when a replay's watch log
+    cannot be read any more."""
+    from llmtop.sessions.analysis.load import analyze_sweep
+    from llmtop.sessions.analysis.replay import comparison_of
+    from llmtop.sessions.analysis.watch import analyze_watch
+    from llmtop.sessions.reports.replay import ReplayReport
+    from llmtop.sessions.reports.run import build
+
+    kind = log.header.kind
+    if kind == "watch":
+        return analyze_watch(log)
+    if kind != "load":
+        return build(log)
+    sweep = analyze_sweep(log)
+    comparison = comparison_of(log)
+    return sweep if comparison is None else ReplayReport(sweep, comparison)
+
+
 def main(args: argparse.Namespace) -> int:
     """`llmtop report LOG`: render a session log (md, csv or json) to stdout or --out;
     returns ExitCode.OK; UsageError for an unreadable log or an unwritable --out."""
-    from llmtop.sessions.analysis.load import analyze_sweep
-    from llmtop.sessions.analysis.watch import analyze_watch
     from llmtop.sessions.records.engine_set import is_set_file
     from llmtop.sessions.records.log import LogError, read_log
     from llmtop.sessions.reports.formats import render
-    from llmtop.sessions.reports.run import build
 
     refuse_out(args, [args.log_file])
     if is_set_file(args.log_file):  # `bench --engines`' set: its one comparison
@@ -90,10 +110,7 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, "as_tool", None):
             text = _as_tool(log, args)
         else:  # a `llmtop load` sweep gets its per-level report, a watch log its per-caller one
-            kind = log.header.kind
-            subject = (analyze_sweep(log) if kind == "load" else analyze_watch(log)
-                       if kind == "watch" else build(log))
-            text = render(subject, args.format)
+            text = render(_subject(log), args.format)
     except (LogError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     for warning in log.warnings[:SHOWN_WARNINGS]:

@@ -11,9 +11,10 @@ import pytest
 
 from llmtop.cli import main
 from llmtop.exitcodes import ExitCode
+from llmtop.sessions.analysis.replay import ReplayError, read_trace
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.request import RequestRecord
-from llmtop.sessions.runners.replay import ReplayError, read_trace, replay_options
+from llmtop.sessions.runners.replay import replay_options
 from llmtop.testing.slotted import TEMPLATE_TOKENS, Service, SlottedUpstream
 
 # irregular arrival gaps (ms) between 12 requests: 11 gaps, 1,000 ms in all
@@ -131,3 +132,25 @@ def test_back_to_back_without_bodies_sizes_prompts_to_the_counts(slotted, tmp_pa
     measured = sorted((r for r in run.requests if r.phase == "measure"), key=lambda r: r.id)
     for a, b in itertools.pairwise(measured):  # one at a time: each after the last ended
         assert b.load.sent_offset_ns >= a.load.sent_offset_ns + a.metrics.e2e_ms * 1e6 * 0.99
+
+
+def test_report_on_a_replay_log_shows_each_request_against_its_original(slotted, tmp_path,
+                                                                        capsys):
+    rows = watch_log(tmp_path / "w.jsonl")
+    assert replay(slotted.url, tmp_path / "w.jsonl", tmp_path / "r.jsonl") == ExitCode.OK
+    live = json.loads(capsys.readouterr().out)
+    assert main(["report", str(tmp_path / "r.jsonl"), "--format", "json"]) == ExitCode.OK
+    again = json.loads(capsys.readouterr().out)
+    # the same pairs as the replay printed: read back from the replay's log and the watch log
+    assert again["replay"]["pairs"] == live["pairs"]
+    assert [p["original"]["id"] for p in again["replay"]["pairs"]] == [r["id"] for r in rows]
+    assert again["sweep"]["levels"][0]["ok"] == 12  # the one level: the 12 replayed requests
+    assert main(["report", str(tmp_path / "r.jsonl")]) == ExitCode.OK
+    text = capsys.readouterr().out
+    assert f"## Replay of {tmp_path / 'w.jsonl'}" in text and "TTFT ms A → B" in text
+    assert main(["report", str(tmp_path / "r.jsonl"), "--format", "html",
+                 "--out", str(tmp_path / "r.html")]) == ExitCode.OK
+    assert "Replay of" in (tmp_path / "r.html").read_text()
+    (tmp_path / "w.jsonl").unlink()  # the watch log gone: said, naming it
+    assert main(["report", str(tmp_path / "r.jsonl")]) == ExitCode.USAGE
+    assert "the replayed watch log cannot be read" in capsys.readouterr().err

@@ -13,7 +13,8 @@ rule (search). Two runs compared: compare/; several engines benched together, th
 matched and their metrics side by side (engine_set). Who was busy while requests were slow
 (attribution), the machine's own series beside the engine's (machine), per-request series
 for pictures (series), a run in another tool's definitions (peers), a watch log by caller and
-model (watch), and the saved logs' list (catalog).
+model (watch), a `load --replay` log against the watch log it replayed (replay), and the saved
+logs' list (catalog).
 
 The doors: `run.analyze_run`, `load.analyze_sweep` (`analyze_load` from a path),
 `watch.analyze_watch` and `compare.logs.compare_logs`.

@@ -2,7 +2,8 @@
 
 A subject is what a command has to show: a run's `Report` (run.build: a bench or an
 interactive session), a sweep's `LoadAnalysis` (analysis/load.py), a watch log's
-`WatchAnalysis` (analysis/watch.py), `Comparisons` (`llmtop compare`) or a `SetAnalysis`
+`WatchAnalysis` (analysis/watch.py), a replay's `ReplayReport` (its sweep, then the comparison
+with the originals: reports/replay.py), `Comparisons` (`llmtop compare`) or a `SetAnalysis`
 (`llmtop bench --engines`: analysis/engine_set.py). Each has its
 text renderers here, by format; "html" is every subject's
 self-contained page (html.py), imported here and only here, when a page is asked for, since
@@ -12,6 +13,7 @@ entry in `TEXT` (or one page function in html.py).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,12 +22,13 @@ from llmtop.safetext import visible
 from llmtop.sessions.analysis.engine_set import SetAnalysis
 from llmtop.sessions.analysis.load import LoadAnalysis
 from llmtop.sessions.analysis.watch import WatchAnalysis
-from llmtop.sessions.reports import compare, engine_set, load, run_data, run_markdown, watch
+from llmtop.sessions.reports import compare, engine_set, load, replay, run_data, run_markdown, watch
 from llmtop.sessions.reports.compare import Comparisons
+from llmtop.sessions.reports.replay import ReplayReport
 from llmtop.sessions.reports.run import Report
 
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
-Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis | SetAnalysis
+Subject = Report | LoadAnalysis | Comparisons | WatchAnalysis | SetAnalysis | ReplayReport
 
 TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
     Report: {"md": run_markdown.markdown, "csv": run_data.csv_text, "json": run_data.json_text},
@@ -34,6 +37,11 @@ TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},
     WatchAnalysis: {"md": watch.markdown, "csv": watch.csv_text, "json": watch.json_text},
     SetAnalysis: {"md": engine_set.markdown, "json": engine_set.json_text},
+    ReplayReport: {"md": lambda r: load.markdown(r.sweep) + replay.markdown(r.comparison),
+                   "json": lambda r: json.dumps(
+                       {"sweep": load.as_json(r.sweep),
+                        "replay": replay.as_json(r.comparison)},
+                       indent=2, ensure_ascii=False, default=str) + "\n"},
 }
 """The text renderers of each subject type, by format name."""
 
@@ -54,6 +62,7 @@ def render(subject: Subject, fmt: str) -> str:
         pages: dict[type, Callable[[Any], str]] = {
             Report: html.report_html, LoadAnalysis: html.load_html, Comparisons: html.compare_html,
             WatchAnalysis: html.watch_html, SetAnalysis: html.engine_set_html,
+            ReplayReport: html.replay_html,
         }
         return pages[kind](subject)
     renderer = TEXT[kind].get(fmt)

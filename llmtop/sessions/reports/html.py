@@ -32,6 +32,7 @@ from llmtop.sessions.analysis.series import chunk_gaps_ms, size_label
 from llmtop.sessions.analysis.watch import WatchAnalysis, group_key
 from llmtop.sessions.reports import engine_set as engine_set_report
 from llmtop.sessions.reports import load as load_report
+from llmtop.sessions.reports import replay as replay_report
 from llmtop.sessions.reports import watch as watch_report
 from llmtop.sessions.reports.compare import Comparisons
 from llmtop.sessions.reports.compare import markdown as compare_markdown
@@ -190,6 +191,13 @@ def load_html(analysis: LoadAnalysis) -> str:
     if mark:
         sections.append(markdown_html("## " + rest))
     return page("llmtop load", sections)
+
+
+def replay_html(r: replay_report.ReplayReport) -> str:
+    """A replay's log as one page: its level's report, then each replayed request against its
+    original and the verdicts (the markdown report's sections)."""
+    text = load_report.markdown(r.sweep) + replay_report.markdown(r.comparison)
+    return page("llmtop replay report", [markdown_html(text)])
 
 
 def watch_html(analysis: WatchAnalysis) -> str:

@@ -1,12 +1,6 @@
 """`llmtop load --replay WATCH_LOG`: the requests an app sent through `llmtop watch`, sent
-again to the engine under test, and each compared with its original.
-
-What a watch log holds per request (runners/watch/session.py): the endpoint, the options the app
-set, the server's statistics (prompt and output token counts), the arrival as a wall-clock
-ISO time (`started_at`, microseconds) and, only with `--log-bodies`, the text of the last
-user message. It records no monotonic offset, so the arrival gaps come from `started_at`
-(a wall clock: an NTP step between two arrivals would show in their gap; its resolution is
-1 µs). The replay sends:
+again to the engine under test, and each compared with its original (the trace and the
+comparison: analysis/replay.py; their text: reports/replay.py). The replay sends:
 
 * with bodies, the recorded text as one user message (the watch keeps the last user
   message, not the chat before it: the original's prompt count may be larger, which the
@@ -28,26 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 from llmtop.engines.connection import Connection
-from llmtop.sessions.analysis.compare.stats import MetricComparison, judge
+from llmtop.sessions.analysis.replay import ReplayComparison, Trace, compare_replay
 from llmtop.sessions.measure.config import LoadConfig
-from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, TTFT
 from llmtop.sessions.measure.prompts import PromptGenerator
 from llmtop.sessions.measure.request import TOKEN_TIMEOUT_S
-from llmtop.sessions.records.log import LogError, read_log
+from llmtop.sessions.records.log import read_log
 from llmtop.sessions.records.request import RequestRecord
-from llmtop.sessions.records.schema import CalibrationRecord, RunLog
+from llmtop.sessions.records.schema import CalibrationRecord
 from llmtop.sessions.runners.calibration import CalibrationCache, calibrate
 from llmtop.sessions.runners.load.loops import Prepared, Prompt, closed_loop, open_loop
 from llmtop.sessions.runners.load.progress import LoadProgress
 from llmtop.sessions.runners.load.runner import LoadRunner
 
-COMPARED = (TTFT, SERVER_DECODE, E2E)  # compare's metrics the replay judges and shows
 OPENAI_TO_OLLAMA = {"max_tokens": "num_predict", "max_completion_tokens": "num_predict",
                     "temperature": "temperature", "top_p": "top_p", "seed": "seed",
                     "stop": "stop"}
@@ -66,66 +56,6 @@ LEAD_NS = 50_000_000
 # sleeps and then spins to the moment. The other streams wait at most that long, 12 times a
 # second here, and their chunks keep their kernel receive stamps meanwhile.
 SEND_EARLY_NS = 3_000_000
-CLOCK = "started_at (wall clock, µs; the watch records no monotonic offset)"
-
-
-class ReplayError(ValueError):
-    """A log that cannot be replayed (not a watch log, unreadable, no ok request)."""
-
-
-@dataclass(frozen=True)
-class Trace:
-    """A watch log's ok requests in arrival order, their arrival offsets from the first (s,
-    from `started_at`), whether the texts were recorded, and how many were left out."""
-
-    path: str
-    originals: tuple[RequestRecord, ...]
-    offsets_s: tuple[float, ...]
-    bodies: bool
-    left_out: int
-
-    def identity(self) -> dict[str, Any]:
-        """The log header's `replay` entry."""
-        return {"watch_log": self.path, "requests": len(self.originals),
-                "left_out": self.left_out, "bodies": self.bodies, "clock": CLOCK,
-                "span_s": self.offsets_s[-1] if self.offsets_s else 0.0}
-
-
-def read_trace(path: str) -> Trace:
-    """The replayable requests of the watch log at `path`. Raises ReplayError."""
-    try:
-        log = read_log(path)
-    except LogError as exc:
-        raise ReplayError(str(exc)) from None
-    if log.header.kind != "watch":
-        raise ReplayError(f"{path} is a {log.header.kind} log; --replay needs a `llmtop "
-                          "watch` log (the requests an app sent)")
-    timed = []
-    for rec in log.requests:
-        when = _wall(rec.started_at)
-        if rec.status == "ok" and when is not None and rec.stats is not None:
-            timed.append((when, rec))
-    if not timed:
-        raise ReplayError(f"{path} holds no ok request with its arrival time and server "
-                          "counts to replay")
-    timed.sort(key=lambda t: t[0])
-    first = timed[0][0]
-    bodies = log.header.watch is not None and log.header.watch.bodies_logged
-    # exact: whole microseconds between the ISO times (a float POSIX time of today holds
-    # about 0.2 µs, which would blur the recorded gaps)
-    offsets = tuple((t - first) // timedelta(microseconds=1) / 1e6 for t, _ in timed)
-    return Trace(path, tuple(r for _, r in timed), offsets,
-                 bodies and all(r.prompt for _, r in timed), len(log.requests) - len(timed))
-
-
-def _wall(text: str | None) -> datetime | None:
-    """An ISO time with its zone (µs resolution), None when absent, unreadable or without
-    a zone (a naive time cannot be set against an aware one)."""
-    try:
-        when = datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
-    return when if when is not None and when.tzinfo is not None else None
 
 
 def replay_options(rec: RequestRecord) -> dict[str, Any]:
@@ -229,112 +159,6 @@ class ReplayRunner(LoadRunner):
         offsets = [START_S + o / self.speed for o in self.trace.offsets_s]
         await open_loop(self._request, value, n, t0, "constant", fields, make_prompt, 0, 0,
                         lambda: False, offsets=offsets, lead_ns=LEAD_NS)
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One original and its replay (None: not logged)."""
-
-    original: RequestRecord
-    replay: RequestRecord | None
-
-
-@dataclass(frozen=True)
-class ReplayComparison:
-    """The replay against its originals: the pairs in arrival order, compare's verdict per
-    metric (A the originals, B the replay), the open loop's arrival errors (ms: each replayed
-    send's offset from the first less the recorded one / speed; None back to back)."""
-
-    trace: Trace
-    pairs: tuple[Pair, ...]
-    metrics: tuple[MetricComparison, ...]
-    arrival_errors_ms: tuple[float, ...] | None
-
-    @property
-    def max_arrival_error_ms(self) -> float | None:
-        """The largest |arrival error| (ms), None back to back."""
-        errors = self.arrival_errors_ms
-        return max((abs(e) for e in errors), default=None) if errors is not None else None
-
-
-def compare_replay(trace: Trace, log: RunLog, speed: float = 1.0,
-                   back_to_back: bool = False) -> ReplayComparison:
-    """Pair each original with its replay (`replay_of`) and judge TTFT, decode and E2E with
-    compare's test over the pairs where both ended ok."""
-    replayed = {r.load.replay_of: r for r in log.requests if r.load.replay_of is not None
-                and r.phase == "measure"}
-    pairs = tuple(Pair(o, replayed.get(o.id)) for o in trace.originals)
-    both = [p for p in pairs if p.replay is not None and p.replay.status == "ok"]
-    metrics = []
-    for spec in COMPARED:
-        a = [v for p in both if (v := p.original.metric(spec.key)) is not None]
-        b = [v for p in both if p.replay and (v := p.replay.metric(spec.key)) is not None]
-        metrics.append(judge(spec, "replay", a, b))
-    errors = None
-    sent = [(o, p.replay.load.sent_offset_ns) for o, p in zip(trace.offsets_s, pairs, strict=True)
-            if p.replay is not None and p.replay.load.sent_offset_ns is not None]
-    if not back_to_back and sent:
-        o0, s0 = sent[0]
-        errors = tuple(round((s - s0) / 1e6 - (o - o0) / speed * 1e3, 4) for o, s in sent)
-    return ReplayComparison(trace, pairs, tuple(metrics), errors)
-
-
-def _cell(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def _tokens(rec: RequestRecord | None, which: str) -> int | None:
-    stats = rec.stats if rec is not None else None
-    return getattr(stats, which) if stats is not None else None
-
-
-def markdown(c: ReplayComparison) -> str:
-    """The comparison as a markdown section (per request, then the verdicts)."""
-    t = c.trace
-    how = ("the recorded text of each request's last user message" if t.bodies else
-           "prompts of llmtop's random words sized to each original's server prompt count "
-           "(no bodies were recorded: run the watch with --log-bodies for the same prompts)")
-    lines = ["", f"## Replay of {t.path}", "",
-             (f"{len(t.originals)} ok requests replayed ({t.left_out} others not); prompts: "
-             f"{how}; num_predict set to each original's output tokens; arrival gaps from "
-             f"{CLOCK}."), ""]
-    if c.arrival_errors_ms is not None:
-        lines += [(f"Open loop: replayed arrival gaps within {_cell(c.max_arrival_error_ms, 3)} "
-                  "ms of the recorded ones (the largest |error| over the requests)."), ""]
-    head = ("| # | original id | status | TTFT ms A → B | decode tok/s A → B | E2E ms A → B "
-            "| prompt tok A → B | output tok A → B |")
-    lines += [head, "|---|---|---|---|---|---|---|---|"]
-    for k, p in enumerate(c.pairs, 1):
-        o, r = p.original, p.replay
-        row = [str(k), str(o.id), str(r.status) if r else "not sent"]
-        for spec in COMPARED:
-            a_value, b_value = o.metric(spec.key), r.metric(spec.key) if r else None
-            row.append(f"{_cell(a_value)} → {_cell(b_value)}")
-        for which in ("prompt_eval_count", "eval_count"):
-            a, b = _tokens(o, which), _tokens(r, which)
-            row.append(f"{'n/a' if a is None else a} → {'n/a' if b is None else b}")
-        lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "A: the originals as the watch measured them; B: this replay.", ""]
-    lines += [f"- {m.metric.label}: {m.verdict}" for m in c.metrics]
-    return "\n".join(lines) + "\n"
-
-
-def as_json(c: ReplayComparison) -> dict[str, Any]:
-    """The comparison as JSON: the trace, each pair's ids and figures, the verdicts."""
-    def figures(rec: RequestRecord | None) -> Mapping[str, Any] | None:
-        if rec is None:
-            return None
-        return {"id": rec.id, "status": str(rec.status), TTFT.key: rec.metric(TTFT.key),
-                "decode_tps": rec.metric(SERVER_DECODE.key), E2E.key: rec.metric(E2E.key),
-                "prompt_tokens": _tokens(rec, "prompt_eval_count"),
-                "output_tokens": _tokens(rec, "eval_count")}
-    return {"trace": c.trace.identity(), "max_arrival_error_ms": c.max_arrival_error_ms,
-            "arrival_errors_ms": c.arrival_errors_ms,
-            "pairs": [{"original": figures(p.original), "replay": figures(p.replay)}
-                      for p in c.pairs],
-            "metrics": [{"metric": m.metric.name, "verdict": m.verdict,
-                         "speedup": m.speedup, "speedup_low": m.speedup_low,
-                         "speedup_high": m.speedup_high} for m in c.metrics]}
 
 
 async def run_replay(runner: ReplayRunner) -> tuple[ReplayComparison, str]:
