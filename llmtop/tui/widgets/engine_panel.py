@@ -76,6 +76,12 @@ class EnginePanel(QuietStatic):
         self.border_title = f"engine (F4) · its own figures every {PACE_TITLE_S:g} s"
         self.display = False
 
+    async def on_unmount(self) -> None:
+        """The app closes: stop reading and close the reader's client."""
+        self._stop()
+        if self.reader is not None:
+            await self.reader.aclose()
+
     def attach(self, conn: Connection | None) -> None:
         """Read `conn`'s engine from now on (None: no engine); reading starts if shown."""
         self._stop()
