@@ -131,6 +131,11 @@ class LlmtopApp(LlmtopBaseApp):
         # The terminal app sets it (`main`); tests, which build many apps in one process, do
         # not.
         self.freeze_gc_when_ready = False
+        # The app's loop spends 5-15 ms per frame: the terminal app (`main`) has sockets read
+        # by threads of their own, or a first chunk read late is dated at the next one
+        # (stamping/rxstamps.py, "Who reads"); set before the first connection is opened,
+        # after the first frame (the stamping modules import httpx)
+        self.reader_threads = False
         self.chooser = EngineChooser(self)  # the other engines answering here (F5)
 
     def on_mount(self) -> None:
@@ -155,6 +160,10 @@ class LlmtopApp(LlmtopBaseApp):
         await asyncio.to_thread(preload)
         if self.link.closing:
             return
+        if self.reader_threads:
+            from llmtop.stamping.rxstamps import use_reader_threads
+
+            use_reader_threads()
         self.link.start_probes()
         self.main_screen.label_probes()
         self._connect()
@@ -477,7 +486,8 @@ def preload() -> None:
     import llmtop.connect
     import llmtop.probes.remote
     import llmtop.sessions.runners.recorder
-    import llmtop.sessions.runners.warmup  # noqa: F401 - imported for its side: loaded
+    import llmtop.sessions.runners.warmup
+    import llmtop.stamping.rxstamps  # noqa: F401 - imported for its side: loaded
 
 
 def make_app(settings: TuiSettings, connection: Connection | None = None) -> LlmtopApp:
@@ -499,13 +509,9 @@ def main(settings: TuiSettings) -> int:
             file=sys.stderr,
         )
         return int(ExitCode.USAGE)
-    # the app's loop spends 5-15 ms per frame: sockets are read by threads of their own, or a
-    # first chunk read late is dated at the next one (stamping/rxstamps.py, "Who reads")
-    from llmtop.stamping.rxstamps import use_reader_threads
-
-    use_reader_threads()
     app = make_app(settings)
     app.freeze_gc_when_ready = True
+    app.reader_threads = True
     received: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
