@@ -12,6 +12,7 @@ import pytest
 
 from llmtop.cli import main
 from llmtop.exitcodes import ExitCode
+from llmtop.sessions.analysis.catalog import entry
 from llmtop.sessions.measure.dataset import DatasetError, read_dataset
 from llmtop.sessions.records.log import read_log
 from llmtop.testing.slotted import TEMPLATE_TOKENS, Service, SlottedUpstream
@@ -142,6 +143,7 @@ def test_bench_from_a_20_line_jsonl(slotted, tmp_path, capsys):
         assert rec.options["num_predict"] == row.get("max_tokens", 5)
     assert "Requests from the dataset chat.jsonl (" in out.out
     assert "20 records, 20 used, 0 skipped as bad" in out.out
+    assert entry(log).cells()[3] == "bench · dataset chat.jsonl"  # the session list's kind
 
 
 def test_load_from_a_sharegpt_file_names_its_bad_element(slotted, tmp_path, capsys):
@@ -167,6 +169,7 @@ def test_load_from_a_sharegpt_file_names_its_bad_element(slotted, tmp_path, caps
         assert rec.stats.prompt_eval_count == len(first.split()) + 1 + TEMPLATE_TOKENS
     assert "from the dataset sharegpt.json (" in out.out
     assert "9 records, 9 used, 1 skipped as bad" in out.out
+    assert entry(log).traffic == "dataset sharegpt.json"
 
 
 def test_measure_cache_without_a_dataset_is_a_usage_error(capsys):

@@ -11,6 +11,7 @@ import pytest
 
 from llmtop.cli import main
 from llmtop.exitcodes import ExitCode
+from llmtop.sessions.analysis.catalog import entry
 from llmtop.sessions.analysis.replay import ReplayError, read_trace
 from llmtop.sessions.records.log import SessionLog, read_log
 from llmtop.sessions.records.request import RequestRecord
@@ -148,6 +149,10 @@ def test_report_on_a_replay_log_shows_each_request_against_its_original(slotted,
     assert main(["report", str(tmp_path / "r.jsonl")]) == ExitCode.OK
     text = capsys.readouterr().out
     assert f"## Replay of {tmp_path / 'w.jsonl'}" in text and "TTFT ms A → B" in text
+    assert (f"the 12 ok requests of the watch log {tmp_path / 'w.jsonl'}, replayed at the "
+            "recorded arrival gaps / 1 (their recorded text)") in text
+    listed = entry(tmp_path / "r.jsonl")  # the session list names the replayed log
+    assert listed.traffic == "replay of w.jsonl" and listed.cells()[3] == "load · replay of w.jsonl"
     assert main(["report", str(tmp_path / "r.jsonl"), "--format", "html",
                  "--out", str(tmp_path / "r.html")]) == ExitCode.OK
     assert "Replay of" in (tmp_path / "r.html").read_text()

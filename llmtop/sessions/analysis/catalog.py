@@ -38,7 +38,9 @@ class SessionEntry:
     ok: those in the statistics; statuses: every request counted by the word the report
     uses for it ("ok", "warm-up", "model load", "cold-start", "error", ...); verdict: the
     analysis verdict ("clean", "contaminated", "inconclusive"), None when the log holds a
-    single request (nothing to judge), or "unreadable" with `problem`."""
+    single request (nothing to judge), or "unreadable" with `problem`; traffic: what was
+    sent when not llmtop's own prompts ("dataset chat.jsonl", "replay of watch.jsonl"),
+    shown after the kind."""
 
     path: str
     started: str | None = None
@@ -53,6 +55,7 @@ class SessionEntry:
     noisy: bool | None = False  # a NOISY probe sample was taken during one of its requests
     # (None: no probe sample was taken during any of them, as `run --json` says it)
     probe_samples: tuple[int, int] = (0, 0)  # (NOISY, all) probe samples during its requests
+    traffic: str | None = None
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
         """The list's cells, the same in `llmtop sessions` and the TUI's Ctrl+O: date,
@@ -69,8 +72,11 @@ class SessionEntry:
             unjudged = "—"
         verdict = (self.verdict or unjudged if self.problem is None
                    else f"unreadable: {self.problem}")
+        kind = self.kind or "n/a"
+        if self.traffic:
+            kind += f" · {self.traffic}"
         return (one_line(date), one_line(self.engine or "n/a"), one_line(self.model or "n/a"),
-                one_line(self.kind or "n/a"), self.requests_text, one_line(verdict, 400))
+                one_line(kind), self.requests_text, one_line(verdict, 400))
 
     @property
     def requests_text(self) -> str:
@@ -117,7 +123,23 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     return SessionEntry(str(path), h.started_at, h.engine, h.model, h.kind, len(log.requests),
                         analysis.ok_count, None if single else analysis.verdict,
                         statuses=dict(words), noisy=samples[0] > 0 if samples[1] else None,
-                        probe_samples=samples)
+                        probe_samples=samples, traffic=traffic(log))
+
+
+def traffic(log: RunLog) -> str | None:
+    """What a bench or load log sent when it was not llmtop's own calibrated prompts: "dataset
+    NAME" (its `--dataset` file's name) or "replay of NAME" (the watch log it replayed), the
+    file's name without its folder; None otherwise."""
+    h = log.header
+    config = h.load if h.kind == "load" else h.bench
+    if config is None:
+        return None
+    replay = getattr(config, "replay", None)
+    if replay:
+        return f"replay of {Path(str(replay.get('watch_log', '?'))).name}"
+    if config.dataset:
+        return f"dataset {Path(str(config.dataset.get('file', '?'))).name}"
+    return None
 
 
 def _load_entry(path: str, log: RunLog) -> SessionEntry:
@@ -141,7 +163,7 @@ def _load_entry(path: str, log: RunLog) -> SessionEntry:
     samples = (sum(1 for p in in_levels if p.noisy), len(in_levels))
     return SessionEntry(path, h.started_at, h.engine, h.model, h.kind, len(log.requests), ok,
                         word, statuses=dict(words), noisy=bool(noisy) or samples[0] > 0,
-                        probe_samples=samples)
+                        probe_samples=samples, traffic=traffic(log))
 
 
 def log_files(paths: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from llmtop.engines.connection import describe_config
+from llmtop.safetext import one_line
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
 from llmtop.sessions.analysis.load_verdict import knee_head, verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
@@ -148,6 +149,13 @@ def _how_line(a: LoadAnalysis) -> str:
         prompt = f"from the dataset {describe(cfg.dataset, a.dataset_used)}"
         prompt += " (as sent: a prefix cache may serve them)" if cfg.measure_cache \
             else " (each cache-busted)"
+    if cfg.replay:  # an app's recorded requests, sent again (runners/replay.py)
+        r = cfg.replay
+        pace = ("back to back" if r.get("back_to_back") else
+                f"at the recorded arrival gaps / {r.get('speed', 1.0):g}")
+        prompt = (f"the {r.get('requests')} ok requests of the watch log "
+                  f"{one_line(str(r.get('watch_log')))}, replayed {pace} "
+                  f"({'their recorded text' if r.get('bodies') else 'sized to their counts'})")
     return (f"{loop}; {per_level} per level; prompt {prompt}, "
             f"max {cfg.max_tokens} output tokens; SLO: {a.slo.describe()}")
 
