@@ -65,8 +65,12 @@ class WatchApp(LlmtopBaseApp):
     def on_mount(self) -> None:
         self.push_screen(self.screen_)
         if self.probes:
+            # the GPU read in every sample only while a request streams through the watch
+            # (the sampler's slow beat between them, as `llmtop watch` without its screen)
+            rows = self.screen_.state
             self.sampler = probe_sampler(PROBE_INTERVAL_S, self._sampled, UpstreamEngines(
-                [upstream for _listen, upstream in self.screen_.pairs]))
+                [upstream for _listen, upstream in self.screen_.pairs]),
+                measuring=lambda: bool(rows.open))
             self.sampler.start()
         if self.argv is not None:
             self.follow()

@@ -113,3 +113,32 @@ def test_a_watch_reads_the_gpu_while_a_request_streams_through_it() -> None:
     # idle beat at 0; every sample 4..7 (streaming); then the beat from the last read (7 s)
     # is due at 12 s, outside the run
     assert read_at == [0, 4, 5, 6, 7]
+
+
+def test_the_watch_screens_rows_say_when_a_request_streams() -> None:
+    # the TUI's watch screen asks its rows (`bool(rows.open)`) as `llmtop watch` asks its
+    # session: a request is open from its first line to its finished line
+    from llmtop.tui.state.watch_view import WatchRows
+
+    rows = WatchRows()
+    assert not rows.open
+    rows.apply({"id": 1, "event": "started"})
+    rows.apply({"id": 2, "event": "started"})
+    assert rows.open == {1, 2}
+    rows.apply({"id": 1, "event": "finished", "ttft_ms": 40.0})
+    assert rows.open == {2}
+    rows.apply({"id": 2, "event": "finished"})
+    assert not rows.open
+    rows.apply({"id": 3})  # a line without an event is a finished request: never opened
+    assert not rows.open
+
+
+def test_the_agent_reads_the_gpu_only_while_a_client_streams() -> None:
+    import asyncio
+
+    from llmtop.servers.agent.server import Agent
+
+    agent = Agent("http://127.0.0.1:1", interval_s=1.0)
+    assert agent.sampler.measuring is False  # nobody listening: the slow beat
+    agent._streams.add(asyncio.Queue(1))
+    assert agent.sampler.measuring is True

@@ -96,8 +96,11 @@ class Agent:
         self.identity = EngineIdentity(engine_host)
         self.engine: dict[str, Any] = {"findings": None, "reason": "not read yet"}
         self.interval_s = interval_s
+        # the GPU read in every sample only while a client streams the samples (a remote
+        # llmtop measuring); the sampler's slow beat while nobody listens
         self.sampler = ProbeSampler(max(interval_s, IDLE_INTERVAL_S), self._sampled,
-                                    engine_pids=lambda: self.identity.pids)
+                                    engine_pids=lambda: self.identity.pids,
+                                    measuring=lambda: bool(self._streams))
         self._streams: set[asyncio.Queue[bytes]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 

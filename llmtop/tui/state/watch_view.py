@@ -43,13 +43,15 @@ def _num(value: Any, digits: int = 1) -> str:
 
 @dataclass
 class WatchRows:
-    """The rows by request id (newest last) and the finished requests' TTFT (ms) and decode
-    rate (tokens/s) series, oldest first."""
+    """The rows by request id (newest last), the finished requests' TTFT (ms) and decode
+    rate (tokens/s) series, oldest first, and the ids still streaming (`open`: read from the
+    probe sampler's thread, so a set whose truth value is one read, never iterated there)."""
 
     rows: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     ttft_ms: list[float] = field(default_factory=list)
     decode_tps: list[float] = field(default_factory=list)
     finished: int = 0
+    open: set[int] = field(default_factory=set)
 
     def apply(self, line: Mapping[str, Any]) -> int | None:
         """Take one line; returns the id of the row it changed (None for a line without
@@ -62,14 +64,16 @@ class WatchRows:
         row.update({k: v for k, v in line.items() if v is not None or k not in row})
         if event == "finished":
             self.finished += 1
+            self.open.discard(rid)
             if isinstance(ttft := line.get(TTFT.key), int | float):
                 self.ttft_ms = [*self.ttft_ms, float(ttft)][-SERIES_KEEP:]
             if isinstance(line.get("decode_tps"), int | float):
                 self.decode_tps = [*self.decode_tps, float(line["decode_tps"])][-SERIES_KEEP:]
         else:
             row["status"] = "streaming"
+            self.open.add(rid)
         while len(self.rows) > MAX_ROWS:
-            self.rows.popitem(last=False)
+            self.open.discard(self.rows.popitem(last=False)[0])
         return rid
 
 
