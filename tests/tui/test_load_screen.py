@@ -204,3 +204,66 @@ def test_a_finished_level_is_one_line_at_80_columns():
     assert len(lines) == 4  # two header lines, one line per level
     assert lines[2].split() == ["4", "users", "1/0", "812/1611", "48.2", "19.4", "0.11", "9.3",
                                 "0.10", "(90%)", "QUIET"]
+
+
+def three_request_watch_log(path) -> list[int]:
+    """A watch log of 3 ok /api/chat requests 30 and 50 ms apart, with their text; their ids."""
+    from datetime import UTC, datetime, timedelta
+
+    from llmtop.sessions.records.log import SessionLog
+    from llmtop.sessions.records.request import RequestRecord
+
+    log = SessionLog(path, {"kind": "watch", "via": "watch",
+                            "watch": {"pairs": [], "bodies_logged": True}})
+    start = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    for k, offset_ms in enumerate((0, 30, 80)):
+        prompt = "say " + "more " * (k + 3)
+        log.write(RequestRecord.from_json({
+            "id": k + 1, "status": "ok", "prompt": prompt, "endpoint": "/api/chat",
+            "started_at": (start + timedelta(milliseconds=offset_ms)).isoformat(),
+            "stats": {"prompt_eval_count": len(prompt.split()) + 10, "eval_count": 3},
+            "metrics": {"ttft_ms": 20.0, "e2e_ms": 30.0}}))
+    log.close()
+    return [1, 2, 3]
+
+
+async def test_a_replay_from_the_form(tmp_path, monkeypatch):
+    from textual.widgets import Label, Select
+
+    from llmtop.tui.screens.load import REPLAY
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ids = three_request_watch_log(tmp_path / "watch.jsonl")
+    with SlottedUpstream(Service(slots=2, prefill_s=0.002, tokens=3, gap_s=0.002)) as up:
+        conn = await connect("ollama", up.url, "slotted")
+        screen = LoadScreen(conn, TuiSettings())
+        try:
+            async with Host(screen).run_test(size=(140, 50)) as pilot:
+                screen.query_one("#load-mode", Select).value = REPLAY
+                await pilot.pause()
+                label = screen.query_one("#load-levels-label", Label)
+                assert str(label.render()) == "watch log"  # the box now takes the path
+                levels = screen.query_one("#load-levels", Input)
+                levels.value = str(tmp_path / "nowhere.jsonl")
+                await pilot.click("#load-start")
+                await pilot.pause()
+                assert screen.worker is None  # a bad path starts nothing, and says why
+                assert "nowhere.jsonl" in str(screen.query_one("#load-knee", Static).render())
+                levels.value = str(tmp_path / "watch.jsonl")
+                levels.focus()
+                await pilot.press("enter")  # Enter in a box starts it too
+                await pilot.pause()
+                assert screen.worker is not None
+                await screen.worker.wait()
+                await pilot.pause(0.3)
+                lines = str(screen.query_one("#load-knee", Static).render()).splitlines()
+                assert lines[0] == (f"Replayed 3 requests of {tmp_path / 'watch.jsonl'} "
+                                    "(their recorded text)")
+                assert lines[1].startswith("arrival gaps within ")
+                log = read_log(lines[-1].removeprefix("log "))
+                measured = [r for r in log.requests if r.phase == "measure"]
+                assert sorted(r.load.replay_of for r in measured) == ids  # each its original
+                assert log.header.load.replay["watch_log"] == str(tmp_path / "watch.jsonl")
+        finally:
+            await conn.close()

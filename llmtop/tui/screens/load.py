@@ -2,6 +2,10 @@
 app's connection: the level running, requests in flight, live TTFT/TPOT percentiles and
 throughput, the finished levels' table, the throughput–latency curve, and the knee.
 
+The mode "replay a watch log" sends a `llmtop watch` log's requests again, as `llmtop load
+--replay` does (runners/replay.py): the levels box then takes the watch log's path, and the
+end says how each replayed request compared with its original.
+
 The runner runs in an exclusive worker of this screen; its callbacks only update a
 `LoadLive`, and one timer (RENDER_HZ) redraws when something changed.
 """
@@ -22,6 +26,7 @@ from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.probes.sampler import ProbeSample
+from llmtop.sessions.analysis.replay import ReplayComparison, Trace, read_trace
 from llmtop.sessions.measure.config import LoadConfig, Mode
 from llmtop.sessions.measure.options import Workload
 from llmtop.sessions.measure.slo import Slo
@@ -29,6 +34,7 @@ from llmtop.sessions.records.log import LogError
 from llmtop.sessions.runners.calibration import CalibrationError
 from llmtop.sessions.runners.load.config import parse_levels
 from llmtop.sessions.runners.load.runner import LoadRunner
+from llmtop.sessions.runners.replay import ReplayRunner, run_replay
 from llmtop.tui.state.bench_config import MIN_MAX_TOKENS
 from llmtop.tui.state.load_view import LoadLive, curve, finished_text, levels_table
 from llmtop.tui.state.settings import TuiSettings
@@ -43,6 +49,21 @@ FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("max-tokens", "max tokens", str(Workload.max_tokens), "tokens"),
     ("slo", "SLO", "ttft=500ms,tpot=50ms", "ttft=500ms,tpot=50ms"),
 )
+REPLAY = "replay"  # the mode's value: the levels box holds a watch log's path
+WATCH_LOG_HINT = "path of a `llmtop watch` log"
+
+
+def replay_text(c: ReplayComparison, log_path: str) -> Text:
+    """A replay's end: what was sent, how near the recorded gaps, each metric's verdict
+    against the originals, the log (whose `llmtop report` shows each request)."""
+    t = c.trace
+    prompts = "their recorded text" if t.bodies else "prompts sized to their counts"
+    lines = [f"Replayed {len(t.originals)} requests of {t.path} ({prompts})"]
+    if c.max_arrival_error_ms is not None:
+        lines.append(f"arrival gaps within {c.max_arrival_error_ms:.3f} ms of the recorded ones")
+    lines += [f"{m.metric.label}: {m.verdict}" for m in c.metrics]
+    lines.append(f"log {log_path}")
+    return Text("\n".join(lines))
 
 
 def config_from_form(
@@ -114,13 +135,14 @@ class LoadScreen(Screen[None]):
             yield MachineBadge(id="load-badge")  # the load screen has no probe panel
         with Horizontal(id="load-form"):
             yield Select(
-                [("concurrency", "concurrency"), ("rate (req/s)", "rate")],
+                [("concurrency", "concurrency"), ("rate (req/s)", "rate"),
+                 ("replay a watch log", REPLAY)],
                 value="concurrency",
                 allow_blank=False,
                 id="load-mode",
             )
             for fid, label, value, hint in FIELDS[:2]:  # levels, requests
-                yield Label(label, classes="bench-label")
+                yield Label(label, classes="bench-label", id=f"load-{fid}-label")
                 yield Input(value, placeholder=hint, id=f"load-{fid}")
         with Horizontal(id="load-form-slo"):  # prompt and max tokens, SLO, Start: fits 80
             for fid, label, value, hint in FIELDS[2:]:
@@ -136,6 +158,15 @@ class LoadScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.set_interval(1 / RENDER_HZ, self._redraw, name="load-render")
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        """The replay mode's levels box takes a watch log's path (its label says so)."""
+        replay = event.value == REPLAY
+        self.query_one("#load-levels-label", Label).update("watch log" if replay else "levels")
+        levels = self.query_one("#load-levels", Input)
+        levels.placeholder = WATCH_LOG_HINT if replay else FIELDS[0][3]
+        if replay and levels.value == FIELDS[0][2]:
+            levels.value = ""
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "load-start":
@@ -153,9 +184,11 @@ class LoadScreen(Screen[None]):
         def value(name: str) -> str:
             return self.query_one(f"#load-{name}", Input).value
 
-        mode: Mode = (
-            "rate" if self.query_one("#load-mode", Select).value == "rate" else "concurrency"
-        )
+        chosen = self.query_one("#load-mode", Select).value
+        if chosen == REPLAY:
+            self._start_replay(value("levels"), value("max-tokens"))
+            return
+        mode: Mode = "rate" if chosen == "rate" else "concurrency"
         try:
             config = config_from_form(
                 self.settings,
@@ -171,6 +204,37 @@ class LoadScreen(Screen[None]):
             return
         self.live = LoadLive()
         self.worker = self._run(config)
+
+    def _start_replay(self, path: str, max_tokens: str) -> None:
+        """Replay the watch log at `path` (a bad path or log is shown, nothing starts)."""
+        knee = self.query_one("#load-knee", Static)
+        try:
+            if not path.strip():
+                raise ValueError(f"give the {WATCH_LOG_HINT} to replay")
+            if not max_tokens.strip().isdigit() or int(max_tokens) < MIN_MAX_TOKENS:
+                raise ValueError(f"max tokens must be a whole number >= {MIN_MAX_TOKENS}")
+            trace = read_trace(path.strip())
+        except ValueError as exc:  # ReplayError is one: not a watch log, unreadable, empty
+            knee.update(Text(f"✗ {exc}", style="bold red"))
+            return
+        knee.update("")
+        self.live = LoadLive()
+        self.worker = self._replay(trace, int(max_tokens))
+
+    @work(exclusive=True, group="load", exit_on_error=False)
+    async def _replay(self, trace: Trace, max_tokens: int) -> None:
+        knee = self.query_one("#load-knee", Static)
+        try:
+            runner = await asyncio.to_thread(
+                lambda: ReplayRunner(self.conn, trace, max_tokens=max_tokens,
+                                     on_progress=self.live.on_progress))
+            comparison, log_path = await run_replay(runner)
+            knee.update(replay_text(comparison, log_path))
+        except asyncio.CancelledError:
+            knee.update(Text("replay cancelled (recorded in its log)", style="yellow"))
+            raise
+        except (CalibrationError, LogError, ValueError) as exc:
+            knee.update(Text(f"✗ {type(exc).__name__}: {exc}", style="bold red"))
 
     @property
     def running(self) -> bool:
