@@ -1,5 +1,7 @@
 """A replay's comparison with its originals as text: a markdown section (per request, then
-the verdicts) and JSON (analysis/replay.py makes the comparison)."""
+the verdicts) and JSON (analysis/replay.py makes the comparison); `ReplayReport`, what
+`llmtop report` shows of a replay's log (formats.render writes it, html.replay_html its
+page)."""
 
 from __future__ import annotations
 
