@@ -16,10 +16,11 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -53,7 +54,7 @@ def _send(url: str, k: int, max_tokens: int, errors: list[str]) -> None:
         errors.append(f"request {k}: {exc!r}")
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[str], err: IO[str]) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -61,8 +62,10 @@ def _wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
                 return
         except httpx.HTTPError:
             time.sleep(0.2)
+    err.seek(0)
+    said = err.read().strip()[-400:]
     raise RuntimeError(f"the watch on {url} did not answer /health within "
-                       f"{START_TIMEOUT_S:.0f} s (exit {proc.poll()})")
+                       f"{START_TIMEOUT_S:.0f} s (exit {proc.poll()}): {said}")
 
 
 def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
@@ -73,20 +76,26 @@ def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
 def record_app(upstream: str, log: Path, max_tokens: int = 8) -> list[dict[str, Any]]:
     """Run the app through `llmtop watch --json --no-probes --log-bodies` in front of
     `upstream` (an OpenAI-API server's base URL), the watch logging to `log`; returns the
-    watch's APP_REQUESTS NDJSON lines. Raises RuntimeError when the watch does not start or a
-    request fails, queue.Empty when a line does not come within LINE_TIMEOUT_S."""
+    watch's APP_REQUESTS NDJSON lines. Raises RuntimeError when the watch does not start
+    (with what it said) or a request fails, queue.Empty when a line does not come within
+    LINE_TIMEOUT_S."""
+    with tempfile.TemporaryFile("w+") as err:  # what the watch says, for the error
+        return _record(upstream, log, max_tokens, err)
+
+
+def _record(upstream: str, log: Path, max_tokens: int, err: IO[str]) -> list[dict[str, Any]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmtop", "watch", "--json", "--no-probes", "--log-bodies",
          "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--log", str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=err, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
     try:
-        _wait_ready(url, proc)
+        _wait_ready(url, proc, err)
         errors: list[str] = []
         threads = []
         t0 = time.perf_counter()
