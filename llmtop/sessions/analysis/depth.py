@@ -78,7 +78,7 @@ def estimate(values: Sequence[float]) -> Estimate:
         return Estimate(0, None, None, None, "no ok request gave it")
     found = median_interval(values)
     note = (None if found is not None else
-            f"n = {len(values)}: a {MEDIAN_CONFIDENCE:.0%} interval of a median needs 6 or "
+            f"n = {len(values)}: a {MEDIAN_CONFIDENCE * 100:g} % interval of a median needs 6 or "
             "more requests (--requests)")
     low, high = found if found is not None else (None, None)
     return Estimate(len(values), statistics.median(values), low, high, note)

@@ -336,7 +336,7 @@ def depth_markdown(rows: Sequence[DepthRow]) -> list[str]:
               *(_estimate_cell(r.estimates[m.key], m.unit) for m in DEPTH_METRICS))
              for r in rows]
     notes = sorted({e.note for r in rows for e in r.estimates.values() if e.note})
-    how = (f"Per depth: the median of the baseline requests and its {MEDIAN_CONFIDENCE:.0%} "
+    how = (f"Per depth: the median of the baseline requests and its {MEDIAN_CONFIDENCE * 100:g} % "
            "interval in brackets (the sign test's order statistics: no shape assumed); "
            "prefill and decode are the server's own rates, decode after the depth's "
            "context; server tokens is its count of the context (prompt_eval_count).")
