@@ -39,7 +39,7 @@ class SessionEntry:
     uses for it ("ok", "warm-up", "model load", "cold-start", "error", ...); verdict: the
     analysis verdict ("clean", "contaminated", "inconclusive"), None when the log holds a
     single request (nothing to judge), or "unreadable" with `problem`; traffic: what was
-    sent when not llmtop's own prompts ("dataset chat.jsonl", "replay of watch.jsonl"),
+    sent when not llmtop's own prompts ("dataset chat.jsonl", "replay of app-traffic.jsonl"),
     shown after the kind."""
 
     path: str
