@@ -209,3 +209,15 @@ def test_one_noisy_sample_in_twenty_still_allows_a_claim(tmp_path):
     c = compare_logs(read_log(a), read_log(b), names=("a", "b"))
     assert c.trusted and headline(c).startswith("b vs a: no regression; ")
     assert cli.main(["compare", str(a), str(b)]) == 0
+
+
+def test_the_report_says_what_each_run_sent(tmp_path, capsys):
+    dataset = {"prompt_tokens": [200], "dataset": {"file": "chat.jsonl", "records": 20}}
+    a, b = _pair(tmp_path, a_header={"bench": dataset}, b_header={"bench": dataset})
+    assert cli.main(["compare", str(a), str(b), "--metric", "ttft"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert f"- {a} sent: dataset chat.jsonl\n- {b} sent: dataset chat.jsonl" in out
+    (tmp_path / "plain").mkdir()
+    plain_a, plain_b = _pair(tmp_path / "plain")
+    assert cli.main(["compare", str(plain_a), str(plain_b), "--metric", "ttft"]) in (0, 1)
+    assert " sent: " not in capsys.readouterr().out  # llmtop's own prompts: nothing said

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtop.sessions.analysis.catalog import traffic
 from llmtop.sessions.analysis.compare.energy import EnergyComparison
 from llmtop.sessions.analysis.compare.logs import Comparison
 from llmtop.sessions.analysis.compare.stats import ALPHA, CONFIDENCE, MIN_OK, MetricComparison
@@ -100,6 +101,10 @@ def markdown(comparisons: Sequence[Comparison],
     lines = ["# llmtop compare", "", method_note()]
     for k, c in enumerate(comparisons):
         lines += ["", f"## {c.name_b} against {c.name_a}", "", f"**{headline(c)}**"]
+        if len(logs) > k + 1:  # what each run sent, when not llmtop's own prompts
+            pairs = ((c.name_a, traffic(logs[0])), (c.name_b, traffic(logs[k + 1])))
+            sent = [f"- {name} sent: {what}" for name, what in pairs if what]
+            lines += ["", *sent] if sent else []
         if c.checks.warnings:
             lines += ["", *(f"- warning: {w}" for w in c.checks.warnings)]
         if c.rows:
