@@ -158,3 +158,34 @@ async def test_at_80_columns_each_plot_keeps_its_name(tmp_path):
         decode = str(screen.query_one("#plot-decode", PlotextPlot).render())
         assert "TTFT ms" in ttft and "#1 900" in ttft  # the name and what is off its scale
         assert "decode tok/s" in decode
+
+
+async def test_l_on_a_watch_log_opens_the_load_screen_ready_to_replay_it(tmp_path):
+    from textual.widgets import Input, Select
+
+    from llmtop.tui.screens.load import REPLAY, LoadScreen
+
+    from .test_load_screen import three_request_watch_log
+
+    write_log(tmp_path / "bench.jsonl", [400.0] * 5)
+    three_request_watch_log(tmp_path / "watch.jsonl")
+    settings = TuiSettings(engine="fake", log_path=str(tmp_path / "s.jsonl"), probes=False)
+    app = make_app(settings, connection=fake_connection(FakeEngine()))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionsScreen), what="sessions")
+        sessions = app.screen
+        await wait_for(pilot, lambda: len(sessions.entries) == 3, what="the logs")
+        kinds = [e.kind for e in sessions.entries]
+        table = sessions.query_one("#sessions-table", DataTable)
+        table.move_cursor(row=kinds.index("bench"))
+        await pilot.press("l")  # not a watch log: said, nothing opens
+        await pilot.pause()
+        assert app.screen is sessions
+        table.move_cursor(row=kinds.index("watch"))
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadScreen), what="load screen")
+        await pilot.pause()
+        assert app.screen.query_one("#load-mode", Select).value == REPLAY
+        assert app.screen.query_one("#load-levels", Input).value == str(tmp_path / "watch.jsonl")

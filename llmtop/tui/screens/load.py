@@ -118,8 +118,10 @@ class LoadScreen(Screen[None]):
         Binding("escape", "leave", "Cancel sweep / back", priority=True),
     ]
 
-    def __init__(self, conn: Connection, settings: TuiSettings) -> None:
+    def __init__(self, conn: Connection, settings: TuiSettings,
+                 replay_path: str | None = None) -> None:
         super().__init__()
+        self.replay_path = replay_path  # opened from the sessions list: this watch log
         self.conn = conn
         self.settings = settings
         self.live = LoadLive()
@@ -158,6 +160,9 @@ class LoadScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.set_interval(1 / RENDER_HZ, self._redraw, name="load-render")
+        if self.replay_path is not None:  # the replay mode, its box holding the log's path
+            self.query_one("#load-levels", Input).value = self.replay_path
+            self.query_one("#load-mode", Select).value = REPLAY
 
     def on_select_changed(self, event: Select.Changed) -> None:
         """The replay mode's levels box takes a watch log's path (its label says so)."""

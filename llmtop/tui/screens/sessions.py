@@ -1,6 +1,7 @@
 """The sessions screen (Ctrl+O): the saved session logs (`llmtop sessions`), and for the one
-under the cursor its report (Enter / r), its plots (p), or a comparison (c: the first press
-takes it as the baseline A, a press on another log compares it with A, as `llmtop compare`).
+under the cursor its report (Enter / r), its plots (p), a comparison (c: the first press
+takes it as the baseline A, a press on another log compares it with A, as `llmtop compare`),
+or, for a watch log, the load screen ready to replay it (l, as `llmtop load --replay`).
 
 The logs are read in a thread worker (each is read in full for its verdict), so a long list
 never blocks the screen.
@@ -32,7 +33,8 @@ from llmtop.tui.screens.report import ReportScreen
 # cells are `llmtop sessions`' own, in this order
 COLUMNS = ("date", "kind", "verdict", "requests", "engine", "model")
 ORDER = (0, 3, 5, 4, 1, 2)  # each column's index in SessionEntry.cells()
-HINT = "Enter/r report · p plots · c compare (first c: baseline A; then c on B) · Esc back"
+HINT = ("Enter/r report · p plots · c compare (first c: baseline A; then c on B) · l replay a "
+        "watch log · Esc back")
 
 
 def cells(e: SessionEntry) -> tuple[str, ...]:
@@ -55,6 +57,7 @@ class SessionsScreen(Screen[None]):
         Binding("r", "report", "Report"),
         Binding("p", "plots", "Plots"),
         Binding("c", "compare", "Compare with…"),
+        Binding("l", "replay", "Replay"),
     ]
 
     def __init__(self, paths: Sequence[str] = ()) -> None:
@@ -119,6 +122,26 @@ class SessionsScreen(Screen[None]):
         """The selected log's plots."""
         if (e := self.selected) is not None:
             self.app.push_screen(PlotsScreen(e.path))
+
+    def action_replay(self) -> None:
+        """A watch log: the load screen on the app's connection, in its replay mode with this
+        log's path (Start sends it); any other log, or no ready connection, is said."""
+        e = self.selected
+        if e is None:
+            return
+        if e.kind != "watch":
+            self.notify(f"l replays a `llmtop watch` log; this is a {e.kind or 'unreadable'} "
+                        "log", severity="warning")
+            return
+        link = getattr(self.app, "link", None)
+        if link is None or link.conn is None or not link.ready:
+            self.notify("a replay needs the engine connected: wait for it, then press l again",
+                        severity="warning")
+            return
+        from llmtop.tui.screens.load import LoadScreen
+
+        self.app.pop_screen()
+        self.app.push_screen(LoadScreen(link.conn, link.settings, replay_path=e.path))
 
     def action_compare(self) -> None:
         """First press: take the selected log as the baseline A. Next press on another log:
