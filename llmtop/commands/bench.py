@@ -26,6 +26,7 @@ from llmtop.sessions.measure.depths import depth_label, parse_depths
 
 if TYPE_CHECKING:
     from llmtop.engines.connection import Connection
+    from llmtop.sessions.analysis.repeat import SizeSpread
     from llmtop.sessions.runners.bench import BenchOutcome, BenchProgress, BenchRunner
 
 # What running the protocol needs (httpx, pydantic, numpy and scipy through the sessions) is
@@ -291,6 +292,15 @@ async def _bench(args: argparse.Namespace) -> int:
     # section of the markdown and the page, a key of the JSON
     text = render(build(outcome.log, outcome.analysis, spread), fmt)
     emit(text, getattr(args, "out", None), "llmtop bench")
+    return _said(outcomes, spreads, runner.recorder.log.incomplete)
+
+
+def _said(outcomes: list[BenchOutcome], spreads: list[SizeSpread],
+          incomplete: str | None) -> int:
+    """Say the bench's end on stderr (runs that disagree, too few requests, an incomplete
+    log, no request ok, the verdict) and return its ExitCode: NOISY for runs that disagree or
+    a CONTAMINATED verdict, REQUEST_FAILED with no ok request, LOG_INCOMPLETE, else OK."""
+    outcome = outcomes[-1]
     if any(sp.disagree for size in spreads for sp in size.spreads) or any(
             o.analysis.contaminated for o in outcomes[:-1]):
         print("llmtop bench: the runs do not agree (see \"Repeatability\"), or an earlier "
@@ -303,7 +313,6 @@ async def _bench(args: argparse.Namespace) -> int:
             "(--requests 10 or more)",
             file=sys.stderr,
         )
-    incomplete = runner.recorder.log.incomplete
     if incomplete is not None:  # the report covers what reached the log
         print(f"llmtop bench: {incomplete}; the report covers the records written",
               file=sys.stderr)
