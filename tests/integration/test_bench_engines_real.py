@@ -60,7 +60,10 @@ def llama_cpp_python(tmp_path_factory):
     try:
         while True:
             try:
-                if httpx.get(f"{root}/v1/models", timeout=1).status_code == 200:
+                # ready: its models and its API description (FastAPI builds /openapi.json at
+                # the first call, slower than discovery's 0.5 s per route on a loaded machine)
+                if (httpx.get(f"{root}/v1/models", timeout=1).status_code == 200
+                        and httpx.get(f"{root}/openapi.json", timeout=10).status_code == 200):
                     break
             except httpx.HTTPError:
                 pass
@@ -83,6 +86,20 @@ def test_bench_engines_interleaves_three_real_engines(engine_url, llama_server,
     labels = [f"llmtop-embedded@{urlsplit(engine_url).port}",
               f"llama-server@{urlsplit(llama_server.url).port}",
               f"llama-cpp-python@{urlsplit(llama_cpp_python).port}"]
+    # `llmtop engines` finds all three on the ports given, each with its kind, version and model
+    found = subprocess.run(
+        [sys.executable, "-m", "llmtop", "engines", "--json", "--ports",
+         ",".join(label.split("@")[1] for label in labels)],
+        capture_output=True, text=True, check=False, timeout=120)
+    assert found.returncode == ExitCode.OK, found.stderr
+    by_port = {urlsplit(e["url"]).port: e for e in json.loads(found.stdout)["engines"]}
+    kinds = [by_port[int(label.split("@")[1])]["kind"] for label in labels]
+    assert kinds == ["llmtop-embedded", "llama-server", "llama-cpp-python"]
+    for label in labels:
+        entry = by_port[int(label.split("@")[1])]
+        assert entry["model"], entry  # the model each serves (its name, or the GGUF's path)
+    assert by_port[int(labels[0].split("@")[1])]["version"]  # llmtop's own version
+    assert by_port[int(labels[1].split("@")[1])]["version"]  # llama-server's build
     start = time.perf_counter_ns()
     p = subprocess.run(
         [sys.executable, "-m", "llmtop", "bench", "--engines", ",".join(labels),
