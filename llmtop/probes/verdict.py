@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from llmtop.probes.catalogue import Category
-from llmtop.probes.gpu import GpuSample
-from llmtop.probes.processes import AppUsage, ProcessSample
-from llmtop.probes.system import SystemSample, machine_percent
+
+if TYPE_CHECKING:  # the samplers' modules import psutil (~50 ms): the TUI's first frame and
+    # the config read (`Thresholds`) need only the plain findings below
+    from llmtop.probes.gpu import GpuSample
+    from llmtop.probes.processes import AppUsage, ProcessSample
+    from llmtop.probes.system import SystemSample
 
 
 class Level(StrEnum):
@@ -177,6 +181,8 @@ def background_cpu_percent(system: SystemSample, processes: ProcessSample) -> fl
     """
     if system.cpu_percent is None:
         return None
+    from llmtop.probes.system import machine_percent  # loaded by then: `system` is its sample
+
     cpus = system.logical_cpus or processes.logical_cpus
     ours = (processes.self_cpu_percent or 0.0) + (processes.engine_cpu_percent or 0.0)
     return max(0.0, system.cpu_percent - (machine_percent(ours, cpus) or 0.0))
@@ -196,6 +202,8 @@ def unattributed_cpu_percent(system: SystemSample, processes: ProcessSample) -> 
     background = background_cpu_percent(system, processes)
     if background is None:
         return None
+    from llmtop.probes.system import machine_percent  # loaded by then: `system` is its sample
+
     cpus = system.logical_cpus or processes.logical_cpus
     listed = sum(a.cpu_percent_machine if a.cpu_percent_machine is not None
                  else machine_percent(a.cpu_percent, cpus) or 0.0

@@ -484,7 +484,9 @@ def preload() -> None:
     """Import what connecting and sampling need (the engines' clients, the probes, the
     session log's writer: ~0.5 s on 2 cores); run in a thread after the first frame."""
     import llmtop.connect
+    import llmtop.probes.engine_identity
     import llmtop.probes.remote
+    import llmtop.probes.sampler
     import llmtop.sessions.runners.recorder
     import llmtop.sessions.runners.warmup
     import llmtop.stamping.rxstamps  # noqa: F401 - imported for its side: loaded

@@ -24,15 +24,15 @@ from textual.message import Message
 
 from llmtop.engines.base import EngineError
 from llmtop.engines.connection import Connection
-from llmtop.probes.engine_identity import is_local_host
-from llmtop.probes.sampler import ProbeSample, ProbeSampler
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.settings import TuiSettings
 
 if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log and its
-    # records (pydantic): imported as the probes start and the log opens, after the first frame
+    # records (pydantic), the probes (psutil): imported as the probes start and the log
+    # opens, after the first frame (`app.preload` loads them in a thread meanwhile)
     from llmtop.probes.remote import AgentSampler
+    from llmtop.probes.sampler import ProbeSample, ProbeSampler
     from llmtop.sessions.records.log import LogError
     from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord
     from llmtop.sessions.runners.energy import EnergyMeter
@@ -54,6 +54,8 @@ IDLE_PIDS_REUSE_NS = 30 * 10**9
 def machine_label(engine_host: str) -> str:
     """The probe panel's title without an agent: "machine" when the engine at `engine_host`
     runs here, else a plain statement that the panel shows this machine, not the engine's."""
+    from llmtop.probes.engine_identity import is_local_host
+
     if is_local_host(engine_host):
         return "machine"
     return f"this machine ({socket.gethostname()}), not the engine's ({engine_host})"
@@ -126,6 +128,8 @@ class EngineLink:
         else one that reads nothing and says why; None without probes."""
         if self.energy is None:
             return None
+        from llmtop.probes.engine_identity import is_local_host
+
         if self.settings.agent is None and is_local_host(conn.upstream.host):
             return self.energy
         from llmtop.sessions.runners.energy import EnergyMeter
@@ -188,6 +192,8 @@ class EngineLink:
         from a request's or a bench's start until its end sample, else at the slow beat
         (sampler.IDLE_GPU_BEAT_S), so an open TUI does not keep an idle GPU awake. An
         agent's sampler paces its own machine."""
+        from llmtop.probes.sampler import ProbeSampler
+
         if isinstance(self.sampler, ProbeSampler):
             self.sampler.set_measuring(on)
 
@@ -205,6 +211,8 @@ class EngineLink:
         """The request ended: one probe sample now, which measures its last stretch (since
         the sample before, ≤ STREAM_PROBE_INTERVAL_S) and counts for it (`ProbeSampled.ends`);
         then the idle interval. An agent samples at its own pace: only the idle interval."""
+        from llmtop.probes.sampler import ProbeSampler
+
         if isinstance(self.sampler, ProbeSampler):
             self._end_sample_for = live
             self.sampler.set_interval(END_SAMPLE_S)  # wakes the thread: it samples at once
@@ -241,6 +249,8 @@ class EngineLink:
 
         if isinstance(self.sampler, AgentSampler):
             return True
+        from llmtop.probes.engine_identity import is_local_host
+
         return self.injected is not None or is_local_host(conn.upstream.host)
 
     async def offload(self, live: LiveRequest, recent: Iterable[ProbeSample],

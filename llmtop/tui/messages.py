@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
-from llmtop.probes.sampler import ProbeSample
+if TYPE_CHECKING:  # the sampler's module imports psutil and the probes: after the first frame
+    from llmtop.probes.sampler import ProbeSample
 
 
 class ProbeSampled(Message):

@@ -41,9 +41,6 @@ from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, StreamEvent
-from llmtop.probes.sampler import ProbeSample
-from llmtop.sessions.measure.request import RequestCollector, RequestResult
-from llmtop.sessions.runners.curves import CurveStore, curve_key
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.state.frames import FrameClock
@@ -67,6 +64,8 @@ if TYPE_CHECKING:  # the bench screen's module is imported when it opens
 
     from llmtop.engines.discovery import FoundEngine
     from llmtop.engines.live_state import EngineState
+    from llmtop.probes.sampler import ProbeSample  # psutil, the probes: after the first frame
+    from llmtop.sessions.measure.request import RequestCollector, RequestResult
     from llmtop.sessions.records.request import RequestRecord  # pydantic: with the log
     from llmtop.tui.screens.bench import BenchScreen
 
@@ -277,6 +276,8 @@ class MainScreen(Screen[None]):
         conn = self.host.link.conn
         if conn is None:
             return None
+        from llmtop.sessions.runners.curves import CurveStore, curve_key  # with the first prompt
+
         key = curve_key(conn.engine.name, conn.engine.host, conn.model)
         return expectation_for(CurveStore().load(key), prompt)
 

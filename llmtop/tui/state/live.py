@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from llmtop.engines.events import Failure, PromptProgress, Status, StreamEvent
 from llmtop.safetext import visible
-from llmtop.sessions.measure.request import RequestCollector, RequestResult
 from llmtop.sessions.measure.timeline import NS_PER_MS, live_chunk_rate
 from llmtop.tui.state.prefill import PrefillExpectation, progress_text, waiting_text
 
-if TYPE_CHECKING:  # the records (pydantic) load after the first frame
+if TYPE_CHECKING:  # the records (pydantic) load after the first frame, the request's
+    # collector with the connection
+    from llmtop.sessions.measure.request import RequestCollector, RequestResult
     from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 
 THINKING = "thinking"

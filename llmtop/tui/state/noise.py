@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from llmtop.probes.sampler import ProbeSample
 from llmtop.probes.verdict import Level, Verdict
+
+if TYPE_CHECKING:  # the sampler's module imports psutil and the probes: after the first frame
+    from llmtop.probes.sampler import ProbeSample
 
 KEEP_NOISY = 4096  # noisy samples remembered (at 2 Hz: over half an hour)
 

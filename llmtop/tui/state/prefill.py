@@ -16,9 +16,12 @@ carries no text, so it never starts TTFT.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmtop.engines.events import PromptProgress
-from llmtop.sessions.runners.curves import SavedCurve
+
+if TYPE_CHECKING:  # the curve store (json, datetime, the fit) loads with the first prompt
+    from llmtop.sessions.runners.curves import SavedCurve
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,15 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from llmtop.engines.events import Status
-from llmtop.sessions.measure.request import RequestResult
 from llmtop.sessions.measure.stats import summarize
 from llmtop.sessions.measure.timeline import RequestMetrics
 from llmtop.tui.state.live import LiveRequest, cut_short
+
+if TYPE_CHECKING:  # the request's collector loads with the connection, after the first frame
+    from llmtop.sessions.measure.request import RequestResult
 
 MAX_BARS = 40  # the TTFT sparkline shows the last 40 requests (one cell each)
 PROMPT_CHARS = 18  # a history row's prompt before its table knows its width (request_history)

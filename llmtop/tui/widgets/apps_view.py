@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
 from llmtop.probes.catalogue import Category
-from llmtop.probes.processes import ProcessSample
 from llmtop.tui.state import fmt
+
+if TYPE_CHECKING:  # the process probe imports psutil: it loads after the first frame
+    from llmtop.probes.processes import ProcessSample
 
 TOP_N = 5  # apps listed in a panel of ordinary height; a taller one lists up to MAX_APPS
 MAX_APPS = 20  # the apps a probe record keeps (`ProbeSample.to_dict`)

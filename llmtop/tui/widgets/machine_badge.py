@@ -4,12 +4,16 @@ screen, which has no panel)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
-from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.state import fmt
 from llmtop.tui.state.noise import noisy_message
 from llmtop.tui.widgets.quiet_static import QuietStatic
+
+if TYPE_CHECKING:  # the sampler's module imports psutil and the probes: after the first frame
+    from llmtop.probes.sampler import ProbeSample
 
 STARTING = "machine: probes starting…"
 

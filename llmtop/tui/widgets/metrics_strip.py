@@ -25,7 +25,6 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from llmtop.engines.events import Status
-from llmtop.sessions.measure.request import RequestResult
 from llmtop.tui.state import fmt
 from llmtop.tui.state.live import CutShort, LiveRequest, cut_short
 from llmtop.tui.state.session_state import GapsView, gaps_view
@@ -33,7 +32,9 @@ from llmtop.tui.widgets.quiet_static import QuietStatic
 from llmtop.tui.widgets.spark_bars import SparkBars
 from llmtop.tui.widgets.token_pane import failure_text
 
-if TYPE_CHECKING:  # the records (pydantic) load after the first frame
+if TYPE_CHECKING:  # the records (pydantic) load after the first frame, the request's
+    # collector with the connection
+    from llmtop.sessions.measure.request import RequestResult
     from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 
 _HIDE_EMPTY = frozenset({"failure", "noise", "offload", "energy"})

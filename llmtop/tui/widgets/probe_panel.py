@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
@@ -24,13 +25,15 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from llmtop.probes.sampler import ProbeSample
 from llmtop.tui.state import fmt
 from llmtop.tui.state.wrap import visible_text, wrap_lines
 from llmtop.tui.widgets.apps_view import ENGINE_UNKNOWN, MAX_APPS, TOP_N, apps_text
 from llmtop.tui.widgets.system_view import cpu_style, system_text
 from llmtop.tui.widgets.token_pane import forward_typing
 from llmtop.tui.widgets.verdict_badge import verdict_text
+
+if TYPE_CHECKING:  # the sampler's module imports psutil and the probes: after the first frame
+    from llmtop.probes.sampler import ProbeSample
 
 STALE_AFTER_S = 5.0  # no new sample for this long: the probes are stuck (interval is 0.25-2 s)
 SLOW_AFTER_S = 2.0  # an agent's sample this old came late (it samples every 0.5 s)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
-from llmtop.probes.gpu import SOURCE, GpuDevice, GpuSample
-from llmtop.probes.system import SystemSample
 from llmtop.tui.state import fmt
+
+if TYPE_CHECKING:  # the probes' modules (psutil, the GPU readers) load after the first frame
+    from llmtop.probes.gpu import GpuDevice, GpuSample
+    from llmtop.probes.system import SystemSample
 
 BAR_CORES_MAX = 16  # up to this many cores: one labelled bar each; more: one cell per core
 CORE_BAR_WIDTH = 8
@@ -86,6 +90,8 @@ def gpu_line(d: GpuDevice) -> str:
     1.2 GiB · 12.0 W (AGX)"."""
     util = ("asleep" if d.asleep else "n/a" if d.util_percent is None
             else f"{d.util_percent:.0f} %")
+    from llmtop.probes.gpu import SOURCE  # loaded by then: `d` is its reading
+
     if d.source == SOURCE:
         vram = f"{fmt.size(d.memory_used)} / {fmt.size(d.memory_total)}"
         return f"GPU{d.index} {util} · {vram} (NVML)"
