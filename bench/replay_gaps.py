@@ -51,11 +51,13 @@ def replay_once(url: str, watch_log: Path, log: Path) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def rows_of(errors: list[float], replays: int, nice: int) -> list[dict[str, Any]]:
+def rows_of(errors: list[float], replays: int, nice: int,
+            threads: int | None = None) -> list[dict[str, Any]]:
     """The median and largest |arrival error| as bench rows."""
     size = statistics.median(abs(e) for e in errors), max(abs(e) for e in errors)
     what = (f"{replays} replays × {APP_REQUESTS} requests, real llama-server"
-            f"{f' at nice {nice}' if nice else ''}")
+            f"{f' at nice {nice}' if nice else ''}"
+            f"{f', {threads} thread(s)' if threads else ''}")
     return [{"metric": f"replay's arrival error, median |error| ({what})",
              "measured": size[0], "unit": "ms", "target": TARGET_MS,
              "met": size[0] <= TARGET_MS},
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--engine-nice", type=int, default=0,
                     help="the server's nice value (default 0: as started)")
+    ap.add_argument("--engine-threads", type=int, default=None,
+                    help="the server's --threads (default: every physical core)")
     ap.add_argument("--json", help="write the result rows here (bench/run_all.py)")
     args = ap.parse_args(argv)
     why = missing()
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"metric": f"replay's arrival error (not measured: {why})", "measured": None,
                  "unit": "ms", "target": None, "met": None}]
     else:
-        server = LlamaServerProcess(parallel=4, ctx_size=4096)
+        server = LlamaServerProcess(parallel=4, ctx_size=4096, threads=args.engine_threads)
         asyncio.run(server.start())
         if args.engine_nice and server.pid is not None:
             os.setpriority(os.PRIO_PROCESS, server.pid, args.engine_nice)
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     errors += got[1:]  # the first send is the origin: its error is 0 by definition
         finally:
             server.stop()
-        rows = rows_of(errors, args.replays, args.engine_nice)
+        rows = rows_of(errors, args.replays, args.engine_nice, args.engine_threads)
     for r in rows:
         print(f"{r['metric']}: {r['measured']} {r['unit']}", flush=True)
     if args.json:
