@@ -31,6 +31,7 @@ whole context (said with its source, "from /slots").
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,6 +40,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+
+from llmtop.stamping.bounds import BoundedTransport
 
 # One reading a second while the panel is shown: a reading of llama-server's /slots and
 # /metrics cost 3.0 ms of CPU (median of 60; p90 3.7 ms) on a loaded 2-core VM, so 0.3 % of
@@ -49,6 +52,9 @@ PACE_S = 1.0
 IDLE_PACE_S = 5.0
 IDLE_AFTER = 30
 READ_TIMEOUT_S = 0.8  # a route's whole answer; below the pace, so readings never pile up
+# A route's body: llama-server's /slots at MAX_SLOTS slots is ~4 MB, vLLM's /metrics ~0.1 MB;
+# a longer body is no answer (a server cannot fill llmtop's memory through the panel)
+MAX_BODY_BYTES = 8 * 2**20
 MAX_SLOTS = 4096  # as llama_props.MAX_SLOTS: more entries are not believed
 MAX_MODELS = 64  # /api/ps entries kept (an engine holds a few models at once)
 MAX_NAME_CHARS = 256
@@ -375,7 +381,10 @@ class StateReader:
         self.kind = kind
         self.url = url.rstrip("/").removesuffix("/v1")
         self._own = client is None
-        self._client = client or httpx.AsyncClient(trust_env=False)
+        # its own client reads through the bounded transport (no compression asked; a
+        # gzip bomb decoded in bounded pieces), as discovery's does
+        self._client = client or httpx.AsyncClient(trust_env=False,
+                                                   transport=BoundedTransport())
         self.last: EngineState | None = None
         self.query = query
 
@@ -385,13 +394,22 @@ class StateReader:
             await self._client.aclose()
 
     async def _get(self, route: str, as_json: bool) -> Any:
-        """A route's JSON (or text), None for anything but a whole 200 answer in time."""
+        """A route's JSON (or text), None for anything but a whole 200 answer of at most
+        MAX_BODY_BYTES within READ_TIMEOUT_S (body included: a server that trickles bytes is
+        not waited for, nor one whose body does not end)."""
         try:
-            resp = await self._client.get(self.url + route, timeout=READ_TIMEOUT_S)
-            if resp.status_code != 200:
-                return None
-            return resp.json() if as_json else resp.text
-        except (httpx.HTTPError, ValueError):
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                async with self._client.stream("GET", self.url + route) as resp:
+                    if resp.status_code != 200:
+                        return None
+                    body = bytearray()
+                    async for piece in resp.aiter_bytes():
+                        body += piece
+                        if len(body) > MAX_BODY_BYTES:
+                            return None
+            text = body.decode("utf-8", errors="replace")
+            return json.loads(text) if as_json else text
+        except (httpx.HTTPError, TimeoutError, ValueError, RecursionError):
             return None
 
     async def read(self) -> EngineState:

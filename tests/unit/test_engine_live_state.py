@@ -185,6 +185,30 @@ async def test_reader_reads_a_server_and_logs_only_changes():
     await client.aclose()
 
 
+async def test_a_body_past_the_bound_or_too_deep_is_no_answer():
+    from llmtop.engines.live_state import MAX_BODY_BYTES
+
+    slots = json.loads(fixture("llama_slots_busy.json"))
+    answers: dict[str, bytes] = {
+        # one byte past the bound: a /metrics that never ends is read no further than this
+        "/metrics": b"#" * (MAX_BODY_BYTES + 1),
+        "/slots": json.dumps(slots).encode(),
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=answers[request.url.path])
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    reader = StateReader("llama-server", "http://server:8080", client)
+    got = await reader.read()
+    assert got.busy_slots == 1  # /slots read; /metrics' figures left out, with a note
+    assert got.notes and any(n.startswith("/metrics") for n in got.notes)
+    answers["/slots"] = b"[" * 100_000 + b"]" * 100_000  # past the JSON parser's depth
+    deep = await reader.read()
+    assert deep.busy_slots is None
+    await client.aclose()
+
+
 async def test_poll_slows_down_once_nothing_changes_and_not_before():
     """Readings that change nothing: the first `idle_after` waits are the pace less the
     reading's time (a reading takes ~0 here), the ones after it the idle pace; a change
