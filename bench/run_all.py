@@ -8,7 +8,8 @@ result rows as JSON; this script prints them as one table and says which targets
 The machine's load average is printed before and after: every CPU figure here is process CPU
 time, and every comparison is paired or interleaved, the only fair measures on a shared
 machine, but a heavily loaded one still slows the engine and widens the spread.
-The whole run takes about 10–13 minutes on 2 cores (`--quick`: fewer repetitions, ~4 min).
+The whole run takes about 17–20 minutes on 2 cores (17 min measured before the first-frame
+and replay rows, which add about 2; `--quick`: fewer repetitions, ~4 min).
 Exit status 0 when every target was met, 1 otherwise.
 """
 
