@@ -403,21 +403,14 @@ async def _measure(args: argparse.Namespace, conn: Connection, recorder: Session
 
 def _throttle_edges(conn: Connection, agent: object) -> Callable[[RequestResult], Any] | None:
     """When the engine runs on this machine: the throttles read now, before the request, and
-    a `late` hook that reads them again as it ends and gives the request's record its
-    `machine.throttle` (both edges, outside the timed span: probes/thermal.py). None for an
-    engine elsewhere, whose machine this one is not."""
-    from dataclasses import asdict
-
+    a `late` hook that reads them again as it ends (runners/throttles.py). None for an engine
+    elsewhere, whose machine this one is not."""
     from llmtop.probes.engine_identity import is_local_host
-    from llmtop.probes.thermal import ThrottleWatch, merge_throttles
-    from llmtop.sessions.runners.recorder import RequestFields
+    from llmtop.sessions.runners.throttles import ThrottleEdges
 
     if agent is not None or not is_local_host(conn.upstream.host):
         return None
-    watch = ThrottleWatch()
-    before = watch.read()
-    return lambda _result: RequestFields(machine={"throttle": [
-        asdict(t) for t in merge_throttles(before + watch.read())]})
+    return ThrottleEdges().edges()
 
 
 def throttle_check(log_path: str, request_id: int) -> FindingRecord | None:

@@ -33,10 +33,12 @@ if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session l
     # opens, after the first frame (`app.preload` loads them in a thread meanwhile)
     from llmtop.probes.remote import AgentSampler
     from llmtop.probes.sampler import ProbeSample, ProbeSampler
+    from llmtop.sessions.measure.request import RequestResult
     from llmtop.sessions.records.log import LogError
     from llmtop.sessions.records.schema import BenchMarkRecord, ProbeRecord
     from llmtop.sessions.runners.energy import EnergyMeter
-    from llmtop.sessions.runners.recorder import SessionRecorder
+    from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
+    from llmtop.sessions.runners.throttles import ThrottleEdges
 
 # While a request streams the probes sample this often (the NOISY marks come from these), and
 # once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample
@@ -92,6 +94,7 @@ class EngineLink:
         self.closing = False  # set once as the app begins to close: nothing opens after it
         self._end_sample_for: LiveRequest | None = None  # the request ended, its sample not in
         self._pids: tuple[int, set[int]] | None = None  # (monotonic_ns, pids) last looked up
+        self._throttles: ThrottleEdges | None = None  # made at the first request, kept
 
     # ------------------------------------------------------------------ connection
 
@@ -241,6 +244,23 @@ class EngineLink:
         if self.conn is None or self.injected is not None:  # an injected one: a test's fake
             return "machine"
         return machine_label(self.conn.upstream.host)
+
+    def throttle_edges(self) -> Callable[[RequestResult], RequestFields] | None:
+        """A request's `late` hook giving its record the throttles at its edges (read now and
+        as it ends: runners/throttles.py), when the engine runs on this machine and no agent
+        samples another; None otherwise, or without probes."""
+        conn = self.conn
+        if conn is None or not self.settings.probes or self.settings.agent is not None:
+            return None
+        from llmtop.probes.engine_identity import is_local_host
+
+        if not is_local_host(conn.upstream.host):
+            return None
+        if self._throttles is None:
+            from llmtop.sessions.runners.throttles import ThrottleEdges
+
+            self._throttles = ThrottleEdges()
+        return self._throttles.edges()
 
     def _probes_watch_engine(self, conn: Connection) -> bool:
         """Whether the probe samples are of the engine's machine: an agent's (`--probes`), or

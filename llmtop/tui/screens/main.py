@@ -269,7 +269,7 @@ class MainScreen(Screen[None]):
 
             history = tuple(self.chat) if self.keep_history else ()
             await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end,
-                                   history=history)
+                                   late=self.host.link.throttle_edges(), history=history)
 
     def _expected(self, prompt: str) -> PrefillExpectation | None:
         """The saved prefill curve's prediction for `prompt` on this model (None without)."""
