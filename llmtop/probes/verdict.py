@@ -267,12 +267,20 @@ def _close_remedy(processes: ProcessSample) -> str:
     """What to close, by name: "close the busiest applications before measuring (hog 200 %,
     slack 12 % of one core)" — the finding travels to outputs that list no apps (`run`'s
     text and JSON, reports), so "the applications listed below" named nothing there.
-    When no readable app is busy: find what is (another user's processes)."""
+    When no readable app is busy but inference engines llmtop could not tell from the
+    measured one: stop those not measured (never "close" the measured engine). When nothing
+    readable is busy: find what is (another user's processes)."""
     busy = [a for a in processes.apps
             if a.category not in _JUDGED_OUT and a.cpu_percent is not None
             and a.cpu_percent >= NAMED_MIN_PERCENT
             and not (a.category is Category.INFERENCE and not processes.engine_identified)]
     if not busy:
+        engines = [a for a in _unidentified_engines(processes)
+                   if a.cpu_percent is not None and a.cpu_percent >= NAMED_MIN_PERCENT]
+        if engines:  # the busy programs are inference engines, one of them maybe the measured
+            named = ", ".join(f"{a.app} {a.cpu_percent:.0f} %" for a in engines[:NAMED_APPS])
+            return ("stop the inference engines you are not measuring before measuring "
+                    f"({named} of one core)")
         return ("find what is using the CPU before measuring (no process llmtop can read is "
                 "busy: look for other users' processes, e.g. with `top` as root)")
     named = ", ".join(f"{a.app} {a.cpu_percent:.0f} %" for a in busy[:NAMED_APPS])

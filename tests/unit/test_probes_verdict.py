@@ -9,6 +9,7 @@ from llmtop.probes.processes import AppUsage, ProcessSample
 from llmtop.probes.system import SystemSample
 from llmtop.probes.verdict import (
     DEFAULT,
+    REMEDY_UNIDENTIFIED,
     Finding,
     Level,
     Thresholds,
@@ -296,3 +297,22 @@ def test_an_engine_just_started_is_not_counted_as_other_programs() -> None:
     known = dataclasses.replace(procs(self_cpu=0.0, engine=160.0), engine_identified=True)
     # 91 % of 4 CPUs − 160 % of one core / 4 = 51 %: judged once the engine's CPU is known
     assert ("background-cpu", Level.FAIL) in codes(evaluate(sys_(cpu_percent=91.0), known))
+
+
+def test_busy_engines_not_told_from_the_measured_one_are_named_not_looked_for() -> None:
+    # two inference engines busy and the measured engine's pids not identified: the remedy
+    # names them (stop those not measured) and the pid advice follows; never "no process
+    # llmtop can read is busy", which they are. 4 CPUs: (98 + 95) / 4 = 48.25 % of the
+    # machine is theirs; the machine at 60 %: 60 − 0 (no self, no engine) = 60 % background
+    p = procs(app("llama.cpp", 98.0, Category.INFERENCE),
+              app("llmtop engine", 95.0, Category.INFERENCE), self_cpu=0.0)
+    (f,) = [f for f in evaluate(sys_(cpu_percent=60.0), p).findings
+            if f.code == "background-cpu"]
+    assert f.value == 60.0 and f.level is Level.FAIL
+    assert f.message.startswith("other programs are using 60 % of the machine's CPU (this "
+                                "includes llama.cpp, llmtop engine, which may be the "
+                                "measured engine)")
+    assert f.remedy.startswith("stop the inference engines you are not measuring before "
+                               "measuring (llama.cpp 98 %, llmtop engine 95 % of one core)")
+    assert "no process llmtop can read" not in f.remedy
+    assert f.remedy.endswith(REMEDY_UNIDENTIFIED)
