@@ -167,3 +167,21 @@ def test_the_cache_pairs_and_turns_are_counted(tmp_path):
     # 1 warm-up + 3 measured + 4 cache-pair requests + 2 turns = 10
     assert e.requests == 10
     assert e.requests_text == "10: 3 ok, 4 cache-pair, 2 conversation, 1 warm-up"
+
+
+def test_a_watch_log_is_judged_by_its_requests_verdicts(tmp_path):
+    # a watch's probe records are the machine's, tied to no request; each request carries
+    # the verdict of the samples around it: 1 of 3 NOISY here, one not judged
+    from llmtop.sessions.records.log import SessionLog
+    from tests.unit.compare_logs import HEADER, request
+
+    log = SessionLog(tmp_path / "w.jsonl", {**HEADER, "kind": "watch"})
+    for i, verdict in enumerate(("QUIET", "NOISY", None, "QUIET")):
+        rec = {k: v for k, v in request(i, 500.0, 20.0).items()
+               if k not in ("index", "phase", "prompt_tokens_target", "prompt_words")}
+        log.write_raw({**rec, "probe_verdict": verdict})
+        log.write_raw({"type": "probe", "request_id": None, "verdict": {"quiet": False}})
+    log.close()
+    e = entry(tmp_path / "w.jsonl")
+    assert (e.noisy, e.probe_samples) == (True, (1, 3))
+    assert e.cells()[5] == "— NOISY during the request"

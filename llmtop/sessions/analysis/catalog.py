@@ -55,6 +55,7 @@ class SessionEntry:
     noisy: bool | None = False  # a NOISY probe sample was taken during one of its requests
     # (None: no probe sample was taken during any of them, as `run --json` says it)
     probe_samples: tuple[int, int] = (0, 0)  # (NOISY, all) probe samples during its requests
+    # (a watch log: its requests judged NOISY, its requests judged at all)
     traffic: str | None = None
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
@@ -106,9 +107,14 @@ def entry(path: str | os.PathLike[str]) -> SessionEntry:
     if h.kind == "watch":  # other apps' requests: their own statuses, no bench verdict
         models = sorted({r.model for r in log.requests if r.model})
         statuses = Counter(str(r.status) for r in log.requests)
+        # the watch judges each request by the samples around it (its `probe_verdict`);
+        # its probe records are the machine's between requests too, tied to none
+        judged = [r.watch.probe_verdict for r in log.requests if r.watch.probe_verdict]
+        seen = (judged.count("NOISY"), len(judged))
         return SessionEntry(str(path), h.started_at, h.upstream, ", ".join(models) or None,
                             h.kind, len(log.requests), statuses.get("ok", 0), None,
-                            statuses=dict(statuses))
+                            statuses=dict(statuses), noisy=seen[0] > 0 if seen[1] else None,
+                            probe_samples=seen)
     if h.kind == "load":  # a sweep's verdict is its own (load_verdict.py), as its report's
         return _load_entry(str(path), log)
     analysis = analyze_run(log)
