@@ -381,3 +381,32 @@ def test_the_set_as_one_page(tmp_path):
     # one figure per metric table with a median (both engines have every metric here)
     assert page.count('data-plot="engines-') == 5
     assert '"arrayminus":[3.25,6.5]' in page  # TTFT: 100.25 − 97, 200.5 − 194
+
+
+def test_a_runners_probe_sampler_stops_before_its_log_closes(tmp_path, monkeypatch):
+    """The set finishes its runners one after another: the first one's sampler must not
+    outlive its log (its next sample, taken during the second one's finish, was written to
+    the closed log: "probe sample callback failed … LogError … is closed")."""
+    from llmtop.sessions.runners.bench import BenchRunner
+    from llmtop.testing.paced import PacedEngine, paced_connection
+
+    engine = PacedEngine()
+    monkeypatch.setattr("llmtop.sessions.measure.request.perf_counter_ns", engine.clock)
+    config = BenchConfig(requests=2, warmup=0, prompt_tokens=(64,), max_tokens=8,
+                         preflight_s=0, use_cache=False, remeasure_budget=0)
+    runner = BenchRunner(paced_connection(engine), config, str(tmp_path / "x-a.jsonl"))
+    seen: list = []
+
+    async def run() -> None:
+        with runner.measuring():
+            sampler = runner._probe_sampler
+            await runner.start("salt")
+            calibration = await runner.calibrate()
+            seen.append(sampler.running)
+            await runner.finish(calibration)
+            # still inside the set's block (the next engine would finish now): the log
+            # closed by finish, the sampler with it
+            seen.append(sampler.running)
+
+    asyncio.run(run())
+    assert seen == [True, False]

@@ -192,6 +192,7 @@ class BenchRunner:
             think=config.think, energy=self.energy, token_timeout_s=token_timeout_s, keep=True,
         )
         self.canary = Canary()
+        self._probe_sampler: SamplerState | None = None  # while `measuring` runs
         self.machine = MachineReader(lambda: conn.engine_pids)
 
         if config.compare_relay and not conn.via_relay:
@@ -232,6 +233,7 @@ class BenchRunner:
         ends, however it ends: what `run` holds around its phases, and what a driver that runs
         the phases itself holds around them (runners/engines.py)."""
         sampler = self._sampler()
+        self._probe_sampler = sampler
         sampler.start()
         try:
             yield
@@ -382,6 +384,11 @@ class BenchRunner:
         """The phases after the requests (`_finish`: energy, the end environment, the one
         analysis, the summary), the log closed, the outcome made."""
         analysis = await self._finish(calibration)
+        # the sampler stopped before the log closes: a driver running several runners
+        # (runners/engines.py) finishes them one after another, and a sample of this
+        # engine taken during the next one's finish would be written to a closed log
+        if self._probe_sampler is not None:
+            self._probe_sampler.stop()
         self.recorder.close()
         return self.outcome(analysis, calibration)
 
