@@ -149,8 +149,8 @@ class EngineChooser:
         """Measure `found` from now on, as if llmtop had been started with its flags
         (`--engine`, `--host`, `--model`): the request streaming is cancelled (recorded),
         the probes stopped, the session log closed and the engine llmtop started, if any,
-        stopped; then a new link connects and opens a new session log (the request history
-        on screen stays)."""
+        stopped; then a new link connects and opens a new session log, and the screen's
+        session starts afresh with it (`MainScreen.new_session`: one log, one engine)."""
         from llmtop.tui.screens.engine_picker import engine_flag
 
         app = self.app

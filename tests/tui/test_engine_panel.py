@@ -117,6 +117,44 @@ async def test_the_picker_reconnects_to_the_engine_picked(tmp_path):
     assert read_log(str(tmp_path / "s.jsonl")).ended_at is not None
 
 
+async def test_a_picked_engine_starts_its_own_session_on_screen(tmp_path):
+    """One session log is one engine: after F5, the median, n, "prev", the sparklines and
+    the history hold the new engine's requests only (mixed, the TTFT median covered a
+    llama-server request and an embedded one, "prev" was the other engine's TPOT)."""
+    from llmtop.tui.widgets.request_history import RequestHistory
+    from llmtop.tui.widgets.session_strip import SessionStrip
+
+    with ScriptedUpstream() as up:
+        app, _ = build(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await send(pilot, app, "hello")
+            await wait_for(pilot, lambda: done(app), what="the first engine's request")
+            main = app.main_screen
+            assert len(main.session.requests) == 1
+            app.chooser.found = (FoundEngine("ollama", up.url, "0.9.0-scripted",
+                                             loaded=("ok",), found_by="port (scripted)"),)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: isinstance(app.screen, EnginePicker), what="picker")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.link.ready and app.link.conn is not None
+                           and app.link.conn.engine.host == up.url, 20, "the new engine")
+            await pilot.pause()
+            assert main.session.requests == [] and main.live is None
+            assert app.query_one(SessionStrip).view.values == ()
+            assert str(app.query_one("#ttft").content) == "TTFT —"
+            await send(pilot, app, "hello")
+            await wait_for(pilot, lambda: done(app), 20, "the new engine's request")
+            await pilot.pause()
+            # the new engine's one request: bar #1 alone, no request before it
+            assert len(main.session.requests) == 1
+            assert main.session.previous(main.live) is None
+            assert app.query_one(SessionStrip).view.numbers == (1,)
+            assert "prev" not in str(app.query_one("#itl-label").content)
+            await pilot.press("f2")
+            await pilot.pause()
+            assert [r.number for r in app.query_one(RequestHistory).rows] == [1]
+
+
 def test_when_the_tui_searches_and_where_a_picked_engines_log_goes(monkeypatch):
     from llmtop.tui.chooser import auto_chosen, next_log
     from llmtop.tui.state.settings import TuiSettings

@@ -178,10 +178,25 @@ class MainScreen(Screen[None]):
 
     def show_switching(self, what: str) -> None:
         """The engine picked in the picker (F5) is being connected: `what` in the header and
-        the response pane; the engine panel reads nothing until it is."""
+        the response pane; the engine panel reads nothing until it is; the session starts
+        afresh (`new_session`)."""
         self.query_one(HeaderLine).show_starting(what)
         self.query_one(EnginePanel).attach(None)
+        self.new_session()
         self.query_one(TokenPane).show_message(f"connecting to {what}…")
+
+    def new_session(self) -> None:
+        """Another engine is measured (F5): its own session, as its own session log is.
+        The TTFT median and n, the previous request's TPOT, the sparklines and the history
+        describe one log, so one engine: mixed, they set one engine's TTFT beside another's
+        (a median over both, "prev" of the other engine, `c` comparing across them). The
+        earlier engine's requests stay in its log (Ctrl+O opens it)."""
+        self.session = SessionState()
+        self.live = self.viewing = None
+        self.query_one(MetricsStrip).clear()
+        self.query_one(RequestHistory).clear()
+        self.query_one(SessionStrip).sync(self.session, None)
+        self._wake()
 
     def show_message(self, text: str, style: str = "dim") -> None:
         """A line in the response pane (a start-up step, or why the session cannot start)."""

@@ -275,6 +275,20 @@ class MetricsStrip(Vertical):
         bars.data = view.gaps_ms  # no-op when unchanged
         bars.note = gaps_scale(view.gaps_ms)
 
+    def clear(self) -> None:
+        """No request on screen (a new session, `MainScreen.new_session`): every label back
+        to what it says before the first request."""
+        self._shown = self._noise_shown = self._offload_shown = None
+        self._word_shown = ""
+        for wid, blank in (("ttft", "TTFT —"), ("count", "tokens —"), ("decode", "decode —")):
+            self._put(wid, blank)
+        self._static("itl-label").update("chunk gaps ms", layout=False)
+        bars = self.query_one("#itl", SparkBars)
+        bars.data = ()
+        bars.note = gaps_scale(())
+        for wid in ("client", "server", "failure", "noise", "offload", "energy"):
+            self._put(wid, "")
+
     def show_result(self, result: RequestResult, word: str = "") -> None:
         """The finished request's metrics (client and server side) and its status."""
         for wid, content in result_texts(result, word).items():

@@ -192,6 +192,14 @@ class RequestHistory(Vertical):
             table.move_cursor(row=len(self.rows) - 1)
         return True
 
+    def clear(self) -> None:
+        """No rows (a new session, `MainScreen.new_session`): the next `sync` draws the new
+        session's from its first request."""
+        self.rows = []
+        self._version = -1
+        self.table.clear()
+        self.query_one("#history-compare", Static).display = False
+
     def prompt_room(self) -> int:
         """The characters the prompt column has: the box's inner width less the figures'
         columns (each its widest cell + 2 of padding), the prompt's own padding and the
