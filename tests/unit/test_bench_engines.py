@@ -216,9 +216,10 @@ A_TTFT = [100.0, 102.0, 98.0, 101.0, 99.0, 103.0, 97.0, 100.5]
 B_TTFT = [200.0, 204.0, 196.0, 202.0, 198.0, 206.0, 194.0, 201.0]
 
 
-def _set(tmp_path):
-    logs = [write_log(tmp_path / "s-a.jsonl", A_TTFT, engine="embedded"),
-            write_log(tmp_path / "s-b.jsonl", B_TTFT, engine="openai: llama-server")]
+def _set(tmp_path, match=None, headers=({}, {})):
+    logs = [write_log(tmp_path / "s-a.jsonl", A_TTFT, engine="embedded", **headers[0]),
+            write_log(tmp_path / "s-b.jsonl", B_TTFT, engine="openai: llama-server",
+                      **headers[1])]
     engines = [SetEngine("a@1", "llmtop-embedded", "http://127.0.0.1:1", "0.1", "gemma3:270m",
                          str(logs[0])),
                SetEngine("b@2", "llama-server", "http://127.0.0.1:2", "b1", "g.gguf",
@@ -226,7 +227,7 @@ def _set(tmp_path):
     rounds = [{"round": k + 1, "target": 200, "phase": "measure", "index": k,
                "order": ["a@1", "b@2"][k % 2:] + ["a@1", "b@2"][:k % 2]} for k in range(8)]
     path = tmp_path / "s.engines.json"
-    write_set(EngineSet(engines, {"how": "name", "said": "by name"}, rounds), path)
+    write_set(EngineSet(engines, match or {"how": "name", "said": "by name"}, rounds), path)
     return path
 
 
@@ -275,6 +276,32 @@ def test_one_table_per_metric_with_a_row_per_engine_and_the_pairs_verdict(tmp_pa
     assert data["tables"][0]["rows"][1] == {"engine": "b@2", "n": 8, "median": 200.5,
                                             "ci_low": 194.0, "ci_high": 206.0}
     assert data["pairs"][0]["a"] == "a@1" and len(data["rounds"]) == 8
+
+
+# what the user's two engines recorded of one GGUF: Ollama's name and its quantization,
+# llama-server's path and the same quantization; no digest on llama-server's side
+NAMED_APART = ({"model": "gemma3:270m", "model_details": {"quantization": "Q4_K_M",
+                                                         "digest": "a5fd3b62"}},
+               {"model": "/m/gemma-3-270m-q4_k_m.gguf",
+                "model_details": {"quantization": "Q4_K - Medium"}})
+
+
+def test_a_set_matched_by_file_has_no_pair_warning_that_the_models_may_differ(tmp_path):
+    by_name = read_set(_set(tmp_path, headers=NAMED_APART))
+    logs = [read_log(by_name.log_path(e)) for e in by_name.engines]
+    (pair,) = analyze_set(by_name, logs).pairs
+    # matched by name only: compare's warning stays (nothing proves one file)
+    said = ("the engines name the model differently (A gemma3:270m, "
+            "B /m/gemma-3-270m-q4_k_m.gguf); the same model by its quantization Q4_K_M; "
+            "not in both logs: digest")
+    assert [w for w in pair.checks.warnings if "name the model differently" in w] == [said]
+    same = {"how": "file", "said": "the same model file on every engine: 5 bytes, sha256 "
+                                   "dddddddddddddddd… (a@1: /m/g.gguf, b@2: /m/g.gguf)"}
+    (tmp_path / "file").mkdir()
+    by_file = read_set(_set(tmp_path / "file", same, NAMED_APART))
+    (pair,) = analyze_set(by_file, logs).pairs
+    assert not [w for w in pair.checks.warnings if "model" in w]
+    assert not pair.refused
 
 
 # --- the items resolved against what `engines` finds ---------------------------------------

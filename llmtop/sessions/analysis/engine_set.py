@@ -13,7 +13,8 @@ decode, prefill, E2E) and prompt size, one row per engine — the baseline's n a
 its 95 % interval (measure/stats.median_interval: distribution-free, the sign test's order
 statistics) — and
 compare's verdict for each pair of engines (compare/logs.compare_logs, the engine being the
-point: `--vary engine`; configurations that differ stay named in its warnings).
+point: `--vary engine`; configurations that differ stay named in its warnings; a set matched
+by file has no pair warning that the models may differ: the file proved them one).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmtop.sessions.analysis.compare.engines import engine_settings
+from llmtop.sessions.analysis.compare.engines import engine_settings, model_warning
 from llmtop.sessions.analysis.compare.groups import groups
 from llmtop.sessions.analysis.compare.logs import Comparison, compare_logs
 from llmtop.sessions.analysis.run import analyze_run
@@ -164,14 +165,29 @@ def metric_tables(labels: Sequence[str], logs: Sequence[RunLog]) -> list[MetricT
     return tables
 
 
+def _same_file(pair: Comparison, a: RunLog, b: RunLog, match: dict[str, str]) -> Comparison:
+    """`pair` without compare's model warning (compare/engines.model_warning: names that
+    differ, fields one log records and the other not) where the set matched the model by
+    its file: one size and SHA-256 on every engine is the same model, whatever each engine
+    calls it or records of it, so a pair must not warn that the models may differ (a set
+    whose files differ is refused before it is measured, so "file" in its file is a
+    match)."""
+    said = model_warning(a.header, b.header)
+    if match.get("how") != "file" or said is None:
+        return pair
+    kept = [w for w in pair.checks.warnings if w != said]
+    return replace(pair, checks=replace(pair.checks, warnings=kept))
+
+
 def analyze_set(engine_set: EngineSet, logs: Sequence[RunLog], seed: int = 0) -> SetAnalysis:
     """The set's comparison from its file and its engines' logs (in the set's order)."""
     labels = [e.label for e in engine_set.engines]
     sides = [SetSide(e.label, e.kind, e.url, e.version, e.model, str(engine_set.log_path(e)),
                      engine_settings(log.header), analyze_run(log).judgement.label)
              for e, log in zip(engine_set.engines, logs, strict=True)]
-    pairs = [compare_logs(logs[i], logs[j], (labels[i], labels[j]), vary=("engine",),
-                          seed=seed)
+    pairs = [_same_file(compare_logs(logs[i], logs[j], (labels[i], labels[j]),
+                                     vary=("engine",), seed=seed), logs[i], logs[j],
+                        engine_set.match)
              for i, j in itertools.combinations(range(len(logs)), 2)]
     return SetAnalysis(sides, engine_set.match, engine_set.rounds,
                        metric_tables(labels, logs), pairs, list(engine_set.notes))
