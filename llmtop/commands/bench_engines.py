@@ -63,9 +63,33 @@ def _port(item: str) -> int | None:
     return int(item.split("@")[1]) if "@" in item else None
 
 
+class NotAnswering(Exception):
+    """No engine answers for an item (at its URL, or of its kind here): the set exits
+    ENGINE_UNREACHABLE, as a single `bench` whose engine does not answer does."""
+
+
+def kinds() -> tuple[str, ...]:
+    """The kinds discovery names engines by (engines/discovery.FoundEngine.kind): what an
+    item's kind may be."""
+    from llmtop.engines.discovery import OLLAMA_API, SERVES_LISTED
+
+    return (*OLLAMA_API, *SERVES_LISTED, "lm-studio", "openai-compatible")
+
+
+def check_kind(kind: str) -> None:
+    """Raise UsageError for a `kind` none of `kinds()`, listing them: an item no engine
+    answers for whose kind is a typo is a usage error, not an engine that does not answer
+    (a kind of its own still names a generic server on its port: `_named_generic`)."""
+    known = kinds()
+    if kind not in known:
+        raise UsageError(f"{kind!r} is not an engine kind: give one of {', '.join(known)} "
+                         "(as `llmtop engines` prints them), kind@port or a URL")
+
+
 async def resolve(items: Sequence[str]) -> list[FoundEngine]:
-    """Each item's engine (the module docstring's rules). Raises UsageError naming an item
-    no engine answers for, or a kind that several engines answer as."""
+    """Each item's engine (the module docstring's rules). Raises UsageError for a kind
+    none of `kinds()`, a kind that several engines answer as or an engine named twice, and
+    NotAnswering naming an item no engine answers for."""
     from llmtop.commands.engines import find_engines
     from llmtop.engines.discovery import discover
 
@@ -79,8 +103,8 @@ async def resolve(items: Sequence[str]) -> list[FoundEngine]:
             there = (await discover([_port(item) or 80],
                                     addresses=[parts.hostname or ""])).engines
             if not there:
-                raise UsageError(f"no LLM engine answers at {item}: is it started, and is "
-                                 "that its address?")
+                raise NotAnswering(f"no LLM engine answers at {item}: is it started, and "
+                                   "is that its address?")
             out.append(replace(there[0], found_by="URL given"))
             continue
         kind, _, port = item.partition("@")
@@ -89,9 +113,11 @@ async def resolve(items: Sequence[str]) -> list[FoundEngine]:
         if not matches and port:
             matches = _named_generic(found, kind, int(port))
         if not matches:
+            check_kind(kind)
             seen = ", ".join(f"{e.kind}@{urlsplit(e.url).port}" for e in found) or "none"
-            raise UsageError(f"no {kind} engine answers here{' on port ' + port if port else ''}"
-                             f" (engines found: {seen}): start it, or name it by its URL")
+            raise NotAnswering(f"no {kind} engine answers here"
+                               f"{' on port ' + port if port else ''} (engines found: "
+                               f"{seen}): start it, or name it by its URL")
         if len(matches) > 1:
             raise UsageError(f"{len(matches)} {kind} engines answer here ("
                              + ", ".join(e.url for e in matches) + f"): name one as {kind}@PORT")
@@ -232,14 +258,19 @@ async def _connect(args: argparse.Namespace, engines: Sequence[FoundEngine]
 
 async def run_set(args: argparse.Namespace, asked: BenchConfig) -> int:
     """Resolve, connect, match the model, run the rounds, write the set's file, print its
-    report; returns `exit_code`'s code (USAGE-level refusals raise UsageError)."""
+    report; returns `exit_code`'s code, ENGINE_UNREACHABLE when no engine answers for an
+    item, or a connection's failure's code (USAGE-level refusals raise UsageError)."""
     import contextlib
     from datetime import datetime
 
     from llmtop import __version__
     from llmtop.sessions.analysis.engine_set import match_models
 
-    engines = await resolve(args.engines)
+    try:
+        engines = await resolve(args.engines)
+    except NotAnswering as exc:
+        print(f"llmtop bench: {exc}", file=sys.stderr)
+        return ExitCode.ENGINE_UNREACHABLE
     labels = [label_of(e) for e in engines]
     started = datetime.now().astimezone().isoformat()
     conns = await _connect(args, engines)
@@ -337,8 +368,9 @@ def _write_and_report(args: argparse.Namespace, engines: Sequence[FoundEngine],
 def main(args: argparse.Namespace, asked: BenchConfig) -> int:
     """`llmtop bench --engines`: check the flags, then run the set (`run_set`) with the
     BenchConfig the command line asked for (`asked`, built by commands.bench); returns an
-    ExitCode (0 every engine measured clean or inconclusive, 1 one CONTAMINATED, 5 one with
-    no ok request; 128 + the signal's number after SIGTERM/SIGHUP). Raises UsageError."""
+    ExitCode (0 every engine measured clean or inconclusive, 1 one CONTAMINATED, 3 an item
+    no engine answers for, 5 one with no ok request; 128 + the signal's number after
+    SIGTERM/SIGHUP). Raises UsageError."""
     from llmtop.commands.stopping import run_stoppable
 
     check_engine_flags(args)

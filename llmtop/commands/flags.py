@@ -239,6 +239,8 @@ def engine_items(text: str) -> tuple[str, ...]:
             raise argparse.ArgumentTypeError(
                 f"{item!r} is not an engine: give a kind as `llmtop engines` prints it "
                 "(llama-server, llmtop-embedded, ollama…), kind@port or a URL")
+        elif "@" in item:  # a port as `engines --ports` takes one
+            port_number(item.partition("@")[2])
     if len(items) < 2 or len(set(items)) != len(items):
         raise argparse.ArgumentTypeError(
             f"--engines needs two or more different engines, not {text!r}")

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -187,6 +188,9 @@ def test_items_are_kinds_kind_at_port_or_urls():
     ("ollama,ollama", "two or more different engines"),
     ("ollama,Llama Server", "is not an engine"),
     ("ollama,http://:80", "a URL without a host"),
+    # as `engines --ports` refuses it
+    ("llama-server@99999,ollama", "port '99999' is not a number from 1 to 65535"),
+    ("llama-server@0,ollama", "port '0' is not a number from 1 to 65535"),
 ])
 def test_bad_items_are_refused_naming_them(text, said):
     with pytest.raises(argparse.ArgumentTypeError, match=said):
@@ -272,6 +276,7 @@ def test_one_table_per_metric_with_a_row_per_engine_and_the_pairs_verdict(tmp_pa
     text = report.markdown(analysis)
     assert "| a@1 | 8 | 100.2 | 97.0–103.0 |" in text
     assert "| 2 | 200 tok | measure | b@2 → a@1 |" in text
+    assert "### a@1 vs b@2 (A: a@1, B: b@2)" in text  # the set's order, A first
     data = json.loads(report.json_text(analysis))
     assert data["tables"][0]["rows"][1] == {"engine": "b@2", "n": 8, "median": 200.5,
                                             "ci_low": 194.0, "ci_high": 206.0}
@@ -341,19 +346,48 @@ def test_a_kind_a_kind_at_port_and_a_generic_server_named_by_its_port(found_here
 
 @pytest.mark.parametrize(("items", "said"), [
     (["llama-server", "llmtop-embedded"], "2 llama-server engines answer here"),
-    (["vllm", "llmtop-embedded"], "no vllm engine answers here"),
-    (["ollama@8000", "llmtop-embedded"], "no ollama engine answers here on port 8000"),
     (["llmtop-embedded", "llmtop-embedded@11435"], "two items name the same engine"),
+    # a typo is no engine that does not answer: the kinds are listed
+    (["foo@8080", "llmtop-embedded"], ("'foo' is not an engine kind: give one of ollama, "
+     "llmtop-embedded, llama-server, vllm, sglang, llama-cpp-python, koboldcpp, lm-studio, "
+     "openai-compatible")),
 ])
 def test_items_no_single_engine_answers_for_are_refused(found_here, items, said):
     from llmtop.commands.bench_engines import resolve
 
-    with pytest.raises(UsageError, match=said):
+    with pytest.raises(UsageError, match=re.escape(said)):
         asyncio.run(resolve(items))
 
 
+@pytest.mark.parametrize(("items", "said"), [
+    (["vllm", "llmtop-embedded"], "no vllm engine answers here"),
+    (["ollama@8000", "llmtop-embedded"], "no ollama engine answers here on port 8000"),
+])
+def test_items_no_engine_answers_for_are_unreachable(found_here, items, said):
+    from llmtop.commands.bench_engines import NotAnswering, resolve
+
+    with pytest.raises(NotAnswering, match=said):
+        asyncio.run(resolve(items))
+
+
+def test_a_dead_url_exits_engine_unreachable_as_a_single_bench(found_here, monkeypatch,
+                                                                 capsys):
+    from llmtop.commands.bench_engines import run_set
+    from llmtop.engines import discovery
+    from llmtop.exitcodes import ExitCode
+
+    async def discover(ports, *, addresses, **_):
+        return discovery.Discovery()  # nothing answers at 127.0.0.1:1
+
+    monkeypatch.setattr(discovery, "discover", discover)
+    args = argparse.Namespace(engines=("llama-server@8081", "http://127.0.0.1:1"))
+    code = asyncio.run(run_set(args, BenchConfig()))
+    assert code == ExitCode.ENGINE_UNREACHABLE == 3
+    assert "no LLM engine answers at http://127.0.0.1:1" in capsys.readouterr().err
+
+
 def test_a_url_is_identified_at_its_own_address(found_here, monkeypatch):
-    from llmtop.commands.bench_engines import resolve
+    from llmtop.commands.bench_engines import NotAnswering, resolve
     from llmtop.engines import discovery
 
     asked: list = []
@@ -370,7 +404,7 @@ def test_a_url_is_identified_at_its_own_address(found_here, monkeypatch):
         ("ollama", "http://10.0.0.5:11434", "URL given"),
         ("llmtop-embedded", "http://127.0.0.1:11435", "")]
     assert asked == [([11434], ["10.0.0.5"])]
-    with pytest.raises(UsageError, match="no LLM engine answers at http://10.0.0.6:8080"):
+    with pytest.raises(NotAnswering, match="no LLM engine answers at http://10.0.0.6:8080"):
         asyncio.run(resolve(["http://10.0.0.6:8080", "llmtop-embedded"]))
 
 

@@ -33,7 +33,7 @@ def _table(t: MetricTable) -> list[str]:
 
 
 def _pair(c: Comparison) -> list[str]:
-    lines = [f"### {c.name_b} vs {c.name_a} (A: {c.name_a}, B: {c.name_b})", "",
+    lines = [f"### {c.name_a} vs {c.name_b} (A: {c.name_a}, B: {c.name_b})", "",
              headline(c), ""]
     lines += [f"- {r.metric.label}, {r.group}: {r.verdict}" for r in c.rows]
     lines += [f"- warning: {w}" for w in c.checks.warnings]
