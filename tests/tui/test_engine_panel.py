@@ -155,6 +155,45 @@ async def test_a_picked_engine_starts_its_own_session_on_screen(tmp_path):
             assert [r.number for r in app.query_one(RequestHistory).rows] == [1]
 
 
+async def test_a_short_screen_keeps_lines_for_the_response_with_the_panel_open(
+        tmp_path, monkeypatch):
+    """At 80×24 a 4-slot llama-server's panel (its line, 4 slots, the KV note and 2 of
+    border: 8) left the response no line. On a short screen the panel takes at most 6 and
+    the TTFT strip's place: 24 − header 1 − prompt box 3 − footer 1 = 19 rows; metrics 7
+    after a request, the panel 6, the pane's border 2: the response keeps 4 lines."""
+    idle = json.loads((FIXTURES / "llama_slots_idle.json").read_text())
+    four = [*idle, *({**slot, "id": slot["id"] + 2} for slot in idle)]
+
+    async def slots(_: Request) -> Response:
+        return JSONResponse(four)
+
+    async def metrics(_: Request) -> Response:
+        return PlainTextResponse((FIXTURES / "llama_metrics_idle.txt").read_text())
+
+    from llmtop.tui.widgets.session_strip import SessionStrip
+    from llmtop.tui.widgets.token_pane import TokenPane
+
+    server = Starlette(routes=[Route("/slots", slots), Route("/metrics", metrics)])
+    with ServeInThread(server) as url:
+        monkeypatch.setattr(engine_panel, "reader_for",
+                            lambda conn: (StateReader("llama-server", url), None))
+        app, _ = build(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await send(pilot, app, "hello")
+            await wait_for(pilot, lambda: done(app), what="the request")
+            await pilot.press("f4")
+            panel = app.query_one(EnginePanel)
+            await wait_for(pilot, lambda: panel.readings >= 1, what="a reading")
+            await pilot.pause()
+            assert "slot 3" in panel_text(app)  # the 4 slots were read
+            assert panel.outer_size.height == 6
+            assert not app.query_one(SessionStrip).display
+            assert app.query_one(TokenPane).scrollable_content_region.height == 4
+            await pilot.press("f4")
+            await pilot.pause()
+            assert app.query_one(SessionStrip).display  # the panel hidden: the strip back
+
+
 def test_when_the_tui_searches_and_where_a_picked_engines_log_goes(monkeypatch):
     from llmtop.tui.chooser import auto_chosen, next_log
     from llmtop.tui.state.settings import TuiSettings

@@ -510,8 +510,9 @@ class MainScreen(Screen[None]):
         self._wake()
 
     def toggle_engine_panel(self) -> None:
-        """F4: show the engine's own figures (read every second while shown) or hide them."""
-        self.query_one(EnginePanel).toggle()
+        """F4: show the engine's own figures (read every second while shown) or hide them;
+        on a short screen the panel takes the TTFT strip's place (llmtop.tcss, "-engine")."""
+        self.set_class(self.query_one(EnginePanel).toggle(), "-engine")
 
     def show_other_engines(self, others: Sequence[FoundEngine]) -> None:
         """The other engines that answer here (the picker, F5, offers them)."""
