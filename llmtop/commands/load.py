@@ -94,7 +94,9 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     )
 
 
-def _printer(quiet: bool, config: LoadConfig):
+def _printer(quiet: bool, config: LoadConfig, label: str | None = None):
+    """The progress lines on stderr; `label` names the level in them (a replay's, as its
+    report does: reports/load.replay_label) instead of its users or req/s."""
     from llmtop.sessions.analysis.load import verdict
     from llmtop.sessions.analysis.saturation import describe_stop
     from llmtop.sessions.reports.load import level_row
@@ -105,8 +107,9 @@ def _printer(quiet: bool, config: LoadConfig):
         if p.phase == "level-done" and p.result is not None:
             cells = level_row(p.result)
             print(
-                f"llmtop load: {cells[0]}: ok/failed {cells[1]} · TTFT p50/p90/p95 {cells[2]} ms"
-                f" · {cells[6]} req/s · {cells[7]} tok/s · goodput {cells[8]} · probes {cells[10]}",
+                f"llmtop load: {label or cells[0]}: ok/failed {cells[1]} · TTFT p50/p90/p95 "
+                f"{cells[2]} ms · {cells[6]} req/s · {cells[7]} tok/s · goodput {cells[8]} · "
+                f"probes {cells[10]}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -116,6 +119,8 @@ def _printer(quiet: bool, config: LoadConfig):
             if config.search and not config.slo.empty:
                 print(f"llmtop load: search: {p.result.label} {verdict(p.result).describe()}",
                       file=sys.stderr, flush=True)
+        elif label is not None and p.phase == "level":  # the replay's one level, by its pace
+            print(f"llmtop load: {label}: {p.total} requests", file=sys.stderr, flush=True)
         elif p.message and p.phase != "done":
             print(f"llmtop load: {p.message}", file=sys.stderr, flush=True)
 
@@ -173,6 +178,7 @@ async def _load(args: argparse.Namespace, config: LoadConfig) -> int:
 async def _replay(args: argparse.Namespace, trace: Trace) -> int:
     from llmtop.commands.connecting import connect_from_flags
     from llmtop.sessions.records.log import LogError
+    from llmtop.sessions.reports.load import replay_name
     from llmtop.sessions.reports.replay import json_text, markdown
     from llmtop.sessions.runners.calibration import CalibrationError
     from llmtop.sessions.runners.replay import ReplayRunner, run_replay
@@ -184,7 +190,8 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
         try:
             runner = ReplayRunner(conn, trace, speed=args.speed, back_to_back=args.back_to_back,
                                   max_tokens=args.max_tokens, log_path=args.log,
-                                  on_progress=_printer(args.json, LoadConfig()),
+                                  on_progress=_printer(args.json, LoadConfig(), replay_name(
+                                      args.back_to_back, args.speed)),
                                   token_timeout_s=args.token_timeout)
         except LogError as exc:
             raise UsageError(str(exc), label="llmtop") from None
@@ -208,6 +215,23 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
     return ExitCode.OK
 
 
+def _sweep_flags_given(args: argparse.Namespace) -> list[str]:
+    """The sweep's flags set away from their defaults, which a replay cannot honour: its one
+    level is the recorded requests at their recorded pace (their count, prompts and options
+    the watch log's), so a level, a size, a timetable, an SLO or a search would be ignored."""
+    given = {
+        "--concurrency": args.concurrency is not None, "--rate": args.rate is not None,
+        "--arrivals": args.arrivals != "poisson", "--requests": args.requests is not None,
+        "--duration": args.duration is not None,
+        "--prompt-tokens": args.prompt_tokens != BenchConfig().prompt_tokens[0],
+        "--slo": not args.slo.empty, "--search": args.search,
+        "--no-early-stop": args.no_early_stop, "--think": args.think is not None,
+        "--no-cache": args.no_cache, "--preflight-duration": args.preflight_duration != 0.0,
+        "--measure-cache": getattr(args, "measure_cache", False),
+    }
+    return [flag for flag, set_ in given.items() if set_]
+
+
 def replay_main(args: argparse.Namespace) -> int:
     """`llmtop load --replay WATCH_LOG`: read the trace, replay it, print the comparison.
     Raises UsageError for flags --replay does not take and a trace that cannot be read."""
@@ -218,6 +242,11 @@ def replay_main(args: argparse.Namespace) -> int:
     if getattr(args, "dataset", None) is not None:
         raise UsageError("--replay sends the watch log's requests; --dataset another file's: "
                          "give one")
+    refused = _sweep_flags_given(args)
+    if refused:  # silently ignored, they would report a run that did not happen
+        raise UsageError(f"--replay sends the watch log's requests once, at their recorded "
+                         f"gaps / --speed or --back-to-back: {', '.join(refused)} cannot apply "
+                         "to it; drop them (or run a sweep without --replay)")
     try:
         trace = read_trace(args.replay)
     except ReplayError as exc:

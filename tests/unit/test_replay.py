@@ -149,8 +149,17 @@ def test_report_on_a_replay_log_shows_each_request_against_its_original(slotted,
     assert main(["report", str(tmp_path / "r.jsonl")]) == ExitCode.OK
     text = capsys.readouterr().out
     assert f"## Replay of {tmp_path / 'w.jsonl'}" in text and "TTFT ms A → B" in text
-    assert (f"the 12 ok requests of the watch log {tmp_path / 'w.jsonl'}, replayed at the "
-            "recorded arrival gaps / 1 (their recorded text)") in text
+    # described as the replay it was: 12 requests over GAPS_MS's 1,000 ms, 11 gaps → a
+    # recorded mean of 11 req/s; each capped at its original's 4 output tokens; no knee
+    assert (f"replay of the watch log {tmp_path / 'w.jsonl'}: its 12 ok requests (1 others "
+            "not), sent once at the recorded arrival gaps / 1 (open loop, latencies from the "
+            "scheduled send; the recorded mean rate 11 req/s; achieved: the req/s column); "
+            "prompts their recorded text; each request's output capped at its original's "
+            "output token count") in text
+    assert "poisson" not in text and "max 100 output tokens" not in text
+    assert "Knee" not in text and "sweep higher" not in text and again["sweep"]["knee"] is None
+    assert "| replay (recorded gaps / 1) | 12/0 |" in text and "11 req/s |" not in text
+    assert "\n\n## Replay of" in text  # the comparison's section set apart from the table
     listed = entry(tmp_path / "r.jsonl")  # the session list names the replayed log
     assert listed.traffic == "replay of w.jsonl" and listed.cells()[3] == "load · replay of w.jsonl"
     assert main(["report", str(tmp_path / "r.jsonl"), "--format", "html",
@@ -159,3 +168,30 @@ def test_report_on_a_replay_log_shows_each_request_against_its_original(slotted,
     (tmp_path / "w.jsonl").unlink()  # the watch log gone: said, naming it
     assert main(["report", str(tmp_path / "r.jsonl")]) == ExitCode.USAGE
     assert "the replayed watch log cannot be read" in capsys.readouterr().err
+
+
+def test_the_replay_prints_its_comparison_from_the_first_line(slotted, tmp_path, capsys):
+    watch_log(tmp_path / "w.jsonl")
+    rc = main(["load", "--engine", "ollama", "--host", slotted.url, "--model", "slotted",
+               "--replay", str(tmp_path / "w.jsonl"), "--log", str(tmp_path / "r.jsonl"),
+               "--back-to-back"])
+    out, err = capsys.readouterr()
+    assert rc == ExitCode.OK
+    assert out.startswith(f"## Replay of {tmp_path / 'w.jsonl'}\n")
+    # the level named by its pace, as the report names it; not "1 user"
+    assert "llmtop load: replay (back to back): 12 requests" in err
+    assert "llmtop load: replay (back to back): ok/failed 12/0" in err and "1 user" not in err
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--concurrency", "2"], "--concurrency"),
+    (["--rate", "3"], "--rate"),
+    (["--requests", "5", "--slo", "ttft=1s"], "--requests, --slo"),
+    (["--arrivals", "constant", "--search"], "--arrivals, --search"),
+])
+def test_sweep_flags_a_replay_cannot_honour_are_refused(tmp_path, capsys, flags, named):
+    watch_log(tmp_path / "w.jsonl")
+    rc = main(["load", "--replay", str(tmp_path / "w.jsonl"), *flags])
+    assert rc == ExitCode.USAGE  # refused before any engine is looked for
+    err = capsys.readouterr().err
+    assert f": {named} cannot apply to it" in err

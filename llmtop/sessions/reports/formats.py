@@ -37,7 +37,7 @@ TEXT: dict[type, dict[str, Callable[[Any], str]]] = {
                   "json": lambda c: compare.to_json(c.comparisons, c.energy)},
     WatchAnalysis: {"md": watch.markdown, "csv": watch.csv_text, "json": watch.json_text},
     SetAnalysis: {"md": engine_set.markdown, "json": engine_set.json_text},
-    ReplayReport: {"md": lambda r: load.markdown(r.sweep) + replay.markdown(r.comparison),
+    ReplayReport: {"md": lambda r: load.markdown(r.sweep) + "\n" + replay.markdown(r.comparison),
                    "json": lambda r: json.dumps(
                        {"sweep": load.as_json(r.sweep),
                         "replay": replay.as_json(r.comparison)},

@@ -196,7 +196,7 @@ def load_html(analysis: LoadAnalysis) -> str:
 def replay_html(r: replay_report.ReplayReport) -> str:
     """A replay's log as one page: its level's report, then each replayed request against its
     original and the verdicts (the markdown report's sections)."""
-    text = load_report.markdown(r.sweep) + replay_report.markdown(r.comparison)
+    text = load_report.markdown(r.sweep) + "\n" + replay_report.markdown(r.comparison)
     return page("llmtop replay report", [markdown_html(text)])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from llmtop.engines.connection import describe_config
 from llmtop.safetext import one_line
 from llmtop.sessions.analysis.load import LevelResult, LoadAnalysis, Percentiles
-from llmtop.sessions.analysis.load_verdict import knee_head, verdict_line
+from llmtop.sessions.analysis.load_verdict import knee_head, noisy_levels, verdict_line
 from llmtop.sessions.analysis.saturation import describe_stop
 from llmtop.sessions.analysis.search import SearchResult
 from llmtop.sessions.measure.config import LoadConfig
@@ -87,32 +87,34 @@ TABLE_HEAD = [
 
 
 def markdown(a: LoadAnalysis) -> str:
-    """The markdown report."""
+    """The markdown report. A replay's (its header's load.replay) is one level at the
+    recorded pace: no curve, so no knee; its level is named as the replay (`replay_label`)."""
     h = a.header
+    label = replay_label(a)
     lines = [
         # the embedded engine's address is a port llmtop picked and closed: not a title's
         f"# llmtop load — {h.model or '?'} on {h.engine or '?'}"
         + ("" if h.engine == "embedded" else f" ({h.host or '?'})"),
         "",
-        _how_line(a),
+        _how_line(a) if label is None else _replay_how_line(a),
         "",
-        f"**Verdict:** {verdict_line(a.verdict)}",
+        f"**Verdict:** {_verdict_text(a, label)}",
         "",
-        f"**{knee_head(a.verdict)}:** {a.knee.sentence}.",
-        f"(rule: {a.knee.rule})",
-        "",
-        *markdown_search(a.search),
-        "| " + " | ".join(TABLE_HEAD) + " |",
-        "|" + "---|" * len(TABLE_HEAD),
     ]
-    lines += ["| " + " | ".join(level_row(lv)) + " |" for lv in a.levels]
+    if label is None:
+        lines += [f"**{knee_head(a.verdict)}:** {a.knee.sentence}.",
+                  f"(rule: {a.knee.rule})", "", *markdown_search(a.search)]
+    lines += ["| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD)]
+    for lv in a.levels:
+        cells = level_row(lv)
+        lines.append("| " + " | ".join([label or cells[0], *cells[1:]]) + " |")
     stops = [describe_stop(lv.label, lv.stopped) for lv in a.levels if lv.stopped is not None]
     if stops:
         lines += ["", *[f"- {line}: nothing more was sent and the requests in flight were "
                         "cancelled (counted as not meeting the SLO)" for line in stops]]
     lines += ["", "p95 needs ≥ 20 samples and p90 ≥ 10 (else n/a); p99 (JSON) needs ≥ 100."]
     if a.mode == "rate":
-        lines += [_lag_line(lv) for lv in a.levels if lv.lag_ms is not None]
+        lines += [_lag_line(lv, label) for lv in a.levels if lv.lag_ms is not None]
     lines += parallelism_lines(a)
     lines += [_server_line(lv) for lv in a.levels if lv.server]
     described = describe_config(h.engine_config)
@@ -149,15 +151,55 @@ def _how_line(a: LoadAnalysis) -> str:
         prompt = f"from the dataset {describe(cfg.dataset, a.dataset_used)}"
         prompt += " (as sent: a prefix cache may serve them)" if cfg.measure_cache \
             else " (each cache-busted)"
-    if cfg.replay:  # an app's recorded requests, sent again (runners/replay.py)
-        r = cfg.replay
-        pace = ("back to back" if r.get("back_to_back") else
-                f"at the recorded arrival gaps / {r.get('speed', 1.0):g}")
-        prompt = (f"the {r.get('requests')} ok requests of the watch log "
-                  f"{one_line(str(r.get('watch_log')))}, replayed {pace} "
-                  f"({'their recorded text' if r.get('bodies') else 'sized to their counts'})")
     return (f"{loop}; {per_level} per level; prompt {prompt}, "
             f"max {cfg.max_tokens} output tokens; SLO: {a.slo.describe()}")
+
+
+def replay_label(a: LoadAnalysis) -> str | None:
+    """A replay's level as the report names it: "replay (back to back)" or "replay (recorded
+    gaps / 2)"; None for a sweep. Not its req/s value: that is the recorded mean rate × speed,
+    which the level's achieved req/s (its own column) need not match."""
+    r = a.header.load.replay if a.header.load is not None else None
+    if not r:
+        return None
+    return replay_name(bool(r.get("back_to_back")), float(r.get("speed") or 1.0))
+
+
+def replay_name(back_to_back: bool, speed: float) -> str:
+    """A replay's level by its pace: "replay (back to back)", "replay (recorded gaps / 2)"
+    (the progress lines of `llmtop load --replay` and its report say the same)."""
+    return "replay (back to back)" if back_to_back else f"replay (recorded gaps / {speed:g})"
+
+
+def _verdict_text(a: LoadAnalysis, label: str | None) -> str:
+    """verdict_line, a replay's NOISY level named by its replay label (its reasons name the
+    level by its req/s value, the recorded mean rate, not a rate the user asked for)."""
+    if label is None or not a.verdict.contaminated:
+        return verdict_line(a.verdict)
+    noisy = "; ".join(f"{label}: {lv.verdict}" for lv in noisy_levels(a.levels))
+    return f"{a.verdict.label} — {noisy}"
+
+
+def _replay_how_line(a: LoadAnalysis) -> str:
+    """How a replay ran: the watch log, the pace (the recorded gaps / speed, their mean rate
+    labelled as recorded; or back to back), the prompts, the per-request output caps, the
+    SLO."""
+    cfg = a.header.load or LoadConfig()
+    r = cfg.replay or {}
+    n, span, speed = int(r.get("requests") or 0), float(r.get("span_s") or 0.0), \
+        float(r.get("speed") or 1.0)
+    if r.get("back_to_back"):
+        pace = "back to back (each sent when the one before it ended)"
+    else:
+        mean = f"{(n - 1) / span:.3g} req/s" if n > 1 and span > 0 else "n/a"
+        pace = (f"at the recorded arrival gaps / {speed:g} (open loop, latencies from the "
+                f"scheduled send; the recorded mean rate {mean}; achieved: the req/s column)")
+    prompts = ("their recorded text" if r.get("bodies") else
+               "llmtop's words sized to their recorded prompt counts")
+    return (f"replay of the watch log {one_line(str(r.get('watch_log')))}: its {n} ok requests "
+            f"({r.get('left_out', 0)} others not), sent once {pace}; prompts {prompts}; each "
+            "request's output capped at its original's output token count (num_predict; "
+            f"{cfg.max_tokens} where none was recorded); SLO: {a.slo.describe()}")
 
 
 def parallelism_lines(a: LoadAnalysis) -> list[str]:
@@ -255,11 +297,11 @@ def _server_line(lv: LevelResult) -> str:
     return text + "."
 
 
-def _lag_line(lv: LevelResult) -> str:
+def _lag_line(lv: LevelResult, label: str | None = None) -> str:
     lag = lv.lag_ms
     assert lag is not None
     return (
-        f"- {lv.label}: sends lagged the timetable by {_n(lag.p50, 2)} ms (median), "
+        f"- {label or lv.label}: sends lagged the timetable by {_n(lag.p50, 2)} ms (median), "
         f"{_n(lag.p90, 2)} ms (p90); TTFT from the actual send {_pcts(lv.ttft)} ms"
     )
 
@@ -332,7 +374,7 @@ def as_json(a: LoadAnalysis) -> dict[str, Any]:
         "slo": a.slo.to_dict(),
         "levels": [lv.to_dict() for lv in a.levels],
         "verdict": {"word": str(a.verdict.word), "reasons": list(a.verdict.reasons)},
-        "knee": {
+        "knee": None if replay_label(a) is not None else {  # a replay has no curve
             "trusted": not a.verdict.contaminated,
             "level": a.knee.level.level if a.knee.level else None,
             "value": a.knee.level.value if a.knee.level else None,

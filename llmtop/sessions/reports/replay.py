@@ -26,12 +26,14 @@ def _tokens(rec: RequestRecord | None, which: str) -> int | None:
 
 
 def markdown(c: ReplayComparison) -> str:
-    """The comparison as a markdown section (per request, then the verdicts)."""
+    """The comparison as a markdown section (per request, then the verdicts); it starts
+    with its heading, no blank line (`llmtop load --replay` prints it alone; `llmtop report`
+    sets it a blank line below the level's report)."""
     t = c.trace
     how = ("the recorded text of each request's last user message" if t.bodies else
            "prompts of llmtop's random words sized to each original's server prompt count "
            "(no bodies were recorded: run the watch with --log-bodies for the same prompts)")
-    lines = ["", f"## Replay of {t.path}", "",
+    lines = [f"## Replay of {t.path}", "",
              (f"{len(t.originals)} ok requests replayed ({t.left_out} others not); prompts: "
              f"{how}; num_predict set to each original's output tokens; arrival gaps from "
              f"{CLOCK}."), ""]
@@ -72,8 +74,6 @@ def as_json(c: ReplayComparison) -> dict[str, Any]:
             "metrics": [{"metric": m.metric.name, "verdict": m.verdict,
                          "speedup": m.speedup, "speedup_low": m.speedup_low,
                          "speedup_high": m.speedup_high} for m in c.metrics]}
-
-
 
 
 def json_text(c: ReplayComparison) -> str:
