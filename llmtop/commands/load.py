@@ -218,7 +218,10 @@ async def _replay(args: argparse.Namespace, trace: Trace) -> int:
 def _sweep_flags_given(args: argparse.Namespace) -> list[str]:
     """The sweep's flags set away from their defaults, which a replay cannot honour: its one
     level is the recorded requests at their recorded pace (their count, prompts and options
-    the watch log's), so a level, a size, a timetable, an SLO or a search would be ignored."""
+    the watch log's, options included), so a level, a size, a timetable, an SLO, a search or
+    a generation option would be ignored."""
+    from llmtop.sessions.measure.options import DEFAULT_OPTIONS
+
     given = {
         "--concurrency": args.concurrency is not None, "--rate": args.rate is not None,
         "--arrivals": args.arrivals != "poisson", "--requests": args.requests is not None,
@@ -228,6 +231,10 @@ def _sweep_flags_given(args: argparse.Namespace) -> list[str]:
         "--no-early-stop": args.no_early_stop, "--think": args.think is not None,
         "--no-cache": args.no_cache, "--preflight-duration": args.preflight_duration != 0.0,
         "--measure-cache": getattr(args, "measure_cache", False),
+        "--temperature": args.temperature != DEFAULT_OPTIONS.temperature,
+        "--seed": args.seed != DEFAULT_OPTIONS.seed,
+        "--num-ctx": args.num_ctx != DEFAULT_OPTIONS.num_ctx,
+        "--num-thread": getattr(args, "num_thread", None) is not None,
     }
     return [flag for flag, set_ in given.items() if set_]
 
@@ -244,9 +251,10 @@ def replay_main(args: argparse.Namespace) -> int:
                          "give one")
     refused = _sweep_flags_given(args)
     if refused:  # silently ignored, they would report a run that did not happen
-        raise UsageError(f"--replay sends the watch log's requests once, at their recorded "
-                         f"gaps / --speed or --back-to-back: {', '.join(refused)} cannot apply "
-                         "to it; drop them (or run a sweep without --replay)")
+        raise UsageError(f"--replay sends the watch log's requests once, with their recorded "
+                         "prompts and options, at their recorded gaps / --speed or "
+                         f"--back-to-back: {', '.join(refused)} cannot apply to it; drop them "
+                         "(or run a sweep without --replay)")
     try:
         trace = read_trace(args.replay)
     except ReplayError as exc:

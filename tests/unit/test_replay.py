@@ -188,6 +188,7 @@ def test_the_replay_prints_its_comparison_from_the_first_line(slotted, tmp_path,
     (["--rate", "3"], "--rate"),
     (["--requests", "5", "--slo", "ttft=1s"], "--requests, --slo"),
     (["--arrivals", "constant", "--search"], "--arrivals, --search"),
+    (["--temperature", "0.7", "--num-ctx", "4096"], "--temperature, --num-ctx"),
 ])
 def test_sweep_flags_a_replay_cannot_honour_are_refused(tmp_path, capsys, flags, named):
     watch_log(tmp_path / "w.jsonl")
