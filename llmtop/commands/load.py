@@ -96,7 +96,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
 
 def _printer(quiet: bool, config: LoadConfig, label: str | None = None):
     """The progress lines on stderr; `label` names the level in them (a replay's, as its
-    report does: reports/load.replay_label) instead of its users or req/s."""
+    report does: reports/load.replay_name) instead of its users or req/s."""
     from llmtop.sessions.analysis.load import verdict
     from llmtop.sessions.analysis.saturation import describe_stop
     from llmtop.sessions.reports.load import level_row
