@@ -31,6 +31,7 @@ from llmtop.tui.state.settings import TuiSettings
 if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log and its
     # records (pydantic), the probes (psutil): imported as the probes start and the log
     # opens, after the first frame (`app.preload` loads them in a thread meanwhile)
+    from llmtop.engines.live_state import EngineState
     from llmtop.probes.remote import AgentSampler
     from llmtop.probes.sampler import ProbeSample, ProbeSampler
     from llmtop.sessions.measure.request import RequestResult
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session l
     from llmtop.sessions.runners.energy import EnergyMeter
     from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
     from llmtop.sessions.runners.throttles import ThrottleEdges
+    from llmtop.tui.state.prefill import PrefillExpectation
 
 # While a request streams the probes sample this often (the NOISY marks come from these), and
 # once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample
@@ -261,6 +263,32 @@ class EngineLink:
 
             self._throttles = ThrottleEdges()
         return self._throttles.edges()
+
+    def prefill_expected(self, prompt: str) -> PrefillExpectation | None:
+        """The saved prefill curve's prediction for `prompt` on the connected model (None
+        without a connection or a saved curve)."""
+        conn = self.conn
+        if conn is None:
+            return None
+        from llmtop.sessions.runners.curves import CurveStore, curve_key  # with the first prompt
+        from llmtop.tui.state.prefill import expectation_for
+
+        key = curve_key(conn.engine.name, conn.engine.host, conn.model)
+        return expectation_for(CurveStore().load(key), prompt)
+
+    def record_engine_state(self, state: EngineState, request_id: int | None) -> None:
+        """A reading of the engine's figures that changed, into the session log, tied to the
+        request streaming as it was read (None: none); a log that cannot be written already
+        says so on screen, so its error is not raised again here."""
+        if self.recorder is None:
+            return
+        from llmtop.sessions.records.log import LogError
+        from llmtop.sessions.records.schema import EngineStateRecord
+
+        with contextlib.suppress(LogError):
+            self.recorder.log.write(EngineStateRecord.of({**state.to_dict(),
+                                                          "request_id": request_id}),
+                                    sync=False)
 
     def _probes_watch_engine(self, conn: Connection) -> bool:
         """Whether the probe samples are of the engine's machine: an agent's (`--probes`), or

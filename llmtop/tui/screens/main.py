@@ -46,7 +46,6 @@ from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.state.frames import FrameClock
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
-from llmtop.tui.state.prefill import PrefillExpectation, expectation_for
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
 from llmtop.tui.widgets.engine_panel import EnginePanel
@@ -133,7 +132,7 @@ class MainScreen(Screen[None]):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
-                yield EnginePanel(self._record_engine_state, id="engine")  # F4
+                yield EnginePanel(self._engine_state, id="engine")  # F4
                 yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
             yield ProbePanel(id="probes")
         yield RequestHistory(id="history")  # the whole width: every figure and the prompt
@@ -260,7 +259,8 @@ class MainScreen(Screen[None]):
             def on_start(collector: RequestCollector) -> None:
                 nonlocal live
                 said = " ".join([*(m["content"] for m in history), prompt])
-                live = self.live = LiveRequest(collector, expected=self._expected(said))
+                live = self.live = LiveRequest(collector,
+                                                expected=self.host.link.prefill_expected(said))
                 if live.expected is not None:
                     self._watch_prefill(live)
                 self.viewing = None
@@ -285,16 +285,6 @@ class MainScreen(Screen[None]):
             history = tuple(self.chat) if self.keep_history else ()
             await recorder.measure(prompt, on_event, on_start=on_start, on_end=on_end,
                                    late=self.host.link.throttle_edges(), history=history)
-
-    def _expected(self, prompt: str) -> PrefillExpectation | None:
-        """The saved prefill curve's prediction for `prompt` on this model (None without)."""
-        conn = self.host.link.conn
-        if conn is None:
-            return None
-        from llmtop.sessions.runners.curves import CurveStore, curve_key  # with the first prompt
-
-        key = curve_key(conn.engine.name, conn.engine.host, conn.model)
-        return expectation_for(CurveStore().load(key), prompt)
 
     def _watch_prefill(self, live: LiveRequest) -> None:
         """Until its first chunk, redraw the wait beside the prediction every PREFILL_TICK_S
@@ -518,20 +508,12 @@ class MainScreen(Screen[None]):
         """The other engines that answer here (the picker, F5, offers them)."""
         self.query_one(EnginePanel).set_others(others)
 
-    def _record_engine_state(self, state: EngineState) -> None:
-        """A reading of the engine's figures that changed: into the session log, with the
-        request streaming as it was read (a log that cannot be written already says so)."""
-        recorder = self.host.link.recorder
-        if recorder is None:
-            return
-        from llmtop.sessions.records.log import LogError
-        from llmtop.sessions.records.schema import EngineStateRecord
-
+    def _engine_state(self, state: EngineState) -> None:
+        """A changed reading of the engine's own figures: into the session log, with the
+        request streaming as it was read."""
         live = self.live
-        request_id = live.collector.request_id if live is not None and live.streaming else None
-        with contextlib.suppress(LogError):
-            recorder.log.write(EngineStateRecord.of({**state.to_dict(),
-                                                     "request_id": request_id}), sync=False)
+        self.host.link.record_engine_state(
+            state, live.collector.request_id if live is not None and live.streaming else None)
 
     def toggle_conversation(self) -> None:
         """Ctrl+K: start a conversation (each prompt is sent after the whole history, so the
