@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 
 from llmtop.engines import llama_props
-from llmtop.stamping.bounds import BoundedTransport
+from llmtop.stamping.bounds import BoundedTransport, read_whole
 
 # port → the engines that listen there by default (their own documentation)
 KNOWN_PORTS: dict[int, str] = {
@@ -332,18 +332,12 @@ async def fetch_json(client: httpx.AsyncClient, url: str,
     """The JSON body of a GET of `url`, or None: another status, a transport error, no whole
     answer within `timeout_s` seconds (body included: a server that trickles bytes is not
     waited for), a body over MAX_BODY_BYTES, or one that is not JSON. Never raises."""
+    body = await read_whole(client, url, timeout_s, MAX_BODY_BYTES)
+    if body is None:
+        return None
     try:
-        async with asyncio.timeout(timeout_s):
-            async with client.stream("GET", url) as resp:
-                if resp.status_code != 200:
-                    return None
-                body = bytearray()
-                async for piece in resp.aiter_bytes():
-                    body += piece
-                    if len(body) > MAX_BODY_BYTES:
-                        return None
         return json.loads(body)
-    except (httpx.HTTPError, TimeoutError, ValueError, RecursionError):
+    except (ValueError, RecursionError):
         return None
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.stamping.bounds import BoundedTransport
+from llmtop.stamping.bounds import BoundedTransport, read_whole
 
 # One reading a second while the panel is shown: a reading of llama-server's /slots and
 # /metrics cost 3.0 ms of CPU (median of 60; p90 3.7 ms) on a loaded 2-core VM, so 0.3 % of
@@ -397,19 +397,14 @@ class StateReader:
         """A route's JSON (or text), None for anything but a whole 200 answer of at most
         MAX_BODY_BYTES within READ_TIMEOUT_S (body included: a server that trickles bytes is
         not waited for, nor one whose body does not end)."""
+        body = await read_whole(self._client, self.url + route, READ_TIMEOUT_S,
+                                MAX_BODY_BYTES)
+        if body is None:
+            return None
+        text = body.decode("utf-8", errors="replace")
         try:
-            async with asyncio.timeout(READ_TIMEOUT_S):
-                async with self._client.stream("GET", self.url + route) as resp:
-                    if resp.status_code != 200:
-                        return None
-                    body = bytearray()
-                    async for piece in resp.aiter_bytes():
-                        body += piece
-                        if len(body) > MAX_BODY_BYTES:
-                            return None
-            text = body.decode("utf-8", errors="replace")
             return json.loads(text) if as_json else text
-        except (httpx.HTTPError, TimeoutError, ValueError, RecursionError):
+        except (ValueError, RecursionError):
             return None
 
     async def read(self) -> EngineState:

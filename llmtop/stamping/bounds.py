@@ -240,3 +240,27 @@ class BlockingBoundedTransport(httpx.HTTPTransport):
         assert isinstance(response.stream, httpx.SyncByteStream)  # the blocking transport's
         response.stream = BlockingBoundedStream(response.stream, wbits)
         return response
+
+
+async def read_whole(client: httpx.AsyncClient, url: str, timeout_s: float,
+                     max_bytes: int) -> bytes | None:
+    """The body of a GET of `url`, or None: another status than 200, a transport error, no
+    whole answer within `timeout_s` seconds (body included: a server that trickles bytes is
+    not waited for), or a body past `max_bytes`, whose rest is not read. For the small routes
+    llmtop polls or probes (discovery's signatures, the engine panel's figures). Never
+    raises for what the server does."""
+    import asyncio
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    return None
+                body = bytearray()
+                async for piece in resp.aiter_bytes():
+                    body += piece
+                    if len(body) > max_bytes:
+                        return None
+        return bytes(body)
+    except (httpx.HTTPError, TimeoutError):
+        return None
