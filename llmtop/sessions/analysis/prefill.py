@@ -207,8 +207,8 @@ def fit_curve(
     if distinct < 3 or len(t) < 4:
         raise CurveError(
             f"a quadratic needs at least 3 prompt sizes and 4 points; got {distinct} size(s) "
-            f"and {len(t)} point(s): sweep more sizes (--prompt-tokens 128,512,2048) or more "
-            "requests"
+            f"and {len(t)} point(s): sweep more sizes (--prompt-tokens 128,512,2048, or three "
+            "depths or more with --depths) or more requests"
         )
     x = t / SCALE
     design = np.column_stack([np.ones_like(x), x, x * x])
