@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import difflib
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -37,6 +37,9 @@ from llmtop.probes.engine_state import local_engine_pids
 from llmtop.servers.child import EmbeddedProcess, autopsy
 from llmtop.servers.embedded.model_files import BUNDLED_MODEL_NAME
 from llmtop.servers.relay.process import RelayProcess
+
+if TYPE_CHECKING:
+    from llmtop.engines.discovery import Discovery, Hint
 
 ENGINES = ("auto", "ollama", "embedded", "openai")
 PIDS_REFRESH_S = 5.0  # how long a socket-owner lookup of the engine's pids is reused
@@ -428,3 +431,24 @@ async def _choose_model(client: OllamaEngine | OpenAIEngine, wanted: str | None)
             f"pull one with `ollama pull {BUNDLED_MODEL_NAME}`, or use --engine embedded",
         ))
     return BUNDLED_MODEL_NAME if BUNDLED_MODEL_NAME in installed else installed[0]
+
+
+def socket_hints() -> tuple[list[Hint], str | None]:
+    """The OS's listening sockets as discovery hints, and what could not be seen
+    (`probes.listening.scan`; blocking, ~10-50 ms: discovery runs it in a thread)."""
+    from llmtop.engines.discovery import Hint
+    from llmtop.probes import listening
+
+    found = listening.scan()
+    return ([Hint(s.address, s.port, s.pid, s.process, s.engine, s.how)
+             for s in found.listeners], found.note)
+
+
+async def find_engines(extra_ports: Sequence[int] = (), sockets: bool = True) -> Discovery:
+    """Every engine answering here: on the usual ports and `extra_ports`, and (with
+    `sockets`) on the ports of known engine processes' listening sockets — what `llmtop
+    engines` lists, `bench --engines` resolves its items against and the TUI's picker
+    offers; `run`'s note of other engines asks without the sockets (it waits 0.3 s at most)."""
+    from llmtop.engines.discovery import KNOWN_PORTS, discover
+
+    return await discover([*KNOWN_PORTS, *extra_ports], scan=socket_hints if sockets else None)

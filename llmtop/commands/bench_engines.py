@@ -90,7 +90,7 @@ async def resolve(items: Sequence[str]) -> list[FoundEngine]:
     """Each item's engine (the module docstring's rules). Raises UsageError for a kind
     none of `kinds()`, a kind that several engines answer as or an engine named twice, and
     NotAnswering naming an item no engine answers for."""
-    from llmtop.commands.engines import find_engines
+    from llmtop.connect import find_engines
     from llmtop.engines.discovery import discover
 
     ports = sorted({p for item in items if (p := _port(item)) is not None

@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llmtop.commands.flags import port_list
@@ -19,7 +18,7 @@ from llmtop.safetext import one_line
 if TYPE_CHECKING:
     import asyncio
 
-    from llmtop.engines.discovery import Discovery, FoundEngine, Hint
+    from llmtop.engines.discovery import Discovery, FoundEngine
 
 HEADERS = ("kind", "version", "address", "models", "process")
 SHOWN_NAMES = 3  # model names in a table cell; the rest are counted
@@ -37,25 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def socket_hints() -> tuple[list[Hint], str | None]:
-    """The OS's listening sockets as discovery hints, and what could not be seen
-    (`probes.listening.scan`; blocking, ~10-50 ms)."""
-    from llmtop.engines.discovery import Hint
-    from llmtop.probes import listening
-
-    found = listening.scan()
-    return ([Hint(s.address, s.port, s.pid, s.process, s.engine, s.how)
-             for s in found.listeners], found.note)
-
-
-async def find_engines(extra_ports: Sequence[int] = (), sockets: bool = True) -> Discovery:
-    """The engines on the usual ports and `extra_ports`, and (with `sockets`) on the ports
-    of known engine processes' listening sockets."""
-    from llmtop.engines.discovery import KNOWN_PORTS, discover
-
-    return await discover([*KNOWN_PORTS, *extra_ports], scan=socket_hints if sockets else None)
-
-
 def others_task(args: argparse.Namespace) -> asyncio.Task[Discovery] | None:
     """With no engine flags (then llmtop picks the engine: Ollama at 11434, else the embedded
     one), the search of the usual ports, started beside the connect so it costs no wait;
@@ -65,6 +45,8 @@ def others_task(args: argparse.Namespace) -> asyncio.Task[Discovery] | None:
             or getattr(args, "model_path", None)):
         return None
     import asyncio
+
+    from llmtop.connect import find_engines
 
     return asyncio.create_task(find_engines(sockets=False))
 
@@ -143,6 +125,8 @@ def footer(found: Discovery) -> str:
 
 
 async def _engines(args: argparse.Namespace) -> int:
+    from llmtop.connect import find_engines
+
     found = await find_engines(args.ports or ())
     code = ExitCode.OK if found.engines else ExitCode.ENGINE_UNREACHABLE
     if args.json:

@@ -88,9 +88,11 @@ class EngineChooser:
         self.switches = 0
 
     async def _discover(self) -> tuple[FoundEngine, ...]:
-        from llmtop.engines.discovery import discover
+        """What `llmtop engines` finds: the usual ports and the listening sockets of known
+        engine processes (an engine started on a port of its own)."""
+        from llmtop.connect import find_engines
 
-        return (await discover()).engines
+        return (await find_engines()).engines
 
     def search(self) -> None:
         """When llmtop chose the engine (`auto_chosen`, no engine injected by a test): the

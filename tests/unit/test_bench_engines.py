@@ -319,7 +319,7 @@ FOUND = (FoundEngine("llama-server", "http://127.0.0.1:8080", loaded=("m.gguf",)
 
 @pytest.fixture
 def found_here(monkeypatch):
-    from llmtop.commands import engines
+    from llmtop import connect
     from llmtop.engines.discovery import Discovery
 
     asked: list = []
@@ -328,7 +328,7 @@ def found_here(monkeypatch):
         asked.append(list(extra_ports))
         return Discovery(FOUND)
 
-    monkeypatch.setattr(engines, "find_engines", find)
+    monkeypatch.setattr(connect, "find_engines", find)
     return asked
 
 

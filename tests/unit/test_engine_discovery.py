@@ -321,7 +321,7 @@ def test_others_line_leaves_out_the_engine_in_use() -> None:
 def _command(monkeypatch: pytest.MonkeyPatch, ports: list[int], json_out: bool) -> int:
     """`llmtop engines` in this process, probing only `ports` (no usual port, no scan)."""
     monkeypatch.setattr(discovery, "KNOWN_PORTS", {})
-    monkeypatch.setattr(engines_command, "socket_hints", lambda: ([], None))
+    monkeypatch.setattr("llmtop.connect.socket_hints", lambda: ([], None))
     return engines_command.main(argparse.Namespace(ports=ports, json=json_out))
 
 
