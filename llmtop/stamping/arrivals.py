@@ -48,7 +48,7 @@ import httpx
 from llmtop.stamping import rxstamps
 from llmtop.stamping.bounds import BoundedTransport
 from llmtop.stamping.netbuffer import BlockBuffer, read_block, socket_readable
-from llmtop.stamping.stamps import hold, note_written
+from llmtop.stamping.stamps import HeadJoin, hold, note_written
 
 
 class ArrivalStream(httpcore.AsyncNetworkStream):
@@ -58,6 +58,7 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
         self._transport = transport
         self._protocol = protocol
         self._closed = False
+        self._join = HeadJoin()
 
     @property
     def transport(self) -> asyncio.Transport:
@@ -69,13 +70,18 @@ class ArrivalStream(httpcore.AsyncNetworkStream):
         seconds (None: forever). Raises httpcore.ReadTimeout / ReadError."""
         if self._closed:
             raise httpcore.ReadError("the connection was closed")
+        if head := self._join.flush():  # a read before the body: the head goes alone
+            await self._send(head, timeout)
         return await read_block(self._protocol, max_bytes, timeout, self._transport.resume_reading)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Hand `buffer` to the socket; waits (up to `timeout` s) only while the transport's
         buffer is over its high-water mark. Raises httpcore.WriteTimeout / WriteError."""
-        if not buffer:
-            return
+        buffer = self._join.take(buffer)  # a head with a body goes with it, in one send
+        if buffer:
+            await self._send(buffer, timeout)
+
+    async def _send(self, buffer: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
         await hold()  # a request timed to leave at a set moment waits here, all else done
         if self._closed or self._protocol.ended or self._transport.is_closing():
             raise httpcore.WriteError("the connection was closed")

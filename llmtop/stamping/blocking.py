@@ -24,7 +24,7 @@ import httpx
 
 from llmtop.stamping import rxstamps
 from llmtop.stamping.bounds import BlockingBoundedTransport
-from llmtop.stamping.stamps import note_arrival, note_written
+from llmtop.stamping.stamps import HeadJoin, note_arrival, note_written
 
 
 class BlockingArrivalStream(httpcore.NetworkStream):
@@ -35,6 +35,7 @@ class BlockingArrivalStream(httpcore.NetworkStream):
 
     def __init__(self, inner: httpcore.NetworkStream, kernel: bool = False) -> None:
         self._inner = inner
+        self._join = HeadJoin()
         self._sock: socket.socket | None = inner.get_extra_info("socket") if kernel else None
         if self._sock is not None and not rxstamps.enable(self._sock):
             self._sock = None
@@ -42,6 +43,8 @@ class BlockingArrivalStream(httpcore.NetworkStream):
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         """At most `max_bytes` bytes (b"" at the end), waiting up to `timeout` s; noted.
         Raises httpcore.ReadTimeout / ReadError as httpcore's own read does."""
+        if head := self._join.flush():  # a read before the body: the head goes alone
+            self._send(head, timeout)
         if self._sock is None:
             data = self._inner.read(max_bytes, timeout)
             note_arrival(perf_counter_ns())
@@ -58,7 +61,13 @@ class BlockingArrivalStream(httpcore.NetworkStream):
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         """Send `buffer` (httpcore's own write), noting the moment before it as the request's
-        send stamp (`stamps.note_written`; why before: rxstamps.KernelStampedStream.write)."""
+        send stamp (`stamps.note_written`; why before: rxstamps.KernelStampedStream.write).
+        A request's head is kept and sent with its body (`stamps.HeadJoin`)."""
+        buffer = self._join.take(buffer)
+        if buffer:
+            self._send(buffer, timeout)
+
+    def _send(self, buffer: bytes, timeout: float | None) -> None:
         t_ns = perf_counter_ns()
         self._inner.write(buffer, timeout)
         note_written(t_ns)

@@ -58,7 +58,7 @@ from typing import Any
 import httpcore
 
 from llmtop.stamping.netbuffer import HIGH_WATER, BlockBuffer, read_block, socket_readable, wake
-from llmtop.stamping.stamps import hold, note_written
+from llmtop.stamping.stamps import HeadJoin, hold, note_written
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux asm-generic/socket.h
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
@@ -188,6 +188,7 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         self._reading = False
         self._closed = False
         self._writable: asyncio.Future[None] | None = None
+        self._join = HeadJoin()
         self.threaded = _reader_threads if threaded is None else threaded
         self._thread: threading.Thread | None = None
         self._go = threading.Event()  # the reader thread may read (cleared: paused)
@@ -332,6 +333,8 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         Raises httpcore.ReadTimeout / ReadError."""
         if not self._usable_here():
             raise httpcore.ReadError("the connection was closed or belongs to another loop")
+        if head := self._join.flush():  # a read before the body: the head goes alone
+            await self._send(head, timeout)
         if self.threaded and self._thread is None:
             self._start_reading()
         return await read_block(self.sink, max_bytes, timeout, self.resume_reading)
@@ -341,8 +344,11 @@ class KernelStampedStream(httpcore.AsyncNetworkStream):
         just before the send that completed it: on loopback the receiver is woken inside that
         send and may take this CPU as it returns, so a stamp after it could be late by the
         receiver's whole turn. Raises httpcore.WriteTimeout / WriteError."""
-        if not buffer:
-            return
+        buffer = self._join.take(buffer)  # a head with a body goes with it, in one send
+        if buffer:
+            await self._send(buffer, timeout)
+
+    async def _send(self, buffer: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
         await hold()  # a request timed to leave at a set moment waits here, all else done
         if not self._usable_here() or self.sink.ended:
             raise httpcore.WriteError("the connection was closed or belongs to another loop")
