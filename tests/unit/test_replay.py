@@ -117,6 +117,7 @@ def test_open_loop_replay_reproduces_the_gaps_and_pairs_each_request(slotted, tm
     recorded = [sum(GAPS_MS[:k]) / 2 for k in range(12)]
     pairs = zip(sent, recorded, strict=True)
     assert errors == [round((s - sent[0]) / 1e6 - r, 4) for s, r in pairs]
+    assert report["arrivals_over_limit"] == sum(abs(e) > 1.0 for e in errors)
     assert [m["metric"] for m in report["metrics"]] == ["ttft", "decode", "e2e"]
 
 
@@ -126,6 +127,7 @@ def test_back_to_back_without_bodies_sizes_prompts_to_the_counts(slotted, tmp_pa
     report = json.loads(capsys.readouterr().out)
     assert rc == ExitCode.OK
     assert report["max_arrival_error_ms"] is None and not report["trace"]["bodies"]
+    assert report["arrivals_over_limit"] is None
     for pair, row in zip(report["pairs"], rows, strict=True):
         # one word a token (the slotted server): a calibrated prompt lands within a word
         assert abs(pair["replay"]["prompt_tokens"] - row["stats"]["prompt_eval_count"]) <= 1
@@ -196,3 +198,20 @@ def test_sweep_flags_a_replay_cannot_honour_are_refused(tmp_path, capsys, flags,
     assert rc == ExitCode.USAGE  # refused before any engine is looked for
     err = capsys.readouterr().err
     assert f": {named} cannot apply to it" in err
+
+
+def test_the_report_counts_the_sends_off_by_more_than_a_millisecond(tmp_path):
+    # errors of 0.2, -1.5 and 3.0 ms after the first send's 0: two are over 1 ms, the largest
+    # |error| is 3.0
+    from llmtop.sessions.analysis.replay import ReplayComparison
+    from llmtop.sessions.reports.replay import as_json, markdown
+    watch_log(tmp_path / "w.jsonl")
+    trace = read_trace(str(tmp_path / "w.jsonl"))
+    late = ReplayComparison(trace, (), (), (0.0, 0.2, -1.5, 3.0))
+    text = markdown(late)
+    assert "within 3.000 ms" in text and "2 of 4 sends more than 1 ms off" in text
+    assert "lag_ms says which" in text
+    assert as_json(late)["arrivals_over_limit"] == 2
+    near = ReplayComparison(trace, (), (), (0.0, 0.2, -0.9))
+    assert "0 of 3 sends more than 1 ms off." in markdown(near)
+    assert "lag_ms" not in markdown(near)

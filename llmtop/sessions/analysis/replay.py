@@ -94,6 +94,12 @@ class Pair:
     replay: RequestRecord | None
 
 
+# How near a replayed send should come to its recorded gap: a millisecond is finer than any
+# engine's step (a decode step of a small model is 5-20 ms), so a send this near arrives as
+# the original did for the engine's scheduler.
+ARRIVAL_LIMIT_MS = 1.0
+
+
 @dataclass(frozen=True)
 class ReplayComparison:
     """The replay against its originals: the pairs in arrival order, compare's verdict per
@@ -110,6 +116,12 @@ class ReplayComparison:
         """The largest |arrival error| (ms), None back to back."""
         errors = self.arrival_errors_ms
         return max((abs(e) for e in errors), default=None) if errors is not None else None
+
+    def arrivals_off(self, limit_ms: float = ARRIVAL_LIMIT_MS) -> int | None:
+        """How many replayed sends were more than `limit_ms` off their recorded gap; None
+        back to back."""
+        errors = self.arrival_errors_ms
+        return None if errors is None else sum(abs(e) > limit_ms for e in errors)
 
 
 def compare_replay(trace: Trace, log: RunLog, speed: float = 1.0,

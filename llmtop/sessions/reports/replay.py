@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.sessions.analysis.load import LoadAnalysis
-from llmtop.sessions.analysis.replay import CLOCK, COMPARED, ReplayComparison
+from llmtop.sessions.analysis.replay import (
+    ARRIVAL_LIMIT_MS,
+    CLOCK,
+    COMPARED,
+    ReplayComparison,
+)
 from llmtop.sessions.measure.metrics import E2E, SERVER_DECODE, TTFT
 from llmtop.sessions.records.request import RequestRecord
 
@@ -23,6 +28,16 @@ def _cell(value: float | None, digits: int = 1) -> str:
 def _tokens(rec: RequestRecord | None, which: str) -> int | None:
     stats = rec.stats if rec is not None else None
     return getattr(stats, which) if stats is not None else None
+
+
+def _late_hint(c: ReplayComparison) -> str:
+    """Where sends were off: which, and the usual cause with its remedy."""
+    if not c.arrivals_off():
+        return ""
+    return (" (each record's lag_ms says which: a send falls late when the machine wakes "
+            "llmtop late, most often while the engine keeps every core busy; a lower "
+            "priority for the engine, `renice 10 -p PID`, or cores of its own, "
+            "docs/guide/load.md)")
 
 
 def markdown(c: ReplayComparison) -> str:
@@ -39,7 +54,9 @@ def markdown(c: ReplayComparison) -> str:
              f"{CLOCK}."), ""]
     if c.arrival_errors_ms is not None:
         lines += [(f"Open loop: replayed arrival gaps within {_cell(c.max_arrival_error_ms, 3)} "
-                  "ms of the recorded ones (the largest |error| over the requests)."), ""]
+                  "ms of the recorded ones (the largest |error| over the requests); "
+                  f"{c.arrivals_off()} of {len(c.arrival_errors_ms)} sends more than "
+                  f"{ARRIVAL_LIMIT_MS:g} ms off{_late_hint(c)}."), ""]
     head = ("| # | original id | status | TTFT ms A → B | decode tok/s A → B | E2E ms A → B "
             "| prompt tok A → B | output tok A → B |")
     lines += [head, "|---|---|---|---|---|---|---|---|"]
@@ -69,6 +86,7 @@ def as_json(c: ReplayComparison) -> dict[str, Any]:
                 "output_tokens": _tokens(rec, "eval_count")}
     return {"trace": c.trace.identity(), "max_arrival_error_ms": c.max_arrival_error_ms,
             "arrival_errors_ms": c.arrival_errors_ms,
+            "arrivals_over_limit": c.arrivals_off(), "arrival_limit_ms": ARRIVAL_LIMIT_MS,
             "pairs": [{"original": figures(p.original), "replay": figures(p.replay)}
                       for p in c.pairs],
             "metrics": [{"metric": m.metric.name, "verdict": m.verdict,

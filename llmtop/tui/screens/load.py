@@ -60,7 +60,9 @@ def replay_text(c: ReplayComparison, log_path: str) -> Text:
     prompts = "their recorded text" if t.bodies else "prompts sized to their counts"
     lines = [f"Replayed {len(t.originals)} requests of {t.path} ({prompts})"]
     if c.max_arrival_error_ms is not None:
-        lines.append(f"arrival gaps within {c.max_arrival_error_ms:.3f} ms of the recorded ones")
+        off = c.arrivals_off()
+        lines.append(f"arrival gaps within {c.max_arrival_error_ms:.3f} ms of the recorded ones"
+                     + (f"; {off} sends more than 1 ms off (lag_ms in the log)" if off else ""))
     lines += [f"{m.metric.label}: {m.verdict}" for m in c.metrics]
     lines.append(f"log {log_path}")
     return Text("\n".join(lines))
