@@ -11,7 +11,7 @@ from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.settings import TuiSettings
 from llmtop.tui.widgets.token_pane import FOLLOW_JUMP, TokenPane
 
-from .fakes import ev, fake_connection
+from .fakes import ev, fake_connection, wait_for
 
 
 async def test_following_jumps_a_third_of_the_pane_then_ends_at_the_bottom(
@@ -56,6 +56,8 @@ async def test_a_reader_scrolled_up_is_not_moved(tmp_path: Path) -> None:
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
+        # connected first: the connection's "ready" message replaces what the pane shows
+        await wait_for(pilot, lambda: app.link.ready, what="connection")
         pane = app.query_one(TokenPane)
         live = LiveRequest(RequestCollector(prompt="p", options={}, model="m"))
         for i in range(100):

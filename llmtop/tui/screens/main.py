@@ -59,7 +59,7 @@ from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 if TYPE_CHECKING:  # the bench screen's module is imported when it opens
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from llmtop.engines.discovery import FoundEngine
     from llmtop.engines.live_state import EngineState
@@ -122,20 +122,23 @@ class MainScreen(Screen[None]):
         self._recent: deque[ProbeSample] = deque(maxlen=RECENT_SAMPLES)  # for `_check_offload`
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self.clock = FrameClock(self._stream_frame)
+        self.whole = False  # all mounted: `mount_rest`
+        self._waiting: list[Callable[[], None]] = []  # keys that came before (`when_whole`)
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
+        # What the first frame shows; what is hidden until a key or a narrow screen asks for
+        # it, and the footer, are mounted just after it (`mount_rest`): every widget is
+        # styled and laid out before the first frame, and these 14 of 42 cost ~90 ms of it
+        # (bench/tui_start.py).
         yield HeaderLine(id="header")
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield TokenPane(id="tokens")
                 yield MetricsStrip(id="metrics")
                 yield SessionStrip(id="session")
-                yield EnginePanel(self._engine_state, id="engine")  # F4
-                yield MachineBadge(id="machine-badge")  # narrow screens: the panel in a line
             yield ProbePanel(id="probes")
-        yield RequestHistory(id="history")  # the whole width: every figure and the prompt
         yield PromptInput(
             placeholder="prompt — Enter sends, Ctrl+R repeats, Esc stops, F2 history, F1 help",
             id="prompt",
@@ -143,7 +146,35 @@ class MainScreen(Screen[None]):
             # is in it: selected, the next key would replace it
             select_on_focus=False,
         )
-        yield Footer(compact=True)
+        yield Vertical(id="footer-slot")  # the footer's row, kept from the first frame on
+
+    async def mount_rest(self) -> None:
+        """Mount what the first frame leaves out (`compose`): the engine panel (F4), the
+        narrow screens' machine badge, the history (F2, hidden) and the footer; then run the
+        keys that asked for them meanwhile (`when_whole`)."""
+        history = RequestHistory(id="history")  # the whole width: every figure and the prompt
+        history.display = False  # F2 shows it
+        left = self.query_one("#left", Vertical)
+        await left.mount(EnginePanel(self._engine_state, id="engine"),  # F4
+                         MachineBadge(id="machine-badge"))  # narrow screens: the panel in a line
+        await self.mount(history, before="#prompt")
+        # into its row: a footer added below would shorten the panels above by a line after
+        # they were laid out (the probe panel then kept a scrollbar's column)
+        await self.query_one("#footer-slot", Vertical).mount(Footer(compact=True))
+        self.refresh_bindings()  # a footer lists the keys once told of them
+        if self.host.latest_probe is not None:
+            self.query_one(MachineBadge).show(self.host.latest_probe)
+        self.whole = True
+        for call in self._waiting:
+            call()
+        self._waiting.clear()
+
+    def when_whole(self, call: Callable[[], None]) -> None:
+        """Run `call` now if everything is mounted (`mount_rest`), else once it is."""
+        if self.whole:
+            call()
+        else:
+            self._waiting.append(call)
 
     def on_mount(self) -> None:
         self.query_one(HeaderLine).show_starting(self.host.link.settings.engine)
@@ -153,7 +184,6 @@ class MainScreen(Screen[None]):
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, forever
         prompt.focus()
-        self.query_one(RequestHistory).display = False  # F2 shows it
         self.clock.start(self.set_interval(1 / RENDER_HZ, self._render_dirty, name="render"))
         self.query_one(ProbePanel).engine_unknown = ENGINE_STARTING
 
@@ -395,8 +425,7 @@ class MainScreen(Screen[None]):
         settled = on_main and not self.streaming and not (live and live.dirty)
         if on_main and (urgent or settled or self.clock.due(NUMBERS_EVERY)):
             self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
-            history = self.query_one(RequestHistory)
-            if history.display:
+            if self.whole and (history := self.query_one(RequestHistory)).display:
                 history.sync(self.session)
         self._render_probes(aligned=not self.streaming or self.clock.due(TEXT_EVERY))
         if self.streaming:
@@ -446,7 +475,8 @@ class MainScreen(Screen[None]):
         self._panel_ns = now
         self.label_probes()
         self.query_one(ProbePanel).show(sample)
-        self.query_one(MachineBadge).show(sample)
+        if self.whole:
+            self.query_one(MachineBadge).show(sample)
 
     @property
     def render_paused(self) -> bool:
