@@ -93,6 +93,8 @@ class BenchHost(Protocol):
 class BenchScreen(Screen[None]):
     """Form, progress, tokens, series and verdict on the left; the probe panel on the right."""
 
+    CSS_PATH: ClassVar[list[str]] = ["../forms.tcss", "../bench.tcss"]
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Cancel bench / back", priority=True),
         Binding("r", "report", "Report"),

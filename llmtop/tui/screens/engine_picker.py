@@ -42,6 +42,8 @@ class EnginePicker(ModalScreen[FoundEngine | None]):
     """A list of `engines`; dismissed with the one picked (Enter), None on Esc. in_use: the
     root URL of the engine measured now (marked, and picking it changes nothing)."""
 
+    CSS_PATH = "../picker.tcss"
+
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Close")]
 
     def __init__(self, engines: Sequence[FoundEngine], in_use: str | None) -> None:

@@ -72,6 +72,8 @@ def _table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
 class HelpScreen(ModalScreen[None]):
     """Keys and metric definitions; Esc, q, ? or F1 closes it."""
 
+    CSS_PATH = "../help.tcss"
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark,f1", "dismiss", "Close help"),
     ]

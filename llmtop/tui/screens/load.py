@@ -96,11 +96,13 @@ def config_from_form(
 class LoadScreen(Screen[None]):
     """Form and live line on top; the levels' table, the curve and the knee below."""
 
+    CSS_PATH = "../forms.tcss"  # the form rows, as on the bench screen
+
     # every field labelled as on the bench form, on two rows (mode, levels, requests; prompt
     # tokens, max tokens, SLO, Start) so that all fits at 80 columns, the levels and the SLO
     # taking the width left (before: unlabelled boxes, a clipped button,
     # 8-character boxes, the prompt tokens' box cut at 80). Its labels' 1-column padding is
-    # in llmtop.tcss: the app's stylesheet outranks a screen's DEFAULT_CSS.
+    # in forms.tcss (its CSS_PATH): a stylesheet file outranks a screen's DEFAULT_CSS.
     DEFAULT_CSS = """
     #load-title-row { height: 1; padding: 0 1; }
     #load-title { width: auto; text-wrap: nowrap; margin-right: 2; }

@@ -18,6 +18,8 @@ class ReportScreen(ModalScreen[None]):
     """The report as rendered Markdown, its wide tables laid out for the terminal
     (`terminal_markdown`); arrows/PgUp/PgDn scroll, Esc / q / r close."""
 
+    CSS_PATH = "../report.tcss"
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,r", "dismiss", "Close report"),
     ]
