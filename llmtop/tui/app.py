@@ -154,12 +154,12 @@ class LlmtopApp(LlmtopBaseApp):
 
     @work(group="start")
     async def _start_engine_side(self) -> None:
-        """Mount the rest of the main screen (`MainScreen.mount_rest`) while the connection's
+        """Mount the rest of the main screen (`later.LaterParts`) while the connection's
         and the probes' modules are imported in a thread (the prompt takes keys meanwhile: a
         prompt typed now is sent once connected), then start the probes and connect
         (`_connect`)."""
         loading = asyncio.ensure_future(asyncio.to_thread(preload))
-        await self.main_screen.mount_rest()
+        await self.main_screen.later.mount(self.latest_probe)
         await loading
         if self.link.closing:
             return
@@ -268,7 +268,7 @@ class LlmtopApp(LlmtopBaseApp):
 
     def action_history(self) -> None:
         """F2: show the request history (focused) or hide it (back to the prompt)."""
-        self.main_screen.when_whole(self.main_screen.toggle_history)
+        self.main_screen.later.when_whole(self.main_screen.toggle_history)
 
     def action_keep_history(self) -> None:
         """Ctrl+K: start or end a conversation (`MainScreen.toggle_conversation`)."""
@@ -446,7 +446,7 @@ class LlmtopApp(LlmtopBaseApp):
 
     def action_engine_panel(self) -> None:
         """F4: the engine's own figures, read live (`EnginePanel`), shown or hidden."""
-        self.main_screen.when_whole(self.main_screen.toggle_engine_panel)
+        self.main_screen.later.when_whole(self.main_screen.toggle_engine_panel)
 
     async def action_pick_engine(self) -> None:
         """F5: the engines answering here; the one picked is measured instead

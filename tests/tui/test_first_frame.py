@@ -29,7 +29,7 @@ async def test_the_first_frame_leaves_the_hidden_parts_for_just_after(
     monkeypatch.setattr(MainScreen, "on_mount", on_mount)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.main_screen
-        await wait_for(pilot, lambda: screen.whole, what="the rest mounted")
+        await wait_for(pilot, lambda: screen.later.whole, what="the rest mounted")
         assert "prompt" in first and not {*LATER, "Footer"} & set(first)
         # the order the stylesheet (llmtop.tcss) lays out: as when all were composed
         assert [w.id or type(w).__name__ for w in screen.children] == [
@@ -47,10 +47,10 @@ async def test_a_key_before_the_rest_is_mounted_runs_once_it_is(tmp_path: Path) 
     app, _ = build(tmp_path)
     ran: list[bool] = []
     screen = app.main_screen
-    screen.when_whole(lambda: ran.append(screen.whole))  # as F2 pressed before it
+    screen.later.when_whole(lambda: ran.append(screen.later.whole))  # as F2 pressed before it
     assert ran == []
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: screen.whole, what="the rest mounted")
+        await wait_for(pilot, lambda: screen.later.whole, what="the rest mounted")
         assert ran == [True]  # run once, with everything there
-        screen.when_whole(lambda: ran.append(screen.whole))
+        screen.later.when_whole(lambda: ran.append(screen.later.whole))
         assert ran == [True, True]  # afterwards at once

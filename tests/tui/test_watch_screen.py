@@ -116,7 +116,7 @@ async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
     from llmtop.probes.verdict import Finding, Level, Verdict
     from llmtop.tui.widgets.probe_panel import ProbePanel
 
-    from .fakes import busy_apps, machine_sample
+    from .fakes import busy_apps, machine_sample, wait_for
     from .test_screen_sizes import BLOCKS, screen_cells
 
     ScrollBar.renderer = ScrollBarRender  # as a fresh process has it, whatever ran before
@@ -127,9 +127,11 @@ async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
     # overflow the panel
     async with app.run_test(size=(140, 16)) as pilot:
         app.screen_.show_probe(machine_sample(1, 80.0, busy_apps(), Verdict.of(findings), 2.0))
-        await pilot.pause(0.3)
         panel = app.screen_.query_one(ProbePanel)
-        assert panel.show_vertical_scrollbar  # it overflows: the case that showed "▃▃"
+        # it overflows: the case that showed "▃▃" (laid out within a few frames; a busy
+        # machine takes longer than any fixed pause)
+        await wait_for(pilot, lambda: panel.show_vertical_scrollbar, what="the scrollbar")
+        await pilot.pause()
         assert panel.styles.scrollbar_size_vertical == 1
         bar = panel.region.right - 1  # the scrollbar's one column, inside the border
         column = [ch for (x, y), ch in screen_cells(app).items()

@@ -20,6 +20,10 @@ AFTER_FIRST_FRAME = (
     "llmtop.probes.apple",
     "llmtop.sessions.measure.request",
     "llmtop.sessions.runners.curves",
+    # mounted just after the first frame (tui/screens/later.py)
+    "llmtop.tui.widgets.request_history",
+    "llmtop.tui.widgets.engine_panel",
+    "llmtop.tui.widgets.machine_badge",
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import ClassVar, Protocol
 
 from rich.text import Text
@@ -90,10 +91,13 @@ class BenchHost(Protocol):
     def bench_ended(self, log_path: str, how: str) -> None: ...
 
 
+CSS_FILES: list[str | PurePath] = ["../forms.tcss", "../bench.tcss"]  # read when it opens
+
+
 class BenchScreen(Screen[None]):
     """Form, progress, tokens, series and verdict on the left; the probe panel on the right."""
 
-    CSS_PATH: ClassVar[list[str]] = ["../forms.tcss", "../bench.tcss"]
+    CSS_PATH = CSS_FILES
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Cancel bench / back", priority=True),

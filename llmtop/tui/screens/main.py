@@ -36,30 +36,28 @@ from textual.app import ComposeResult, ScreenStackError
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 from textual.worker import Worker
 
 from llmtop.engines.connection import Connection
 from llmtop.engines.events import Failure, StreamEvent
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled
+from llmtop.tui.screens.later import LaterParts
 from llmtop.tui.state.frames import FrameClock
 from llmtop.tui.state.live import LiveRequest
 from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
-from llmtop.tui.widgets.engine_panel import EnginePanel
 from llmtop.tui.widgets.header_line import HeaderLine
-from llmtop.tui.widgets.machine_badge import MachineBadge
 from llmtop.tui.widgets.metrics_strip import MetricsStrip
 from llmtop.tui.widgets.probe_panel import ProbePanel
 from llmtop.tui.widgets.prompt_input import HELP_CHARACTER, PromptInput
-from llmtop.tui.widgets.request_history import RequestHistory
 from llmtop.tui.widgets.session_strip import SessionStrip
 from llmtop.tui.widgets.token_pane import TokenPane
 
 if TYPE_CHECKING:  # the bench screen's module is imported when it opens
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from llmtop.engines.discovery import FoundEngine
     from llmtop.engines.live_state import EngineState
@@ -67,6 +65,7 @@ if TYPE_CHECKING:  # the bench screen's module is imported when it opens
     from llmtop.sessions.measure.request import RequestCollector, RequestResult
     from llmtop.sessions.records.request import RequestRecord  # pydantic: with the log
     from llmtop.tui.screens.bench import BenchScreen
+    from llmtop.tui.widgets.request_history import RequestHistory
 
 # Frame rates: each frame a second costs ~0.5 % of a core on 2 cores, so text and numbers
 # share their frames, twice a second while a request streams (docs/performance.md, "The
@@ -122,8 +121,7 @@ class MainScreen(Screen[None]):
         self._recent: deque[ProbeSample] = deque(maxlen=RECENT_SAMPLES)  # for `_check_offload`
         self._panel_ns = -PANEL_MIN_NS  # when the probe panel was last drawn (monotonic_ns)
         self.clock = FrameClock(self._stream_frame)
-        self.whole = False  # all mounted: `mount_rest`
-        self._waiting: list[Callable[[], None]] = []  # keys that came before (`when_whole`)
+        self.later = LaterParts(self, self._engine_state)  # mounted after the first frame
 
     # ------------------------------------------------------------------ layout
 
@@ -148,34 +146,6 @@ class MainScreen(Screen[None]):
         )
         yield Vertical(id="footer-slot")  # the footer's row, kept from the first frame on
 
-    async def mount_rest(self) -> None:
-        """Mount what the first frame leaves out (`compose`): the engine panel (F4), the
-        narrow screens' machine badge, the history (F2, hidden) and the footer; then run the
-        keys that asked for them meanwhile (`when_whole`)."""
-        history = RequestHistory(id="history")  # the whole width: every figure and the prompt
-        history.display = False  # F2 shows it
-        left = self.query_one("#left", Vertical)
-        await left.mount(EnginePanel(self._engine_state, id="engine"),  # F4
-                         MachineBadge(id="machine-badge"))  # narrow screens: the panel in a line
-        await self.mount(history, before="#prompt")
-        # into its row: a footer added below would shorten the panels above by a line after
-        # they were laid out (the probe panel then kept a scrollbar's column)
-        await self.query_one("#footer-slot", Vertical).mount(Footer(compact=True))
-        self.refresh_bindings()  # a footer lists the keys once told of them
-        if self.host.latest_probe is not None:
-            self.query_one(MachineBadge).show(self.host.latest_probe)
-        self.whole = True
-        for call in self._waiting:
-            call()
-        self._waiting.clear()
-
-    def when_whole(self, call: Callable[[], None]) -> None:
-        """Run `call` now if everything is mounted (`mount_rest`), else once it is."""
-        if self.whole:
-            call()
-        else:
-            self._waiting.append(call)
-
     def on_mount(self) -> None:
         self.query_one(HeaderLine).show_starting(self.host.link.settings.engine)
         self.query_one(TokenPane).show_message(
@@ -193,7 +163,7 @@ class MainScreen(Screen[None]):
         """No engine: the failure in the response pane, `header` in the header line."""
         self.query_one(HeaderLine).show_failed(header)
         self.query_one(ProbePanel).engine_unknown = "n/a (no engine)"
-        self.query_one(EnginePanel).attach(None)
+        self.later.engine_panel.attach(None)
         self.query_one(TokenPane).show_failure(failure, title)
 
     def show_connected(self, conn: Connection) -> None:
@@ -203,14 +173,14 @@ class MainScreen(Screen[None]):
         self._probe_dirty = True
         self.label_probes()
         self.query_one(HeaderLine).show_connection(conn)
-        self.query_one(EnginePanel).attach(conn)
+        self.later.engine_panel.attach(conn)
 
     def show_switching(self, what: str) -> None:
         """The engine picked in the picker (F5) is being connected: `what` in the header and
         the response pane; the engine panel reads nothing until it is; the session starts
         afresh (`new_session`)."""
         self.query_one(HeaderLine).show_starting(what)
-        self.query_one(EnginePanel).attach(None)
+        self.later.engine_panel.attach(None)
         self.new_session()
         self.query_one(TokenPane).show_message(f"connecting to {what}…")
 
@@ -223,7 +193,7 @@ class MainScreen(Screen[None]):
         self.session = SessionState()
         self.live = self.viewing = None
         self.query_one(MetricsStrip).clear()
-        self.query_one(RequestHistory).clear()
+        self.later.history.clear()
         self.query_one(SessionStrip).sync(self.session, None)
         self._wake()
 
@@ -296,7 +266,7 @@ class MainScreen(Screen[None]):
                 self.viewing = None
                 self._wake()  # frames follow the stream until it ended, then the timer draws
                 self.host.link.set_probe_interval(streaming=True)
-                self.query_one(EnginePanel).request_started()
+                self.later.engine_panel.request_started()
 
             def on_event(event: StreamEvent) -> None:
                 assert live is not None
@@ -335,7 +305,7 @@ class MainScreen(Screen[None]):
         live.finish(result)
         live.mark_noisy(self.host.noise.first_during(*live.span_ns))
         decode = result.metrics.client_decode_tps if result.status == "ok" else None
-        self.query_one(EnginePanel).request_ended(decode)
+        self.later.engine_panel.request_ended(decode)
         self.session.add(live)
         self._wake()
         assert self.host.link.recorder is not None
@@ -425,7 +395,7 @@ class MainScreen(Screen[None]):
         settled = on_main and not self.streaming and not (live and live.dirty)
         if on_main and (urgent or settled or self.clock.due(NUMBERS_EVERY)):
             self.query_one(SessionStrip).sync(self.session, live)  # no-op unless it changed
-            if self.whole and (history := self.query_one(RequestHistory)).display:
+            if self.later.whole and (history := self.later.history).display:
                 history.sync(self.session)
         self._render_probes(aligned=not self.streaming or self.clock.due(TEXT_EVERY))
         if self.streaming:
@@ -475,8 +445,8 @@ class MainScreen(Screen[None]):
         self._panel_ns = now
         self.label_probes()
         self.query_one(ProbePanel).show(sample)
-        if self.whole:
-            self.query_one(MachineBadge).show(sample)
+        if self.later.whole:
+            self.later.badge.show(sample)
 
     @property
     def render_paused(self) -> bool:
@@ -512,7 +482,7 @@ class MainScreen(Screen[None]):
 
     def toggle_history(self) -> None:
         """F2: show the request history (focused) or hide it (back to the prompt)."""
-        history = self.query_one(RequestHistory)
+        history = self.later.history
         history.display = not history.display
         self.set_class(history.display, "-history")
         if history.display:
@@ -532,11 +502,11 @@ class MainScreen(Screen[None]):
     def toggle_engine_panel(self) -> None:
         """F4: show the engine's own figures (read every second while shown) or hide them;
         on a short screen the panel takes the TTFT strip's place (llmtop.tcss, "-engine")."""
-        self.set_class(self.query_one(EnginePanel).toggle(), "-engine")
+        self.set_class(self.later.engine_panel.toggle(), "-engine")
 
     def show_other_engines(self, others: Sequence[FoundEngine]) -> None:
         """The other engines that answer here (the picker, F5, offers them)."""
-        self.query_one(EnginePanel).set_others(others)
+        self.later.engine_panel.set_others(others)
 
     def _engine_state(self, state: EngineState) -> None:
         """A changed reading of the engine's own figures: into the session log, with the
