@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-import tempfile
 import threading
-from pathlib import Path
 from time import perf_counter_ns
 
 import pytest
@@ -109,45 +107,43 @@ async def test_a_kernel_stamped_connection_sends_head_and_body_at_once():
         listener.close()
 
 
-async def test_a_timed_request_leaves_whole_at_its_moment():
-    # the unix-socket stream (ArrivalStream, asyncio's transport): a release 30 ms ahead; the
-    # head's write returns at once, the body's is held, and nothing reaches the server early
-    with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / "s")
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind(path)
-        listener.listen()
-        server = _Server(listener, len(POST_HEAD) + len(BODY))
-        stream = await ArrivalBackend().connect_unix_socket(path, 5)
-        try:
-            assert isinstance(stream, ArrivalStream)
-            stream._transport = counting = _Counting(stream._transport, "write")
-            release = perf_counter_ns() + 30_000_000
-            with released_at(release), stamping() as stamp:
-                await stream.write(POST_HEAD)
-                assert stamp.held_ns is None and counting.calls == []
-                await stream.write(BODY)
-            assert counting.calls == [POST_HEAD + BODY]
-            assert stamp.written_ns is not None and stamp.written_ns >= release
-            assert server.done.wait(10) and server.first_ns >= release
-        finally:
-            await stream.aclose()
-            listener.close()
+@pytest.fixture
+def unix_path(tmp_path):
+    """A listening Unix socket's path (the streams there are ArrivalStream, asyncio's)."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen()
+    yield listener
+    listener.close()
 
 
-async def test_a_read_before_the_body_sends_the_head_alone():
-    with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / "s")
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind(path)
-        listener.listen()
-        server = _Server(listener, len(POST_HEAD))
-        stream = await ArrivalBackend().connect_unix_socket(path, 5)
-        try:
+async def test_a_timed_request_leaves_whole_at_its_moment(unix_path):
+    # a release 30 ms ahead: the head's write returns at once, the body's is held, and
+    # nothing reaches the server early
+    server = _Server(unix_path, len(POST_HEAD) + len(BODY))
+    stream = await ArrivalBackend().connect_unix_socket(unix_path.getsockname(), 5)
+    try:
+        assert isinstance(stream, ArrivalStream)
+        stream._transport = counting = _Counting(stream._transport, "write")
+        release = perf_counter_ns() + 30_000_000
+        with released_at(release), stamping() as stamp:
             await stream.write(POST_HEAD)
-            # the server closes once it has the head: the read ends with the stream's end
-            assert await asyncio.wait_for(stream.read(100, 5), 10) == b""
-            assert server.done.wait(10) and server.got == POST_HEAD
-        finally:
-            await stream.aclose()
-            listener.close()
+            assert stamp.held_ns is None and counting.calls == []
+            await stream.write(BODY)
+        assert counting.calls == [POST_HEAD + BODY]
+        assert stamp.written_ns is not None and stamp.written_ns >= release
+        assert server.done.wait(10) and server.first_ns >= release
+    finally:
+        await stream.aclose()
+
+
+async def test_a_read_before_the_body_sends_the_head_alone(unix_path):
+    server = _Server(unix_path, len(POST_HEAD))
+    stream = await ArrivalBackend().connect_unix_socket(unix_path.getsockname(), 5)
+    try:
+        await stream.write(POST_HEAD)
+        # the server closes once it has the head: the read ends with the stream's end
+        assert await asyncio.wait_for(stream.read(100, 5), 10) == b""
+        assert server.done.wait(10) and server.got == POST_HEAD
+    finally:
+        await stream.aclose()
