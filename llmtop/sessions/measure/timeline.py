@@ -54,7 +54,10 @@ block arrive with one read, so most gaps are ~0 and the rest are long, one per b
 (`blocks`). TTFT then includes the wait for the first block to fill, and the client's rate
 (the tokens after the first over E2E − TTFT) comes out above the server's own — which a
 stream the client sees as it is made cannot do. The stream is judged buffered, with the
-blocks' count, size and period as the evidence.
+blocks' count, size and period as the evidence. The gaps alone cannot say where the text was
+held: a server short of CPU (its threads on every core, the machine busy) writes the tokens
+it generated in bursts too, so the reason names both, and the request's probe figures
+decide.
 """
 
 from __future__ import annotations
@@ -303,7 +306,9 @@ def _blocks_reason(groups: list[list[StreamEvent]], join_ns: float, stats: Serve
               f"{statistics.median(sizes):.0f} bytes of text), one every {period:.0f} ms; "
               f"{n - len(groups)} of {n - 1} chunk gaps under {join_ns / NS_PER_MS:.1f} ms: "
               "something between the server and llmtop held the text back and forwarded it "
-              "in blocks (a buffering proxy, as nginx's default proxy_buffering; compression). "
+              "in blocks (a buffering proxy, as nginx's default proxy_buffering; compression), "
+              "or the server sent it so (one short of CPU writes what it generated in bursts: "
+              "the probes' CPU figures for the request tell the two apart). "
               f"TTFT includes the wait for the first block ({len(groups[0])} chunks")
     if stats is not None and stats.eval_count and stats.eval_duration and tokens:
         wait_ms = max(tokens[0] - 1, 0) * stats.eval_duration / stats.eval_count / NS_PER_MS
