@@ -106,7 +106,12 @@ def main(args: argparse.Namespace) -> int:
     a log that cannot be created, an address taken since `check` looked)."""
     from llmtop.probes.callers import CallerCache
     from llmtop.sessions.records.log import LogError
-    from llmtop.sessions.runners.watch.serving import UpstreamEngines, build_servers, caller_pool
+    from llmtop.sessions.runners.watch.serving import (
+        UpstreamEngines,
+        build_servers,
+        caller_pool,
+        silent_upstream,
+    )
     from llmtop.sessions.runners.watch.session import WatchSession
 
     pairs, token = prepare(args)
@@ -119,6 +124,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     for p in pairs:
         print(f"{PROG}: http://{p.listen} → {p.upstream}", file=sys.stderr, flush=True)
+        if (silent := silent_upstream(p)) is not None:
+            print(f"{PROG}: warning: {silent}", file=sys.stderr, flush=True)
     print(f"{PROG}: logging to {session.log.path}", file=sys.stderr, flush=True)
     engines = UpstreamEngines([p.upstream for p in pairs]) if args.sample_probes else None
     for identity in engines.identities() if engines is not None else ():

@@ -23,7 +23,12 @@ from collections.abc import Sequence
 from textual import work
 
 from llmtop.probes.sampler import ProbeSample, ProbeSampler
-from llmtop.sessions.runners.watch.serving import Pair, UpstreamEngines, probe_sampler
+from llmtop.sessions.runners.watch.serving import (
+    Pair,
+    UpstreamEngines,
+    probe_sampler,
+    silent_upstream,
+)
 from llmtop.tui.base import LlmtopBaseApp
 from llmtop.tui.screens.watch import WatchScreen
 
@@ -74,6 +79,17 @@ class WatchApp(LlmtopBaseApp):
             self.sampler.start()
         if self.argv is not None:
             self.follow()
+        self.check_upstreams()
+
+    @work(thread=True, group="upstreams")
+    def check_upstreams(self) -> None:
+        """Say, as a warning that stays 30 s, which upstream nothing answers at now."""
+        for listen, upstream in self.screen_.pairs:
+            host, _, port = listen.rpartition(":")
+            silent = silent_upstream(Pair(host.strip("[]"), int(port), upstream))
+            if silent is not None:
+                self.call_from_thread(self.notify, silent, title="upstream",
+                                      severity="warning", timeout=30)
 
     def _sampled(self, sample: ProbeSample) -> None:
         self.call_from_thread(self.screen_.show_probe, sample)

@@ -137,3 +137,15 @@ async def test_the_watch_screens_probe_panel_scrolls_without_stray_bars():
         column = [ch for (x, y), ch in screen_cells(app).items()
                   if x in (bar - 1, bar) and panel.region.y < y < panel.region.bottom - 1]
         assert not BLOCKS & set(column), column
+
+
+async def test_the_screen_warns_when_nothing_answers_at_the_upstream():
+    dead = free_port()  # bound, then released: nothing listens there
+    pairs = [Pair("127.0.0.1", 11436, f"http://127.0.0.1:{dead}")]
+    app = WatchApp(None, pairs, show_text=False, probes=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        from .fakes import wait_for
+
+        await wait_for(pilot, lambda: len(app._notifications) == 1, what="the warning")
+        (note,) = list(app._notifications)
+        assert note.severity == "warning" and f"http://127.0.0.1:{dead}" in note.message

@@ -109,6 +109,28 @@ def is_own_address(url: str, host: str, port: int) -> bool:
     return bool(ups & mine)
 
 
+UPSTREAM_CHECK_S = 0.5  # a TCP connect on this machine or its network takes milliseconds
+
+
+def silent_upstream(pair: Pair, timeout_s: float = UPSTREAM_CHECK_S) -> str | None:
+    """Why nothing answers at `pair`'s upstream now (its TCP connect refused, or not
+    accepted within `timeout_s`), as a line for the user; None when something listens
+    there. A watch started before its engine serves, but each request meanwhile gets the
+    watch's 502, and the probes' engine can be no more than a guess by name."""
+    parts = urlsplit(pair.upstream)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout_s):
+            return None
+    except TimeoutError:
+        why = f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+    return (f"nothing answers at {pair.upstream} now ({why}): requests to "
+            f"http://{pair.listen} get a 502 until it does; start the engine there, or point "
+            "--upstream at one that runs (`llmtop engines` lists them)")
+
+
 def build_servers(pairs: Sequence[Pair], session: Watcher, token: str | None,
                   callers: CallerCache | None) -> list[WatchServer]:
     """One server per pair, each serving a WatchProxy that reports to `session` and names
