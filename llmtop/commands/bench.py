@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.flags import (
@@ -23,6 +24,8 @@ from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.depths import depth_label, parse_depths
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from llmtop.engines.connection import Connection
@@ -206,11 +209,9 @@ async def _one_run(
     """Run k (0-based) of `runs`: its runner and outcome, or the ExitCode it failed with."""
     import asyncio
 
-    from llmtop.probes.config import ConfigError
     from llmtop.probes.remote import probes_note
     from llmtop.sessions.records.log import LogError
-    from llmtop.sessions.runners.bench import BenchRunner, NoisyMachine
-    from llmtop.sessions.runners.calibration import CalibrationError
+    from llmtop.sessions.runners.bench import BenchRunner
 
     if k:
         print(f"llmtop bench: run {k} of {runs} done; cooling down {args.cool_down:g} s "
@@ -237,24 +238,35 @@ async def _one_run(
         print(f"llmtop bench: {note}", file=sys.stderr, flush=True)
     if k == 0:
         print(f"llmtop bench: {runner.energy.line}", file=sys.stderr, flush=True)
+    outcome = await bench_ended(runner.run(), f"Log: {runner.log_path}")
+    if isinstance(outcome, int):
+        return outcome
+    if runs > 1:
+        print(f"llmtop bench: run {k + 1}: verdict {outcome.analysis.judgement.label}",
+              file=sys.stderr, flush=True)
+    return runner, outcome
+
+
+async def bench_ended(run: Awaitable[T], where: str = "") -> T | int:
+    """What `run` (a bench's or a bench set's run) returned, or how it ended, said on stderr:
+    a calibration that failed is ExitCode.REQUEST_FAILED, a NOISY preflight under
+    --require-quiet ExitCode.NOISY (`where`: the log, named after it); a bad thresholds
+    config raises UsageError."""
+    from llmtop.probes.config import ConfigError
+    from llmtop.sessions.runners.bench import NoisyMachine
+    from llmtop.sessions.runners.calibration import CalibrationError
+
     try:
-        outcome = await runner.run()
+        return await run
     except CalibrationError as exc:
         print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
         return ExitCode.REQUEST_FAILED
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     except NoisyMachine as exc:
-        print(
-            f"llmtop bench: not started ({exc}); --require-quiet was given. Log: "
-            f"{runner.log_path}",
-            file=sys.stderr,
-        )
+        print(f"llmtop bench: not started ({exc}); --require-quiet was given"
+              + (f". {where}" if where else ""), file=sys.stderr)
         return ExitCode.NOISY
-    if runs > 1:
-        print(f"llmtop bench: run {k + 1}: verdict {outcome.analysis.judgement.label}",
-              file=sys.stderr, flush=True)
-    return runner, outcome
 
 
 async def _bench(args: argparse.Namespace) -> int:

@@ -299,10 +299,9 @@ async def _interleave(args: argparse.Namespace, conns: Sequence[Connection],
                       ) -> InterleavedOutcome | int:
     """Each engine's BenchRunner, run in rounds; the outcome, or the ExitCode a calibration
     failure (REQUEST_FAILED) or a NOISY preflight under --require-quiet ended it with."""
-    from llmtop.probes.config import ConfigError
+    from llmtop.commands.bench import bench_ended
     from llmtop.sessions.records.log import LogError
-    from llmtop.sessions.runners.bench import BenchRunner, NoisyMachine
-    from llmtop.sessions.runners.calibration import CalibrationError
+    from llmtop.sessions.runners.bench import BenchRunner
     from llmtop.sessions.runners.engines import InterleavedBench
 
     try:
@@ -320,17 +319,7 @@ async def _interleave(args: argparse.Namespace, conns: Sequence[Connection],
         if not args.json:
             print(f"llmtop bench: round {r.number} [{r.target} tok, {r.phase}]: "
                   + " → ".join(r.order), file=sys.stderr, flush=True)
-    try:
-        return await InterleavedBench(runners, labels, said).run()
-    except CalibrationError as exc:
-        print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
-        return ExitCode.REQUEST_FAILED
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    except NoisyMachine as exc:
-        print(f"llmtop bench: not started ({exc}); --require-quiet was given",
-              file=sys.stderr)
-        return ExitCode.NOISY
+    return await bench_ended(InterleavedBench(runners, labels, said).run())
 
 
 def _write_and_report(args: argparse.Namespace, engines: Sequence[FoundEngine],
