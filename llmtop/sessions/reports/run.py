@@ -27,6 +27,7 @@ from llmtop.sessions.analysis.context import (
 )
 from llmtop.sessions.analysis.depth import DepthRow, depth_sweep
 from llmtop.sessions.analysis.energy import EnergySummary, summarize_energy
+from llmtop.sessions.analysis.engine_own import EngineOwnView, engine_own_view
 from llmtop.sessions.analysis.episode_causes import EpisodeCause, episode_causes
 from llmtop.sessions.analysis.offload import gpu_share, offload_finding
 from llmtop.sessions.analysis.repeat import SizeSpread
@@ -81,6 +82,8 @@ class Report:
     and the conversation's turns (analysis/context.py; None / empty when the run had none);
     cold_turns: the conversation replayed with the cache defeated (bench --turns).
     depths: a context-depth sweep's rows (analysis/depth.py; empty when the run had none).
+    engine_own: the engine's own figures the TUI's engine panel logged (analysis/engine_own.py;
+    None when it logged none).
     soc: a system on chip's heat and memory findings over the measured requests
     (analysis/soc.py: thermal-pressure, memory-bandwidth-contender; empty when none).
     repeatability: the spread of `bench --runs K`'s runs, this log being the last (None for
@@ -117,6 +120,7 @@ class Report:
     repeatability: Repeatability | None = None
     soc: tuple[FindingRecord, ...] = ()
     depths: list[DepthRow] = field(default_factory=list)
+    engine_own: EngineOwnView | None = None
 
 
 def _episode_cost(found: EpisodeCause) -> float:
@@ -179,6 +183,7 @@ def build(log: RunLog, analysis: Analysis | None = None,
         soc=soc_findings([r.record for s in analysis.sizes for r in s.ok], log.probes),
         repeatability=repeatability,
         depths=depth_sweep(analysis),
+        engine_own=engine_own_view(log),
     )
 
 

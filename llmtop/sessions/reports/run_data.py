@@ -131,6 +131,7 @@ def _json(report: Report) -> dict[str, Any]:
         "bandwidth": report.bandwidth.to_dict() if report.bandwidth else None,
         "offload": asdict(report.offload) if report.offload else None,
         "soc_findings": [asdict(f) for f in report.soc],
+        "engine_own": report.engine_own.to_json() if report.engine_own else None,
         **context_json(report.sweep, report.pairs, report.turns, report.cold_turns),
         **depth_json(report.depths),
         "warnings": list(report.log.warnings),

@@ -154,6 +154,8 @@ def markdown(report: Report) -> str:
     lines += turns_markdown(report.turns, report.cold_turns)
     lines += _markdown_relay(report)
     lines += _markdown_machine(report)
+    if report.engine_own is not None:  # the engine panel (F4) was open in this session
+        lines += report.engine_own.markdown()
     lines += markdown_energy(report.energy)
     if report.offload is not None:  # the engine's GPU claim and the machine disagreed
         f = report.offload
