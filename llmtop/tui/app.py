@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from textual import work
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from llmtop.engines.base import EngineError
@@ -159,7 +160,8 @@ class LlmtopApp(LlmtopBaseApp):
         prompt typed now is sent once connected), then start the probes and connect
         (`_connect`)."""
         loading = asyncio.ensure_future(asyncio.to_thread(preload))
-        await self.main_screen.later.mount(self.latest_probe)
+        with contextlib.suppress(NoMatches):  # quit at once: the screen is gone already
+            await self.main_screen.later.mount(self.latest_probe)
         await loading
         if self.link.closing:
             return

@@ -127,7 +127,7 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         # What the first frame shows; what is hidden until a key or a narrow screen asks for
-        # it, and the footer, are mounted just after it (`mount_rest`): every widget is
+        # it, and the footer, are mounted just after it (`later.py`): every widget is
         # styled and laid out before the first frame, and these 14 of 42 cost ~90 ms of it
         # (bench/tui_start.py).
         yield HeaderLine(id="header")
