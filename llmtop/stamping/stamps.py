@@ -29,8 +29,8 @@ inside it, and a stamping stream holds such a request's first write until `t_ns`
 (`hold`), so the caller can start it early and everything before the socket — building the
 request, the pool, a connect — is done by then; the lag that is left is the wake-up's and the
 write's (docs/performance.md, "Send lag"). The hold is kept (`SendStamp.held_ns`) and is not
-counted as the client's preparation. The stamping streams send a request's head and body in
-one send (`HeadJoin`): the hold is on that send, so the whole request leaves at `t_ns`.
+counted as the client's preparation. The stamping streams send such a request's head and body
+in one send (`HeadJoin`): the hold is on that send, so the whole request leaves at `t_ns`.
 
 Connection reuse: a stream closed at its `done` chunk before the response's end was read
 cannot go back to httpx's pool, and the next request reconnects inside its TTFT (~1.4 ms on
@@ -206,11 +206,16 @@ def announces_body(buffer: bytes) -> bool:
 
 
 class HeadJoin:
-    """Keeps a request's head until its body is written, so that both go to the socket in one
-    send. Sent apart, the head wakes the server on loopback, which may take this CPU before
-    the body is sent: a timed send (`released_at`) was measured leaving 1-5 ms late that way
-    on 2 cores shared with the engine, its head on time. A head without a body (Content-Length
-    absent or 0, chunked) goes alone, as before. One per connection."""
+    """Keeps a timed request's head until its body is written, so that both go to the socket
+    in one send at the request's moment (`released_at`). Sent apart, the head wakes the server
+    on loopback, which may take this CPU before the body is sent: a timed send was measured
+    leaving 1-5 ms late that way on 2 cores shared with the engine, its head on time.
+
+    Only a timed request is joined. Any other goes as httpx sends it, head then body, as the
+    user's own httpx-based clients send theirs: there the head wakes the server while the body
+    follows, which hides the server's wake-up from the TTFT (joined, the relay's added TTFT
+    went from 0.7-1.0 to 1.5 ms, bench/relay_overhead.py, alternated). A head without a
+    body (Content-Length absent or 0, chunked) goes alone. One per connection."""
 
     __slots__ = ("_head",)
 
@@ -220,7 +225,7 @@ class HeadJoin:
     def take(self, buffer: bytes) -> bytes:
         """The bytes to send for a write of `buffer`: b"" for a head kept for its body; the
         kept head and `buffer` for the write after it; else `buffer`."""
-        if not self._head and announces_body(buffer):
+        if not self._head and _timed() and announces_body(buffer):
             self._head = bytes(buffer)
             return b""
         head, self._head = self._head, b""
@@ -231,6 +236,12 @@ class HeadJoin:
         before its body was written."""
         head, self._head = self._head, b""
         return head
+
+
+def _timed() -> bool:
+    """True while the open request waits for its moment (`released_at`, not yet held)."""
+    stamp = _CURRENT.get()
+    return stamp is not None and stamp.release_ns is not None and stamp.held_ns is None
 
 
 def note_written(t_ns: int) -> None:

@@ -1,11 +1,12 @@
-"""A request's head and body leave in one send (stamping/stamps.HeadJoin).
+"""A timed request's head and body leave in one send (stamping/stamps.HeadJoin).
 
 httpcore writes an HTTP/1.1 request as two writes, the head and then the body. Sent apart, the
-head wakes the server on loopback and the body can follow milliseconds later; a timed send was
-measured leaving 1-5 ms late that way. Both stamping streams keep the head until the body's
-write and send the two together; a head without a body goes at once. The sends are counted on
-the stream's own socket or transport, which a thin wrapper records (the bytes still go to a
-real server, which checks what arrived).
+head wakes the server on loopback and the body can follow milliseconds later; a timed send
+(`released_at`) was measured leaving 1-5 ms late that way. The stamping streams keep a timed
+request's head until the body's write and send the two together; a head without a body goes
+at once, and a request not timed goes as httpx sends it (two sends, as the user's own clients
+do). The sends are counted on the stream's own socket or transport, which a thin wrapper
+records (the bytes still go to a real server, which checks what arrived).
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ def test_a_head_announces_a_body_only_with_a_content_length_above_zero():
     assert not announces_body(POST_HEAD[:-2])  # not a whole head
 
 
-def test_the_join_keeps_the_head_for_the_body_and_gives_it_up_on_a_flush():
+def test_the_join_keeps_a_timed_head_for_its_body_and_gives_it_up_on_a_flush():
     join = HeadJoin()
-    assert join.take(POST_HEAD) == b""
-    assert join.take(BODY) == POST_HEAD + BODY
-    assert join.take(BODY) == BODY  # nothing kept any more
-    assert join.take(GET_HEAD) == GET_HEAD
-    assert join.take(POST_HEAD) == b"" and join.flush() == POST_HEAD and join.flush() == b""
+    with released_at(perf_counter_ns() + 10**9), stamping():
+        assert join.take(POST_HEAD) == b""
+        assert join.take(BODY) == POST_HEAD + BODY
+        assert join.take(BODY) == BODY  # nothing kept any more
+        assert join.take(GET_HEAD) == GET_HEAD
+        assert join.take(POST_HEAD) == b"" and join.flush() == POST_HEAD and join.flush() == b""
+    with stamping():  # not timed: as httpx sends it
+        assert join.take(POST_HEAD) == POST_HEAD and join.take(BODY) == BODY
+    assert join.take(POST_HEAD) == POST_HEAD  # no request open (metadata calls)
 
 
 class _Server:
@@ -90,18 +95,23 @@ class _Counting:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the kernel-stamped stream is Linux's")
-async def test_a_kernel_stamped_connection_sends_head_and_body_at_once():
+async def test_a_kernel_stamped_connection_sends_a_timed_head_and_body_at_once():
     listener = socket.create_server(("127.0.0.1", 0))
-    server = _Server(listener, len(POST_HEAD) + len(BODY))
+    server = _Server(listener, 2 * (len(POST_HEAD) + len(BODY)))
     stream = await ArrivalBackend().connect_tcp("127.0.0.1", listener.getsockname()[1], 5)
     try:
         assert isinstance(stream, KernelStampedStream)
         stream.sock = counting = _Counting(stream.sock, "send")
-        await stream.write(POST_HEAD)
-        assert counting.calls == []  # kept for the body
-        await stream.write(BODY)
+        with released_at(perf_counter_ns()), stamping():  # due now: timed, not held long
+            await stream.write(POST_HEAD)
+            assert counting.calls == []  # kept for the body
+            await stream.write(BODY)
         assert counting.calls == [POST_HEAD + BODY]
-        assert server.done.wait(10) and server.got == POST_HEAD + BODY
+        with stamping():  # the next request, not timed: head and body apart
+            await stream.write(POST_HEAD)
+            await stream.write(BODY)
+        assert counting.calls[1:] == [POST_HEAD, BODY]
+        assert server.done.wait(10) and server.got == (POST_HEAD + BODY) * 2
     finally:
         await stream.aclose()
         listener.close()
@@ -141,7 +151,8 @@ async def test_a_read_before_the_body_sends_the_head_alone(unix_path):
     server = _Server(unix_path, len(POST_HEAD))
     stream = await ArrivalBackend().connect_unix_socket(unix_path.getsockname(), 5)
     try:
-        await stream.write(POST_HEAD)
+        with released_at(perf_counter_ns() + 10**9), stamping():
+            await stream.write(POST_HEAD)
         # the server closes once it has the head: the read ends with the stream's end
         assert await asyncio.wait_for(stream.read(100, 5), 10) == b""
         assert server.done.wait(10) and server.got == POST_HEAD
