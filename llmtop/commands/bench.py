@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from llmtop.commands.bench_end import bench_ended
 from llmtop.commands.datasets import dataset_from_flags
 from llmtop.commands.flags import (
     INT32_MAX,
@@ -24,8 +24,6 @@ from llmtop.commands.stopping import run_stoppable
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.sessions.measure.config import BenchConfig
 from llmtop.sessions.measure.depths import depth_label, parse_depths
-
-T = TypeVar("T")
 
 if TYPE_CHECKING:
     from llmtop.engines.connection import Connection
@@ -245,28 +243,6 @@ async def _one_run(
         print(f"llmtop bench: run {k + 1}: verdict {outcome.analysis.judgement.label}",
               file=sys.stderr, flush=True)
     return runner, outcome
-
-
-async def bench_ended(run: Awaitable[T], where: str = "") -> T | int:
-    """What `run` (a bench's or a bench set's run) returned, or how it ended, said on stderr:
-    a calibration that failed is ExitCode.REQUEST_FAILED, a NOISY preflight under
-    --require-quiet ExitCode.NOISY (`where`: the log, named after it); a bad thresholds
-    config raises UsageError."""
-    from llmtop.probes.config import ConfigError
-    from llmtop.sessions.runners.bench import NoisyMachine
-    from llmtop.sessions.runners.calibration import CalibrationError
-
-    try:
-        return await run
-    except CalibrationError as exc:
-        print(f"llmtop bench: calibration failed: {exc}", file=sys.stderr)
-        return ExitCode.REQUEST_FAILED
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    except NoisyMachine as exc:
-        print(f"llmtop bench: not started ({exc}); --require-quiet was given"
-              + (f". {where}" if where else ""), file=sys.stderr)
-        return ExitCode.NOISY
 
 
 async def _bench(args: argparse.Namespace) -> int:

@@ -299,7 +299,7 @@ async def _interleave(args: argparse.Namespace, conns: Sequence[Connection],
                       ) -> InterleavedOutcome | int:
     """Each engine's BenchRunner, run in rounds; the outcome, or the ExitCode a calibration
     failure (REQUEST_FAILED) or a NOISY preflight under --require-quiet ended it with."""
-    from llmtop.commands.bench import bench_ended
+    from llmtop.commands.bench_end import bench_ended
     from llmtop.sessions.records.log import LogError
     from llmtop.sessions.runners.bench import BenchRunner
     from llmtop.sessions.runners.engines import InterleavedBench

@@ -1,12 +1,12 @@
 """How a bench's run ends, said the same by `bench` and `bench --engines`
-(commands/bench.bench_ended): a calibration that fails is REQUEST_FAILED, a NOISY preflight
+(commands/bench_end.bench_ended): a calibration that fails is REQUEST_FAILED, a NOISY preflight
 under --require-quiet is NOISY (the log named), a bad thresholds config a usage error."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmtop.commands.bench import bench_ended
+from llmtop.commands.bench_end import bench_ended
 from llmtop.exitcodes import ExitCode, UsageError
 from llmtop.probes.config import ConfigError
 from llmtop.sessions.records.schema import PreflightRecord

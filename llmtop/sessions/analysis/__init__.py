@@ -6,8 +6,9 @@ A bench run: per-request status, statistics per prompt size and drift (run), slo
 (verdict), decode against memory bandwidth (bandwidth), the engine's placement claim against
 the machine (offload), a system on chip's heat and memory contention (soc), the spread over
 `--runs K` (repeat), the context phases (context),
-the prefill curve (prefill), a context-depth sweep's rows (depth) and the energy figures
-(energy). A load sweep: its levels and
+the prefill curve (prefill), a context-depth sweep's rows (depth), the energy figures
+(energy) and, for a TUI session, the engine's own figures its engine panel logged
+(engine_own). A load sweep: its levels and
 knee (load), its verdict (load_verdict), over-saturation (saturation) and the SLO search's
 rule (search). Two runs compared: compare/; several engines benched together, their model
 matched and their metrics side by side (engine_set). Who was busy while requests were slow
