@@ -61,7 +61,7 @@ class WatchApp(LlmtopBaseApp):
     def __init__(self, argv: list[str] | None, pairs: Sequence[Pair], show_text: bool,
                  probes: bool = True) -> None:
         super().__init__()
-        self.argv, self.probes = argv, probes
+        self.argv, self.probes, self.pairs = argv, probes, tuple(pairs)
         self.screen_ = WatchScreen([(p.listen, p.upstream) for p in pairs], show_text, probes)
         self.child: asyncio.subprocess.Process | None = None
         self.sampler: ProbeSampler | None = None
@@ -84,10 +84,8 @@ class WatchApp(LlmtopBaseApp):
     @work(thread=True, group="upstreams")
     def check_upstreams(self) -> None:
         """Say, as a warning that stays 30 s, which upstream nothing answers at now."""
-        for listen, upstream in self.screen_.pairs:
-            host, _, port = listen.rpartition(":")
-            silent = silent_upstream(Pair(host.strip("[]"), int(port), upstream))
-            if silent is not None:
+        for pair in self.pairs:
+            if (silent := silent_upstream(pair)) is not None:
                 self.call_from_thread(self.notify, silent, title="upstream",
                                       severity="warning", timeout=30)
 
