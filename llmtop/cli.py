@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import os
 import platform
@@ -328,6 +329,11 @@ def _run_command(args: argparse.Namespace) -> int:
     """The checks a command needs first (the engine's address, the agent, the config file),
     then the command itself (the TUI without one); its exit code."""
     command = COMMANDS.get(args.command) if args.command else None
+    if command is None:
+        # The TUI's first frame comes after ~450 modules' imports and Textual's first layout,
+        # which make objects by the hundred thousand: no collection until it is drawn (the
+        # app enables it then, LlmtopApp.on_ready), ~5 % of the instructions to it.
+        gc.disable()
     if command is None or command.reaches_engine:
         check_addresses(args)
         agent_target(args)

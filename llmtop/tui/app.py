@@ -28,19 +28,17 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
-from llmtop.engines.base import EngineError
-from llmtop.engines.events import Failure, FailureKind, exit_code_for
 from llmtop.exitcodes import STOP_SIGNALS, ExitCode, signal_exit_code
 from llmtop.tui.base import LlmtopBaseApp
 from llmtop.tui.chooser import EngineChooser
 from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
 from llmtop.tui.screens.main import MainScreen
-from llmtop.tui.state.connect_failure import connect_failure_view
 from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.settings import TuiSettings
 
 if TYPE_CHECKING:
+    from llmtop.engines.base import EngineError
     from llmtop.engines.connection import Connection
     from llmtop.probes.sampler import ProbeSample
     from llmtop.sessions.measure.config import BenchConfig
@@ -150,7 +148,9 @@ class LlmtopApp(LlmtopBaseApp):
 
     def on_ready(self) -> None:
         """The first frame is on the terminal (Textual's Ready): only now the engine side
-        starts (`_start_engine_side`), so the prompt is drawn without waiting for it."""
+        starts (`_start_engine_side`), so the prompt is drawn without waiting for it. The
+        garbage collector, off until now in the terminal app (cli.py), is on again."""
+        gc.enable()
         self._start_engine_side()
 
     @work(group="start")
@@ -188,6 +188,10 @@ class LlmtopApp(LlmtopBaseApp):
         """Connect (or start the embedded engine) without blocking the UI; then open the
         session (`_open_session`). A failure is shown and sets the exit code; the app stays
         usable to quit."""
+        from llmtop.engines.base import EngineError
+        from llmtop.engines.events import Failure, FailureKind, exit_code_for
+        from llmtop.tui.state.connect_failure import connect_failure_view
+
         self.chooser.search()  # beside the connect, as `run` does
         try:
             conn = await self.link.connect()

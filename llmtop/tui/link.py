@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from llmtop.engines.base import EngineError
-from llmtop.engines.connection import Connection
 from llmtop.tui.messages import ProbeSampled, ProbeStateChanged
-from llmtop.tui.state.live import LiveRequest
-from llmtop.tui.state.settings import TuiSettings
 
 if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session log and its
     # records (pydantic), the probes (psutil): imported as the probes start and the log
-    # opens, after the first frame (`app.preload` loads them in a thread meanwhile)
+    # opens, after the first frame (`app.preload` loads them in a thread meanwhile); the
+    # engine's and the request's types, where a request or a connection first needs them
+    from llmtop.engines.base import EngineError
+    from llmtop.engines.connection import Connection
     from llmtop.engines.live_state import EngineState
     from llmtop.probes.remote import AgentSampler
     from llmtop.probes.sampler import ProbeSample, ProbeSampler
@@ -40,7 +39,9 @@ if TYPE_CHECKING:  # the agent's client (httpx), the energy meter, the session l
     from llmtop.sessions.runners.energy import EnergyMeter
     from llmtop.sessions.runners.recorder import RequestFields, SessionRecorder
     from llmtop.sessions.runners.throttles import ThrottleEdges
+    from llmtop.tui.state.live import LiveRequest
     from llmtop.tui.state.prefill import PrefillExpectation
+    from llmtop.tui.state.settings import TuiSettings
 
 # While a request streams the probes sample this often (the NOISY marks come from these), and
 # once more as it ends; idle, every `settings.probe_interval_s` when that is faster. A sample

@@ -4,6 +4,7 @@ layout gives them, and a key that asks for one of them meanwhile is not lost."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,17 @@ async def test_a_key_before_the_rest_is_mounted_runs_once_it_is(tmp_path: Path) 
         assert ran == [True]  # run once, with everything there
         screen.later.when_whole(lambda: ran.append(screen.later.whole))
         assert ran == [True, True]  # afterwards at once
+
+
+async def test_the_collector_is_on_again_once_the_first_frame_is_drawn(tmp_path: Path) -> None:
+    """The terminal app starts with the garbage collector off (cli.py, until the first frame:
+    imports and the first layout make objects by the hundred thousand); the app's Ready turns
+    it on, so a long session is collected as any process is."""
+    app, _ = build(tmp_path)
+    gc.disable()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.main_screen.later.whole, what="the rest mounted")
+            assert gc.isenabled()
+    finally:
+        gc.enable()

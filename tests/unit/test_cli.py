@@ -3,6 +3,8 @@ from one place, and every subcommand is declared the same way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmtop.cli import COMMANDS, build_parser, main, tui_settings
@@ -214,3 +216,34 @@ def test_a_usage_error_is_said_once_and_exits_2(argv, line, capsys):
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and captured.out == "", captured
     assert line is None and err[0].startswith("llmtop: ") or err[0] == line
+
+
+def test_the_tui_starts_with_the_collector_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`llmtop` with no command turns the garbage collector off before the TUI's imports (its
+    app turns it on at the first frame); a command leaves it as it is."""
+    import gc
+    import importlib
+
+    from llmtop import cli
+
+    seen: list[bool] = []
+
+    class FakeTui:  # the TUI module's `main`, as the CLI calls it
+        @staticmethod
+        def main(_settings: object) -> int:
+            seen.append(gc.isenabled())
+            return 0
+
+    real_import = importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module",
+                        lambda name: FakeTui if name == cli.TUI_MODULE else real_import(name))
+    config = tmp_path / "config.toml"
+    config.write_text("", encoding="utf-8")  # the defaults, whatever the user's file says
+    monkeypatch.setenv("LLMTOP_CONFIG", str(config))
+    try:
+        assert cli.main(["--host", "http://127.0.0.1:9"]) == 0
+        assert seen == [False]
+    finally:
+        gc.enable()
+    assert cli.main(["--version"]) == 0 and gc.isenabled()

@@ -18,7 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from llmtop.exitcodes import UsageError
-from llmtop.sessions.measure.options import Workload
+from llmtop.sessions.measure.options import (
+    PROTOCOL_PROMPT_TOKENS,
+    PROTOCOL_REQUESTS,
+    PROTOCOL_WARMUP,
+    Workload,
+)
 from llmtop.sessions.measure.slo import Slo
 from llmtop.sessions.measure.stats import DRIFT_THRESHOLD_PCT
 
@@ -50,9 +55,9 @@ class BenchConfig(Workload):
     are the same sizes and each request records its depth; None for a prompt-size sweep.
     """
 
-    requests: int = 25
-    warmup: int = 1
-    prompt_tokens: tuple[int, ...] = (200,)
+    requests: int = PROTOCOL_REQUESTS
+    warmup: int = PROTOCOL_WARMUP
+    prompt_tokens: tuple[int, ...] = PROTOCOL_PROMPT_TOKENS
     drift_threshold_pct: float = DRIFT_THRESHOLD_PCT
     compare_relay: bool = False  # interleave direct and relayed requests (needs a relay connection)
     preflight_s: float = 3.0  # seconds of machine sampling before the run; 0 skips it

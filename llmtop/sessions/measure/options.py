@@ -51,6 +51,13 @@ class GenerationOptions:
 
 DEFAULT_OPTIONS = GenerationOptions()
 
+# The source's protocol: 25 measured requests per prompt size after 1 warm-up, prompts of ~200
+# tokens (config.BenchConfig's defaults; here, where the TUI's settings read them without
+# the bench's own modules before its first frame)
+PROTOCOL_REQUESTS = 25
+PROTOCOL_WARMUP = 1
+PROTOCOL_PROMPT_TOKENS: tuple[int, ...] = (200,)
+
 
 @dataclass(frozen=True)
 class Workload:

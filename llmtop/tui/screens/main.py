@@ -39,14 +39,10 @@ from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker
 
-from llmtop.engines.connection import Connection
-from llmtop.engines.events import Failure, StreamEvent
-from llmtop.tui.link import EngineLink
 from llmtop.tui.messages import ProbeSampled
 from llmtop.tui.screens.later import LaterParts
 from llmtop.tui.state.frames import FrameClock
 from llmtop.tui.state.live import LiveRequest
-from llmtop.tui.state.noise import NoiseTracker
 from llmtop.tui.state.session_state import SessionState
 from llmtop.tui.widgets.apps_view import ENGINE_STARTING, ENGINE_UNKNOWN
 from llmtop.tui.widgets.header_line import HeaderLine
@@ -59,12 +55,16 @@ from llmtop.tui.widgets.token_pane import TokenPane
 if TYPE_CHECKING:  # the bench screen's module is imported when it opens
     from collections.abc import Sequence
 
+    from llmtop.engines.connection import Connection
     from llmtop.engines.discovery import FoundEngine
+    from llmtop.engines.events import Failure, StreamEvent
     from llmtop.engines.live_state import EngineState
     from llmtop.probes.sampler import ProbeSample  # psutil, the probes: after the first frame
     from llmtop.sessions.measure.request import RequestCollector, RequestResult
     from llmtop.sessions.records.request import RequestRecord  # pydantic: with the log
+    from llmtop.tui.link import EngineLink
     from llmtop.tui.screens.bench import BenchScreen
+    from llmtop.tui.state.noise import NoiseTracker
     from llmtop.tui.widgets.request_history import RequestHistory
 
 # Frame rates: each frame a second costs ~0.5 % of a core on 2 cores, so text and numbers

@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.engines.timeouts import TOKEN_TIMEOUT_S
-from llmtop.sessions.measure.config import BenchConfig
+from llmtop.sessions.measure.options import (
+    PROTOCOL_PROMPT_TOKENS,
+    PROTOCOL_REQUESTS,
+    PROTOCOL_WARMUP,
+    Workload,
+)
 
 # Idle, a probe sample every 2 s: a sample costs ~5 ms of CPU (+ ~20 ms for the engine's pids
 # every 5 s), the panel's redraw ~4 ms more, against an idle budget of 1 % of a core
@@ -51,9 +56,9 @@ class TuiSettings:
     engine_pids: tuple[int, ...] = ()  # --engine-pid / [engine] pids: the measured engine
     agent: Any = None  # probes.remote.AgentTarget (--probes): samples from the engine's machine
     token_timeout_s: float = TOKEN_TIMEOUT_S
-    bench_requests: int = BenchConfig.requests
-    bench_warmup: int = BenchConfig.warmup
-    bench_prompt_tokens: tuple[int, ...] = BenchConfig.prompt_tokens
-    bench_max_tokens: int = BenchConfig.max_tokens
+    bench_requests: int = PROTOCOL_REQUESTS
+    bench_warmup: int = PROTOCOL_WARMUP
+    bench_prompt_tokens: tuple[int, ...] = PROTOCOL_PROMPT_TOKENS
+    bench_max_tokens: int = Workload.max_tokens
     bench_use_cache: bool = True
     bench_preflight_s: float | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -11,9 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from llmtop.engines.connection import Connection
 from llmtop.safetext import one_line
 from llmtop.tui.widgets.path_label import PathLabel
+
+if TYPE_CHECKING:
+    from llmtop.engines.connection import Connection
 
 SEP = " · "
 LOG_ROOM = 13  # the log path keeps at least "log …s.jsonl" (11 cells) and its 2 of padding
