@@ -163,7 +163,7 @@ class LlmtopApp(LlmtopBaseApp):
         with contextlib.suppress(NoMatches):  # quit at once: the screen is gone already
             await self.main_screen.later.mount(self.latest_probe)
         await loading
-        if self.link.closing:
+        if self.link.closing or not self.main_screen.later.whole:
             return
         if self.reader_threads:
             from llmtop.stamping.rxstamps import use_reader_threads

@@ -211,6 +211,8 @@ async def test_a_hidden_machine_badge_asks_for_no_layout(tmp_path: Path) -> None
     settings = TuiSettings(log_path=str(tmp_path / "s.jsonl"), probes=False)
     app = make_app(settings, connection=fake_connection())
     async with app.run_test(size=(140, 40)) as pilot:
+        # the badge is one of the parts mounted just after the first frame (screens/later.py)
+        await wait_for(pilot, lambda: app.main_screen.later.whole, what="the rest mounted")
         badge = app.query_one(MachineBadge)
         await pilot.pause()
         assert not badge.display

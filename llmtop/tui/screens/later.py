@@ -2,10 +2,11 @@
 
 Every widget in the tree is styled and laid out before Textual writes the first frame. The
 engine panel (F4) and the history (F2) are hidden until their key, the machine badge shows
-only on narrow screens, and the footer only names keys: 14 of the 42 widgets, ~90 ms of a
-600 ms start on a 2-core VM (docs/performance.md, "The TUI's first frame"). `LaterParts`
-mounts them once the first frame is out (their modules are imported then too), in the
-places the stylesheet lays them out, and runs the keys that asked for them meanwhile.
+only on narrow screens, the footer only names keys, and the metrics' rows for a failure, the
+noise, the offload finding and the energy, and the TTFT-per-request bars are hidden until a
+request has them: 19 of the 42 widgets (docs/performance.md, "The TUI's first frame").
+`LaterParts` mounts them once the first frame is out (their modules are imported then too),
+in the places the stylesheet lays them out, and runs the keys that asked for them meanwhile.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ class LaterParts:
 
         from llmtop.tui.widgets.engine_panel import EnginePanel
         from llmtop.tui.widgets.machine_badge import MachineBadge
+        from llmtop.tui.widgets.metrics_strip import MetricsStrip
         from llmtop.tui.widgets.request_history import RequestHistory
+        from llmtop.tui.widgets.session_strip import SessionStrip
 
+        await self.screen.query_one(MetricsStrip).mount_hidden_rows()
+        await self.screen.query_one(SessionStrip).mount_spark()
         history = RequestHistory(id="history")  # the whole width: every figure and the prompt
         history.display = False  # F2 shows it
         left = self.screen.query_one("#left", Vertical)

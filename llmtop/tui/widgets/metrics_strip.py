@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the records (pydantic) load after the first frame, the requ
     from llmtop.sessions.measure.request import RequestResult
     from llmtop.sessions.records.schema import EnergyRecord, FindingRecord
 
-_HIDE_EMPTY = frozenset({"failure", "noise", "offload", "energy"})
+HIDDEN_ROWS = ("failure", "noise", "offload", "energy")  # shown when not empty, in this order
+_HIDE_EMPTY = frozenset(HIDDEN_ROWS)
 _STATUS_STYLE = {Status.OK: "bold black on green", Status.CANCELLED: "bold black on yellow"}
 _OTHER_STATUS = "bold white on red"
 NOISY_PREFIX = "⚠ NOISY while it ran: "  # the request; the badge is the machine now
@@ -216,14 +217,16 @@ class MetricsStrip(Vertical):
         yield SparkBars(id="itl", stretch=False)  # one cell per gap, its scale after it
         yield QuietStatic("", id="client")
         yield QuietStatic("", id="server")
-        yield QuietStatic("", id="failure")
-        yield QuietStatic("", id="noise")
-        yield QuietStatic("", id="offload")
-        yield QuietStatic("", id="energy")
+        # the rows hidden while empty (failure, noise, offload, energy) come just after the
+        # first frame: `mount_hidden_rows`
 
-    def on_mount(self) -> None:
-        for wid in _HIDE_EMPTY:
-            self._static(wid).display = False
+    async def mount_hidden_rows(self) -> None:
+        """Mount the rows shown only when they have something to say, hidden, under the
+        others (`later.LaterParts`: before the first connection, so before any request)."""
+        rows = [QuietStatic("", id=wid) for wid in HIDDEN_ROWS]
+        for row in rows:
+            row.display = False
+        await self.mount_all(rows)
 
     def _static(self, wid: str) -> Static:
         return self.query_one(f"#{wid}", Static)

@@ -76,12 +76,16 @@ class SessionStrip(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="session-row"):
             yield Static("TTFT/req ms", id="session-label")
-            yield SparkBars(id="session-ttft")
             yield Static(summary_text(self.view), id="session-summary")
         yield Static("", id="session-marks")
 
-    def on_mount(self) -> None:
-        self.query_one("#session-ttft", SparkBars).display = False
+    async def mount_spark(self) -> None:
+        """Mount the TTFT-per-request bars, hidden until a request ends, between the label
+        and the summary (`later.LaterParts`: before the first connection, so before any
+        request)."""
+        spark = SparkBars(id="session-ttft")
+        spark.display = False
+        await self.query_one("#session-row", Horizontal).mount(spark, before="#session-summary")
 
     def sync(self, session: SessionState, shown: LiveRequest | None) -> bool:
         """Redraw when the session or the request on screen's TTFT/mark changed; True then."""
