@@ -15,6 +15,9 @@ drawn. Two moments per run:
 - first frame: the prompt box's placeholder ("Enter sends") is in the output: the screen
   the user types into is drawn. Target ≤ TARGET_FIRST_FRAME_MS (a "top" opens in well under a
   second);
+- whole screen: the footer's first key ("Bench") is on screen. The parts the first frame does
+  without (the metrics' and the session's rows, the footer, the hidden panels: see
+  tui/screens/later.py) are mounted just after it, the footer last. No target;
 - first token: the prompt "hi" and Enter are typed the moment the prompt is seen (as a user
   who typed ahead would); the first chunk's text ("t0") is on screen (counted from exec, so
   the connection, the session log's opening and the request are all in it). No target.
@@ -55,6 +58,7 @@ THIS_ROOT = str(HERE.parent)
 TARGET_FIRST_FRAME_MS = 500.0
 PROMPT_TEXT = "Enter sends"  # in the prompt box's placeholder (tui/screens/main.py)
 TOKEN_TEXT = "t0"  # the scripted "timed" reply's first chunk (llmtop/testing/scripted.py)
+WHOLE_TEXT = "Bench"  # the footer's first key (Ctrl+B, tui/app.py), the last part mounted
 TIMEOUT_S = 30.0
 # CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \), DCS/APC strings, then any other ESC pair
 CONTROL = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
@@ -110,9 +114,9 @@ class Screen:
                 self.changed.wait(left)
 
 
-def one_run(root: str, url: str, folder: str) -> tuple[float, float]:
-    """(exec → prompt on screen ms, exec → first token on screen ms) for the llmtop at `root`
-    (its bytecode cached under `folder`)."""
+def one_run(root: str, url: str, folder: str) -> tuple[float, float, float]:
+    """(exec → prompt on screen, exec → first token on screen, exec → the whole screen), ms,
+    for the llmtop at `root` (its bytecode cached under `folder`)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=root,
@@ -131,6 +135,7 @@ def one_run(root: str, url: str, folder: str) -> tuple[float, float]:
         typed_at = len(screen.text)
         os.write(master, b"hi\r")
         token_ns = screen.wait_for(TOKEN_TEXT, after=typed_at)
+        whole_ns = screen.wait_for(WHOLE_TEXT)  # long drawn by now: its read's stamp
     finally:
         os.write(master, b"\x11")  # Ctrl+Q
         try:
@@ -139,7 +144,7 @@ def one_run(root: str, url: str, folder: str) -> tuple[float, float]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         os.close(master)
-    return (prompt_ns - t0) / 1e6, (token_ns - t0) / 1e6
+    return (prompt_ns - t0) / 1e6, (token_ns - t0) / 1e6, (whole_ns - t0) / 1e6
 
 
 def scripted_engine() -> tuple[subprocess.Popen[bytes], str]:
@@ -166,16 +171,21 @@ def scripted_engine() -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.05)
 
 
-def rows_for(label: str, frames: list[float], tokens: list[float]) -> list[dict[str, Any]]:
-    """The two rows of one llmtop: medians, with the runs' range in the metric's name."""
+def rows_for(label: str, frames: list[float], tokens: list[float],
+             wholes: list[float]) -> list[dict[str, Any]]:
+    """The three rows of one llmtop: medians, with the runs' range in the metric's name."""
     first = statistics.median(frames)
+
+    def spread(values: list[float]) -> str:
+        return f"median of {len(values)}, {min(values):.0f}–{max(values):.0f} ms"
+
     return [
-        {"metric": f"TUI{label}: exec → first frame with the prompt (median of {len(frames)}, "
-                   f"{min(frames):.0f}–{max(frames):.0f} ms)",
+        {"metric": f"TUI{label}: exec → first frame with the prompt ({spread(frames)})",
          "measured": first, "unit": "ms", "target": TARGET_FIRST_FRAME_MS,
          "met": first <= TARGET_FIRST_FRAME_MS},
-        {"metric": f"TUI{label}: exec → first token on screen (median of {len(tokens)}, "
-                   f"{min(tokens):.0f}–{max(tokens):.0f} ms)",
+        {"metric": f"TUI{label}: exec → the whole screen, footer drawn ({spread(wholes)})",
+         "measured": statistics.median(wholes), "unit": "ms", "target": None, "met": None},
+        {"metric": f"TUI{label}: exec → first token on screen ({spread(tokens)})",
          "measured": statistics.median(tokens), "unit": "ms", "target": None, "met": None},
     ]
 
@@ -191,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         roots = {f" ({Path(args.compare).name})": str(Path(args.compare).resolve()),
                  " (this checkout)": THIS_ROOT}
-    results: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in roots}
+    results: dict[str, tuple[list[float], list[float], list[float]]] = {
+        k: ([], [], []) for k in roots}
     engine, url = scripted_engine()
     loads = [os.getloadavg()[0]]
     try:
@@ -201,16 +212,17 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.runs):
                 order = list(roots) if i % 2 == 0 else list(reversed(roots))
                 for label in order:
-                    frame, token = one_run(roots[label], url, folder)
-                    results[label][0].append(frame)
-                    results[label][1].append(token)
-                    print(f"run {i + 1}{label}: first frame {frame:.0f} ms, first token "
-                          f"{token:.0f} ms", flush=True)
+                    frame, token, whole = one_run(roots[label], url, folder)
+                    for values, value in zip(results[label], (frame, token, whole),
+                                             strict=True):
+                        values.append(value)
+                    print(f"run {i + 1}{label}: first frame {frame:.0f} ms, whole screen "
+                          f"{whole:.0f} ms, first token {token:.0f} ms", flush=True)
     finally:
         engine.terminate()
         engine.wait(10)
     loads.append(os.getloadavg()[0])
-    rows = [row for label, (f, t) in results.items() for row in rows_for(label, f, t)]
+    rows = [row for label, (f, t, w) in results.items() for row in rows_for(label, f, t, w)]
     for r in rows:
         target = "" if r["target"] is None else f"  (target ≤ {r['target']:g} ms)"
         print(f"{r['metric']:<90} {r['measured']:8.1f} ms{target}")

@@ -2,11 +2,12 @@
 
 Every widget in the tree is styled and laid out before Textual writes the first frame. The
 engine panel (F4) and the history (F2) are hidden until their key, the machine badge shows
-only on narrow screens, the footer only names keys, and the metrics' rows for a failure, the
-noise, the offload finding and the energy, and the TTFT-per-request bars are hidden until a
-request has them: 19 of the 42 widgets (docs/performance.md, "The TUI's first frame").
-`LaterParts` mounts them once the first frame is out (their modules are imported then too),
-in the places the stylesheet lays them out, and runs the keys that asked for them meanwhile.
+only on narrow screens, the footer only names keys, and the metrics' and the session's rows
+say nothing before the first request ("TTFT —"): 31 of the 42 widgets (docs/performance.md,
+"The TUI's first frame"). `LaterParts` mounts them once the first frame is out (their
+modules are imported then too), in the places the stylesheet keeps for them (the strips'
+lines, the footer's row: nothing moves when they come), and runs the keys that asked for them
+meanwhile.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ class LaterParts:
         self._waiting: list[Callable[[], None]] = []  # keys that came before `mount`
 
     async def mount(self, latest: ProbeSample | None) -> None:
-        """Mount the engine panel and the badge under the session strip, the history (hidden)
-        above the prompt and the footer into the row kept for it (a footer added below would
-        shorten the panels above by a line after they were laid out: the probe panel then kept
-        a scrollbar's column); show `latest` on the badge; run the waiting keys."""
+        """Mount the strips' rows into the lines they keep, the engine panel and the badge
+        under the session strip, the history (hidden) above the prompt and the footer into the
+        row kept for it (a footer added below would shorten the panels above by a line after
+        they were laid out: the probe panel then kept a scrollbar's column); show `latest` on
+        the badge; run the waiting keys."""
         from textual.widgets import Footer
 
         from llmtop.tui.widgets.engine_panel import EnginePanel
@@ -50,8 +52,8 @@ class LaterParts:
         from llmtop.tui.widgets.request_history import RequestHistory
         from llmtop.tui.widgets.session_strip import SessionStrip
 
-        await self.screen.query_one(MetricsStrip).mount_hidden_rows()
-        await self.screen.query_one(SessionStrip).mount_spark()
+        await self.screen.query_one(MetricsStrip).mount_rows()
+        await self.screen.query_one(SessionStrip).mount_rows()
         history = RequestHistory(id="history")  # the whole width: every figure and the prompt
         history.display = False  # F2 shows it
         left = self.screen.query_one("#left", Vertical)

@@ -126,10 +126,10 @@ class MainScreen(Screen[None]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        # What the first frame shows; what is hidden until a key, a narrow screen or a
-        # request asks for it, and the footer, are mounted just after it (`later.py`): every
-        # widget is styled and laid out before the first frame, and these 19 of 42 cost
-        # ~100 ms of it (bench/tui_start.py).
+        # What the first frame shows; what is hidden until a key or a narrow screen asks for
+        # it, the strips' rows and the footer are mounted just after it, into the lines kept
+        # for them (`later.py`): every widget is styled and laid out before the first frame,
+        # and these 31 of 42 cost ~15 % of it (bench/tui_start_instructions.py).
         yield HeaderLine(id="header")
         with Horizontal(id="main"):
             with Vertical(id="left"):

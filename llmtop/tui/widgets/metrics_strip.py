@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
@@ -208,25 +207,20 @@ class MetricsStrip(Vertical):
         self._offload_shown: FindingRecord | None = None
         self._word_shown = ""
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(id="live-row"):
-            yield Static("TTFT —", id="ttft")
-            yield Static("tokens —", id="count")
-            yield Static("decode —", id="decode")
-        yield Static("chunk gaps ms", id="itl-label")
-        yield SparkBars(id="itl", stretch=False)  # one cell per gap, its scale after it
-        yield QuietStatic("", id="client")
-        yield QuietStatic("", id="server")
-        # the rows hidden while empty (failure, noise, offload, energy) come just after the
-        # first frame: `mount_hidden_rows`
-
-    async def mount_hidden_rows(self) -> None:
-        """Mount the rows shown only when they have something to say, hidden, under the
-        others (`later.LaterParts`: before the first connection, so before any request)."""
-        rows = [QuietStatic("", id=wid) for wid in HIDDEN_ROWS]
-        for row in rows:
+    async def mount_rows(self) -> None:
+        """Mount the rows: the live figures, the chunk gaps (label and bars), the client's
+        and the server's lines, then the rows shown only when they have something to say,
+        hidden. Just after the first frame (`later.LaterParts`: before the first connection,
+        so before any request); until then the strip keeps their five lines empty (CSS)."""
+        live = Horizontal(Static("TTFT —", id="ttft"), Static("tokens —", id="count"),
+                          Static("decode —", id="decode"), id="live-row")
+        hidden = [QuietStatic("", id=wid) for wid in HIDDEN_ROWS]
+        for row in hidden:
             row.display = False
-        await self.mount_all(rows)
+        await self.mount_all([
+            live, Static("chunk gaps ms", id="itl-label"),
+            SparkBars(id="itl", stretch=False),  # one cell per gap, its scale after it
+            QuietStatic("", id="client"), QuietStatic("", id="server"), *hidden])
 
     def _static(self, wid: str) -> Static:
         return self.query_one(f"#{wid}", Static)

@@ -9,7 +9,6 @@ mark moved) or the request on screen got its first chunk; between those it costs
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
@@ -73,19 +72,16 @@ class SessionStrip(Vertical):
         self._key: object = None
         self.view = TtftView()
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(id="session-row"):
-            yield Static("TTFT/req ms", id="session-label")
-            yield Static(summary_text(self.view), id="session-summary")
-        yield Static("", id="session-marks")
-
-    async def mount_spark(self) -> None:
-        """Mount the TTFT-per-request bars, hidden until a request ends, between the label
-        and the summary (`later.LaterParts`: before the first connection, so before any
-        request)."""
+    async def mount_rows(self) -> None:
+        """Mount the two lines: the label, the TTFT-per-request bars (hidden until a request
+        ends) and the summary, then the marks. Just after the first frame
+        (`later.LaterParts`: before the first connection, so before any request); the strip
+        is two lines tall before them (CSS)."""
         spark = SparkBars(id="session-ttft")
         spark.display = False
-        await self.query_one("#session-row", Horizontal).mount(spark, before="#session-summary")
+        row = Horizontal(Static("TTFT/req ms", id="session-label"), spark,
+                         Static(summary_text(self.view), id="session-summary"), id="session-row")
+        await self.mount_all([row, Static("", id="session-marks")])
 
     def sync(self, session: SessionState, shown: LiveRequest | None) -> bool:
         """Redraw when the session or the request on screen's TTFT/mark changed; True then."""
