@@ -22,6 +22,12 @@ drawn. Two moments per run:
   who typed ahead would); the first chunk's text ("t0") is on screen (counted from exec, so
   the connection, the session log's opening and the request are all in it). No target.
 
+Beside llmtop, in the same rounds, the floor: a bare Textual app (`BARE_APP`: a header line,
+a body and an input box with the same placeholder; no llmtop module) started the same way,
+to its first frame. On a shared VM the same llmtop's median moves by ±20 % from one minute
+to the next (417 and 584 ms in two rounds a minute apart); the floor moves with it, and
+llmtop's rows are read against it (the `×` row: llmtop's median over the floor's).
+
 Each run is a fresh process; the first run warms the page cache and is not counted. The
 child runs as an installed llmtop does, from bytecode (pip compiles it at install): its
 `.pyc` files go to a folder of the bench's own (PYTHONPYCACHEPREFIX, written by the first
@@ -59,6 +65,21 @@ TARGET_FIRST_FRAME_MS = 500.0
 PROMPT_TEXT = "Enter sends"  # in the prompt box's placeholder (tui/screens/main.py)
 TOKEN_TEXT = "t0"  # the scripted "timed" reply's first chunk (llmtop/testing/scripted.py)
 WHOLE_TEXT = "Bench"  # the footer's first key (Ctrl+B, tui/app.py), the last part mounted
+# The floor: Textual's own start to a first frame with the same placeholder, no llmtop module
+BARE_APP = f"""
+from textual.app import App
+from textual.widgets import Input, Static
+
+class Bare(App):
+    BINDINGS = [("ctrl+q", "quit")]
+
+    def compose(self):
+        yield Static("header")
+        yield Static("body")
+        yield Input(placeholder="prompt — {PROMPT_TEXT}")
+
+Bare().run()
+"""
 TIMEOUT_S = 30.0
 # CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \), DCS/APC strings, then any other ESC pair
 CONTROL = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
@@ -114,36 +135,63 @@ class Screen:
                 self.changed.wait(left)
 
 
-def one_run(root: str, url: str, folder: str) -> tuple[float, float, float]:
-    """(exec → prompt on screen, exec → first token on screen, exec → the whole screen), ms,
-    for the llmtop at `root` (its bytecode cached under `folder`)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+def child_env(root: str, folder: str) -> dict[str, str]:
+    """The child's environment: a 256-colour terminal, llmtop from `root`, its bytecode
+    cached under `folder` (written by the first run)."""
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", PYTHONPATH=root,
                NO_PROXY="127.0.0.1", PYTHONPYCACHEPREFIX=os.path.join(folder, "pycache"))
     env.pop("OLLAMA_HOST", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    argv = [sys.executable, "-m", "llmtop", "--host", url, "--model", "timed",
-            "--log", os.path.join(folder, f"tui-{time.perf_counter_ns()}.jsonl")]
+    return env
+
+
+def start(argv: list[str], env: dict[str, str], cwd: str) -> tuple[subprocess.Popen[bytes],
+                                                                   Screen, int]:
+    """`argv` started in a 120×40 pseudo-terminal: (process, its screen, exec's stamp ns)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     t0 = time.perf_counter_ns()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=root,
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
                             start_new_session=True, close_fds=True)
     os.close(slave)
-    screen = Screen(master)
+    return proc, Screen(master), t0
+
+
+def stop(proc: subprocess.Popen[bytes], screen: Screen) -> None:
+    """Ctrl+Q, then the process's end (killed after 15 s)."""
+    os.write(screen.master, b"\x11")
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    os.close(screen.master)
+
+
+def bare_run(folder: str) -> float:
+    """exec → the bare Textual app's first frame (the floor), ms."""
+    proc, screen, t0 = start([sys.executable, "-c", BARE_APP], child_env(THIS_ROOT, folder),
+                             THIS_ROOT)
+    try:
+        return (screen.wait_for(PROMPT_TEXT) - t0) / 1e6
+    finally:
+        stop(proc, screen)
+
+
+def one_run(root: str, url: str, folder: str) -> tuple[float, float, float]:
+    """(exec → prompt on screen, exec → first token on screen, exec → the whole screen), ms,
+    for the llmtop at `root` (its bytecode cached under `folder`)."""
+    argv = [sys.executable, "-m", "llmtop", "--host", url, "--model", "timed",
+            "--log", os.path.join(folder, f"tui-{time.perf_counter_ns()}.jsonl")]
+    proc, screen, t0 = start(argv, child_env(root, folder), root)
     try:
         prompt_ns = screen.wait_for(PROMPT_TEXT)
         typed_at = len(screen.text)
-        os.write(master, b"hi\r")
+        os.write(screen.master, b"hi\r")
         token_ns = screen.wait_for(TOKEN_TEXT, after=typed_at)
         whole_ns = screen.wait_for(WHOLE_TEXT)  # long drawn by now: its read's stamp
     finally:
-        os.write(master, b"\x11")  # Ctrl+Q
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        os.close(master)
+        stop(proc, screen)
     return (prompt_ns - t0) / 1e6, (token_ns - t0) / 1e6, (whole_ns - t0) / 1e6
 
 
@@ -190,6 +238,43 @@ def rows_for(label: str, frames: list[float], tokens: list[float],
     ]
 
 
+def rounds(roots: dict[str, str], url: str, folder: str, runs: int
+           ) -> tuple[dict[str, tuple[list[float], list[float], list[float]]], list[float]]:
+    """`runs` rounds, each llmtop (in alternating order) then the floor once: per label its
+    (first frames, first tokens, whole screens), and the floor's first frames, ms."""
+    results: dict[str, tuple[list[float], list[float], list[float]]] = {
+        k: ([], [], []) for k in roots}
+    floor: list[float] = []
+    for root in roots.values():
+        one_run(root, url, folder)  # the page cache warmed, not counted
+    bare_run(folder)
+    for i in range(runs):
+        for label in list(roots) if i % 2 == 0 else list(reversed(roots)):
+            frame, token, whole = one_run(roots[label], url, folder)
+            for values, value in zip(results[label], (frame, token, whole), strict=True):
+                values.append(value)
+            print(f"run {i + 1}{label}: first frame {frame:.0f} ms, whole screen "
+                  f"{whole:.0f} ms, first token {token:.0f} ms", flush=True)
+        floor.append(bare_run(folder))
+        print(f"run {i + 1}: a bare Textual app's first frame {floor[-1]:.0f} ms", flush=True)
+    return results, floor
+
+
+def floor_rows(results: dict[str, tuple[list[float], list[float], list[float]]],
+               floor: list[float]) -> list[dict[str, Any]]:
+    """The floor's row and each llmtop's first frame over it (medians), no targets."""
+    base = statistics.median(floor)
+    rows: list[dict[str, Any]] = [
+        {"metric": f"the floor: a bare Textual app, exec → first frame (median of {len(floor)},"
+                   f" {min(floor):.0f}–{max(floor):.0f} ms)",
+         "measured": base, "unit": "ms", "target": None, "met": None}]
+    for label, (frames, _, _) in results.items():
+        rows.append({"metric": f"TUI{label}: first frame over the floor's (medians)",
+                     "measured": statistics.median(frames) / base, "unit": "×",
+                     "target": None, "met": None})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the rows (and write them as JSON); exit 0."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -201,31 +286,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         roots = {f" ({Path(args.compare).name})": str(Path(args.compare).resolve()),
                  " (this checkout)": THIS_ROOT}
-    results: dict[str, tuple[list[float], list[float], list[float]]] = {
-        k: ([], [], []) for k in roots}
     engine, url = scripted_engine()
     loads = [os.getloadavg()[0]]
     try:
         with tempfile.TemporaryDirectory(prefix="llmtop-tui-start-") as folder:
-            for root in roots.values():
-                one_run(root, url, folder)  # the page cache warmed, not counted
-            for i in range(args.runs):
-                order = list(roots) if i % 2 == 0 else list(reversed(roots))
-                for label in order:
-                    frame, token, whole = one_run(roots[label], url, folder)
-                    for values, value in zip(results[label], (frame, token, whole),
-                                             strict=True):
-                        values.append(value)
-                    print(f"run {i + 1}{label}: first frame {frame:.0f} ms, whole screen "
-                          f"{whole:.0f} ms, first token {token:.0f} ms", flush=True)
+            results, floor = rounds(roots, url, folder, args.runs)
     finally:
         engine.terminate()
         engine.wait(10)
     loads.append(os.getloadavg()[0])
     rows = [row for label, (f, t, w) in results.items() for row in rows_for(label, f, t, w)]
+    rows += floor_rows(results, floor)
     for r in rows:
         target = "" if r["target"] is None else f"  (target ≤ {r['target']:g} ms)"
-        print(f"{r['metric']:<90} {r['measured']:8.1f} ms{target}")
+        figure = f"{r['measured']:8.2f} ×" if r["unit"] == "×" else f"{r['measured']:8.1f} ms"
+        print(f"{r['metric']:<90} {figure}{target}")
     print(f"load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the end; "
           f"{os.cpu_count()} logical CPUs")
     if args.json:
