@@ -36,7 +36,6 @@ import dataclasses
 import math
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +130,10 @@ def _parse(raw: bytes, file: Path) -> dict[str, Any]:
     (what Windows Notepad writes) is skipped: it is invisible, and TOML has no other meaning
     for it. Raises ConfigError for text that is not UTF-8 or not TOML, and for nesting too
     deep for Python's parser (tomllib recurses per level: arrays 100,000 deep exhaust the
-    interpreter's stack of about 1,000 frames)."""
+    interpreter's stack of about 1,000 frames). tomllib is imported here, when a file
+    exists: most users have none, and every command and the TUI's first frame read this."""
+    import tomllib
+
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
