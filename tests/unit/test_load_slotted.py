@@ -62,16 +62,17 @@ def closed(tmp_path_factory):
         )
     finally:
         up.stop()
-    return outcome.analysis, _served_ms(outcome.log_path)
+    return outcome.analysis, _served_ms(_records(outcome.log_path))
 
 
-def _served_ms(log_path) -> dict[int, float]:
+def _served_ms(records) -> dict[int, float]:
     """Each level's mean service time as the server timed it on its own clock (slot acquired
     → last token: prompt_eval_duration + eval_duration), ms. The script asks S; a busy
     runner makes a service late (its last timer wakes late, ~30 ms a service seen once on
-    CI), never early, so the laws below are stated with what was served."""
+    CI), never early, so the laws below are stated with what was served. `records`: the
+    log's records, as dicts."""
     served: dict[int, list[float]] = {}
-    for r in _records(log_path):
+    for r in records:
         if r["type"] == "request" and r.get("level") is not None:  # the warm-up has none
             st = r["stats"]
             served.setdefault(r["level"], []).append(
@@ -100,8 +101,8 @@ def test_closed_loop_throughput_is_min_n_c_over_service_time(closed):
     # cycle, each up to EPS late, plus one new connection.
     low = 8 * 1000 / (4 * (cycle_ms + EPS_MS) + CLIENT_MAX_MS)
     assert low <= two.req_per_s <= 2 * 1000 / (cycle_ms - EPS_MS)
-    # N > c: the slots never idle; 8 requests are 4 rounds of S, each up to EPS late, plus
-    # the first request's way in.
+    # N > c: the slots never idle; 8 requests are 4 rounds of a service as served (level 2,
+    # 4 users), each started up to EPS late, plus the first request's way in.
     rounds = 8 / SERVICE.slots
     low = 8 * 1000 / (rounds * (served[2] + EPS_MS) + client_ms)
     assert low <= four.req_per_s <= SERVICE.slots * 1000 / S_MS * 1.01
@@ -112,7 +113,7 @@ def test_closed_loop_queueing_adds_a_whole_service_time_to_ttft(closed):
     _one, two, four = analysis.levels
     # 4 users on 2 slots: after the first round every request waits for one whole service,
     # less the client's re-send time (bounded by CLIENT_MAX_MS).
-    s_ms = served[2]
+    s_ms = served[2]  # level 2: 4 users
     added = four.ttft.p50 - two.ttft.p50
     assert s_ms - CLIENT_MAX_MS - EPS_MS <= added <= s_ms + EPS_MS
     # The server's own account (total − prefill − eval) says the same, from its clock.
@@ -138,7 +139,7 @@ async def test_open_loop_past_saturation_latency_from_the_schedule_keeps_growing
     from_schedule = [r["metrics"]["ttft_ms"] + r["lag_ms"] for r in records]
     # Request k is scheduled at k × 100 ms but its slot frees only when request k − 1's
     # service ends: it waits k × (service − 100 ms), the service as the server timed it.
-    served = _served_ms(outcome.log_path)[0]
+    served = _served_ms(records)[0]
     growth = served - 100
     assert all(later - earlier > growth / 2 for earlier, later in itertools.pairwise(from_schedule))
     slope = (from_schedule[-1] - from_schedule[0]) / (len(from_schedule) - 1)
